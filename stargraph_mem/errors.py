@@ -1,0 +1,136 @@
+"""Exceptions: one root, one subclass per pipeline stage, structured context fields.
+
+Every error raised on purpose by stargraph_mem derives from :class:`StargraphMemError`.
+Causes are chained with ``raise ... from exc`` so the original failure stays visible.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+class StargraphMemError(Exception):
+    """Root of every error stargraph_mem raises on purpose."""
+
+    def __init__(self, message: str, **context: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.context: dict[str, Any] = context
+
+    def __str__(self) -> str:
+        return self.message
+
+
+# --- IR / compiler -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class IRIssue:
+    """One problem found in a rule pack, with its source position and IR path."""
+
+    message: str
+    file: str = "<string>"
+    line: int | None = None
+    col: int | None = None
+    path: str = ""
+    rule_id: str | None = None
+    severity: str = "error"
+
+    def format(self) -> str:
+        """Render as ``file:line:col: path: message`` (position parts omitted when unknown)."""
+        where = self.file
+        if self.line is not None:
+            where += f":{self.line}"
+            if self.col is not None:
+                where += f":{self.col}"
+        prefix = f"{where}: "
+        if self.path:
+            prefix += f"{self.path}: "
+        return prefix + self.message
+
+
+class IRError(StargraphMemError):
+    """A rule pack is malformed: YAML syntax, schema, or a semantic check failed."""
+
+    def __init__(self, issue: IRIssue, issues: list[IRIssue] | None = None) -> None:
+        super().__init__(
+            issue.format(),
+            file=issue.file,
+            line=issue.line,
+            col=issue.col,
+            path=issue.path,
+            rule_id=issue.rule_id,
+        )
+        self.issue = issue
+        self.issues: list[IRIssue] = issues if issues is not None else [issue]
+
+    @property
+    def file(self) -> str:
+        return self.issue.file
+
+    @property
+    def line(self) -> int | None:
+        return self.issue.line
+
+    @property
+    def col(self) -> int | None:
+        return self.issue.col
+
+    @property
+    def path(self) -> str:
+        return self.issue.path
+
+    @property
+    def rule_id(self) -> str | None:
+        return self.issue.rule_id
+
+
+class CompileError(StargraphMemError):
+    """The compiler or CLIPS rejected generated code (names the rule and its YAML position)."""
+
+
+# --- engine -----------------------------------------------------------------------
+
+
+class EngineError(StargraphMemError):
+    """The CLIPS runtime failed while loading a pack or running a pass."""
+
+
+class ConsolidationRuleError(StargraphMemError):
+    """A consolidation rule (or its legacy ``when_filter``) is invalid or was refused."""
+
+
+class ScheduleError(StargraphMemError):
+    """A cadence could not be evaluated, or a scheduler lease could not be taken."""
+
+
+# --- stores -----------------------------------------------------------------------
+
+
+class StoreError(StargraphMemError):
+    """A store operation failed for a reason that is not the caller's SQLite error."""
+
+
+class MemoryScopeError(StoreError):
+    """A scope is empty/invalid, or disagrees with the episode's own user/session/agent."""
+
+
+class DuplicateEpisodeError(StoreError):
+    """An episode id already exists with different content."""
+
+
+class FactConflictError(StoreError):
+    """A delta's ``replaces`` cannot be resolved deterministically (ids in ``fact_ids``)."""
+
+
+class DeltaValidationError(StoreError):
+    """A delta failed validation at ``apply_delta`` entry."""
+
+
+class MigrationNotSupported(StoreError):
+    """A migration operation other than a nullable ``add_column`` was requested."""
+
+
+class CorruptRowError(StoreError):
+    """A stored row could not be decoded (names the table and row id)."""

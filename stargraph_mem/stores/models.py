@@ -1,0 +1,307 @@
+"""Typed models shared by the stores, the engine and the CLI (pydantic v2, strict shapes).
+
+Naive datetimes are rejected everywhere (``AwareDatetime``); identifiers follow one
+pattern so they can travel through CLIPS and SQL without quoting surprises.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import zoneinfo
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+import orjson
+from croniter import croniter
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    StringConstraints,
+    TypeAdapter,
+    field_validator,
+    model_validator,
+)
+
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
+"""Episode ids, fact ids and rule ids all match this pattern."""
+
+Identifier = Annotated[str, StringConstraints(pattern=ID_PATTERN)]
+ScopePart = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+Intent = Literal["add", "update", "delete", "noop"]
+DeltaKind = Literal["add", "update", "delete", "noop"]
+
+HONOURED_METADATA_KEYS = ("intent", "replaces", "subject", "predicate", "object")
+
+
+def _no_nul(value: str, what: str) -> str:
+    if "\x00" in value:
+        raise ValueError(f"{what} must not contain NUL characters")
+    return value
+
+
+def canonical_json(value: Any) -> bytes:
+    """Deterministic JSON bytes (sorted keys, UTC datetimes) used for hashing."""
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS | orjson.OPT_UTC_Z)
+
+
+def to_utc(value: datetime) -> datetime:
+    """Return ``value`` in UTC; raise on naive datetimes."""
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError("naive datetime: a timezone-aware datetime is required")
+    return value.astimezone(UTC)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=False)
+
+
+class Episode(_Model):
+    """A raw event written with its full ``(user, session, agent)`` scope."""
+
+    id: Identifier
+    content: str
+    timestamp: AwareDatetime
+    source_node: str | None = None
+    user: ScopePart
+    session: ScopePart
+    agent: ScopePart
+    metadata: dict[str, JsonValue] = Field(default_factory=dict)
+
+    @field_validator("content", "user", "session", "agent", "source_node")
+    @classmethod
+    def _check_nul(cls, value: str | None) -> str | None:
+        return None if value is None else _no_nul(value, "text fields")
+
+    @field_validator("metadata")
+    @classmethod
+    def _check_metadata(cls, value: dict[str, JsonValue]) -> dict[str, JsonValue]:
+        intent = value.get("intent")
+        if intent is not None and intent not in ("add", "update", "delete", "noop"):
+            raise ValueError(
+                f"metadata.intent must be one of add, update, delete, noop (got {intent!r})"
+            )
+        replaces = value.get("replaces")
+        if replaces is not None and not (
+            isinstance(replaces, list) and all(isinstance(r, str) for r in replaces)
+        ):
+            raise ValueError("metadata.replaces must be a list of fact id strings")
+        for key in ("subject", "predicate", "object"):
+            item = value.get(key)
+            if item is not None and not isinstance(item, str):
+                raise ValueError(f"metadata.{key} must be a string")
+        return value
+
+
+class Cadence(_Model):
+    """When a rule fires: ``{every: N}`` (count-based) or ``{cron: "...", tz: "..."}``."""
+
+    every: int | None = Field(default=None, ge=1)
+    cron: str | None = None
+    tz: str = "UTC"
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Cadence:
+        if (self.every is None) == (self.cron is None):
+            raise ValueError("cadence needs exactly one of 'every' (>= 1) or 'cron'")
+        if self.cron is not None and not croniter.is_valid(self.cron):
+            raise ValueError(f"invalid cron expression {self.cron!r}")
+        try:
+            zoneinfo.ZoneInfo(self.tz)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError) as exc:
+            raise ValueError(f"unknown time zone {self.tz!r}") from exc
+        return self
+
+
+SLEEP_CYCLE = Cadence(cron="0 3 * * *")
+"""The default cadence: a nightly batch at 03:00 UTC."""
+
+
+class ConsolidationRule(_Model):
+    """The specification's rule contract: id, cadence, legacy SQL filter, emitted kinds."""
+
+    id: Identifier
+    cadence: Cadence = SLEEP_CYCLE
+    when_filter: str | None = None
+    then_emits: tuple[DeltaKind, ...] = ("add", "update", "delete", "noop")
+
+
+# --- deltas -------------------------------------------------------------------------
+
+
+def _finite_unit(value: float) -> float:
+    if not math.isfinite(value) or not 0.0 <= value <= 1.0:
+        raise ValueError("confidence must be a finite number in [0, 1]")
+    return value
+
+
+class FactPayload(_Model):
+    """The statement a fact makes: subject/predicate/object plus free-form payload."""
+
+    subject: str = Field(min_length=1)
+    predicate: str = Field(min_length=1)
+    object: str
+    payload: dict[str, JsonValue] = Field(default_factory=dict)
+
+    @field_validator("subject", "predicate", "object")
+    @classmethod
+    def _check_nul(cls, value: str) -> str:
+        return _no_nul(value, "fact fields")
+
+
+class _DeltaBase(_Model):
+    user: ScopePart
+    agent: ScopePart
+    source_episode_ids: list[Identifier] = Field(min_length=1)
+    promotion_ts: AwareDatetime
+    rule_id: Identifier
+    confidence: float
+    reason: str = ""
+    bindings: dict[str, JsonValue] = Field(default_factory=dict)
+
+    @field_validator("confidence")
+    @classmethod
+    def _check_confidence(cls, value: float) -> float:
+        return _finite_unit(value)
+
+    @field_validator("reason")
+    @classmethod
+    def _check_reason(cls, value: str) -> str:
+        return _no_nul(value, "reason")
+
+    @property
+    def delta_id(self) -> str:
+        """Content-derived id: the same delta always has the same id."""
+        body = self.model_dump(mode="json")
+        return "d" + hashlib.sha256(canonical_json(body)).hexdigest()[:31]
+
+
+class AddDelta(_DeltaBase):
+    """Promote a new fact."""
+
+    kind: Literal["add"] = "add"
+    fact: FactPayload
+
+    @property
+    def new_fact_id(self) -> str:
+        """The id the fact created by this delta gets."""
+        return "f" + self.delta_id[1:]
+
+
+class UpdateDelta(_DeltaBase):
+    """Supersede the facts in ``replaces`` and assert a new one."""
+
+    kind: Literal["update"] = "update"
+    replaces: list[Identifier] = Field(min_length=1)
+    fact: FactPayload
+
+    @property
+    def new_fact_id(self) -> str:
+        """The id the fact created by this delta gets."""
+        return "f" + self.delta_id[1:]
+
+
+class DeleteDelta(_DeltaBase):
+    """Close the facts in ``replaces``; nothing is physically deleted."""
+
+    kind: Literal["delete"] = "delete"
+    replaces: list[Identifier] = Field(min_length=1)
+
+
+class NoopDelta(_DeltaBase):
+    """Audit only; ``reinforces`` names facts the episode confirmed."""
+
+    kind: Literal["noop"] = "noop"
+    reinforces: list[Identifier] = Field(default_factory=list)
+
+
+MemoryDelta = Annotated[
+    AddDelta | UpdateDelta | DeleteDelta | NoopDelta, Field(discriminator="kind")
+]
+DELTA_ADAPTER: TypeAdapter[AddDelta | UpdateDelta | DeleteDelta | NoopDelta] = TypeAdapter(
+    MemoryDelta
+)
+DELTA_LIST_ADAPTER: TypeAdapter[list[AddDelta | UpdateDelta | DeleteDelta | NoopDelta]] = (
+    TypeAdapter(list[MemoryDelta])
+)
+
+
+# --- facts ----------------------------------------------------------------------------
+
+
+class Fact(_Model):
+    """A promoted statement scoped ``(user, agent)``, with its validity interval."""
+
+    id: Identifier
+    user: str
+    agent: str
+    subject: str
+    predicate: str
+    object: str
+    payload: dict[str, JsonValue] = Field(default_factory=dict)
+    confidence: float
+    valid_from: AwareDatetime
+    valid_until: AwareDatetime | None = None
+    superseded_by: str | None = None
+    recorded_at: AwareDatetime
+    rule_id: str
+    delta_id: str
+
+    @property
+    def is_current(self) -> bool:
+        return self.valid_until is None
+
+
+class FactPattern(_Model):
+    """A query over facts; ``None`` fields match anything. Current facts only by default."""
+
+    user: ScopePart | None = None
+    agent: ScopePart | None = None
+    subject: str | None = None
+    predicate: str | None = None
+    object: str | None = None
+    min_confidence: float | None = None
+    include_history: bool = False
+    limit: int | None = Field(default=None, ge=1)
+
+
+# --- health / migrations -------------------------------------------------------------------
+
+
+class StoreHealth(_Model):
+    """Real figures read from the database; ``ok=False`` with ``reason`` on failure."""
+
+    ok: bool
+    reason: str | None = None
+    path: str
+    schema_version: int | None = None
+    journal_mode: str | None = None
+    quick_check: str | None = None
+    file_size: int | None = None
+    episode_count: int | None = None
+    fact_count: int | None = None
+
+
+class MigrationOp(_Model):
+    """One schema change. Only nullable ``add_column`` is supported."""
+
+    op: str
+    table: str
+    column: str
+    type: str = "TEXT"
+    nullable: bool = True
+
+
+class MigrationPlan(_Model):
+    """An ordered list of schema operations applied in one transaction."""
+
+    name: str = Field(min_length=1)
+    operations: list[MigrationOp] = Field(min_length=1)
+
+
+def utc_now() -> datetime:
+    """Wall-clock now, tz-aware UTC (never used inside rules: passes get ``now`` handed in)."""
+    return datetime.now(UTC)
