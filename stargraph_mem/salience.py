@@ -1,0 +1,204 @@
+"""Episode salience: the score a rule's ``salience`` gate compares against its minimum.
+
+*Salience* here is the episode score; a rule's CLIPS salience is called *priority*.
+
+:class:`RuleBasedScorer` uses the recency / relevance / importance sum of Park et al.
+(2023, "Generative Agents"), scaled by a frequency factor and a rule-match factor::
+
+    Δt    = max(0, (now − (last_accessed if given else episode.timestamp)) in seconds)
+    base  = w_recency · exp(−Δt / τ) + w_relevance · max(0, relevance) + w_importance · importance
+    freq  = 1 − 0.5 · exp(−access_count / k)        ∈ [0.5, 1)
+    match = 0.5 + 0.5 · rule_match                  ∈ [0.5, 1]
+    score = min(1, max(0, base · freq · match))
+
+Defaults: τ = 86400 s, k = 5 accesses, w_recency = 1, w_relevance = w_importance = 0
+(v1: only recency counts; the other terms stay in the formula for later weights).
+``relevance`` is a cosine similarity in [−1, 1] supplied by the caller; a negative one
+counts as 0. Both factors are at least 0.5, so with the v1 weights a fresh, never-accessed
+episode (Δt = 0, access_count = 0) scores 1 · 0.5 · (0.5 + 0.5 · rule_match) ≥ 0.25,
+and 0.5 when it satisfies every ``when`` condition. NaN or infinite inputs raise
+:class:`ValueError`; nothing non-finite is ever returned.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol, TypeVar, runtime_checkable
+
+from stargraph_mem.stores.memory import EpisodeRecord
+from stargraph_mem.stores.models import Episode
+
+__all__ = [
+    "DEFAULT_FREQUENCY_SCALE",
+    "DEFAULT_TAU_SECONDS",
+    "RuleBasedScorer",
+    "SalienceContext",
+    "SalienceScorer",
+    "gate",
+]
+
+DEFAULT_TAU_SECONDS = 86400.0
+"""Recency time constant τ: a day since the last access multiplies recency by 1/e."""
+
+DEFAULT_FREQUENCY_SCALE = 5.0
+"""Frequency scale k: after k accesses the frequency factor is 1 − 0.5/e ≈ 0.82."""
+
+_E = TypeVar("_E", Episode, EpisodeRecord)
+
+
+def _require_aware(value: datetime, name: str) -> None:
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(f"{name} must be a timezone-aware datetime (got naive {value!r})")
+
+
+def _require_finite(value: float, name: str, low: float, high: float) -> None:
+    if not math.isfinite(value) or not low <= value <= high:
+        raise ValueError(f"{name} must be a finite number in [{low:g}, {high:g}] (got {value!r})")
+
+
+@dataclass(frozen=True, slots=True)
+class SalienceContext:
+    """What the scorer needs beyond the episode: the pass's ``now`` and access statistics.
+
+    ``last_accessed`` None means never accessed: recency then runs from the episode's own
+    timestamp. ``rule_match`` is the fraction of the rule's ``when`` conditions the episode
+    could satisfy. ``query_embedding`` is carried for scorers that compute their own
+    relevance; :class:`RuleBasedScorer` reads the precomputed cosine ``relevance``.
+    """
+
+    now: datetime
+    last_accessed: datetime | None = None
+    access_count: int = 0
+    rule_match: float = 1.0
+    query_embedding: tuple[float, ...] | None = None
+    relevance: float | None = None
+    importance: float = 0.0
+
+    def __post_init__(self) -> None:
+        _require_aware(self.now, "now")
+        if self.last_accessed is not None:
+            _require_aware(self.last_accessed, "last_accessed")
+        count = self.access_count
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ValueError(f"access_count must be an int >= 0 (got {count!r})")
+        _require_finite(self.rule_match, "rule_match", 0.0, 1.0)
+        _require_finite(self.importance, "importance", 0.0, 1.0)
+        if self.relevance is not None:
+            _require_finite(self.relevance, "relevance", -1.0, 1.0)
+        if self.query_embedding is not None:
+            embedding = tuple(float(x) for x in self.query_embedding)
+            if not all(math.isfinite(x) for x in embedding):
+                raise ValueError("query_embedding must contain only finite numbers")
+            object.__setattr__(self, "query_embedding", embedding)
+
+    @classmethod
+    def for_record(
+        cls, record: EpisodeRecord, *, now: datetime, rule_match: float = 1.0
+    ) -> SalienceContext:
+        """A context carrying the access statistics the store keeps on ``record``."""
+        return cls(
+            now=now,
+            last_accessed=record.last_accessed,
+            access_count=record.access_count,
+            rule_match=rule_match,
+        )
+
+
+@runtime_checkable
+class SalienceScorer(Protocol):
+    """Anything with ``async score(episode, context) -> float`` in [0, 1]; no base class."""
+
+    async def score(self, episode: Episode | EpisodeRecord, context: SalienceContext) -> float:
+        """The episode's salience in [0, 1]; higher is more worth consolidating."""
+        ...
+
+
+class RuleBasedScorer:
+    """The Park et al. (2023) weighted sum, scaled by frequency and rule match (see module)."""
+
+    __slots__ = ("_inv_freq", "_inv_tau", "frequency_scale", "tau", "weights")
+
+    def __init__(
+        self,
+        *,
+        tau: float = DEFAULT_TAU_SECONDS,
+        w_recency: float = 1.0,
+        w_relevance: float = 0.0,
+        w_importance: float = 0.0,
+        frequency_scale: float = DEFAULT_FREQUENCY_SCALE,
+    ) -> None:
+        """Validate once here so :meth:`score_sync` does no checking on the parameters."""
+        for name, value in (("tau", tau), ("frequency_scale", frequency_scale)):
+            if not math.isfinite(value) or value <= 0:
+                raise ValueError(f"{name} must be a finite number > 0 (got {value!r})")
+        named = (("w_recency", w_recency), ("w_relevance", w_relevance))
+        for name, value in (*named, ("w_importance", w_importance)):
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(f"{name} must be a finite number >= 0 (got {value!r})")
+        if w_recency + w_relevance + w_importance == 0:
+            raise ValueError("at least one of w_recency, w_relevance, w_importance must be > 0")
+        self.tau = float(tau)
+        self.frequency_scale = float(frequency_scale)
+        self.weights = (float(w_recency), float(w_relevance), float(w_importance))
+        self._inv_tau = 1.0 / self.tau
+        self._inv_freq = 1.0 / self.frequency_scale
+
+    def __repr__(self) -> str:
+        w_rec, w_rel, w_imp = self.weights
+        return (
+            f"RuleBasedScorer(tau={self.tau!r}, w_recency={w_rec!r}, w_relevance={w_rel!r}, "
+            f"w_importance={w_imp!r}, frequency_scale={self.frequency_scale!r})"
+        )
+
+    def score_sync(self, episode: Episode | EpisodeRecord, context: SalienceContext) -> float:
+        """The score, computed synchronously: the runtime's hot loop calls this directly.
+
+        No awaiting, no allocation beyond floats; the context was validated when built.
+        Raises ValueError only if recency must run from a naive ``episode.timestamp``.
+        """
+        reference = context.last_accessed
+        if reference is None:
+            reference = episode.timestamp
+            _require_aware(reference, "episode.timestamp")
+        elapsed = (context.now - reference).total_seconds()
+        recency = math.exp(-elapsed * self._inv_tau) if elapsed > 0 else 1.0
+        w_rec, w_rel, w_imp = self.weights
+        base = w_rec * recency
+        if w_rel and context.relevance is not None and context.relevance > 0:
+            base += w_rel * context.relevance
+        if w_imp:
+            base += w_imp * context.importance
+        frequency = 1.0 - 0.5 * math.exp(-context.access_count * self._inv_freq)
+        match = 0.5 + 0.5 * context.rule_match
+        return min(1.0, max(0.0, base * frequency * match))
+
+    async def score(self, episode: Episode | EpisodeRecord, context: SalienceContext) -> float:
+        """:meth:`score_sync`, for callers that hold any :class:`SalienceScorer`."""
+        return self.score_sync(episode, context)
+
+
+async def gate(
+    scorer: SalienceScorer,
+    episodes_with_contexts: Iterable[tuple[_E, SalienceContext]],
+    minimum: float,
+) -> tuple[list[_E], list[_E]]:
+    """Split episodes into (kept, dropped): kept score >= ``minimum``; input order is kept.
+
+    Episodes are scored one at a time, in order. A score outside [0, 1] (or NaN) breaks
+    the :class:`SalienceScorer` contract and raises ValueError rather than being trusted.
+    """
+    _require_finite(minimum, "minimum", 0.0, 1.0)
+    kept: list[_E] = []
+    dropped: list[_E] = []
+    for episode, context in episodes_with_contexts:
+        value = await scorer.score(episode, context)
+        if not (isinstance(value, int | float) and 0.0 <= value <= 1.0):
+            raise ValueError(
+                f"{type(scorer).__name__}.score returned {value!r} for episode "
+                f"{episode.id!r}; a salience score must be a number in [0, 1]"
+            )
+        (kept if value >= minimum else dropped).append(episode)
+    return kept, dropped
