@@ -20,6 +20,7 @@ from stargraph_mem.stores.models import (
     UpdateDelta,
 )
 from stargraph_mem.stores.scope import Partition
+from stargraph_mem.stores.sqlite_memory import SQLiteMemoryStore
 
 __all__ = [
     "AddDelta",
@@ -37,6 +38,7 @@ __all__ = [
     "MigrationPlan",
     "NoopDelta",
     "Partition",
+    "SQLiteMemoryStore",
     "StoreHealth",
     "UpdateDelta",
 ]

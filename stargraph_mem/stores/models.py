@@ -43,6 +43,24 @@ def _no_nul(value: str, what: str) -> str:
     return value
 
 
+_INT_RANGE = (-(2**63), 2**64 - 1)
+"""Integers orjson stores exactly; beyond this range it would fail or silently go to float."""
+
+
+def _check_storable(value: Any, where: str) -> None:
+    """Reject JSON values that would not round-trip through orjson: NaN/inf, huge ints."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{where} must be a finite number (got {value!r})")
+    if isinstance(value, int) and not _INT_RANGE[0] <= value <= _INT_RANGE[1]:
+        raise ValueError(f"{where} is an integer outside the 64-bit range")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _check_storable(item, f"{where}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_storable(item, f"{where}[{index}]")
+
+
 def canonical_json(value: Any) -> bytes:
     """Deterministic JSON bytes (sorted keys, UTC datetimes) used for hashing."""
     return orjson.dumps(value, option=orjson.OPT_SORT_KEYS | orjson.OPT_UTC_Z)
@@ -93,6 +111,7 @@ class Episode(_Model):
             item = value.get(key)
             if item is not None and not isinstance(item, str):
                 raise ValueError(f"metadata.{key} must be a string")
+        _check_storable(value, "metadata")
         return value
 
 
