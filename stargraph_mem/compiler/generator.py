@@ -1,0 +1,622 @@
+"""IR → CLIPS text: one small emitter per IR node type.
+
+The program processes a pass's episodes one at a time behind a cursor fact, so each
+episode sees the facts as they stand after the episodes before it. Every join the
+rules need is an equality join (cursor ordinal, fact slots, relation keys), which keeps
+matching linear in the number of episodes even with hot keys:
+
+* ``earlier`` compiles to a ``sm-latest-<i>`` fact per key, moved forward after the
+  rules of each episode ran (never the quadratic earlier/later/``not``-between form);
+* ``count`` compiles to a ``sm-count-<i>`` tally per key, updated before the rules run.
+
+Rule right-hand sides print only integers and identifiers (ordinals, fact ids) to the
+``sm-out`` router; the runtime resolves bindings from its own copy of the data, so no
+user text is ever parsed back out of CLIPS.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from stargraph_mem.compiler.clips_text import clips_float, clips_literal, clips_string
+from stargraph_mem.ir.checks import (
+    Analysis,
+    RuleInfo,
+    VarInfo,
+    parse_template,
+    parse_timestamp_literal,
+    pattern_of,
+)
+from stargraph_mem.ir.models import (
+    EPISODE_BUILTINS,
+    FACT_FIELDS,
+    Condition,
+    CountPattern,
+    EarlierPattern,
+    FieldType,
+    LinearConfidence,
+    ListVar,
+    VarConfidence,
+    VarRef,
+)
+
+SAL_DROP = 9950
+SAL_COUNT = 9900
+SAL_RULE_TOP = 5000
+SAL_LATEST = -9000
+SAL_ADVANCE = -9900
+OUT = "sm-out"
+
+FIXED_TEMPLATES = """\
+(deftemplate sm-pass (slot now (type INTEGER)))
+(deftemplate sm-cursor (slot n (type INTEGER)))
+(deftemplate sm-claim)
+(deftemplate sm-fired (slot r (type SYMBOL)))
+(deftemplate sm-drop (slot id (type STRING)))
+(deftemplate sm-end)
+(deftemplate sm-fact
+  (slot f_id (type STRING))
+  (slot f_subject (type STRING))
+  (slot f_predicate (type STRING))
+  (slot f_object (type STRING))
+  (slot f_confidence (type FLOAT))
+  (slot f_valid_from (type INTEGER))
+  (slot f_reinforced_at (type INTEGER))
+  (slot f_rule_id (type STRING))
+  (slot anchor (type INTEGER) (default 0)))
+"""
+
+CONTROL_RULES = f"""\
+(defrule sm-drop-fact (declare (salience {SAL_DROP}))
+  ?d <- (sm-drop (id ?id))
+  ?f <- (sm-fact (f_id ?id))
+  =>
+  (retract ?d ?f))
+(defrule sm-advance (declare (salience {SAL_ADVANCE}))
+  ?c <- (sm-cursor (n ?n))
+  ?e <- (sm-episode (n ?n))
+  =>
+  (retract ?e)
+  (do-for-all-facts ((?x sm-claim sm-fired sm-drop)) TRUE (retract ?x))
+  (modify ?c (n (+ ?n 1))))
+"""
+
+
+def slot_name(fname: str) -> str:
+    """Template slot for an episode or fact field (prefixed: never clashes with ``n``/``ok``)."""
+    return f"f_{fname}"
+
+
+def literal_value(ftype: FieldType, value: Any) -> Any:
+    """Convert an IR literal to the runtime's representation for ``ftype``."""
+    if ftype == "timestamp":
+        return parse_timestamp_literal(value)
+    if ftype == "number":
+        return float(value)
+    return value
+
+
+def item_alias(kind: str, pattern: Any, index: int) -> str:
+    """A pattern's alias, or ``p<index>`` for unnamed fact/earlier/count patterns."""
+    alias = getattr(pattern, "alias", None) if kind not in ("not", "exists") else None
+    return alias or f"p{index}"
+
+
+def count_var(alias: str) -> str:
+    """The CLIPS variable holding a count pattern's value."""
+    return f"?i_c_{alias}"
+
+
+@dataclass(frozen=True)
+class Relation:
+    """A relation the runtime program maintains: latest earlier episode, or a tally."""
+
+    index: int
+    kind: str  # "earlier" | "count"
+    keys: tuple[str, ...]
+    filter: tuple[tuple[str, str], ...]  # (field, canonical condition json) literal tests only
+    distinct: str | None = None
+
+    @property
+    def template(self) -> str:
+        return f"sm-{'latest' if self.kind == 'earlier' else 'count'}-{self.index}"
+
+
+@dataclass
+class EmitToken:
+    """One token a rule prints after ``<rule> <n>``: which alias and what it is."""
+
+    alias: str
+    what: str  # "fact_id" | "episode_n" | "would_be" | "count" | "temp_id"
+
+
+@dataclass
+class RuleProgram:
+    """What the runtime needs to turn a printed line back into a delta."""
+
+    info: RuleInfo
+    symbol: str
+    salience: int
+    tokens: list[EmitToken] = field(default_factory=list)
+    count_aliases: list[str] = field(default_factory=list)
+    clips: str = ""
+
+
+class _Ctx:
+    """Per-rule emission state: variable names and fresh temporaries."""
+
+    def __init__(self, info: RuleInfo, program: RuleProgram) -> None:
+        self.info = info
+        self.program = program
+        self.fresh = 0
+
+    def var(self, name: str) -> str:
+        if self.info.aliases.get(name) == "count":
+            return count_var(name)
+        return f"?v_{name}"
+
+    def temp(self) -> str:
+        self.fresh += 1
+        return f"?i_t{self.fresh}"
+
+
+class Generator:
+    """Emits the CLIPS program for an analysed pack."""
+
+    def __init__(self, analysis: Analysis) -> None:
+        self.analysis = analysis
+        self.pack = analysis.pack
+        self.episode_types: dict[str, FieldType] = {**EPISODE_BUILTINS, **self.pack.fields}
+        self.relations: list[Relation] = []
+        self.latest_fields: dict[int, dict[str, FieldType]] = {}
+        self.used_fields: dict[str, FieldType] = {}
+        self.programs: list[RuleProgram] = []
+
+    # --- relations and used fields -------------------------------------------------
+
+    def relation_for(self, kind: str, pattern: EarlierPattern | CountPattern) -> Relation:
+        literal = tuple(
+            sorted(
+                (name, cond.model_dump_json(by_alias=True, exclude_none=True))
+                for name, cond in pattern.where.items()
+                if cond.bind is None and not any(isinstance(v, VarRef) for _, v in cond.tests())
+            )
+        )
+        distinct = pattern.distinct if isinstance(pattern, CountPattern) else None
+        for rel in self.relations:
+            if (rel.kind, rel.keys, rel.filter, rel.distinct) == (
+                kind,
+                tuple(pattern.keys),
+                literal,
+                distinct,
+            ):
+                return rel
+        rel = Relation(len(self.relations), kind, tuple(pattern.keys), literal, distinct)
+        self.relations.append(rel)
+        self.latest_fields[rel.index] = {}
+        return rel
+
+    def use_field(self, fname: str) -> None:
+        self.used_fields[fname] = self.episode_types[fname]
+
+    def collect(self) -> None:
+        """First pass: which episode fields go into CLIPS, which relations exist."""
+        for info in self.analysis.rules:
+            if not info.rule.enabled:
+                continue
+            for item in info.rule.when:
+                kind, pattern = pattern_of(item)
+                if kind == "episode":
+                    for fname in pattern.where:
+                        self.use_field(fname)
+                elif kind in ("earlier", "count"):
+                    rel = self.relation_for(kind, pattern)
+                    for fname in (*rel.keys, *pattern.where):
+                        self.use_field(fname)
+                    if isinstance(pattern, CountPattern) and pattern.distinct:
+                        self.use_field(pattern.distinct)
+                    if kind == "earlier":
+                        for fname, cond in pattern.where.items():
+                            if cond.bind is not None or any(
+                                isinstance(v, VarRef) for _, v in cond.tests()
+                            ):
+                                self.latest_fields[rel.index][fname] = self.episode_types[fname]
+
+    # --- templates ---------------------------------------------------------------------
+
+    def slot_decl(self, fname: str, ftype: FieldType) -> str:
+        name = slot_name(fname)
+        if ftype == "list":
+            return f"  (multislot {name})"
+        return f"  (slot {name} (default nil))"
+
+    def episode_template(self) -> str:
+        lines = ["(deftemplate sm-episode", "  (slot n (type INTEGER))", "  (multislot ok)"]
+        lines += [self.slot_decl(f, t) for f, t in sorted(self.used_fields.items())]
+        return "\n".join(lines) + ")\n"
+
+    def relation_template(self, rel: Relation) -> str:
+        lines = [f"(deftemplate {rel.template}"]
+        lines += [f"  (slot k{i})" for i in range(len(rel.keys))]
+        if rel.kind == "earlier":
+            lines.append("  (slot n (type INTEGER))")
+            lines += [self.slot_decl(f, t) for f, t in sorted(self.latest_fields[rel.index].items())]
+        else:
+            lines += [
+                "  (slot count (type INTEGER))",
+                "  (slot last (type INTEGER))",
+                "  (slot grew (type SYMBOL))",
+                "  (multislot seen)",
+                "  (multislot eps)",
+            ]
+        return "\n".join(lines) + ")\n"
+
+    # --- conditions ------------------------------------------------------------------
+
+    def constraint(
+        self, ctx: _Ctx | None, ftype: FieldType, cond: Condition, base: str, nullable: bool
+    ) -> str:
+        """A connected constraint for one slot; ``base`` is the slot's variable."""
+        terms: list[str] = []
+        multi = ftype == "list"
+        if nullable and (cond.bind is not None or not cond.missing):
+            if cond.bind is not None or cond.exists:
+                terms.append(":(> (length$ ?x) 0)".replace("?x", base) if multi else "~nil")
+        for op, value in cond.tests():
+            terms.extend(self.test_terms(ctx, ftype, op, value, base))
+        if not terms:
+            return base
+        return base + "&" + "&".join(terms)
+
+    def operand(self, ctx: _Ctx | None, ftype: FieldType, value: Any) -> str:
+        if isinstance(value, VarRef):
+            assert ctx is not None
+            return ctx.var(value.var)
+        return clips_literal(literal_value(ftype, value), ftype)
+
+    def test_terms(self, ctx: _Ctx | None, ftype: FieldType, op: str, value: Any, v: str) -> list[str]:
+        multi = ftype == "list"
+        if op == "exists":
+            return []
+        if op == "missing":
+            return [f":(= (length$ {v}) 0)"] if multi else ["nil"]
+        if op == "contains":
+            x = self.operand(ctx, "string", value)
+            if multi:
+                return [f":(member$ {x} {v})"]
+            return [f":(and (stringp {v}) (str-index {x} {v}))"]
+        if op == "prefix":
+            x = self.operand(ctx, "string", value)
+            if isinstance(value, str) and value == "":
+                return [f":(stringp {v})"]
+            return [f":(and (stringp {v}) (eq (str-index {x} {v}) 1))"]
+        if op in ("older_than", "newer_than"):
+            micros = value.total_microseconds()
+            cmp = "<=" if op == "older_than" else ">"
+            return [f":(and (integerp {v}) ({cmp} {v} (- ?i_now {micros})))"]
+        if op in ("in", "not_in"):
+            lits = " ".join(clips_literal(literal_value(ftype, x), ftype) for x in value)
+            member = f"(member$ {v} (create$ {lits}))"
+            return [f":{member}"] if op == "in" else [f":(not {member})"]
+        x = self.operand(ctx, ftype, value)
+        if op == "eq":
+            if ftype == "number" or isinstance(value, VarRef) and ftype in ("integer", "timestamp"):
+                return [f":(and (numberp {v}) (= {v} {x}))"]
+            return [x]
+        if op == "ne":
+            if ftype in ("number", "integer", "timestamp"):
+                return [f":(or (not (numberp {v})) (<> {v} {x}))"]
+            return [f"~{x}"]
+        cmp = {"lt": "<", "le": "<=", "gt": ">", "ge": ">="}[op]
+        return [f":(and (numberp {v}) ({cmp} {v} {x}))"]
+
+    def slots(
+        self,
+        ctx: _Ctx | None,
+        where: dict[str, Condition],
+        types: dict[str, FieldType],
+        prefix: str,
+        *,
+        forced: dict[str, str] | None = None,
+    ) -> list[str]:
+        """Slot constraints for a pattern; ``forced`` gives fields a required variable."""
+        out: list[str] = []
+        forced = dict(forced or {})
+        for fname, cond in where.items():
+            ftype = types[fname]
+            sigil = "$?" if ftype == "list" else "?"
+            tests = cond.tests()
+            simple_join = (
+                cond.bind is None
+                and len(tests) == 1
+                and tests[0][0] == "eq"
+                and isinstance(tests[0][1], VarRef)
+                and ftype in ("string", "boolean")
+                and fname not in forced
+            )
+            if simple_join:
+                # a bare variable keeps the join an equality join CLIPS can hash
+                assert ctx is not None
+                out.append(f"({slot_name(fname)} {ctx.var(tests[0][1].var)})")
+                continue
+            if cond.bind is not None:
+                base = f"{sigil}v_{cond.bind}"
+            elif fname in forced:
+                base = forced[fname]
+            else:
+                base = f"{sigil}i_{prefix}_{fname}"
+            text = self.constraint(ctx, ftype, cond, base, types is not FACT_FIELDS)
+            if fname in forced and forced[fname] != base:
+                text += f"&{forced[fname]}"
+            forced.pop(fname, None)
+            out.append(f"({slot_name(fname)} {text})")
+        for fname, var in forced.items():
+            out.append(f"({slot_name(fname)} {var}&~nil)")
+        return out
+
+    # --- patterns ----------------------------------------------------------------------
+
+    def key_var(self, info: RuleInfo, key: str) -> str:
+        """The variable holding the current episode's value of key field ``key``."""
+        for item in info.rule.when:
+            kind, pattern = pattern_of(item)
+            if kind == "episode" and key in pattern.where and pattern.where[key].bind:
+                return f"?v_{pattern.where[key].bind}"
+        return f"?i_k_{key}"
+
+    def rule_keys(self, info: RuleInfo) -> tuple[str, ...]:
+        keys: list[str] = []
+        for item in info.rule.when:
+            kind, pattern = pattern_of(item)
+            if kind in ("earlier", "count"):
+                keys += [k for k in pattern.keys if k not in keys]
+        return tuple(keys)
+
+    def episode_pattern(self, ctx: _Ctx, where: dict[str, Condition]) -> str:
+        forced = {k: self.key_var(ctx.info, k) for k in self.rule_keys(ctx.info)}
+        parts = [f"(n ?i_n)", f"(ok $? {ctx.program.symbol} $?)"]
+        parts += self.slots(ctx, where, self.episode_types, "e", forced=forced)
+        return "(sm-episode " + " ".join(parts) + ")"
+
+    def fact_pattern(self, ctx: _Ctx, where: dict[str, Condition], alias: str) -> str:
+        parts = [f"(f_id ?i_fid_{alias})"]
+        parts += self.slots(ctx, where, FACT_FIELDS, alias)
+        return f"?i_fa_{alias} <- (sm-fact " + " ".join(parts) + ")"
+
+    def plain_fact(self, ctx: _Ctx, where: dict[str, Condition], tag: str) -> str:
+        return "(sm-fact " + " ".join(self.slots(ctx, where, FACT_FIELDS, tag)) + ")"
+
+    def earlier_pattern(self, ctx: _Ctx, pattern: EarlierPattern, alias: str) -> list[str]:
+        rel = self.relation_for("earlier", pattern)
+        dynamic = {
+            f: c
+            for f, c in pattern.where.items()
+            if c.bind is not None or any(isinstance(v, VarRef) for _, v in c.tests())
+        }
+        parts = [f"(k{i} {self.key_var(ctx.info, k)})" for i, k in enumerate(rel.keys)]
+        parts.append(f"(n ?i_pn_{alias}&:(< ?i_pn_{alias} ?i_n))")
+        parts += self.slots(ctx, dynamic, self.episode_types, alias)
+        out = [f"({rel.template} " + " ".join(parts) + ")"]
+        if alias in self.would_be_aliases(ctx.info):
+            out.append(f"?i_wb_{alias} <- (sm-fact (anchor ?i_pn_{alias}) (f_id ?i_wbid_{alias}))")
+        return out
+
+    def count_pattern(self, ctx: _Ctx, pattern: CountPattern, alias: str) -> str:
+        rel = self.relation_for("count", pattern)
+        parts = [f"(k{i} {self.key_var(ctx.info, k)})" for i, k in enumerate(rel.keys)]
+        parts.append("(last ?i_n)")
+        var = count_var(alias)
+        tests = []
+        if pattern.at_least is not None:
+            tests.append(f":(>= {var} {pattern.at_least})")
+        if pattern.at_most is not None:
+            tests.append(f":(<= {var} {pattern.at_most})")
+        parts.append("(count " + "&".join([var, *tests]) + ")")
+        if pattern.grows:
+            parts.append("(grew TRUE)")
+        parts.append(f"(eps $?i_eps_{alias})")
+        return f"({rel.template} " + " ".join(parts) + ")"
+
+    def would_be_aliases(self, info: RuleInfo) -> set[str]:
+        return {
+            r for r in info.rule.emit.replaces if isinstance(r, str) and info.aliases.get(r) == "earlier"
+        }
+
+    # --- rules ---------------------------------------------------------------------------
+
+    def lhs(self, ctx: _Ctx) -> list[str]:
+        info = ctx.info
+        out = ["(sm-pass (now ?i_now))"]
+        if info.fact_only:
+            out.append("(sm-end)")
+        else:
+            out.append("(sm-cursor (n ?i_n))")
+            if info.rule.claim:
+                out.append("(not (sm-claim))")
+            else:
+                out.append(f"(not (sm-fired (r {ctx.program.symbol})))")
+        for j, item in enumerate(info.rule.when):
+            kind, pattern = pattern_of(item)
+            alias = item_alias(kind, pattern, j)
+            if kind == "episode":
+                out.append(self.episode_pattern(ctx, pattern.where))
+            elif kind == "fact":
+                out.append(self.fact_pattern(ctx, pattern.where, alias))
+            elif kind == "earlier":
+                out.extend(self.earlier_pattern(ctx, pattern, alias))
+            elif kind == "count":
+                out.append(self.count_pattern(ctx, pattern, alias))
+            else:
+                inner = self.plain_fact(ctx, pattern.where, f"x{j}")
+                out.append(f"({'not' if kind == 'not' else 'exists'} {inner})")
+        return out
+
+    def template_expr(self, ctx: _Ctx, text: str) -> str:
+        """A template as a CLIPS ``str-cat`` expression (used for working-memory facts)."""
+        parts = []
+        for kind, value in parse_template(text):
+            if kind == "text":
+                parts.append(clips_string(value))
+            else:
+                var = ctx.info.variables[value]
+                parts.append(self.var_expr(ctx, var))
+        if not parts:
+            return '""'
+        return "(str-cat " + " ".join(parts) + ")"
+
+    def var_expr(self, ctx: _Ctx, var: VarInfo) -> str:
+        if var.type == "boolean":
+            return f'(if (eq {ctx.var(var.name)} TRUE) then "true" else "false")'
+        return ctx.var(var.name)
+
+    def confidence_expr(self, ctx: _Ctx) -> str:
+        conf = ctx.info.rule.emit.confidence
+        if conf is None:
+            return clips_float(self.pack.defaults.confidence)
+        if isinstance(conf, float | int):
+            return clips_float(float(conf))
+        if isinstance(conf, LinearConfidence):
+            raw = f"(+ {clips_float(conf.base)} (* {clips_float(conf.per)} {ctx.var(conf.var)}))"
+            return f"(max 0.0 (min {clips_float(conf.max)} {raw}))"
+        assert isinstance(conf, VarConfidence)
+        return f"(max 0.0 (min 1.0 (float {ctx.var(conf.from_)})))"
+
+    def rhs(self, ctx: _Ctx) -> list[str]:
+        info, emit, program = ctx.info, ctx.info.rule.emit, ctx.program
+        out: list[str] = []
+        if not info.fact_only:
+            out.append("(assert (sm-claim))" if info.rule.claim else f"(assert (sm-fired (r {program.symbol})))")
+        for ref in emit.replaces:
+            if isinstance(ref, ListVar):
+                out.append(f"(progn$ (?i_x {ctx.var(ref.list)}) (assert (sm-drop (id ?i_x))))")
+            elif info.aliases.get(ref) == "fact":
+                out.append(f"(retract ?i_fa_{ref})")
+            else:
+                out.append(f"(retract ?i_wb_{ref})")
+        for ref in emit.reinforces:
+            out.append(f"(modify ?i_fa_{ref} (f_reinforced_at ?i_now))")
+        if emit.kind in ("add", "update"):
+            assert emit.subject is not None and emit.predicate is not None and emit.object is not None
+            anchor = "0" if info.fact_only else "?i_n"
+            out.append('(bind ?i_tid (str-cat "t" (gensym*)))')
+            out.append(
+                "(assert (sm-fact (f_id ?i_tid)"
+                f" (f_subject {self.template_expr(ctx, emit.subject)})"
+                f" (f_predicate {self.template_expr(ctx, emit.predicate)})"
+                f" (f_object {self.template_expr(ctx, emit.object)})"
+                f" (f_confidence {self.confidence_expr(ctx)})"
+                " (f_valid_from ?i_now) (f_reinforced_at ?i_now)"
+                f" (f_rule_id {clips_string(info.rule.id)}) (anchor {anchor})))"
+            )
+        printed = [str(info.index), "0" if info.fact_only else "?i_n"]
+        for tok in program.tokens:
+            printed.append(self.token_expr(tok))
+        line = ' " " '.join(printed)
+        for alias in program.count_aliases:
+            line += f' " | " (implode$ ?i_eps_{alias})'
+        out.append(f"(printout {OUT} {line} crlf)")
+        return out
+
+    def token_expr(self, tok: EmitToken) -> str:
+        return {
+            "fact_id": f"?i_fid_{tok.alias}",
+            "episode_n": f"?i_pn_{tok.alias}",
+            "would_be": f"?i_wbid_{tok.alias}",
+            "temp_id": "?i_tid",
+        }.get(tok.what, count_var(tok.alias))
+
+    def plan_tokens(self, program: RuleProgram) -> None:
+        info = program.info
+        for j, item in enumerate(info.rule.when):
+            kind, pattern = pattern_of(item)
+            alias = item_alias(kind, pattern, j)
+            if kind == "fact":
+                program.tokens.append(EmitToken(alias, "fact_id"))
+            elif kind == "earlier":
+                program.tokens.append(EmitToken(alias, "episode_n"))
+                if alias in self.would_be_aliases(info):
+                    program.tokens.append(EmitToken(alias, "would_be"))
+            elif kind == "count":
+                program.tokens.append(EmitToken(alias, "count"))
+                program.count_aliases.append(alias)
+        if info.rule.emit.kind in ("add", "update"):
+            program.tokens.append(EmitToken("", "temp_id"))
+
+    def rule(self, info: RuleInfo, rank: int) -> RuleProgram:
+        program = RuleProgram(info=info, symbol=f"r{info.index}", salience=SAL_RULE_TOP - rank)
+        self.plan_tokens(program)
+        ctx = _Ctx(info, program)
+        lhs = self.lhs(ctx)
+        rhs = self.rhs(ctx)
+        header = f"(defrule sm-rule-{info.rule.id} (declare (salience {program.salience}))"
+        body = "\n".join("  " + line for line in lhs) + "\n  =>\n" + "\n".join("  " + r for r in rhs)
+        program.clips = f";; rules[{info.index}] {info.rule.id}\n{header}\n{body})\n"
+        return program
+
+    # --- relation maintenance -----------------------------------------------------------
+
+    def relation_rules(self, rel: Relation) -> str:
+        keys = {k: f"?i_k{i}" for i, k in enumerate(rel.keys)}
+        literal = {
+            name: Condition.model_validate_json(text) for name, text in rel.filter
+        }
+        carried = self.latest_fields.get(rel.index, {}) if rel.kind == "earlier" else {}
+        forced = dict(keys)
+        for fname, ftype in carried.items():
+            forced.setdefault(fname, f"{'$?' if ftype == 'list' else '?'}i_c_{fname}")
+        if rel.distinct:
+            forced.setdefault(rel.distinct, "?i_d")
+        ep_slots = self.slots(None, literal, self.episode_types, "r", forced=forced)
+        # a carried/distinct field may be missing: relax the forced ~nil for those
+        ep = "(sm-episode (n ?n) " + " ".join(ep_slots) + ")"
+        for fname in carried:
+            if fname not in rel.keys and fname not in literal:
+                ep = ep.replace(f"({slot_name(fname)} {forced[fname]}&~nil)", f"({slot_name(fname)} {forced[fname]})")
+        key_match = " ".join(f"(k{i} {keys[k]})" for i, k in enumerate(rel.keys))
+        if rel.kind == "earlier":
+            copy = " ".join(f"({slot_name(f)} {forced[f]})" for f in sorted(carried))
+            return (
+                f"(defrule {rel.template}-move (declare (salience {SAL_LATEST}))\n"
+                f"  (sm-cursor (n ?n))\n  {ep}\n"
+                f"  ?l <- ({rel.template} {key_match} (n ?m&:(< ?m ?n)))\n"
+                f"  =>\n  (modify ?l (n ?n) {copy}))\n"
+                f"(defrule {rel.template}-new (declare (salience {SAL_LATEST}))\n"
+                f"  (sm-cursor (n ?n))\n  {ep}\n"
+                f"  (not ({rel.template} {key_match}))\n"
+                f"  =>\n  (assert ({rel.template} {key_match} (n ?n) {copy})))\n"
+            )
+        d = "?i_d" if rel.distinct else "?n"
+        return (
+            f"(defrule {rel.template}-step (declare (salience {SAL_COUNT}))\n"
+            f"  (sm-cursor (n ?n))\n  {ep}\n"
+            f"  ?t <- ({rel.template} {key_match} (last ?l&:(< ?l ?n)) (count ?c) (seen $?s) (eps $?e))\n"
+            f"  =>\n"
+            f"  (if (member$ {d} ?s)\n"
+            f"   then (modify ?t (last ?n) (grew FALSE) (eps ?e ?n))\n"
+            f"   else (modify ?t (last ?n) (grew TRUE) (count (+ ?c 1)) (seen ?s {d}) (eps ?e ?n))))\n"
+            f"(defrule {rel.template}-first (declare (salience {SAL_COUNT}))\n"
+            f"  (sm-cursor (n ?n))\n  {ep}\n"
+            f"  (not ({rel.template} {key_match}))\n"
+            f"  =>\n"
+            f"  (assert ({rel.template} {key_match} (last ?n) (grew TRUE) (count 1) (seen {d}) (eps ?n))))\n"
+        )
+
+    # --- program ------------------------------------------------------------------------
+
+    def program(self) -> str:
+        self.collect()
+        enabled = [i for i in self.analysis.rules if i.rule.enabled]
+        ranked = sorted(enabled, key=lambda i: (-i.rule.priority, i.index))
+        rank = {id(info): r for r, info in enumerate(ranked)}
+        self.programs = [self.rule(info, rank[id(info)]) for info in enabled]
+        parts = [
+            f";; stargraph_mem pack {self.pack.pack} {self.pack.version} (ir_version {self.pack.ir_version})\n",
+            FIXED_TEMPLATES,
+            self.episode_template(),
+        ]
+        parts += [self.relation_template(rel) for rel in self.relations]
+        parts.append(CONTROL_RULES)
+        parts += [self.relation_rules(rel) for rel in self.relations]
+        parts += [p.clips for p in self.programs]
+        return "".join(parts)

@@ -1,0 +1,200 @@
+"""``CompiledPack``: CLIPS source + manifest + sha256 of the canonical IR, and the entry points."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import clips
+
+from stargraph_mem.compiler.clips_env import load_constructs, new_environment
+from stargraph_mem.compiler.generator import Generator, Relation, RuleProgram, item_alias
+from stargraph_mem.compiler.select_sql import SelectSQL, compile_select
+from stargraph_mem.errors import CompileError, IRError, IRIssue
+from stargraph_mem.ir.checks import Analysis, check_or_raise
+from stargraph_mem.ir.loader import SourceMap, load_pack_file, load_pack_text
+from stargraph_mem.ir.models import IR_VERSION, RulePack
+from stargraph_mem.stores.models import Cadence, canonical_json
+
+RULE_HEADER = re.compile(r"^\(defrule sm-rule-([a-z][a-z0-9_]*) ", re.M)
+
+
+@dataclass(frozen=True)
+class CompiledRule:
+    """One rule as the runtime sees it: its program, cadence, select and gate."""
+
+    program: RuleProgram
+    cadence: Cadence
+    select: SelectSQL | None
+    position: tuple[int | None, int | None]
+
+    @property
+    def id(self) -> str:
+        return self.program.info.rule.id
+
+    @property
+    def index(self) -> int:
+        return self.program.info.index
+
+
+@dataclass
+class CompiledPack:
+    """The compiler's output. Same input ⇒ byte-identical ``clips`` and ``manifest``."""
+
+    pack: RulePack
+    clips: str
+    sha256: str
+    rules: list[CompiledRule]
+    relations: list[Relation]
+    episode_fields: dict[str, str]
+    file: str = "<string>"
+    manifest: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.pack.pack
+
+    def rule(self, rule_id: str) -> CompiledRule:
+        for rule in self.rules:
+            if rule.id == rule_id:
+                return rule
+        raise KeyError(rule_id)
+
+    def by_index(self) -> dict[int, CompiledRule]:
+        return {r.index: r for r in self.rules}
+
+
+def ir_sha256(pack: RulePack) -> str:
+    """sha256 of the canonical IR (sorted-key JSON of the validated model)."""
+    return hashlib.sha256(canonical_json(pack.model_dump(mode="json", by_alias=True))).hexdigest()
+
+
+def _manifest(pack: RulePack, sha: str, rules: list[CompiledRule], analysis: Analysis) -> dict[str, Any]:
+    compiled = {r.index: r for r in rules}
+    entries = []
+    for info in analysis.rules:
+        rule = info.rule
+        entry: dict[str, Any] = {
+            "id": rule.id,
+            "enabled": rule.enabled,
+            "priority": rule.priority,
+            "claim": rule.claim,
+            "cadence": (rule.cadence or pack.defaults.cadence).model_dump(exclude_none=True),
+            "select": rule.select.model_dump(mode="json", by_alias=True, exclude_none=True)["where"]
+            if rule.select
+            else None,
+            "gate": rule.salience.model_dump() if rule.salience else None,
+            "emits": rule.emit.kind,
+        }
+        if info.index in compiled:
+            entry["salience"] = compiled[info.index].program.salience
+        entries.append(entry)
+    return {
+        "pack": pack.pack,
+        "version": pack.version,
+        "ir_version": pack.ir_version,
+        "sha256": sha,
+        "rules": entries,
+    }
+
+
+def compile_analysis(analysis: Analysis, source: SourceMap) -> CompiledPack:
+    """Emit CLIPS for a checked pack and build it once to prove CLIPS accepts it."""
+    pack = analysis.pack
+    gen = Generator(analysis)
+    text = gen.program()
+    rules: list[CompiledRule] = []
+    for program in gen.programs:
+        rule = program.info.rule
+        select = compile_select(rule.select, gen.episode_types) if rule.select else None
+        pos = source.locate(program.info.path)
+        rules.append(CompiledRule(program, rule.cadence or pack.defaults.cadence, select, pos))
+    sha = ir_sha256(pack)
+    compiled = CompiledPack(
+        pack=pack,
+        clips=text,
+        sha256=sha,
+        rules=rules,
+        relations=list(gen.relations),
+        episode_fields=dict(sorted(gen.used_fields.items())),
+        file=source.file,
+    )
+    compiled.manifest = _manifest(pack, sha, rules, analysis)
+    build_check(compiled, source)
+    return compiled
+
+
+def build_environment(text: str) -> clips.Environment:
+    """A fresh silent CLIPS environment with ``text`` loaded; errors become CompileError."""
+    env = new_environment()
+    load_constructs(env, text)
+    return env
+
+
+def build_check(compiled: CompiledPack, source: SourceMap) -> None:
+    """Build every rule in a scratch environment; name the rule and YAML position on failure."""
+    try:
+        build_environment(compiled.clips)
+    except CompileError as exc:
+        rule_id, pos = _blame(compiled, str(exc))
+        line, col = pos
+        issue = IRIssue(
+            f"CLIPS build failed: {exc.message}",
+            file=source.file,
+            line=line,
+            col=col,
+            path="",
+            rule_id=rule_id,
+        )
+        raise CompileError(issue.format(), rule_id=rule_id, line=line, col=col) from exc
+
+
+def _blame(compiled: CompiledPack, message: str) -> tuple[str | None, tuple[int | None, int | None]]:
+    for rule in compiled.rules:
+        if f"sm-rule-{rule.id}" in message:
+            return rule.id, rule.position
+    return None, (None, None)
+
+
+def compile_text(text: str, file: str = "<string>") -> CompiledPack:
+    """Load, check and compile a pack from YAML text; raise the first error."""
+    pack, source = load_pack_text(text, file)
+    return compile_analysis(check_or_raise(pack, source), source)
+
+
+def compile_file(path: str | Path) -> CompiledPack:
+    """Load, check and compile a pack file; raise the first error."""
+    pack, source = load_pack_file(path)
+    return compile_analysis(check_or_raise(pack, source), source)
+
+
+def validate_file(path: str | Path) -> list[IRIssue]:
+    """Every issue of a pack file (empty when valid); never raises for pack problems."""
+    try:
+        pack, source = load_pack_file(path)
+    except IRError as exc:
+        return exc.issues
+    from stargraph_mem.ir.checks import analyze
+
+    analysis = analyze(pack, source)
+    if analysis.issues:
+        return analysis.issues
+    try:
+        compile_analysis(analysis, source)
+    except CompileError as exc:
+        return [IRIssue(exc.message, file=str(path), rule_id=exc.context.get("rule_id"))]
+    return []
+
+
+__all__ = [
+    "IR_VERSION",
+    "CompiledPack",
+    "CompiledRule",
+    "compile_file",
+    "compile_text",
+    "item_alias",
+    "validate_file",
+]

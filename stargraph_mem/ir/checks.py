@@ -1,0 +1,532 @@
+"""Semantic checks run before emission; they also produce the analysis the compiler uses.
+
+``analyze`` collects every issue (unknown fields with spelling hints, type mismatches,
+unbound or unused variables, duplicate ids, bad references in ``emit``, unreachable
+rules) instead of stopping at the first one.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from stargraph_mem.errors import IRError, IRIssue
+from stargraph_mem.ir.loader import PathKey, SourceMap, unknown_field_message
+from stargraph_mem.ir.models import (
+    EPISODE_BUILTINS,
+    FACT_FIELDS,
+    Condition,
+    CountItem,
+    CountPattern,
+    EarlierItem,
+    EarlierPattern,
+    EpisodeItem,
+    ExistsItem,
+    FactItem,
+    FieldType,
+    LinearConfidence,
+    ListVar,
+    NotItem,
+    Rule,
+    RulePack,
+    VarConfidence,
+    VarRef,
+    WhenItem,
+)
+
+TEMPLATE_PART = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]")
+ORDER_OPS = ("lt", "le", "gt", "ge")
+
+
+@dataclass(frozen=True)
+class VarInfo:
+    """Where a variable is bound: pattern alias/kind, field, and the field's type."""
+
+    name: str
+    alias: str
+    kind: str
+    field: str
+    type: FieldType
+
+
+@dataclass
+class RuleInfo:
+    """The checked shape of one rule, as the compiler needs it."""
+
+    rule: Rule
+    index: int
+    path: PathKey
+    aliases: dict[str, str] = field(default_factory=dict)  # alias -> pattern kind
+    variables: dict[str, VarInfo] = field(default_factory=dict)
+    episode_alias: str | None = None
+    used_vars: set[str] = field(default_factory=set)
+
+    @property
+    def fact_only(self) -> bool:
+        return self.episode_alias is None
+
+
+@dataclass
+class Analysis:
+    pack: RulePack
+    rules: list[RuleInfo]
+    issues: list[IRIssue]
+
+
+def parse_template(text: str) -> list[tuple[str, str]]:
+    """Split a template into ``("text", s)`` / ``("var", name)`` parts; ``{{``/``}}`` escape."""
+    parts: list[tuple[str, str]] = []
+    pos = 0
+    for m in TEMPLATE_PART.finditer(text):
+        if m.start() > pos:
+            parts.append(("text", text[pos : m.start()]))
+        token = m.group(0)
+        if token in ("{{", "}}"):
+            parts.append(("text", token[0]))
+        elif token in ("{", "}"):
+            raise ValueError(
+                "unbalanced brace in template (write '{{' or '}}' for a literal brace)"
+            )
+        else:
+            parts.append(("var", m.group(1).strip()))
+        pos = m.end()
+    if pos < len(text):
+        parts.append(("text", text[pos:]))
+    merged: list[tuple[str, str]] = []
+    for kind, value in parts:
+        if merged and kind == "text" and merged[-1][0] == "text":
+            merged[-1] = ("text", merged[-1][1] + value)
+        else:
+            merged.append((kind, value))
+    return merged
+
+
+def parse_timestamp_literal(value: Any) -> int:
+    """An ISO-8601 literal with offset → UTC microseconds since the epoch."""
+    if not isinstance(value, str):
+        raise ValueError("expected an ISO-8601 timestamp string with a UTC offset")
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError as exc:
+        raise ValueError(f"invalid timestamp {value!r}") from exc
+    if parsed.tzinfo is None or parsed.utcoffset() is None:
+        raise ValueError(f"naive timestamp {value!r}: add a UTC offset such as +00:00")
+    return int(parsed.timestamp() * 1_000_000)
+
+
+def _type_name(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    return "string" if isinstance(value, str) else type(value).__name__
+
+
+def literal_fits(ftype: FieldType, value: Any) -> bool:
+    """Whether a literal can be compared with a field of ``ftype``."""
+    if ftype in ("string", "list"):
+        return isinstance(value, str)
+    if ftype == "boolean":
+        return isinstance(value, bool)
+    if ftype == "integer":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if ftype == "number":
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if ftype == "timestamp":
+        try:
+            parse_timestamp_literal(value)
+        except ValueError:
+            return False
+        return True
+    return False
+
+
+class _Checker:
+    def __init__(self, pack: RulePack, source: SourceMap) -> None:
+        self.pack = pack
+        self.source = source
+        self.issues: list[IRIssue] = []
+        self.episode_fields: dict[str, FieldType] = {**EPISODE_BUILTINS, **pack.fields}
+
+    def err(self, path: PathKey, message: str) -> None:
+        self.issues.append(self.source.issue(path, message))
+
+    # --- pack level ---------------------------------------------------------------
+
+    def run(self) -> Analysis:
+        for name in self.pack.fields:
+            if name in EPISODE_BUILTINS:
+                self.err(
+                    ("fields", name), f"'{name}' is a built-in episode field; pick another name"
+                )
+        seen: dict[str, int] = {}
+        infos: list[RuleInfo] = []
+        for i, rule in enumerate(self.pack.rules):
+            path: PathKey = ("rules", i)
+            if rule.id in seen:
+                self.err(
+                    (*path, "id"),
+                    f"duplicate rule id '{rule.id}' (first at rules[{seen[rule.id]}])",
+                )
+            seen.setdefault(rule.id, i)
+            infos.append(self.check_rule(rule, i, path))
+        self.check_reachability(infos)
+        return Analysis(self.pack, infos, self.issues)
+
+    # --- rules ---------------------------------------------------------------------
+
+    def check_rule(self, rule: Rule, index: int, path: PathKey) -> RuleInfo:
+        info = RuleInfo(rule=rule, index=index, path=path)
+        episodes = [i for i, w in enumerate(rule.when) if isinstance(w, EpisodeItem)]
+        if len(episodes) > 1:
+            self.err((*path, "when", episodes[1]), "a rule has at most one 'episode' pattern")
+        if not any(isinstance(w, EpisodeItem | FactItem) for w in rule.when):
+            self.err((*path, "when"), "a rule needs an 'episode' or a 'fact' pattern")
+        for j, item in enumerate(rule.when):
+            self.check_item(info, item, (*path, "when", j))
+        if rule.select is not None:
+            self.check_select(rule, (*path, "select"))
+        if rule.salience is not None and info.episode_alias is None and episodes == []:
+            self.err((*path, "salience"), "a salience gate needs an 'episode' pattern")
+        self.check_emit(info, (*path, "emit"))
+        for name, var in info.variables.items():
+            if name not in info.used_vars:
+                self.err(
+                    self._bind_path(info, var),
+                    f"variable '{name}' is bound but never used",
+                )
+        return info
+
+    def _bind_path(self, info: RuleInfo, var: VarInfo) -> PathKey:
+        for j, item in enumerate(info.rule.when):
+            kind, pattern = _pattern_of(item)
+            if getattr(pattern, "alias", None) == var.alias or (
+                kind == "episode" and var.alias == info.episode_alias
+            ):
+                if var.field in pattern.where:
+                    return (*info.path, "when", j, kind, var.field, "bind")
+        return (*info.path, "when")
+
+    def new_alias(self, info: RuleInfo, alias: str | None, kind: str, path: PathKey) -> str:
+        if alias is None:
+            return f"_{kind}{len(info.aliases)}"
+        if alias in info.aliases or alias in info.variables:
+            self.err((*path, "as"), f"name '{alias}' is already used in this rule")
+        info.aliases[alias] = kind
+        return alias
+
+    def check_item(self, info: RuleInfo, item: WhenItem, path: PathKey) -> None:
+        kind, pattern = _pattern_of(item)
+        ppath = (*path, kind)
+        if isinstance(item, NotItem | ExistsItem):
+            if pattern.alias is not None:
+                self.err((*ppath, "as"), f"a '{kind}' pattern cannot be named")
+            self.check_conditions(
+                info, pattern.where, FACT_FIELDS, ppath, "-", kind, allow_bind=False
+            )
+            return
+        if isinstance(item, EarlierItem | CountItem) and info.episode_alias is None:
+            self.err(path, f"an '{kind}' pattern must follow the rule's 'episode' pattern")
+        alias = self.new_alias(info, pattern.alias, kind, ppath)
+        if isinstance(item, EpisodeItem):
+            info.episode_alias = alias
+            self.check_conditions(info, pattern.where, self.episode_fields, ppath, alias, kind)
+        elif isinstance(item, FactItem):
+            self.check_conditions(info, pattern.where, FACT_FIELDS, ppath, alias, kind)
+        elif isinstance(item, EarlierItem):
+            self.check_keys(item.earlier.keys, (*ppath, "keys"))
+            self.check_conditions(info, pattern.where, self.episode_fields, ppath, alias, kind)
+        elif isinstance(item, CountItem):
+            self.check_count(info, item.count, ppath, alias)
+
+    def check_keys(self, keys: list[str], path: PathKey) -> None:
+        for k, key in enumerate(keys):
+            if key not in self.episode_fields:
+                self.err((*path, k), unknown_field_message(key, self.episode_fields))
+            elif self.episode_fields[key] == "list":
+                self.err((*path, k), f"list field '{key}' cannot be a key")
+        if len(set(keys)) != len(keys):
+            self.err(path, "keys must be distinct")
+
+    def check_count(self, info: RuleInfo, pattern: CountPattern, path: PathKey, alias: str) -> None:
+        self.check_keys(pattern.keys, (*path, "keys"))
+        if pattern.distinct is not None and pattern.distinct not in self.episode_fields:
+            self.err(
+                (*path, "distinct"), unknown_field_message(pattern.distinct, self.episode_fields)
+            )
+        if (
+            pattern.at_least is not None
+            and pattern.at_most is not None
+            and pattern.at_least > pattern.at_most
+        ):
+            self.err(
+                (*path, "at_most"), "at_most is smaller than at_least: the rule can never fire"
+            )
+        for fname, cond in pattern.where.items():
+            if cond.bind is not None or any(isinstance(v, VarRef) for _, v in cond.tests()):
+                self.err((*path, fname), "a 'count' filter takes literal tests only")
+        self.check_conditions(info, pattern.where, self.episode_fields, path, alias, "count")
+        if pattern.alias is not None:
+            info.variables[pattern.alias] = VarInfo(
+                pattern.alias, alias, "count", "count", "integer"
+            )
+
+    def check_conditions(
+        self,
+        info: RuleInfo,
+        where: dict[str, Condition],
+        fields: dict[str, FieldType],
+        path: PathKey,
+        alias: str,
+        kind: str,
+        *,
+        allow_bind: bool = True,
+    ) -> None:
+        for fname, cond in where.items():
+            cpath = (*path, fname)
+            if fname not in fields:
+                self.err(cpath, unknown_field_message(fname, fields))
+                continue
+            ftype = fields[fname]
+            self.check_condition(info, cond, ftype, fname, cpath, kind)
+            if cond.bind is not None:
+                if not allow_bind:
+                    self.err(
+                        (*cpath, "bind"),
+                        f"variables cannot be bound inside '{kind}' (they would not be visible)",
+                    )
+                elif cond.bind in info.variables or cond.bind in info.aliases:
+                    self.err((*cpath, "bind"), f"name '{cond.bind}' is already used in this rule")
+                else:
+                    info.variables[cond.bind] = VarInfo(cond.bind, alias, kind, fname, ftype)
+
+    def check_condition(
+        self,
+        info: RuleInfo,
+        cond: Condition,
+        ftype: FieldType,
+        fname: str,
+        path: PathKey,
+        kind: str,
+    ) -> None:
+        if cond.exists is False or cond.missing is False:
+            self.err(path, "write 'missing: true' or 'exists: true' (false is not accepted)")
+        if cond.exists and cond.missing:
+            self.err(path, "'exists' and 'missing' together can never match")
+        if cond.missing and len(cond.tests()) > 1:
+            self.err(path, "'missing' cannot be combined with other tests on the same field")
+        if cond.missing and cond.bind is not None:
+            self.err((*path, "bind"), "a missing field cannot be bound")
+        for op, value in cond.tests():
+            opath = (*path, "in" if op == "in" else op)
+            if op in ("exists", "missing"):
+                always = kind in ("fact", "not", "exists") or (
+                    fname in EPISODE_BUILTINS and fname != "source_node"
+                )
+                if always:
+                    self.err(opath, f"field '{fname}' is always present")
+                continue
+            if op in ("older_than", "newer_than"):
+                if ftype != "timestamp":
+                    self.err(opath, f"'{op}' applies to timestamp fields, not {ftype} '{fname}'")
+                continue
+            if op in ("in", "not_in"):
+                for k, item in enumerate(value):
+                    if not literal_fits(ftype, item) or ftype in ("timestamp", "list"):
+                        self.err((*opath, k), self._mismatch(ftype, fname, item, op))
+                continue
+            if isinstance(value, VarRef):
+                self.check_var_use(info, value.var, ftype, opath, op)
+                continue
+            if op in ORDER_OPS and ftype not in ("integer", "number", "timestamp"):
+                self.err(opath, f"'{op}' needs a numeric or timestamp field, not {ftype} '{fname}'")
+            elif op in ("contains",) and ftype not in ("string", "list"):
+                self.err(opath, f"'contains' needs a string or list field, not {ftype} '{fname}'")
+            elif op == "prefix" and ftype != "string":
+                self.err(opath, f"'prefix' needs a string field, not {ftype} '{fname}'")
+            elif not literal_fits(ftype, value) or (ftype == "list" and op not in ("contains",)):
+                self.err(opath, self._mismatch(ftype, fname, value, op))
+
+    def _mismatch(self, ftype: FieldType, fname: str, value: Any, op: str) -> str:
+        if ftype == "list":
+            return f"list field '{fname}' supports only exists, missing, contains and bind"
+        if ftype == "timestamp":
+            return f"expected an ISO-8601 timestamp with offset for '{fname}', got {value!r}"
+        return f"type mismatch: '{fname}' is {ftype}, got {_type_name(value)} {value!r}"
+
+    def check_var_use(
+        self, info: RuleInfo, name: str, ftype: FieldType, path: PathKey, op: str
+    ) -> None:
+        var = info.variables.get(name)
+        if var is None:
+            self.err(path, f"unbound variable '{name}' (bind it in an earlier pattern)")
+            return
+        info.used_vars.add(name)
+        numeric = ("integer", "number", "timestamp")
+        compatible = var.type == ftype or (var.type in numeric and ftype in numeric)
+        if not compatible or (op in ORDER_OPS and ftype not in numeric):
+            self.err(path, f"type mismatch: variable '{name}' is {var.type}, field is {ftype}")
+
+    # --- select / emit -------------------------------------------------------------------
+
+    def check_select(self, rule: Rule, path: PathKey) -> None:
+        assert rule.select is not None
+        for fname, cond in rule.select.where.items():
+            cpath = (*path, fname)
+            if fname not in self.episode_fields:
+                self.err(cpath, unknown_field_message(fname, self.episode_fields))
+                continue
+            if cond.bind is not None or any(isinstance(v, VarRef) for _, v in cond.tests()):
+                self.err(cpath, "'select' takes literal tests only (no bind, no var)")
+                continue
+            dummy = RuleInfo(rule=rule, index=-1, path=path)
+            self.check_condition(dummy, cond, self.episode_fields[fname], fname, cpath, "select")
+
+    def use_template(self, info: RuleInfo, text: str, path: PathKey) -> None:
+        try:
+            parts = parse_template(text)
+        except ValueError as exc:
+            self.err(path, str(exc))
+            return
+        for kind, value in parts:
+            if kind != "var":
+                continue
+            var = info.variables.get(value)
+            if var is None:
+                self.err(path, f"unbound variable '{value}' in template")
+            elif var.type not in ("string", "integer", "boolean", "timestamp"):
+                self.err(path, f"variable '{value}' is {var.type}: templates take text values")
+            else:
+                info.used_vars.add(value)
+
+    def check_emit(self, info: RuleInfo, path: PathKey) -> None:
+        emit = info.rule.emit
+        spo = {"subject": emit.subject, "predicate": emit.predicate, "object": emit.object}
+        creates = emit.kind in ("add", "update")
+        for name, text in spo.items():
+            if creates and text is None:
+                self.err((*path,), f"emit of kind '{emit.kind}' needs '{name}'")
+            elif not creates and text is not None:
+                self.err((*path, name), f"emit of kind '{emit.kind}' takes no '{name}'")
+            elif text is not None:
+                self.use_template(info, text, (*path, name))
+        for key, text in emit.payload.items():
+            self.use_template(info, text, (*path, "payload", key))
+        if not creates and emit.payload:
+            self.err((*path, "payload"), f"emit of kind '{emit.kind}' takes no payload")
+        self.use_template(info, emit.reason, (*path, "reason"))
+        needs_replaces = emit.kind in ("update", "delete")
+        if needs_replaces and not emit.replaces:
+            self.err(path, f"emit of kind '{emit.kind}' needs a non-empty 'replaces'")
+        if not needs_replaces and emit.replaces:
+            self.err((*path, "replaces"), f"emit of kind '{emit.kind}' takes no 'replaces'")
+        for k, ref in enumerate(emit.replaces):
+            self.check_replace_ref(info, ref, (*path, "replaces", k))
+        if emit.reinforces and emit.kind != "noop":
+            self.err((*path, "reinforces"), "only 'noop' takes 'reinforces'")
+        if emit.reinforces and (not info.rule.claim or info.episode_alias is None):
+            self.err(
+                (*path, "reinforces"),
+                "'reinforces' needs a claiming rule with an 'episode' pattern",
+            )
+        for k, name in enumerate(emit.reinforces):
+            if info.aliases.get(name) != "fact":
+                self.err((*path, "reinforces", k), f"'{name}' is not a named 'fact' pattern")
+        for k, name in enumerate(emit.sources):
+            if name not in info.aliases:
+                self.err((*path, "sources", k), f"'{name}' is not a named pattern of this rule")
+        if info.episode_alias is None and not any(
+            info.aliases.get(s) == "fact" for s in emit.sources
+        ):
+            self.err(path, "a rule without an 'episode' pattern must list a fact in 'sources'")
+        self.check_confidence(info, (*path, "confidence"))
+
+    def check_replace_ref(self, info: RuleInfo, ref: str | ListVar, path: PathKey) -> None:
+        if isinstance(ref, ListVar):
+            var = info.variables.get(ref.list)
+            if var is None:
+                self.err(path, f"unbound variable '{ref.list}'")
+            elif var.type != "list":
+                self.err(path, f"variable '{ref.list}' is {var.type}, 'list' needs a list field")
+            else:
+                info.used_vars.add(ref.list)
+            return
+        if info.aliases.get(ref) not in ("fact", "earlier"):
+            self.err(path, f"'{ref}' is not a named 'fact' or 'earlier' pattern")
+
+    def check_confidence(self, info: RuleInfo, path: PathKey) -> None:
+        conf = info.rule.emit.confidence
+        if isinstance(conf, LinearConfidence):
+            name, ok_types = conf.var, ("integer",)
+        elif isinstance(conf, VarConfidence):
+            name, ok_types = conf.from_, ("number", "integer")
+        else:
+            return
+        var = info.variables.get(name)
+        if var is None:
+            self.err(path, f"unbound variable '{name}'")
+        elif var.type not in ok_types:
+            self.err(path, f"variable '{name}' is {var.type}; expected {' or '.join(ok_types)}")
+        else:
+            info.used_vars.add(name)
+
+    # --- reachability ------------------------------------------------------------------
+
+    def check_reachability(self, infos: list[RuleInfo]) -> None:
+        """A claiming rule whose ``when`` equals that of a claiming rule ranked above it
+        (same select and gate) can never fire."""
+        ranked = sorted(
+            (i for i in infos if i.rule.enabled), key=lambda i: (-i.rule.priority, i.index)
+        )
+        seen: dict[str, RuleInfo] = {}
+        for info in ranked:
+            if not info.rule.claim or info.fact_only:
+                continue
+            key = repr((info.rule.when, info.rule.select, info.rule.salience, info.rule.cadence))
+            if key in seen:
+                winner = seen[key]
+                self.err(
+                    (*info.path, "when"),
+                    f"unreachable: rule '{winner.rule.id}' has the same patterns and a higher "
+                    "rank, so it always claims these episodes first",
+                )
+            else:
+                seen[key] = info
+
+
+def _pattern_of(item: WhenItem) -> tuple[str, Any]:
+    if isinstance(item, EpisodeItem):
+        return "episode", item.episode
+    if isinstance(item, FactItem):
+        return "fact", item.fact
+    if isinstance(item, EarlierItem):
+        return "earlier", item.earlier
+    if isinstance(item, CountItem):
+        return "count", item.count
+    if isinstance(item, NotItem):
+        return "not", item.not_
+    return "exists", item.exists
+
+
+pattern_of = _pattern_of
+
+
+def analyze(pack: RulePack, source: SourceMap) -> Analysis:
+    """Run every semantic check; ``issues`` is empty when the pack is valid."""
+    return _Checker(pack, source).run()
+
+
+def check_or_raise(pack: RulePack, source: SourceMap) -> Analysis:
+    """Analyze and raise the first issue (all issues attached) when any exist."""
+    analysis = analyze(pack, source)
+    errors = [i for i in analysis.issues if i.severity == "error"]
+    if errors:
+        raise IRError(errors[0], errors)
+    return analysis
+
+
+EarlierPatternT = EarlierPattern

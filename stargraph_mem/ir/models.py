@@ -1,0 +1,354 @@
+"""The rule-pack IR: typed data a YAML pack is validated into (no strings to parse).
+
+A pack declares metadata ``fields`` with types; rules test episode fields, declared
+metadata fields and current facts through condition objects such as ``{gt: 3}`` or
+``{eq: {var: s}}``. Every name (pack, rule id, field, alias, variable) matches
+:data:`NAME_PATTERN`. There is no raw CLIPS or raw SQL passthrough.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    StringConstraints,
+    Tag,
+    model_validator,
+)
+
+from stargraph_mem.stores.models import Cadence
+
+IR_VERSION = 1
+NAME_PATTERN = r"^[a-z][a-z0-9_]{0,62}$"
+Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
+FieldType = Literal["string", "integer", "number", "boolean", "timestamp", "list"]
+Scalar = str | int | float | bool
+
+
+class _IR(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class VarRef(_IR):
+    """A reference to a variable bound elsewhere in the rule: ``{var: s}``."""
+
+    var: Name
+
+
+class Duration(_IR):
+    """A span relative to the pass time: ``{days: 30}``, ``{hours: 2, minutes: 5}``."""
+
+    days: float = Field(default=0, ge=0)
+    hours: float = Field(default=0, ge=0)
+    minutes: float = Field(default=0, ge=0)
+    seconds: float = Field(default=0, ge=0)
+
+    def total_microseconds(self) -> int:
+        total = ((self.days * 24 + self.hours) * 60 + self.minutes) * 60 + self.seconds
+        return round(total * 1_000_000)
+
+
+Operand = Annotated[Scalar | VarRef, Field(union_mode="left_to_right")]
+
+
+class Condition(_IR):
+    """Tests on one field. All given tests must hold; ``bind`` names the field's value."""
+
+    bind: Name | None = None
+    eq: Operand | None = None
+    ne: Operand | None = None
+    in_: list[Scalar] | None = Field(default=None, alias="in")
+    not_in: list[Scalar] | None = None
+    lt: Operand | None = None
+    le: Operand | None = None
+    gt: Operand | None = None
+    ge: Operand | None = None
+    exists: bool | None = None
+    missing: bool | None = None
+    contains: Operand | None = None
+    prefix: Operand | None = None
+    older_than: Duration | None = None
+    newer_than: Duration | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        """A bare scalar means equality: ``intent: noop`` is ``intent: {eq: noop}``."""
+        if isinstance(data, str | int | float | bool):
+            return {"eq": data}
+        if isinstance(data, dict) and set(data) == {"var"}:
+            return {"eq": data}
+        return data
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> Condition:
+        if not self.model_fields_set:
+            raise ValueError("a condition needs at least one test or 'bind'")
+        return self
+
+    def tests(self) -> list[tuple[str, Any]]:
+        """The (op, operand) pairs given, in a fixed order (``bind`` excluded)."""
+        out: list[tuple[str, Any]] = []
+        for name in OPS:
+            value = getattr(self, "in_" if name == "in" else name)
+            if value is not None:
+                out.append((name, value))
+        return out
+
+
+OPS = (
+    "eq",
+    "ne",
+    "in",
+    "not_in",
+    "lt",
+    "le",
+    "gt",
+    "ge",
+    "exists",
+    "missing",
+    "contains",
+    "prefix",
+    "older_than",
+    "newer_than",
+)
+
+
+class _FieldsPattern(_IR):
+    """A pattern: an optional alias (``as``) plus conditions keyed by field name."""
+
+    alias: Name | None = Field(default=None, alias="as")
+    where: dict[str, Condition] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _split(cls, data: Any) -> Any:
+        """Authors write fields next to ``as``; collect them under ``where``."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        own = {k: data.pop(k) for k in list(data) if k in cls._own_keys()}
+        if "where" in data:
+            raise ValueError("write conditions directly under the pattern, not under 'where'")
+        return {**own, "where": data}
+
+    @classmethod
+    def _own_keys(cls) -> frozenset[str]:
+        return frozenset({"as"})
+
+
+class EpisodePattern(_FieldsPattern):
+    """The episode under consideration (one per rule)."""
+
+
+class FactPattern(_FieldsPattern):
+    """A current fact of the partition (from the store or promoted earlier in the pass)."""
+
+
+class EarlierPattern(_FieldsPattern):
+    """The latest earlier episode of the pass with equal ``keys`` (and matching conditions).
+
+    Literal conditions select which episodes the relation tracks; ``bind`` and ``var``
+    conditions are tested on the one it finds.
+    """
+
+    keys: list[Name] = Field(min_length=1, max_length=4)
+
+    @classmethod
+    def _own_keys(cls) -> frozenset[str]:
+        return frozenset({"as", "keys"})
+
+
+class CountPattern(_FieldsPattern):
+    """How many episodes of the pass so far (this one included) share ``keys``.
+
+    ``distinct`` counts distinct values of a field instead (e.g. sessions);
+    ``at_least`` / ``at_most`` bound the count; ``grows: true`` matches only when this
+    episode raised the count; ``as`` binds it as an integer.
+    """
+
+    keys: list[Name] = Field(min_length=1, max_length=4)
+    distinct: Name | None = None
+    at_least: int | None = Field(default=None, ge=0)
+    at_most: int | None = Field(default=None, ge=0)
+    grows: bool = False
+
+    @classmethod
+    def _own_keys(cls) -> frozenset[str]:
+        return frozenset({"as", "keys", "distinct", "at_least", "at_most", "grows"})
+
+
+class EpisodeItem(_IR):
+    episode: EpisodePattern
+
+
+class FactItem(_IR):
+    fact: FactPattern
+
+
+class EarlierItem(_IR):
+    earlier: EarlierPattern
+
+
+class CountItem(_IR):
+    count: CountPattern
+
+
+class NotItem(_IR):
+    """No current fact matches (variables bound inside stay inside)."""
+
+    not_: FactPattern = Field(alias="not")
+
+
+class ExistsItem(_IR):
+    """At least one current fact matches (binds nothing)."""
+
+    exists: FactPattern
+
+
+WHEN_KINDS = {
+    "episode": EpisodeItem,
+    "fact": FactItem,
+    "earlier": EarlierItem,
+    "count": CountItem,
+    "not": NotItem,
+    "exists": ExistsItem,
+}
+
+
+def _when_kind(value: Any) -> str | None:
+    """The pattern kind is the item's single key (``{fact: {...}}`` → ``fact``)."""
+    if isinstance(value, dict):
+        return next(iter(value)) if len(value) == 1 and next(iter(value)) in WHEN_KINDS else None
+    for name, model in WHEN_KINDS.items():
+        if isinstance(value, model):
+            return name
+    return None
+
+
+WhenItem = Annotated[
+    Annotated[EpisodeItem, Tag("episode")]
+    | Annotated[FactItem, Tag("fact")]
+    | Annotated[EarlierItem, Tag("earlier")]
+    | Annotated[CountItem, Tag("count")]
+    | Annotated[NotItem, Tag("not")]
+    | Annotated[ExistsItem, Tag("exists")],
+    Discriminator(
+        _when_kind,
+        custom_error_type="pattern_kind",
+        custom_error_message=(
+            "each 'when' item has exactly one key: episode, fact, earlier, count, not or exists"
+        ),
+    ),
+]
+
+
+class LinearConfidence(_IR):
+    """``min(max, base + per * count)``: confidence that grows with a count variable."""
+
+    var: Name
+    base: float = Field(ge=0, le=1)
+    per: float = Field(ge=0, le=1)
+    max: float = Field(default=1.0, ge=0, le=1)
+
+
+class VarConfidence(_IR):
+    """Confidence taken from a numeric variable (a fact's confidence), clamped to [0, 1]."""
+
+    from_: Name = Field(alias="from")
+
+
+Confidence = Annotated[float, Field(ge=0, le=1)] | LinearConfidence | VarConfidence
+
+
+class ListVar(_IR):
+    """Fact ids taken from a bound list variable (e.g. an episode's ``replaces``)."""
+
+    list: Name
+
+
+Ref = Name | ListVar
+
+
+class Emit(_IR):
+    """The delta a rule produces. Strings are templates: ``"{s}"`` inserts variable ``s``."""
+
+    kind: Literal["add", "update", "delete", "noop"]
+    subject: str | None = None
+    predicate: str | None = None
+    object: str | None = None
+    payload: dict[str, str] = Field(default_factory=dict)
+    replaces: list[Ref] = Field(default_factory=list)
+    reinforces: list[Name] = Field(default_factory=list)
+    confidence: Confidence | None = None
+    sources: list[Name] = Field(default_factory=list)
+    reason: str = ""
+
+
+class SelectClause(_IR):
+    """A declarative pre-filter on episode columns and metadata, compiled to parameterised SQL."""
+
+    where: dict[str, Condition] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _wrap(cls, data: Any) -> Any:
+        return {"where": data} if isinstance(data, dict) else data
+
+
+class SalienceGate(_IR):
+    """Drop episodes scoring below ``min`` before the rules see them."""
+
+    min: float = Field(ge=0, le=1)
+    tau_seconds: float = Field(default=86400.0, gt=0)
+
+
+class Rule(_IR):
+    id: Name
+    description: str = ""
+    priority: int = Field(default=0, ge=-1000, le=1000)
+    enabled: bool = True
+    claim: bool = True
+    cadence: Cadence | None = None
+    select: SelectClause | None = None
+    salience: SalienceGate | None = None
+    when: list[WhenItem] = Field(min_length=1)
+    emit: Emit
+
+
+class Defaults(_IR):
+    cadence: Cadence = Cadence(cron="0 3 * * *")
+    confidence: float = Field(default=0.8, ge=0, le=1)
+
+
+class RulePack(_IR):
+    ir_version: Literal[1]
+    pack: Name
+    version: str = Field(min_length=1, max_length=64)
+    description: str = ""
+    fields: dict[Name, FieldType] = Field(default_factory=dict)
+    defaults: Defaults = Defaults()
+    rules: list[Rule] = Field(min_length=1)
+
+
+EPISODE_BUILTINS: dict[str, FieldType] = {
+    "id": "string",
+    "session": "string",
+    "source_node": "string",
+    "content": "string",
+    "timestamp": "timestamp",
+}
+FACT_FIELDS: dict[str, FieldType] = {
+    "id": "string",
+    "subject": "string",
+    "predicate": "string",
+    "object": "string",
+    "confidence": "number",
+    "valid_from": "timestamp",
+    "reinforced_at": "timestamp",
+    "rule_id": "string",
+}
