@@ -549,6 +549,15 @@ async def test_health_reports_real_figures(store: SQLiteMemoryStore) -> None:
     assert health.file_size == store.path.stat().st_size > 0
 
 
+async def test_health_of_closed_store_leaves_no_files_behind(tmp_path: Path) -> None:
+    async with SQLiteMemoryStore(tmp_path / "m.db") as store:
+        await put(store, ep("e1"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.db"]
+    health = await store.health()
+    assert (health.ok, health.episode_count) == (True, 1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.db"]
+
+
 def add_column(name: str = "m2", **op: Any) -> MigrationPlan:
     fields = {"op": "add_column", "table": "episodes", "column": "mood", "type": "TEXT", **op}
     return MigrationPlan(name=name, operations=[MigrationOp(**fields)])

@@ -8,6 +8,7 @@ One ``episodes`` table ordered by an insertion ``seq``; scope keys come from
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -442,7 +443,7 @@ async def _open(path: Path) -> aiosqlite.Connection:
 
 
 async def _inspect(db: aiosqlite.Connection, path: Path) -> StoreHealth:
-    """Read the real figures from an open (read-only) connection."""
+    """Read the real figures from an open connection (reads only)."""
     tables = {row[0] for row in await _fetch(db, "SELECT name FROM sqlite_master")}
     journal = str(await _scalar(db, "PRAGMA journal_mode"))
     quick = "; ".join(str(row[0]) for row in await _fetch(db, "PRAGMA quick_check"))
@@ -559,13 +560,16 @@ class SQLiteMemoryStore:
                 await self._bootstrap(self._db)
 
     async def health(self) -> StoreHealth:
-        """Real figures from a read-only look at the file; never creates it, never raises."""
+        """Real figures from a look at the file (reads only); never creates it, never raises."""
         path = self.path
         if not path.is_file():
             what = "does not exist" if not path.exists() else "is not a regular file"
             return StoreHealth(ok=False, reason=f"database file {what}", path=str(path))
         try:
-            uri = f"{path.resolve().as_uri()}?mode=ro"
+            # mode=rw never creates the file, and unlike mode=ro it removes the -wal/-shm
+            # files on close; health only ever reads.
+            mode = "rw" if os.access(path, os.W_OK) else "ro"
+            uri = f"{path.resolve().as_uri()}?mode={mode}"
             async with aiosqlite.connect(uri, uri=True) as db:
                 return await _inspect(db, path)
         except (sqlite3.Error, OSError) as exc:
