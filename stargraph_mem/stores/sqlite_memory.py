@@ -155,6 +155,7 @@ def to_us(value: datetime, what: str = "timestamp") -> int:
 
 @lru_cache(maxsize=256)
 def _offset_tz(offset_s: int) -> timezone:
+    """A fixed-offset zone (cached: episodes share a handful of offsets)."""
     return UTC if offset_s == 0 else timezone(timedelta(seconds=offset_s))
 
 
@@ -198,7 +199,11 @@ def episode_row(episode: Episode) -> Row:
 
 
 def _canonical_metadata(raw: bytes) -> bytes:
-    return orjson.dumps(orjson.loads(raw), option=orjson.OPT_SORT_KEYS)
+    """Key-order-independent bytes for comparing metadata (undecodable bytes compare as-is)."""
+    try:
+        return orjson.dumps(orjson.loads(raw), option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONDecodeError:
+        return bytes(raw)
 
 
 def row_differences(old: Sequence[Any], new: Row) -> list[str]:
@@ -214,6 +219,7 @@ def row_differences(old: Sequence[Any], new: Row) -> list[str]:
 
 
 def _duplicate(episode_id: str, fields: list[str], where: str) -> DuplicateEpisodeError:
+    """The error for an id reused with different fields, naming the id and the fields."""
     return DuplicateEpisodeError(
         f"episode id {episode_id!r} {where} with different {', '.join(fields)}",
         episode_id=episode_id,
@@ -236,10 +242,12 @@ def dedupe_batch(rows: list[Row]) -> list[Row]:
 
 
 def _corrupt(seq: object, exc: Exception) -> CorruptRowError:
+    """The error for an undecodable row, naming the table and the row's seq."""
     return CorruptRowError(f"{TABLE} row seq={seq} is corrupt: {exc}", table=TABLE, seq=seq)
 
 
 def _metadata(raw: bytes) -> dict[str, Any]:
+    """Decode a stored metadata blob, which must be a JSON object."""
     value = orjson.loads(raw)
     if type(value) is not dict:
         raise ValueError(f"metadata is {type(value).__name__}, expected an object")
@@ -326,6 +334,7 @@ def _check_scope(episode: Episode, user: str, session: str, agent: str) -> None:
 
 
 def _check_limit(limit: int | None, *, optional: bool = False) -> None:
+    """A limit is an int >= 1 (``None`` allowed where ``optional``: no limit)."""
     if limit is None and optional:
         return
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
@@ -476,6 +485,7 @@ async def _inspect(db: aiosqlite.Connection, path: Path) -> StoreHealth:
 
 
 def _size(path: Path) -> int | None:
+    """File size in bytes, or ``None`` when it cannot be read."""
     try:
         return path.stat().st_size
     except OSError:
@@ -518,6 +528,7 @@ class SQLiteMemoryStore:
                 await db.close()
 
     def _now_us(self) -> int:
+        """The injected clock as UTC microseconds; a naive clock value raises."""
         return to_us(self._clock(), "clock()")
 
     async def _ready(self) -> aiosqlite.Connection:
@@ -533,6 +544,7 @@ class SQLiteMemoryStore:
         return self._db
 
     async def _bootstrap(self, db: aiosqlite.Connection) -> None:
+        """Create the schema and record the baseline migration (IF NOT EXISTS: idempotent)."""
         baseline = (SCHEMA_VERSION, BASELINE_MIGRATION, self._now_us(), b'{"baseline":true}')
         async with _transaction(db):
             for statement in _SCHEMA:
@@ -541,11 +553,13 @@ class SQLiteMemoryStore:
 
     @asynccontextmanager
     async def _read(self) -> AsyncIterator[aiosqlite.Connection]:
+        """The connection, held exclusively by this coroutine (autocommit reads)."""
         async with self._lock:
             yield await self._ready()
 
     @asynccontextmanager
     async def _write(self) -> AsyncIterator[aiosqlite.Connection]:
+        """The connection inside a ``BEGIN IMMEDIATE`` transaction held by this coroutine."""
         async with self._lock, _transaction(await self._ready()) as db:
             yield db
 
