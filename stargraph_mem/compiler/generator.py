@@ -54,6 +54,7 @@ FIXED_TEMPLATES = """\
 (deftemplate sm-claim)
 (deftemplate sm-fired (slot r (type SYMBOL)))
 (deftemplate sm-drop (slot id (type STRING)))
+(deftemplate sm-elig (slot set (type INTEGER)) (slot r (type SYMBOL)))
 (deftemplate sm-end)
 (deftemplate sm-fact
   (slot f_id (type STRING))
@@ -228,11 +229,11 @@ class Generator:
     def slot_decl(self, fname: str, ftype: FieldType) -> str:
         name = slot_name(fname)
         if ftype == "list":
-            return f"  (multislot {name})"
+            return f'  (slot {name} (type STRING) (default ""))'
         return f"  (slot {name} (default nil))"
 
     def episode_template(self) -> str:
-        lines = ["(deftemplate sm-episode", "  (slot n (type INTEGER))", "  (multislot ok)"]
+        lines = ["(deftemplate sm-episode", "  (slot n (type INTEGER))", "  (slot ok (type INTEGER))"]
         lines += [self.slot_decl(f, t) for f, t in sorted(self.used_fields.items())]
         return "\n".join(lines) + ")\n"
 
@@ -260,9 +261,11 @@ class Generator:
         """A connected constraint for one slot; ``base`` is the slot's variable."""
         terms: list[str] = []
         multi = ftype == "list"
-        if nullable and (cond.bind is not None or not cond.missing):
+        if nullable and not multi and (cond.bind is not None or not cond.missing):
             if cond.bind is not None or cond.exists:
-                terms.append(":(> (length$ ?x) 0)".replace("?x", base) if multi else "~nil")
+                terms.append("~nil")
+        if multi and cond.exists:
+            terms.append('~""')
         for op, value in cond.tests():
             terms.extend(self.test_terms(ctx, ftype, op, value, base))
         if not terms:
@@ -280,11 +283,11 @@ class Generator:
         if op == "exists":
             return []
         if op == "missing":
-            return [f":(= (length$ {v}) 0)"] if multi else ["nil"]
+            return ['""'] if multi else ["nil"]
         if op == "contains":
             x = self.operand(ctx, "string", value)
             if multi:
-                return [f":(member$ {x} {v})"]
+                return [f':(str-index (str-cat " " {x} " ") (str-cat " " {v} " "))']
             return [f":(and (stringp {v}) (str-index {x} {v}))"]
         if op == "prefix":
             x = self.operand(ctx, "string", value)
@@ -325,7 +328,7 @@ class Generator:
         forced = dict(forced or {})
         for fname, cond in where.items():
             ftype = types[fname]
-            sigil = "$?" if ftype == "list" else "?"
+            sigil = "?"
             tests = cond.tests()
             simple_join = (
                 cond.bind is None
@@ -375,9 +378,10 @@ class Generator:
 
     def episode_pattern(self, ctx: _Ctx, where: dict[str, Condition]) -> str:
         forced = {k: self.key_var(ctx.info, k) for k in self.rule_keys(ctx.info)}
-        parts = [f"(n ?i_n)", f"(ok $? {ctx.program.symbol} $?)"]
+        parts = ["(n ?i_n)", "(ok ?i_ok)"]
         parts += self.slots(ctx, where, self.episode_types, "e", forced=forced)
-        return "(sm-episode " + " ".join(parts) + ")"
+        elig = f"(sm-elig (set ?i_ok) (r {ctx.program.symbol}))"
+        return "(sm-episode " + " ".join(parts) + ")\n  " + elig
 
     def fact_pattern(self, ctx: _Ctx, where: dict[str, Condition], alias: str) -> str:
         parts = [f"(f_id ?i_fid_{alias})"]
@@ -489,7 +493,10 @@ class Generator:
             out.append("(assert (sm-claim))" if info.rule.claim else f"(assert (sm-fired (r {program.symbol})))")
         for ref in emit.replaces:
             if isinstance(ref, ListVar):
-                out.append(f"(progn$ (?i_x {ctx.var(ref.list)}) (assert (sm-drop (id ?i_x))))")
+                out.append(
+                    f"(progn$ (?i_x (explode$ {ctx.var(ref.list)})) "
+                    "(assert (sm-drop (id (str-cat ?i_x)))))"
+                )
             elif info.aliases.get(ref) == "fact":
                 out.append(f"(retract ?i_fa_{ref})")
             else:
@@ -564,7 +571,7 @@ class Generator:
         carried = self.latest_fields.get(rel.index, {}) if rel.kind == "earlier" else {}
         forced = dict(keys)
         for fname, ftype in carried.items():
-            forced.setdefault(fname, f"{'$?' if ftype == 'list' else '?'}i_c_{fname}")
+            forced.setdefault(fname, f"?i_c_{fname}")
         if rel.distinct:
             forced.setdefault(rel.distinct, "?i_d")
         ep_slots = self.slots(None, literal, self.episode_types, "r", forced=forced)
