@@ -20,9 +20,11 @@ import orjson
 import typer
 from pydantic import JsonValue, ValidationError
 
+from stargraph_mem.compiler.pack import compile_file, validate_file
 from stargraph_mem.errors import StargraphMemError
+from stargraph_mem.ir.schema import SCHEMA_DIR, check_schemas, write_schemas
 from stargraph_mem.stores import Episode, SQLiteMemoryStore
-from stargraph_mem.stores.models import canonical_json, utc_now
+from stargraph_mem.stores.models import Cadence, canonical_json, utc_now
 
 T = TypeVar("T")
 
@@ -207,6 +209,120 @@ def recent(
             typer.echo(episode.model_dump_json())
     else:
         typer.echo("\n".join(episode_lines(episodes)))
+
+
+# --- rule packs -------------------------------------------------------------------------
+
+PackArg = Annotated[Path, typer.Argument(help="Rule pack YAML file.", dir_okay=False)]
+
+
+@app.command()
+def validate(
+    packs: Annotated[list[Path], typer.Argument(help="Rule pack YAML files.", dir_okay=False)],
+) -> None:
+    """Check rule packs; print every problem as file:line:col: path: message."""
+    failed = False
+    for pack in packs:
+        issues = validate_file(pack)
+        for issue in issues:
+            typer.echo(issue.format(), err=True)
+        if issues:
+            failed = True
+        else:
+            typer.echo(f"ok: {pack}")
+    if failed:
+        raise typer.Exit(1)
+
+
+@app.command(name="compile")
+def compile_cmd(
+    pack: PackArg,
+    out_dir: Annotated[
+        Path | None,
+        typer.Option("-o", "--out", help="Write <pack>.clp and <pack>.manifest.json here."),
+    ] = None,
+    show: Annotated[bool, typer.Option("--print", help="Print the CLIPS program.")] = False,
+) -> None:
+    """Compile a rule pack to CLIPS (byte-identical output for identical input)."""
+    with known_errors():
+        compiled = compile_file(pack)
+        if out_dir is not None:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            (out_dir / f"{compiled.name}.clp").write_text(compiled.clips, encoding="utf-8")
+            manifest = orjson.dumps(
+                compiled.manifest, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
+            )
+            (out_dir / f"{compiled.name}.manifest.json").write_bytes(manifest + b"\n")
+    if show:
+        typer.echo(compiled.clips, nl=False)
+        return
+    typer.echo(
+        f"compiled {compiled.name} {compiled.pack.version}: "
+        f"{len(compiled.rules)} rules, sha256 {compiled.sha256}"
+    )
+    if out_dir is not None:
+        typer.echo(f"wrote {out_dir / (compiled.name + '.clp')}")
+        typer.echo(f"wrote {out_dir / (compiled.name + '.manifest.json')}")
+
+
+@app.command()
+def schema(
+    check: Annotated[
+        bool, typer.Option("--check", help="Compare instead of writing; exit 1 on drift.")
+    ] = False,
+    directory: Annotated[
+        Path, typer.Option("--dir", help="Where the schemas live.", file_okay=False)
+    ] = SCHEMA_DIR,
+) -> None:
+    """Write (or --check) the JSON Schemas generated from the IR models."""
+    if check:
+        drift = check_schemas(directory)
+        for item in drift:
+            typer.echo(f"{directory / item.name}: {item.problem}", err=True)
+        if drift:
+            fail("schemas drifted; run `stargraph-mem schema` and commit the result")
+        typer.echo(f"schemas up to date in {directory}")
+        return
+    for path in write_schemas(directory):
+        typer.echo(f"wrote {path}")
+
+
+def cadence_text(cadence: Cadence) -> str:
+    """``every 10`` or ``cron 0 3 * * * (UTC)``."""
+    if cadence.every is not None:
+        return f"every {cadence.every}"
+    return f"cron {cadence.cron} ({cadence.tz})"
+
+
+@app.command()
+def info(pack: PackArg) -> None:
+    """Show a pack's rules: priority, cadence, what they emit, whether they claim."""
+    with known_errors():
+        compiled = compile_file(pack)
+    p = compiled.pack
+    typer.echo(f"{p.pack} {p.version} (ir_version {p.ir_version}) sha256 {compiled.sha256}")
+    rows = [("RULE", "PRIORITY", "CADENCE", "EMITS", "CLAIM", "ENABLED")]
+    for rule in p.rules:
+        rows.append(
+            (
+                rule.id,
+                str(rule.priority),
+                cadence_text(rule.cadence or p.defaults.cadence),
+                rule.emit.kind,
+                "yes" if rule.claim else "no",
+                "yes" if rule.enabled else "no",
+            )
+        )
+    typer.echo("\n".join(aligned(rows)))
+
+
+def aligned(rows: Sequence[Sequence[str]]) -> list[str]:
+    """Left-aligned columns separated by two spaces (last column unpadded)."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    return [
+        "  ".join([*(c.ljust(w) for c, w in zip(r, widths, strict=False)), r[-1]]).rstrip()
+        for r in rows
+    ]
 
 
 def main() -> None:

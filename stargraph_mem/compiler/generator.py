@@ -233,7 +233,11 @@ class Generator:
         return f"  (slot {name} (default nil))"
 
     def episode_template(self) -> str:
-        lines = ["(deftemplate sm-episode", "  (slot n (type INTEGER))", "  (slot ok (type INTEGER))"]
+        lines = [
+            "(deftemplate sm-episode",
+            "  (slot n (type INTEGER))",
+            "  (slot ok (type INTEGER))",
+        ]
         lines += [self.slot_decl(f, t) for f, t in sorted(self.used_fields.items())]
         return "\n".join(lines) + ")\n"
 
@@ -242,7 +246,9 @@ class Generator:
         lines += [f"  (slot k{i})" for i in range(len(rel.keys))]
         if rel.kind == "earlier":
             lines.append("  (slot n (type INTEGER))")
-            lines += [self.slot_decl(f, t) for f, t in sorted(self.latest_fields[rel.index].items())]
+            lines += [
+                self.slot_decl(f, t) for f, t in sorted(self.latest_fields[rel.index].items())
+            ]
         else:
             lines += [
                 "  (slot count (type INTEGER))",
@@ -261,9 +267,8 @@ class Generator:
         """A connected constraint for one slot; ``base`` is the slot's variable."""
         terms: list[str] = []
         multi = ftype == "list"
-        if nullable and not multi and (cond.bind is not None or not cond.missing):
-            if cond.bind is not None or cond.exists:
-                terms.append("~nil")
+        if nullable and not multi and (cond.bind is not None or cond.exists):
+            terms.append("~nil")
         if multi and cond.exists:
             terms.append('~""')
         for op, value in cond.tests():
@@ -278,7 +283,9 @@ class Generator:
             return ctx.var(value.var)
         return clips_literal(literal_value(ftype, value), ftype)
 
-    def test_terms(self, ctx: _Ctx | None, ftype: FieldType, op: str, value: Any, v: str) -> list[str]:
+    def test_terms(
+        self, ctx: _Ctx | None, ftype: FieldType, op: str, value: Any, v: str
+    ) -> list[str]:
         multi = ftype == "list"
         if op == "exists":
             return []
@@ -304,7 +311,9 @@ class Generator:
             return [f":{member}"] if op == "in" else [f":(not {member})"]
         x = self.operand(ctx, ftype, value)
         if op == "eq":
-            if ftype == "number" or isinstance(value, VarRef) and ftype in ("integer", "timestamp"):
+            if ftype == "number" or (
+                isinstance(value, VarRef) and ftype in ("integer", "timestamp")
+            ):
                 return [f":(and (numberp {v}) (= {v} {x}))"]
             return [x]
         if op == "ne":
@@ -424,7 +433,9 @@ class Generator:
 
     def would_be_aliases(self, info: RuleInfo) -> set[str]:
         return {
-            r for r in info.rule.emit.replaces if isinstance(r, str) and info.aliases.get(r) == "earlier"
+            r
+            for r in info.rule.emit.replaces
+            if isinstance(r, str) and info.aliases.get(r) == "earlier"
         }
 
     # --- rules ---------------------------------------------------------------------------
@@ -490,7 +501,11 @@ class Generator:
         info, emit, program = ctx.info, ctx.info.rule.emit, ctx.program
         out: list[str] = []
         if not info.fact_only:
-            out.append("(assert (sm-claim))" if info.rule.claim else f"(assert (sm-fired (r {program.symbol})))")
+            out.append(
+                "(assert (sm-claim))"
+                if info.rule.claim
+                else f"(assert (sm-fired (r {program.symbol})))"
+            )
         for ref in emit.replaces:
             if isinstance(ref, ListVar):
                 out.append(
@@ -504,7 +519,9 @@ class Generator:
         for ref in emit.reinforces:
             out.append(f"(modify ?i_fa_{ref} (f_reinforced_at ?i_now))")
         if emit.kind in ("add", "update"):
-            assert emit.subject is not None and emit.predicate is not None and emit.object is not None
+            assert (
+                emit.subject is not None and emit.predicate is not None and emit.object is not None
+            )
             anchor = "0" if info.fact_only else "?i_n"
             out.append('(bind ?i_tid (str-cat "t" (gensym*)))')
             out.append(
@@ -557,7 +574,9 @@ class Generator:
         lhs = self.lhs(ctx)
         rhs = self.rhs(ctx)
         header = f"(defrule sm-rule-{info.rule.id} (declare (salience {program.salience}))"
-        body = "\n".join("  " + line for line in lhs) + "\n  =>\n" + "\n".join("  " + r for r in rhs)
+        body = (
+            "\n".join("  " + line for line in lhs) + "\n  =>\n" + "\n".join("  " + r for r in rhs)
+        )
         program.clips = f";; rules[{info.index}] {info.rule.id}\n{header}\n{body})\n"
         return program
 
@@ -565,12 +584,10 @@ class Generator:
 
     def relation_rules(self, rel: Relation) -> str:
         keys = {k: f"?i_k{i}" for i, k in enumerate(rel.keys)}
-        literal = {
-            name: Condition.model_validate_json(text) for name, text in rel.filter
-        }
+        literal = {name: Condition.model_validate_json(text) for name, text in rel.filter}
         carried = self.latest_fields.get(rel.index, {}) if rel.kind == "earlier" else {}
         forced = dict(keys)
-        for fname, ftype in carried.items():
+        for fname in carried:
             forced.setdefault(fname, f"?i_c_{fname}")
         if rel.distinct:
             forced.setdefault(rel.distinct, "?i_d")
@@ -579,7 +596,10 @@ class Generator:
         ep = "(sm-episode (n ?n) " + " ".join(ep_slots) + ")"
         for fname in carried:
             if fname not in rel.keys and fname not in literal:
-                ep = ep.replace(f"({slot_name(fname)} {forced[fname]}&~nil)", f"({slot_name(fname)} {forced[fname]})")
+                ep = ep.replace(
+                    f"({slot_name(fname)} {forced[fname]}&~nil)",
+                    f"({slot_name(fname)} {forced[fname]})",
+                )
         key_match = " ".join(f"(k{i} {keys[k]})" for i, k in enumerate(rel.keys))
         if rel.kind == "earlier":
             copy = " ".join(f"({slot_name(f)} {forced[f]})" for f in sorted(carried))
@@ -597,16 +617,19 @@ class Generator:
         return (
             f"(defrule {rel.template}-step (declare (salience {SAL_COUNT}))\n"
             f"  (sm-cursor (n ?n))\n  {ep}\n"
-            f"  ?t <- ({rel.template} {key_match} (last ?l&:(< ?l ?n)) (count ?c) (seen $?s) (eps $?e))\n"
+            f"  ?t <- ({rel.template} {key_match} (last ?l&:(< ?l ?n))"
+            " (count ?c) (seen $?s) (eps $?e))\n"
             f"  =>\n"
             f"  (if (member$ {d} ?s)\n"
             f"   then (modify ?t (last ?n) (grew FALSE) (eps ?e ?n))\n"
-            f"   else (modify ?t (last ?n) (grew TRUE) (count (+ ?c 1)) (seen ?s {d}) (eps ?e ?n))))\n"
+            "   else (modify ?t (last ?n) (grew TRUE) (count (+ ?c 1))"
+            f" (seen ?s {d}) (eps ?e ?n))))\n"
             f"(defrule {rel.template}-first (declare (salience {SAL_COUNT}))\n"
             f"  (sm-cursor (n ?n))\n  {ep}\n"
             f"  (not ({rel.template} {key_match}))\n"
             f"  =>\n"
-            f"  (assert ({rel.template} {key_match} (last ?n) (grew TRUE) (count 1) (seen {d}) (eps ?n))))\n"
+            f"  (assert ({rel.template} {key_match} (last ?n) (grew TRUE) (count 1)"
+            f" (seen {d}) (eps ?n))))\n"
         )
 
     # --- program ------------------------------------------------------------------------
@@ -618,7 +641,8 @@ class Generator:
         rank = {id(info): r for r, info in enumerate(ranked)}
         self.programs = [self.rule(info, rank[id(info)]) for info in enabled]
         parts = [
-            f";; stargraph_mem pack {self.pack.pack} {self.pack.version} (ir_version {self.pack.ir_version})\n",
+            f";; stargraph_mem pack {self.pack.pack} {self.pack.version}"
+            f" (ir_version {self.pack.ir_version})\n",
             FIXED_TEMPLATES,
             self.episode_template(),
         ]

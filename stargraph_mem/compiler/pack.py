@@ -72,7 +72,9 @@ def ir_sha256(pack: RulePack) -> str:
     return hashlib.sha256(canonical_json(pack.model_dump(mode="json", by_alias=True))).hexdigest()
 
 
-def _manifest(pack: RulePack, sha: str, rules: list[CompiledRule], analysis: Analysis) -> dict[str, Any]:
+def _manifest(
+    pack: RulePack, sha: str, rules: list[CompiledRule], analysis: Analysis
+) -> dict[str, Any]:
     compiled = {r.index: r for r in rules}
     entries = []
     for info in analysis.rules:
@@ -152,7 +154,9 @@ def build_check(compiled: CompiledPack, source: SourceMap) -> None:
         raise CompileError(issue.format(), rule_id=rule_id, line=line, col=col) from exc
 
 
-def _blame(compiled: CompiledPack, message: str) -> tuple[str | None, tuple[int | None, int | None]]:
+def _blame(
+    compiled: CompiledPack, message: str
+) -> tuple[str | None, tuple[int | None, int | None]]:
     for rule in compiled.rules:
         if f"sm-rule-{rule.id}" in message:
             return rule.id, rule.position

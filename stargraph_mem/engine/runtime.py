@@ -100,9 +100,9 @@ def _normalise(value: Any, ftype: str) -> Any:
         return value
     if ftype == "integer" and isinstance(value, int) and not isinstance(value, bool):
         return value
-    if ftype == "number" and isinstance(value, int | float) and not isinstance(value, bool):
-        if math.isfinite(value):
-            return float(value)
+    numeric = isinstance(value, int | float) and not isinstance(value, bool)
+    if ftype == "number" and numeric and math.isfinite(value):
+        return float(value)
     if ftype == "boolean" and isinstance(value, bool):
         return TRUE if value else FALSE
     if ftype == "timestamp" and isinstance(value, str):
@@ -340,7 +340,10 @@ class _Collector:
                 elif tok.what == "would_be":
                     refs[tok.alias + "#fact"] = self.fact(value)
                 else:
-                    refs[tok.alias] = (int(value), [self.episodes[int(e) - 1] for e in next(eps_iter)])
+                    refs[tok.alias] = (
+                        int(value),
+                        [self.episodes[int(e) - 1] for e in next(eps_iter)],
+                    )
             delta = self.build(program, anchor, refs)
         except (KeyError, _Unresolved) as exc:
             self.reject(anchor, rule, f"unresolved reference: {exc}", temp_id)
@@ -391,6 +394,8 @@ class _Collector:
             fact = refs[var.alias]
             return getattr(fact, var.field)
         record = anchor if var.kind == "episode" else refs[var.alias]
+        if record is None:
+            raise _Unresolved(f"no episode for '{var.name}'")
         if var.field in self.runtime.builtins:
             return getattr(record, var.field)
         return record.metadata.get(var.field)
@@ -460,7 +465,7 @@ class _Collector:
     def confidence(self, program: RuleProgram, values: Mapping[str, Any]) -> float:
         conf = program.info.rule.emit.confidence
         if conf is None:
-            return self.runtime.compiled.pack.defaults.confidence
+            return float(self.runtime.compiled.pack.defaults.confidence)
         if isinstance(conf, LinearConfidence):
             raw = conf.base + conf.per * values[conf.var]
             return round(max(0.0, min(conf.max, raw)), 6)

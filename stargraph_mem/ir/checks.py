@@ -204,11 +204,11 @@ class _Checker:
     def _bind_path(self, info: RuleInfo, var: VarInfo) -> PathKey:
         for j, item in enumerate(info.rule.when):
             kind, pattern = _pattern_of(item)
-            if getattr(pattern, "alias", None) == var.alias or (
+            mine = getattr(pattern, "alias", None) == var.alias or (
                 kind == "episode" and var.alias == info.episode_alias
-            ):
-                if var.field in pattern.where:
-                    return (*info.path, "when", j, kind, var.field, "bind")
+            )
+            if mine and var.field in pattern.where:
+                return (*info.path, "when", j, kind, var.field, "bind")
         return (*info.path, "when")
 
     def new_alias(self, info: RuleInfo, alias: str | None, kind: str, path: PathKey) -> str:
@@ -460,6 +460,7 @@ class _Checker:
 
     def check_confidence(self, info: RuleInfo, path: PathKey) -> None:
         conf = info.rule.emit.confidence
+        ok_types: tuple[str, ...]
         if isinstance(conf, LinearConfidence):
             name, ok_types = conf.var, ("integer",)
         elif isinstance(conf, VarConfidence):

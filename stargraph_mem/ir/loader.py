@@ -115,9 +115,8 @@ def parse_yaml(text: str, file: str) -> SourceMap:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
-        line = mark.line + 1 if mark is not None else None
-        col = mark.column + 1 if mark is not None else None
-        raise IRError(IRIssue(f"invalid YAML: {exc.problem}", file, line, col)) from exc
+        where = (mark.line + 1, mark.column + 1) if mark is not None else (None, None)
+        raise IRError(IRIssue(f"invalid YAML: {exc.problem}", file, *where)) from exc
     except yaml.YAMLError as exc:
         raise IRError(IRIssue(f"invalid YAML: {exc}", file)) from exc
     if node is None:
@@ -226,12 +225,13 @@ def unknown_field_message(bad: str, allowed: Iterable[str]) -> str:
 def _allowed_keys(loc: tuple[Any, ...], exc: ValidationError) -> list[str]:
     """Best-effort list of valid keys at ``loc`` for spelling suggestions."""
     from stargraph_mem.ir import models as m
+    from stargraph_mem.stores.models import Cadence
 
     table: dict[str, type[Any]] = {
         "emit": m.Emit,
         "salience": m.SalienceGate,
         "defaults": m.Defaults,
-        "cadence": m.Cadence,
+        "cadence": Cadence,
         "confidence": m.LinearConfidence,
     }
     parent = loc[-2] if len(loc) >= 2 else None

@@ -210,7 +210,7 @@ class ExistsItem(_IR):
     exists: FactPattern
 
 
-WHEN_KINDS = {
+WHEN_KINDS: dict[str, type[Any]] = {
     "episode": EpisodeItem,
     "fact": FactItem,
     "earlier": EarlierItem,
