@@ -467,7 +467,7 @@ class _Collector:
         if conf is None:
             return float(self.runtime.compiled.pack.defaults.confidence)
         if isinstance(conf, LinearConfidence):
-            raw = conf.base + conf.per * values[conf.var]
+            raw = conf.base + conf.per * float(values[conf.var])
             return round(max(0.0, min(conf.max, raw)), 6)
         if isinstance(conf, VarConfidence):
             return round(max(0.0, min(1.0, float(values[conf.from_]))), 6)
