@@ -22,3 +22,13 @@ $SM recent --db "$DB" --user alice
 echo "== the shipped default pack"
 $SM validate rules/default.yaml
 $SM info rules/default.yaml
+
+echo "== consolidate with the default pack (pass time fixed for reproducibility)"
+$SM consolidate --db "$DB" --pack rules/default.yaml --now 2026-11-03T03:00:00+00:00
+
+echo "== current facts"
+$SM facts --db "$DB"
+
+echo "== what alice believed on 2026-11-03 vs. the full history of the first fact"
+FACT=$($SM facts --db "$DB" --json | head -n 1 | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+$SM explain --db "$DB" "$FACT"

@@ -21,10 +21,14 @@ import typer
 from pydantic import JsonValue, ValidationError
 
 from stargraph_mem.compiler.pack import compile_file, validate_file
+from stargraph_mem.engine.api import Consolidator
+from stargraph_mem.engine.consolidate import PassReport
 from stargraph_mem.errors import StargraphMemError
 from stargraph_mem.ir.schema import SCHEMA_DIR, check_schemas, write_schemas
 from stargraph_mem.stores import Episode, SQLiteMemoryStore
-from stargraph_mem.stores.models import Cadence, canonical_json, utc_now
+from stargraph_mem.stores.fact import Explanation
+from stargraph_mem.stores.models import Cadence, Fact, FactPattern, canonical_json, utc_now
+from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
 
 T = TypeVar("T")
 
@@ -323,6 +327,143 @@ def aligned(rows: Sequence[Sequence[str]]) -> list[str]:
         "  ".join([*(c.ljust(w) for c, w in zip(r, widths, strict=False)), r[-1]]).rstrip()
         for r in rows
     ]
+
+
+# --- consolidation and facts ------------------------------------------------------------
+
+
+def parse_aware(value: str | None, option: str) -> datetime | None:
+    """An optional ISO-8601 option value that must carry a UTC offset."""
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError as exc:
+        raise typer.BadParameter(f"not an ISO-8601 timestamp: {value!r}") from exc
+    if parsed.utcoffset() is None:
+        fail(f"{option} {value!r} has no UTC offset (write e.g. {value}+00:00)")
+    return parsed
+
+
+def report_line(report: PassReport) -> str:
+    """One summary line per pass."""
+    c = report.counts
+    p = report.partition
+    return (
+        f"{report.pack} user={p.user} agent={p.agent} episodes={report.episodes} "
+        f"add={c['add']} update={c['update']} delete={c['delete']} noop={c['noop']} "
+        f"rejected={len(report.rejected)} gated={len(report.gated)}"
+    )
+
+
+@app.command()
+def consolidate(
+    packs: Annotated[
+        list[Path], typer.Option("--pack", help="Rule pack YAML (repeatable).", dir_okay=False)
+    ],
+    db: DbOption = DEFAULT_DB,
+    user: Annotated[str | None, typer.Option("--user", help="Only this user.")] = None,
+    agent: Annotated[str | None, typer.Option("--agent", help="Only this agent.")] = None,
+    now: Annotated[
+        str | None, typer.Option("--now", help="Pass time, ISO-8601 with offset (default: now).")
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the deltas as JSON lines; apply nothing.")
+    ] = False,
+) -> None:
+    """Consolidate new episodes into facts with the given packs."""
+    when = parse_aware(now, "--now")
+
+    async def action() -> list[PassReport]:
+        async with Consolidator.open(existing(db), packs) as mem:
+            return await mem.consolidate(user=user, agent=agent, now=when, dry_run=dry_run)
+
+    reports = run(action())
+    for report in reports:
+        if dry_run:
+            for delta in report.deltas:
+                typer.echo(delta.model_dump_json())
+        for rejected in report.rejected:
+            typer.echo(
+                f"rejected {rejected.episode_id or '-'} ({rejected.rule_id or 'metadata'}): "
+                f"{rejected.reason}",
+                err=True,
+            )
+        suffix = " (dry run: nothing applied)" if dry_run else ""
+        typer.echo(report_line(report) + suffix, err=dry_run)
+
+
+@app.command()
+def facts(
+    db: DbOption = DEFAULT_DB,
+    user: Annotated[str | None, typer.Option("--user", help="Only this user.")] = None,
+    agent: Annotated[str | None, typer.Option("--agent", help="Only this agent.")] = None,
+    as_of: Annotated[
+        str | None, typer.Option("--as-of", help="What was believed at this ISO-8601 time.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
+) -> None:
+    """List current facts (or those current at --as-of)."""
+    when = parse_aware(as_of, "--as-of")
+
+    async def action() -> list[Fact]:
+        async with SQLiteFactStore(existing(db)) as store:
+            pattern = FactPattern(user=user, agent=agent)
+            if when is not None:
+                return await store.as_of(when, pattern)
+            return await store.query(pattern)
+
+    found = run(action())
+    if as_json:
+        for fact in found:
+            typer.echo(fact.model_dump_json())
+        return
+    rows = [("ID", "USER", "AGENT", "SUBJECT", "PREDICATE", "CONFIDENCE", "OBJECT")]
+    rows += [
+        (f.id, f.user, f.agent, f.subject, f.predicate, f"{f.confidence:g}", f.object)
+        for f in found
+    ]
+    typer.echo("\n".join(aligned(rows)))
+
+
+@app.command()
+def explain(
+    fact_id: Annotated[str, typer.Argument(help="Fact id (from `facts`).")],
+    db: DbOption = DEFAULT_DB,
+) -> None:
+    """Why a fact exists: rule, pack hash, reason, sources, supersession chain (JSON)."""
+
+    async def action() -> Explanation:
+        async with SQLiteFactStore(existing(db)) as store:
+            return await store.explain(fact_id)
+
+    typer.echo(run(action()).model_dump_json(indent=2))
+
+
+def read_jsonl(path: Path) -> list[Episode]:
+    """Episodes from a JSON-lines file; the first bad line is an error naming its number."""
+    episodes: list[Episode] = []
+    with path.open(encoding="utf-8") as fh:
+        for number, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                episodes.append(Episode.model_validate_json(line))
+            except ValidationError as exc:
+                fail(f"{path}:{number}: {describe(exc)}")
+    return episodes
+
+
+@app.command()
+def ingest(
+    file: Annotated[Path, typer.Argument(help="Episodes, one JSON object per line.", exists=True)],
+    db: DbOption = DEFAULT_DB,
+) -> None:
+    """Store every episode of a JSON-lines file in one transaction (all or nothing)."""
+    with known_errors():
+        episodes = read_jsonl(file)
+    written = run(using_store(db, lambda s: s.put_many(episodes)))
+    typer.echo(f"ingested {written} new episodes ({len(episodes)} lines) into {db}")
 
 
 def main() -> None:

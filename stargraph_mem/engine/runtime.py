@@ -25,6 +25,7 @@ from stargraph_mem.compiler.pack import CompiledPack, CompiledRule
 from stargraph_mem.errors import EngineError
 from stargraph_mem.ir.checks import VarInfo, parse_template
 from stargraph_mem.ir.models import LinearConfidence, ListVar, VarConfidence
+from stargraph_mem.stores.fact import EngineFact
 from stargraph_mem.stores.memory import EpisodeRecord
 from stargraph_mem.stores.models import (
     AddDelta,
@@ -55,25 +56,10 @@ def from_micros(value: int) -> datetime:
 
 
 @dataclass(frozen=True, slots=True)
-class EngineFact:
-    """A current fact as the engine sees it (``reinforced_at_us`` = last confirmation)."""
-
-    id: str
-    subject: str
-    predicate: str
-    object: str
-    confidence: float
-    valid_from_us: int
-    reinforced_at_us: int
-    rule_id: str
-    source_episode_ids: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
 class RejectedEpisode:
     """An episode (or the delta a rule made from it) that could not be used, and why."""
 
-    episode_id: str
+    episode_id: str | None
     rule_id: str | None
     reason: str
 
@@ -373,7 +359,7 @@ class _Collector:
     ) -> None:
         if temp_id is not None:
             self.temp[temp_id] = None
-        self.out.rejected.append(RejectedEpisode(anchor.id if anchor else "-", rule.id, reason))
+        self.out.rejected.append(RejectedEpisode(anchor.id if anchor else None, rule.id, reason))
 
     def fact(self, fid: str) -> _PassFact:
         if fid in self.temp:

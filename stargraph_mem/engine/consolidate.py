@@ -1,0 +1,241 @@
+"""Consolidation passes: episodes after the watermarks → CLIPS → deltas → one transaction.
+
+A pass covers one partition and a set of rules. It reads the partition's episodes after
+the lowest watermark of those rules (at most ``max_episodes`` of them), works out which
+rule may see which episode (its own watermark, ``select``, legacy ``when_filter`` and
+salience gate), runs the pack, and applies deltas, rejections and the watermark advance
+in one fact-store transaction. Passes repeat until the partition is caught up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from stargraph_mem.compiler.pack import CompiledRule
+from stargraph_mem.engine.filters import select_seqs, when_filter_seqs
+from stargraph_mem.engine.runtime import PackRuntime, RejectedEpisode, to_micros
+from stargraph_mem.salience import RuleBasedScorer, SalienceContext, SalienceScorer
+from stargraph_mem.stores.fact import Rejection, WatermarkAdvance
+from stargraph_mem.stores.memory import EpisodeRecord
+from stargraph_mem.stores.models import MemoryDelta, to_utc
+from stargraph_mem.stores.scope import Partition
+from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
+from stargraph_mem.stores.sqlite_memory import SQLiteMemoryStore
+
+DEFAULT_MAX_EPISODES = 50_000
+
+
+@dataclass
+class PassReport:
+    """What one pass did: rules, counts of deltas by kind, rejected and gated episodes."""
+
+    pack: str
+    pack_hash: str
+    partition: Partition
+    now: datetime
+    rules: list[str]
+    episodes: int = 0
+    first_seq: int = 0
+    last_seq: int = 0
+    deltas: list[MemoryDelta] = field(default_factory=list)
+    rejected: list[RejectedEpisode] = field(default_factory=list)
+    gated: list[str] = field(default_factory=list)
+    fired: dict[str, int] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    applied: bool = False
+
+    @property
+    def counts(self) -> dict[str, int]:
+        out = {"add": 0, "update": 0, "delete": 0, "noop": 0}
+        for d in self.deltas:
+            out[d.kind] += 1
+        return out
+
+
+@dataclass
+class LegacyFilter:
+    """A specification-style ``when_filter`` attached to one pack rule (or all of them)."""
+
+    sql: str
+    rule_id: str
+
+
+class Consolidation:
+    """Runs passes of one compiled pack against a memory store and a fact store."""
+
+    def __init__(
+        self,
+        runtime: PackRuntime,
+        memory: SQLiteMemoryStore,
+        facts: SQLiteFactStore,
+        *,
+        scorer: SalienceScorer | None = None,
+        max_episodes: int = DEFAULT_MAX_EPISODES,
+    ) -> None:
+        self.runtime = runtime
+        self.memory = memory
+        self.facts = facts
+        self.scorer: SalienceScorer = scorer or RuleBasedScorer()
+        self.max_episodes = max_episodes
+        self._lock = asyncio.Lock()
+
+    @property
+    def pack(self) -> str:
+        return self.runtime.compiled.name
+
+    def _rules(self, rule_ids: Sequence[str] | None) -> list[CompiledRule]:
+        rules = self.runtime.compiled.rules
+        if rule_ids is None:
+            return list(rules)
+        wanted = set(rule_ids)
+        unknown = wanted - {r.id for r in rules}
+        if unknown:
+            raise KeyError(f"unknown rule(s) in pack '{self.pack}': {', '.join(sorted(unknown))}")
+        return [r for r in rules if r.id in wanted]
+
+    async def run(
+        self,
+        partition: Partition,
+        *,
+        now: datetime,
+        rule_ids: Sequence[str] | None = None,
+        dry_run: bool = False,
+        legacy: LegacyFilter | None = None,
+    ) -> list[PassReport]:
+        """Consolidate ``partition`` until caught up; one report per pass."""
+        now = to_utc(now)
+        rules = self._rules(rule_ids)
+        reports: list[PassReport] = []
+        async with self._lock:
+            while True:
+                report = await self._one_pass(partition, now, rules, dry_run, legacy)
+                reports.append(report)
+                if report.episodes < self.max_episodes or dry_run:
+                    break
+        return reports
+
+    async def _one_pass(
+        self,
+        partition: Partition,
+        now: datetime,
+        rules: list[CompiledRule],
+        dry_run: bool,
+        legacy: LegacyFilter | None,
+    ) -> PassReport:
+        t0 = time.perf_counter()
+        marks = await self.facts.watermarks(self.pack, partition)
+        low = min((marks.get(r.id, 0) for r in rules), default=0)
+        records = await self.memory.since(partition, low, limit=self.max_episodes)
+        high = records[-1].seq if records else low
+        report = PassReport(
+            pack=self.pack,
+            pack_hash=self.runtime.sha256,
+            partition=partition,
+            now=now,
+            rules=[r.id for r in rules],
+            episodes=len(records),
+            first_seq=records[0].seq if records else 0,
+            last_seq=high,
+        )
+        eligible = await self._eligibility(
+            partition, rules, records, marks, high, now, legacy, report
+        )
+        engine_facts = await self.facts.current_facts(partition)
+        t1 = time.perf_counter()
+        out = await asyncio.to_thread(
+            self.runtime.run_pass,
+            partition=partition,
+            now=now,
+            episodes=records,
+            facts=engine_facts,
+            eligible=eligible,
+        )
+        t2 = time.perf_counter()
+        report.deltas, report.fired = out.deltas, out.fired
+        report.rejected = out.rejected
+        if not dry_run:
+            await self.facts.apply_deltas(
+                out.deltas,
+                pack_hash=self.runtime.sha256,
+                watermarks=[
+                    WatermarkAdvance(
+                        pack=self.pack, rule_id=r.id, partition=partition, last_seq=high
+                    )
+                    for r in rules
+                    if high > marks.get(r.id, 0)
+                ],
+                rejections=[
+                    Rejection(
+                        id=r.episode_id or "no-episode",
+                        pack=self.pack,
+                        rule_id=r.rule_id or "episode-metadata",
+                        partition=partition,
+                        reason=r.reason,
+                    )
+                    for r in out.rejected
+                ],
+            )
+            report.applied = True
+        t3 = time.perf_counter()
+        report.timings = {"read": t1 - t0, "engine": t2 - t1, "apply": t3 - t2, "total": t3 - t0}
+        return report
+
+    async def _eligibility(
+        self,
+        partition: Partition,
+        rules: list[CompiledRule],
+        records: list[EpisodeRecord],
+        marks: dict[str, int],
+        high: int,
+        now: datetime,
+        legacy: LegacyFilter | None,
+        report: PassReport,
+    ) -> dict[int, set[int]]:
+        path = self.memory.path
+        eligible: dict[int, set[int]] = {}
+        gated: set[str] = set()
+        for rule in rules:
+            after = marks.get(rule.id, 0)
+            seqs = {r.seq for r in records if r.seq > after}
+            if rule.select is not None and seqs:
+                seqs &= await asyncio.to_thread(
+                    select_seqs,
+                    path,
+                    partition,
+                    after,
+                    high,
+                    rule.select.sql,
+                    rule.select.params(to_micros(now)),
+                    rule_id=rule.id,
+                )
+            if legacy is not None and seqs and legacy.rule_id in (rule.id, "*"):
+                seqs &= await asyncio.to_thread(
+                    when_filter_seqs, path, partition, after, high, legacy.sql, rule_id=rule.id
+                )
+            gate = rule.program.info.rule.salience
+            if gate is not None and seqs:
+                seqs, dropped = await self._gate(records, seqs, gate.min, now)
+                gated |= dropped
+            eligible[rule.index] = seqs
+        report.gated = sorted(gated)
+        return eligible
+
+    async def _gate(
+        self, records: list[EpisodeRecord], seqs: set[int], minimum: float, now: datetime
+    ) -> tuple[set[int], set[str]]:
+        kept: set[int] = set()
+        dropped: set[str] = set()
+        for record in records:
+            if record.seq not in seqs:
+                continue
+            context = SalienceContext.for_record(record, now=now)
+            score = await self.scorer.score(record, context)
+            if score >= minimum:
+                kept.add(record.seq)
+            else:
+                dropped.add(record.id)
+        return kept, dropped
