@@ -17,7 +17,7 @@ from datetime import datetime
 
 from stargraph_mem.compiler.pack import CompiledRule
 from stargraph_mem.engine.filters import select_seqs, when_filter_seqs
-from stargraph_mem.engine.runtime import PackRuntime, RejectedEpisode, to_micros
+from stargraph_mem.engine.runtime import PackRuntime, RejectedEpisode, Stamp, to_micros
 from stargraph_mem.salience import RuleBasedScorer, SalienceContext, SalienceScorer
 from stargraph_mem.stores.fact import Rejection, WatermarkAdvance
 from stargraph_mem.stores.memory import EpisodeRecord
@@ -105,14 +105,18 @@ class Consolidation:
         rule_ids: Sequence[str] | None = None,
         dry_run: bool = False,
         legacy: LegacyFilter | None = None,
+        stamp: Stamp | None = None,
     ) -> list[PassReport]:
-        """Consolidate ``partition`` until caught up; one report per pass."""
+        """Consolidate ``partition`` until caught up; one report per pass.
+
+        With ``stamp``, every rule shares one watermark stored under ``stamp.rule_id``.
+        """
         now = to_utc(now)
         rules = self._rules(rule_ids)
         reports: list[PassReport] = []
         async with self._lock:
             while True:
-                report = await self._one_pass(partition, now, rules, dry_run, legacy)
+                report = await self._one_pass(partition, now, rules, dry_run, legacy, stamp)
                 reports.append(report)
                 if report.episodes < self.max_episodes or dry_run:
                     break
@@ -125,9 +129,13 @@ class Consolidation:
         rules: list[CompiledRule],
         dry_run: bool,
         legacy: LegacyFilter | None,
+        stamp: Stamp | None,
     ) -> PassReport:
         t0 = time.perf_counter()
         marks = await self.facts.watermarks(self.pack, partition)
+        if stamp is not None:
+            shared = marks.get(stamp.rule_id, 0)
+            marks = {r.id: shared for r in rules}
         low = min((marks.get(r.id, 0) for r in rules), default=0)
         records = await self.memory.since(partition, low, limit=self.max_episodes)
         high = records[-1].seq if records else low
@@ -153,6 +161,7 @@ class Consolidation:
             episodes=records,
             facts=engine_facts,
             eligible=eligible,
+            stamp=stamp,
         )
         t2 = time.perf_counter()
         report.deltas, report.fired = out.deltas, out.fired
@@ -161,13 +170,7 @@ class Consolidation:
             await self.facts.apply_deltas(
                 out.deltas,
                 pack_hash=self.runtime.sha256,
-                watermarks=[
-                    WatermarkAdvance(
-                        pack=self.pack, rule_id=r.id, partition=partition, last_seq=high
-                    )
-                    for r in rules
-                    if high > marks.get(r.id, 0)
-                ],
+                watermarks=self._advances(partition, rules, marks, high, stamp),
                 rejections=[
                     Rejection(
                         id=r.episode_id or "no-episode",
@@ -183,6 +186,22 @@ class Consolidation:
         t3 = time.perf_counter()
         report.timings = {"read": t1 - t0, "engine": t2 - t1, "apply": t3 - t2, "total": t3 - t0}
         return report
+
+    def _advances(
+        self,
+        partition: Partition,
+        rules: list[CompiledRule],
+        marks: dict[str, int],
+        high: int,
+        stamp: Stamp | None,
+    ) -> list[WatermarkAdvance]:
+        keys = [stamp.rule_id] if stamp is not None else [r.id for r in rules]
+        return [
+            WatermarkAdvance(pack=self.pack, rule_id=key, partition=partition, last_seq=high)
+            for key in keys
+            if high
+            > (marks.get(rules[0].id, 0) if stamp is not None and rules else marks.get(key, 0))
+        ]
 
     async def _eligibility(
         self,

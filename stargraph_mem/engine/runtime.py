@@ -199,6 +199,7 @@ class PackRuntime:
         facts: Iterable[EngineFact] = (),
         eligible: Mapping[int, Iterable[int]] | None = None,
         chunk: int = DEFAULT_CHUNK,
+        stamp: Stamp | None = None,
     ) -> PassOutput:
         """Run every compiled rule once over ``episodes`` (in order) and collect deltas.
 
@@ -230,7 +231,7 @@ class PackRuntime:
         finally:
             self.env.eval(f"(close {OUT})")
         lines = self._out.read_text(encoding="utf-8").splitlines()
-        _Collector(self, partition, now, episodes, fact_list, out).collect(lines)
+        _Collector(self, partition, now, episodes, fact_list, out, stamp).collect(lines)
         self.env.reset()
         return out
 
@@ -251,6 +252,15 @@ class PackRuntime:
     def close(self) -> None:
         self._out.unlink(missing_ok=True)
         Path(self._dir).rmdir()
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """The specification's contract: stamp a consolidation rule's id on every delta and
+    keep only the kinds it emits (the pack rule that decided is kept in the reason)."""
+
+    rule_id: str
+    kinds: tuple[str, ...] = ("add", "update", "delete", "noop")
 
 
 @dataclass
@@ -277,7 +287,9 @@ class _Collector:
         episodes: Sequence[EpisodeRecord],
         facts: list[EngineFact],
         out: PassOutput,
+        stamp: Stamp | None = None,
     ) -> None:
+        self.stamp = stamp
         self.runtime = runtime
         self.partition = partition
         self.now = now
@@ -331,6 +343,8 @@ class _Collector:
                         [self.episodes[int(e) - 1] for e in next(eps_iter)],
                     )
             delta = self.build(program, anchor, refs)
+            if self.stamp is not None and delta.kind not in self.stamp.kinds:
+                raise _Unresolved(f"rule '{self.stamp.rule_id}' does not emit {delta.kind}")
         except (KeyError, _Unresolved) as exc:
             self.reject(anchor, rule, f"unresolved reference: {exc}", temp_id)
             return
@@ -397,9 +411,9 @@ class _Collector:
             "agent": self.partition.agent,
             "source_episode_ids": self.sources(program, anchor, refs),
             "promotion_ts": self.now,
-            "rule_id": info.rule.id,
+            "rule_id": self.stamp.rule_id if self.stamp else info.rule.id,
             "confidence": self.confidence(program, values),
-            "reason": render(emit.reason, values),
+            "reason": (f"{info.rule.id}: " if self.stamp else "") + render(emit.reason, values),
             "bindings": {k: _json_value(v) for k, v in sorted(values.items())},
         }
         if emit.kind == "noop":

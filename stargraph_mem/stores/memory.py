@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
@@ -74,3 +74,18 @@ class MemoryStore(Protocol):
     ) -> list[EpisodeRecord]: ...
 
     async def consolidate(self, rule: ConsolidationRule) -> list[MemoryDelta]: ...
+
+
+ConsolidateHook = Callable[[Any, ConsolidationRule], Awaitable[list[MemoryDelta]]]
+_HOOKS: list[ConsolidateHook] = []
+
+
+def register_consolidation_hook(hook: ConsolidateHook) -> None:
+    """Install the runtime that implements ``consolidate(rule)`` (the engine registers it;
+    stores never import the engine)."""
+    _HOOKS[:] = [hook]
+
+
+def consolidation_hook() -> ConsolidateHook | None:
+    """The registered consolidation runtime, if any."""
+    return _HOOKS[0] if _HOOKS else None

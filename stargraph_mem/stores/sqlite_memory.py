@@ -24,13 +24,14 @@ import aiosqlite
 import orjson
 
 from stargraph_mem.errors import (
+    ConsolidationRuleError,
     CorruptRowError,
     DuplicateEpisodeError,
     MemoryScopeError,
     MigrationNotSupported,
     StoreError,
 )
-from stargraph_mem.stores.memory import EpisodeRecord
+from stargraph_mem.stores.memory import EpisodeRecord, consolidation_hook
 from stargraph_mem.stores.models import (
     ConsolidationRule,
     Episode,
@@ -718,7 +719,14 @@ class SQLiteMemoryStore:
     # --- consolidation: wired by the consolidation runtime (stargraph_mem.engine) --------
 
     async def consolidate(self, rule: ConsolidationRule) -> list[MemoryDelta]:
-        """Placeholder until the consolidation runtime provides the implementation."""
-        raise NotImplementedError(
-            "consolidate() is provided by the consolidation runtime, which is not wired yet"
-        )
+        """Run ``rule`` (default classification table, incrementally) and apply its deltas.
+
+        The consolidation runtime registers itself when ``stargraph_mem`` is imported.
+        """
+        hook = consolidation_hook()
+        if hook is None:
+            raise ConsolidationRuleError(
+                "no consolidation runtime registered (import stargraph_mem.engine.legacy)",
+                rule_id=rule.id,
+            )
+        return await hook(self, rule)
