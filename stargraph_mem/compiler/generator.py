@@ -539,7 +539,8 @@ class Generator:
         line = ' " " '.join(printed)
         for alias in program.count_aliases:
             line += f' " | " (implode$ ?i_eps_{alias})'
-        out.append(f"(printout {OUT} {line} crlf)")
+        # one write per delta: every write queries the routers, and clipspy's are Python
+        out.append(f"(printout {OUT} (str-cat {line}) crlf)")
         return out
 
     def token_expr(self, tok: EmitToken) -> str:

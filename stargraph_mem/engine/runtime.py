@@ -42,7 +42,8 @@ NIL = clips.Symbol("nil")
 TRUE = clips.Symbol("TRUE")
 FALSE = clips.Symbol("FALSE")
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-DEFAULT_CHUNK = 20_000
+DEFAULT_CHUNK = 256
+"""Episodes asserted per agenda run: small chunks keep CLIPS join memories small."""
 
 
 def to_micros(value: datetime) -> int:
@@ -125,7 +126,11 @@ def _text(value: Any) -> str:
 
 def render(text: str, values: Mapping[str, Any]) -> str:
     """Fill a template from resolved variable values."""
-    return "".join(v if k == "text" else _text(values[v]) for k, v in _template(text))
+    parts = _template(text)
+    if len(parts) == 1:
+        kind, value = parts[0]
+        return value if kind == "text" else _text(values[value])
+    return "".join([v if k == "text" else _text(values[v]) for k, v in parts])
 
 
 class PackRuntime:
@@ -345,6 +350,7 @@ class _Collector:
             delta = self.build(program, anchor, refs)
             if self.stamp is not None and delta.kind not in self.stamp.kinds:
                 raise _Unresolved(f"rule '{self.stamp.rule_id}' does not emit {delta.kind}")
+            self.close_replaced(delta)
         except (KeyError, _Unresolved) as exc:
             self.reject(anchor, rule, f"unresolved reference: {exc}", temp_id)
             return
@@ -367,6 +373,23 @@ class _Collector:
                 self.now,
                 tuple(delta.source_episode_ids),
             )
+
+    def close_replaced(self, delta: MemoryDelta) -> None:
+        """Replaced facts must be current facts of this partition, each named once; they
+        stop being current for the rest of the pass. Otherwise the episode is rejected
+        here instead of failing the whole pass at apply time."""
+        if not isinstance(delta, UpdateDelta | DeleteDelta):
+            return
+        replaces = delta.replaces
+        if len(set(replaces)) != len(replaces):
+            raise _Unresolved("replaces names the same fact twice")
+        missing = [fid for fid in replaces if fid not in self.facts]
+        if missing:
+            raise _Unresolved(
+                "replaces names facts that are not current in this partition: " + ", ".join(missing)
+            )
+        for fid in replaces:
+            del self.facts[fid]
 
     def reject(
         self, anchor: EpisodeRecord | None, rule: CompiledRule, reason: str, temp_id: str | None

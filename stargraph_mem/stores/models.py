@@ -7,6 +7,7 @@ pattern so they can travel through CLIPS and SQL without quoting surprises.
 from __future__ import annotations
 
 import hashlib
+from functools import cached_property
 import math
 import zoneinfo
 from datetime import UTC, datetime
@@ -59,6 +60,11 @@ def _check_storable(value: Any, where: str) -> None:
     elif isinstance(value, list):
         for index, item in enumerate(value):
             _check_storable(item, f"{where}[{index}]")
+
+
+def check_storable(value: Any, where: str) -> None:
+    """Raise ``ValueError`` for JSON values orjson would not round-trip (NaN/inf, huge ints)."""
+    _check_storable(value, where)
 
 
 def canonical_json(value: Any) -> bytes:
@@ -171,6 +177,11 @@ class FactPayload(_Model):
         return _no_nul(value, "fact fields")
 
 
+def delta_id_of(body: bytes) -> str:
+    """The delta id for a delta's :meth:`~_DeltaBase.canonical_body`."""
+    return "d" + hashlib.sha256(body).hexdigest()[:31]
+
+
 class _DeltaBase(_Model):
     user: ScopePart
     agent: ScopePart
@@ -191,11 +202,14 @@ class _DeltaBase(_Model):
     def _check_reason(cls, value: str) -> str:
         return _no_nul(value, "reason")
 
-    @property
+    def canonical_body(self) -> bytes:
+        """Canonical JSON of the whole delta: what :attr:`delta_id` hashes."""
+        return canonical_json(self.model_dump(mode="json"))
+
+    @cached_property
     def delta_id(self) -> str:
-        """Content-derived id: the same delta always has the same id."""
-        body = self.model_dump(mode="json")
-        return "d" + hashlib.sha256(canonical_json(body)).hexdigest()[:31]
+        """Content-derived id: the same delta always has the same id (computed once)."""
+        return delta_id_of(self.canonical_body())
 
 
 class AddDelta(_DeltaBase):
