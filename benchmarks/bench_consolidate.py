@@ -212,7 +212,8 @@ def main() -> None:
         child(args.child[0], int(args.child[1]), args.max_episodes)
         return
     print(
-        f"{'size':>9} {'mode':>8} {'seconds':>8} {'episodes/s':>11} {'ratio':>6} {'peak MB':>8} passes  read/engine/apply s"
+        f"{'size':>9} {'mode':>8} {'seconds':>8} {'episodes/s':>11} {'ratio':>6}"
+        f" {'peak MB':>8} passes  read/engine/apply s"
     )
     for n in args.sizes:
         results = {}
