@@ -81,12 +81,23 @@ def count_rows(path: Path) -> int:
 # --- lifecycle ---------------------------------------------------------------------------
 
 
-async def test_store_satisfies_protocol_and_consolidate_awaits_runtime(
+async def test_store_satisfies_protocol_and_consolidate_runs_the_runtime(
     store: SQLiteMemoryStore,
 ) -> None:
     assert isinstance(store, MemoryStore)
-    with pytest.raises(NotImplementedError, match="runtime"):
-        await store.consolidate(ConsolidationRule(id="r1"))
+    episode = Episode(
+        id="c1",
+        content="alice likes tea",
+        timestamp=datetime(2026, 1, 1, tzinfo=UTC),
+        user="alice",
+        session="s1",
+        agent="rag",
+        metadata={"subject": "alice", "predicate": "likes", "object": "tea"},
+    )
+    await store.put(episode, user="alice", session="s1", agent="rag")
+    deltas = await store.consolidate(ConsolidationRule(id="r1"))
+    assert [(d.kind, d.rule_id, d.source_episode_ids) for d in deltas] == [("add", "r1", ["c1"])]
+    assert await store.consolidate(ConsolidationRule(id="r1")) == []
 
 
 async def test_bootstrap_creates_parents_wal_and_baseline_idempotently(tmp_path: Path) -> None:

@@ -232,8 +232,9 @@ class Consolidation:
                     rule_id=rule.id,
                 )
             if legacy is not None and seqs and legacy.rule_id in (rule.id, "*"):
+                window = [r for r in records if r.seq in seqs]
                 seqs &= await asyncio.to_thread(
-                    when_filter_seqs, path, partition, after, high, legacy.sql, rule_id=rule.id
+                    when_filter_seqs, window, partition, legacy.sql, rule_id=rule.id
                 )
             gate = rule.program.info.rule.salience
             if gate is not None and seqs:

@@ -13,8 +13,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import orjson
+
+from stargraph_mem.engine.runtime import to_micros
 from stargraph_mem.errors import ConsolidationRuleError
-from stargraph_mem.stores.scope import Partition
+from stargraph_mem.stores.memory import EpisodeRecord
+from stargraph_mem.stores.scope import Partition, scope_key
 
 ALLOWED_FUNCTIONS = frozenset(
     {
@@ -60,7 +64,8 @@ def _authorizer(
     if action == sqlite3.SQLITE_SELECT:
         return sqlite3.SQLITE_OK
     if action == sqlite3.SQLITE_READ:
-        return sqlite3.SQLITE_OK if arg1 == "episodes" and db == "main" else sqlite3.SQLITE_DENY
+        allowed = arg1 == "episodes" and db in (None, "main")
+        return sqlite3.SQLITE_OK if allowed else sqlite3.SQLITE_DENY
     if action == sqlite3.SQLITE_FUNCTION:
         return (
             sqlite3.SQLITE_OK if (arg2 or "").lower() in ALLOWED_FUNCTIONS else sqlite3.SQLITE_DENY
@@ -94,27 +99,71 @@ def _guarded_seqs(
         conn.close()
 
 
+_LEGACY_TABLE = (
+    "CREATE TABLE episodes (seq INTEGER PRIMARY KEY, id TEXT, content TEXT, source_node TEXT,"
+    " user TEXT, session TEXT, agent TEXT, scope_key TEXT, partition_key TEXT, ts_us INTEGER,"
+    " metadata TEXT, last_accessed_us INTEGER, access_count INTEGER)"
+)
+
+
 def when_filter_seqs(
-    path: str | Path,
+    records: Sequence[EpisodeRecord],
     partition: Partition,
-    after_seq: int,
-    upto_seq: int,
     when_filter: str,
     *,
     rule_id: str,
 ) -> set[int]:
-    """Seqs in ``(after_seq, upto_seq]`` of the partition that satisfy a legacy filter."""
+    """Seqs of ``records`` (one partition's new episodes) that satisfy a legacy filter.
+
+    The filter runs in a private in-memory database holding only these rows, so it
+    cannot see other partitions, the fact store or anything else in the file.
+    """
     if ";" in when_filter.strip().rstrip(";") or "\x00" in when_filter:
         raise ConsolidationRuleError(
             f"rule '{rule_id}': when_filter must be one SQL expression", rule_id=rule_id
         )
-    sql = (
-        "SELECT seq FROM episodes WHERE partition_key = ? AND seq > ? AND seq <= ? "
-        f"AND ({when_filter})"
+    conn = sqlite3.connect(":memory:")
+    try:
+        conn.execute(_LEGACY_TABLE)
+        conn.executemany(
+            "INSERT INTO episodes VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            [_legacy_row(r, partition) for r in records],
+        )
+        return _guarded(conn, f"SELECT seq FROM episodes WHERE ({when_filter})", (), rule_id)
+    finally:
+        conn.close()
+
+
+def _legacy_row(r: EpisodeRecord, partition: Partition) -> tuple[Any, ...]:
+    accessed = to_micros(r.last_accessed) if r.last_accessed is not None else None
+    return (
+        r.seq,
+        r.id,
+        r.content,
+        r.source_node,
+        r.user,
+        r.session,
+        r.agent,
+        scope_key(r.user, r.session, r.agent),
+        partition.key,
+        to_micros(r.timestamp),
+        orjson.dumps(r.metadata).decode(),
+        accessed,
+        r.access_count,
     )
-    return _guarded_seqs(
-        path, sql, (partition.key, after_seq, upto_seq), what="when_filter", rule_id=rule_id
-    )
+
+
+def _guarded(conn: sqlite3.Connection, sql: str, params: Sequence[Any], rule_id: str) -> set[int]:
+    conn.set_authorizer(_authorizer)
+    deadline = time.monotonic() + TIME_LIMIT_S
+    conn.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
+    try:
+        rows = conn.execute(sql, tuple(params)).fetchall()
+    except sqlite3.Error as exc:
+        raise ConsolidationRuleError(
+            f"rule '{rule_id}': when_filter refused or failed: {exc}", rule_id=rule_id
+        ) from exc
+    return {int(r[0]) for r in rows}
 
 
 def select_seqs(
