@@ -124,6 +124,10 @@ class FactConflictError(StoreError):
     """A delta's ``replaces`` cannot be resolved deterministically (ids in ``fact_ids``)."""
 
 
+class FactNotFoundError(StoreError):
+    """No fact has the requested id (the id is in ``fact_id``)."""
+
+
 class DeltaValidationError(StoreError):
     """A delta failed validation at ``apply_delta`` entry."""
 

@@ -2,6 +2,18 @@
 
 from __future__ import annotations
 
+from stargraph_mem.stores.fact import (
+    ApplyResult,
+    AuditRow,
+    EngineFact,
+    Explanation,
+    FactStore,
+    ProvenanceAdapter,
+    ProvenanceBundle,
+    Rejection,
+    SourceEpisode,
+    WatermarkAdvance,
+)
 from stargraph_mem.stores.memory import EpisodeRecord, MemoryStore
 from stargraph_mem.stores.models import (
     AddDelta,
@@ -20,25 +32,37 @@ from stargraph_mem.stores.models import (
     UpdateDelta,
 )
 from stargraph_mem.stores.scope import Partition
+from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
 from stargraph_mem.stores.sqlite_memory import SQLiteMemoryStore
 
 __all__ = [
     "AddDelta",
+    "ApplyResult",
+    "AuditRow",
     "Cadence",
     "ConsolidationRule",
     "DeleteDelta",
+    "EngineFact",
     "Episode",
     "EpisodeRecord",
+    "Explanation",
     "Fact",
     "FactPattern",
     "FactPayload",
+    "FactStore",
     "MemoryDelta",
     "MemoryStore",
     "MigrationOp",
     "MigrationPlan",
     "NoopDelta",
     "Partition",
+    "ProvenanceAdapter",
+    "ProvenanceBundle",
+    "Rejection",
+    "SQLiteFactStore",
     "SQLiteMemoryStore",
+    "SourceEpisode",
     "StoreHealth",
     "UpdateDelta",
+    "WatermarkAdvance",
 ]

@@ -7,10 +7,10 @@ pattern so they can travel through CLIPS and SQL without quoting surprises.
 from __future__ import annotations
 
 import hashlib
-from functools import cached_property
 import math
 import zoneinfo
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import Annotated, Any, Literal
 
 import orjson

@@ -1,0 +1,1084 @@
+"""Promoted facts over SQLite (aiosqlite), with provenance, audit, watermarks and history.
+
+Update and delete close a fact's validity (``valid_until_us``, ``superseded_by``,
+``closed_by``); rows are never deleted. A batch of deltas, its watermark advances and its
+rejections are applied in one ``BEGIN IMMEDIATE`` transaction with ``executemany``
+per table and chunk, so a failure anywhere leaves the file exactly as it was.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import sqlite3
+import threading
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import lru_cache
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final, Self
+
+import aiosqlite
+import orjson
+from pydantic import ValidationError
+
+from stargraph_mem.errors import (
+    CorruptRowError,
+    DeltaValidationError,
+    FactConflictError,
+    FactNotFoundError,
+    StoreError,
+)
+from stargraph_mem.stores.fact import (
+    ApplyResult,
+    AuditRow,
+    DeltaInput,
+    EngineFact,
+    Explanation,
+    ProvenanceAdapter,
+    ProvenanceBundle,
+    Rejection,
+    SourceEpisode,
+    WatermarkAdvance,
+    check_pack_hash,
+    sanitize_bundle,
+    trusted,
+)
+from stargraph_mem.stores.models import (
+    DELTA_ADAPTER,
+    AddDelta,
+    DeleteDelta,
+    Fact,
+    FactPattern,
+    NoopDelta,
+    StoreHealth,
+    UpdateDelta,
+    delta_id_of,
+    utc_now,
+)
+from stargraph_mem.stores.scope import Partition, partition_key, prefix_upper_bound, user_prefix
+from stargraph_mem.stores.sqlite_memory import (
+    _fetch,
+    _open,
+    _scalar,
+    _size,
+    _transaction,
+    from_us,
+    to_us,
+)
+
+__all__ = ["CHUNK", "SCHEMA_VERSION", "SQLiteFactStore", "fact_query", "validate_deltas"]
+
+SCHEMA_VERSION: Final = 1
+CHUNK: Final = 10_000
+"""Deltas handled per ``executemany`` round inside the one transaction of a batch."""
+
+CACHE_KIB: Final = -65536
+"""Page cache of this store's connection (negative: KiB): big batches touch large indexes."""
+
+Delta = AddDelta | UpdateDelta | DeleteDelta | NoopDelta
+_KINDS: Final = ("add", "update", "delete", "noop")
+
+_SCHEMA: Final = (
+    "CREATE TABLE IF NOT EXISTS fact_store_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    """CREATE TABLE IF NOT EXISTS facts (
+        id TEXT PRIMARY KEY,
+        user TEXT NOT NULL,
+        agent TEXT NOT NULL,
+        partition_key TEXT NOT NULL,
+        subject TEXT NOT NULL,
+        predicate TEXT NOT NULL,
+        object TEXT NOT NULL,
+        payload BLOB NOT NULL,
+        confidence REAL NOT NULL,
+        valid_from_us INTEGER NOT NULL,
+        valid_until_us INTEGER NULL,
+        superseded_by TEXT NULL,
+        closed_by TEXT NULL,
+        recorded_at_us INTEGER NOT NULL,
+        rule_id TEXT NOT NULL,
+        delta_id TEXT NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS facts_psp ON facts (partition_key, subject, predicate)",
+    """CREATE INDEX IF NOT EXISTS facts_current ON facts (partition_key, subject, predicate)
+        WHERE valid_until_us IS NULL""",
+    """CREATE TABLE IF NOT EXISTS lineage (
+        fact_id TEXT PRIMARY KEY,
+        delta_id TEXT NOT NULL,
+        rule_id TEXT NOT NULL,
+        pack_hash TEXT NOT NULL,
+        source_episode_ids TEXT NOT NULL,
+        promotion_ts_us INTEGER NOT NULL,
+        confidence REAL NOT NULL,
+        reason TEXT NOT NULL,
+        bindings TEXT NOT NULL,
+        predecessor_ids TEXT NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS audit (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        delta_id TEXT NOT NULL UNIQUE,
+        kind TEXT NOT NULL,
+        rule_id TEXT NOT NULL,
+        pack_hash TEXT NOT NULL,
+        user TEXT NOT NULL,
+        agent TEXT NOT NULL,
+        partition_key TEXT NOT NULL,
+        applied_at_us INTEGER NOT NULL,
+        delta TEXT NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS audit_partition ON audit (partition_key, seq)",
+    """CREATE TABLE IF NOT EXISTS reinforcements (
+        fact_id TEXT NOT NULL,
+        ts_us INTEGER NOT NULL,
+        delta_id TEXT NOT NULL,
+        PRIMARY KEY (fact_id, ts_us, delta_id)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS watermarks (
+        pack TEXT NOT NULL,
+        rule_id TEXT NOT NULL,
+        partition_key TEXT NOT NULL,
+        last_seq INTEGER NOT NULL,
+        updated_at_us INTEGER NOT NULL,
+        PRIMARY KEY (pack, rule_id, partition_key)
+    )""",
+    """CREATE TABLE IF NOT EXISTS rejections (
+        id TEXT NOT NULL,
+        pack TEXT NOT NULL,
+        rule_id TEXT NOT NULL,
+        partition_key TEXT NOT NULL,
+        user TEXT NOT NULL,
+        agent TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        at_us INTEGER NOT NULL,
+        PRIMARY KEY (id, pack, rule_id, partition_key)
+    )""",
+    "CREATE INDEX IF NOT EXISTS rejections_partition ON rejections (partition_key, at_us)",
+    "INSERT OR IGNORE INTO fact_store_meta (key, value) VALUES ('schema_version', '1')",
+)
+TABLES: Final = (
+    "fact_store_meta",
+    "facts",
+    "lineage",
+    "audit",
+    "reinforcements",
+    "watermarks",
+    "rejections",
+)
+
+_FACT_COLUMNS: Final = (
+    "id, user, agent, subject, predicate, object, payload, confidence, valid_from_us, "
+    "valid_until_us, superseded_by, recorded_at_us, rule_id, delta_id"
+)
+_LINEAGE_COLUMNS: Final = (
+    "rule_id, pack_hash, delta_id, source_episode_ids, promotion_ts_us, confidence, reason, "
+    "bindings, predecessor_ids"
+)
+_AUDIT_COLUMNS: Final = "seq, delta_id, kind, rule_id, pack_hash, user, agent, applied_at_us, delta"
+_INSERT_FACT: Final = (
+    "INSERT INTO facts (id, user, agent, partition_key, subject, predicate, object, payload, "
+    "confidence, valid_from_us, recorded_at_us, rule_id, delta_id) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_INSERT_LINEAGE: Final = (
+    f"INSERT INTO lineage (fact_id, {_LINEAGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_INSERT_AUDIT: Final = (
+    "INSERT INTO audit (delta_id, kind, rule_id, pack_hash, user, agent, partition_key, "
+    "applied_at_us, delta) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_CLOSE: Final = (
+    "UPDATE facts SET valid_until_us = ?, superseded_by = ?, closed_by = ? "
+    "WHERE id = ? AND valid_until_us IS NULL"
+)
+_INSERT_REINFORCEMENT: Final = (
+    "INSERT INTO reinforcements (fact_id, ts_us, delta_id) VALUES (?, ?, ?)"
+)
+_UPSERT_WATERMARK: Final = (
+    "INSERT INTO watermarks (pack, rule_id, partition_key, last_seq, updated_at_us) "
+    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (pack, rule_id, partition_key) "
+    "DO UPDATE SET last_seq = excluded.last_seq, updated_at_us = excluded.updated_at_us"
+)
+_INSERT_REJECTION: Final = (
+    "INSERT OR IGNORE INTO rejections (id, pack, rule_id, partition_key, user, agent, reason, "
+    "at_us) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_IN_JSON: Final = "IN (SELECT value FROM json_each(?))"
+_STORED_DELTAS: Final = f"SELECT delta_id FROM audit WHERE delta_id {_IN_JSON}"
+_FACT_STATES: Final = (
+    f"SELECT id, user, agent, valid_from_us, valid_until_us FROM facts WHERE id {_IN_JSON}"
+)
+_CURRENT: Final = """
+    SELECT f.id, f.subject, f.predicate, f.object, f.confidence, f.valid_from_us,
+        max(f.valid_from_us, coalesce(
+            (SELECT max(r.ts_us) FROM reinforcements r WHERE r.fact_id = f.id), f.valid_from_us)),
+        f.rule_id, l.source_episode_ids
+    FROM facts f JOIN lineage l ON l.fact_id = f.id
+    WHERE f.partition_key = ? AND f.valid_until_us IS NULL
+    ORDER BY f.valid_from_us, f.id"""
+
+
+# --- conversions ------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=8192)
+def _partition_key(user: str, agent: str) -> str:
+    return partition_key(user, agent)
+
+
+def _json_text(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+def _corrupt(table: str, row_id: object, exc: Exception) -> CorruptRowError:
+    return CorruptRowError(f"{table} row {row_id!r} is corrupt: {exc}", table=table, row_id=row_id)
+
+
+def fact_from_row(row: Sequence[Any]) -> Fact:
+    """A validated :class:`Fact` from a ``_FACT_COLUMNS`` row."""
+    try:
+        return Fact(
+            id=row[0],
+            user=row[1],
+            agent=row[2],
+            subject=row[3],
+            predicate=row[4],
+            object=row[5],
+            payload=orjson.loads(row[6]),
+            confidence=row[7],
+            valid_from=from_us(row[8]),
+            valid_until=None if row[9] is None else from_us(row[9]),
+            superseded_by=row[10],
+            recorded_at=from_us(row[11]),
+            rule_id=row[12],
+            delta_id=row[13],
+        )
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise _corrupt("facts", row[0], exc) from exc
+
+
+def bundle_from_row(fact_id: str, row: Sequence[Any]) -> ProvenanceBundle:
+    """A :class:`ProvenanceBundle` from a ``_LINEAGE_COLUMNS`` row."""
+    try:
+        return ProvenanceBundle(
+            rule_id=row[0],
+            pack_hash=row[1],
+            delta_id=row[2],
+            source_episode_ids=orjson.loads(row[3]),
+            promotion_ts=from_us(row[4]),
+            confidence=row[5],
+            reason=row[6],
+            bindings=orjson.loads(row[7]),
+            predecessor_ids=orjson.loads(row[8]),
+        )
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise _corrupt("lineage", fact_id, exc) from exc
+
+
+def audit_from_row(row: Sequence[Any]) -> AuditRow:
+    """An :class:`AuditRow` from an ``_AUDIT_COLUMNS`` row (the delta re-validated)."""
+    try:
+        return AuditRow(
+            seq=row[0],
+            delta_id=row[1],
+            kind=row[2],
+            rule_id=row[3],
+            pack_hash=row[4],
+            user=row[5],
+            agent=row[6],
+            applied_at=from_us(row[7]),
+            delta=DELTA_ADAPTER.validate_json(row[8]),
+        )
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise _corrupt("audit", row[0], exc) from exc
+
+
+def engine_fact(row: Sequence[Any]) -> EngineFact:
+    """An :class:`EngineFact` from a ``_CURRENT`` row, without pydantic."""
+    try:
+        sources = tuple(orjson.loads(row[8]))
+    except orjson.JSONDecodeError as exc:
+        raise _corrupt("lineage", row[0], exc) from exc
+    return EngineFact(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], sources)
+
+
+def _write_rows(
+    fact: Fact, bundle: ProvenanceBundle, recorded_us: int
+) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """The ``facts`` and ``lineage`` rows of one staged ``(fact, bundle)`` pair."""
+    valid_from_us = to_us(bundle.promotion_ts)
+    fact_row = (
+        fact.id,
+        fact.user,
+        fact.agent,
+        _partition_key(fact.user, fact.agent),
+        fact.subject,
+        fact.predicate,
+        fact.object,
+        orjson.dumps(fact.payload),
+        fact.confidence,
+        valid_from_us,
+        recorded_us,
+        fact.rule_id,
+        fact.delta_id,
+    )
+    lineage_row = (
+        fact.id,
+        bundle.rule_id,
+        bundle.pack_hash,
+        bundle.delta_id,
+        _json_text(bundle.source_episode_ids),
+        valid_from_us,
+        bundle.confidence,
+        bundle.reason,
+        _json_text(bundle.bindings),
+        _json_text(bundle.predecessor_ids),
+    )
+    return fact_row, lineage_row
+
+
+# --- validation ---------------------------------------------------------------------------
+
+
+def _validation_error(index: int, exc: ValidationError) -> DeltaValidationError:
+    """Name the index and the first failing field (the union's ``kind`` tag dropped)."""
+    first = exc.errors(include_url=False)[0]
+    loc = [str(part) for part in first["loc"]]
+    if loc and loc[0] in _KINDS:
+        loc = loc[1:]
+    field = ".".join(loc) or "kind"
+    return DeltaValidationError(
+        f"deltas[{index}].{field}: {first['msg']}", index=index, field=field
+    )
+
+
+def validate_deltas(items: Iterable[DeltaInput]) -> list[Delta]:
+    """Validate every item through ``DELTA_ADAPTER`` (dicts or models), before any write."""
+    out: list[Delta] = []
+    for index, item in enumerate(items):
+        try:
+            out.append(DELTA_ADAPTER.validate_python(item))
+        except ValidationError as exc:
+            raise _validation_error(index, exc) from exc
+    return out
+
+
+def _at(index: int, exc: DeltaValidationError) -> DeltaValidationError:
+    field = str(exc.context.get("field", ""))
+    return DeltaValidationError(f"deltas[{index}].{exc.message}", index=index, field=field)
+
+
+# --- applying a batch ---------------------------------------------------------------------
+
+
+class _GCPause:
+    """Pauses the cyclic garbage collector while any batch runs; restores it after the last.
+
+    A batch builds several short-lived container objects per delta; with a large heap of
+    input deltas, cycle detection alone cost a third of the apply time. Reference counting
+    still frees everything: only the search for cycles waits until the batch ends.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._active = 0
+        self._was_enabled = False
+
+    @contextmanager
+    def __call__(self) -> Iterator[None]:
+        with self._lock:
+            if self._active == 0:
+                self._was_enabled = gc.isenabled()
+                gc.disable()
+            self._active += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._active -= 1
+                if self._active == 0 and self._was_enabled:
+                    gc.enable()
+
+
+_gc_paused = _GCPause()
+
+
+@dataclass(slots=True)
+class _State:
+    """What the batch needs to know about a fact it may close or reinforce."""
+
+    user: str
+    agent: str
+    valid_from_us: int
+    closed: bool
+
+
+class _Batch:
+    """Applies validated deltas inside an open transaction, chunk by chunk.
+
+    Fact states (scope, validity) are mirrored in memory so later deltas see earlier
+    ones' effects and conflicts are found before each chunk's rows are written.
+    """
+
+    def __init__(
+        self, db: aiosqlite.Connection, adapter: ProvenanceAdapter, pack_hash: str, now: datetime
+    ) -> None:
+        self.db = db
+        self.adapter = adapter
+        self.pack_hash = pack_hash
+        self.now_us = to_us(now, "clock()")
+        self.now = now.astimezone(UTC)
+        self.known: dict[str, _State] = {}
+        self.closed_here: set[str] = set()
+        self.seen: set[str] = set()
+        self.counts = dict.fromkeys(_KINDS, 0)
+        self.skipped = 0
+        self.reinforced = 0
+        self.created: list[str] = []
+        self.closed: list[str] = []
+        self._audit: list[tuple[Any, ...]] = []
+        self._closes: list[tuple[Any, ...]] = []
+        self._reinforcements: list[tuple[Any, ...]] = []
+
+    async def apply_chunk(self, start: int, deltas: Sequence[Delta]) -> None:
+        """Apply ``deltas`` (indices from ``start``) and write their rows."""
+        bodies = [delta.canonical_body() for delta in deltas]
+        ids = [delta_id_of(body) for body in bodies]
+        stored = {row[0] for row in await _fetch(self.db, _STORED_DELTAS, (_json_text(ids),))}
+        await self._load(deltas)
+        for offset, (delta, did, body) in enumerate(zip(deltas, ids, bodies, strict=True)):
+            if did in stored or did in self.seen:
+                self.skipped += 1
+                continue
+            self.seen.add(did)
+            try:
+                self._apply(start + offset, delta, did)
+            except DeltaValidationError as exc:
+                raise _at(start + offset, exc) from exc
+            self._audit_row(delta, did, body)
+        await self._flush()
+
+    async def _load(self, deltas: Sequence[Delta]) -> None:
+        """Read the states of referenced facts the batch has not seen yet."""
+        wanted: set[str] = set()
+        for delta in deltas:
+            if isinstance(delta, UpdateDelta | DeleteDelta):
+                wanted.update(delta.replaces)
+            elif isinstance(delta, NoopDelta):
+                wanted.update(delta.reinforces)
+        missing = sorted(wanted - self.known.keys())
+        if missing:
+            rows = await _fetch(self.db, _FACT_STATES, (_json_text(missing),))
+            for fid, user, agent, valid_from_us, valid_until_us in rows:
+                self.known[fid] = _State(user, agent, valid_from_us, valid_until_us is not None)
+
+    def _apply(self, index: int, delta: Delta, did: str) -> None:
+        if isinstance(delta, AddDelta):
+            self._assert(delta, did, ())
+        elif isinstance(delta, UpdateDelta):
+            self._close(index, delta, did, "f" + did[1:])
+            self._assert(delta, did, tuple(delta.replaces))
+        elif isinstance(delta, DeleteDelta):
+            sanitize_bundle(self._bundle(delta, did, ()))
+            self._close(index, delta, did, None)
+        else:
+            sanitize_bundle(self._bundle(delta, did, ()))
+            self._reinforce(index, delta, did)
+        self.counts[delta.kind] += 1
+
+    def _bundle(self, delta: Delta, did: str, predecessors: tuple[str, ...]) -> ProvenanceBundle:
+        return trusted(
+            ProvenanceBundle,
+            {
+                "rule_id": delta.rule_id,
+                "pack_hash": self.pack_hash,
+                "delta_id": did,
+                "source_episode_ids": tuple(delta.source_episode_ids),
+                "promotion_ts": delta.promotion_ts,
+                "confidence": delta.confidence,
+                "reason": delta.reason,
+                "bindings": delta.bindings,
+                "predecessor_ids": predecessors,
+            },
+        )
+
+    def _assert(
+        self, delta: AddDelta | UpdateDelta, did: str, predecessors: tuple[str, ...]
+    ) -> None:
+        fact_id = "f" + did[1:]
+        payload = delta.fact
+        fact = trusted(
+            Fact,
+            {
+                "id": fact_id,
+                "user": delta.user,
+                "agent": delta.agent,
+                "subject": payload.subject,
+                "predicate": payload.predicate,
+                "object": payload.object,
+                "payload": payload.payload,
+                "confidence": delta.confidence,
+                "valid_from": delta.promotion_ts,
+                "valid_until": None,
+                "superseded_by": None,
+                "recorded_at": self.now,
+                "rule_id": delta.rule_id,
+                "delta_id": did,
+            },
+        )
+        clean = self.adapter.assert_with_provenance(fact, self._bundle(delta, did, predecessors))
+        self.known[fact_id] = _State(delta.user, delta.agent, to_us(clean.promotion_ts), False)
+        self.created.append(fact_id)
+
+    def _close(
+        self, index: int, delta: UpdateDelta | DeleteDelta, did: str, successor: str | None
+    ) -> None:
+        self._check_refs(index, delta, did, delta.replaces, "replace")
+        until_us = to_us(delta.promotion_ts)
+        for fid in delta.replaces:
+            state = self.known[fid]
+            state.closed = True
+            self.closed_here.add(fid)
+            self._closes.append((max(until_us, state.valid_from_us), successor, did, fid))
+            self.closed.append(fid)
+
+    def _reinforce(self, index: int, delta: NoopDelta, did: str) -> None:
+        self._check_refs(index, delta, did, delta.reinforces, "reinforce")
+        ts_us = to_us(delta.promotion_ts)
+        self._reinforcements.extend((fid, ts_us, did) for fid in delta.reinforces)
+        self.reinforced += len(delta.reinforces)
+
+    def _check_refs(
+        self, index: int, delta: Delta, did: str, ids: Sequence[str], verb: str
+    ) -> None:
+        """Raise :class:`FactConflictError` naming every fact ``ids`` cannot resolve to."""
+        problems: dict[str, str] = {}
+        for position, fid in enumerate(ids):
+            problem = self._problem(fid, delta)
+            if fid in ids[:position]:
+                problem = "named twice in this delta"
+            if problem is not None:
+                problems.setdefault(fid, problem)
+        if problems:
+            detail = "; ".join(f"{fid}: {why}" for fid, why in problems.items())
+            raise FactConflictError(
+                f"deltas[{index}] ({delta.kind} {did}) cannot {verb} {detail}",
+                fact_ids=list(problems),
+                problems=problems,
+                index=index,
+                delta_id=did,
+            )
+
+    def _problem(self, fid: str, delta: Delta) -> str | None:
+        state = self.known.get(fid)
+        if state is None:
+            return "unknown fact"
+        if (state.user, state.agent) != (delta.user, delta.agent):
+            return "fact belongs to another (user, agent)"
+        if fid in self.closed_here:
+            return "already closed earlier in this batch"
+        return "fact is already closed" if state.closed else None
+
+    def _audit_row(self, delta: Delta, did: str, body: bytes) -> None:
+        self._audit.append(
+            (
+                did,
+                delta.kind,
+                delta.rule_id,
+                self.pack_hash,
+                delta.user,
+                delta.agent,
+                _partition_key(delta.user, delta.agent),
+                self.now_us,
+                body.decode(),
+            )
+        )
+
+    async def _flush(self) -> None:
+        """Write the chunk: new facts and lineage first, so closes can reach them."""
+        rows = [
+            _write_rows(fact, bundle, self._recorded_us(fact))
+            for fact, bundle in self.adapter.take_staged()
+        ]
+        writes = (
+            (_INSERT_FACT, [fact_row for fact_row, _ in rows]),
+            (_INSERT_LINEAGE, [lineage_row for _, lineage_row in rows]),
+            (_CLOSE, self._closes),
+            (_INSERT_AUDIT, self._audit),
+            (_INSERT_REINFORCEMENT, self._reinforcements),
+        )
+        for sql, rows in writes:
+            if rows:
+                await self.db.executemany(sql, rows)
+        self._audit, self._closes, self._reinforcements = [], [], []
+
+    def _recorded_us(self, fact: Fact) -> int:
+        return self.now_us if fact.recorded_at is self.now else to_us(fact.recorded_at)
+
+    async def advance(self, advances: Sequence[WatermarkAdvance]) -> tuple[WatermarkAdvance, ...]:
+        """Move watermarks forward (in order); any step backwards raises :class:`StoreError`."""
+        final: dict[tuple[str, str, str], WatermarkAdvance] = {}
+        for index, adv in enumerate(advances):
+            key = (adv.pack, adv.rule_id, adv.partition.key)
+            prior = final[key].last_seq if key in final else await self._stored_seq(key)
+            if adv.last_seq < prior:
+                raise StoreError(
+                    f"watermarks[{index}]: {adv.pack}/{adv.rule_id} at {key[2]} would go "
+                    f"backwards from {prior} to {adv.last_seq}",
+                    index=index,
+                    stored=prior,
+                    requested=adv.last_seq,
+                )
+            final[key] = adv
+        rows = [(*key, adv.last_seq, self.now_us) for key, adv in final.items()]
+        if rows:
+            await self.db.executemany(_UPSERT_WATERMARK, rows)
+        return tuple(final.values())
+
+    async def _stored_seq(self, key: tuple[str, str, str]) -> int:
+        seq = await _scalar(
+            self.db,
+            "SELECT last_seq FROM watermarks WHERE pack = ? AND rule_id = ? AND partition_key = ?",
+            key,
+        )
+        return 0 if seq is None else int(seq)
+
+    async def reject(self, rejections: Sequence[Rejection]) -> None:
+        """Record rejected episodes (a repeat of the same rejection is ignored)."""
+        rows = [
+            (
+                r.id,
+                r.pack,
+                r.rule_id,
+                r.partition.key,
+                r.partition.user,
+                r.partition.agent,
+                r.reason,
+                self.now_us if r.at is None else to_us(r.at),
+            )
+            for r in rejections
+        ]
+        if rows:
+            await self.db.executemany(_INSERT_REJECTION, rows)
+
+    def result(self, watermarks: tuple[WatermarkAdvance, ...], rejections: int) -> ApplyResult:
+        return ApplyResult(
+            added=self.counts["add"],
+            updated=self.counts["update"],
+            deleted=self.counts["delete"],
+            noops=self.counts["noop"],
+            skipped=self.skipped,
+            reinforced=self.reinforced,
+            rejections=rejections,
+            created_fact_ids=tuple(self.created),
+            closed_fact_ids=tuple(self.closed),
+            watermarks=watermarks,
+        )
+
+
+# --- reads --------------------------------------------------------------------------------
+
+
+def _pattern_filter(pattern: FactPattern) -> tuple[list[str], list[Any]]:
+    """SQL conditions and parameters for a :class:`FactPattern` (history aside)."""
+    where: list[str] = []
+    params: list[Any] = []
+    if pattern.user is not None and pattern.agent is not None:
+        where.append("partition_key = ?")
+        params.append(_partition_key(pattern.user, pattern.agent))
+    elif pattern.user is not None:
+        prefix = user_prefix(pattern.user)
+        where.append("partition_key >= ? AND partition_key < ?")
+        params += [prefix, prefix_upper_bound(prefix)]
+    elif pattern.agent is not None:
+        where.append("agent = ?")
+        params.append(pattern.agent)
+    for column in ("subject", "predicate", "object"):
+        value = getattr(pattern, column)
+        if value is not None:
+            where.append(f"{column} = ?")
+            params.append(value)
+    if pattern.min_confidence is not None:
+        where.append("confidence >= ?")
+        params.append(pattern.min_confidence)
+    return where, params
+
+
+def fact_query(pattern: FactPattern, *, as_of_us: int | None = None) -> tuple[str, list[Any]]:
+    """The SQL and parameters of ``query`` (or of ``as_of`` when ``as_of_us`` is given)."""
+    where, params = _pattern_filter(pattern)
+    if as_of_us is not None:
+        where.append("valid_from_us <= ? AND (valid_until_us IS NULL OR valid_until_us > ?)")
+        params += [as_of_us, as_of_us]
+    elif not pattern.include_history:
+        where.append("valid_until_us IS NULL")
+    condition = " AND ".join(where) or "1"
+    params.append(-1 if pattern.limit is None else pattern.limit)
+    sql = f"SELECT {_FACT_COLUMNS} FROM facts WHERE {condition} ORDER BY valid_from_us, id LIMIT ?"
+    return sql, params
+
+
+async def _facts_with_predecessors(
+    db: aiosqlite.Connection, ids: Sequence[str]
+) -> dict[str, tuple[Fact, list[str]]]:
+    cols = ", ".join(f"f.{c.strip()}" for c in _FACT_COLUMNS.split(","))
+    rows = await _fetch(
+        db,
+        f"SELECT {cols}, l.predecessor_ids FROM facts f "
+        f"LEFT JOIN lineage l ON l.fact_id = f.id WHERE f.id {_IN_JSON}",
+        (_json_text(list(ids)),),
+    )
+    return {row[0]: (fact_from_row(row), orjson.loads(row[14] or b"[]")) for row in rows}
+
+
+async def _predecessors(db: aiosqlite.Connection, first: Sequence[str]) -> list[Fact]:
+    """Walk ``predecessor_ids`` back, breadth first, nearest first, each fact once."""
+    out: list[Fact] = []
+    seen: set[str] = set()
+    frontier = list(first)
+    while frontier:
+        found = await _facts_with_predecessors(db, frontier)
+        upcoming: list[str] = []
+        for fid in frontier:
+            if fid in seen or fid not in found:
+                continue
+            seen.add(fid)
+            fact, earlier = found[fid]
+            out.append(fact)
+            upcoming += earlier
+        frontier = upcoming
+    return out
+
+
+async def _successors(db: aiosqlite.Connection, fact: Fact) -> list[Fact]:
+    """Follow ``superseded_by`` forward to the fact that replaced it, and so on."""
+    out: list[Fact] = []
+    seen = {fact.id}
+    nxt = fact.superseded_by
+    while nxt is not None and nxt not in seen:
+        seen.add(nxt)
+        rows = await _fetch(db, f"SELECT {_FACT_COLUMNS} FROM facts WHERE id = ?", (nxt,))
+        if not rows:
+            break
+        out.append(fact_from_row(rows[0]))
+        nxt = out[-1].superseded_by
+    return out
+
+
+async def _source_episodes(
+    db: aiosqlite.Connection, ids: Sequence[str]
+) -> tuple[SourceEpisode, ...]:
+    """Source episodes with content from the ``episodes`` table when it exists."""
+    columns = {
+        str(row[0]) for row in await _fetch(db, "SELECT name FROM pragma_table_info('episodes')")
+    }
+    found: dict[str, SourceEpisode] = {}
+    if {"id", "session", "ts_us", "content"} <= columns:
+        rows = await _fetch(
+            db,
+            f"SELECT id, session, ts_us, content FROM episodes WHERE id {_IN_JSON}",
+            (_json_text(list(ids)),),
+        )
+        for eid, session, ts_us, content in rows:
+            found[eid] = SourceEpisode(
+                id=eid, session=session, timestamp=from_us(ts_us), content=content
+            )
+    return tuple(found.get(eid, SourceEpisode(id=eid)) for eid in ids)
+
+
+async def _audit_touching(
+    db: aiosqlite.Connection, fact_id: str, delta_ids: list[str]
+) -> list[AuditRow]:
+    rows = await _fetch(
+        db,
+        f"SELECT {_AUDIT_COLUMNS} FROM audit WHERE delta_id {_IN_JSON} "
+        "OR delta_id IN (SELECT delta_id FROM reinforcements WHERE fact_id = ?) ORDER BY seq",
+        (_json_text(delta_ids), fact_id),
+    )
+    return [audit_from_row(row) for row in rows]
+
+
+async def _inspect(db: aiosqlite.Connection, path: Path) -> StoreHealth:
+    """Read the real figures from an open connection (reads only)."""
+    tables = {row[0] for row in await _fetch(db, "SELECT name FROM sqlite_master")}
+    journal = str(await _scalar(db, "PRAGMA journal_mode"))
+    quick = "; ".join(str(row[0]) for row in await _fetch(db, "PRAGMA quick_check"))
+    base = StoreHealth(
+        ok=False, path=str(path), journal_mode=journal, quick_check=quick, file_size=_size(path)
+    )
+    missing = [table for table in TABLES if table not in tables]
+    if missing:
+        reason = f"not bootstrapped: missing table(s) {', '.join(missing)}"
+        return base.model_copy(update={"reason": reason})
+    version = await _scalar(db, "SELECT value FROM fact_store_meta WHERE key = 'schema_version'")
+    problem = None
+    if quick != "ok":
+        problem = f"quick_check failed: {quick}"
+    elif journal.lower() != "wal":
+        problem = f"journal mode is {journal}, expected wal"
+    return base.model_copy(
+        update={
+            "ok": problem is None,
+            "reason": problem,
+            "schema_version": None if version is None else int(version),
+            "fact_count": await _scalar(db, "SELECT count(*) FROM facts"),
+        }
+    )
+
+
+# --- the store ----------------------------------------------------------------------------
+
+
+class SQLiteFactStore:
+    """The :class:`~stargraph_mem.stores.fact.FactStore` over one SQLite file.
+
+    By default the same file as the episode store. ``clock`` (tz-aware) stamps
+    ``recorded_at`` and audit rows; ``adapter`` carries listeners for new facts.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        clock: Callable[[], datetime] = utc_now,
+        adapter: ProvenanceAdapter | None = None,
+    ) -> None:
+        self.path = Path(path)
+        self.adapter = adapter if adapter is not None else ProvenanceAdapter()
+        self._clock = clock
+        self._db: aiosqlite.Connection | None = None
+        self._lock = asyncio.Lock()
+
+    async def __aenter__(self) -> Self:
+        await self.bootstrap()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the connection (a later call reopens it)."""
+        async with self._lock:
+            if self._db is not None:
+                db, self._db = self._db, None
+                await db.close()
+
+    async def _ready(self) -> aiosqlite.Connection:
+        """The open, bootstrapped connection. Call with the lock held."""
+        if self._db is None:
+            db = await _open(self.path)
+            try:
+                await db.execute(f"PRAGMA cache_size={CACHE_KIB}")
+                await self._bootstrap(db)
+            except BaseException:
+                await db.close()
+                raise
+            self._db = db
+        return self._db
+
+    @staticmethod
+    async def _bootstrap(db: aiosqlite.Connection) -> None:
+        async with _transaction(db):
+            for statement in _SCHEMA:
+                await db.execute(statement)
+
+    @asynccontextmanager
+    async def _read(self) -> AsyncIterator[aiosqlite.Connection]:
+        async with self._lock:
+            yield await self._ready()
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    async def bootstrap(self) -> None:
+        """Create folders, tables, indexes and the meta row; idempotent."""
+        async with self._lock:
+            if self._db is None:
+                await self._ready()
+            else:
+                await self._bootstrap(self._db)
+
+    async def health(self) -> StoreHealth:
+        """Real figures from a look at the file (reads only); never creates it, never raises."""
+        path = self.path
+        if not path.is_file():
+            what = "does not exist" if not path.exists() else "is not a regular file"
+            return StoreHealth(ok=False, reason=f"database file {what}", path=str(path))
+        try:
+            mode = "rw" if os.access(path, os.W_OK) else "ro"
+            async with aiosqlite.connect(f"{path.resolve().as_uri()}?mode={mode}", uri=True) as db:
+                return await _inspect(db, path)
+        except (sqlite3.Error, OSError) as exc:
+            reason = f"not a usable SQLite database: {exc}"
+            return StoreHealth(ok=False, reason=reason, path=str(path), file_size=_size(path))
+
+    # --- writes -------------------------------------------------------------------------
+
+    async def apply_delta(self, delta: DeltaInput, *, pack_hash: str = "") -> ApplyResult:
+        """Apply one delta (see :meth:`apply_deltas`)."""
+        return await self.apply_deltas([delta], pack_hash=pack_hash)
+
+    async def apply_deltas(
+        self,
+        deltas: Sequence[DeltaInput],
+        *,
+        pack_hash: str = "",
+        watermarks: Sequence[WatermarkAdvance] = (),
+        rejections: Sequence[Rejection] = (),
+    ) -> ApplyResult:
+        """Apply a batch in order, in one transaction, with its watermarks and rejections.
+
+        Deltas already in the audit table are skipped. Any error (validation, conflict,
+        a watermark going backwards, a listener raising) rolls the whole batch back.
+        """
+        check_pack_hash(pack_hash)
+        with _gc_paused():
+            return await self._apply(
+                validate_deltas(deltas), pack_hash, tuple(watermarks), tuple(rejections)
+            )
+
+    async def _apply(
+        self,
+        deltas: list[Delta],
+        pack_hash: str,
+        watermarks: tuple[WatermarkAdvance, ...],
+        rejections: tuple[Rejection, ...],
+    ) -> ApplyResult:
+        now = self._clock()
+        async with self._lock:
+            db = await self._ready()
+            batch = _Batch(db, self.adapter, pack_hash, now)
+            try:
+                async with _transaction(db):
+                    for start in range(0, len(deltas), CHUNK):
+                        await batch.apply_chunk(start, deltas[start : start + CHUNK])
+                    advanced = await batch.advance(watermarks)
+                    await batch.reject(rejections)
+            finally:
+                self.adapter.discard()
+        return batch.result(advanced, len(rejections))
+
+    # --- reads --------------------------------------------------------------------------
+
+    async def query(self, pattern: FactPattern) -> list[Fact]:
+        """Facts matching ``pattern`` (current only unless ``include_history``)."""
+        sql, params = fact_query(pattern)
+        async with self._read() as db:
+            rows = await _fetch(db, sql, params)
+        return [fact_from_row(row) for row in rows]
+
+    async def as_of(self, t: datetime, pattern: FactPattern | None = None) -> list[Fact]:
+        """Facts valid at ``t`` (``valid_from <= t < valid_until``); naive ``t`` is refused."""
+        sql, params = fact_query(pattern or FactPattern(), as_of_us=to_us(t, "as_of time"))
+        async with self._read() as db:
+            rows = await _fetch(db, sql, params)
+        return [fact_from_row(row) for row in rows]
+
+    async def get(self, fact_id: str) -> Fact:
+        """One fact by id, current or closed; :class:`FactNotFoundError` if unknown."""
+        async with self._read() as db:
+            rows = await _fetch(db, f"SELECT {_FACT_COLUMNS} FROM facts WHERE id = ?", (fact_id,))
+        if not rows:
+            raise FactNotFoundError(f"no fact with id {fact_id!r}", fact_id=fact_id)
+        return fact_from_row(rows[0])
+
+    async def lineage(self, fact_id: str) -> ProvenanceBundle:
+        """The provenance bundle recorded with a fact."""
+        async with self._read() as db:
+            return await self._lineage(db, fact_id)
+
+    @staticmethod
+    async def _lineage(db: aiosqlite.Connection, fact_id: str) -> ProvenanceBundle:
+        rows = await _fetch(
+            db, f"SELECT {_LINEAGE_COLUMNS} FROM lineage WHERE fact_id = ?", (fact_id,)
+        )
+        if not rows:
+            raise FactNotFoundError(f"no lineage for fact id {fact_id!r}", fact_id=fact_id)
+        return bundle_from_row(fact_id, rows[0])
+
+    async def current_facts(self, partition: Partition) -> list[EngineFact]:
+        """The partition's current facts for the consolidation runtime (no pydantic)."""
+        async with self._read() as db:
+            rows = await _fetch(db, _CURRENT, (partition.key,))
+        return [engine_fact(row) for row in rows]
+
+    async def watermark(self, pack: str, rule_id: str, partition: Partition) -> int:
+        """Last consolidated episode seq for (pack, rule, partition); 0 when none."""
+        async with self._read() as db:
+            seq = await _scalar(
+                db,
+                "SELECT last_seq FROM watermarks WHERE pack = ? AND rule_id = ? "
+                "AND partition_key = ?",
+                (pack, rule_id, partition.key),
+            )
+        return 0 if seq is None else int(seq)
+
+    async def watermarks(self, pack: str, partition: Partition) -> dict[str, int]:
+        """Every rule's watermark for (pack, partition), by rule id."""
+        async with self._read() as db:
+            rows = await _fetch(
+                db,
+                "SELECT rule_id, last_seq FROM watermarks WHERE pack = ? AND partition_key = ? "
+                "ORDER BY rule_id",
+                (pack, partition.key),
+            )
+        return {str(rule_id): int(seq) for rule_id, seq in rows}
+
+    async def audit_rows(self, partition: Partition | None = None) -> list[AuditRow]:
+        """Applied deltas in application order, optionally for one partition."""
+        where, params = ("WHERE partition_key = ?", (partition.key,)) if partition else ("", ())
+        async with self._read() as db:
+            rows = await _fetch(
+                db, f"SELECT {_AUDIT_COLUMNS} FROM audit {where} ORDER BY seq", params
+            )
+        return [audit_from_row(row) for row in rows]
+
+    async def rejections(self, partition: Partition | None = None) -> list[Rejection]:
+        """Recorded rejections, oldest first, optionally for one partition."""
+        where, params = ("WHERE partition_key = ?", (partition.key,)) if partition else ("", ())
+        async with self._read() as db:
+            rows = await _fetch(
+                db,
+                "SELECT id, pack, rule_id, user, agent, reason, at_us FROM rejections "
+                f"{where} ORDER BY at_us, id, pack, rule_id, partition_key",
+                params,
+            )
+        return [
+            Rejection(
+                id=rid,
+                pack=pack,
+                rule_id=rule_id,
+                partition=Partition(user, agent),
+                reason=reason,
+                at=from_us(at_us),
+            )
+            for rid, pack, rule_id, user, agent, reason, at_us in rows
+        ]
+
+    async def explain(self, fact_id: str) -> Explanation:
+        """Rule, pack hash, reason, bindings, source episodes, supersession chain, audit."""
+        async with self._read() as db:
+            rows = await _fetch(
+                db, f"SELECT {_FACT_COLUMNS}, closed_by FROM facts WHERE id = ?", (fact_id,)
+            )
+            if not rows:
+                raise FactNotFoundError(f"no fact with id {fact_id!r}", fact_id=fact_id)
+            fact, closed_by = fact_from_row(rows[0]), rows[0][14]
+            provenance = await self._lineage(db, fact_id)
+            touching = [fact.delta_id] + ([closed_by] if closed_by else [])
+            return Explanation(
+                fact=fact,
+                provenance=provenance,
+                source_episodes=await _source_episodes(db, provenance.source_episode_ids),
+                predecessors=tuple(await _predecessors(db, provenance.predecessor_ids)),
+                successors=tuple(await _successors(db, fact)),
+                closed_by=closed_by,
+                audit=tuple(await _audit_touching(db, fact_id, touching)),
+            )
