@@ -111,14 +111,19 @@ def existing(db: Path) -> Path:
 
 def parse_timestamp(value: str | None) -> datetime:
     """ISO-8601 with a UTC offset (default: now, UTC); a naive value is an error."""
+    return parse_aware(value, "--timestamp") or utc_now()
+
+
+def parse_aware(value: str | None, option: str) -> datetime | None:
+    """An optional ISO-8601 option value that must carry a UTC offset."""
     if value is None:
-        return utc_now()
+        return None
     try:
         parsed = datetime.fromisoformat(value)
     except ValueError as exc:
         raise typer.BadParameter(f"not an ISO-8601 timestamp: {value!r}") from exc
     if parsed.utcoffset() is None:
-        fail(f"--timestamp {value!r} has no UTC offset (write e.g. {value}+00:00)")
+        fail(f"{option} {value!r} has no UTC offset (write e.g. {value}+00:00)")
     return parsed
 
 
@@ -330,19 +335,6 @@ def aligned(rows: Sequence[Sequence[str]]) -> list[str]:
 
 
 # --- consolidation and facts ------------------------------------------------------------
-
-
-def parse_aware(value: str | None, option: str) -> datetime | None:
-    """An optional ISO-8601 option value that must carry a UTC offset."""
-    if value is None:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError as exc:
-        raise typer.BadParameter(f"not an ISO-8601 timestamp: {value!r}") from exc
-    if parsed.utcoffset() is None:
-        fail(f"{option} {value!r} has no UTC offset (write e.g. {value}+00:00)")
-    return parsed
 
 
 def report_line(report: PassReport) -> str:

@@ -85,16 +85,7 @@ def _guarded_seqs(
 ) -> set[int]:
     conn = _connect_read_only(path)
     try:
-        conn.set_authorizer(_authorizer)
-        deadline = time.monotonic() + TIME_LIMIT_S
-        conn.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
-        try:
-            rows = conn.execute(sql, tuple(params)).fetchall()
-        except sqlite3.Error as exc:
-            raise ConsolidationRuleError(
-                f"rule '{rule_id}': {what} refused or failed: {exc}", rule_id=rule_id
-            ) from exc
-        return {int(r[0]) for r in rows}
+        return _guarded(conn, sql, params, rule_id, what)
     finally:
         conn.close()
 
@@ -129,7 +120,8 @@ def when_filter_seqs(
             "INSERT INTO episodes VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
             [_legacy_row(r, partition) for r in records],
         )
-        return _guarded(conn, f"SELECT seq FROM episodes WHERE ({when_filter})", (), rule_id)
+        sql = f"SELECT seq FROM episodes WHERE ({when_filter})"
+        return _guarded(conn, sql, (), rule_id, "when_filter")
     finally:
         conn.close()
 
@@ -153,7 +145,10 @@ def _legacy_row(r: EpisodeRecord, partition: Partition) -> tuple[Any, ...]:
     )
 
 
-def _guarded(conn: sqlite3.Connection, sql: str, params: Sequence[Any], rule_id: str) -> set[int]:
+def _guarded(
+    conn: sqlite3.Connection, sql: str, params: Sequence[Any], rule_id: str, what: str
+) -> set[int]:
+    """Run ``sql`` under the authorizer and the time limit; return the first column."""
     conn.set_authorizer(_authorizer)
     deadline = time.monotonic() + TIME_LIMIT_S
     conn.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
@@ -161,7 +156,7 @@ def _guarded(conn: sqlite3.Connection, sql: str, params: Sequence[Any], rule_id:
         rows = conn.execute(sql, tuple(params)).fetchall()
     except sqlite3.Error as exc:
         raise ConsolidationRuleError(
-            f"rule '{rule_id}': when_filter refused or failed: {exc}", rule_id=rule_id
+            f"rule '{rule_id}': {what} refused or failed: {exc}", rule_id=rule_id
         ) from exc
     return {int(r[0]) for r in rows}
 
