@@ -8,19 +8,15 @@ per table and chunk, so a failure anywhere leaves the file exactly as it was.
 
 from __future__ import annotations
 
-import asyncio
 import gc
-import os
-import sqlite3
 import threading
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Final, Self
+from typing import Any, Final
 
 import aiosqlite
 import orjson
@@ -55,20 +51,18 @@ from stargraph_mem.stores.models import (
     Fact,
     FactPattern,
     NoopDelta,
-    StoreHealth,
     UpdateDelta,
     delta_id_of,
     utc_now,
 )
 from stargraph_mem.stores.scope import Partition, partition_key, prefix_upper_bound, user_prefix
-from stargraph_mem.stores.sqlite_memory import (
-    _fetch,
-    _open,
-    _scalar,
-    _size,
-    _transaction,
+from stargraph_mem.stores.sqlite_base import (
+    SQLiteStoreBase,
+    fetch,
     from_us,
+    scalar,
     to_us,
+    transaction,
 )
 
 __all__ = ["CHUNK", "SCHEMA_VERSION", "SQLiteFactStore", "fact_query", "validate_deltas"]
@@ -447,7 +441,7 @@ class _Batch:
         """Apply ``deltas`` (indices from ``start``) and write their rows."""
         bodies = [delta.canonical_body() for delta in deltas]
         ids = [delta_id_of(body) for body in bodies]
-        stored = {row[0] for row in await _fetch(self.db, _STORED_DELTAS, (_json_text(ids),))}
+        stored = {row[0] for row in await fetch(self.db, _STORED_DELTAS, (_json_text(ids),))}
         await self._load(deltas)
         for offset, (delta, did, body) in enumerate(zip(deltas, ids, bodies, strict=True)):
             if did in stored or did in self.seen:
@@ -471,7 +465,7 @@ class _Batch:
                 wanted.update(delta.reinforces)
         missing = sorted(wanted - self.known.keys())
         if missing:
-            rows = await _fetch(self.db, _FACT_STATES, (_json_text(missing),))
+            rows = await fetch(self.db, _FACT_STATES, (_json_text(missing),))
             for fid, user, agent, valid_from_us, valid_until_us in rows:
                 self.known[fid] = _State(user, agent, valid_from_us, valid_until_us is not None)
 
@@ -639,7 +633,7 @@ class _Batch:
         return tuple(final.values())
 
     async def _stored_seq(self, key: tuple[str, str, str]) -> int:
-        seq = await _scalar(
+        seq = await scalar(
             self.db,
             "SELECT last_seq FROM watermarks WHERE pack = ? AND rule_id = ? AND partition_key = ?",
             key,
@@ -725,7 +719,7 @@ async def _facts_with_predecessors(
     db: aiosqlite.Connection, ids: Sequence[str]
 ) -> dict[str, tuple[Fact, list[str]]]:
     cols = ", ".join(f"f.{c.strip()}" for c in _FACT_COLUMNS.split(","))
-    rows = await _fetch(
+    rows = await fetch(
         db,
         f"SELECT {cols}, l.predecessor_ids FROM facts f "
         f"LEFT JOIN lineage l ON l.fact_id = f.id WHERE f.id {_IN_JSON}",
@@ -760,7 +754,7 @@ async def _successors(db: aiosqlite.Connection, fact: Fact) -> list[Fact]:
     nxt = fact.superseded_by
     while nxt is not None and nxt not in seen:
         seen.add(nxt)
-        rows = await _fetch(db, f"SELECT {_FACT_COLUMNS} FROM facts WHERE id = ?", (nxt,))
+        rows = await fetch(db, f"SELECT {_FACT_COLUMNS} FROM facts WHERE id = ?", (nxt,))
         if not rows:
             break
         out.append(fact_from_row(rows[0]))
@@ -773,11 +767,11 @@ async def _source_episodes(
 ) -> tuple[SourceEpisode, ...]:
     """Source episodes with content from the ``episodes`` table when it exists."""
     columns = {
-        str(row[0]) for row in await _fetch(db, "SELECT name FROM pragma_table_info('episodes')")
+        str(row[0]) for row in await fetch(db, "SELECT name FROM pragma_table_info('episodes')")
     }
     found: dict[str, SourceEpisode] = {}
     if {"id", "session", "ts_us", "content"} <= columns:
-        rows = await _fetch(
+        rows = await fetch(
             db,
             f"SELECT id, session, ts_us, content FROM episodes WHERE id {_IN_JSON}",
             (_json_text(list(ids)),),
@@ -792,7 +786,7 @@ async def _source_episodes(
 async def _audit_touching(
     db: aiosqlite.Connection, fact_id: str, delta_ids: list[str]
 ) -> list[AuditRow]:
-    rows = await _fetch(
+    rows = await fetch(
         db,
         f"SELECT {_AUDIT_COLUMNS} FROM audit WHERE delta_id {_IN_JSON} "
         "OR delta_id IN (SELECT delta_id FROM reinforcements WHERE fact_id = ?) ORDER BY seq",
@@ -801,43 +795,18 @@ async def _audit_touching(
     return [audit_from_row(row) for row in rows]
 
 
-async def _inspect(db: aiosqlite.Connection, path: Path) -> StoreHealth:
-    """Read the real figures from an open connection (reads only)."""
-    tables = {row[0] for row in await _fetch(db, "SELECT name FROM sqlite_master")}
-    journal = str(await _scalar(db, "PRAGMA journal_mode"))
-    quick = "; ".join(str(row[0]) for row in await _fetch(db, "PRAGMA quick_check"))
-    base = StoreHealth(
-        ok=False, path=str(path), journal_mode=journal, quick_check=quick, file_size=_size(path)
-    )
-    missing = [table for table in TABLES if table not in tables]
-    if missing:
-        reason = f"not bootstrapped: missing table(s) {', '.join(missing)}"
-        return base.model_copy(update={"reason": reason})
-    version = await _scalar(db, "SELECT value FROM fact_store_meta WHERE key = 'schema_version'")
-    problem = None
-    if quick != "ok":
-        problem = f"quick_check failed: {quick}"
-    elif journal.lower() != "wal":
-        problem = f"journal mode is {journal}, expected wal"
-    return base.model_copy(
-        update={
-            "ok": problem is None,
-            "reason": problem,
-            "schema_version": None if version is None else int(version),
-            "fact_count": await _scalar(db, "SELECT count(*) FROM facts"),
-        }
-    )
-
-
 # --- the store ----------------------------------------------------------------------------
 
 
-class SQLiteFactStore:
+class SQLiteFactStore(SQLiteStoreBase):
     """The :class:`~stargraph_mem.stores.fact.FactStore` over one SQLite file.
 
     By default the same file as the episode store. ``clock`` (tz-aware) stamps
     ``recorded_at`` and audit rows; ``adapter`` carries listeners for new facts.
     """
+
+    _pragmas = (f"PRAGMA cache_size={CACHE_KIB}",)
+    _tables = TABLES
 
     def __init__(
         self,
@@ -846,78 +815,20 @@ class SQLiteFactStore:
         clock: Callable[[], datetime] = utc_now,
         adapter: ProvenanceAdapter | None = None,
     ) -> None:
-        self.path = Path(path)
+        super().__init__(path, clock=clock)
         self.adapter = adapter if adapter is not None else ProvenanceAdapter()
-        self._clock = clock
-        self._db: aiosqlite.Connection | None = None
-        self._lock = asyncio.Lock()
 
-    async def __aenter__(self) -> Self:
-        await self.bootstrap()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
-
-    async def close(self) -> None:
-        """Close the connection (a later call reopens it)."""
-        async with self._lock:
-            if self._db is not None:
-                db, self._db = self._db, None
-                await db.close()
-
-    async def _ready(self) -> aiosqlite.Connection:
-        """The open, bootstrapped connection. Call with the lock held."""
-        if self._db is None:
-            db = await _open(self.path)
-            try:
-                await db.execute(f"PRAGMA cache_size={CACHE_KIB}")
-                await self._bootstrap(db)
-            except BaseException:
-                await db.close()
-                raise
-            self._db = db
-        return self._db
-
-    @staticmethod
-    async def _bootstrap(db: aiosqlite.Connection) -> None:
-        async with _transaction(db):
+    async def _bootstrap(self, db: aiosqlite.Connection) -> None:
+        async with transaction(db):
             for statement in _SCHEMA:
                 await db.execute(statement)
 
-    @asynccontextmanager
-    async def _read(self) -> AsyncIterator[aiosqlite.Connection]:
-        async with self._lock:
-            yield await self._ready()
-
-    # --- lifecycle ----------------------------------------------------------------------
-
-    async def bootstrap(self) -> None:
-        """Create folders, tables, indexes and the meta row; idempotent."""
-        async with self._lock:
-            if self._db is None:
-                await self._ready()
-            else:
-                await self._bootstrap(self._db)
-
-    async def health(self) -> StoreHealth:
-        """Real figures from a look at the file (reads only); never creates it, never raises."""
-        path = self.path
-        if not path.is_file():
-            what = "does not exist" if not path.exists() else "is not a regular file"
-            return StoreHealth(ok=False, reason=f"database file {what}", path=str(path))
-        try:
-            mode = "rw" if os.access(path, os.W_OK) else "ro"
-            async with aiosqlite.connect(f"{path.resolve().as_uri()}?mode={mode}", uri=True) as db:
-                return await _inspect(db, path)
-        except (sqlite3.Error, OSError) as exc:
-            reason = f"not a usable SQLite database: {exc}"
-            return StoreHealth(ok=False, reason=reason, path=str(path), file_size=_size(path))
+    async def _figures(self, db: aiosqlite.Connection) -> dict[str, Any]:
+        version = await scalar(db, "SELECT value FROM fact_store_meta WHERE key = 'schema_version'")
+        return {
+            "schema_version": None if version is None else int(version),
+            "fact_count": await scalar(db, "SELECT count(*) FROM facts"),
+        }
 
     # --- writes -------------------------------------------------------------------------
 
@@ -956,7 +867,7 @@ class SQLiteFactStore:
             db = await self._ready()
             batch = _Batch(db, self.adapter, pack_hash, now)
             try:
-                async with _transaction(db):
+                async with transaction(db):
                     for start in range(0, len(deltas), CHUNK):
                         await batch.apply_chunk(start, deltas[start : start + CHUNK])
                     advanced = await batch.advance(watermarks)
@@ -971,20 +882,20 @@ class SQLiteFactStore:
         """Facts matching ``pattern`` (current only unless ``include_history``)."""
         sql, params = fact_query(pattern)
         async with self._read() as db:
-            rows = await _fetch(db, sql, params)
+            rows = await fetch(db, sql, params)
         return [fact_from_row(row) for row in rows]
 
     async def as_of(self, t: datetime, pattern: FactPattern | None = None) -> list[Fact]:
         """Facts valid at ``t`` (``valid_from <= t < valid_until``); naive ``t`` is refused."""
         sql, params = fact_query(pattern or FactPattern(), as_of_us=to_us(t, "as_of time"))
         async with self._read() as db:
-            rows = await _fetch(db, sql, params)
+            rows = await fetch(db, sql, params)
         return [fact_from_row(row) for row in rows]
 
     async def get(self, fact_id: str) -> Fact:
         """One fact by id, current or closed; :class:`FactNotFoundError` if unknown."""
         async with self._read() as db:
-            rows = await _fetch(db, f"SELECT {_FACT_COLUMNS} FROM facts WHERE id = ?", (fact_id,))
+            rows = await fetch(db, f"SELECT {_FACT_COLUMNS} FROM facts WHERE id = ?", (fact_id,))
         if not rows:
             raise FactNotFoundError(f"no fact with id {fact_id!r}", fact_id=fact_id)
         return fact_from_row(rows[0])
@@ -996,7 +907,7 @@ class SQLiteFactStore:
 
     @staticmethod
     async def _lineage(db: aiosqlite.Connection, fact_id: str) -> ProvenanceBundle:
-        rows = await _fetch(
+        rows = await fetch(
             db, f"SELECT {_LINEAGE_COLUMNS} FROM lineage WHERE fact_id = ?", (fact_id,)
         )
         if not rows:
@@ -1006,13 +917,13 @@ class SQLiteFactStore:
     async def current_facts(self, partition: Partition) -> list[EngineFact]:
         """The partition's current facts for the consolidation runtime (no pydantic)."""
         async with self._read() as db:
-            rows = await _fetch(db, _CURRENT, (partition.key,))
+            rows = await fetch(db, _CURRENT, (partition.key,))
         return [engine_fact(row) for row in rows]
 
     async def watermark(self, pack: str, rule_id: str, partition: Partition) -> int:
         """Last consolidated episode seq for (pack, rule, partition); 0 when none."""
         async with self._read() as db:
-            seq = await _scalar(
+            seq = await scalar(
                 db,
                 "SELECT last_seq FROM watermarks WHERE pack = ? AND rule_id = ? "
                 "AND partition_key = ?",
@@ -1023,7 +934,7 @@ class SQLiteFactStore:
     async def watermarks(self, pack: str, partition: Partition) -> dict[str, int]:
         """Every rule's watermark for (pack, partition), by rule id."""
         async with self._read() as db:
-            rows = await _fetch(
+            rows = await fetch(
                 db,
                 "SELECT rule_id, last_seq FROM watermarks WHERE pack = ? AND partition_key = ? "
                 "ORDER BY rule_id",
@@ -1035,7 +946,7 @@ class SQLiteFactStore:
         """Applied deltas in application order, optionally for one partition."""
         where, params = ("WHERE partition_key = ?", (partition.key,)) if partition else ("", ())
         async with self._read() as db:
-            rows = await _fetch(
+            rows = await fetch(
                 db, f"SELECT {_AUDIT_COLUMNS} FROM audit {where} ORDER BY seq", params
             )
         return [audit_from_row(row) for row in rows]
@@ -1044,7 +955,7 @@ class SQLiteFactStore:
         """Recorded rejections, oldest first, optionally for one partition."""
         where, params = ("WHERE partition_key = ?", (partition.key,)) if partition else ("", ())
         async with self._read() as db:
-            rows = await _fetch(
+            rows = await fetch(
                 db,
                 "SELECT id, pack, rule_id, user, agent, reason, at_us FROM rejections "
                 f"{where} ORDER BY at_us, id, pack, rule_id, partition_key",
@@ -1065,7 +976,7 @@ class SQLiteFactStore:
     async def explain(self, fact_id: str) -> Explanation:
         """Rule, pack hash, reason, bindings, source episodes, supersession chain, audit."""
         async with self._read() as db:
-            rows = await _fetch(
+            rows = await fetch(
                 db, f"SELECT {_FACT_COLUMNS}, closed_by FROM facts WHERE id = ?", (fact_id,)
             )
             if not rows:

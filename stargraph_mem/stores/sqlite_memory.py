@@ -7,17 +7,11 @@ One ``episodes`` table ordered by an insertion ``seq``; scope keys come from
 
 from __future__ import annotations
 
-import asyncio
-import os
 import re
-import sqlite3
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
-from datetime import UTC, datetime, timedelta, timezone
+from collections.abc import Sequence
+from datetime import timedelta
 from functools import lru_cache
-from pathlib import Path
-from types import TracebackType
-from typing import Any, Final, Self
+from typing import Any, Final
 from urllib.parse import unquote
 
 import aiosqlite
@@ -38,9 +32,7 @@ from stargraph_mem.stores.models import (
     MemoryDelta,
     MigrationOp,
     MigrationPlan,
-    StoreHealth,
     canonical_json,
-    utc_now,
 )
 from stargraph_mem.stores.scope import (
     Partition,
@@ -50,13 +42,23 @@ from stargraph_mem.stores.scope import (
     scope_key,
     user_prefix,
 )
+from stargraph_mem.stores.sqlite_base import BUSY_TIMEOUT_MS as BUSY_TIMEOUT_MS  # re-export
+from stargraph_mem.stores.sqlite_base import (
+    EPOCH,
+    ONE_US,
+    SQLiteStoreBase,
+    fetch,
+    from_us,
+    scalar,
+    transaction,
+)
+from stargraph_mem.stores.sqlite_base import to_us as to_us  # re-export
 
 __all__ = ["BASELINE_MIGRATION", "SCHEMA_VERSION", "SQLiteMemoryStore"]
 
 SCHEMA_VERSION: Final = 1
 """Version of the schema :meth:`SQLiteMemoryStore.bootstrap` creates; migrations bump it."""
 BASELINE_MIGRATION: Final = "0001_episodes"
-BUSY_TIMEOUT_MS: Final = 30_000
 TABLE: Final = "episodes"
 
 _SCHEMA: Final = (
@@ -136,8 +138,6 @@ _ROW_FIELDS: Final = (
 )
 _IDENTIFIER: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _COLUMN_TYPES: Final = frozenset({"TEXT", "INTEGER", "REAL", "BLOB", "NUMERIC"})
-_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
-_ONE_US: Final = timedelta(microseconds=1)
 _ONE_S: Final = timedelta(seconds=1)
 
 Row = tuple[str, str, str, str, str, str, int, int, str, str | None, bytes]
@@ -145,24 +145,6 @@ Row = tuple[str, str, str, str, str, str, int, int, str, str | None, bytes]
 
 
 # --- conversions ----------------------------------------------------------------------
-
-
-def to_us(value: datetime, what: str = "timestamp") -> int:
-    """UTC microseconds since the epoch (exact integer arithmetic); naive values are refused."""
-    if value.utcoffset() is None:
-        raise ValueError(f"{what} is a naive datetime: a timezone-aware datetime is required")
-    return (value - _EPOCH) // _ONE_US
-
-
-@lru_cache(maxsize=256)
-def _offset_tz(offset_s: int) -> timezone:
-    """A fixed-offset zone (cached: episodes share a handful of offsets)."""
-    return UTC if offset_s == 0 else timezone(timedelta(seconds=offset_s))
-
-
-def from_us(ts_us: int, offset_s: int = 0) -> datetime:
-    """Inverse of :func:`to_us`, expressed in the given UTC offset (seconds)."""
-    return (_EPOCH + timedelta(microseconds=ts_us)).astimezone(_offset_tz(offset_s))
 
 
 @lru_cache(maxsize=8192)
@@ -191,7 +173,7 @@ def episode_row(episode: Episode) -> Row:
         episode.user,
         episode.session,
         episode.agent,
-        (ts - _EPOCH) // _ONE_US,
+        (ts - EPOCH) // ONE_US,
         offset // _ONE_S,
         episode.content,
         episode.source_node,
@@ -370,7 +352,7 @@ def _check_operation(index: int, op: MigrationOp) -> None:
 
 async def _columns(db: aiosqlite.Connection, table: str) -> set[str] | None:
     """Column names of ``table`` (lower-cased), or ``None`` when the table does not exist."""
-    rows = await _fetch(
+    rows = await fetch(
         db,
         "SELECT name FROM pragma_table_info(?) WHERE ? IN "
         "(SELECT name FROM sqlite_master WHERE type = 'table')",
@@ -397,199 +379,32 @@ async def _check_targets(db: aiosqlite.Connection, plan: MigrationPlan) -> None:
         added.add(key)
 
 
-# --- connection -----------------------------------------------------------------------
-
-
-@asynccontextmanager
-async def _transaction(db: aiosqlite.Connection) -> AsyncIterator[aiosqlite.Connection]:
-    """``BEGIN IMMEDIATE`` … ``COMMIT``; roll back on any exception (then re-raise)."""
-    await db.execute("BEGIN IMMEDIATE")
-    try:
-        yield db
-        await db.execute("COMMIT")
-    except BaseException:
-        if db.in_transaction:
-            await db.rollback()
-        raise
-
-
-async def _fetch(
-    db: aiosqlite.Connection, sql: str, params: Sequence[Any] = ()
-) -> list[sqlite3.Row]:
-    """All rows of one statement, as a list (aiosqlite types them as an iterable)."""
-    return list(await db.execute_fetchall(sql, params))
-
-
-async def _scalar(db: aiosqlite.Connection, sql: str, params: Sequence[Any] = ()) -> Any:
-    """The first column of the first row (``None`` when there is no row)."""
-    rows = await _fetch(db, sql, params)
-    return rows[0][0] if rows else None
-
-
-async def _enable_wal(db: aiosqlite.Connection) -> None:
-    """Switch to WAL; the switch needs a moment alone with the file, so retry while busy."""
-    for attempt in range(200):
-        try:
-            await db.execute("PRAGMA journal_mode=WAL")
-            return
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or attempt == 199:
-                raise
-            await asyncio.sleep(0.05)
-
-
-async def _open(path: Path) -> aiosqlite.Connection:
-    """Open ``path`` (creating parent folders) in autocommit mode with the store's pragmas."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    db = await aiosqlite.connect(path, isolation_level=None)
-    try:
-        await db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-        await _enable_wal(db)
-        await db.execute("PRAGMA synchronous=NORMAL")
-    except BaseException:
-        await db.close()
-        raise
-    return db
-
-
-async def _inspect(db: aiosqlite.Connection, path: Path) -> StoreHealth:
-    """Read the real figures from an open connection (reads only)."""
-    tables = {row[0] for row in await _fetch(db, "SELECT name FROM sqlite_master")}
-    journal = str(await _scalar(db, "PRAGMA journal_mode"))
-    quick = "; ".join(str(row[0]) for row in await _fetch(db, "PRAGMA quick_check"))
-    base = StoreHealth(
-        ok=False,
-        path=str(path),
-        journal_mode=journal,
-        quick_check=quick,
-        file_size=path.stat().st_size,
-    )
-    missing = sorted({TABLE, "schema_migrations"} - tables)
-    if missing:
-        reason = f"not bootstrapped: missing table(s) {', '.join(missing)}"
-        return base.model_copy(update={"reason": reason})
-    count = await _scalar(db, "SELECT count(*) FROM episodes")
-    version = await _scalar(db, "SELECT max(version) FROM schema_migrations")
-    problem = None
-    if quick != "ok":
-        problem = f"quick_check failed: {quick}"
-    elif journal.lower() != "wal":
-        problem = f"journal mode is {journal}, expected wal"
-    return base.model_copy(
-        update={
-            "ok": problem is None,
-            "reason": problem,
-            "schema_version": version,
-            "episode_count": count,
-        }
-    )
-
-
-def _size(path: Path) -> int | None:
-    """File size in bytes, or ``None`` when it cannot be read."""
-    try:
-        return path.stat().st_size
-    except OSError:
-        return None
-
-
 # --- the store ------------------------------------------------------------------------
 
 
-class SQLiteMemoryStore:
+class SQLiteMemoryStore(SQLiteStoreBase):
     """The episodic :class:`~stargraph_mem.stores.memory.MemoryStore` over one SQLite file.
 
     Use ``async with SQLiteMemoryStore(path=...) as store``; any first call also opens and
     bootstraps. ``clock`` (tz-aware) stamps accesses and migrations, so tests can pin it.
     """
 
-    def __init__(self, path: str | Path, *, clock: Callable[[], datetime] = utc_now) -> None:
-        self.path = Path(path)
-        self._clock = clock
-        self._db: aiosqlite.Connection | None = None
-        self._lock = asyncio.Lock()
-
-    async def __aenter__(self) -> Self:
-        await self.bootstrap()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
-
-    async def close(self) -> None:
-        """Close the connection (a later call reopens it)."""
-        async with self._lock:
-            if self._db is not None:
-                db, self._db = self._db, None
-                await db.close()
-
-    def _now_us(self) -> int:
-        """The injected clock as UTC microseconds; a naive clock value raises."""
-        return to_us(self._clock(), "clock()")
-
-    async def _ready(self) -> aiosqlite.Connection:
-        """The open, bootstrapped connection (opened on first use). Call with the lock held."""
-        if self._db is None:
-            db = await _open(self.path)
-            try:
-                await self._bootstrap(db)
-            except BaseException:
-                await db.close()
-                raise
-            self._db = db
-        return self._db
+    _tables = (TABLE, "schema_migrations")
 
     async def _bootstrap(self, db: aiosqlite.Connection) -> None:
         """Create the schema and record the baseline migration (IF NOT EXISTS: idempotent)."""
         baseline = (SCHEMA_VERSION, BASELINE_MIGRATION, self._now_us(), b'{"baseline":true}')
-        async with _transaction(db):
+        async with transaction(db):
             for statement in _SCHEMA:
                 await db.execute(statement)
             await db.execute(_BASELINE_SQL, baseline)
 
-    @asynccontextmanager
-    async def _read(self) -> AsyncIterator[aiosqlite.Connection]:
-        """The connection, held exclusively by this coroutine (autocommit reads)."""
-        async with self._lock:
-            yield await self._ready()
-
-    @asynccontextmanager
-    async def _write(self) -> AsyncIterator[aiosqlite.Connection]:
-        """The connection inside a ``BEGIN IMMEDIATE`` transaction held by this coroutine."""
-        async with self._lock, _transaction(await self._ready()) as db:
-            yield db
+    async def _figures(self, db: aiosqlite.Connection) -> dict[str, Any]:
+        count = await scalar(db, "SELECT count(*) FROM episodes")
+        version = await scalar(db, "SELECT max(version) FROM schema_migrations")
+        return {"schema_version": version, "episode_count": count}
 
     # --- lifecycle ----------------------------------------------------------------------
-
-    async def bootstrap(self) -> None:
-        """Create folders, tables, indexes and the baseline migration row; idempotent."""
-        async with self._lock:
-            if self._db is None:
-                await self._ready()
-            else:
-                await self._bootstrap(self._db)
-
-    async def health(self) -> StoreHealth:
-        """Real figures from a look at the file (reads only); never creates it, never raises."""
-        path = self.path
-        if not path.is_file():
-            what = "does not exist" if not path.exists() else "is not a regular file"
-            return StoreHealth(ok=False, reason=f"database file {what}", path=str(path))
-        try:
-            # mode=rw never creates the file, and unlike mode=ro it removes the -wal/-shm
-            # files on close; health only ever reads.
-            mode = "rw" if os.access(path, os.W_OK) else "ro"
-            uri = f"{path.resolve().as_uri()}?mode={mode}"
-            async with aiosqlite.connect(uri, uri=True) as db:
-                return await _inspect(db, path)
-        except (sqlite3.Error, OSError) as exc:
-            reason = f"not a usable SQLite database: {exc}"
-            return StoreHealth(ok=False, reason=reason, path=str(path), file_size=_size(path))
 
     async def migrate(self, plan: MigrationPlan) -> None:
         """Apply nullable ``add_column`` operations in one transaction and record the plan.
@@ -602,7 +417,7 @@ class SQLiteMemoryStore:
         body = canonical_json(plan.model_dump(mode="json"))
         now_us = self._now_us()
         async with self._write() as db:
-            applied = await _scalar(
+            applied = await scalar(
                 db, "SELECT plan FROM schema_migrations WHERE name = ?", (plan.name,)
             )
             if applied is not None:
@@ -625,7 +440,7 @@ class SQLiteMemoryStore:
     async def schema_version(self) -> int:
         """The highest applied migration version."""
         async with self._read() as db:
-            return int(await _scalar(db, "SELECT max(version) FROM schema_migrations"))
+            return int(await scalar(db, "SELECT max(version) FROM schema_migrations"))
 
     # --- writes -------------------------------------------------------------------------
 
@@ -655,7 +470,7 @@ class SQLiteMemoryStore:
     async def _check_conflicts(db: aiosqlite.Connection, rows: list[Row]) -> None:
         """Some ids already existed: fine if identical, else raise (the caller rolls back)."""
         by_id = {row[0]: row for row in rows}
-        stored = await _fetch(db, _STORED_SQL, (orjson.dumps(list(by_id)),))
+        stored = await fetch(db, _STORED_SQL, (orjson.dumps(list(by_id)),))
         for old in stored:
             fields = row_differences(old, by_id[old[0]])
             if fields:
@@ -673,7 +488,7 @@ class SQLiteMemoryStore:
         sql, params = recent_query(user, session, agent, limit)
         now_us = self._now_us()
         async with self._write() as db:
-            rows = await _fetch(db, sql, params)
+            rows = await fetch(db, sql, params)
             episodes = [row_episode(row) for row in rows]
             await db.executemany(_TOUCH_SQL, [(now_us, row[0]) for row in rows])
         return episodes
@@ -685,13 +500,13 @@ class SQLiteMemoryStore:
         _check_limit(limit, optional=True)
         params = (partition.key, after_seq, -1 if limit is None else limit)
         async with self._read() as db:
-            rows = await _fetch(db, _SINCE_SQL, params)
+            rows = await fetch(db, _SINCE_SQL, params)
         return [row_record(row) for row in rows]
 
     async def max_seq(self, partition: Partition) -> int:
         """The partition's highest ``seq`` (0 when it has no episodes)."""
         async with self._read() as db:
-            seq = await _scalar(
+            seq = await scalar(
                 db,
                 "SELECT seq FROM episodes WHERE partition_key = ? ORDER BY seq DESC LIMIT 1",
                 (partition.key,),
@@ -701,7 +516,7 @@ class SQLiteMemoryStore:
     async def count_since(self, partition: Partition, after_seq: int) -> int:
         """How many episodes of the partition have ``seq > after_seq``."""
         async with self._read() as db:
-            count = await _scalar(
+            count = await scalar(
                 db,
                 "SELECT count(*) FROM episodes WHERE partition_key = ? AND seq > ?",
                 (partition.key, after_seq),
@@ -711,7 +526,7 @@ class SQLiteMemoryStore:
     async def partitions(self) -> list[Partition]:
         """Every distinct ``(user, agent)`` pair with episodes, sorted by (user, agent)."""
         async with self._read() as db:
-            rows = await _fetch(db, _PARTITIONS_SQL)
+            rows = await fetch(db, _PARTITIONS_SQL)
         return sorted(
             (parse_partition_key(row[0]) for row in rows), key=lambda p: (p.user, p.agent)
         )
