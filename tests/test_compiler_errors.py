@@ -1,0 +1,352 @@
+"""Malformed packs: each yields one exact, positioned message (``file:line:col: path: msg``);
+``validate_file`` collects every issue; ``IRError`` carries structured fields."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from packs_helpers import compile_ok, first_issue
+
+from stargraph_mem.compiler.pack import compile_text, validate_file
+from stargraph_mem.errors import IRError, StargraphMemError
+from stargraph_mem.ir.loader import load_pack_text
+
+FILE = "rules/x.yaml"
+BASE = """\
+ir_version: 1
+pack: base
+version: "1"
+fields:
+  subject: string
+  predicate: string
+  object: string
+  weight: integer
+rules:
+  - id: known
+    priority: 20
+    when:
+      - episode: {subject: {bind: s}, predicate: {bind: p}}
+      - fact: {as: f, subject: {var: s}, predicate: {var: p}}
+    emit:
+      kind: noop
+      reinforces: [f]
+  - id: fresh
+    cadence: {cron: "0 3 * * *"}
+    when:
+      - episode:
+          subject: {bind: s}
+          predicate: {bind: p}
+          object: {bind: o}
+      - count: {as: n, keys: [subject], at_least: 1}
+    emit:
+      kind: add
+      subject: "{s}"
+      predicate: "{p}"
+      object: "{o}"
+      confidence: {var: n, base: 0.5, per: 0.1}
+      reason: "seen {n}"
+"""
+SHADOW = """\
+  - id: shadow
+    when:
+      - episode: {subject: {bind: s}, predicate: {bind: p}}
+      - fact: {as: f, subject: {var: s}, predicate: {var: p}}
+    emit:
+      kind: noop
+      reinforces: [f]
+"""
+
+
+def mutate(*edits: tuple[str, str]) -> str:
+    """BASE with each ``old`` replaced once by ``new`` (``old`` must occur)."""
+    text = BASE
+    for old, new in edits:
+        assert old in text, old
+        text = text.replace(old, new, 1)
+    return text
+
+
+CASES: list[tuple[str, str, str]] = [
+    (
+        "yaml_syntax",
+        mutate(('version: "1"', "version: [1")),
+        "rules/x.yaml:4:7: invalid YAML: expected ',' or ']', but got ':'",
+    ),
+    (
+        "duplicate_key",
+        mutate(("pack: base\n", "pack: base\npack: again\n")),
+        "rules/x.yaml:3:1: pack: duplicate key",
+    ),
+    (
+        "nul_character",
+        mutate(('reason: "seen {n}"', 'reason: "seen\x00{n}"')),
+        "rules/x.yaml:32:20: NUL characters are not allowed in a rule pack",
+    ),
+    (
+        "unknown_top_level_field",
+        mutate(("fields:", "feilds: {}\nfields:")),
+        "rules/x.yaml:4:1: feilds: unknown field (did you mean 'fields'?)",
+    ),
+    (
+        "misspelled_with_suggestion",
+        mutate(("          subject: {bind: s}\n", "          subjct: {bind: s}\n")),
+        "rules/x.yaml:22:11: rules[1].when[0].episode.subjct: unknown field "
+        "(did you mean 'subject'?)",
+    ),
+    (
+        "wrong_type",
+        mutate(("priority: 20", "priority: 2.5")),
+        "rules/x.yaml:11:5: rules[0].priority: expected an integer",
+    ),
+    (
+        "bad_name",
+        mutate(("- id: fresh", "- id: Fresh-Rule")),
+        "rules/x.yaml:18:5: rules[1].id: invalid name: use lower-case letters, digits and '_' "
+        "(starting with a letter), at most 63 characters",
+    ),
+    (
+        "unsupported_ir_version",
+        mutate(("ir_version: 1", "ir_version: 2")),
+        "rules/x.yaml:1:1: ir_version: unsupported ir_version 2 (this compiler reads ir_version 1)",
+    ),
+    (
+        "unknown_pattern_kind",
+        mutate(("      - count: {as: n", "      - tally: {as: n")),
+        "rules/x.yaml:25:9: rules[1].when[1]: each 'when' item has exactly one key: "
+        "episode, fact, earlier, count, not or exists",
+    ),
+    (
+        "unknown_episode_field",
+        mutate(("object: {bind: o}", "object: {bind: o}\n          colour: red")),
+        "rules/x.yaml:25:11: rules[1].when[0].episode.colour: unknown field",
+    ),
+    (
+        "unknown_fact_field",
+        mutate(("fact: {as: f, subject: {var: s}", "fact: {as: f, subject: {var: s}, weight: 3")),
+        "rules/x.yaml:14:42: rules[0].when[1].fact.weight: unknown field",
+    ),
+    (
+        "literal_type_mismatch",
+        mutate(("object: {bind: o}", "object: {bind: o}\n          weight: {eq: heavy}")),
+        "rules/x.yaml:25:20: rules[1].when[0].episode.weight.eq: "
+        "type mismatch: 'weight' is integer, got string 'heavy'",
+    ),
+    (
+        "variable_type_mismatch",
+        mutate(
+            (
+                "          object: {bind: o}",
+                "          weight: {eq: {var: s}}\n          object: {bind: o}",
+            )
+        ),
+        "rules/x.yaml:24:20: rules[1].when[0].episode.weight.eq: "
+        "type mismatch: variable 's' is string, field is integer",
+    ),
+    (
+        "unbound_variable",
+        mutate(('object: "{o}"', 'object: "{o}{q}"')),
+        "rules/x.yaml:30:7: rules[1].emit.object: unbound variable 'q' in template",
+    ),
+    (
+        "unbound_variable_in_condition",
+        mutate(("fact: {as: f, subject: {var: s}", "fact: {as: f, subject: {var: z}")),
+        "rules/x.yaml:14:23: rules[0].when[1].fact.subject.eq: "
+        "unbound variable 'z' (bind it in an earlier pattern)",
+    ),
+    (
+        "unused_variable",
+        mutate(("object: {bind: o}", "object: {bind: o}\n          weight: {bind: w}")),
+        "rules/x.yaml:25:20: rules[1].when[0].episode.weight.bind: "
+        "variable 'w' is bound but never used",
+    ),
+    (
+        "duplicate_rule_id",
+        mutate(("- id: fresh", "- id: known")),
+        "rules/x.yaml:18:5: rules[1].id: duplicate rule id 'known' (first at rules[0])",
+    ),
+    (
+        "invalid_cron",
+        mutate(('cron: "0 3 * * *"', 'cron: "61 3 * * *"')),
+        "rules/x.yaml:19:5: rules[1].cadence: invalid cron expression '61 3 * * *'",
+    ),
+    (
+        "bad_tz",
+        mutate(('cron: "0 3 * * *"}', 'cron: "0 3 * * *", tz: Mars/Olympus}')),
+        "rules/x.yaml:19:5: rules[1].cadence: unknown time zone 'Mars/Olympus'",
+    ),
+    (
+        "op_not_applicable",
+        mutate(("object: {bind: o}", "object: {bind: o, lt: m}")),
+        "rules/x.yaml:24:29: rules[1].when[0].episode.object.lt: "
+        "'lt' needs a numeric or timestamp field, not string 'object'",
+    ),
+    (
+        "add_without_subject",
+        mutate(('      subject: "{s}"\n', "")),
+        "rules/x.yaml:26:5: rules[1].emit: emit of kind 'add' needs 'subject'",
+    ),
+    (
+        "replaces_on_add",
+        mutate(("      confidence: {var: n", "      replaces: [f]\n      confidence: {var: n")),
+        "rules/x.yaml:31:7: rules[1].emit.replaces: emit of kind 'add' takes no 'replaces'",
+    ),
+    (
+        "reinforces_non_fact",
+        mutate(
+            (
+                "      - fact: {as: f, subject: {var: s}, predicate: {var: p}}",
+                "      - earlier: {as: f, keys: [subject, predicate]}",
+            )
+        ),
+        "rules/x.yaml:17:20: rules[0].emit.reinforces[0]: 'f' is not a named 'fact' pattern",
+    ),
+    (
+        "unbalanced_brace",
+        mutate(('reason: "seen {n}"', 'reason: "seen {n"')),
+        "rules/x.yaml:32:7: rules[1].emit.reason: "
+        "unbalanced brace in template (write '{{' or '}}' for a literal brace)",
+    ),
+    (
+        "unreachable_rule",
+        BASE + SHADOW,
+        "rules/x.yaml:34:5: rules[2].when: unreachable: rule 'known' has the same patterns "
+        "and a higher rank, so it always claims these episodes first",
+    ),
+    (
+        "at_most_below_at_least",
+        mutate(("at_least: 1}", "at_least: 3, at_most: 2}")),
+        "rules/x.yaml:25:54: rules[1].when[1].count.at_most: "
+        "at_most is smaller than at_least: the rule can never fire",
+    ),
+    (
+        "empty_document",
+        "# nothing here\n",
+        "rules/x.yaml:1:1: empty document: a rule pack is a mapping",
+    ),
+]
+
+
+def test_base_pack_is_valid() -> None:
+    assert first_issue(BASE) == ""
+    observer = SHADOW.replace("- id: shadow", "- id: shadow\n    claim: false")
+    assert first_issue(BASE + observer.replace("reinforces: [f]", "sources: [f]")) == ""
+    compile_ok(BASE)
+
+
+@pytest.mark.parametrize(("text", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_exact_message_and_position(text: str, expected: str) -> None:
+    assert first_issue(text, FILE) == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_compile_text_raises_the_same_first_issue(text: str, expected: str) -> None:
+    with pytest.raises(IRError) as info:
+        compile_text(text, FILE)
+    assert str(info.value) == expected
+    assert isinstance(info.value, StargraphMemError)
+
+
+def test_cases_are_distinct() -> None:
+    assert len({c[2] for c in CASES}) == len(CASES) >= 15
+
+
+def test_pydantic_issues_are_all_reported() -> None:
+    """A misspelled emit key gives both the missing field and the spelling hint."""
+    with pytest.raises(IRError) as info:
+        load_pack_text(mutate(("      kind: add", "      knd: add")), FILE)
+    assert [i.format() for i in info.value.issues] == [
+        "rules/x.yaml:26:5: rules[1].emit: missing required field 'kind'",
+        "rules/x.yaml:27:7: rules[1].emit.knd: unknown field (did you mean 'kind'?)",
+    ]
+
+
+def test_validate_file_collects_every_issue(tmp_path: Path) -> None:
+    path = tmp_path / "many.yaml"
+    text = mutate(
+        ("- id: fresh", "- id: known"),
+        ('object: "{o}"', 'object: "{o}{q}"'),
+        ("at_least: 1}", "at_least: 3, at_most: 2}"),
+        ("object: {bind: o}", "object: {bind: o}\n          weight: {bind: w}"),
+    )
+    path.write_text(text, encoding="utf-8")
+    issues = validate_file(path)
+    assert [(i.line, i.col, i.path, i.rule_id, i.message) for i in issues] == [
+        (18, 5, "rules[1].id", "known", "duplicate rule id 'known' (first at rules[0])"),
+        (
+            26,
+            54,
+            "rules[1].when[1].count.at_most",
+            "known",
+            "at_most is smaller than at_least: the rule can never fire",
+        ),
+        (31, 7, "rules[1].emit.object", "known", "unbound variable 'q' in template"),
+        (
+            25,
+            20,
+            "rules[1].when[0].episode.weight.bind",
+            "known",
+            "variable 'w' is bound but never used",
+        ),
+    ]
+    assert all(i.file == str(path) and i.severity == "error" for i in issues)
+
+
+def test_validate_file_collects_schema_issues(tmp_path: Path) -> None:
+    path = tmp_path / "schema.yaml"
+    path.write_text(
+        mutate(("priority: 20", "priority: high"), ("pack: base", "pack: Base")), encoding="utf-8"
+    )
+    assert [i.format().removeprefix(str(path)) for i in validate_file(path)] == [
+        ":2:1: pack: invalid name: use lower-case letters, digits and '_' (starting with a "
+        "letter), at most 63 characters",
+        ":11:5: rules[0].priority: expected a valid integer, unable to parse string as an integer",
+    ]
+
+
+def test_validate_file_on_valid_and_unreadable_files(tmp_path: Path) -> None:
+    good = tmp_path / "good.yaml"
+    good.write_text(BASE, encoding="utf-8")
+    assert validate_file(good) == []
+    bad = tmp_path / "latin1.yaml"
+    bad.write_bytes(BASE.replace("base", "b\xe9se").encode("latin-1"))
+    (issue,) = validate_file(bad)
+    assert issue.file == str(bad)
+    assert issue.message.startswith("cannot read rule pack: 'utf-8' codec can't decode byte 0xe9")
+    assert issue.line is None and issue.format().startswith(f"{bad}: cannot read rule pack")
+
+
+def test_ir_error_carries_structured_fields() -> None:
+    text = mutate(("object: {bind: o}", "object: {bind: o, lt: m}"), ('object: "{o}"', "object: x"))
+    with pytest.raises(IRError) as info:
+        compile_text(text, FILE)
+    err = info.value
+    assert (err.file, err.line, err.col, err.path, err.rule_id) == (
+        FILE,
+        24,
+        29,
+        "rules[1].when[0].episode.object.lt",
+        "fresh",
+    )
+    assert err.context == {
+        "file": FILE,
+        "line": 24,
+        "col": 29,
+        "path": "rules[1].when[0].episode.object.lt",
+        "rule_id": "fresh",
+    }
+    assert [i.message for i in err.issues] == [
+        "'lt' needs a numeric or timestamp field, not string 'object'",
+        "variable 'o' is bound but never used",
+    ]
+    assert err.issue is err.issues[0]
+
+
+def test_pack_level_issue_has_no_rule_id() -> None:
+    with pytest.raises(IRError) as info:
+        compile_text(mutate(("fields:", "fields:\n  session: string")), FILE)
+    err = info.value
+    assert (err.line, err.col, err.path, err.rule_id) == (5, 3, "fields.session", None)
+    assert err.message == (
+        "rules/x.yaml:5:3: fields.session: 'session' is a built-in episode field; pick another name"
+    )
