@@ -393,8 +393,11 @@ class Generator:
         return "(sm-episode " + " ".join(parts) + ")\n  " + elig
 
     def fact_pattern(self, ctx: _Ctx, where: dict[str, Condition], alias: str) -> str:
-        parts = [f"(f_id ?i_fid_{alias})"]
-        parts += self.slots(ctx, where, FACT_FIELDS, alias)
+        fid = f"?i_fid_{alias}"
+        if "id" in where:  # the id slot carries both the tests and the id variable
+            parts = self.slots(ctx, where, FACT_FIELDS, alias, forced={"id": fid})
+        else:
+            parts = [f"(f_id {fid})", *self.slots(ctx, where, FACT_FIELDS, alias)]
         return f"?i_fa_{alias} <- (sm-fact " + " ".join(parts) + ")"
 
     def plain_fact(self, ctx: _Ctx, where: dict[str, Condition], tag: str) -> str:
@@ -493,7 +496,8 @@ class Generator:
             return clips_float(float(conf))
         if isinstance(conf, LinearConfidence):
             raw = f"(+ {clips_float(conf.base)} (* {clips_float(conf.per)} {ctx.var(conf.var)}))"
-            return f"(max 0.0 (min {clips_float(conf.max)} {raw}))"
+            clamped = f"(max 0.0 (min {clips_float(conf.max)} {raw}))"
+            return f"(/ (round (* {clamped} 1000000.0)) 1000000.0)"
         assert isinstance(conf, VarConfidence)
         return f"(max 0.0 (min 1.0 (float {ctx.var(conf.from_)})))"
 
@@ -642,8 +646,8 @@ class Generator:
         rank = {id(info): r for r, info in enumerate(ranked)}
         self.programs = [self.rule(info, rank[id(info)]) for info in enabled]
         parts = [
-            f";; stargraph_mem pack {self.pack.pack} {self.pack.version}"
-            f" (ir_version {self.pack.ir_version})\n",
+            # only identifier-pattern text in comments: no author text reaches CLIPS raw
+            f";; stargraph_mem pack {self.pack.pack} (ir_version {self.pack.ir_version})\n",
             FIXED_TEMPLATES,
             self.episode_template(),
         ]

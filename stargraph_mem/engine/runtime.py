@@ -491,9 +491,10 @@ class _Collector:
             return float(self.runtime.compiled.pack.defaults.confidence)
         if isinstance(conf, LinearConfidence):
             raw = conf.base + conf.per * float(values[conf.var])
-            return round(max(0.0, min(conf.max, raw)), 6)
+            # same operations, same order as the compiled CLIPS expression
+            return math.floor(max(0.0, min(conf.max, raw)) * 1_000_000.0 + 0.5) / 1_000_000.0
         if isinstance(conf, VarConfidence):
-            return round(max(0.0, min(1.0, float(values[conf.from_]))), 6)
+            return max(0.0, min(1.0, float(values[conf.from_])))
         return float(conf)
 
 

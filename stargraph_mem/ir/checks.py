@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from stargraph_mem.errors import IRError, IRIssue
@@ -113,7 +113,8 @@ def parse_timestamp_literal(value: Any) -> int:
         raise ValueError(f"invalid timestamp {value!r}") from exc
     if parsed.tzinfo is None or parsed.utcoffset() is None:
         raise ValueError(f"naive timestamp {value!r}: add a UTC offset such as +00:00")
-    return int(parsed.timestamp() * 1_000_000)
+    delta = parsed - datetime(1970, 1, 1, tzinfo=UTC)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
 def _type_name(value: Any) -> str:
@@ -386,7 +387,11 @@ class _Checker:
             dummy = RuleInfo(rule=rule, index=-1, path=path)
             self.check_condition(dummy, cond, self.episode_fields[fname], fname, cpath, "select")
 
-    def use_template(self, info: RuleInfo, text: str, path: PathKey) -> None:
+    def use_template(
+        self, info: RuleInfo, text: str, path: PathKey, *, in_memory: bool = False
+    ) -> None:
+        """Check a template; ``in_memory`` ones (subject/predicate/object) are also built
+        inside CLIPS, where a timestamp is an integer, so timestamps are refused there."""
         try:
             parts = parse_template(text)
         except ValueError as exc:
@@ -400,6 +405,11 @@ class _Checker:
                 self.err(path, f"unbound variable '{value}' in template")
             elif var.type not in ("string", "integer", "boolean", "timestamp"):
                 self.err(path, f"variable '{value}' is {var.type}: templates take text values")
+            elif in_memory and var.type == "timestamp":
+                self.err(
+                    path,
+                    f"timestamp variable '{value}' cannot be used here (only in reason, payload)",
+                )
             else:
                 info.used_vars.add(value)
 
@@ -413,7 +423,7 @@ class _Checker:
             elif not creates and text is not None:
                 self.err((*path, name), f"emit of kind '{emit.kind}' takes no '{name}'")
             elif text is not None:
-                self.use_template(info, text, (*path, name))
+                self.use_template(info, text, (*path, name), in_memory=True)
         for key, text in emit.payload.items():
             self.use_template(info, text, (*path, "payload", key))
         if not creates and emit.payload:

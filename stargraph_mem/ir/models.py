@@ -15,6 +15,10 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
     StringConstraints,
     Tag,
     model_validator,
@@ -26,7 +30,10 @@ IR_VERSION = 1
 NAME_PATTERN = r"^[a-z][a-z0-9_]{0,62}$"
 Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
 FieldType = Literal["string", "integer", "number", "boolean", "timestamp", "list"]
-Scalar = str | int | float | bool
+Scalar = Annotated[
+    StrictBool | StrictInt | StrictFloat | StrictStr, Field(union_mode="left_to_right")
+]
+"""Literal values keep their YAML type: ``true`` stays a boolean, ``1.0`` a float."""
 
 
 class _IR(BaseModel):
