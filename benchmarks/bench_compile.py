@@ -24,6 +24,7 @@ import yaml
 
 from stargraph_mem.compiler.generator import Generator
 from stargraph_mem.compiler.pack import build_environment, compile_text
+from stargraph_mem.engine.runtime import PackRuntime
 from stargraph_mem.ir.checks import analyze
 from stargraph_mem.ir.loader import load_pack_text
 
@@ -148,6 +149,7 @@ def bench(rules: int, repeats: int) -> list[Row]:
     analysis = analyze(pack, source)
     assert not analysis.issues, analysis.issues[0].format()
     stages: list[tuple[str, Callable[[], object]]] = [
+        ("compile + runtime loaded", lambda: PackRuntime(compile_text(text)).close()),
         ("compile (end to end)", lambda: compile_text(text)),
         ("  yaml + IR validation", lambda: load_pack_text(text)),
         ("  semantic checks", lambda: analyze(pack, source)),

@@ -55,6 +55,11 @@ class CompiledPack:
     episode_fields: dict[str, str]
     file: str = "<string>"
     manifest: dict[str, Any] = field(default_factory=dict)
+    _built: list[clips.Environment] = field(default_factory=list, repr=False, compare=False)
+
+    def take_environment(self) -> clips.Environment | None:
+        """The environment the build check loaded, handed over once (saves a second load)."""
+        return self._built.pop() if self._built else None
 
     @property
     def name(self) -> str:
@@ -142,7 +147,7 @@ def build_environment(text: str) -> clips.Environment:
 def build_check(compiled: CompiledPack, source: SourceMap) -> None:
     """Build every rule in a scratch environment; name the rule and YAML position on failure."""
     try:
-        build_environment(compiled.clips)
+        compiled._built.append(build_environment(compiled.clips))
     except CompileError as exc:
         rule_id, pos = _blame(compiled, str(exc))
         line, col = pos

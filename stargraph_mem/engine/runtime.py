@@ -138,8 +138,11 @@ class PackRuntime:
 
     def __init__(self, compiled: CompiledPack) -> None:
         self.compiled = compiled
-        self.env = new_environment()
-        load_constructs(self.env, compiled.clips)
+        built = compiled.take_environment()
+        if built is None:
+            built = new_environment()
+            load_constructs(built, compiled.clips)
+        self.env = built
         self.episode_tpl = self.env.find_template("sm-episode")
         self.fact_tpl = self.env.find_template("sm-fact")
         self.rules = compiled.by_index()

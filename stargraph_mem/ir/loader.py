@@ -79,7 +79,12 @@ _LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 """libyaml's composer when PyYAML was built with it (about 10x faster, same marks)."""
 
 
+_STR_TAG = "tag:yaml.org,2002:str"
+
+
 def _scalar(node: yaml.ScalarNode) -> Any:
+    if node.tag == _STR_TAG:  # most scalars: skip the constructor's bookkeeping
+        return node.value
     return _CONSTRUCTOR.construct_object(node, deep=True)
 
 
