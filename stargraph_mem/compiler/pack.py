@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import clips
 
@@ -21,6 +21,9 @@ from stargraph_mem.ir.checks import Analysis, check_or_raise
 from stargraph_mem.ir.loader import SourceMap, load_pack_file, load_pack_text
 from stargraph_mem.ir.models import IR_VERSION, RulePack
 from stargraph_mem.stores.models import Cadence, canonical_json
+
+ClipsEnvironment: TypeAlias = Any
+"""A ``clips.Environment`` (clipspy ships no type hints; ``CompiledPack.clips`` is the text)."""
 
 RULE_HEADER = re.compile(r"^\(defrule sm-rule-([a-z][a-z0-9_]*) ", re.M)
 
@@ -55,9 +58,9 @@ class CompiledPack:
     episode_fields: dict[str, str]
     file: str = "<string>"
     manifest: dict[str, Any] = field(default_factory=dict)
-    _built: list[clips.Environment] = field(default_factory=list, repr=False, compare=False)
+    _built: list[ClipsEnvironment] = field(default_factory=list, repr=False, compare=False)
 
-    def take_environment(self) -> clips.Environment | None:
+    def take_environment(self) -> ClipsEnvironment | None:
         """The environment the build check loaded, handed over once (saves a second load)."""
         return self._built.pop() if self._built else None
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
-from types import TracebackType
-from typing import Self
 
 from stargraph_mem.compiler.pack import CompiledPack, compile_file
 from stargraph_mem.engine.consolidate import (
@@ -17,6 +15,7 @@ from stargraph_mem.engine.consolidate import (
 )
 from stargraph_mem.engine.runtime import PackRuntime
 from stargraph_mem.stores.fact import Explanation
+from stargraph_mem.stores.lifecycle import AsyncResource
 from stargraph_mem.stores.models import Episode, Fact, FactPattern, utc_now
 from stargraph_mem.stores.scope import Partition
 from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
@@ -33,7 +32,7 @@ def runtime_for(compiled: CompiledPack) -> PackRuntime:
     return runtime
 
 
-class Consolidator:
+class Consolidator(AsyncResource):
     """Episodes in, facts out: ``record`` episodes, ``consolidate`` partitions, read facts."""
 
     def __init__(
@@ -60,18 +59,10 @@ class Consolidator:
         """Compile ``packs`` (YAML files) and prepare stores at ``path``; use ``async with``."""
         return cls(path, [compile_file(p) for p in packs], max_episodes=max_episodes)
 
-    async def __aenter__(self) -> Self:
+    async def bootstrap(self) -> None:
+        """Create both stores' schemas (idempotent)."""
         await self.memory.bootstrap()
         await self.fact_store.bootstrap()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     async def close(self) -> None:
         await self.fact_store.close()

@@ -10,17 +10,17 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta, timezone
 from functools import lru_cache
 from pathlib import Path
-from types import TracebackType
-from typing import Any, ClassVar, Final, Self
+from typing import Any, ClassVar, Final
 
 import aiosqlite
 
+from stargraph_mem.stores.lifecycle import AsyncResource
 from stargraph_mem.stores.models import StoreHealth, utc_now
 
 __all__ = [
@@ -129,7 +129,7 @@ def file_size(path: Path) -> int | None:
 # --- the store lifecycle --------------------------------------------------------------
 
 
-class SQLiteStoreBase(ABC):
+class SQLiteStoreBase(AsyncResource):
     """One SQLite file, one connection opened (and bootstrapped) on first use.
 
     Use ``async with Store(path=...) as store``; any first call also opens and bootstraps,
@@ -148,18 +148,6 @@ class SQLiteStoreBase(ABC):
         self._clock = clock
         self._db: aiosqlite.Connection | None = None
         self._lock = asyncio.Lock()
-
-    async def __aenter__(self) -> Self:
-        await self.bootstrap()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     async def close(self) -> None:
         """Close the connection (a later call reopens it)."""
