@@ -637,6 +637,15 @@ class Generator:
             f" (seen {d}) (eps ?n))))\n"
         )
 
+    def matches_facts(self) -> bool:
+        """Whether any enabled rule matches stored facts."""
+        return any(
+            pattern_of(item)[0] in ("fact", "not", "exists")
+            for info in self.analysis.rules
+            if info.rule.enabled
+            for item in info.rule.when
+        )
+
     # --- program ------------------------------------------------------------------------
 
     def program(self) -> str:

@@ -56,6 +56,9 @@ class CompiledPack:
     rules: list[CompiledRule]
     relations: list[Relation]
     episode_fields: dict[str, str]
+    matches_facts: bool = True
+    """Whether any rule has a ``fact``/``not``/``exists`` pattern: stored facts enter
+    CLIPS only then (facts a pass promotes are always there, for ``earlier`` replaces)."""
     file: str = "<string>"
     manifest: dict[str, Any] = field(default_factory=dict)
     _built: list[ClipsEnvironment] = field(default_factory=list, repr=False, compare=False)
@@ -133,6 +136,7 @@ def compile_analysis(analysis: Analysis, source: SourceMap) -> CompiledPack:
         rules=rules,
         relations=list(gen.relations),
         episode_fields=dict(sorted(gen.used_fields.items())),
+        matches_facts=gen.matches_facts(),
         file=source.file,
     )
     compiled.manifest = _manifest(pack, sha, rules, analysis)

@@ -227,8 +227,9 @@ class PackRuntime:
             for set_id, members in groups.items():
                 for idx in members:
                     elig.assert_fact(set=set_id, r=clips.Symbol(self.rules[idx].program.symbol))
-            for fact in fact_list:
-                self._assert_fact(fact)
+            if self.compiled.matches_facts:
+                for fact in fact_list:
+                    self._assert_fact(fact)
             budget = 50 * (chunk + len(fact_list)) + 10_000
             for start in range(0, len(episodes), chunk):
                 for i in range(start, min(start + chunk, len(episodes))):
