@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gc
 import hashlib
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -24,8 +23,6 @@ from stargraph_mem.stores.models import Cadence, canonical_json
 
 ClipsEnvironment: TypeAlias = Any
 """A ``clips.Environment`` (clipspy ships no type hints; ``CompiledPack.clips`` is the text)."""
-
-RULE_HEADER = re.compile(r"^\(defrule sm-rule-([a-z][a-z0-9_]*) ", re.M)
 
 
 @dataclass(frozen=True)

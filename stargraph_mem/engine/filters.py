@@ -54,7 +54,6 @@ ALLOWED_FUNCTIONS = frozenset(
         "unixepoch",
     }
 )
-EPISODE_COLUMNS = "seq"
 TIME_LIMIT_S = 2.0
 
 

@@ -21,7 +21,6 @@ from stargraph_mem.ir.models import (
     CountItem,
     CountPattern,
     EarlierItem,
-    EarlierPattern,
     EpisodeItem,
     ExistsItem,
     FactItem,
@@ -204,7 +203,7 @@ class _Checker:
 
     def _bind_path(self, info: RuleInfo, var: VarInfo) -> PathKey:
         for j, item in enumerate(info.rule.when):
-            kind, pattern = _pattern_of(item)
+            kind, pattern = pattern_of(item)
             mine = getattr(pattern, "alias", None) == var.alias or (
                 kind == "episode" and var.alias == info.episode_alias
             )
@@ -221,7 +220,7 @@ class _Checker:
         return alias
 
     def check_item(self, info: RuleInfo, item: WhenItem, path: PathKey) -> None:
-        kind, pattern = _pattern_of(item)
+        kind, pattern = pattern_of(item)
         ppath = (*path, kind)
         if isinstance(item, NotItem | ExistsItem):
             if pattern.alias is not None:
@@ -509,7 +508,7 @@ class _Checker:
                 seen[key] = info
 
 
-def _pattern_of(item: WhenItem) -> tuple[str, Any]:
+def pattern_of(item: WhenItem) -> tuple[str, Any]:
     if isinstance(item, EpisodeItem):
         return "episode", item.episode
     if isinstance(item, FactItem):
@@ -521,9 +520,6 @@ def _pattern_of(item: WhenItem) -> tuple[str, Any]:
     if isinstance(item, NotItem):
         return "not", item.not_
     return "exists", item.exists
-
-
-pattern_of = _pattern_of
 
 
 def analyze(pack: RulePack, source: SourceMap) -> Analysis:
@@ -538,6 +534,3 @@ def check_or_raise(pack: RulePack, source: SourceMap) -> Analysis:
     if errors:
         raise IRError(errors[0], errors)
     return analysis
-
-
-EarlierPatternT = EarlierPattern
