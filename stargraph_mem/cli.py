@@ -458,6 +458,12 @@ def ingest(
     typer.echo(f"ingested {written} new episodes ({len(episodes)} lines) into {db}")
 
 
+# Commands defined in sibling modules register themselves on ``app`` when imported.
+from stargraph_mem import cli_authoring, cli_scheduler  # noqa: E402
+
+__all__ = ["app", "cli_authoring", "cli_scheduler", "main"]
+
+
 def main() -> None:
     """Console-script entry point (``stargraph-mem``)."""
     app()

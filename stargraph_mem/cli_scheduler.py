@@ -1,0 +1,3 @@
+"""CLI commands for the cadence scheduler (``run``, ``status``); registered on ``cli.app``."""
+
+from __future__ import annotations
