@@ -1,0 +1,1 @@
+"""Rule-pack authoring tools: pack tests, coverage, traces, replay diffs and lint."""
