@@ -367,7 +367,7 @@ def consolidate(
     when = parse_aware(now, "--now")
 
     async def action() -> list[PassReport]:
-        async with Consolidator.open(existing(db), packs) as mem:
+        async with Consolidator.open(existing(db), packs, keep_deltas=dry_run) as mem:
             return await mem.consolidate(user=user, agent=agent, now=when, dry_run=dry_run)
 
     reports = run(action())

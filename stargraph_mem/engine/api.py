@@ -41,12 +41,16 @@ class Consolidator(AsyncResource):
         packs: Sequence[CompiledPack],
         *,
         max_episodes: int = DEFAULT_MAX_EPISODES,
+        keep_deltas: bool = True,
     ) -> None:
         self.path = Path(path)
         self.memory = SQLiteMemoryStore(self.path)
         self.fact_store = SQLiteFactStore(self.path)
         self.packs = list(packs)
         self.max_episodes = max_episodes
+        self.keep_deltas = keep_deltas
+        """Whether pass reports keep their deltas (counts are always kept); large runs
+        turn this off so a million deltas are not held in memory."""
 
     @classmethod
     def open(
@@ -55,9 +59,15 @@ class Consolidator(AsyncResource):
         packs: Sequence[str | Path],
         *,
         max_episodes: int = DEFAULT_MAX_EPISODES,
+        keep_deltas: bool = True,
     ) -> Consolidator:
         """Compile ``packs`` (YAML files) and prepare stores at ``path``; use ``async with``."""
-        return cls(path, [compile_file(p) for p in packs], max_episodes=max_episodes)
+        return cls(
+            path,
+            [compile_file(p) for p in packs],
+            max_episodes=max_episodes,
+            keep_deltas=keep_deltas,
+        )
 
     async def bootstrap(self) -> None:
         """Create both stores' schemas (idempotent)."""
@@ -76,7 +86,11 @@ class Consolidator(AsyncResource):
 
     def _consolidation(self, compiled: CompiledPack) -> Consolidation:
         return Consolidation(
-            runtime_for(compiled), self.memory, self.fact_store, max_episodes=self.max_episodes
+            runtime_for(compiled),
+            self.memory,
+            self.fact_store,
+            max_episodes=self.max_episodes,
+            keep_deltas=self.keep_deltas,
         )
 
     async def consolidate(

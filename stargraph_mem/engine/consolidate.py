@@ -42,6 +42,8 @@ class PassReport:
     first_seq: int = 0
     last_seq: int = 0
     deltas: list[MemoryDelta] = field(default_factory=list)
+    """The pass's deltas, in order (empty when the run was told not to keep them)."""
+    delta_counts: dict[str, int] = field(default_factory=dict)
     rejected: list[RejectedEpisode] = field(default_factory=list)
     gated: list[str] = field(default_factory=list)
     fired: dict[str, int] = field(default_factory=dict)
@@ -50,10 +52,10 @@ class PassReport:
 
     @property
     def counts(self) -> dict[str, int]:
-        out = {"add": 0, "update": 0, "delete": 0, "noop": 0}
-        for d in self.deltas:
-            out[d.kind] += 1
-        return out
+        """Deltas of the pass by kind (kept even when the deltas themselves are not)."""
+        return {
+            kind: self.delta_counts.get(kind, 0) for kind in ("add", "update", "delete", "noop")
+        }
 
 
 @dataclass
@@ -75,8 +77,10 @@ class Consolidation:
         *,
         scorer: SalienceScorer | None = None,
         max_episodes: int = DEFAULT_MAX_EPISODES,
+        keep_deltas: bool = True,
     ) -> None:
         self.runtime = runtime
+        self.keep_deltas = keep_deltas
         self.memory = memory
         self.facts = facts
         self.scorer: SalienceScorer = scorer or RuleBasedScorer()
@@ -164,7 +168,11 @@ class Consolidation:
             stamp=stamp,
         )
         t2 = time.perf_counter()
-        report.deltas, report.fired = out.deltas, out.fired
+        report.fired = out.fired
+        for delta in out.deltas:
+            report.delta_counts[delta.kind] = report.delta_counts.get(delta.kind, 0) + 1
+        if self.keep_deltas or dry_run:
+            report.deltas = out.deltas
         report.rejected = out.rejected
         if not dry_run:
             await self.facts.apply_deltas(
