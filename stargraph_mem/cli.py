@@ -20,6 +20,7 @@ import orjson
 import typer
 from pydantic import JsonValue, ValidationError
 
+from stargraph_mem.authoring.trace import explanation_lines
 from stargraph_mem.compiler.pack import compile_file, validate_file
 from stargraph_mem.engine.api import Consolidator
 from stargraph_mem.engine.consolidate import PassReport
@@ -362,19 +363,28 @@ def consolidate(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print the deltas as JSON lines; apply nothing.")
     ] = False,
+    trace: Annotated[
+        bool, typer.Option("--trace", help="Show each delta's rule, bindings, episodes, facts.")
+    ] = False,
+    coverage: Annotated[
+        bool, typer.Option("--coverage", help="Show how often each rule fired.")
+    ] = False,
 ) -> None:
     """Consolidate new episodes into facts with the given packs."""
     when = parse_aware(now, "--now")
 
-    async def action() -> list[PassReport]:
-        async with Consolidator.open(existing(db), packs, keep_deltas=dry_run) as mem:
-            return await mem.consolidate(user=user, agent=agent, now=when, dry_run=dry_run)
+    async def action() -> tuple[list[PassReport], cli_authoring.Extras]:
+        async with Consolidator.open(existing(db), packs, keep_deltas=dry_run or trace) as mem:
+            reports = await mem.consolidate(user=user, agent=agent, now=when, dry_run=dry_run)
+            return reports, await cli_authoring.extras(mem, reports, trace, coverage)
 
-    reports = run(action())
-    for report in reports:
+    reports, extra = run(action())
+    for report, traced in zip(reports, extra.traces, strict=True):
         if dry_run:
             for delta in report.deltas:
                 typer.echo(delta.model_dump_json())
+        for line in traced:
+            typer.echo(line, err=dry_run)
         for rejected in report.rejected:
             typer.echo(
                 f"rejected {rejected.episode_id or '-'} ({rejected.rule_id or 'metadata'}): "
@@ -383,6 +393,8 @@ def consolidate(
             )
         suffix = " (dry run: nothing applied)" if dry_run else ""
         typer.echo(report_line(report) + suffix, err=dry_run)
+    for line in extra.coverage:
+        typer.echo(line, err=dry_run)
 
 
 @app.command()
@@ -422,14 +434,19 @@ def facts(
 def explain(
     fact_id: Annotated[str, typer.Argument(help="Fact id (from `facts`).")],
     db: DbOption = DEFAULT_DB,
+    as_json: Annotated[bool, typer.Option("--json", help="The whole explanation as JSON.")] = False,
 ) -> None:
-    """Why a fact exists: rule, pack hash, reason, sources, supersession chain (JSON)."""
+    """Why a fact exists: rule, bindings, source episodes, what it replaced and what followed."""
 
     async def action() -> Explanation:
         async with SQLiteFactStore(existing(db)) as store:
             return await store.explain(fact_id)
 
-    typer.echo(run(action()).model_dump_json(indent=2))
+    why = run(action())
+    if as_json:
+        typer.echo(why.model_dump_json(indent=2))
+        return
+    typer.echo("\n".join(explanation_lines(why)))
 
 
 def read_jsonl(path: Path) -> list[Episode]:

@@ -1,3 +1,86 @@
 """Rule-pack authoring commands (``test``, ``lint``, ``replay``), registered on ``cli.app``."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from stargraph_mem.authoring.coverage import Coverage, reports_coverage
+from stargraph_mem.authoring.packtest import (
+    TestRun,
+    case_lines,
+    default_tests_path,
+    file_summary,
+    run_tests,
+)
+from stargraph_mem.authoring.trace import pass_traces, trace_lines
+from stargraph_mem.cli import PackArg, aligned, app, fail, known_errors, run
+from stargraph_mem.compiler.pack import compile_file
+from stargraph_mem.engine.api import Consolidator
+from stargraph_mem.engine.consolidate import PassReport
+
+
+def coverage_lines(coverage: Coverage, minimum: float | None = None) -> list[str]:
+    """The per-rule table, then the summary line."""
+    return [*aligned(coverage.rows()), coverage.summary(minimum)]
+
+
+@app.command(name="test")
+def test_pack(
+    pack: PackArg,
+    tests: Annotated[
+        list[Path] | None,
+        typer.Argument(help="Test files (default: tests/<pack file name> beside the pack)."),
+    ] = None,
+    coverage: Annotated[
+        bool,
+        typer.Option("--coverage", help="Report rule coverage; fail under the file's minimum."),
+    ] = False,
+    trace: Annotated[
+        bool, typer.Option("--trace", help="Show each delta's rule, bindings and sources.")
+    ] = False,
+) -> None:
+    """Run a pack's tests: PASS/FAIL per case, a diff for each failure; exit 1 on failure."""
+    paths = tests or [default_tests_path(pack)]
+    with known_errors():
+        compiled = compile_file(pack)
+    for path in paths:
+        if not path.exists():
+            fail(f"{path}: no such pack test file")
+    result: TestRun = run(run_tests(compiled, paths, trace=trace))
+    for file in result.files:
+        for case in file.cases:
+            typer.echo("\n".join(case_lines(case, trace=trace)))
+        typer.echo(file_summary(file, compiled.name))
+    failed = result.failed > 0
+    if coverage:
+        typer.echo("\n".join(coverage_lines(result.coverage, result.minimum)))
+        if not result.coverage.meets(result.minimum):
+            typer.echo(f"FAIL  coverage below the minimum {result.minimum:.0%}")
+            failed = True
+    if failed:
+        raise typer.Exit(1)
+
+
+@dataclass
+class Extras:
+    """What ``consolidate --trace`` / ``--coverage`` print: trace lines per pass, coverage."""
+
+    traces: list[list[str]]
+    coverage: list[str]
+
+
+async def extras(
+    mem: Consolidator, reports: list[PassReport], trace: bool, coverage: bool
+) -> Extras:
+    """Trace lines for every pass (empty lists without ``trace``) and the coverage table."""
+    traces = [
+        [line for t in await pass_traces(mem, r) for line in trace_lines(t)] if trace else []
+        for r in reports
+    ]
+    packs = [c.pack for c in mem.packs]
+    table = [line for c in reports_coverage(packs, reports) for line in coverage_lines(c)]
+    return Extras(traces, table if coverage else [])

@@ -139,7 +139,7 @@ def test_ingest_consolidate_facts_explain(tmp_path: Path) -> None:
     assert code == 0
     assert out.splitlines()[1:] == []
 
-    code, out, _ = invoke("explain", facts[0]["id"], "--db", str(db))
+    code, out, _ = invoke("explain", facts[0]["id"], "--db", str(db), "--json")
     assert code == 0
     why = json.loads(out)
     assert why["fact"]["object"] == "coffee"

@@ -8,7 +8,7 @@ that duplicate keys are an error rather than a silent overwrite.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -121,13 +121,16 @@ def _build(
     return value
 
 
-def parse_yaml(text: str, file: str) -> SourceMap:
-    """Parse one YAML document into data plus positions; syntax errors become IRError."""
+def parse_yaml(text: str, file: str, *, what: str = "rule pack") -> SourceMap:
+    """Parse one YAML document into data plus positions; syntax errors become IRError.
+
+    ``what`` names the kind of document in messages ("rule pack", "pack test file").
+    """
     if "\x00" in text:
         offset = text.index("\x00")
         line = text.count("\n", 0, offset) + 1
         col = offset - (text.rfind("\n", 0, offset) + 1) + 1
-        raise IRError(IRIssue("NUL characters are not allowed in a rule pack", file, line, col))
+        raise IRError(IRIssue(f"NUL characters are not allowed in a {what}", file, line, col))
     try:
         try:
             node = yaml.compose(text, Loader=_LOADER)
@@ -141,7 +144,7 @@ def parse_yaml(text: str, file: str) -> SourceMap:
     except yaml.YAMLError as exc:
         raise IRError(IRIssue(f"invalid YAML: {exc}", file)) from exc
     if node is None:
-        raise IRError(IRIssue("empty document: a rule pack is a mapping", file, 1, 1))
+        raise IRError(IRIssue(f"empty document: a {what} is a mapping", file, 1, 1))
     positions: Positions = {}
     problems: list[tuple[PathKey, str]] = []
     try:
@@ -153,7 +156,7 @@ def parse_yaml(text: str, file: str) -> SourceMap:
         issues = [source.issue(p, m) for p, m in problems]
         raise IRError(issues[0], issues)
     if not isinstance(data, dict):
-        raise IRError(source.issue((), "a rule pack must be a mapping"))
+        raise IRError(source.issue((), f"a {what} must be a mapping"))
     return source
 
 
@@ -214,8 +217,17 @@ def _message(err: Any, loc_key: str | int | None) -> str:
     return msg[0].lower() + msg[1:] if msg else kind
 
 
-def validation_issues(exc: ValidationError, source: SourceMap) -> list[IRIssue]:
-    """Translate pydantic errors into positioned IR issues, one per distinct path."""
+def validation_issues(
+    exc: ValidationError,
+    source: SourceMap,
+    allowed_keys: Callable[[tuple[Any, ...]], list[str]] | None = None,
+) -> list[IRIssue]:
+    """Translate pydantic errors into positioned IR issues, one per distinct path.
+
+    ``allowed_keys(loc)`` lists the valid keys at ``loc`` for spelling suggestions
+    (default: the rule pack's).
+    """
+    keys_at = allowed_keys or (lambda loc: _allowed_keys(loc, exc))
     issues: list[IRIssue] = []
     seen: set[str] = set()
     for err in exc.errors():
@@ -226,7 +238,7 @@ def validation_issues(exc: ValidationError, source: SourceMap) -> list[IRIssue]:
         elif err["type"] == "extra_forbidden":
             bad = loc[-1] if loc else ""
             path = (*path, bad) if path[-1:] != (bad,) else path
-            message = unknown_field_message(str(bad), _allowed_keys(loc, exc))
+            message = unknown_field_message(str(bad), keys_at(loc))
         else:
             message = _message(err, loc[-1] if loc else None)
         formatted = format_path(path) + message
@@ -257,17 +269,18 @@ def _allowed_keys(loc: tuple[Any, ...], exc: ValidationError) -> list[str]:
     }
     parent = loc[-2] if len(loc) >= 2 else None
     if len(loc) == 1:
-        return _keys(m.RulePack)
+        return model_keys(m.RulePack)
     if len(loc) == 3 and loc[0] == "rules":
-        return _keys(m.Rule)
+        return model_keys(m.Rule)
     if isinstance(parent, str) and parent in table:
-        return _keys(table[parent])
+        return model_keys(table[parent])
     if "where" in loc:
-        return _keys(m.Condition)
+        return model_keys(m.Condition)
     return []
 
 
-def _keys(model: type[Any]) -> list[str]:
+def model_keys(model: type[Any]) -> list[str]:
+    """The YAML keys of a pydantic model (aliases where set)."""
     return [info.alias or name for name, info in model.model_fields.items()]
 
 

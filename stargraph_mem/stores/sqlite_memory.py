@@ -111,6 +111,10 @@ _READ_COLUMNS: Final = (
 _SINCE_SQL: Final = (
     f"SELECT {_READ_COLUMNS} FROM episodes WHERE partition_key = ? AND seq > ? ORDER BY seq LIMIT ?"
 )
+_BY_IDS_SQL: Final = (
+    f"SELECT {_READ_COLUMNS} FROM episodes WHERE id IN (SELECT value FROM json_each(?)) "
+    "ORDER BY seq"
+)
 _TOUCH_SQL: Final = (
     "UPDATE episodes SET last_accessed_us = ?, access_count = access_count + 1 WHERE seq = ?"
 )
@@ -501,6 +505,12 @@ class SQLiteMemoryStore(SQLiteStoreBase):
         params = (partition.key, after_seq, -1 if limit is None else limit)
         async with self._read() as db:
             rows = await fetch(db, _SINCE_SQL, params)
+        return [row_record(row) for row in rows]
+
+    async def by_ids(self, ids: Sequence[str]) -> list[EpisodeRecord]:
+        """The stored episodes among ``ids``, in ``seq`` order; unknown ids are left out."""
+        async with self._read() as db:
+            rows = await fetch(db, _BY_IDS_SQL, (orjson.dumps(list(ids)),))
         return [row_record(row) for row in rows]
 
     async def max_seq(self, partition: Partition) -> int:

@@ -1,0 +1,650 @@
+"""Pack tests: named cases of episodes (and seeded facts) with the deltas or facts expected.
+
+A test file (``rules/tests/<pack>.yaml``) is loaded like a rule pack, so every problem
+reads ``file:line:col: path: message``. Each case runs in a fresh temporary database:
+seed the facts, store the episodes, run one consolidation of the pack at the case's
+``now``, and compare. Expected items name facts and episodes by their ids in the test
+file, never by content hashes; a fact made in the pass is named after the episode it
+came from. A mismatch is shown as a unified diff of expected against actual lines.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import tempfile
+import types
+import typing
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    ValidationError,
+    model_validator,
+)
+
+from stargraph_mem.authoring.coverage import Coverage, coverage_of
+from stargraph_mem.authoring.trace import (
+    DeltaTrace,
+    pass_traces,
+    plain,
+    touched_facts,
+    trace_lines,
+    triple_text,
+)
+from stargraph_mem.compiler.pack import CompiledPack
+from stargraph_mem.engine.api import Consolidator
+from stargraph_mem.engine.consolidate import PassReport
+from stargraph_mem.engine.runtime import RejectedEpisode
+from stargraph_mem.errors import IRError, IRIssue
+from stargraph_mem.ir.loader import (
+    PathKey,
+    SourceMap,
+    model_keys,
+    parse_yaml,
+    validation_issues,
+)
+from stargraph_mem.ir.models import Duration
+from stargraph_mem.stores.models import (
+    AddDelta,
+    DeltaKind,
+    Episode,
+    Fact,
+    FactPayload,
+    Identifier,
+    Intent,
+    MemoryDelta,
+    NoopDelta,
+    ScopePart,
+    UpdateDelta,
+)
+
+WHAT = "pack test file"
+SEED_RULE = "seed"
+"""``rule_id`` (and pack hash) of the facts a case seeds before its pass."""
+
+Triple = tuple[str, str, str]
+When = Annotated[AwareDatetime | Duration, Field(union_mode="left_to_right")]
+"""An ISO-8601 time with offset, or a duration such as ``{days: 40}`` before ``now``."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TestEpisode(_Model):
+    """An episode of a case; ``triple`` sets metadata subject/predicate/object."""
+
+    id: Identifier
+    content: str | None = None
+    session: ScopePart = "s1"
+    at: When | None = None
+    source_node: str | None = None
+    triple: Triple | None = None
+    intent: Intent | None = None
+    replaces: list[str] | None = None
+    meta: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+class SeedFact(_Model):
+    """A fact current before the pass (``confidence`` defaults to the pack's)."""
+
+    id: Identifier
+    triple: Triple
+    confidence: float | None = Field(default=None, ge=0, le=1)
+    valid_from: When | None = None
+    reinforced_at: When | None = None
+
+
+class ExpectedDelta(_Model):
+    """A delta in human form; fields left out are not compared."""
+
+    kind: DeltaKind
+    rule: str
+    triple: Triple | None = None
+    replaces: list[str] | None = None
+    reinforces: list[str] | None = None
+    sources: list[str] | None = None
+    confidence: float | None = None
+    reason: str | None = None
+    bindings: dict[str, JsonValue] | None = None
+
+
+class ExpectedFact(_Model):
+    """A current fact after the pass; ``id`` is a seeded fact's id or an episode's id."""
+
+    triple: Triple
+    id: str | None = None
+    rule: str | None = None
+    confidence: float | None = None
+
+
+class ExpectedRejection(_Model):
+    """An episode the pass rejected."""
+
+    episode: str | None = None
+    rule: str | None = None
+    reason: str | None = None
+
+
+class Expect(_Model):
+    deltas: list[ExpectedDelta] | None = None
+    facts: list[ExpectedFact] | None = None
+    rejected: list[ExpectedRejection] | None = None
+
+    @model_validator(mode="after")
+    def _something(self) -> Expect:
+        if self.deltas is None and self.facts is None and self.rejected is None:
+            raise ValueError("expect needs at least one of 'deltas', 'facts', 'rejected'")
+        return self
+
+
+class Case(_Model):
+    """Seeded facts and episodes of one partition, one pass at ``now``, expectations."""
+
+    name: str = Field(min_length=1)
+    now: AwareDatetime | None = None
+    user: ScopePart = "user"
+    agent: ScopePart = "agent"
+    facts: list[SeedFact] = Field(default_factory=list)
+    episodes: list[TestEpisode] = Field(default_factory=list)
+    expect: Expect
+    match: Literal["exact", "subset"] = "exact"
+
+
+class CoverageSpec(_Model):
+    min: float = Field(default=1.0, ge=0, le=1)
+
+
+class PackTests(_Model):
+    """A test file: the pack it tests, its coverage threshold, its cases."""
+
+    pack: str
+    now: AwareDatetime | None = None
+    coverage: CoverageSpec = CoverageSpec()
+    cases: list[Case] = Field(min_length=1)
+
+
+# --- loading ------------------------------------------------------------------------------
+
+
+def _model_at(model: Any, loc: Sequence[Any]) -> type[BaseModel] | None:
+    """The pydantic model a validation ``loc`` points into (for spelling suggestions)."""
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            return None
+        info = model.model_fields.get(str(part))
+        if info is None:
+            return None
+        model = _inner_model(info.annotation)
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def _inner_model(annotation: Any) -> Any:
+    """The first pydantic model inside ``list[X]``, ``X | None``, ``Annotated[...]``."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    origin = typing.get_origin(annotation)
+    if origin is None and not isinstance(annotation, types.UnionType):
+        return None
+    for arg in typing.get_args(annotation):
+        found = _inner_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _allowed(loc: tuple[Any, ...]) -> list[str]:
+    model = _model_at(PackTests, loc[:-1])
+    return model_keys(model) if model is not None else []
+
+
+@dataclass
+class TestFile:
+    """A loaded test file and its source positions."""
+
+    path: str
+    tests: PackTests
+    source: SourceMap
+
+    def error(self, path: PathKey, message: str) -> IRError:
+        return IRError(self.source.issue(path, message))
+
+
+def load_tests_text(text: str, file: str = "<string>") -> TestFile:
+    """Parse and validate a test file; raise the first :class:`IRError`."""
+    source = parse_yaml(text, file, what=WHAT)
+    try:
+        tests = PackTests.model_validate(source.data)
+    except ValidationError as exc:
+        issues = validation_issues(exc, source, _allowed)
+        raise IRError(issues[0], issues) from exc
+    loaded = TestFile(file, tests, source)
+    _check(loaded)
+    return loaded
+
+
+def load_tests(path: str | Path) -> TestFile:
+    """Read ``path`` (UTF-8) and load it as a test file."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise IRError(IRIssue(f"cannot read {WHAT}: {exc}", str(path))) from exc
+    return load_tests_text(text, str(path))
+
+
+def _check(loaded: TestFile) -> None:
+    """Case names unique, a pass time for every case, ids unique within a case."""
+    names: dict[str, int] = {}
+    for i, case in enumerate(loaded.tests.cases):
+        if case.name in names:
+            raise loaded.error(
+                ("cases", i, "name"), f"duplicate case name (first at cases[{names[case.name]}])"
+            )
+        names[case.name] = i
+        if case.now is None and loaded.tests.now is None:
+            raise loaded.error(("cases", i), "no pass time: set 'now' on the case or the file")
+        seen: set[str] = set()
+        items = [("facts", j, f.id) for j, f in enumerate(case.facts)]
+        items += [("episodes", j, e.id) for j, e in enumerate(case.episodes)]
+        for where, j, item_id in items:
+            if item_id in seen:
+                raise loaded.error(("cases", i, where, j, "id"), f"duplicate id '{item_id}'")
+            seen.add(item_id)
+
+
+def default_tests_path(pack_path: str | Path) -> Path:
+    """``rules/x.yaml`` → ``rules/tests/x.yaml``."""
+    p = Path(pack_path)
+    return p.parent / "tests" / p.name
+
+
+# --- running one case ---------------------------------------------------------------------
+
+
+def _at(value: AwareDatetime | Duration | None, now: datetime, default: datetime) -> datetime:
+    if value is None:
+        return default
+    if isinstance(value, Duration):
+        return now - timedelta(microseconds=value.total_microseconds())
+    return value
+
+
+@dataclass
+class CaseRun:
+    """What a case's pass produced, with real ids mapped back to the test file's ids."""
+
+    deltas: list[MemoryDelta]
+    facts: list[Fact]
+    rejected: list[RejectedEpisode]
+    reports: list[PassReport]
+    names: dict[str, str]
+    traces: list[DeltaTrace] = field(default_factory=list)
+
+    def name(self, fact_id: str) -> str:
+        return self.names.get(fact_id, fact_id)
+
+
+def _seed_deltas(case: Case, pack: CompiledPack, now: datetime) -> list[MemoryDelta]:
+    """An add per seeded fact at its ``valid_from``, a reinforcing noop for ``reinforced_at``."""
+    out: list[MemoryDelta] = []
+    for fact in case.facts:
+        born = _at(fact.valid_from, now, now - timedelta(days=1))
+        common: dict[str, Any] = {
+            "user": case.user,
+            "agent": case.agent,
+            "source_episode_ids": [fact.id],
+            "rule_id": SEED_RULE,
+            "confidence": pack.pack.defaults.confidence
+            if fact.confidence is None
+            else fact.confidence,
+        }
+        s, p, o = fact.triple
+        add = AddDelta(
+            fact=FactPayload(subject=s, predicate=p, object=o), promotion_ts=born, **common
+        )
+        out.append(add)
+        if fact.reinforced_at is not None:
+            at = _at(fact.reinforced_at, now, born)
+            out.append(NoopDelta(reinforces=[add.new_fact_id], promotion_ts=at, **common))
+    return out
+
+
+def _episodes(loaded: TestFile, index: int, now: datetime, seeded: dict[str, str]) -> list[Episode]:
+    """The case's episodes; without ``at`` they are a minute apart, ending a minute before now."""
+    case = loaded.tests.cases[index]
+    out: list[Episode] = []
+    count = len(case.episodes)
+    for j, ep in enumerate(case.episodes):
+        meta: dict[str, JsonValue] = dict(ep.meta)
+        if ep.triple is not None:
+            meta.update(zip(("subject", "predicate", "object"), ep.triple, strict=True))
+        if ep.intent is not None:
+            meta["intent"] = ep.intent
+        if ep.replaces is not None:
+            meta["replaces"] = [seeded.get(r, r) for r in ep.replaces]
+        try:
+            out.append(
+                Episode(
+                    id=ep.id,
+                    content=" ".join(ep.triple or ()) if ep.content is None else ep.content,
+                    timestamp=_at(ep.at, now, now - timedelta(minutes=count - j)),
+                    source_node=ep.source_node,
+                    user=case.user,
+                    session=ep.session,
+                    agent=case.agent,
+                    metadata=meta,
+                )
+            )
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err["loc"])
+            raise loaded.error(
+                ("cases", index, "episodes", j), f"{where}: {err['msg']}".lstrip(": ")
+            ) from exc
+    return out
+
+
+async def run_case(
+    pack: CompiledPack, loaded: TestFile, index: int, *, trace: bool = False
+) -> CaseRun:
+    """Run case ``index`` of ``loaded`` in a fresh temporary database."""
+    case = loaded.tests.cases[index]
+    now = case.now or loaded.tests.now
+    assert now is not None  # checked at load
+    seeds = _seed_deltas(case, pack, now)
+    seeded = {
+        f.id: d.new_fact_id
+        for f, d in zip(case.facts, (d for d in seeds if isinstance(d, AddDelta)), strict=True)
+    }
+    episodes = _episodes(loaded, index, now, seeded)
+    with tempfile.TemporaryDirectory(prefix="stargraph-test-") as tmp:
+        async with Consolidator(Path(tmp) / "case.db", [pack]) as mem:
+            if seeds:
+                await mem.fact_store.apply_deltas(seeds, pack_hash=SEED_RULE)
+            await mem.memory.put_many(episodes)
+            reports = await mem.consolidate(user=case.user, agent=case.agent, now=now)
+            facts = await mem.facts(user=case.user, agent=case.agent)
+            traces = [t for r in reports for t in await pass_traces(mem, r)] if trace else []
+    deltas = [d for r in reports for d in r.deltas]
+    names = {real: name for name, real in seeded.items()}
+    for d in deltas:
+        if isinstance(d, AddDelta | UpdateDelta):
+            names.setdefault(d.new_fact_id, d.source_episode_ids[0])
+    rejected = [x for r in reports for x in r.rejected]
+    return CaseRun(deltas, facts, rejected, reports, names, traces)
+
+
+# --- comparing ----------------------------------------------------------------------------
+
+View = dict[str, Any]
+DELTA_FIELDS = (
+    "kind",
+    "rule",
+    "triple",
+    "replaces",
+    "reinforces",
+    "sources",
+    "confidence",
+    "reason",
+    "bindings",
+)
+FACT_FIELDS = ("triple", "id", "rule", "confidence")
+REJECTION_FIELDS = ("episode", "rule", "reason")
+
+
+def delta_view(delta: MemoryDelta, run: CaseRun) -> View:
+    view: View = {"kind": delta.kind, "rule": delta.rule_id}
+    if isinstance(delta, AddDelta | UpdateDelta):
+        view["triple"] = (delta.fact.subject, delta.fact.predicate, delta.fact.object)
+    for fid, role in touched_facts(delta):
+        view.setdefault(role, []).append(run.name(fid))
+    if isinstance(delta, NoopDelta):
+        view.setdefault("reinforces", [])
+    view.update(
+        sources=list(delta.source_episode_ids),
+        confidence=delta.confidence,
+        reason=delta.reason,
+        bindings=dict(delta.bindings),
+    )
+    return view
+
+
+def fact_view(fact: Fact, run: CaseRun) -> View:
+    return {
+        "triple": (fact.subject, fact.predicate, fact.object),
+        "id": run.name(fact.id),
+        "rule": fact.rule_id,
+        "confidence": fact.confidence,
+    }
+
+
+def rejection_view(rejected: RejectedEpisode) -> View:
+    return {"episode": rejected.episode_id, "rule": rejected.rule_id, "reason": rejected.reason}
+
+
+def _given(expected: BaseModel) -> View:
+    out = expected.model_dump(exclude_none=True)
+    if "triple" in out:
+        out["triple"] = tuple(out["triple"])
+    return out
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, float | int) and isinstance(b, float | int):
+        return math.isclose(a, b, rel_tol=0, abs_tol=1e-9)
+    return bool(a == b)
+
+
+def _matches(expected: View, actual: View) -> bool:
+    return all(k in actual and _same(v, actual[k]) for k, v in expected.items())
+
+
+BARE = frozenset({"kind", "rule", "triple"})
+"""Fields printed without ``key=`` (when they lead a delta line, or the triple)."""
+
+
+def _text(key: str, value: Any, order: Sequence[str]) -> str:
+    if key == "triple":
+        return triple_text(value)
+    if key in BARE and order[0] == "kind":
+        return str(value)
+    if isinstance(value, float):
+        return f"{key}={value:g}"
+    if isinstance(value, dict):
+        return f"{key}={{" + ", ".join(f"{k}: {plain(v)}" for k, v in sorted(value.items())) + "}"
+    return f"{key}={plain(value)}"
+
+
+def render_view(view: View, order: Sequence[str], keys: Sequence[str]) -> str:
+    """One line of the fields in ``keys`` (kind and rule bare, the triple in parentheses)."""
+    return " ".join(_text(k, view[k], order) for k in order if k in keys and k in view)
+
+
+@dataclass
+class Mismatch:
+    """One section of a case that did not match, as a unified diff."""
+
+    section: str
+    match: str
+    diff: list[str]
+
+
+def compare(
+    section: str,
+    expected: Sequence[View],
+    actual: Sequence[View],
+    *,
+    match: str,
+    order: Sequence[str],
+    default_keys: Callable[[View], Sequence[str]],
+) -> Mismatch | None:
+    """Expected items must appear in order among the actual ones (``subset``), or be
+    exactly the actual ones (``exact``); compare only the fields each expected item gives."""
+    paired: dict[int, int] = {}
+    start = 0
+    for i, exp in enumerate(expected):
+        for j in range(start, len(actual)):
+            if _matches(exp, actual[j]):
+                paired[j], start = i, j + 1
+                break
+    ok = len(paired) == len(expected) and (match == "subset" or len(actual) == len(expected))
+    if ok:
+        return None
+    shared = list(dict.fromkeys(k for exp in expected for k in exp))
+    exp_lines = [render_view(e, order, list(e)) for e in expected]
+    act_lines = []
+    for j, act in enumerate(actual):
+        keys = list(expected[paired[j]]) if j in paired else (shared or default_keys(act))
+        act_lines.append(render_view(act, order, keys))
+    context = max(len(exp_lines), len(act_lines))
+    diff = list(
+        difflib.unified_diff(exp_lines, act_lines, "expected", "actual", n=context, lineterm="")
+    )
+    if not diff:  # same text, different values below the printed precision
+        diff = ["--- expected", "+++ actual", *(f"-{x}" for x in exp_lines)]
+        diff += [f"+{x}" for x in act_lines]
+    return Mismatch(section, match, diff)
+
+
+def _delta_keys(view: View) -> Sequence[str]:
+    return [k for k in ("kind", "rule", "triple", "replaces", "reinforces") if view.get(k)]
+
+
+def check_case(case: Case, run: CaseRun) -> list[Mismatch]:
+    """Every expected section of ``case`` compared with what the pass did."""
+    out: list[Mismatch | None] = []
+    exp = case.expect
+    if exp.deltas is not None:
+        out.append(
+            compare(
+                "deltas",
+                [_given(d) for d in exp.deltas],
+                [delta_view(d, run) for d in run.deltas],
+                match=case.match,
+                order=DELTA_FIELDS,
+                default_keys=_delta_keys,
+            )
+        )
+    if exp.facts is not None:
+        facts = sorted((fact_view(f, run) for f in run.facts), key=lambda v: (v["triple"], v["id"]))
+        out.append(
+            compare(
+                "facts",
+                sorted((_given(f) for f in exp.facts), key=lambda v: v["triple"]),
+                facts,
+                match=case.match,
+                order=FACT_FIELDS,
+                default_keys=lambda v: ("triple", "id", "rule"),
+            )
+        )
+    if exp.rejected is not None:
+        out.append(
+            compare(
+                "rejected",
+                [_given(r) for r in exp.rejected],
+                [rejection_view(r) for r in run.rejected],
+                match=case.match,
+                order=REJECTION_FIELDS,
+                default_keys=lambda v: REJECTION_FIELDS,
+            )
+        )
+    return [m for m in out if m is not None]
+
+
+# --- running files ------------------------------------------------------------------------
+
+
+@dataclass
+class CaseResult:
+    name: str
+    mismatches: list[Mismatch]
+    run: CaseRun
+
+    @property
+    def passed(self) -> bool:
+        return not self.mismatches
+
+
+@dataclass
+class FileResult:
+    path: str
+    minimum: float
+    cases: list[CaseResult]
+
+    @property
+    def failed(self) -> int:
+        return sum(1 for c in self.cases if not c.passed)
+
+
+@dataclass
+class TestRun:
+    """Every file's results and the pack's coverage over all of them."""
+
+    pack: CompiledPack
+    files: list[FileResult]
+    coverage: Coverage
+
+    @property
+    def minimum(self) -> float:
+        return max(f.minimum for f in self.files)
+
+    @property
+    def failed(self) -> int:
+        return sum(f.failed for f in self.files)
+
+
+async def run_file(pack: CompiledPack, path: str | Path, *, trace: bool = False) -> FileResult:
+    """Load a test file for ``pack`` and run its cases in order."""
+    loaded = load_tests(path)
+    if loaded.tests.pack != pack.name:
+        raise loaded.error(
+            ("pack",), f"these tests are for pack '{loaded.tests.pack}', not '{pack.name}'"
+        )
+    results: list[CaseResult] = []
+    for i, case in enumerate(loaded.tests.cases):
+        run = await run_case(pack, loaded, i, trace=trace)
+        results.append(CaseResult(case.name, check_case(case, run), run))
+    return FileResult(str(path), loaded.tests.coverage.min, results)
+
+
+async def run_tests(
+    pack: CompiledPack, paths: Sequence[str | Path], *, trace: bool = False
+) -> TestRun:
+    """Run test files for one pack; coverage counts every case's pass."""
+    files = [await run_file(pack, p, trace=trace) for p in paths]
+    fired = [r.fired for f in files for c in f.cases for r in c.run.reports]
+    return TestRun(pack, files, coverage_of(pack.pack, fired))
+
+
+# --- output -------------------------------------------------------------------------------
+
+
+def case_lines(result: CaseResult, *, trace: bool = False) -> list[str]:
+    """``PASS  name`` or ``FAIL  name`` with a diff per mismatching section."""
+    out = [f"{'PASS' if result.passed else 'FAIL'}  {result.name}"]
+    for m in result.mismatches:
+        out.append(f"  {m.section} ({m.match}):")
+        out += [f"    {line}" for line in m.diff]
+    if not result.passed and not any(m.section == "rejected" for m in result.mismatches):
+        for r in result.run.rejected:
+            out.append(f"  note: rejected {r.episode_id or '-'} ({r.rule_id}): {r.reason}")
+    if trace:
+        for t in result.run.traces:
+            out += trace_lines(t, indent="  ")
+    return out
+
+
+def file_summary(result: FileResult, pack: str) -> str:
+    passed = len(result.cases) - result.failed
+    return f"{pack}: {passed} passed, {result.failed} failed ({result.path})"

@@ -1,0 +1,250 @@
+"""Why a delta was made: its rule, bindings, and the episodes and facts it matched.
+
+One structure, :class:`DeltaTrace`, describes a delta fresh from a pass (``consolidate
+--trace``, ``test --trace``) and the delta behind a stored fact (``explain``), and one
+renderer, :func:`trace_lines`, prints both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import orjson
+
+from stargraph_mem.engine.api import Consolidator
+from stargraph_mem.engine.consolidate import PassReport
+from stargraph_mem.errors import FactNotFoundError
+from stargraph_mem.stores.fact import Explanation
+from stargraph_mem.stores.models import (
+    AddDelta,
+    DeleteDelta,
+    Fact,
+    MemoryDelta,
+    NoopDelta,
+    UpdateDelta,
+)
+
+Triple = tuple[str, str, str]
+LABEL_WIDTH = 10
+
+
+@dataclass(frozen=True)
+class TracedEpisode:
+    """An episode a delta came from; only ``id`` is known when the store lacks it."""
+
+    id: str
+    session: str | None = None
+    timestamp: datetime | None = None
+    content: str | None = None
+
+
+@dataclass(frozen=True)
+class KnownFact:
+    """What a trace shows of a fact: its statement and the rule that made it."""
+
+    triple: Triple
+    rule_id: str
+
+
+@dataclass(frozen=True)
+class TracedFact:
+    """A fact a delta replaced or reinforced (``fact`` is ``None`` when unknown)."""
+
+    id: str
+    role: str
+    fact: KnownFact | None = None
+
+
+@dataclass(frozen=True)
+class DeltaTrace:
+    """A delta with what it matched: rule, bindings, source episodes, facts it touched."""
+
+    kind: str
+    rule_id: str
+    delta_id: str
+    confidence: float
+    reason: str
+    bindings: Mapping[str, Any]
+    triple: Triple | None
+    fact_id: str | None
+    episodes: tuple[TracedEpisode, ...]
+    facts: tuple[TracedFact, ...]
+
+
+# --- building -----------------------------------------------------------------------------
+
+
+def _triple(delta: MemoryDelta) -> Triple | None:
+    if isinstance(delta, AddDelta | UpdateDelta):
+        return (delta.fact.subject, delta.fact.predicate, delta.fact.object)
+    return None
+
+
+def touched_facts(delta: MemoryDelta) -> list[tuple[str, str]]:
+    """``(fact id, role)`` for every fact a delta replaces or reinforces."""
+    if isinstance(delta, UpdateDelta | DeleteDelta):
+        return [(fid, "replaces") for fid in delta.replaces]
+    if isinstance(delta, NoopDelta):
+        return [(fid, "reinforces") for fid in delta.reinforces]
+    return []
+
+
+def known_fact(fact: Fact) -> KnownFact:
+    return KnownFact((fact.subject, fact.predicate, fact.object), fact.rule_id)
+
+
+def delta_trace(
+    delta: MemoryDelta,
+    episodes: Mapping[str, TracedEpisode],
+    facts: Mapping[str, KnownFact],
+) -> DeltaTrace:
+    """The trace of a delta, looking its source episodes and touched facts up by id."""
+    created = delta.new_fact_id if isinstance(delta, AddDelta | UpdateDelta) else None
+    return DeltaTrace(
+        kind=delta.kind,
+        rule_id=delta.rule_id,
+        delta_id=delta.delta_id,
+        confidence=delta.confidence,
+        reason=delta.reason,
+        bindings=dict(delta.bindings),
+        triple=_triple(delta),
+        fact_id=created,
+        episodes=tuple(episodes.get(e, TracedEpisode(e)) for e in delta.source_episode_ids),
+        facts=tuple(TracedFact(fid, role, facts.get(fid)) for fid, role in touched_facts(delta)),
+    )
+
+
+def pass_facts(deltas: Iterable[MemoryDelta]) -> dict[str, KnownFact]:
+    """The facts a pass's add and update deltas create, by id (stored or not)."""
+    return {
+        d.new_fact_id: KnownFact((d.fact.subject, d.fact.predicate, d.fact.object), d.rule_id)
+        for d in deltas
+        if isinstance(d, AddDelta | UpdateDelta)
+    }
+
+
+async def pass_traces(mem: Consolidator, report: PassReport) -> list[DeltaTrace]:
+    """Traces of a pass's deltas; episodes and earlier facts are read from ``mem``'s stores."""
+    ids = list(dict.fromkeys(e for d in report.deltas for e in d.source_episode_ids))
+    records = await mem.memory.by_ids(ids)
+    episodes = {r.id: TracedEpisode(r.id, r.session, r.timestamp, r.content) for r in records}
+    facts = pass_facts(report.deltas)
+    for delta in report.deltas:
+        for fid, _ in touched_facts(delta):
+            if fid not in facts:
+                try:
+                    facts[fid] = known_fact(await mem.fact_store.get(fid))
+                except FactNotFoundError:
+                    continue
+    return [delta_trace(d, episodes, facts) for d in report.deltas]
+
+
+def explanation_trace(why: Explanation) -> DeltaTrace:
+    """The trace of the delta that made a stored fact, from its explanation."""
+    fact, bundle = why.fact, why.provenance
+    made = next((row for row in why.audit if row.delta_id == fact.delta_id), None)
+    kind = made.kind if made is not None else ("update" if why.predecessors else "add")
+    return DeltaTrace(
+        kind=kind,
+        rule_id=bundle.rule_id,
+        delta_id=bundle.delta_id,
+        confidence=bundle.confidence,
+        reason=bundle.reason,
+        bindings=dict(bundle.bindings),
+        triple=(fact.subject, fact.predicate, fact.object),
+        fact_id=fact.id,
+        episodes=tuple(
+            TracedEpisode(e.id, e.session, e.timestamp, e.content) for e in why.source_episodes
+        ),
+        facts=tuple(
+            TracedFact(p.id, "replaces", known_fact(p))
+            for p in why.predecessors
+            if p.id in bundle.predecessor_ids
+        ),
+    )
+
+
+# --- rendering ----------------------------------------------------------------------------
+
+
+def plain(value: Any) -> str:
+    """A binding value as text: bare when it is one word, JSON otherwise."""
+    if isinstance(value, str) and value and value.split() == [value] and '"' not in value:
+        return value
+    if isinstance(value, list):
+        return "[" + ", ".join(plain(v) for v in value) + "]"
+    return orjson.dumps(value).decode()
+
+
+def triple_text(triple: Triple) -> str:
+    return "(" + ", ".join(triple) + ")"
+
+
+def labelled(label: str, text: str, indent: str = "  ") -> str:
+    return f"{indent}{label:<{LABEL_WIDTH}} {text}".rstrip()
+
+
+def _episode_text(e: TracedEpisode) -> str:
+    if e.timestamp is None:
+        return f"{e.id} (not in the episode store)"
+    content = (e.content or "").replace("\n", "\\n")
+    return f"{e.id} session={e.session} at={e.timestamp.isoformat()}: {content}"
+
+
+def _fact_text(f: TracedFact) -> str:
+    if f.fact is None:
+        return f"{f.id} (not a known fact)"
+    return f"{f.id} {triple_text(f.fact.triple)} rule={f.fact.rule_id}"
+
+
+def _known_text(fact: Fact) -> str:
+    return _fact_text(TracedFact(fact.id, "", known_fact(fact)))
+
+
+def trace_head(trace: DeltaTrace) -> str:
+    """``update rule (s, p, o) confidence=0.8``."""
+    statement = f" {triple_text(trace.triple)}" if trace.triple is not None else ""
+    return f"{trace.kind} {trace.rule_id}{statement} confidence={trace.confidence:g}"
+
+
+def trace_lines(
+    trace: DeltaTrace, extra: Sequence[tuple[str, str]] = (), indent: str = ""
+) -> list[str]:
+    """The head line, then one labelled line per fact of the trace (and ``extra`` ones)."""
+    inner = indent + "  "
+    out = [indent + trace_head(trace)]
+    if trace.fact_id is not None:
+        out.append(labelled("fact", trace.fact_id, inner))
+    out.append(labelled("delta", trace.delta_id, inner))
+    if trace.reason:
+        out.append(labelled("reason", trace.reason, inner))
+    if trace.bindings:
+        binds = " ".join(f"{k}={plain(v)}" for k, v in sorted(trace.bindings.items()))
+        out.append(labelled("bindings", binds, inner))
+    out += [labelled("episode", _episode_text(e), inner) for e in trace.episodes]
+    out += [labelled(f.role, _fact_text(f), inner) for f in trace.facts]
+    out += [labelled(label, text, inner) for label, text in extra]
+    return out
+
+
+def explanation_lines(why: Explanation) -> list[str]:
+    """``explain``'s text: the fact's trace plus scope, validity, pack and what followed."""
+    fact = why.fact
+    until = "current" if fact.valid_until is None else fact.valid_until.isoformat()
+    extra = [
+        ("scope", f"user={fact.user} agent={fact.agent}"),
+        ("valid", f"{fact.valid_from.isoformat()} .. {until}"),
+        ("pack", why.pack_hash or "-"),
+    ]
+    if why.closed_by is not None:
+        extra.append(("closed by", why.closed_by))
+    direct = set(why.provenance.predecessor_ids)
+    extra += [("earlier", _known_text(p)) for p in why.predecessors if p.id not in direct]
+    extra += [("successor", _known_text(s)) for s in why.successors]
+    extra += [
+        ("audit", f"#{row.seq} {row.kind} {row.delta_id} rule={row.rule_id}") for row in why.audit
+    ]
+    return trace_lines(explanation_trace(why), extra)
