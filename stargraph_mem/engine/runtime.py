@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import math
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import clips
+from clips._clips import ffi, lib
 from pydantic import ValidationError
 
 from stargraph_mem.compiler.clips_env import load_constructs, new_environment
@@ -30,7 +31,6 @@ from stargraph_mem.stores.memory import EpisodeRecord
 from stargraph_mem.stores.models import (
     AddDelta,
     DeleteDelta,
-    FactPayload,
     MemoryDelta,
     NoopDelta,
     UpdateDelta,
@@ -133,6 +133,47 @@ def render(text: str, values: Mapping[str, Any]) -> str:
     return "".join([v if k == "text" else _text(values[v]) for k, v in parts])
 
 
+class _FactBuilder:
+    """Asserts facts of one deftemplate through CLIPS's FactBuilder C API directly.
+
+    Skips clipspy's per-slot value conversion (``Template.assert_fact`` costs about twice
+    as much); slot values are Python ``str``/``int``/``float`` or ``clips.Symbol``.
+    """
+
+    def __init__(self, env: clips.Environment, template: str) -> None:
+        self._envp = env._env
+        self._template = template
+        self._fb = lib.CreateFactBuilder(self._envp, template.encode())
+        if self._fb == ffi.NULL:
+            raise EngineError(f"no deftemplate {template!r} in the loaded program")
+        self._value = ffi.new("CLIPSValue *")
+
+    def put(self, slot: bytes, value: Any) -> None:
+        envp, cell = self._envp, self._value
+        kind = type(value)
+        if kind is str:
+            cell.lexemeValue = lib.CreateString(envp, value.encode())
+        elif kind is int:
+            cell.integerValue = lib.CreateInteger(envp, value)
+        elif kind is float:
+            cell.floatValue = lib.CreateFloat(envp, value)
+        elif kind is clips.Symbol:
+            cell.lexemeValue = lib.CreateSymbol(envp, value.encode())
+        else:
+            lib.FBAbort(self._fb)
+            raise EngineError(f"{self._template}.{slot.decode()}: cannot assert {kind.__name__}")
+        if lib.FBPutSlot(self._fb, slot, cell) != 0:
+            lib.FBAbort(self._fb)
+            raise EngineError(f"{self._template}.{slot.decode()}: CLIPS refused {value!r}")
+
+    def assert_fact(self) -> None:
+        if lib.FBAssert(self._fb) == ffi.NULL and lib.FBError(self._envp) != 0:
+            raise EngineError(f"CLIPS could not assert a {self._template} fact")
+
+    def dispose(self) -> None:
+        lib.FBDispose(self._fb)
+
+
 class PackRuntime:
     """A compiled pack loaded into one CLIPS environment, reused across passes."""
 
@@ -143,11 +184,13 @@ class PackRuntime:
             built = new_environment()
             load_constructs(built, compiled.clips)
         self.env = built
-        self.episode_tpl = self.env.find_template("sm-episode")
-        self.fact_tpl = self.env.find_template("sm-fact")
         self.rules = compiled.by_index()
         self.fields = compiled.episode_fields
         self.builtins = {"id", "session", "source_node", "content", "timestamp"}
+        self._slots = [
+            (slot_name(name).encode(), name, ftype, name in self.builtins)
+            for name, ftype in self.fields.items()
+        ]
         self._dir = tempfile.mkdtemp(prefix="stargraph-")
         self._out = Path(self._dir) / "deltas.out"
 
@@ -157,35 +200,41 @@ class PackRuntime:
 
     # --- input ------------------------------------------------------------------------
 
-    def _episode_slots(self, record: EpisodeRecord) -> dict[str, Any]:
-        slots: dict[str, Any] = {}
-        for name, ftype in self.fields.items():
-            if name in self.builtins:
-                slots[slot_name(name)] = _builtin(record, name)
-            else:
-                slots[slot_name(name)] = _normalise(record.metadata.get(name), ftype)
-        return slots
+    def _episode_slots(self, record: EpisodeRecord) -> list[tuple[bytes, Any]]:
+        metadata = record.metadata
+        return [
+            (
+                slot,
+                _builtin(record, name) if builtin else _normalise(metadata.get(name), ftype),
+            )
+            for slot, name, ftype, builtin in self._slots
+        ]
 
-    def _assert_fact(self, fact: EngineFact) -> None:
-        self.fact_tpl.assert_fact(
-            f_id=fact.id,
-            f_subject=fact.subject,
-            f_predicate=fact.predicate,
-            f_object=fact.object,
-            f_confidence=float(fact.confidence),
-            f_valid_from=fact.valid_from_us,
-            f_reinforced_at=fact.reinforced_at_us,
-            f_rule_id=fact.rule_id,
-        )
+    @staticmethod
+    def _assert_fact(fb: _FactBuilder, fact: EngineFact) -> None:
+        fb.put(b"f_id", fact.id)
+        fb.put(b"f_subject", fact.subject)
+        fb.put(b"f_predicate", fact.predicate)
+        fb.put(b"f_object", fact.object)
+        fb.put(b"f_confidence", float(fact.confidence))
+        fb.put(b"f_valid_from", fact.valid_from_us)
+        fb.put(b"f_reinforced_at", fact.reinforced_at_us)
+        fb.put(b"f_rule_id", fact.rule_id)
+        fb.assert_fact()
 
-    def _assert_episode(self, n: int, record: EpisodeRecord, ok: int, out: PassOutput) -> None:
+    def _assert_episode(
+        self, fb: _FactBuilder, n: int, record: EpisodeRecord, ok: int, out: PassOutput
+    ) -> None:
         try:
             slots = self._episode_slots(record)
         except _BadValue as exc:
             out.rejected.append(RejectedEpisode(record.id, None, f"metadata: {exc}"))
-            self.episode_tpl.assert_fact(n=n, ok=0)
-            return
-        self.episode_tpl.assert_fact(n=n, ok=ok, **slots)
+            slots, ok = [], 0
+        fb.put(b"n", n)
+        fb.put(b"ok", ok)
+        for slot, value in slots:
+            fb.put(slot, value)
+        fb.assert_fact()
 
     def _run(self, budget: int) -> None:
         fired = self.env.run(budget)
@@ -220,6 +269,8 @@ class PackRuntime:
         ok_sets, groups = self._eligibility(episodes, eligible)
         self.env.reset()
         self.env.eval(f'(open "{self._out.as_posix()}" {OUT} "w")')
+        episode_fb = _FactBuilder(self.env, "sm-episode")
+        fact_fb = _FactBuilder(self.env, "sm-fact")
         try:
             self.env.find_template("sm-pass").assert_fact(now=now_us)
             self.env.find_template("sm-cursor").assert_fact(n=1)
@@ -229,15 +280,17 @@ class PackRuntime:
                     elig.assert_fact(set=set_id, r=clips.Symbol(self.rules[idx].program.symbol))
             if self.compiled.matches_facts:
                 for fact in fact_list:
-                    self._assert_fact(fact)
+                    self._assert_fact(fact_fb, fact)
             budget = 50 * (chunk + len(fact_list)) + 10_000
             for start in range(0, len(episodes), chunk):
                 for i in range(start, min(start + chunk, len(episodes))):
-                    self._assert_episode(i + 1, episodes[i], ok_sets[i], out)
+                    self._assert_episode(episode_fb, i + 1, episodes[i], ok_sets[i], out)
                 self._run(budget)
             self.env.find_template("sm-end").assert_fact()
             self._run(budget)
         finally:
+            episode_fb.dispose()
+            fact_fb.dispose()
             self.env.eval(f"(close {OUT})")
         lines = self._out.read_text(encoding="utf-8").splitlines()
         _Collector(self, partition, now, episodes, fact_list, out, stamp).collect(lines)
@@ -306,6 +359,7 @@ class _Collector:
         self.out = out
         self.facts: dict[str, _PassFact] = {f.id: self._from_engine(f) for f in facts}
         self.temp: dict[str, str | None] = {}
+        self.plans: dict[str, _Plan] = {}
 
     @staticmethod
     def _from_engine(f: EngineFact) -> _PassFact:
@@ -414,51 +468,41 @@ class _Collector:
 
     # --- delta construction ------------------------------------------------------------
 
-    def value(self, var: VarInfo, refs: Mapping[str, Any], anchor: EpisodeRecord | None) -> Any:
-        if var.kind == "count":
-            return refs[var.alias][0]
-        if var.kind == "fact":
-            fact = refs[var.alias]
-            return getattr(fact, var.field)
-        record = anchor if var.kind == "episode" else refs[var.alias]
-        if record is None:
-            raise _Unresolved(f"no episode for '{var.name}'")
-        if var.field in self.runtime.builtins:
-            return getattr(record, var.field)
-        return record.metadata.get(var.field)
+    def plan(self, program: RuleProgram) -> _Plan:
+        plan = self.plans.get(program.symbol)
+        if plan is None:
+            plan = self.plans[program.symbol] = _Plan(self.runtime, program, self.stamp)
+        return plan
 
     def build(
         self, program: RuleProgram, anchor: EpisodeRecord | None, refs: Mapping[str, Any]
     ) -> MemoryDelta:
-        info = program.info
-        emit = info.rule.emit
-        values = {name: self.value(var, refs, anchor) for name, var in info.variables.items()}
-        common: dict[str, Any] = {
+        plan = self.plan(program)
+        values = {name: get(refs, anchor) for name, get in plan.getters}
+        body: dict[str, Any] = {
             "user": self.partition.user,
             "agent": self.partition.agent,
             "source_episode_ids": self.sources(program, anchor, refs),
             "promotion_ts": self.now,
-            "rule_id": self.stamp.rule_id if self.stamp else info.rule.id,
-            "confidence": self.confidence(program, values),
-            "reason": (f"{info.rule.id}: " if self.stamp else "") + render(emit.reason, values),
-            "bindings": {k: _json_value(v) for k, v in sorted(values.items())},
+            "rule_id": plan.rule_id,
+            "confidence": plan.confidence(values),
+            "reason": plan.reason_prefix + plan.reason(values),
+            "bindings": {name: _json_value(values[name]) for name in plan.binding_names},
         }
+        emit = plan.emit
         if emit.kind == "noop":
-            reinforces = [refs[a].id for a in emit.reinforces]
-            return NoopDelta(reinforces=reinforces, **common)
-        replaces = self.replaces(program, refs, values)
-        if emit.kind == "delete":
-            return DeleteDelta(replaces=replaces, **common)
-        assert emit.subject is not None and emit.predicate is not None and emit.object is not None
-        payload = FactPayload(
-            subject=render(emit.subject, values),
-            predicate=render(emit.predicate, values),
-            object=render(emit.object, values),
-            payload={k: render(t, values) for k, t in emit.payload.items()},
-        )
-        if emit.kind == "add":
-            return AddDelta(fact=payload, **common)
-        return UpdateDelta(fact=payload, replaces=replaces, **common)
+            body["reinforces"] = [refs[a].id for a in emit.reinforces]
+        else:
+            if emit.kind != "add":
+                body["replaces"] = self.replaces(program, refs, values)
+            if emit.kind != "delete":
+                body["fact"] = {
+                    "subject": plan.subject(values),
+                    "predicate": plan.predicate(values),
+                    "object": plan.object(values),
+                    "payload": {key: fill(values) for key, fill in plan.payload},
+                }
+        return plan.model.model_validate(body)
 
     def replaces(
         self, program: RuleProgram, refs: Mapping[str, Any], values: Mapping[str, Any]
@@ -487,19 +531,89 @@ class _Collector:
                 ids.extend(r.id for r in refs[alias][1])
             else:
                 ids.extend(refs[alias].source_episode_ids)
-        return list(dict.fromkeys(ids))
+        return list(dict.fromkeys(ids)) if len(ids) > 1 else ids
 
-    def confidence(self, program: RuleProgram, values: Mapping[str, Any]) -> float:
-        conf = program.info.rule.emit.confidence
+
+Getter = Callable[[Mapping[str, Any], EpisodeRecord | None], Any]
+Filler = Callable[[Mapping[str, Any]], str]
+
+
+def _filler(text: str | None) -> Filler:
+    """A function filling one emit template from resolved variable values."""
+    parts = _template(text or "")
+    if len(parts) == 1 and parts[0][0] == "text":
+        constant = parts[0][1]
+        return lambda values: constant
+    if len(parts) == 1:
+        name = parts[0][1]
+        return lambda values: _text(values[name])
+    return lambda values: render(text or "", values)
+
+
+def _getter(var: VarInfo, builtins: set[str]) -> Getter:
+    """A function reading one variable's value from the pass's references."""
+    alias, fname = var.alias, var.field
+    if var.kind == "count":
+        return lambda refs, anchor: refs[alias][0]
+    if var.kind == "fact":
+        return lambda refs, anchor: getattr(refs[alias], fname)
+
+    def record_of(refs: Mapping[str, Any], anchor: EpisodeRecord | None) -> EpisodeRecord:
+        record = anchor if var.kind == "episode" else refs[alias]
+        if record is None:
+            raise _Unresolved(f"no episode for '{var.name}'")
+        return cast(EpisodeRecord, record)
+
+    if fname in builtins:
+        return lambda refs, anchor: getattr(record_of(refs, anchor), fname)
+    return lambda refs, anchor: record_of(refs, anchor).metadata.get(fname)
+
+
+class _Plan:
+    """What building a rule's delta needs, worked out once per rule and pass."""
+
+    def __init__(self, runtime: PackRuntime, program: RuleProgram, stamp: Stamp | None) -> None:
+        info = program.info
+        emit = self.emit = info.rule.emit
+        self.model: type[MemoryDelta] = _MODELS[emit.kind]
+        self.getters = [
+            (name, _getter(var, runtime.builtins)) for name, var in info.variables.items()
+        ]
+        self.binding_names = sorted(info.variables)
+        self.rule_id = stamp.rule_id if stamp else info.rule.id
+        self.reason_prefix = f"{info.rule.id}: " if stamp else ""
+        self.reason = _filler(emit.reason)
+        self.subject = _filler(emit.subject)
+        self.predicate = _filler(emit.predicate)
+        self.object = _filler(emit.object)
+        self.payload = [(key, _filler(t)) for key, t in emit.payload.items()]
+        conf = emit.confidence
+        default = float(runtime.compiled.pack.defaults.confidence)
+        self.confidence: Callable[[Mapping[str, Any]], float]
         if conf is None:
-            return float(self.runtime.compiled.pack.defaults.confidence)
-        if isinstance(conf, LinearConfidence):
-            raw = conf.base + conf.per * float(values[conf.var])
-            # same operations, same order as the compiled CLIPS expression
-            return math.floor(max(0.0, min(conf.max, raw)) * 1_000_000.0 + 0.5) / 1_000_000.0
-        if isinstance(conf, VarConfidence):
-            return max(0.0, min(1.0, float(values[conf.from_])))
-        return float(conf)
+            self.confidence = lambda values: default
+        elif isinstance(conf, LinearConfidence):
+            self.confidence = lambda values: _linear(conf, values)
+        elif isinstance(conf, VarConfidence):
+            name = conf.from_
+            self.confidence = lambda values: max(0.0, min(1.0, float(values[name])))
+        else:
+            constant = float(conf)
+            self.confidence = lambda values: constant
+
+
+def _linear(conf: LinearConfidence, values: Mapping[str, Any]) -> float:
+    raw = conf.base + conf.per * float(values[conf.var])
+    # same operations, same order as the compiled CLIPS expression
+    return math.floor(max(0.0, min(conf.max, raw)) * 1_000_000.0 + 0.5) / 1_000_000.0
+
+
+_MODELS: dict[str, type[MemoryDelta]] = {
+    "add": AddDelta,
+    "update": UpdateDelta,
+    "delete": DeleteDelta,
+    "noop": NoopDelta,
+}
 
 
 class _Unresolved(Exception):
@@ -507,6 +621,8 @@ class _Unresolved(Exception):
 
 
 def _json_value(value: Any) -> Any:
+    if type(value) is str:
+        return value
     if isinstance(value, datetime):
         return value.isoformat()
     if isinstance(value, list | tuple):

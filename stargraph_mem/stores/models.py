@@ -35,6 +35,10 @@ ScopePart = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 Intent = Literal["add", "update", "delete", "noop"]
 DeltaKind = Literal["add", "update", "delete", "noop"]
 
+BindingScalar = str | bool | int | float | None
+BindingValue = BindingScalar | list[BindingScalar]
+"""What a rule binding holds: a JSON scalar or a list of them (validated without Python calls)."""
+
 HONOURED_METADATA_KEYS = ("intent", "replaces", "subject", "predicate", "object")
 
 
@@ -171,10 +175,13 @@ class FactPayload(_Model):
     object: str
     payload: dict[str, JsonValue] = Field(default_factory=dict)
 
-    @field_validator("subject", "predicate", "object")
-    @classmethod
-    def _check_nul(cls, value: str) -> str:
-        return _no_nul(value, "fact fields")
+    @model_validator(mode="after")
+    def _check_nul(self) -> FactPayload:
+        # one check for the three fields: this runs for every delta a pass builds
+        if "\x00" in self.subject + self.predicate + self.object:
+            for name in ("subject", "predicate", "object"):
+                _no_nul(getattr(self, name), f"fact.{name}")
+        return self
 
 
 def delta_id_of(body: bytes) -> str:
@@ -190,7 +197,7 @@ class _DeltaBase(_Model):
     rule_id: Identifier
     confidence: float
     reason: str = ""
-    bindings: dict[str, JsonValue] = Field(default_factory=dict)
+    bindings: dict[str, BindingValue] = Field(default_factory=dict)
 
     @field_validator("confidence")
     @classmethod

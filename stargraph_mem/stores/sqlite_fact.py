@@ -76,6 +76,8 @@ CACHE_KIB: Final = -65536
 
 Delta = AddDelta | UpdateDelta | DeleteDelta | NoopDelta
 _KINDS: Final = ("add", "update", "delete", "noop")
+_UNION_TAGS: Final = frozenset({"str", "bool", "int", "float", "none"})
+"""Union member names pydantic puts in error locations (binding values are a union)."""
 
 _SCHEMA: Final = (
     "CREATE TABLE IF NOT EXISTS fact_store_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -343,6 +345,7 @@ def _validation_error(index: int, exc: ValidationError) -> DeltaValidationError:
     loc = [str(part) for part in first["loc"]]
     if loc and loc[0] in _KINDS:
         loc = loc[1:]
+    loc = [part for part in loc if part not in _UNION_TAGS and not part.startswith("list[")]
     field = ".".join(loc) or "kind"
     return DeltaValidationError(
         f"deltas[{index}].{field}: {first['msg']}", index=index, field=field
