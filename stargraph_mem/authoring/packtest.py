@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     AwareDatetime,
     BaseModel,
     ConfigDict,
@@ -71,7 +72,15 @@ WHAT = "pack test file"
 SEED_RULE = "seed"
 """``rule_id`` (and pack hash) of the facts a case seeds before its pass."""
 
-Triple = tuple[str, str, str]
+
+def _three(value: tuple[str, ...]) -> tuple[str, ...]:
+    if len(value) != 3:
+        raise ValueError("a triple is [subject, predicate, object]")
+    return value
+
+
+Triple = Annotated[tuple[str, ...], AfterValidator(_three)]
+"""``[subject, predicate, object]``."""
 When = Annotated[AwareDatetime | Duration, Field(union_mode="left_to_right")]
 """An ISO-8601 time with offset, or a duration such as ``{days: 40}`` before ``now``."""
 
@@ -349,9 +358,8 @@ def _episodes(loaded: TestFile, index: int, now: datetime, seeded: dict[str, str
         except ValidationError as exc:
             err = exc.errors()[0]
             where = ".".join(str(p) for p in err["loc"])
-            raise loaded.error(
-                ("cases", index, "episodes", j), f"{where}: {err['msg']}".lstrip(": ")
-            ) from exc
+            message = str(err["msg"]).removeprefix("Value error, ")
+            raise loaded.error(("cases", index, "episodes", j), f"{where}: {message}") from exc
     return out
 
 

@@ -1,0 +1,190 @@
+"""Pack test files: loading with positions, seeding, exact and subset matching, diffs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stargraph_mem.authoring.packtest import (
+    case_lines,
+    default_tests_path,
+    load_tests_text,
+    run_tests,
+)
+from stargraph_mem.compiler.pack import compile_file
+from stargraph_mem.errors import IRError
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT = compile_file(ROOT / "rules" / "default.yaml")
+DEDUP = compile_file(ROOT / "rules" / "dedup_against_facts.yaml")
+HEAD = "pack: default\nnow: 2026-03-02T03:00:00+00:00\n"
+
+
+def first_error(text: str) -> str:
+    with pytest.raises(IRError) as info:
+        load_tests_text(text, "t.yaml")
+    return info.value.message
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "t.yaml:1:1: empty document: a pack test file is a mapping"),
+        ("- 1\n", "t.yaml:1:1: a pack test file must be a mapping"),
+        (
+            HEAD + "cases: [{name: x, expect: {deltas: []}}]\ncoverge: {min: 1}\n",
+            "t.yaml:4:1: coverge: unknown field (did you mean 'coverage'?)",
+        ),
+        (HEAD + "cases: []\n", "t.yaml:3:1: cases: must not be empty"),
+        (
+            HEAD + "cases:\n  - {name: x, expect: {}}\n",
+            "t.yaml:4:15: cases[0].expect: expect needs at least one of 'deltas', 'facts', "
+            "'rejected'",
+        ),
+        (
+            HEAD + "cases:\n  - {name: x, expect: {deltas: [{kind: add, rule: r, tripel: []}]}}\n",
+            "t.yaml:4:54: cases[0].expect.deltas[0].tripel: unknown field (did you mean 'triple'?)",
+        ),
+        (
+            HEAD + "cases:\n  - {name: x, match: some, expect: {deltas: []}}\n",
+            "t.yaml:4:15: cases[0].match: expected 'exact' or 'subset'",
+        ),
+        (
+            "pack: default\ncases:\n  - {name: x, expect: {deltas: []}}\n",
+            "t.yaml:3:5: cases[0]: no pass time: set 'now' on the case or the file",
+        ),
+        (
+            HEAD
+            + "cases:\n  - {name: x, expect: {deltas: []}}\n  - {name: x, expect: {facts: []}}\n",
+            "t.yaml:5:6: cases[1].name: duplicate case name (first at cases[0])",
+        ),
+        (
+            HEAD + "cases:\n  - name: x\n    facts: [{id: a, triple: [a, b, c]}]\n"
+            "    episodes: [{id: a}]\n    expect: {deltas: []}\n",
+            "t.yaml:6:17: cases[0].episodes[0].id: duplicate id 'a'",
+        ),
+        (
+            HEAD + "cases:\n  - name: x\n    facts: [{id: a, triple: [a, b]}]\n"
+            "    expect: {deltas: []}\n",
+            "t.yaml:5:21: cases[0].facts[0].triple: a triple is [subject, predicate, object]",
+        ),
+    ],
+)
+def test_load_errors_carry_positions(text: str, message: str) -> None:
+    assert first_error(text) == message
+
+
+def test_default_tests_path() -> None:
+    assert default_tests_path("rules/x.yaml") == Path("rules/tests/x.yaml")
+
+
+def write(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "t.yaml"
+    path.write_text(body, encoding="utf-8")
+    return path
+
+
+async def test_subset_allows_extra_deltas_in_order_only(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        HEAD.replace("default", "dedup_against_facts")
+        + """cases:
+  - name: subset in order
+    match: subset
+    episodes:
+      - {id: e1, triple: [a, likes, tea]}
+      - {id: e2, triple: [b, likes, jazz]}
+      - {id: e3, triple: [a, likes, coffee]}
+    expect:
+      deltas:
+        - {kind: add, rule: new_fact_add}
+        - {kind: update, rule: changed_object_update, replaces: [e1]}
+  - name: subset out of order
+    match: subset
+    episodes:
+      - {id: e1, triple: [a, likes, tea]}
+      - {id: e2, triple: [a, likes, coffee]}
+    expect:
+      deltas:
+        - {kind: update, rule: changed_object_update}
+        - {kind: add, rule: new_fact_add}
+  - name: exact with an extra delta
+    episodes:
+      - {id: e1, triple: [a, likes, tea]}
+      - {id: e2, triple: [b, likes, jazz]}
+    expect:
+      deltas:
+        - {kind: add, rule: new_fact_add, triple: [a, likes, tea], confidence: 0.8000000001}
+""",
+    )
+    run = await run_tests(DEDUP, [path])
+    cases = run.files[0].cases
+    assert [c.passed for c in cases] == [True, False, False]
+    assert case_lines(cases[1])[1:] == [
+        "  deltas (subset):",
+        "    --- expected",
+        "    +++ actual",
+        "    @@ -1,2 +1,2 @@",
+        "    +add new_fact_add",
+        "     update changed_object_update",
+        "    -add new_fact_add",
+    ]
+    assert case_lines(cases[2])[1:] == [
+        "  deltas (exact):",
+        "    --- expected",
+        "    +++ actual",
+        "    @@ -1 +1,2 @@",
+        "     add new_fact_add (a, likes, tea) confidence=0.8",
+        "    +add new_fact_add (b, likes, jazz) confidence=0.8",
+    ]
+
+
+async def test_rejections_are_noted_on_failure_and_checked_when_expected(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        HEAD
+        + """cases:
+  - name: rejection expected
+    episodes:
+      - {id: d1, intent: delete, replaces: [nothing]}
+    expect:
+      rejected:
+        - episode: d1
+          rule: explicit_delete
+          reason: "unresolved reference: replaces names facts that are not current
+            in this partition: nothing"
+  - name: rejection unexpected
+    episodes:
+      - {id: d1, intent: delete, replaces: [nothing]}
+    expect:
+      deltas: [{kind: delete, rule: explicit_delete}]
+""",
+    )
+    run = await run_tests(DEFAULT, [path])
+    first, second = run.files[0].cases
+    assert first.passed
+    assert case_lines(second) == [
+        "FAIL  rejection unexpected",
+        "  deltas (exact):",
+        "    --- expected",
+        "    +++ actual",
+        "    @@ -1 +0,0 @@",
+        "    -delete explicit_delete",
+        "  note: rejected d1 (explicit_delete): unresolved reference: replaces names facts "
+        "that are not current in this partition: nothing",
+    ]
+    assert run.coverage.fired == 1
+
+
+async def test_bad_episode_metadata_is_a_positioned_error(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        HEAD + "cases:\n  - name: x\n    episodes: [{id: e1, meta: {subject: 3}}]\n"
+        "    expect: {deltas: []}\n",
+    )
+    with pytest.raises(IRError) as info:
+        await run_tests(DEFAULT, [path])
+    assert info.value.message == (
+        f"{path}:5:16: cases[0].episodes[0]: metadata: metadata.subject must be a string"
+    )
