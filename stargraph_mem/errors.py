@@ -105,6 +105,10 @@ class ScheduleError(StargraphMemError):
     """A cadence could not be evaluated, or a scheduler lease could not be taken."""
 
 
+class PassConflictError(ScheduleError):
+    """Another scheduler applied this (rule, partition) pass first; this one rolled back."""
+
+
 # --- stores -----------------------------------------------------------------------
 
 

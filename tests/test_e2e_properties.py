@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from pydantic import JsonValue
 
 from stargraph_mem.engine.api import Consolidator
+from stargraph_mem.engine.consolidate import DEFAULT_MAX_EPISODES
 from stargraph_mem.stores.models import Episode
 
 SETTINGS = settings(max_examples=25, deadline=None)
@@ -74,8 +75,8 @@ async def consolidate_in_chunks(
     max_episodes: int | None = None,
 ) -> None:
     """Put each chunk then consolidate, pass time ``NOW + k * step`` for chunk ``k``."""
-    extra = {} if max_episodes is None else {"max_episodes": max_episodes}
-    async with Consolidator.open(db, [pack], **extra) as c:
+    limit = DEFAULT_MAX_EPISODES if max_episodes is None else max_episodes
+    async with Consolidator.open(db, [pack], max_episodes=limit) as c:
         for k, part in enumerate(parts):
             await c.memory.put_many(part)
             await c.consolidate(now=NOW + k * step)

@@ -177,7 +177,7 @@ ir_version: 1
 pack: weighted
 version: "1.0.0"
 fields: {subject: string, predicate: string, object: string, weight: integer}
-defaults: {cadence: {every: 1}, confidence: 0.8}
+defaults: {cadence: {cron: "0 3 * * *"}, confidence: 0.8}
 rules:
   - id: heavy
     when:

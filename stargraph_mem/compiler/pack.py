@@ -12,6 +12,7 @@ from typing import Any, TypeAlias
 
 import clips
 
+from stargraph_mem.compiler.cadence import schedule_program
 from stargraph_mem.compiler.clips_env import load_constructs, new_environment
 from stargraph_mem.compiler.generator import Generator, Relation, RuleProgram, item_alias
 from stargraph_mem.compiler.select_sql import SelectSQL, compile_select
@@ -58,6 +59,9 @@ class CompiledPack:
     CLIPS only then (facts a pass promotes are always there, for ``earlier`` replaces)."""
     file: str = "<string>"
     manifest: dict[str, Any] = field(default_factory=dict)
+    schedule: str = ""
+    """The schedule program (:mod:`~stargraph_mem.compiler.cadence`): CLIPS rules deciding
+    which (rule, partition) pairs are due, loaded into its own environment by the scheduler."""
     _built: list[ClipsEnvironment] = field(default_factory=list, repr=False, compare=False)
 
     def take_environment(self) -> ClipsEnvironment | None:
@@ -135,6 +139,7 @@ def compile_analysis(analysis: Analysis, source: SourceMap) -> CompiledPack:
         episode_fields=dict(sorted(gen.used_fields.items())),
         matches_facts=gen.matches_facts(),
         file=source.file,
+        schedule=schedule_program(rules),
     )
     compiled.manifest = _manifest(pack, sha, rules, analysis)
     build_check(compiled, source)

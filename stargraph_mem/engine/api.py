@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 
@@ -14,12 +14,20 @@ from stargraph_mem.engine.consolidate import (
     PassReport,
 )
 from stargraph_mem.engine.runtime import PackRuntime
+from stargraph_mem.engine.scheduler import (
+    DEFAULT_LEASE_SECONDS,
+    Scheduler,
+    ScheduleReport,
+    StatusRow,
+)
+from stargraph_mem.salience import SalienceScorer
 from stargraph_mem.stores.fact import Explanation
 from stargraph_mem.stores.lifecycle import AsyncResource
 from stargraph_mem.stores.models import Episode, Fact, FactPattern, utc_now
 from stargraph_mem.stores.scope import Partition
 from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
 from stargraph_mem.stores.sqlite_memory import SQLiteMemoryStore
+from stargraph_mem.stores.sqlite_schedule import SQLiteScheduleStore
 
 _RUNTIMES: dict[str, PackRuntime] = {}
 
@@ -33,7 +41,12 @@ def runtime_for(compiled: CompiledPack) -> PackRuntime:
 
 
 class Consolidator(AsyncResource):
-    """Episodes in, facts out: ``record`` episodes, ``consolidate`` partitions, read facts."""
+    """Episodes in, facts out: ``record`` episodes (streaming rules fire at once), ``tick``
+    whatever is due, ``consolidate`` on demand, read facts and explanations.
+
+    ``clock`` (tz-aware) is the scheduler's notion of now, injectable for tests. Every
+    method is safe to call concurrently from many tasks of one event loop.
+    """
 
     def __init__(
         self,
@@ -42,15 +55,43 @@ class Consolidator(AsyncResource):
         *,
         max_episodes: int = DEFAULT_MAX_EPISODES,
         keep_deltas: bool = True,
+        clock: Callable[[], datetime] = utc_now,
+        scorer: SalienceScorer | None = None,
+        holder: str | None = None,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
     ) -> None:
         self.path = Path(path)
         self.memory = SQLiteMemoryStore(self.path)
         self.fact_store = SQLiteFactStore(self.path)
+        self.schedule_store = SQLiteScheduleStore(self.path)
         self.packs = list(packs)
         self.max_episodes = max_episodes
         self.keep_deltas = keep_deltas
         """Whether pass reports keep their deltas (counts are always kept); large runs
         turn this off so a million deltas are not held in memory."""
+        self.clock = clock
+        self.consolidations = [
+            Consolidation(
+                runtime_for(compiled),
+                self.memory,
+                self.fact_store,
+                scorer=scorer,
+                max_episodes=max_episodes,
+                keep_deltas=keep_deltas,
+            )
+            for compiled in self.packs
+        ]
+        """One per pack, shared by ``record``, ``tick`` and ``consolidate`` (passes of a
+        pack are serialised: they share one CLIPS environment)."""
+        self.scheduler = Scheduler(
+            self.consolidations,
+            self.memory,
+            self.fact_store,
+            self.schedule_store,
+            holder=holder,
+            lease_seconds=lease_seconds,
+        )
+        self._ticked = False
 
     @classmethod
     def open(
@@ -60,6 +101,10 @@ class Consolidator(AsyncResource):
         *,
         max_episodes: int = DEFAULT_MAX_EPISODES,
         keep_deltas: bool = True,
+        clock: Callable[[], datetime] = utc_now,
+        scorer: SalienceScorer | None = None,
+        holder: str | None = None,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
     ) -> Consolidator:
         """Compile ``packs`` (YAML files) and prepare stores at ``path``; use ``async with``."""
         return cls(
@@ -67,31 +112,44 @@ class Consolidator(AsyncResource):
             [compile_file(p) for p in packs],
             max_episodes=max_episodes,
             keep_deltas=keep_deltas,
+            clock=clock,
+            scorer=scorer,
+            holder=holder,
+            lease_seconds=lease_seconds,
         )
 
     async def bootstrap(self) -> None:
-        """Create both stores' schemas (idempotent)."""
+        """Create the stores' schemas (idempotent)."""
         await self.memory.bootstrap()
         await self.fact_store.bootstrap()
+        await self.schedule_store.bootstrap()
 
     async def close(self) -> None:
-        await self.fact_store.close()
-        await self.memory.close()
+        """Give the scheduler lease up if this instance ticked, then close the stores."""
+        try:
+            if self._ticked:
+                await self.scheduler.release()
+        finally:
+            await self.schedule_store.close()
+            await self.fact_store.close()
+            await self.memory.close()
 
-    async def record(self, episode: Episode) -> None:
-        """Store one episode under its own scope."""
+    async def record(self, episode: Episode) -> ScheduleReport:
+        """Store one episode under its own scope, then check the partition's count
+        cadences: ``every: 1`` rules (and ``every: N`` ones that just reached N) fire now."""
         await self.memory.put(
             episode, user=episode.user, session=episode.session, agent=episode.agent
         )
+        return await self.scheduler.on_record(Partition(episode.user, episode.agent), self.clock())
 
-    def _consolidation(self, compiled: CompiledPack) -> Consolidation:
-        return Consolidation(
-            runtime_for(compiled),
-            self.memory,
-            self.fact_store,
-            max_episodes=self.max_episodes,
-            keep_deltas=self.keep_deltas,
-        )
+    async def tick(self, now: datetime | None = None) -> ScheduleReport:
+        """Run whatever is due (cron times reached, ``every: N`` counts reached), once."""
+        self._ticked = True
+        return await self.scheduler.tick(now or self.clock())
+
+    async def status(self, now: datetime | None = None) -> list[StatusRow]:
+        """Each rule's cadence, pending count, last and next run per partition."""
+        return await self.scheduler.status(now or self.clock())
 
     async def consolidate(
         self,
@@ -113,8 +171,7 @@ class Consolidator(AsyncResource):
         if user is not None and agent is not None and not partitions:
             partitions = [Partition(user, agent)]
         reports: list[PassReport] = []
-        for compiled in self.packs:
-            consolidation = self._consolidation(compiled)
+        for consolidation in self.consolidations:
             for partition in partitions:
                 reports += await consolidation.run(
                     partition, now=when, rule_ids=rule_ids, dry_run=dry_run, legacy=legacy

@@ -25,6 +25,7 @@ from stargraph_mem.stores.models import MemoryDelta, to_utc
 from stargraph_mem.stores.scope import Partition
 from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
 from stargraph_mem.stores.sqlite_memory import SQLiteMemoryStore
+from stargraph_mem.stores.sqlite_schedule import RuleRun
 
 DEFAULT_MAX_EPISODES = 50_000
 
@@ -110,8 +111,11 @@ class Consolidation:
         dry_run: bool = False,
         legacy: LegacyFilter | None = None,
         stamp: Stamp | None = None,
+        runs: Sequence[RuleRun] = (),
     ) -> list[PassReport]:
         """Consolidate ``partition`` until caught up; one report per pass.
+
+        ``runs`` are a scheduler's run records, written with every pass's transaction.
 
         With ``stamp``, every rule shares one watermark stored under ``stamp.rule_id``.
         """
@@ -120,7 +124,7 @@ class Consolidation:
         reports: list[PassReport] = []
         async with self._lock:
             while True:
-                report = await self._one_pass(partition, now, rules, dry_run, legacy, stamp)
+                report = await self._one_pass(partition, now, rules, dry_run, legacy, stamp, runs)
                 reports.append(report)
                 if report.episodes < self.max_episodes or dry_run:
                     break
@@ -134,6 +138,7 @@ class Consolidation:
         dry_run: bool,
         legacy: LegacyFilter | None,
         stamp: Stamp | None,
+        runs: Sequence[RuleRun] = (),
     ) -> PassReport:
         t0 = time.perf_counter()
         marks = await self.facts.watermarks(self.pack, partition)
@@ -189,6 +194,7 @@ class Consolidation:
                     )
                     for r in out.rejected
                 ],
+                runs=runs,
             )
             report.applied = True
         t3 = time.perf_counter()

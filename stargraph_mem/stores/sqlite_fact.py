@@ -64,6 +64,7 @@ from stargraph_mem.stores.sqlite_base import (
     to_us,
     transaction,
 )
+from stargraph_mem.stores.sqlite_schedule import RuleRun, record_runs
 
 __all__ = ["CHUNK", "SCHEMA_VERSION", "SQLiteFactStore", "fact_query", "validate_deltas"]
 
@@ -846,16 +847,19 @@ class SQLiteFactStore(SQLiteStoreBase):
         pack_hash: str = "",
         watermarks: Sequence[WatermarkAdvance] = (),
         rejections: Sequence[Rejection] = (),
+        runs: Sequence[RuleRun] = (),
     ) -> ApplyResult:
         """Apply a batch in order, in one transaction, with its watermarks and rejections.
 
         Deltas already in the audit table are skipped. Any error (validation, conflict,
         a watermark going backwards, a listener raising) rolls the whole batch back.
+        ``runs`` (a scheduler's pass records) are written first, as a compare-and-set:
+        another scheduler's earlier pass raises :class:`PassConflictError` and rolls back.
         """
         check_pack_hash(pack_hash)
         with _gc_paused():
             return await self._apply(
-                validate_deltas(deltas), pack_hash, tuple(watermarks), tuple(rejections)
+                validate_deltas(deltas), pack_hash, tuple(watermarks), tuple(rejections), runs
             )
 
     async def _apply(
@@ -864,6 +868,7 @@ class SQLiteFactStore(SQLiteStoreBase):
         pack_hash: str,
         watermarks: tuple[WatermarkAdvance, ...],
         rejections: tuple[Rejection, ...],
+        runs: Sequence[RuleRun] = (),
     ) -> ApplyResult:
         now = self._clock()
         async with self._lock:
@@ -871,6 +876,7 @@ class SQLiteFactStore(SQLiteStoreBase):
             batch = _Batch(db, self.adapter, pack_hash, now)
             try:
                 async with transaction(db):
+                    await record_runs(db, runs)
                     for start in range(0, len(deltas), CHUNK):
                         await batch.apply_chunk(start, deltas[start : start + CHUNK])
                     advanced = await batch.advance(watermarks)

@@ -1,0 +1,482 @@
+"""The cadence scheduler: keeps counter and clock facts current, asks CLIPS what is due, runs it.
+
+Due-ness is decided by each pack's schedule program (:mod:`stargraph_mem.compiler.cadence`),
+never here. This module supplies its facts: per (count rule, partition) the episodes after
+the rule's watermark, per (cron rule, partition) the next fire time croniter computes from
+the last run (or the anchor: when the partition's cron clock started) in the rule's tz.
+
+Everything that decides is durable: pending counts come from the episodes table and the
+watermarks, last runs from ``rule_runs``, written in the same transaction as the pass. A
+restart therefore neither loses a pending count nor fires twice; after downtime a cron rule
+is due once, and one pass catches it up. Each pass carries a compare-and-set on its rules'
+run tokens, so two schedulers that decided on the same state never both apply it; a lease
+row additionally lets only one of them tick at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import lru_cache
+
+import clips
+
+from stargraph_mem.compiler.cadence import next_fire
+from stargraph_mem.compiler.clips_env import load_constructs, new_environment
+from stargraph_mem.compiler.pack import CompiledPack, CompiledRule
+from stargraph_mem.engine.consolidate import Consolidation, PassReport
+from stargraph_mem.engine.runtime import RejectedEpisode
+from stargraph_mem.errors import CompileError, PassConflictError, ScheduleError
+from stargraph_mem.stores.models import Cadence, to_utc
+from stargraph_mem.stores.scope import Partition
+from stargraph_mem.stores.sqlite_base import from_us, to_us
+from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
+from stargraph_mem.stores.sqlite_memory import SQLiteMemoryStore
+from stargraph_mem.stores.sqlite_schedule import RuleRun, RunState, SQLiteScheduleStore
+
+__all__ = [
+    "DEFAULT_LEASE_SECONDS",
+    "LEASE_NAME",
+    "Due",
+    "ScheduleProgram",
+    "ScheduleReport",
+    "Scheduler",
+    "StatusRow",
+]
+
+LEASE_NAME = "scheduler"
+DEFAULT_LEASE_SECONDS = 30.0
+"""A tick takes or renews the lease for this long; another holder waits until it expires."""
+RETRIES = 8
+"""Times a record's streaming check re-decides after another scheduler applied first."""
+
+
+@dataclass(frozen=True, order=True)
+class Due:
+    """One rule of one pack due for one partition."""
+
+    pack: str
+    rule_id: str
+    partition: Partition = field(compare=False)
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        return (self.pack, self.rule_id, self.partition.user, self.partition.agent)
+
+
+@dataclass
+class ScheduleReport:
+    """What a tick (or a record's cadence check) did.
+
+    ``passes`` are the pass reports (rules fired per partition, deltas by kind, rejected
+    and gated episodes, timings); ``lease_holder`` names who held the lease when this
+    tick ran nothing; ``conflicts`` are passes another scheduler applied first.
+    """
+
+    now: datetime
+    due: list[Due] = field(default_factory=list)
+    passes: list[PassReport] = field(default_factory=list)
+    conflicts: list[Due] = field(default_factory=list)
+    lease_holder: str | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ran(self) -> bool:
+        """False when another scheduler held the lease and this tick did nothing."""
+        return self.lease_holder is None
+
+    @property
+    def fired(self) -> dict[str, list[Partition]]:
+        """``pack/rule`` → partitions it ran for (in order, each once)."""
+        out: dict[str, list[Partition]] = defaultdict(list)
+        for report in self.passes:
+            for rule_id in report.rules:
+                parts = out[f"{report.pack}/{rule_id}"]
+                if report.partition not in parts:
+                    parts.append(report.partition)
+        return dict(out)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Deltas of every pass by kind."""
+        out = {"add": 0, "update": 0, "delete": 0, "noop": 0}
+        for report in self.passes:
+            for kind, n in report.counts.items():
+                out[kind] += n
+        return out
+
+    @property
+    def rejected(self) -> list[RejectedEpisode]:
+        return [r for report in self.passes for r in report.rejected]
+
+    @property
+    def gated(self) -> list[str]:
+        return [g for report in self.passes for g in report.gated]
+
+    def merge(self, other: ScheduleReport) -> None:
+        """Add another report's passes, due pairs, conflicts and timings to this one."""
+        self.due += other.due
+        self.passes += other.passes
+        self.conflicts += other.conflicts
+        for name, seconds in other.timings.items():
+            self.timings[name] = self.timings.get(name, 0.0) + seconds
+
+
+@dataclass(frozen=True)
+class StatusRow:
+    """One (pack, rule, partition): cadence, pending episodes, last and next run."""
+
+    pack: str
+    rule_id: str
+    cadence: Cadence
+    partition: Partition | None
+    pending: int
+    last_run: datetime | None
+    next_run: datetime | None
+    """The next cron fire time (``None`` for count rules)."""
+    due: bool
+
+
+class ScheduleProgram:
+    """A pack's schedule program loaded into its own silent CLIPS environment."""
+
+    def __init__(self, compiled: CompiledPack) -> None:
+        self.compiled = compiled
+        self.env = new_environment()
+        try:
+            load_constructs(self.env, compiled.schedule)
+        except CompileError as exc:
+            raise ScheduleError(
+                f"pack '{compiled.name}': schedule program rejected: {exc.message}"
+            ) from exc
+        self._clock = self.env.find_template("sm-sched-clock")
+        self._count = self.env.find_template("sm-sched-count")
+        self._next = self.env.find_template("sm-sched-next")
+        self._due = self.env.find_template("sm-sched-due")
+
+    def due(
+        self,
+        now_us: int,
+        counts: Iterable[tuple[int, int, int]] = (),
+        nexts: Iterable[tuple[int, int, int]] = (),
+    ) -> list[tuple[int, int]]:
+        """(rule index, partition index) pairs due, given (rule, part, pending) counts and
+        (rule, part, next fire µs) clocks."""
+        env = self.env
+        env.reset()
+        try:
+            self._clock.assert_fact(now=now_us)
+            for rule, part, pending in counts:
+                self._count.assert_fact(rule=rule, part=part, pending=pending)
+            for rule, part, at in nexts:
+                self._next.assert_fact(rule=rule, part=part, at=at)
+            env.run()
+            return sorted((int(f["rule"]), int(f["part"])) for f in self._due.facts())
+        except clips.CLIPSError as exc:
+            raise ScheduleError(f"pack '{self.compiled.name}': schedule program: {exc}") from exc
+        finally:
+            env.reset()
+
+
+@lru_cache(maxsize=65536)
+def _next_fire_us(cadence: Cadence, since_us: int, rule_id: str) -> int:
+    """Cached: many partitions share a last-run time (they ran in the same tick)."""
+    return to_us(next_fire(cadence, from_us(since_us), rule_id))
+
+
+@dataclass
+class _Pack:
+    """One pack as the scheduler sees it: its consolidation, program and rules by cadence."""
+
+    consolidation: Consolidation
+    program: ScheduleProgram
+    count_rules: list[CompiledRule]
+    cron_rules: list[CompiledRule]
+
+    @property
+    def name(self) -> str:
+        return self.consolidation.pack
+
+    @property
+    def rules(self) -> dict[int, CompiledRule]:
+        return {r.index: r for r in (*self.count_rules, *self.cron_rules)}
+
+
+@dataclass
+class _Facts:
+    """The counter and clock facts of one decision, and the states they came from."""
+
+    counts: list[tuple[int, int, int]] = field(default_factory=list)
+    nexts: list[tuple[int, int, int]] = field(default_factory=list)
+    pending: dict[tuple[str, int], int] = field(default_factory=dict)
+    states: dict[tuple[str, str], RunState] = field(default_factory=dict)
+
+
+class Scheduler:
+    """Runs whatever the packs' schedule programs say is due, exactly once per decision."""
+
+    def __init__(
+        self,
+        consolidations: Sequence[Consolidation],
+        memory: SQLiteMemoryStore,
+        facts: SQLiteFactStore,
+        store: SQLiteScheduleStore,
+        *,
+        holder: str | None = None,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+    ) -> None:
+        self.memory = memory
+        self.facts = facts
+        self.store = store
+        self.holder = holder or f"scheduler-{uuid.uuid4().hex[:12]}"
+        self.lease_seconds = lease_seconds
+        self.packs = [self._pack(c) for c in consolidations]
+        self._locks: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+
+    @staticmethod
+    def _pack(consolidation: Consolidation) -> _Pack:
+        compiled = consolidation.runtime.compiled
+        return _Pack(
+            consolidation,
+            ScheduleProgram(compiled),
+            [r for r in compiled.rules if r.cadence.every is not None],
+            [r for r in compiled.rules if r.cadence.cron is not None],
+        )
+
+    # --- facts for the schedule program ------------------------------------------------
+
+    async def _pending(
+        self,
+        pack: _Pack,
+        partition: Partition,
+        part: int,
+        facts: _Facts,
+        rules: Sequence[CompiledRule],
+    ) -> None:
+        """Episodes after each rule's watermark (one count per distinct watermark); count
+        rules also get their counter fact."""
+        if not rules:
+            return
+        marks = await self.facts.watermarks(pack.name, partition)
+        by_mark: dict[int, int] = {}
+        for rule in rules:
+            mark = marks.get(rule.id, 0)
+            if mark not in by_mark:
+                by_mark[mark] = await self.memory.count_since(partition, mark)
+            facts.pending[(rule.id, part)] = by_mark[mark]
+            if rule.cadence.every is not None:
+                facts.counts.append((rule.index, part, by_mark[mark]))
+
+    async def _anchor_missing(
+        self, pack: _Pack, partitions: Sequence[Partition], now: datetime, facts: _Facts
+    ) -> None:
+        """Start the cron clocks of (rule, partition) pairs never seen: at the earliest
+        unconsolidated episode's time (never later than now), else now."""
+        now_us = to_us(now)
+        anchors: list[tuple[str, Partition, int]] = []
+        for partition in partitions:
+            for rule in pack.cron_rules:
+                if (rule.id, partition.key) in facts.states:
+                    continue
+                anchors.append(
+                    (rule.id, partition, await self._anchor_us(pack, rule, partition, now_us))
+                )
+        if anchors:
+            await self.store.anchor(pack.name, anchors)
+            facts.states.update(
+                (key, value)
+                for key, value in (await self.store.runs(pack.name)).items()
+                if key[1] in {p.key for p in partitions}
+            )
+
+    async def _anchor_us(
+        self, pack: _Pack, rule: CompiledRule, partition: Partition, now_us: int
+    ) -> int:
+        mark = (await self.facts.watermarks(pack.name, partition)).get(rule.id, 0)
+        first = await self.memory.since(partition, mark, limit=1)
+        return min(now_us, to_us(first[0].timestamp)) if first else now_us
+
+    def _clocks(self, pack: _Pack, partitions: Sequence[Partition], facts: _Facts) -> None:
+        for part, partition in enumerate(partitions):
+            for rule in pack.cron_rules:
+                state = facts.states.get((rule.id, partition.key))
+                if state is not None:
+                    at = _next_fire_us(rule.cadence, state.since_us, rule.id)
+                    facts.nexts.append((rule.index, part, at))
+
+    async def _decide(
+        self,
+        pack: _Pack,
+        partitions: Sequence[Partition],
+        now: datetime,
+        *,
+        cron: bool,
+    ) -> tuple[dict[Partition, list[CompiledRule]], _Facts]:
+        """Gather the facts, run the schedule program, group the due rules by partition."""
+        facts = _Facts()
+        one = partitions[0] if len(partitions) == 1 else None
+        facts.states = await self.store.runs(pack.name, one)
+        for part, partition in enumerate(partitions):
+            await self._pending(pack, partition, part, facts, pack.count_rules)
+        if cron and pack.cron_rules:
+            await self._anchor_missing(pack, partitions, now, facts)
+            self._clocks(pack, partitions, facts)
+        due: dict[Partition, list[CompiledRule]] = defaultdict(list)
+        rules = pack.rules
+        for index, part in pack.program.due(to_us(now), facts.counts, facts.nexts):
+            due[partitions[part]].append(rules[index])
+        return dict(due), facts
+
+    # --- running ---------------------------------------------------------------------
+
+    async def _run(
+        self,
+        pack: _Pack,
+        partition: Partition,
+        rules: list[CompiledRule],
+        states: dict[tuple[str, str], RunState],
+        now: datetime,
+        report: ScheduleReport,
+    ) -> bool:
+        """One scheduled run of ``rules`` over ``partition``; False if another scheduler
+        applied it first (nothing of ours was applied)."""
+        token = uuid.uuid4().hex
+        runs = [
+            RuleRun(
+                pack.name,
+                rule.id,
+                partition,
+                now,
+                token,
+                states[(rule.id, partition.key)].token
+                if (rule.id, partition.key) in states
+                else "",
+            )
+            for rule in rules
+        ]
+        dues = [Due(pack.name, rule.id, partition) for rule in rules]
+        report.due += dues
+        try:
+            report.passes += await pack.consolidation.run(
+                partition, now=now, rule_ids=[r.id for r in rules], runs=runs
+            )
+        except PassConflictError:
+            report.conflicts += dues
+            return False
+        return True
+
+    async def on_record(self, partition: Partition, now: datetime) -> ScheduleReport:
+        """The cadence check after a put: run the partition's count rules that are due
+        (``every: 1`` rules on every put). Re-decides when another scheduler got there first."""
+        now = to_utc(now)
+        report = ScheduleReport(now=now)
+        t0 = time.perf_counter()
+        async with self._locks[partition.key]:
+            for pack in self.packs:
+                if not pack.count_rules:
+                    continue
+                for _ in range(RETRIES):
+                    due, facts = await self._decide(pack, [partition], now, cron=False)
+                    rules = due.get(partition)
+                    if not rules or await self._run(
+                        pack, partition, rules, facts.states, now, report
+                    ):
+                        break
+        report.timings["total"] = time.perf_counter() - t0
+        return report
+
+    async def tick(self, now: datetime) -> ScheduleReport:
+        """Take (or renew) the lease, then run every due (rule, partition) of every pack.
+
+        Another holder's unexpired lease makes this a no-op (``report.lease_holder``).
+        """
+        now = to_utc(now)
+        report = ScheduleReport(now=now)
+        t0 = time.perf_counter()
+        lease = await self.store.take_lease(LEASE_NAME, self.holder, now, self.lease_seconds)
+        if not lease.ours:
+            report.lease_holder = lease.holder
+            return report
+        partitions = await self.memory.partitions()
+        t1 = time.perf_counter()
+        decide = 0.0
+        for pack in self.packs:
+            if not partitions:
+                break
+            d0 = time.perf_counter()
+            due, facts = await self._decide(pack, partitions, now, cron=True)
+            decide += time.perf_counter() - d0
+            for partition, rules in due.items():
+                async with self._locks[partition.key]:
+                    await self._run(pack, partition, rules, facts.states, now, report)
+        t2 = time.perf_counter()
+        report.timings = {"lease": t1 - t0, "decide": decide, "total": t2 - t0}
+        return report
+
+    async def release(self) -> None:
+        """Give up the lease (on shutdown) so another scheduler can take over at once."""
+        await self.store.release_lease(LEASE_NAME, self.holder)
+
+    # --- status ----------------------------------------------------------------------
+
+    async def status(self, now: datetime) -> list[StatusRow]:
+        """Each rule's cadence, pending count, last and next run per partition (reads only)."""
+        now = to_utc(now)
+        now_us = to_us(now)
+        partitions = await self.memory.partitions()
+        rows: list[StatusRow] = []
+        for pack in self.packs:
+            facts = _Facts()
+            facts.states = await self.store.runs(pack.name)
+            rules = pack.consolidation.runtime.compiled.rules
+            for part, partition in enumerate(partitions):
+                await self._pending(pack, partition, part, facts, rules)
+            for rule in rules:
+                if not partitions:
+                    rows.append(
+                        StatusRow(pack.name, rule.id, rule.cadence, None, 0, None, None, False)
+                    )
+                for part, partition in enumerate(partitions):
+                    rows.append(await self._status_row(pack, rule, partition, part, facts, now_us))
+        return rows
+
+    async def _status_row(
+        self,
+        pack: _Pack,
+        rule: CompiledRule,
+        partition: Partition,
+        part: int,
+        facts: _Facts,
+        now_us: int,
+    ) -> StatusRow:
+        state = facts.states.get((rule.id, partition.key))
+        pending = facts.pending.get((rule.id, part), 0)
+        last = None if state is None or state.last_run_us is None else from_us(state.last_run_us)
+        nxt: int | None = None
+        if rule.cadence.cron is not None:
+            since = (
+                state.since_us
+                if state is not None
+                else await self._anchor_us(pack, rule, partition, now_us)
+            )
+            nxt = _next_fire_us(rule.cadence, since, rule.id)
+            counts: list[tuple[int, int, int]] = []
+            nexts = [(rule.index, 0, nxt)]
+        else:
+            counts, nexts = [(rule.index, 0, pending)], []
+        due = bool(pack.program.due(now_us, counts, nexts))
+        return StatusRow(
+            pack.name,
+            rule.id,
+            rule.cadence,
+            partition,
+            pending,
+            last,
+            None if nxt is None else from_us(nxt),
+            due,
+        )

@@ -1,0 +1,201 @@
+"""Scheduler state over SQLite: per (pack, rule, partition) run records, and a lease row.
+
+``rule_runs`` keeps, per (pack, rule, partition), the time its cron clock started
+(``anchor_us``), the last applied pass (``last_run_us``) and the token of the scheduler
+run that applied it. A pass records its runs inside the fact store's transaction with
+:func:`record_runs`, a compare-and-set on that token: a second scheduler that decided on
+the same state finds the token changed and rolls its whole pass back. ``scheduler_lease``
+holds one row per lease name: who holds it and until when.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+
+import aiosqlite
+
+from stargraph_mem.errors import PassConflictError
+from stargraph_mem.stores.scope import Partition
+from stargraph_mem.stores.sqlite_base import SQLiteStoreBase, fetch, scalar, to_us, transaction
+
+__all__ = ["LeaseState", "RuleRun", "RunState", "SQLiteScheduleStore", "record_runs"]
+
+_SCHEMA: Final = (
+    """CREATE TABLE IF NOT EXISTS rule_runs (
+        pack TEXT NOT NULL,
+        rule_id TEXT NOT NULL,
+        partition_key TEXT NOT NULL,
+        anchor_us INTEGER NOT NULL,
+        last_run_us INTEGER NULL,
+        runs INTEGER NOT NULL DEFAULT 0,
+        token TEXT NOT NULL DEFAULT '',
+        PRIMARY KEY (pack, rule_id, partition_key)
+    )""",
+    """CREATE TABLE IF NOT EXISTS scheduler_lease (
+        name TEXT PRIMARY KEY,
+        holder TEXT NOT NULL,
+        expires_us INTEGER NOT NULL
+    )""",
+)
+TABLES: Final = ("rule_runs", "scheduler_lease")
+
+_ANCHOR: Final = (
+    "INSERT OR IGNORE INTO rule_runs (pack, rule_id, partition_key, anchor_us) VALUES (?, ?, ?, ?)"
+)
+_RECORD: Final = (
+    "INSERT INTO rule_runs (pack, rule_id, partition_key, anchor_us, last_run_us, runs, token) "
+    "VALUES (?, ?, ?, ?, ?, 1, ?) "
+    "ON CONFLICT (pack, rule_id, partition_key) DO UPDATE SET "
+    "last_run_us = excluded.last_run_us, "
+    "runs = runs + (token <> excluded.token), token = excluded.token "
+    "WHERE token = ? OR token = excluded.token"
+)
+_RUN_COLUMNS: Final = "rule_id, partition_key, anchor_us, last_run_us, runs, token"
+
+
+@dataclass(frozen=True, slots=True)
+class RuleRun:
+    """A pass of ``rule_id`` over ``partition`` applied at ``at`` by the scheduler run
+    ``token``, decided on the state whose token was ``expect`` ('' when none)."""
+
+    pack: str
+    rule_id: str
+    partition: Partition
+    at: datetime
+    token: str
+    expect: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RunState:
+    """What is stored for one (pack, rule, partition)."""
+
+    anchor_us: int
+    last_run_us: int | None
+    runs: int
+    token: str
+
+    @property
+    def since_us(self) -> int:
+        """Where the cron clock runs from: the last run, else the anchor."""
+        return self.anchor_us if self.last_run_us is None else self.last_run_us
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseState:
+    """The outcome of a lease attempt: who holds it now, until when, and whether we do."""
+
+    holder: str
+    expires_us: int
+    ours: bool
+
+
+async def ensure_schema(db: aiosqlite.Connection) -> None:
+    """Create the scheduler tables if missing (safe inside an open transaction)."""
+    for statement in _SCHEMA:
+        await db.execute(statement)
+
+
+async def record_runs(db: aiosqlite.Connection, runs: Sequence[RuleRun]) -> None:
+    """Record ``runs`` inside the caller's transaction; a changed token raises
+    :class:`PassConflictError` (the caller's transaction then rolls back)."""
+    if not runs:
+        return
+    await ensure_schema(db)
+    for run in runs:
+        at_us = to_us(run.at, "run time")
+        before = db.total_changes
+        await db.execute(
+            _RECORD,
+            (run.pack, run.rule_id, run.partition.key, at_us, at_us, run.token, run.expect),
+        )
+        if db.total_changes == before:
+            raise PassConflictError(
+                f"rule '{run.rule_id}' of pack '{run.pack}' for user={run.partition.user} "
+                f"agent={run.partition.agent} was applied by another scheduler first",
+                rule_id=run.rule_id,
+                pack=run.pack,
+            )
+
+
+def _states(rows: Iterable[Any]) -> dict[tuple[str, str], RunState]:
+    return {
+        (str(rule_id), str(key)): RunState(int(anchor), last, int(runs), str(token))
+        for rule_id, key, anchor, last, runs, token in rows
+    }
+
+
+class SQLiteScheduleStore(SQLiteStoreBase):
+    """Run records and the scheduler lease, in the same file as the other stores."""
+
+    _tables = TABLES
+
+    async def _bootstrap(self, db: aiosqlite.Connection) -> None:
+        async with transaction(db):
+            await ensure_schema(db)
+
+    async def _figures(self, db: aiosqlite.Connection) -> dict[str, Any]:
+        return {}
+
+    async def runs(
+        self, pack: str, partition: Partition | None = None
+    ) -> dict[tuple[str, str], RunState]:
+        """Stored run states of ``pack`` by (rule id, partition key), for one partition or all."""
+        sql = f"SELECT {_RUN_COLUMNS} FROM rule_runs WHERE pack = ?"
+        params: tuple[str, ...] = (pack,)
+        if partition is not None:
+            sql += " AND partition_key = ?"
+            params = (pack, partition.key)
+        async with self._read() as db:
+            return _states(await fetch(db, sql, params))
+
+    async def anchor(self, pack: str, anchors: Sequence[tuple[str, Partition, int]]) -> None:
+        """Start the cron clocks of (rule id, partition, anchor µs) that have none yet."""
+        if not anchors:
+            return
+        rows = [(pack, rule_id, partition.key, at_us) for rule_id, partition, at_us in anchors]
+        async with self._write() as db:
+            await db.executemany(_ANCHOR, rows)
+
+    async def take_lease(
+        self, name: str, holder: str, now: datetime, ttl_seconds: float
+    ) -> LeaseState:
+        """Take or renew lease ``name`` for ``holder`` unless someone else holds it unexpired."""
+        now_us = to_us(now, "lease time")
+        expires = now_us + round(ttl_seconds * 1_000_000)
+        async with self._write() as db:
+            rows = await fetch(
+                db, "SELECT holder, expires_us FROM scheduler_lease WHERE name = ?", (name,)
+            )
+            if rows and rows[0][0] != holder and rows[0][1] > now_us:
+                return LeaseState(str(rows[0][0]), int(rows[0][1]), ours=False)
+            await db.execute(
+                "INSERT INTO scheduler_lease (name, holder, expires_us) VALUES (?, ?, ?) "
+                "ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, "
+                "expires_us = excluded.expires_us",
+                (name, holder, expires),
+            )
+        return LeaseState(holder, expires, ours=True)
+
+    async def release_lease(self, name: str, holder: str) -> None:
+        """Give the lease up if ``holder`` holds it."""
+        async with self._write() as db:
+            await db.execute(
+                "DELETE FROM scheduler_lease WHERE name = ? AND holder = ?", (name, holder)
+            )
+
+    async def lease(self, name: str) -> LeaseState | None:
+        """The lease row as stored (``ours`` is False: no holder is asking)."""
+        async with self._read() as db:
+            rows = await fetch(
+                db, "SELECT holder, expires_us FROM scheduler_lease WHERE name = ?", (name,)
+            )
+        return LeaseState(str(rows[0][0]), int(rows[0][1]), ours=False) if rows else None
+
+    async def total_runs(self) -> int:
+        """How many passes have been recorded, over every rule and partition."""
+        async with self._read() as db:
+            return int(await scalar(db, "SELECT coalesce(sum(runs), 0) FROM rule_runs") or 0)

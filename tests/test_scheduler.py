@@ -1,0 +1,314 @@
+"""Cadences with an injected clock: every N (per partition), every 1, cron times, catch-up,
+time zones and DST as croniter defines them, restart durability, leases, compare-and-set."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+from croniter import croniter
+from e2e_helpers import episode, spo
+
+from stargraph_mem.compiler.pack import compile_text
+from stargraph_mem.engine.api import Consolidator
+from stargraph_mem.engine.scheduler import ScheduleReport
+from stargraph_mem.errors import PassConflictError, ScheduleError
+from stargraph_mem.stores.fact import WatermarkAdvance
+from stargraph_mem.stores.models import Cadence, Episode
+from stargraph_mem.stores.scope import Partition
+from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
+from stargraph_mem.stores.sqlite_schedule import RuleRun, SQLiteScheduleStore
+
+ALICE = Partition("alice", "rag")
+BOB = Partition("bob", "rag")
+
+
+def pack_text(cadence: str, name: str = "sched") -> str:
+    """A one-rule pack adding one fact per episode, with the given cadence (YAML flow)."""
+    return f"""\
+ir_version: 1
+pack: {name}
+version: "1.0.0"
+fields: {{subject: string, predicate: string, object: string}}
+defaults: {{cadence: {cadence}, confidence: 0.8}}
+rules:
+  - id: add_all
+    when:
+      - episode: {{subject: {{bind: s}}, predicate: {{bind: p}}, object: {{bind: o}}}}
+    emit: {{kind: add, subject: "{{s}}", predicate: "{{p}}", object: "{{o}}"}}
+"""
+
+
+class Clock:
+    """A settable clock for the scheduler."""
+
+    def __init__(self, at: datetime) -> None:
+        self.at = at
+
+    def __call__(self) -> datetime:
+        return self.at
+
+
+def opened(db: Path, cadence: str, clock: Callable[[], datetime], **kw: object) -> Consolidator:
+    return Consolidator(db, [compile_text(pack_text(cadence))], clock=clock, **kw)  # type: ignore[arg-type]
+
+
+def obs(n: int, user: str = "alice", at: datetime | None = None) -> Episode:
+    return episode(f"{user}-{n}", n, user=user, at=at, **spo(f"{user}{n}", "p", "o"))
+
+
+def fired(report: ScheduleReport) -> list[tuple[str, int]]:
+    """(user, episodes) of every applied pass."""
+    return [(p.partition.user, p.episodes) for p in report.passes if p.applied]
+
+
+# --- every N / every 1 -------------------------------------------------------------------
+
+
+async def test_every_100_fires_at_exactly_the_100th_episode_per_partition(tmp_path: Path) -> None:
+    clock = Clock(datetime(2026, 5, 1, tzinfo=UTC))
+    async with opened(tmp_path / "m.db", "{every: 100}", clock) as mem:
+        for n in range(1, 100):
+            assert fired(await mem.record(obs(n))) == []
+            if n <= 60:
+                assert fired(await mem.record(obs(n, "bob"))) == []
+        assert fired(await mem.tick()) == []
+        assert await mem.facts() == []
+        report = await mem.record(obs(100))
+        assert fired(report) == [("alice", 100)]
+        assert report.fired == {"sched/add_all": [ALICE]}
+        assert report.counts == {"add": 100, "update": 0, "delete": 0, "noop": 0}
+        assert len(await mem.facts(user="alice")) == 100
+        assert await mem.facts(user="bob") == []
+        for n in range(101, 200):
+            assert fired(await mem.record(obs(n))) == []
+        for n in range(61, 100):
+            assert fired(await mem.record(obs(n, "bob"))) == []
+        assert fired(await mem.record(obs(100, "bob"))) == [("bob", 100)]
+        assert fired(await mem.record(obs(200))) == [("alice", 100)]
+
+
+async def test_every_n_counts_episodes_put_by_other_means_at_the_next_tick(tmp_path: Path) -> None:
+    clock = Clock(datetime(2026, 5, 1, tzinfo=UTC))
+    async with opened(tmp_path / "m.db", "{every: 3}", clock) as mem:
+        await mem.memory.put_many([obs(1), obs(2)])
+        assert fired(await mem.tick()) == []
+        await mem.memory.put_many([obs(3), obs(4)])
+        assert fired(await mem.tick()) == [("alice", 4)]
+        assert fired(await mem.tick()) == []
+
+
+async def test_every_1_fires_on_each_put(tmp_path: Path) -> None:
+    clock = Clock(datetime(2026, 5, 1, tzinfo=UTC))
+    async with opened(tmp_path / "m.db", "{every: 1}", clock) as mem:
+        for n in range(1, 6):
+            report = await mem.record(obs(n, "alice" if n % 2 else "bob"))
+            assert fired(report) == [("alice" if n % 2 else "bob", 1)]
+            assert report.passes[0].first_seq == report.passes[0].last_seq == n
+            assert len(await mem.facts()) == n
+        again = await mem.record(obs(5))  # an identical re-put stores nothing new
+        assert fired(again) == []
+
+
+async def test_cron_rules_do_not_fire_on_record(tmp_path: Path) -> None:
+    clock = Clock(datetime(2026, 5, 1, 10, tzinfo=UTC))
+    async with opened(tmp_path / "m.db", '{cron: "* * * * *"}', clock) as mem:
+        assert fired(await mem.record(obs(1))) == []
+        assert fired(await mem.tick(clock.at + timedelta(minutes=1))) == [("alice", 1)]
+
+
+# --- cron ------------------------------------------------------------------------------
+
+
+async def test_cron_fires_at_the_declared_times(tmp_path: Path) -> None:
+    day = datetime(2026, 5, 1, tzinfo=UTC)
+    clock = Clock(day + timedelta(hours=10))
+    async with opened(tmp_path / "m.db", '{cron: "0 3 * * *"}', clock) as mem:
+        await mem.record(obs(1, at=clock.at))
+        assert fired(await mem.tick()) == []
+        next_day = day + timedelta(days=1)
+        assert fired(await mem.tick(next_day + timedelta(hours=2, minutes=59, seconds=59))) == []
+        report = await mem.tick(next_day + timedelta(hours=3))
+        assert fired(report) == [("alice", 1)]
+        assert report.passes[0].now == next_day + timedelta(hours=3)
+        assert fired(await mem.tick(next_day + timedelta(hours=3, seconds=30))) == []
+        await mem.record(obs(2, at=next_day + timedelta(hours=4)))
+        assert fired(await mem.tick(next_day + timedelta(hours=23))) == []
+        assert fired(await mem.tick(next_day + timedelta(days=1, hours=3))) == [("alice", 1)]
+
+
+async def test_cron_catches_up_with_one_pass_after_downtime(tmp_path: Path) -> None:
+    day = datetime(2026, 5, 1, tzinfo=UTC)
+    clock = Clock(day + timedelta(hours=1))
+    async with opened(tmp_path / "m.db", '{cron: "0 * * * *"}', clock) as mem:
+        await mem.record(obs(1, at=clock.at))
+        await mem.tick()
+        assert fired(await mem.tick(day + timedelta(hours=2))) == [("alice", 1)]
+        for n in range(2, 5):
+            await mem.record(obs(n, at=day + timedelta(hours=2, minutes=n)))
+        # down from 02:00 to 09:30: seven hourly slots missed, one pass catches up
+        report = await mem.tick(day + timedelta(hours=9, minutes=30))
+        assert fired(report) == [("alice", 3)]
+        assert fired(await mem.tick(day + timedelta(hours=9, minutes=31))) == []
+        assert fired(await mem.tick(day + timedelta(hours=9, minutes=59))) == []
+        assert fired(await mem.tick(day + timedelta(hours=10))) == [("alice", 0)]
+        rows = {r.rule_id: r for r in await mem.status(day + timedelta(hours=10, minutes=5))}
+        assert rows["add_all"].last_run == day + timedelta(hours=10)
+        assert rows["add_all"].next_run == day + timedelta(hours=11)
+
+
+async def test_a_cron_clock_starts_at_the_first_unconsolidated_episode(tmp_path: Path) -> None:
+    """Episodes put before the scheduler ever ran fire at the first slot after them."""
+    day = datetime(2026, 5, 1, tzinfo=UTC)
+    clock = Clock(day + timedelta(days=3))
+    async with opened(tmp_path / "m.db", '{cron: "0 3 * * *"}', clock) as mem:
+        await mem.memory.put_many([obs(1, at=day + timedelta(hours=20))])
+        assert fired(await mem.tick()) == [("alice", 1)]
+        assert fired(await mem.tick(clock.at + timedelta(hours=1))) == []
+
+
+async def test_cron_honours_the_rule_time_zone(tmp_path: Path) -> None:
+    # 09:00 in Tokyo (UTC+9, no DST) is 00:00 UTC
+    clock = Clock(datetime(2026, 5, 1, 12, tzinfo=UTC))
+    cadence = '{cron: "0 9 * * *", tz: "Asia/Tokyo"}'
+    async with opened(tmp_path / "m.db", cadence, clock) as mem:
+        await mem.record(obs(1, at=clock.at))
+        assert fired(await mem.tick()) == []
+        assert fired(await mem.tick(datetime(2026, 5, 1, 23, 59, 59, tzinfo=UTC))) == []
+        assert fired(await mem.tick(datetime(2026, 5, 2, 0, 0, tzinfo=UTC))) == [("alice", 1)]
+
+
+def croniter_times(cron: str, tz: str, start: datetime, n: int) -> list[datetime]:
+    it = croniter(cron, start.astimezone(ZoneInfo(tz)))
+    return [it.get_next(datetime).astimezone(UTC) for _ in range(n)]
+
+
+async def fire_times(mem: Consolidator, probes: list[datetime]) -> list[datetime]:
+    """Tick at each probe time; the probe times at which a pass ran."""
+    out = []
+    for at in probes:
+        if (await mem.tick(at)).passes:
+            out.append(at)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("cron", "start", "expected"),
+    [
+        # spring forward: 02:30 does not exist on 2026-03-08 in New York; croniter fires
+        # at 03:00 EDT (07:00 UTC) that day, then 02:30 EDT (06:30 UTC)
+        (
+            "30 2 * * *",
+            datetime(2026, 3, 7, 12, tzinfo=UTC),
+            [
+                datetime(2026, 3, 8, 7, 0, tzinfo=UTC),
+                datetime(2026, 3, 9, 6, 30, tzinfo=UTC),
+            ],
+        ),
+        # fall back: 01:30 happens twice on 2026-11-01; croniter fires at both
+        (
+            "30 1 * * *",
+            datetime(2026, 10, 31, 12, tzinfo=UTC),
+            [
+                datetime(2026, 11, 1, 5, 30, tzinfo=UTC),
+                datetime(2026, 11, 1, 6, 30, tzinfo=UTC),
+                datetime(2026, 11, 2, 6, 30, tzinfo=UTC),
+            ],
+        ),
+    ],
+)
+async def test_dst_transitions_follow_croniter(
+    tmp_path: Path, cron: str, start: datetime, expected: list[datetime]
+) -> None:
+    tz = "America/New_York"
+    assert croniter_times(cron, tz, start, len(expected)) == expected
+    clock = Clock(start)
+    async with opened(tmp_path / "m.db", f'{{cron: "{cron}", tz: "{tz}"}}', clock) as mem:
+        await mem.record(obs(1, at=start))
+        await mem.tick()
+        probes = sorted(
+            {t + timedelta(minutes=d) for t in expected for d in (-30, -1, 0, 1)}
+            | {start + timedelta(hours=h) for h in range(0, 60, 2)}
+        )
+        assert await fire_times(mem, probes) == expected
+
+
+async def test_an_impossible_cron_date_names_the_rule(tmp_path: Path) -> None:
+    clock = Clock(datetime(2026, 5, 1, tzinfo=UTC))
+    async with opened(tmp_path / "m.db", '{cron: "0 0 31 2 *"}', clock) as mem:
+        await mem.record(obs(1))
+        with pytest.raises(ScheduleError, match="rule 'add_all': cron '0 0 31 2 \\*'"):
+            await mem.tick()
+
+
+# --- durability ----------------------------------------------------------------------
+
+
+async def test_pending_counts_and_last_runs_survive_reopening(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    clock = Clock(datetime(2026, 5, 1, 10, tzinfo=UTC))
+    async with opened(db, "{every: 10}", clock) as mem:
+        for n in range(1, 8):
+            await mem.record(obs(n))
+    async with opened(db, "{every: 10}", clock) as mem:
+        assert [r.pending for r in await mem.status()] == [7]
+        assert fired(await mem.record(obs(8))) == []
+        assert fired(await mem.record(obs(9))) == []
+        assert fired(await mem.record(obs(10))) == [("alice", 10)]
+    async with opened(db, "{every: 10}", clock) as mem:
+        (row,) = await mem.status()
+        assert (row.pending, row.last_run, row.due) == (0, clock.at, False)
+
+
+# --- two schedulers ------------------------------------------------------------------
+
+
+async def test_the_lease_lets_one_scheduler_tick_until_it_expires(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    t = datetime(2026, 5, 1, tzinfo=UTC)
+    clock = Clock(t)
+    a = opened(db, "{every: 1}", clock, holder="a", lease_seconds=30)
+    b = opened(db, "{every: 1}", clock, holder="b", lease_seconds=30)
+    async with a, b:
+        assert (await a.tick()).ran
+        held = await b.tick(t + timedelta(seconds=29))
+        assert (held.ran, held.lease_holder) == (False, "a")
+        assert (await a.tick(t + timedelta(seconds=29))).ran  # renews until 00:00:59
+        assert not (await b.tick(t + timedelta(seconds=58))).ran
+        assert (await b.tick(t + timedelta(seconds=60))).ran
+        assert (await a.tick(t + timedelta(seconds=61))).lease_holder == "b"
+    # closing b gave the lease up: a third scheduler takes it at once
+    async with opened(db, "{every: 1}", clock, holder="c") as c:
+        assert (await c.tick(t + timedelta(seconds=62))).ran
+
+
+async def test_a_pass_decided_on_stale_run_state_rolls_back(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    at = datetime(2026, 5, 1, tzinfo=UTC)
+    async with SQLiteScheduleStore(db) as runs, SQLiteFactStore(db) as facts:
+        advance = [WatermarkAdvance(pack="p", rule_id="r", partition=ALICE, last_seq=3)]
+        first = RuleRun("p", "r", ALICE, at, token="t1", expect="")
+        await facts.apply_deltas([], watermarks=advance, runs=[first])
+        again = RuleRun("p", "r", ALICE, at + timedelta(seconds=1), token="t1", expect="")
+        await facts.apply_deltas([], runs=[again])  # the same run's next pass: fine
+        stale = RuleRun("p", "r", ALICE, at, token="t2", expect="")
+        later = [WatermarkAdvance(pack="p", rule_id="r", partition=ALICE, last_seq=9)]
+        with pytest.raises(PassConflictError, match="applied by another scheduler first"):
+            await facts.apply_deltas([], watermarks=later, runs=[stale])
+        assert await facts.watermark("p", "r", ALICE) == 3
+        state = (await runs.runs("p"))[("r", ALICE.key)]
+        assert (state.token, state.runs, state.last_run_us) == ("t1", 1, 1777593601000000)
+        fresh = RuleRun("p", "r", ALICE, at, token="t3", expect="t1")
+        await facts.apply_deltas([], watermarks=later, runs=[fresh])
+        assert await facts.watermark("p", "r", ALICE) == 9
+        assert (await runs.runs("p"))[("r", ALICE.key)].runs == 2
+
+
+def test_cadence_model_rejects_bad_cron_and_zone() -> None:
+    with pytest.raises(ValueError, match="invalid cron expression"):
+        Cadence(cron="61 * * * *")
+    with pytest.raises(ValueError, match="unknown time zone 'Mars/Base'"):
+        Cadence(cron="0 3 * * *", tz="Mars/Base")
