@@ -476,9 +476,9 @@ def ingest(
 
 
 # Commands defined in sibling modules register themselves on ``app`` when imported.
-from stargraph_mem import cli_authoring, cli_scheduler  # noqa: E402
+from stargraph_mem import cli_authoring, cli_review, cli_scheduler  # noqa: E402
 
-__all__ = ["app", "cli_authoring", "cli_scheduler", "main"]
+__all__ = ["app", "cli_authoring", "cli_review", "cli_scheduler", "main"]
 
 
 def main() -> None:

@@ -1,0 +1,503 @@
+"""Lint: warnings about packs that are valid but do not do what their author meant.
+
+* ``shadowed``: a claiming rule never fires because a rule ranked above it (priority,
+  then declaration order) provably matches, and so claims, every episode it matches.
+  Conservative: the higher rule's episode tests must be implied by the lower rule's tests
+  on the same fields, its other patterns must appear verbatim in the lower rule, and its
+  cadence, ``select`` and salience gate must admit everything the lower rule's do.
+* ``select-never-matches``: a ``select`` whose tests no value of the field passes
+  (``in: []``, ``gt: 5`` with ``lt: 3``, …), alone or together with the rule's episode
+  pattern on the same field; ``pattern-never-matches`` is the same for the episode pattern.
+* ``cadence-overlap``: two rules on different cadences write facts with the same
+  (subject, predicate) (equal literals, or a variable on either side), so whichever
+  fires last wins.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from stargraph_mem.compiler.generator import literal_value
+from stargraph_mem.compiler.pack import validate_file
+from stargraph_mem.errors import IRIssue
+from stargraph_mem.ir.checks import (
+    Analysis,
+    RuleInfo,
+    analyze,
+    parse_template,
+    pattern_of,
+)
+from stargraph_mem.ir.loader import PathKey, SourceMap, load_pack_file
+from stargraph_mem.ir.models import (
+    EPISODE_BUILTINS,
+    Condition,
+    Duration,
+    EpisodeItem,
+    FieldType,
+    ListVar,
+    RulePack,
+    VarRef,
+    WhenItem,
+)
+from stargraph_mem.stores.models import Cadence
+
+__all__ = ["CHECKS", "LintReport", "LintWarning", "lint_analysis", "lint_file"]
+
+CHECKS = ("shadowed", "select-never-matches", "pattern-never-matches", "cadence-overlap")
+
+_NEEDS_VALUE = frozenset(
+    {"eq", "in", "lt", "le", "gt", "ge", "contains", "prefix", "older_than", "newer_than"}
+)
+"""Tests a missing field fails (``ne``, ``not_in`` and ``missing`` pass on it)."""
+
+
+@dataclass(frozen=True)
+class LintWarning:
+    """One finding: the check's name and a positioned issue (severity ``warning``)."""
+
+    check: str
+    issue: IRIssue
+
+    def format(self, *, strict: bool = False) -> str:
+        """``file:line:col: path: warning: message [check]`` (``error:`` when strict)."""
+        word = "error" if strict else "warning"
+        text = f"{word}: {self.issue.message} [{self.check}]"
+        return dataclasses.replace(self.issue, message=text).format()
+
+
+@dataclass
+class LintReport:
+    """IR errors (the pack is invalid; no lint ran) or the lint warnings, in file order."""
+
+    file: str
+    errors: list[IRIssue] = field(default_factory=list)
+    warnings: list[LintWarning] = field(default_factory=list)
+
+
+# --- the values a field's tests allow -----------------------------------------------------
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, Duration):
+        parts = [f"{k}: {v:g}" for k, v in value.model_dump().items() if v]
+        return "{" + ", ".join(parts) + "}"
+    if isinstance(value, VarRef):
+        return "{var: " + value.var + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_show(v) for v in value) + "]"
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _tests_text(conds: Iterable[Condition]) -> str:
+    out: list[str] = []
+    for cond in conds:
+        if cond.bind is not None:
+            out.append(f"bind {cond.bind}")
+        for op, value in cond.tests():
+            out.append(op if op in ("exists", "missing") else f"{op} {_show(value)}")
+    return ", ".join(out)
+
+
+@dataclass
+class _Domain:
+    """What the literal tests of one or more conditions on one field allow."""
+
+    ftype: FieldType
+    present: bool = False
+    missing: bool = False
+    values: set[Any] | None = None
+    excluded: set[Any] = field(default_factory=set)
+    low: tuple[Any, bool] | None = None  # (bound, inclusive)
+    high: tuple[Any, bool] | None = None
+    prefixes: list[str] = field(default_factory=list)
+    contains: list[str] = field(default_factory=list)
+    older: int | None = None  # tightest older_than (largest), microseconds
+    newer: int | None = None  # tightest newer_than (smallest), microseconds
+    var_tests: set[tuple[str, str]] = field(default_factory=set)
+
+    @classmethod
+    def of(cls, ftype: FieldType, conds: Iterable[Condition]) -> _Domain:
+        dom = cls(ftype)
+        for cond in conds:
+            dom.add(cond)
+        return dom
+
+    def add(self, cond: Condition) -> None:
+        if cond.bind is not None or cond.exists:
+            self.present = True
+        for op, value in cond.tests():
+            if op in _NEEDS_VALUE:
+                self.present = True
+            if isinstance(value, VarRef):
+                self.var_tests.add((op, value.var))
+            elif op == "missing":
+                self.missing = True
+            elif op in ("eq", "in"):
+                allowed = {literal_value(self.ftype, value)} if op == "eq" else self._set(value)
+                self.values = allowed if self.values is None else self.values & allowed
+            elif op == "ne":
+                self.excluded.add(literal_value(self.ftype, value))
+            elif op == "not_in":
+                self.excluded |= self._set(value)
+            elif op in ("lt", "le", "gt", "ge"):
+                self._bound(op, literal_value(self.ftype, value))
+            elif op == "prefix":
+                self.prefixes.append(value)
+            elif op == "contains":
+                self.contains.append(value)
+            elif op == "older_than":
+                micros = value.total_microseconds()
+                self.older = micros if self.older is None else max(self.older, micros)
+            elif op == "newer_than":
+                micros = value.total_microseconds()
+                self.newer = micros if self.newer is None else min(self.newer, micros)
+
+    def _set(self, values: Sequence[Any]) -> set[Any]:
+        return {literal_value(self.ftype, v) for v in values}
+
+    def _bound(self, op: str, value: Any) -> None:
+        inclusive = op in ("le", "ge")
+        if self.ftype in ("integer", "timestamp") and not inclusive:
+            value, inclusive = (value + 1 if op == "gt" else value - 1), True
+        if op in ("gt", "ge"):
+            if self.low is None or value > self.low[0] or (value == self.low[0] and not inclusive):
+                self.low = (value, inclusive)
+        elif self.high is None or value < self.high[0] or (value == self.high[0] and not inclusive):
+            self.high = (value, inclusive)
+
+    def candidates(self) -> set[Any] | None:
+        """The finite set of values still allowed, when the tests pin one down."""
+        if self.values is not None:
+            return {v for v in self.values if self.allows(v)}
+        if self.ftype == "boolean" and self.present:
+            return {v for v in (True, False) if self.allows(v)}
+        return None
+
+    def allows(self, v: Any) -> bool:
+        """Whether a present value ``v`` passes the literal tests (relative times aside)."""
+        if v in self.excluded:
+            return False
+        if self.low is not None and (v < self.low[0] or (v == self.low[0] and not self.low[1])):
+            return False
+        if self.high is not None and (v > self.high[0] or (v == self.high[0] and not self.high[1])):
+            return False
+        if self.prefixes and not all(isinstance(v, str) and v.startswith(p) for p in self.prefixes):
+            return False
+        return not self.contains or self.ftype == "list" or all(c in v for c in self.contains)
+
+    def satisfiable(self) -> bool:
+        if self.present and self.missing:
+            return False
+        if self.missing:
+            return True
+        found = self.candidates()
+        if found is not None:
+            return bool(found)
+        if self.low is not None and self.high is not None:
+            (lo, lo_in), (hi, hi_in) = self.low, self.high
+            if lo > hi or (lo == hi and not (lo_in and hi_in)):
+                return False
+        for p in self.prefixes:
+            if not all(p.startswith(q) or q.startswith(p) for q in self.prefixes):
+                return False
+        return not (self.older is not None and self.newer is not None and self.newer <= self.older)
+
+    # --- implication: does every value these tests allow pass ``op value``? -------------
+
+    def implies(self, cond: Condition, always_present: bool) -> bool:
+        present = self.present or always_present
+        if (cond.bind is not None or cond.exists) and not present:
+            return False
+        return all(self._implies(op, value, present) for op, value in cond.tests())
+
+    def _implies(self, op: str, value: Any, present: bool) -> bool:
+        if isinstance(value, VarRef):
+            return (op, value.var) in self.var_tests
+        if op in ("exists", "missing"):
+            return present if op == "exists" else self.missing
+        if op in _NEEDS_VALUE and not present:
+            return False
+        if op in ("older_than", "newer_than"):
+            micros = value.total_microseconds()
+            if op == "older_than":
+                return self.older is not None and self.older >= micros
+            return self.newer is not None and self.newer <= micros
+        found = self.candidates()
+        if found is not None:
+            return all(self._passes(op, value, v) for v in found)
+        if op in ("ne", "not_in"):
+            gone = [value] if op == "ne" else value
+            return self.missing or all(literal_value(self.ftype, g) in self.excluded for g in gone)
+        if op in ("lt", "le", "gt", "ge"):
+            return self._within_bound(op, literal_value(self.ftype, value))
+        if op == "prefix":
+            return any(p.startswith(value) for p in self.prefixes)
+        if op == "contains":
+            return any(value in c if self.ftype == "string" else value == c for c in self.contains)
+        return False
+
+    def _within_bound(self, op: str, x: Any) -> bool:
+        if op in ("lt", "le"):
+            if self.high is None:
+                return False
+            hi, inclusive = self.high
+            return hi < x or (hi == x and (op == "le" or not inclusive))
+        if self.low is None:
+            return False
+        lo, inclusive = self.low
+        return lo > x or (lo == x and (op == "ge" or not inclusive))
+
+    def _passes(self, op: str, value: Any, v: Any) -> bool:
+        if op in ("eq", "ne"):
+            return bool(v == literal_value(self.ftype, value)) == (op == "eq")
+        if op in ("in", "not_in"):
+            return (v in self._set(value)) == (op == "in")
+        if op in ("lt", "le", "gt", "ge"):
+            x = literal_value(self.ftype, value)
+            return bool({"lt": v < x, "le": v <= x, "gt": v > x, "ge": v >= x}[op])
+        if op == "prefix":
+            return isinstance(v, str) and v.startswith(value)
+        return op == "contains" and isinstance(v, str) and value in v
+
+
+# --- checks --------------------------------------------------------------------------------
+
+
+def _episode_where(info: RuleInfo) -> dict[str, Condition]:
+    for item in info.rule.when:
+        if isinstance(item, EpisodeItem):
+            return item.episode.where
+    return {}
+
+
+def _episode_index(info: RuleInfo) -> int:
+    return next(j for j, item in enumerate(info.rule.when) if isinstance(item, EpisodeItem))
+
+
+class _Linter:
+    def __init__(self, analysis: Analysis, source: SourceMap) -> None:
+        self.pack: RulePack = analysis.pack
+        self.infos = [i for i in analysis.rules if i.rule.enabled]
+        self.source = source
+        self.types: dict[str, FieldType] = {**EPISODE_BUILTINS, **self.pack.fields}
+        self.warnings: list[LintWarning] = []
+        self.impossible: set[int] = set()
+        """Rules that can never match: not reported as shadowed as well."""
+
+    def warn(self, check: str, path: PathKey, message: str) -> None:
+        issue = self.source.issue(path, message, severity="warning")
+        self.warnings.append(LintWarning(check, issue))
+        if check.endswith("never-matches") and isinstance(path[1], int):
+            self.impossible.add(path[1])
+
+    def run(self) -> list[LintWarning]:
+        for info in self.infos:
+            self.never_matches(info)
+        self.shadowed()
+        self.cadence_overlap()
+        return sorted(self.warnings, key=lambda w: (w.issue.line or 0, w.issue.col or 0, w.check))
+
+    # --- select / pattern never matches ---------------------------------------------------
+
+    def never_matches(self, info: RuleInfo) -> None:
+        episode = _episode_where(info)
+        select = info.rule.select.where if info.rule.select is not None else {}
+        for fname, cond in select.items():
+            path = (*info.path, "select", fname)
+            ftype = self.types[fname]
+            if not _Domain.of(ftype, [cond]).satisfiable():
+                self.warn(
+                    "select-never-matches",
+                    path,
+                    f"select can never match: no value of '{fname}' passes {_tests_text([cond])}",
+                )
+            elif fname in episode and not _Domain.of(ftype, [cond, episode[fname]]).satisfiable():
+                both = _tests_text([cond, episode[fname]])
+                self.warn(
+                    "select-never-matches",
+                    path,
+                    f"select contradicts the episode pattern: no value of '{fname}' passes {both}",
+                )
+        for fname, cond in episode.items():
+            if not _Domain.of(self.types[fname], [cond]).satisfiable():
+                path = (*info.path, "when", _episode_index(info), "episode", fname)
+                self.warn(
+                    "pattern-never-matches",
+                    path,
+                    f"the episode pattern can never match: no value of '{fname}' passes "
+                    f"{_tests_text([cond])}",
+                )
+
+    # --- shadowing ------------------------------------------------------------------------
+
+    def cadence(self, info: RuleInfo) -> Cadence:
+        return info.rule.cadence or self.pack.defaults.cadence
+
+    def shadowed(self) -> None:
+        ranked = sorted(
+            (i for i in self.infos if i.rule.claim and not i.fact_only),
+            key=lambda i: (-i.rule.priority, i.index),
+        )
+        for n, lower in enumerate(ranked):
+            if lower.index in self.impossible:
+                continue
+            for upper in ranked[:n]:
+                if upper.index not in self.impossible and self.covers(upper, lower):
+                    a, b = upper.rule, lower.rule
+                    rank = (
+                        f"priority {a.priority} > {b.priority}"
+                        if a.priority > b.priority
+                        else f"same priority {a.priority}, declared earlier"
+                    )
+                    self.warn(
+                        "shadowed",
+                        (*lower.path, "when"),
+                        f"rule '{b.id}' never fires: rule '{a.id}' ({rank}) matches every "
+                        "episode it matches and claims it first",
+                    )
+                    break
+
+    def constraints(self, info: RuleInfo, fname: str) -> list[Condition]:
+        """Every condition ``info`` puts on episode field ``fname`` (pattern and select)."""
+        out = []
+        if fname in (where := _episode_where(info)):
+            out.append(where[fname])
+        if info.rule.select is not None and fname in info.rule.select.where:
+            out.append(info.rule.select.where[fname])
+        return out
+
+    def covers(self, upper: RuleInfo, lower: RuleInfo) -> bool:
+        """Whether every episode ``lower`` matches is provably matched by ``upper``."""
+        a, b = upper.rule, lower.rule
+        if self.cadence(upper) != self.cadence(lower):
+            return False
+        if a.salience is not None and (
+            b.salience is None
+            or b.salience.tau_seconds != a.salience.tau_seconds
+            or b.salience.min < a.salience.min
+        ):
+            return False
+        tests = list(_episode_where(upper).items())
+        tests += list(a.select.where.items()) if a.select is not None else []
+        for fname, cond in tests:
+            always = fname in EPISODE_BUILTINS and fname != "source_node"
+            dom = _Domain.of(self.types[fname], self.constraints(lower, fname))
+            if not dom.implies(cond, always):
+                return False
+        extras = [w for w in a.when if not isinstance(w, EpisodeItem)]
+        if any(item not in b.when for item in extras):
+            return False
+        used = {var for item in a.when for var in _var_refs(item)}
+        return all(_binding(upper, v) == _binding(lower, v) for v in used)
+
+    # --- cadences ------------------------------------------------------------------------
+
+    def cadence_overlap(self) -> None:
+        for n, second in enumerate(self.infos):
+            for first in self.infos[:n]:
+                if self.cadence(first) == self.cadence(second):
+                    continue
+                shared = _overlap(_targets(first), _targets(second))
+                if shared is None:
+                    continue
+                own_first = first.rule.cadence is not None and second.rule.cadence is None
+                target = first if own_first else second
+                path = (*target.path, "cadence") if target.rule.cadence else target.path
+                self.warn(
+                    "cadence-overlap",
+                    path,
+                    f"rules '{first.rule.id}' ({_cadence_text(self.cadence(first))}) and "
+                    f"'{second.rule.id}' ({_cadence_text(self.cadence(second))}) both write "
+                    f"{shared} facts on different cadences: they fight over the same facts",
+                )
+
+
+def _var_refs(item: WhenItem) -> set[str]:
+    _, pattern = pattern_of(item)
+    return {
+        value.var
+        for cond in pattern.where.values()
+        for _, value in cond.tests()
+        if isinstance(value, VarRef)
+    }
+
+
+def _binding(info: RuleInfo, name: str) -> tuple[str, str, str] | None:
+    var = info.variables.get(name)
+    return None if var is None else (var.kind, var.field, var.type)
+
+
+Target = tuple[str | None, str | None]
+"""(subject, predicate) a rule writes: a literal, or ``None`` when a variable decides."""
+
+
+def _literal_template(text: str | None) -> str | None:
+    if text is None:
+        return None
+    parts = parse_template(text)
+    return "".join(v for _, v in parts) if all(k == "text" for k, _ in parts) else None
+
+
+def _literal_eq(cond: Condition | None) -> str | None:
+    return cond.eq if cond is not None and isinstance(cond.eq, str) else None
+
+
+def _targets(info: RuleInfo) -> list[Target]:
+    """What a rule writes: its new triple, and the facts its ``replaces`` close.
+
+    ``earlier`` references are left out: they close facts promoted in the same pass.
+    """
+    emit = info.rule.emit
+    out: list[Target] = []
+    if emit.kind in ("add", "update"):
+        out.append((_literal_template(emit.subject), _literal_template(emit.predicate)))
+    facts = {}
+    for item in info.rule.when:
+        kind, pattern = pattern_of(item)
+        if kind == "fact" and pattern.alias is not None:
+            facts[pattern.alias] = pattern.where
+    for ref in emit.replaces:
+        if isinstance(ref, ListVar):
+            out.append((None, None))
+        elif ref in facts:
+            where = facts[ref]
+            out.append((_literal_eq(where.get("subject")), _literal_eq(where.get("predicate"))))
+    return out
+
+
+def _overlap(first: list[Target], second: list[Target]) -> str | None:
+    """``(subject, predicate)`` both lists can write (``*`` for a variable), if any."""
+    for s1, p1 in first:
+        for s2, p2 in second:
+            if (s1 is None or s2 is None or s1 == s2) and (p1 is None or p2 is None or p1 == p2):
+                return f"({s1 or s2 or '*'}, {p1 or p2 or '*'})"
+    return None
+
+
+def _cadence_text(cadence: Cadence) -> str:
+    when = f"every {cadence.every}" if cadence.every is not None else f"cron '{cadence.cron}'"
+    return when if cadence.tz == "UTC" else f"{when} {cadence.tz}"
+
+
+# --- entry points ------------------------------------------------------------------------
+
+
+def lint_analysis(analysis: Analysis, source: SourceMap) -> list[LintWarning]:
+    """Every lint warning of a checked (valid) pack, in file order."""
+    return _Linter(analysis, source).run()
+
+
+def lint_file(path: str | Path) -> LintReport:
+    """Validate ``path``; when valid, lint it. Never raises for pack problems."""
+    report = LintReport(str(path))
+    report.errors = validate_file(path)
+    if report.errors:
+        return report
+    pack, source = load_pack_file(path)
+    report.warnings = lint_analysis(analyze(pack, source), source)
+    return report

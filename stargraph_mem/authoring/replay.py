@@ -1,0 +1,402 @@
+"""Replay: rebuild the semantic store from the episode log under other packs, and diff.
+
+The real database is only ever read, through a read-only SQLite URI (``immutable=1``
+when no ``-wal`` file exists, so not even side files appear; ``mode=ro`` when a writer
+has one open). Its episodes are copied, in one read transaction together with its
+current facts, into a scratch database; the engine consolidates the scratch copy with
+the given packs; the scratch facts are then compared with the real ones, keyed by
+``(user, agent, subject, predicate)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import tempfile
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from stargraph_mem.compiler.pack import CompiledPack
+from stargraph_mem.engine.api import Consolidator, runtime_for
+from stargraph_mem.engine.consolidate import DEFAULT_MAX_EPISODES, Consolidation
+from stargraph_mem.errors import StoreError
+from stargraph_mem.stores.models import Fact, FactPattern, to_utc, utc_now
+from stargraph_mem.stores.sqlite_base import to_us
+from stargraph_mem.stores.sqlite_fact import fact_from_row, fact_query
+from stargraph_mem.stores.sqlite_memory import scope_filter
+
+__all__ = [
+    "COPY_CHUNK",
+    "FactChange",
+    "FactState",
+    "Progress",
+    "ReplayResult",
+    "diff_facts",
+    "readonly_uri",
+    "replay",
+]
+
+COPY_CHUNK = 50_000
+"""Episodes (by ``seq`` range) copied per statement; the progress callback runs per chunk."""
+
+Progress = Callable[[str, int, int], None]
+"""``progress(phase, done, total)`` with phase ``copy`` or ``consolidate`` (episodes)."""
+
+ChangeKind = Literal["appear", "disappear", "change"]
+Key = tuple[str, str, str, str]
+"""``(user, agent, subject, predicate)``."""
+
+
+@dataclass(frozen=True)
+class FactState:
+    """One side of a difference: what the fact says and the rule that produced it."""
+
+    object: str
+    confidence: float
+    rule_id: str
+    fact_id: str
+
+
+@dataclass(frozen=True)
+class FactChange:
+    """A fact that would appear, disappear, or change object / confidence."""
+
+    change: ChangeKind
+    user: str
+    agent: str
+    subject: str
+    predicate: str
+    before: FactState | None
+    after: FactState | None
+
+    @property
+    def rule(self) -> str:
+        """The rule that causes the difference: the replayed fact's, else the real one's."""
+        side = self.after or self.before
+        assert side is not None
+        return side.rule_id
+
+    def sort_key(self) -> tuple[str, ...]:
+        side = self.after or self.before
+        assert side is not None
+        old = self.before.object if self.before else ""
+        return (self.user, self.agent, self.subject, self.predicate, old, side.object)
+
+
+@dataclass
+class ReplayResult:
+    """What a replay compared: inputs, counts, the differences (sorted) and timings."""
+
+    db: Path
+    packs: list[CompiledPack]
+    now: datetime
+    as_of: datetime | None
+    user: str | None
+    agent: str | None
+    episodes: int
+    partitions: int
+    changes: list[FactChange]
+    unchanged: int
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def counts(self) -> dict[str, int]:
+        out = {"appear": 0, "disappear": 0, "change": 0}
+        for c in self.changes:
+            out[c.change] += 1
+        return {**out, "unchanged": self.unchanged}
+
+    def document(self) -> dict[str, Any]:
+        """A stable JSON-ready document (no timings; ``before.fact_id`` is a real fact)."""
+        return {
+            "db": str(self.db),
+            "packs": [
+                {"pack": p.name, "version": p.pack.version, "sha256": p.sha256} for p in self.packs
+            ],
+            "now": self.now.isoformat(),
+            "as_of": None if self.as_of is None else self.as_of.isoformat(),
+            "user": self.user,
+            "agent": self.agent,
+            "episodes": self.episodes,
+            "partitions": self.partitions,
+            "summary": self.counts(),
+            "changes": [_change_document(c) for c in self.changes],
+        }
+
+
+def _side(state: FactState | None, *, with_id: bool) -> dict[str, Any] | None:
+    if state is None:
+        return None
+    out: dict[str, Any] = {
+        "object": state.object,
+        "confidence": state.confidence,
+        "rule": state.rule_id,
+    }
+    if with_id:
+        out["fact_id"] = state.fact_id
+    return out
+
+
+def _change_document(change: FactChange) -> dict[str, Any]:
+    return {
+        "change": change.change,
+        "user": change.user,
+        "agent": change.agent,
+        "subject": change.subject,
+        "predicate": change.predicate,
+        "rule": change.rule,
+        "before": _side(change.before, with_id=True),
+        "after": _side(change.after, with_id=False),
+    }
+
+
+# --- reading the real database --------------------------------------------------------
+
+
+def readonly_uri(path: Path) -> str:
+    """A URI that opens ``path`` without writing to it or creating files beside it.
+
+    ``mode=ro`` on a WAL database with no ``-wal`` file would create ``-wal``/``-shm``
+    and leave them behind; ``immutable=1`` reads the file alone. When a ``-wal`` exists
+    (a writer has the database open), ``mode=ro`` reads through it.
+    """
+    uri = path.resolve().as_uri()
+    wal = path.with_name(path.name + "-wal")
+    return f"{uri}?mode=ro" if wal.exists() else f"{uri}?immutable=1"
+
+
+def _episode_filter(
+    user: str | None, agent: str | None, as_of_us: int | None
+) -> tuple[str, tuple[Any, ...]]:
+    where: list[str] = []
+    params: list[Any] = []
+    if user is not None:
+        sql, values = scope_filter(user, None, agent)
+        where.append(sql)
+        params += values
+    elif agent is not None:
+        where.append("agent = ?")
+        params.append(agent)
+    if as_of_us is not None:
+        where.append("ts_us <= ?")
+        params.append(as_of_us)
+    return " AND ".join(where) or "1", tuple(params)
+
+
+def _facts(db: sqlite3.Connection, pattern: FactPattern, as_of_us: int | None = None) -> list[Fact]:
+    """Current facts matching ``pattern`` (or those current at ``as_of_us``)."""
+    sql, params = fact_query(pattern, as_of_us=as_of_us)
+    return [fact_from_row(row) for row in db.execute(sql, params)]
+
+
+def _tables(db: sqlite3.Connection, schema: str) -> set[str]:
+    rows = db.execute(f"SELECT name FROM {schema}.sqlite_master WHERE type = 'table'")
+    return {str(row[0]) for row in rows}
+
+
+def _columns(db: sqlite3.Connection, schema: str) -> list[str]:
+    return [str(row[1]) for row in db.execute(f"PRAGMA {schema}.table_info(episodes)")]
+
+
+def _copy(
+    real: Path,
+    scratch: Path,
+    pattern: FactPattern,
+    as_of_us: int | None,
+    progress: Progress | None,
+) -> tuple[list[Fact], int]:
+    """Copy the selected episodes into ``scratch``; return the real facts of the same snapshot."""
+    db = sqlite3.connect(readonly_uri(real), uri=True, isolation_level=None)
+    try:
+        db.execute("ATTACH DATABASE ? AS scratch", (str(scratch),))
+        db.execute("PRAGMA scratch.synchronous=OFF")
+        tables = _tables(db, "main")
+        if "episodes" not in tables:
+            raise StoreError(f"{real}: no episodes table (not a stargraph_mem database)")
+        db.execute("BEGIN")
+        facts = _facts(db, pattern, as_of_us) if "facts" in tables else []
+        wanted = set(_columns(db, "main"))
+        cols = ", ".join(c for c in _columns(db, "scratch") if c in wanted)
+        where, params = _episode_filter(pattern.user, pattern.agent, as_of_us)
+        low, high, total = db.execute(
+            f"SELECT min(seq), max(seq), count(*) FROM main.episodes WHERE {where}", params
+        ).fetchone()
+        copied = 0
+        if progress is not None:
+            progress("copy", 0, total)
+        start = (low or 1) - 1
+        while total and start < high:
+            end = start + COPY_CHUNK
+            cursor = db.execute(
+                f"INSERT INTO scratch.episodes ({cols}) SELECT {cols} FROM main.episodes "
+                f"WHERE seq > ? AND seq <= ? AND {where} ORDER BY seq",
+                (start, end, *params),
+            )
+            copied += cursor.rowcount
+            start = end
+            if progress is not None:
+                progress("copy", copied, total)
+        db.execute("COMMIT")
+        return facts, copied
+    finally:
+        db.close()
+
+
+def _scratch_facts(path: Path) -> list[Fact]:
+    db = sqlite3.connect(path)
+    try:
+        return _facts(db, FactPattern())
+    finally:
+        db.close()
+
+
+# --- diff -----------------------------------------------------------------------------
+
+
+def _state(fact: Fact) -> FactState:
+    return FactState(fact.object, fact.confidence, fact.rule_id, fact.id)
+
+
+def _same_confidence(a: float, b: float) -> bool:
+    return abs(a - b) < 1e-9
+
+
+def _group(facts: Sequence[Fact]) -> dict[Key, list[Fact]]:
+    out: dict[Key, list[Fact]] = defaultdict(list)
+    for fact in facts:
+        out[(fact.user, fact.agent, fact.subject, fact.predicate)].append(fact)
+    return out
+
+
+def _diff_group(key: Key, real: list[Fact], new: list[Fact]) -> tuple[list[FactChange], int]:
+    """Pair equal objects first, then the leftovers in object order; the rest appear/disappear."""
+    changes: list[FactChange] = []
+    unchanged = 0
+    by_object: dict[str, list[Fact]] = defaultdict(list)
+    for fact in sorted(real, key=lambda f: (f.object, f.confidence, f.id)):
+        by_object[fact.object].append(fact)
+    left: list[Fact] = []
+    for fact in sorted(new, key=lambda f: (f.object, f.confidence, f.id)):
+        olds = by_object.get(fact.object)
+        if not olds:
+            left.append(fact)
+            continue
+        old = olds.pop(0)
+        if _same_confidence(old.confidence, fact.confidence):
+            unchanged += 1
+        else:
+            changes.append(FactChange("change", *key, _state(old), _state(fact)))
+    gone = [f for olds in by_object.values() for f in olds]
+    for i in range(max(len(left), len(gone))):
+        before = _state(gone[i]) if i < len(gone) else None
+        after = _state(left[i]) if i < len(left) else None
+        kind: ChangeKind = "change" if before and after else "appear" if after else "disappear"
+        changes.append(FactChange(kind, *key, before, after))
+    return changes, unchanged
+
+
+def diff_facts(real: Sequence[Fact], new: Sequence[Fact]) -> tuple[list[FactChange], int]:
+    """Differences from ``real`` to ``new`` (sorted) and how many facts are unchanged."""
+    old_groups, new_groups = _group(real), _group(new)
+    changes: list[FactChange] = []
+    unchanged = 0
+    for key in sorted(set(old_groups) | set(new_groups)):
+        found, same = _diff_group(key, old_groups.get(key, []), new_groups.get(key, []))
+        changes += found
+        unchanged += same
+    changes.sort(key=FactChange.sort_key)
+    return changes, unchanged
+
+
+# --- replay ---------------------------------------------------------------------------
+
+
+async def _consolidate(
+    path: Path,
+    packs: Sequence[CompiledPack],
+    now: datetime,
+    max_episodes: int,
+    total: int,
+    progress: Progress | None,
+) -> int:
+    """Consolidate every partition of the scratch copy (each pack in turn, as
+    ``Consolidator.consolidate`` does); return how many partitions there are."""
+    async with Consolidator(path, packs, max_episodes=max_episodes) as mem:
+        runs = [
+            Consolidation(runtime_for(p), mem.memory, mem.fact_store, max_episodes=max_episodes)
+            for p in packs
+        ]
+        partitions = await mem.memory.partitions()
+        done = 0
+        if progress is not None:
+            progress("consolidate", 0, total)
+        for partition in partitions:
+            reports = []
+            for run in runs:
+                reports = await run.run(partition, now=now)
+            done += sum(r.episodes for r in reports)
+            if progress is not None:
+                progress("consolidate", done, total)
+    return len(partitions)
+
+
+async def _bootstrap(path: Path, packs: Sequence[CompiledPack]) -> None:
+    async with Consolidator(path, packs):
+        pass
+
+
+async def replay(
+    db: str | Path,
+    packs: Sequence[CompiledPack],
+    *,
+    now: datetime | None = None,
+    as_of: datetime | None = None,
+    user: str | None = None,
+    agent: str | None = None,
+    max_episodes: int = DEFAULT_MAX_EPISODES,
+    scratch: str | Path | None = None,
+    progress: Progress | None = None,
+) -> ReplayResult:
+    """Rebuild facts from ``db``'s episodes under ``packs`` in a scratch database; diff them.
+
+    ``as_of`` replays only episodes with ``timestamp <= as_of`` and compares with the facts
+    current at ``as_of``; ``now`` (default: ``as_of``, else the wall clock) is the pass time.
+    ``scratch`` keeps the rebuilt database at that path (which must not exist); otherwise
+    it lives in a temporary directory that is removed afterwards.
+    """
+    real = Path(db)
+    if not real.is_file():
+        raise StoreError(f"{real}: database file does not exist")
+    when = to_utc(now or as_of or utc_now())
+    as_of_us = None if as_of is None else to_us(as_of, "as_of time")
+    if scratch is not None and Path(scratch).exists():
+        raise StoreError(f"{scratch}: scratch database already exists")
+    with tempfile.TemporaryDirectory(prefix="stargraph-replay-") as tmp:
+        path = Path(scratch) if scratch is not None else Path(tmp) / "replay.db"
+        clock = asyncio.get_running_loop().time
+        t0 = clock()
+        await _bootstrap(path, packs)
+        pattern = FactPattern(user=user, agent=agent)
+        real_facts, copied = await asyncio.to_thread(_copy, real, path, pattern, as_of_us, progress)
+        t1 = clock()
+        partitions = await _consolidate(path, packs, when, max_episodes, copied, progress)
+        t2 = clock()
+        new_facts = await asyncio.to_thread(_scratch_facts, path)
+        changes, unchanged = diff_facts(real_facts, new_facts)
+        t3 = clock()
+    return ReplayResult(
+        db=real,
+        packs=list(packs),
+        now=when,
+        as_of=as_of,
+        user=user,
+        agent=agent,
+        episodes=copied,
+        partitions=partitions,
+        changes=changes,
+        unchanged=unchanged,
+        timings={"copy": t1 - t0, "consolidate": t2 - t1, "diff": t3 - t2, "total": t3 - t0},
+    )

@@ -1,0 +1,207 @@
+"""Review commands for pack changes (``replay``, ``lint``), registered on ``cli.app``."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated
+
+import orjson
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
+from stargraph_mem.authoring.lint import lint_file
+from stargraph_mem.authoring.replay import FactChange, ReplayResult
+from stargraph_mem.authoring.replay import Progress as ProgressFn
+from stargraph_mem.authoring.replay import replay as replay_facts
+from stargraph_mem.cli import (
+    DEFAULT_DB,
+    DbOption,
+    aligned,
+    app,
+    existing,
+    known_errors,
+    parse_aware,
+    run,
+)
+from stargraph_mem.compiler.pack import compile_file
+from stargraph_mem.engine.consolidate import DEFAULT_MAX_EPISODES
+
+# --- replay -------------------------------------------------------------------------------
+
+
+@contextmanager
+def progress_bar() -> Iterator[ProgressFn | None]:
+    """A rich progress bar on stderr when stderr is a terminal; otherwise no callback."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    columns = (
+        TextColumn("{task.description:<12}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+        tasks: dict[str, TaskID] = {}
+
+        def update(phase: str, done: int, total: int) -> None:
+            if phase not in tasks:
+                tasks[phase] = bar.add_task(phase, total=total)
+            bar.update(tasks[phase], completed=done, total=total)
+
+        yield update
+
+
+def _confidence(change: FactChange) -> str:
+    before, after = change.before, change.after
+    if before is not None and after is not None and before.confidence != after.confidence:
+        return f"{before.confidence:g} -> {after.confidence:g}"
+    side = after or before
+    assert side is not None
+    return f"{side.confidence:g}"
+
+
+def _object(change: FactChange) -> str:
+    before, after = change.before, change.after
+    if before is not None and after is not None and before.object != after.object:
+        text = f"{before.object} -> {after.object}"
+    else:
+        side = after or before
+        assert side is not None
+        text = side.object
+    return text.replace("\n", "\\n")
+
+
+def replay_lines(result: ReplayResult) -> list[str]:
+    """A header, the differences as aligned columns (when any) and a summary line."""
+    packs = ", ".join(f"{p.name} {p.pack.version}" for p in result.packs)
+    header = (
+        f"replayed {result.episodes} episodes ({result.partitions} partitions) of {result.db} "
+        f"with {packs}, now {result.now.isoformat()}"
+    )
+    if result.as_of is not None:
+        header += f", as of {result.as_of.isoformat()}"
+    lines = [header]
+    if result.changes:
+        rows = [("CHANGE", "USER", "AGENT", "SUBJECT", "PREDICATE", "OBJECT", "CONFIDENCE", "RULE")]
+        rows += [
+            (
+                c.change,
+                c.user,
+                c.agent,
+                c.subject,
+                c.predicate,
+                _object(c),
+                _confidence(c),
+                c.rule,
+            )
+            for c in result.changes
+        ]
+        lines += aligned(rows)
+    n = result.counts()
+    lines.append(
+        f"{n['appear']} would appear, {n['disappear']} would disappear, "
+        f"{n['change']} would change, {n['unchanged']} unchanged"
+    )
+    return lines
+
+
+@app.command()
+def replay(
+    packs: Annotated[
+        list[Path],
+        typer.Option("--pack", help="Rule pack YAML to replay with (repeatable).", dir_okay=False),
+    ],
+    db: DbOption = DEFAULT_DB,
+    as_of: Annotated[
+        str | None,
+        typer.Option(
+            "--as-of",
+            help="Replay episodes up to this ISO-8601 time; compare with the facts current then.",
+        ),
+    ] = None,
+    now: Annotated[
+        str | None,
+        typer.Option("--now", help="Pass time, ISO-8601 with offset (default: --as-of, or now)."),
+    ] = None,
+    user: Annotated[str | None, typer.Option("--user", help="Only this user.")] = None,
+    agent: Annotated[str | None, typer.Option("--agent", help="Only this agent.")] = None,
+    max_episodes: Annotated[
+        int, typer.Option("--max-episodes", min=1, help="Episodes per consolidation pass.")
+    ] = DEFAULT_MAX_EPISODES,
+    scratch: Annotated[
+        Path | None,
+        typer.Option(
+            "--scratch", help="Keep the rebuilt database at this new path.", dir_okay=False
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON document.")] = False,
+    exit_code: Annotated[
+        bool, typer.Option("--exit-code", help="Exit 1 when there are differences (as git diff).")
+    ] = False,
+) -> None:
+    """Rebuild facts from the episode log under --pack in a scratch database and diff them
+    against the current facts (the database is only read)."""
+    when_as_of = parse_aware(as_of, "--as-of")
+    when_now = parse_aware(now, "--now")
+    with known_errors():
+        compiled = [compile_file(p) for p in packs]
+    with progress_bar() as progress:
+        result = run(
+            replay_facts(
+                existing(db),
+                compiled,
+                now=when_now,
+                as_of=when_as_of,
+                user=user,
+                agent=agent,
+                max_episodes=max_episodes,
+                scratch=scratch,
+                progress=progress,
+            )
+        )
+    if as_json:
+        option = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
+        typer.echo(orjson.dumps(result.document(), option=option).decode())
+    else:
+        typer.echo("\n".join(replay_lines(result)))
+    if exit_code and result.changes:
+        raise typer.Exit(1)
+
+
+# --- lint ---------------------------------------------------------------------------------
+
+
+@app.command()
+def lint(
+    packs: Annotated[list[Path], typer.Argument(help="Rule pack YAML files.", dir_okay=False)],
+    strict: Annotated[
+        bool, typer.Option("--strict", help="Report warnings as errors (exit 1).")
+    ] = False,
+) -> None:
+    """Warn about shadowed rules, select clauses that never match and rules that fight over
+    the same facts on different cadences; exit 1 on invalid packs (and on warnings with
+    --strict)."""
+    failed = False
+    for pack in packs:
+        report = lint_file(pack)
+        for issue in report.errors:
+            typer.echo(issue.format(), err=True)
+        for warning in report.warnings:
+            typer.echo(warning.format(strict=strict))
+        if not report.errors and not report.warnings:
+            typer.echo(f"ok: {pack}")
+        failed = failed or bool(report.errors) or (strict and bool(report.warnings))
+    if failed:
+        raise typer.Exit(1)

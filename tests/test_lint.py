@@ -1,0 +1,180 @@
+"""Lint: shadowed rules, select clauses that never match, rules fighting across cadences."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stargraph_mem.authoring.lint import lint_analysis, lint_file
+from stargraph_mem.ir.checks import check_or_raise
+from stargraph_mem.ir.loader import load_pack_text
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures" / "lint"
+
+HEAD = """\
+ir_version: 1
+pack: p
+version: "1"
+fields: {intent: string, score: integer, weight: number, subject: string, predicate: string,
+         object: string, at: timestamp, tags: list}
+rules:
+"""
+ADD = 'emit: {kind: add, subject: "{s}", predicate: p, object: o}'
+
+
+def rule(rid: str, episode: str, *extra: str, head: str = "") -> str:
+    """One rule binding ``s`` on the subject plus ``episode`` tests; ``extra`` lines after."""
+    lines = [f"  - id: {rid}", *(f"    {h}" for h in head.splitlines() if h)]
+    lines += [
+        "    when:",
+        f"      - episode: {{subject: {{bind: s}}{', ' if episode else ''}{episode}}}",
+    ]
+    lines += [f"      {x}" for x in extra]
+    lines.append(f"    {ADD}")
+    return "\n".join(lines) + "\n"
+
+
+def lint(*rules: str) -> list[str]:
+    pack, source = load_pack_text(HEAD + "".join(rules), "p.yaml")
+    return [w.format() for w in lint_analysis(check_or_raise(pack, source), source)]
+
+
+def checks(*rules: str) -> list[str]:
+    return [line.rsplit("[", 1)[1].rstrip("]") for line in lint(*rules)]
+
+
+@pytest.mark.parametrize(
+    "name", ["dedup_against_facts", "default", "expire_speculative", "frequency_promotion"]
+)
+def test_shipped_packs_lint_clean(name: str) -> None:
+    report = lint_file(ROOT / "rules" / f"{name}.yaml")
+    assert (report.errors, report.warnings) == ([], [])
+
+
+def test_shadowed_fixture() -> None:
+    path = FIXTURES / "shadowed.yaml"
+    assert [w.format() for w in lint_file(path).warnings] == [
+        f"{path}:16:5: rules[1].when: warning: rule 'likes_statement' never fires: rule "
+        "'any_statement' (priority 20 > 10) matches every episode it matches and claims it "
+        "first [shadowed]",
+        f"{path}:36:5: rules[4].when: warning: rule 'high_scored_noop' never fires: rule "
+        "'scored_noop' (same priority 0, declared earlier) matches every episode it matches "
+        "and claims it first [shadowed]",
+    ]
+
+
+def test_select_never_matches_fixture() -> None:
+    path = FIXTURES / "select_never_matches.yaml"
+    assert [w.format() for w in lint_file(path).warnings] == [
+        f"{path}:8:14: rules[0].select.intent: warning: select can never match: no value of "
+        "'intent' passes in [] [select-never-matches]",
+        f"{path}:14:14: rules[1].select.score: warning: select can never match: no value of "
+        "'score' passes lt 3, gt 5 [select-never-matches]",
+        f"{path}:20:14: rules[2].select.intent: warning: select contradicts the episode "
+        'pattern: no value of \'intent\' passes eq "noop", eq "delete" [select-never-matches]',
+        f"{path}:27:19: rules[3].when[0].episode.pinned: warning: the episode pattern can never "
+        "match: no value of 'pinned' passes not_in [true, false], exists "
+        "[pattern-never-matches]",
+    ]
+
+
+def test_cadence_overlap_fixture() -> None:
+    path = FIXTURES / "cadence_overlap.yaml"
+    assert [w.format(strict=True) for w in lint_file(path).warnings] == [
+        f"{path}:15:5: rules[1].cadence: error: rules 'nightly_location' (cron '0 3 * * *') "
+        "and 'streaming_update' (every 1) both write (*, location) facts on different "
+        "cadences: they fight over the same facts [cadence-overlap]",
+        f"{path}:22:5: rules[2].cadence: error: rules 'streaming_update' (every 1) and "
+        "'hourly_mood' (cron '0 * * * *') both write (*, mood) facts on different cadences: "
+        "they fight over the same facts [cadence-overlap]",
+    ]
+
+
+def test_invalid_pack_reports_errors_and_no_warnings(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(HEAD + rule("a", "scor: 1"), encoding="utf-8")
+    report = lint_file(bad)
+    assert [e.format() for e in report.errors] == [
+        f"{bad}:9:39: rules[0].when[0].episode.scor: unknown field (did you mean 'score'?)"
+    ]
+    assert report.warnings == []
+
+
+# --- shadowing is reported only when provable ----------------------------------------
+
+
+def shadows(upper: str, lower: str) -> bool:
+    return "shadowed" in checks(upper, lower)
+
+
+def test_implied_tests_shadow() -> None:
+    assert checks(
+        rule("a", "score: {ge: 3}, intent: {ne: noop}", head="priority: 5"),
+        rule("b", "score: {gt: 4}, intent: {in: [add, update]}"),
+    ) == ["shadowed"]
+    assert shadows(rule("a", "at: {exists: true}"), rule("b", "at: {lt: '2026-01-01T00:00:00Z'}"))
+    assert shadows(rule("a", "tags: {contains: x}"), rule("b", "tags: {contains: x, exists: true}"))
+    assert shadows(rule("a", "intent: {prefix: up}"), rule("b", "intent: {prefix: upd}"))
+    assert shadows(rule("a", "intent: {not_in: [a, b]}"), rule("b", "intent: {missing: true}"))
+    assert shadows(rule("a", "weight: {lt: 1}"), rule("b", "weight: {eq: 0.5}"))
+
+
+def test_not_implied_is_not_shadowed() -> None:
+    assert not shadows(rule("a", "score: {ge: 3}"), rule("b", "score: {ge: 2}"))
+    assert not shadows(rule("a", "intent: {ne: noop}"), rule("b", "intent: {ne: add}"))
+    assert not shadows(rule("a", "intent: add"), rule("b", ""))
+    assert not shadows(rule("a", "weight: {lt: 1}"), rule("b", "weight: {le: 1}"))
+
+
+def test_extra_patterns_cadence_gate_and_claim_prevent_shadowing() -> None:
+    # the upper rule's extra pattern can fail; with the same pattern below it cannot
+    assert not shadows(rule("a", "", "- not: {subject: {var: s}}"), rule("b", ""))
+    exists = "- exists: {subject: {var: s}}"
+    assert shadows(rule("a", "", exists), rule("b", "intent: x", exists))
+    assert not shadows(rule("a", "", head="cadence: {every: 1}"), rule("b", ""))
+    assert not shadows(rule("a", "", head="salience: {min: 0.5}"), rule("b", ""))
+    assert shadows(
+        rule("a", "", head="salience: {min: 0.5}"), rule("b", "", head="salience: {min: 0.6}")
+    )
+    assert not shadows(rule("a", "", head="claim: false"), rule("b", ""))
+    assert not shadows(rule("a", ""), rule("b", "", head="claim: false"))
+    assert not shadows(rule("a", "", head="enabled: false"), rule("b", ""))
+    assert not shadows(rule("a", "", head="select: {score: 1}"), rule("b", ""))
+    assert shadows(
+        rule("a", "", head="select: {score: 1}"),
+        rule("b", "score: 1", head="select: {score: {in: [1]}}"),
+    )
+
+
+def test_never_matches_edge_cases() -> None:
+    assert checks(rule("a", "score: {gt: 3, lt: 4}")) == ["pattern-never-matches"]
+    assert checks(rule("a", "weight: {gt: 3, lt: 4}")) == []
+    assert checks(rule("a", "score: {ge: 3, le: 3}")) == []
+    assert checks(rule("a", "intent: {prefix: ab}", head="select: {intent: {prefix: ac}}")) == [
+        "select-never-matches"
+    ]
+    assert checks(rule("a", "at: {older_than: {days: 30}, newer_than: {days: 7}}")) == [
+        "pattern-never-matches"
+    ]
+    assert checks(rule("a", "at: {older_than: {days: 7}, newer_than: {days: 30}}")) == []
+    assert checks(rule("a", "intent: {in: [a, b], not_in: [a]}")) == []
+    assert checks(rule("a", "intent: {in: [a, b], not_in: [a, b]}")) == ["pattern-never-matches"]
+    assert (
+        checks(
+            rule("a", "", head="select: {intent: {missing: true}}"),
+            rule("b", "intent: y", head="select: {intent: {exists: true, ne: x}}"),
+        )
+        == []
+    )
+
+
+def test_cadence_overlap_needs_compatible_targets() -> None:
+    lit = 'emit: {kind: add, subject: "{s}", predicate: p, object: o}'
+    other = lit.replace("predicate: p", "predicate: q")
+    nightly = rule("a", "")
+    hourly = rule("b", "", head="cadence: {every: 10}")
+    assert checks(nightly, hourly) == ["cadence-overlap"]
+    assert checks(nightly, hourly.replace(lit, other)) == []
+    assert checks(nightly, hourly.replace(lit, other.replace("q", '"{s}"'))) == ["cadence-overlap"]
