@@ -17,9 +17,15 @@ from datetime import datetime
 
 from stargraph_mem.compiler.pack import CompiledRule
 from stargraph_mem.engine.filters import select_seqs, when_filter_seqs
-from stargraph_mem.engine.runtime import PackRuntime, RejectedEpisode, Stamp, to_micros
+from stargraph_mem.engine.runtime import (
+    PackRuntime,
+    PassOutput,
+    RejectedEpisode,
+    Stamp,
+    to_micros,
+)
 from stargraph_mem.salience import RuleBasedScorer, SalienceContext, SalienceScorer
-from stargraph_mem.stores.fact import Rejection, WatermarkAdvance
+from stargraph_mem.stores.fact import EngineFact, Rejection, WatermarkAdvance
 from stargraph_mem.stores.memory import EpisodeRecord
 from stargraph_mem.stores.models import MemoryDelta, to_utc
 from stargraph_mem.stores.scope import Partition
@@ -57,6 +63,29 @@ class PassReport:
         return {
             kind: self.delta_counts.get(kind, 0) for kind in ("add", "update", "delete", "noop")
         }
+
+
+@dataclass
+class _Carry:
+    """What the next pass of a run takes from the previous one instead of reading it."""
+
+    marks: dict[str, int]
+    facts: list[EngineFact]
+
+
+@dataclass
+class _Work:
+    """A computed pass waiting to be applied."""
+
+    out: PassOutput
+    advances: list[WatermarkAdvance]
+    stored_marks: dict[str, int]
+
+    def carry(self) -> _Carry:
+        marks = dict(self.stored_marks)
+        for adv in self.advances:
+            marks[adv.rule_id] = adv.last_seq
+        return _Carry(marks, self.out.facts_after)
 
 
 @dataclass
@@ -123,27 +152,56 @@ class Consolidation:
         rules = self._rules(rule_ids)
         reports: list[PassReport] = []
         async with self._lock:
-            while True:
-                report = await self._one_pass(partition, now, rules, dry_run, legacy, stamp, runs)
-                reports.append(report)
-                if report.episodes < self.max_episodes or dry_run:
-                    break
+            carried: _Carry | None = None
+            applying: asyncio.Task[None] | None = None
+            try:
+                while True:
+                    report, work = await self._compute(
+                        partition, now, rules, legacy, stamp, carried
+                    )
+                    reports.append(report)
+                    if dry_run:
+                        report.deltas = work.out.deltas
+                    if applying is not None:
+                        # the previous pass commits while this one is computed
+                        await applying
+                        applying = None
+                    if not dry_run:
+                        applying = asyncio.create_task(self._apply(report, work, runs))
+                    if report.episodes < self.max_episodes or dry_run:
+                        break
+                    carried = work.carry()
+                if applying is not None:
+                    await applying
+                    applying = None
+            finally:
+                if applying is not None:
+                    await asyncio.gather(applying, return_exceptions=True)
         return reports
 
-    async def _one_pass(
+    async def _compute(
         self,
         partition: Partition,
         now: datetime,
         rules: list[CompiledRule],
-        dry_run: bool,
         legacy: LegacyFilter | None,
         stamp: Stamp | None,
-        runs: Sequence[RuleRun] = (),
-    ) -> PassReport:
+        carried: _Carry | None,
+    ) -> tuple[PassReport, _Work]:
+        """Read, gate and run one pass; nothing is written.
+
+        ``carried`` is the previous pass of the same run (not committed yet): its
+        watermarks and resulting facts stand in for reads of the stores.
+        """
         t0 = time.perf_counter()
-        marks = await self.facts.watermarks(self.pack, partition)
+        stored = (
+            dict(carried.marks)
+            if carried is not None
+            else await self.facts.watermarks(self.pack, partition)
+        )
+        marks = stored
         if stamp is not None:
-            shared = marks.get(stamp.rule_id, 0)
+            shared = stored.get(stamp.rule_id, 0)
             marks = {r.id: shared for r in rules}
         low = min((marks.get(r.id, 0) for r in rules), default=0)
         records = await self.memory.since(partition, low, limit=self.max_episodes)
@@ -161,7 +219,9 @@ class Consolidation:
         eligible = await self._eligibility(
             partition, rules, records, marks, high, now, legacy, report
         )
-        engine_facts = await self.facts.current_facts(partition)
+        engine_facts = (
+            carried.facts if carried is not None else await self.facts.current_facts(partition)
+        )
         t1 = time.perf_counter()
         out = await asyncio.to_thread(
             self.runtime.run_pass,
@@ -176,30 +236,36 @@ class Consolidation:
         report.fired = out.fired
         for delta in out.deltas:
             report.delta_counts[delta.kind] = report.delta_counts.get(delta.kind, 0) + 1
-        if self.keep_deltas or dry_run:
+        if self.keep_deltas:
             report.deltas = out.deltas
         report.rejected = out.rejected
-        if not dry_run:
-            await self.facts.apply_deltas(
-                out.deltas,
-                pack_hash=self.runtime.sha256,
-                watermarks=self._advances(partition, rules, marks, high, stamp),
-                rejections=[
-                    Rejection(
-                        id=r.episode_id or "no-episode",
-                        pack=self.pack,
-                        rule_id=r.rule_id or "episode-metadata",
-                        partition=partition,
-                        reason=r.reason,
-                    )
-                    for r in out.rejected
-                ],
-                runs=runs,
-            )
-            report.applied = True
-        t3 = time.perf_counter()
-        report.timings = {"read": t1 - t0, "engine": t2 - t1, "apply": t3 - t2, "total": t3 - t0}
-        return report
+        report.timings = {"read": t1 - t0, "engine": t2 - t1, "apply": 0.0, "total": t2 - t0}
+        advances = self._advances(partition, rules, marks, high, stamp)
+        return report, _Work(out, advances, stored)
+
+    async def _apply(self, report: PassReport, work: _Work, runs: Sequence[RuleRun]) -> None:
+        """Commit one computed pass: deltas, rejections and watermarks in one transaction."""
+        t0 = time.perf_counter()
+        partition = report.partition
+        await self.facts.apply_deltas(
+            work.out.deltas,
+            pack_hash=self.runtime.sha256,
+            watermarks=work.advances,
+            rejections=[
+                Rejection(
+                    id=r.episode_id or "no-episode",
+                    pack=self.pack,
+                    rule_id=r.rule_id or "episode-metadata",
+                    partition=partition,
+                    reason=r.reason,
+                )
+                for r in work.out.rejected
+            ],
+            runs=runs,
+        )
+        report.applied = True
+        report.timings["apply"] = time.perf_counter() - t0
+        report.timings["total"] += report.timings["apply"]
 
     def _advances(
         self,

@@ -73,6 +73,9 @@ class PassOutput:
     rejected: list[RejectedEpisode] = field(default_factory=list)
     fired: dict[str, int] = field(default_factory=dict)
     episodes: int = 0
+    facts_after: list[EngineFact] = field(default_factory=list)
+    """The partition's current facts once these deltas are applied, in the order the fact
+    store lists them (``valid_from``, then id): the next pass's input without a read."""
 
 
 class _BadValue(Exception):
@@ -293,7 +296,9 @@ class PackRuntime:
             fact_fb.dispose()
             self.env.eval(f"(close {OUT})")
         lines = self._out.read_text(encoding="utf-8").splitlines()
-        _Collector(self, partition, now, episodes, fact_list, out, stamp).collect(lines)
+        collector = _Collector(self, partition, now, episodes, fact_list, out, stamp)
+        collector.collect(lines)
+        out.facts_after = collector.facts_after()
         self.env.reset()
         return out
 
@@ -333,9 +338,17 @@ class _PassFact:
     object: str
     confidence: float
     rule_id: str
-    valid_from: datetime
-    reinforced_at: datetime
+    valid_from_us: int
+    reinforced_at_us: int
     source_episode_ids: tuple[str, ...]
+
+    @property
+    def valid_from(self) -> datetime:
+        return from_micros(self.valid_from_us)
+
+    @property
+    def reinforced_at(self) -> datetime:
+        return from_micros(self.reinforced_at_us)
 
 
 class _Collector:
@@ -355,6 +368,7 @@ class _Collector:
         self.runtime = runtime
         self.partition = partition
         self.now = now
+        self.now_us = to_micros(now)
         self.episodes = episodes
         self.out = out
         self.facts: dict[str, _PassFact] = {f.id: self._from_engine(f) for f in facts}
@@ -370,10 +384,29 @@ class _Collector:
             f.object,
             f.confidence,
             f.rule_id,
-            from_micros(f.valid_from_us),
-            from_micros(f.reinforced_at_us),
+            f.valid_from_us,
+            f.reinforced_at_us,
             f.source_episode_ids,
         )
+
+    def facts_after(self) -> list[EngineFact]:
+        """Current facts after the pass's deltas (the order of ``current_facts``)."""
+        out = [
+            EngineFact(
+                f.id,
+                f.subject,
+                f.predicate,
+                f.object,
+                f.confidence,
+                f.valid_from_us,
+                f.reinforced_at_us,
+                f.rule_id,
+                f.source_episode_ids,
+            )
+            for f in self.facts.values()
+        ]
+        out.sort(key=lambda f: (f.valid_from_us, f.id))
+        return out
 
     def collect(self, lines: list[str]) -> None:
         for line in lines:
@@ -418,8 +451,9 @@ class _Collector:
             self.reject(anchor, rule, f"invalid delta: {where}: {first['msg']}", temp_id)
             return
         self.out.deltas.append(delta)
-        if temp_id is not None and isinstance(delta, AddDelta | UpdateDelta):
-            self.temp[temp_id] = delta.new_fact_id
+        if isinstance(delta, AddDelta | UpdateDelta):
+            if temp_id is not None:
+                self.temp[temp_id] = delta.new_fact_id
             self.facts[delta.new_fact_id] = _PassFact(
                 delta.new_fact_id,
                 delta.fact.subject,
@@ -427,10 +461,15 @@ class _Collector:
                 delta.fact.object,
                 delta.confidence,
                 delta.rule_id,
-                self.now,
-                self.now,
+                self.now_us,
+                self.now_us,
                 tuple(delta.source_episode_ids),
             )
+        elif isinstance(delta, NoopDelta):
+            for fid in delta.reinforces:
+                known = self.facts.get(fid)
+                if known is not None:
+                    known.reinforced_at_us = max(known.reinforced_at_us, self.now_us)
 
     def close_replaced(self, delta: MemoryDelta) -> None:
         """Replaced facts must be current facts of this partition, each named once; they

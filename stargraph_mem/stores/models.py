@@ -210,13 +210,17 @@ class _DeltaBase(_Model):
         return _no_nul(value, "reason")
 
     def canonical_body(self) -> bytes:
-        """Canonical JSON of the whole delta: what :attr:`delta_id` hashes."""
+        """Canonical JSON of the whole delta: what :attr:`delta_id` hashes (computed once)."""
+        return self._canonical
+
+    @cached_property
+    def _canonical(self) -> bytes:
         return canonical_json(self.model_dump(mode="json"))
 
     @cached_property
     def delta_id(self) -> str:
         """Content-derived id: the same delta always has the same id (computed once)."""
-        return delta_id_of(self.canonical_body())
+        return delta_id_of(self._canonical)
 
 
 class AddDelta(_DeltaBase):

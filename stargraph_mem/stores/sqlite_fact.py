@@ -52,7 +52,6 @@ from stargraph_mem.stores.models import (
     FactPattern,
     NoopDelta,
     UpdateDelta,
-    delta_id_of,
     utc_now,
 )
 from stargraph_mem.stores.scope import Partition, partition_key, prefix_upper_bound, user_prefix
@@ -177,9 +176,12 @@ _LINEAGE_COLUMNS: Final = (
 _AUDIT_COLUMNS: Final = "seq, delta_id, kind, rule_id, pack_hash, user, agent, applied_at_us, delta"
 _INSERT_FACT: Final = (
     "INSERT INTO facts (id, user, agent, partition_key, subject, predicate, object, payload, "
-    "confidence, valid_from_us, recorded_at_us, rule_id, delta_id) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "confidence, valid_from_us, recorded_at_us, rule_id, delta_id, "
+    "valid_until_us, superseded_by, closed_by) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+_OPEN: Final = (None, None, None)
+"""``valid_until_us, superseded_by, closed_by`` of a fact that is still current."""
 _INSERT_LINEAGE: Final = (
     f"INSERT INTO lineage (fact_id, {_LINEAGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
@@ -444,7 +446,7 @@ class _Batch:
     async def apply_chunk(self, start: int, deltas: Sequence[Delta]) -> None:
         """Apply ``deltas`` (indices from ``start``) and write their rows."""
         bodies = [delta.canonical_body() for delta in deltas]
-        ids = [delta_id_of(body) for body in bodies]
+        ids = [delta.delta_id for delta in deltas]
         stored = {row[0] for row in await fetch(self.db, _STORED_DELTAS, (_json_text(ids),))}
         await self._load(deltas)
         for offset, (delta, did, body) in enumerate(zip(deltas, ids, bodies, strict=True)):
@@ -596,15 +598,21 @@ class _Batch:
         )
 
     async def _flush(self) -> None:
-        """Write the chunk: new facts and lineage first, so closes can reach them."""
+        """Write the chunk: new facts and lineage first, so closes can reach them.
+
+        A fact created and closed within the chunk is inserted already closed: same rows,
+        one write instead of an insert and an update.
+        """
         rows = [
             _write_rows(fact, bundle, self._recorded_us(fact))
             for fact, bundle in self.adapter.take_staged()
         ]
+        new_ids = {fact_row[0] for fact_row, _ in rows}
+        closing = {close[3]: close[:3] for close in self._closes if close[3] in new_ids}
         writes = (
-            (_INSERT_FACT, [fact_row for fact_row, _ in rows]),
+            (_INSERT_FACT, [fact_row + closing.get(fact_row[0], _OPEN) for fact_row, _ in rows]),
             (_INSERT_LINEAGE, [lineage_row for _, lineage_row in rows]),
-            (_CLOSE, self._closes),
+            (_CLOSE, [close for close in self._closes if close[3] not in closing]),
             (_INSERT_AUDIT, self._audit),
             (_INSERT_REINFORCEMENT, self._reinforcements),
         )

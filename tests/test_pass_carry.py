@@ -1,0 +1,100 @@
+"""A run's later passes take the previous pass's watermarks and resulting facts from memory
+(while that pass commits) instead of reading the stores. What they take must be exactly what
+the stores list once the previous pass is applied, for every shipped pack."""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from e2e_helpers import NOW, episode, spo
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stargraph_mem.engine.api import Consolidator
+from stargraph_mem.engine.consolidate import Consolidation, PassReport
+from stargraph_mem.engine.runtime import PackRuntime
+from stargraph_mem.stores.fact import EngineFact
+from stargraph_mem.stores.scope import Partition
+
+RULES = Path(__file__).resolve().parents[1] / "rules"
+PACKS = [
+    RULES / f"{name}.yaml" for name in ("frequency_promotion", "default", "dedup_against_facts")
+]
+
+items = st.tuples(
+    st.sampled_from(["ann", "bo"]),
+    st.sampled_from(["likes", "is"]),
+    st.sampled_from(["x", "y"]),
+    st.sampled_from(["s1", "s2", "s3"]),
+    st.sampled_from([None, None, None, "noop"]),
+)
+
+
+async def check(db: Path, stream: Sequence[tuple[str, str, str, str, str | None]]) -> list[str]:
+    """Run with 3-episode passes; return every difference between carried and stored facts."""
+    problems: list[str] = []
+    original = Consolidation._apply
+
+    async def checked_apply(self: Consolidation, report: PassReport, work: Any, runs: Any) -> None:
+        await original(self, report, work, runs)
+        stored: list[EngineFact] = await self.facts.current_facts(report.partition)
+        if stored != work.out.facts_after:
+            problems.append(f"{self.pack} pass {report.first_seq}-{report.last_seq}")
+        marks = await self.facts.watermarks(self.pack, report.partition)
+        if marks != work.carry().marks:
+            problems.append(f"{self.pack} marks {marks} != {work.carry().marks}")
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Consolidation, "_apply", checked_apply)
+        async with Consolidator.open(db, PACKS, max_episodes=3) as c:
+            for n, (s, p, o, session, intent) in enumerate(stream):
+                meta: dict[str, Any] = {"subject": s, "predicate": p, "object": o}
+                if intent is not None:
+                    meta["intent"] = intent
+                await c.memory.put_many([episode(f"e{n}", n, session=session, meta=meta)])
+            reports = await c.consolidate(now=NOW)
+    assert any(r.episodes == 3 for r in reports) or len(stream) < 3
+    return problems
+
+
+@settings(max_examples=20, deadline=None)
+@given(stream=st.lists(items, min_size=1, max_size=24))
+def test_carried_facts_and_marks_equal_the_stored_ones(
+    stream: list[tuple[str, str, str, str, str | None]],
+) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        assert asyncio.run(check(Path(tmp) / "m.db", stream)) == []
+
+
+def test_a_failed_pass_leaves_the_previous_pass_applied(tmp_path: Path) -> None:
+    """The next pass is computed while the previous one commits; an error in it must not
+    lose or half-apply the previous pass."""
+    original = PackRuntime.run_pass
+    calls: list[int] = []
+
+    def failing(self: PackRuntime, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("engine failed")
+        return original(self, **kwargs)
+
+    async def scenario() -> tuple[dict[str, int], int]:
+        pack = [RULES / "default.yaml"]
+        async with Consolidator.open(tmp_path / "m.db", pack, max_episodes=2) as c:
+            await c.memory.put_many(
+                [episode(f"e{n}", n, **spo("ann", "likes", f"o{n}")) for n in range(5)]
+            )
+            with pytest.raises(RuntimeError, match="engine failed"):
+                await c.consolidate(now=NOW)
+            marks = await c.fact_store.watermarks("default", Partition("alice", "rag"))
+            return marks, len(await c.fact_store.audit_rows())
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(PackRuntime, "run_pass", failing)
+        marks, audit = asyncio.run(scenario())
+    assert set(marks.values()) == {2} and audit == 2
