@@ -83,11 +83,16 @@ def _object(change: FactChange) -> str:
     return text.replace("\n", "\\n")
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def replay_lines(result: ReplayResult) -> list[str]:
     """A header, the differences as aligned columns (when any) and a summary line."""
     packs = ", ".join(f"{p.name} {p.pack.version}" for p in result.packs)
     header = (
-        f"replayed {result.episodes} episodes ({result.partitions} partitions) of {result.db} "
+        f"replayed {_count(result.episodes, 'episode')} "
+        f"({_count(result.partitions, 'partition')}) of {result.db} "
         f"with {packs}, now {result.now.isoformat()}"
     )
     if result.as_of is not None:

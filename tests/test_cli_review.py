@@ -109,6 +109,10 @@ def test_replay_change_and_disappear_text(tmp_path: Path) -> None:
     base = ["replay", "--db", str(db), "--now", NOW_TEXT, "--user", "bob", "--pack"]
     code, out, _ = invoke(*base, str(frequency_pack(tmp_path, 2)))
     assert code == 0
+    assert out.splitlines()[0] == (
+        f"replayed 7 episodes (1 partition) of {db} with frequency_promotion 1.0.0, "
+        "now 2026-03-02T03:00:00+00:00"
+    )
     assert out.splitlines()[1:] == [
         "CHANGE  USER  AGENT  SUBJECT  PREDICATE  OBJECT  CONFIDENCE  RULE",
         "change  bob   rag    bob      likes      jazz    0.5 -> 0.4  promote_frequent",

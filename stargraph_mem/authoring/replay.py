@@ -161,11 +161,12 @@ def readonly_uri(path: Path) -> str:
 
     ``mode=ro`` on a WAL database with no ``-wal`` file would create ``-wal``/``-shm``
     and leave them behind; ``immutable=1`` reads the file alone. When a ``-wal`` exists
-    (a writer has the database open), ``mode=ro`` reads through it.
+    (a writer has the database open), or a rollback ``-journal``, ``mode=ro`` reads
+    through it.
     """
     uri = path.resolve().as_uri()
-    wal = path.with_name(path.name + "-wal")
-    return f"{uri}?mode=ro" if wal.exists() else f"{uri}?immutable=1"
+    live = any(path.with_name(path.name + s).exists() for s in ("-wal", "-journal"))
+    return f"{uri}?mode=ro" if live else f"{uri}?immutable=1"
 
 
 def _episode_filter(
@@ -326,7 +327,13 @@ async def _consolidate(
     ``Consolidator.consolidate`` does); return how many partitions there are."""
     async with Consolidator(path, packs, max_episodes=max_episodes) as mem:
         runs = [
-            Consolidation(runtime_for(p), mem.memory, mem.fact_store, max_episodes=max_episodes)
+            Consolidation(
+                runtime_for(p),
+                mem.memory,
+                mem.fact_store,
+                max_episodes=max_episodes,
+                keep_deltas=False,
+            )
             for p in packs
         ]
         partitions = await mem.memory.partitions()
