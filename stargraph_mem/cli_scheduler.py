@@ -1,3 +1,180 @@
 """CLI commands for the cadence scheduler (``run``, ``status``); registered on ``cli.app``."""
 
 from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from stargraph_mem.cli import (
+    DEFAULT_DB,
+    DbOption,
+    aligned,
+    app,
+    cadence_text,
+    existing,
+    parse_aware,
+    report_line,
+    run,
+)
+from stargraph_mem.engine.api import Consolidator
+from stargraph_mem.engine.scheduler import ScheduleReport, StatusRow
+from stargraph_mem.stores.models import utc_now
+
+__all__ = ["run_cmd", "status", "tick_lines"]
+
+PacksOption = Annotated[
+    list[Path], typer.Option("--pack", help="Rule pack YAML (repeatable).", dir_okay=False)
+]
+
+
+def tick_lines(report: ScheduleReport) -> list[str]:
+    """One line per applied pass (with the rules that fired), then conflicts."""
+    lines = [f"{report_line(p)} rules={','.join(p.rules)}" for p in report.passes if p.applied]
+    lines += [
+        f"skipped {d.pack}/{d.rule_id} user={d.partition.user} agent={d.partition.agent}: "
+        "applied by another scheduler first"
+        for d in report.conflicts
+    ]
+    return lines
+
+
+def _emit(report: ScheduleReport) -> None:
+    for line in tick_lines(report):
+        typer.echo(line)
+
+
+async def _loop(mem: Consolidator, interval: float) -> str:
+    """Tick every ``interval`` seconds until SIGINT/SIGTERM.
+
+    The first signal lets the current pass finish, then stops; a second one cancels it,
+    which rolls its transaction back.
+    """
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    task = asyncio.current_task()
+    outcome = "stopped"
+
+    def on_signal() -> None:
+        nonlocal outcome
+        if stop.is_set() and task is not None:
+            outcome = "interrupted: the pass in progress was rolled back"
+            task.cancel()
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal)
+    try:
+        typer.echo(f"scheduler {mem.scheduler.holder} running (interval {interval:g} s)")
+        while not stop.is_set():
+            _emit(await mem.tick())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), interval)
+    except asyncio.CancelledError:
+        pass
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+    return outcome
+
+
+@app.command(name="run")
+def run_cmd(
+    packs: PacksOption,
+    db: DbOption = DEFAULT_DB,
+    once: Annotated[bool, typer.Option("--once", help="Run what is due now, then exit.")] = False,
+    now: Annotated[
+        str | None,
+        typer.Option("--now", help="With --once: the time to run at, ISO-8601 with offset."),
+    ] = None,
+    interval: Annotated[
+        float, typer.Option("--interval", min=0.01, help="Seconds between ticks.")
+    ] = 1.0,
+) -> None:
+    """Run the cadence scheduler: every N episodes, cron times; SIGINT/SIGTERM stop it."""
+    when = parse_aware(now, "--now")
+    if when is not None and not once:
+        raise typer.BadParameter("--now needs --once", param_hint="--now")
+
+    async def once_action() -> ScheduleReport:
+        async with Consolidator.open(existing(db), packs) as mem:
+            return await mem.tick(when or utc_now())
+
+    async def loop_action() -> str:
+        async with Consolidator.open(existing(db), packs) as mem:
+            return await _loop(mem, interval)
+
+    if not once:
+        typer.echo(run(loop_action()))
+        return
+    report = run(once_action())
+    if not report.ran:
+        typer.echo(f"lease held by {report.lease_holder}: nothing run")
+        return
+    _emit(report)
+    passes = sum(1 for p in report.passes if p.applied)
+    typer.echo(f"{passes} pass{'es' if passes != 1 else ''} run" if passes else "nothing due")
+
+
+def _when(value: datetime | None) -> str:
+    return "-" if value is None else value.isoformat()
+
+
+def status_lines(rows: list[StatusRow]) -> list[str]:
+    """The status table: one row per (pack, rule, partition)."""
+    table = [("PACK", "RULE", "CADENCE", "USER", "AGENT", "PENDING", "LAST RUN", "NEXT RUN")]
+    for row in rows:
+        if row.cadence.every is not None:
+            left = max(0, row.cadence.every - row.pending)
+            upcoming = "due" if row.due else f"after {left} more"
+        else:
+            upcoming = _when(row.next_run) + (" (due)" if row.due else "")
+        table.append(
+            (
+                row.pack,
+                row.rule_id,
+                cadence_text(row.cadence),
+                row.partition.user if row.partition else "-",
+                row.partition.agent if row.partition else "-",
+                str(row.pending),
+                _when(row.last_run),
+                upcoming,
+            )
+        )
+    return aligned(table)
+
+
+@app.command()
+def status(
+    db: DbOption = DEFAULT_DB,
+    packs: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--pack",
+            help="Also show this pack (default: the packs schedulers registered).",
+            dir_okay=False,
+        ),
+    ] = None,
+    now: Annotated[
+        str | None, typer.Option("--now", help="Status as of this ISO-8601 time.")
+    ] = None,
+) -> None:
+    """Each rule's cadence, pending episodes, last and next run per partition."""
+    when = parse_aware(now, "--now")
+
+    async def action() -> list[StatusRow]:
+        async with Consolidator.open(
+            existing(db), packs or [], clock=lambda: when or utc_now()
+        ) as mem:
+            return await mem.status(registered=True)
+
+    rows = run(action())
+    if not rows:
+        typer.echo("no scheduled rules: run `stargraph-mem run --pack …` first")
+        return
+    typer.echo("\n".join(status_lines(rows)))

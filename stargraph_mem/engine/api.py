@@ -123,6 +123,7 @@ class Consolidator(AsyncResource):
         await self.memory.bootstrap()
         await self.fact_store.bootstrap()
         await self.schedule_store.bootstrap()
+        await self.scheduler.register()
 
     async def close(self) -> None:
         """Give the scheduler lease up if this instance ticked, then close the stores."""
@@ -147,9 +148,12 @@ class Consolidator(AsyncResource):
         self._ticked = True
         return await self.scheduler.tick(now or self.clock())
 
-    async def status(self, now: datetime | None = None) -> list[StatusRow]:
-        """Each rule's cadence, pending count, last and next run per partition."""
-        return await self.scheduler.status(now or self.clock())
+    async def status(
+        self, now: datetime | None = None, *, registered: bool = False
+    ) -> list[StatusRow]:
+        """Each rule's cadence, pending count, last and next run per partition; with
+        ``registered``, also the packs other schedulers registered in the file."""
+        return await self.scheduler.status(now or self.clock(), registered=registered)
 
     async def consolidate(
         self,

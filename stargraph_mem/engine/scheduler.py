@@ -26,9 +26,8 @@ from functools import lru_cache
 
 import clips
 
-from stargraph_mem.compiler.cadence import next_fire
+from stargraph_mem.compiler.cadence import CadenceRule, next_fire, schedule_program
 from stargraph_mem.compiler.clips_env import load_constructs, new_environment
-from stargraph_mem.compiler.pack import CompiledPack, CompiledRule
 from stargraph_mem.engine.consolidate import Consolidation, PassReport
 from stargraph_mem.engine.runtime import RejectedEpisode
 from stargraph_mem.errors import CompileError, PassConflictError, ScheduleError
@@ -145,14 +144,14 @@ class StatusRow:
 class ScheduleProgram:
     """A pack's schedule program loaded into its own silent CLIPS environment."""
 
-    def __init__(self, compiled: CompiledPack) -> None:
-        self.compiled = compiled
+    def __init__(self, pack: str, text: str) -> None:
+        self.pack = pack
         self.env = new_environment()
         try:
-            load_constructs(self.env, compiled.schedule)
+            load_constructs(self.env, text)
         except CompileError as exc:
             raise ScheduleError(
-                f"pack '{compiled.name}': schedule program rejected: {exc.message}"
+                f"pack '{pack}': schedule program rejected: {exc.message}", pack=pack
             ) from exc
         self._clock = self.env.find_template("sm-sched-clock")
         self._count = self.env.find_template("sm-sched-count")
@@ -178,7 +177,7 @@ class ScheduleProgram:
             env.run()
             return sorted((int(f["rule"]), int(f["part"])) for f in self._due.facts())
         except clips.CLIPSError as exc:
-            raise ScheduleError(f"pack '{self.compiled.name}': schedule program: {exc}") from exc
+            raise ScheduleError(f"pack '{self.pack}': schedule program: {exc}") from exc
         finally:
             env.reset()
 
@@ -189,22 +188,41 @@ def _next_fire_us(cadence: Cadence, since_us: int, rule_id: str) -> int:
     return to_us(next_fire(cadence, from_us(since_us), rule_id))
 
 
+@dataclass(frozen=True)
+class ScheduledRule:
+    """A rule as the schedule sees it (what :class:`CadenceRule` asks for)."""
+
+    id: str
+    index: int
+    cadence: Cadence
+
+
 @dataclass
 class _Pack:
-    """One pack as the scheduler sees it: its consolidation, program and rules by cadence."""
+    """One pack as the scheduler sees it: program, rules by cadence, and (when it can run
+    passes) its consolidation."""
 
-    consolidation: Consolidation
+    name: str
     program: ScheduleProgram
-    count_rules: list[CompiledRule]
-    cron_rules: list[CompiledRule]
+    all_rules: list[CadenceRule]
+    consolidation: Consolidation | None = None
 
     @property
-    def name(self) -> str:
-        return self.consolidation.pack
+    def count_rules(self) -> list[CadenceRule]:
+        return [r for r in self.all_rules if r.cadence.every is not None]
 
     @property
-    def rules(self) -> dict[int, CompiledRule]:
-        return {r.index: r for r in (*self.count_rules, *self.cron_rules)}
+    def cron_rules(self) -> list[CadenceRule]:
+        return [r for r in self.all_rules if r.cadence.cron is not None]
+
+    @property
+    def rules(self) -> dict[int, CadenceRule]:
+        return {r.index: r for r in self.all_rules}
+
+    @classmethod
+    def registered(cls, name: str, rules: Sequence[ScheduledRule]) -> _Pack:
+        """A pack known only by its registered cadences (for status)."""
+        return cls(name, ScheduleProgram(name, schedule_program(rules)), list(rules))
 
 
 @dataclass
@@ -241,12 +259,29 @@ class Scheduler:
     @staticmethod
     def _pack(consolidation: Consolidation) -> _Pack:
         compiled = consolidation.runtime.compiled
-        return _Pack(
-            consolidation,
-            ScheduleProgram(compiled),
-            [r for r in compiled.rules if r.cadence.every is not None],
-            [r for r in compiled.rules if r.cadence.cron is not None],
-        )
+        program = ScheduleProgram(compiled.name, compiled.schedule)
+        return _Pack(compiled.name, program, list(compiled.rules), consolidation)
+
+    async def register(self) -> None:
+        """Record each pack's rule cadences, so ``status`` can run without the pack files."""
+        for pack in self.packs:
+            rules = [(r.id, r.index, r.cadence.model_dump_json()) for r in pack.all_rules]
+            await self.store.register(pack.name, rules)
+
+    async def registered_packs(self, skip: Sequence[str] = ()) -> list[_Pack]:
+        """Packs registered in the file by earlier schedulers (except ``skip``)."""
+        found = await self.store.registered()
+        return [
+            _Pack.registered(
+                name,
+                [
+                    ScheduledRule(rid, index, Cadence.model_validate_json(c))
+                    for rid, index, c in rules
+                ],
+            )
+            for name, rules in sorted(found.items())
+            if name not in skip
+        ]
 
     # --- facts for the schedule program ------------------------------------------------
 
@@ -256,7 +291,7 @@ class Scheduler:
         partition: Partition,
         part: int,
         facts: _Facts,
-        rules: Sequence[CompiledRule],
+        rules: Sequence[CadenceRule],
     ) -> None:
         """Episodes after each rule's watermark (one count per distinct watermark); count
         rules also get their counter fact."""
@@ -295,7 +330,7 @@ class Scheduler:
             )
 
     async def _anchor_us(
-        self, pack: _Pack, rule: CompiledRule, partition: Partition, now_us: int
+        self, pack: _Pack, rule: CadenceRule, partition: Partition, now_us: int
     ) -> int:
         mark = (await self.facts.watermarks(pack.name, partition)).get(rule.id, 0)
         first = await self.memory.since(partition, mark, limit=1)
@@ -316,7 +351,7 @@ class Scheduler:
         now: datetime,
         *,
         cron: bool,
-    ) -> tuple[dict[Partition, list[CompiledRule]], _Facts]:
+    ) -> tuple[dict[Partition, list[CadenceRule]], _Facts]:
         """Gather the facts, run the schedule program, group the due rules by partition."""
         facts = _Facts()
         one = partitions[0] if len(partitions) == 1 else None
@@ -326,7 +361,7 @@ class Scheduler:
         if cron and pack.cron_rules:
             await self._anchor_missing(pack, partitions, now, facts)
             self._clocks(pack, partitions, facts)
-        due: dict[Partition, list[CompiledRule]] = defaultdict(list)
+        due: dict[Partition, list[CadenceRule]] = defaultdict(list)
         rules = pack.rules
         for index, part in pack.program.due(to_us(now), facts.counts, facts.nexts):
             due[partitions[part]].append(rules[index])
@@ -338,7 +373,7 @@ class Scheduler:
         self,
         pack: _Pack,
         partition: Partition,
-        rules: list[CompiledRule],
+        rules: list[CadenceRule],
         states: dict[tuple[str, str], RunState],
         now: datetime,
         report: ScheduleReport,
@@ -362,6 +397,7 @@ class Scheduler:
         dues = [Due(pack.name, rule.id, partition) for rule in rules]
         report.due += dues
         try:
+            assert pack.consolidation is not None
             report.passes += await pack.consolidation.run(
                 partition, now=now, rule_ids=[r.id for r in rules], runs=runs
             )
@@ -424,16 +460,22 @@ class Scheduler:
 
     # --- status ----------------------------------------------------------------------
 
-    async def status(self, now: datetime) -> list[StatusRow]:
-        """Each rule's cadence, pending count, last and next run per partition (reads only)."""
+    async def status(self, now: datetime, *, registered: bool = False) -> list[StatusRow]:
+        """Each rule's cadence, pending count, last and next run per partition (reads only).
+
+        With ``registered``, packs other schedulers registered in the file are shown too.
+        """
         now = to_utc(now)
         now_us = to_us(now)
         partitions = await self.memory.partitions()
+        packs = list(self.packs)
+        if registered:
+            packs += await self.registered_packs(skip=[p.name for p in self.packs])
         rows: list[StatusRow] = []
-        for pack in self.packs:
+        for pack in packs:
             facts = _Facts()
             facts.states = await self.store.runs(pack.name)
-            rules = pack.consolidation.runtime.compiled.rules
+            rules = pack.all_rules
             for part, partition in enumerate(partitions):
                 await self._pending(pack, partition, part, facts, rules)
             for rule in rules:
@@ -448,7 +490,7 @@ class Scheduler:
     async def _status_row(
         self,
         pack: _Pack,
-        rule: CompiledRule,
+        rule: CadenceRule,
         partition: Partition,
         part: int,
         facts: _Facts,

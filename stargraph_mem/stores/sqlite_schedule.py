@@ -39,8 +39,15 @@ _SCHEMA: Final = (
         holder TEXT NOT NULL,
         expires_us INTEGER NOT NULL
     )""",
+    """CREATE TABLE IF NOT EXISTS schedule_rules (
+        pack TEXT NOT NULL,
+        rule_id TEXT NOT NULL,
+        rule_index INTEGER NOT NULL,
+        cadence TEXT NOT NULL,
+        PRIMARY KEY (pack, rule_id)
+    )""",
 )
-TABLES: Final = ("rule_runs", "scheduler_lease")
+TABLES: Final = ("rule_runs", "scheduler_lease", "schedule_rules")
 
 _ANCHOR: Final = (
     "INSERT OR IGNORE INTO rule_runs (pack, rule_id, partition_key, anchor_us) VALUES (?, ?, ?, ?)"
@@ -159,6 +166,39 @@ class SQLiteScheduleStore(SQLiteStoreBase):
         rows = [(pack, rule_id, partition.key, at_us) for rule_id, partition, at_us in anchors]
         async with self._write() as db:
             await db.executemany(_ANCHOR, rows)
+
+    async def register(self, pack: str, rules: Sequence[tuple[str, int, str]]) -> None:
+        """Replace ``pack``'s registered (rule id, rule index, cadence JSON) rows."""
+        rows = [(pack, rule_id, index, cadence) for rule_id, index, cadence in rules]
+        async with self._read() as db:
+            stored = await fetch(
+                db,
+                "SELECT rule_id, rule_index, cadence FROM schedule_rules WHERE pack = ? "
+                "ORDER BY rule_index",
+                (pack,),
+            )
+        if [tuple(r) for r in stored] == [row[1:] for row in sorted(rows, key=lambda r: r[2])]:
+            return
+        async with self._write() as db:
+            await db.execute("DELETE FROM schedule_rules WHERE pack = ?", (pack,))
+            await db.executemany(
+                "INSERT INTO schedule_rules (pack, rule_id, rule_index, cadence) "
+                "VALUES (?, ?, ?, ?)",
+                rows,
+            )
+
+    async def registered(self) -> dict[str, list[tuple[str, int, str]]]:
+        """Registered packs: name → (rule id, rule index, cadence JSON), by rule index."""
+        async with self._read() as db:
+            rows = await fetch(
+                db,
+                "SELECT pack, rule_id, rule_index, cadence FROM schedule_rules "
+                "ORDER BY pack, rule_index",
+            )
+        out: dict[str, list[tuple[str, int, str]]] = {}
+        for pack, rule_id, index, cadence in rows:
+            out.setdefault(str(pack), []).append((str(rule_id), int(index), str(cadence)))
+        return out
 
     async def take_lease(
         self, name: str, holder: str, now: datetime, ttl_seconds: float
