@@ -297,9 +297,12 @@ class Consolidation:
         path = self.memory.path
         eligible: dict[int, set[int]] = {}
         gated: set[str] = set()
+        after_sets: dict[int, set[int]] = {}
         for rule in rules:
             after = marks.get(rule.id, 0)
-            seqs = {r.seq for r in records if r.seq > after}
+            if after not in after_sets:
+                after_sets[after] = {r.seq for r in records if r.seq > after}
+            seqs = set(after_sets[after])
             if rule.select is not None and seqs:
                 seqs &= await asyncio.to_thread(
                     select_seqs,

@@ -24,6 +24,7 @@ from stargraph_mem.compiler.clips_env import load_constructs, new_environment
 from stargraph_mem.compiler.generator import OUT, RuleProgram, slot_name
 from stargraph_mem.compiler.pack import CompiledPack, CompiledRule
 from stargraph_mem.errors import EngineError
+from stargraph_mem.gcpause import gc_paused
 from stargraph_mem.ir.checks import VarInfo, parse_template
 from stargraph_mem.ir.models import LinearConfidence, ListVar, VarConfidence
 from stargraph_mem.stores.fact import EngineFact
@@ -120,6 +121,8 @@ def _template(text: str) -> tuple[tuple[str, str], ...]:
 
 
 def _text(value: Any) -> str:
+    if type(value) is str:
+        return value
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, datetime):
@@ -296,9 +299,10 @@ class PackRuntime:
             fact_fb.dispose()
             self.env.eval(f"(close {OUT})")
         lines = self._out.read_text(encoding="utf-8").splitlines()
-        collector = _Collector(self, partition, now, episodes, fact_list, out, stamp)
-        collector.collect(lines)
-        out.facts_after = collector.facts_after()
+        with gc_paused():
+            collector = _Collector(self, partition, now, episodes, fact_list, out, stamp)
+            collector.collect(lines)
+            out.facts_after = collector.facts_after()
         self.env.reset()
         return out
 
@@ -308,11 +312,15 @@ class PackRuntime:
         """Per episode, the id of its eligibility set; and each set's rule indexes."""
         if eligible is None:
             return [1] * len(episodes), {1: tuple(sorted(self.rules))}
-        sets = {idx: set(seqs) for idx, seqs in eligible.items() if idx in self.rules}
+        sets = {idx: set(seqs) for idx, seqs in sorted(eligible.items()) if idx in self.rules}
+        everyone = tuple(sets)
+        all_seqs = {ep.seq for ep in episodes}
+        if all(members == all_seqs for members in sets.values()):
+            return [1] * len(episodes), {1: everyone}
         ids: dict[tuple[int, ...], int] = {}
         out: list[int] = []
         for ep in episodes:
-            members = tuple(idx for idx in sorted(sets) if ep.seq in sets[idx])
+            members = tuple(idx for idx in everyone if ep.seq in sets[idx])
             out.append(ids.setdefault(members, len(ids) + 1))
         return out, {set_id: members for members, set_id in ids.items()}
 
@@ -586,7 +594,12 @@ def _filler(text: str | None) -> Filler:
     if len(parts) == 1:
         name = parts[0][1]
         return lambda values: _text(values[name])
-    return lambda values: render(text or "", values)
+    names = [value for kind, value in parts if kind == "var"]
+    pattern = "".join(
+        value.replace("{", "{{").replace("}", "}}") if kind == "text" else "{}"
+        for kind, value in parts
+    )
+    return lambda values: pattern.format(*[_text(values[name]) for name in names])
 
 
 def _getter(var: VarInfo, builtins: set[str]) -> Getter:

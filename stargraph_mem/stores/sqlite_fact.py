@@ -8,10 +8,7 @@ per table and chunk, so a failure anywhere leaves the file exactly as it was.
 
 from __future__ import annotations
 
-import gc
-import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -29,6 +26,7 @@ from stargraph_mem.errors import (
     FactNotFoundError,
     StoreError,
 )
+from stargraph_mem.gcpause import gc_paused
 from stargraph_mem.stores.fact import (
     ApplyResult,
     AuditRow,
@@ -372,38 +370,6 @@ def _at(index: int, exc: DeltaValidationError) -> DeltaValidationError:
 
 
 # --- applying a batch ---------------------------------------------------------------------
-
-
-class _GCPause:
-    """Pauses the cyclic garbage collector while any batch runs; restores it after the last.
-
-    A batch builds several short-lived container objects per delta; with a large heap of
-    input deltas, cycle detection alone cost a third of the apply time. Reference counting
-    still frees everything: only the search for cycles waits until the batch ends.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._active = 0
-        self._was_enabled = False
-
-    @contextmanager
-    def __call__(self) -> Iterator[None]:
-        with self._lock:
-            if self._active == 0:
-                self._was_enabled = gc.isenabled()
-                gc.disable()
-            self._active += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._active -= 1
-                if self._active == 0 and self._was_enabled:
-                    gc.enable()
-
-
-_gc_paused = _GCPause()
 
 
 @dataclass(slots=True)
@@ -865,7 +831,7 @@ class SQLiteFactStore(SQLiteStoreBase):
         another scheduler's earlier pass raises :class:`PassConflictError` and rolls back.
         """
         check_pack_hash(pack_hash)
-        with _gc_paused():
+        with gc_paused():
             return await self._apply(
                 validate_deltas(deltas), pack_hash, tuple(watermarks), tuple(rejections), runs
             )
