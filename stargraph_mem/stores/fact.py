@@ -183,6 +183,9 @@ def _scalar(value: object, field: str) -> Scalar:
 
 
 def _bindings(values: Mapping[str, object]) -> None:
+    texts = [*values, *values.values()]
+    if all(type(t) is str for t in texts) and "\x00" not in "".join(texts):  # type: ignore[arg-type]
+        return  # the common case: string keys and values, one NUL scan
     for key, value in values.items():
         _text(key, "bindings")
         if isinstance(value, list | tuple):
@@ -201,10 +204,18 @@ def _reason(value: object) -> str:
 
 def check_pack_hash(value: object) -> str:
     """A NUL-free pack hash of at most ``MAX_PACK_HASH_CHARS`` characters."""
+    if type(value) is str and value in _GOOD_HASHES:
+        return value
     text = _text(value, "pack_hash")
     if len(text) > MAX_PACK_HASH_CHARS:
         raise _invalid("pack_hash", f"longer than {MAX_PACK_HASH_CHARS} characters")
+    if len(_GOOD_HASHES) < 64:
+        _GOOD_HASHES.add(text)
     return text
+
+
+_GOOD_HASHES: set[str] = set()
+"""Pack hashes already checked (a handful per process; every bundle of a pass repeats one)."""
 
 
 def sanitize_bundle(bundle: ProvenanceBundle) -> ProvenanceBundle:
