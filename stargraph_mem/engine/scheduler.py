@@ -345,20 +345,16 @@ class Scheduler:
                     facts.nexts.append((rule.index, part, at))
 
     async def _decide(
-        self,
-        pack: _Pack,
-        partitions: Sequence[Partition],
-        now: datetime,
-        *,
-        cron: bool,
+        self, pack: _Pack, partitions: Sequence[Partition], now: datetime
     ) -> tuple[dict[Partition, list[CadenceRule]], _Facts]:
-        """Gather the facts, run the schedule program, group the due rules by partition."""
+        """Gather every partition's counter and clock facts, run the schedule program,
+        group the due rules by partition."""
         facts = _Facts()
         one = partitions[0] if len(partitions) == 1 else None
         facts.states = await self.store.runs(pack.name, one)
         for part, partition in enumerate(partitions):
             await self._pending(pack, partition, part, facts, pack.count_rules)
-        if cron and pack.cron_rules:
+        if pack.cron_rules:
             await self._anchor_missing(pack, partitions, now, facts)
             self._clocks(pack, partitions, facts)
         due: dict[Partition, list[CadenceRule]] = defaultdict(list)
@@ -406,6 +402,22 @@ class Scheduler:
             return False
         return True
 
+    async def _decide_counts(
+        self, pack: _Pack, partition: Partition, now: datetime
+    ) -> tuple[list[CadenceRule], dict[tuple[str, str], RunState]]:
+        """The count rules due for one partition, from one read of counts and run states."""
+        rules = pack.count_rules
+        found = await self.store.pending(pack.name, partition, [r.id for r in rules])
+        states = {
+            (rule_id, partition.key): state
+            for rule_id, (_, state) in found.items()
+            if state is not None
+        }
+        counts = [(r.index, 0, found[r.id][0]) for r in rules]
+        by_index = pack.rules
+        due = pack.program.due(to_us(now), counts)
+        return [by_index[index] for index, _ in due], states
+
     async def on_record(self, partition: Partition, now: datetime) -> ScheduleReport:
         """The cadence check after a put: run the partition's count rules that are due
         (``every: 1`` rules on every put). Re-decides when another scheduler got there first."""
@@ -417,11 +429,8 @@ class Scheduler:
                 if not pack.count_rules:
                     continue
                 for _ in range(RETRIES):
-                    due, facts = await self._decide(pack, [partition], now, cron=False)
-                    rules = due.get(partition)
-                    if not rules or await self._run(
-                        pack, partition, rules, facts.states, now, report
-                    ):
+                    rules, states = await self._decide_counts(pack, partition, now)
+                    if not rules or await self._run(pack, partition, rules, states, now, report):
                         break
         report.timings["total"] = time.perf_counter() - t0
         return report
@@ -445,7 +454,7 @@ class Scheduler:
             if not partitions:
                 break
             d0 = time.perf_counter()
-            due, facts = await self._decide(pack, partitions, now, cron=True)
+            due, facts = await self._decide(pack, partitions, now)
             decide += time.perf_counter() - d0
             for partition, rules in due.items():
                 async with self._locks[partition.key]:

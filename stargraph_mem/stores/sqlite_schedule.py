@@ -159,6 +159,36 @@ class SQLiteScheduleStore(SQLiteStoreBase):
         async with self._read() as db:
             return _states(await fetch(db, sql, params))
 
+    async def pending(
+        self, pack: str, partition: Partition, rule_ids: Sequence[str]
+    ) -> dict[str, tuple[int, RunState | None]]:
+        """Per rule: episodes of ``partition`` after the rule's watermark, and its run state.
+
+        One statement over the episodes and watermarks tables of the same file (the
+        memory and fact stores' tables; a missing watermark counts from seq 0).
+        """
+        values = ", ".join("(?)" for _ in rule_ids)
+        sql = (
+            f"WITH wanted(rule_id) AS (VALUES {values}) "
+            "SELECT wanted.rule_id, r.anchor_us, r.last_run_us, r.runs, r.token, "
+            "(SELECT count(*) FROM episodes e WHERE e.partition_key = ? "
+            "AND e.seq > coalesce(w.last_seq, 0)) "
+            "FROM wanted LEFT JOIN rule_runs r ON r.pack = ? AND r.rule_id = wanted.rule_id "
+            "AND r.partition_key = ? "
+            "LEFT JOIN watermarks w ON w.pack = ? AND w.rule_id = wanted.rule_id "
+            "AND w.partition_key = ?"
+        )
+        key = partition.key
+        async with self._read() as db:
+            rows = await fetch(db, sql, (*rule_ids, key, pack, key, pack, key))
+        return {
+            str(rule_id): (
+                int(count),
+                None if anchor is None else RunState(int(anchor), last, int(runs), str(token)),
+            )
+            for rule_id, anchor, last, runs, token, count in rows
+        }
+
     async def anchor(self, pack: str, anchors: Sequence[tuple[str, Partition, int]]) -> None:
         """Start the cron clocks of (rule id, partition, anchor µs) that have none yet."""
         if not anchors:

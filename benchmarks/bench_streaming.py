@@ -1,0 +1,211 @@
+"""Streaming consolidation latency: ``Consolidator.record`` with an ``every: 1`` pack, from
+the put to the facts being committed, against databases holding H episodes of history.
+
+The measured partition always holds the same 1,000 episodes, consolidated for real (about
+150 current facts); the rest of the history is spread over 1,000 other partitions, marked
+consolidated through their watermarks. Only the size of the table changes between runs.
+Each measured record puts one episode and runs the pass the cadence check fires. The
+baseline does the same put and the same pass, but reads the whole episodes table each
+time and keeps the partition's unconsolidated rows, as a scheduler without watermarks would.
+
+    python benchmarks/bench_streaming.py --sizes 1000 100000 1000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import sqlite3
+import statistics
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from stargraph_mem.compiler.pack import CompiledPack, compile_text
+from stargraph_mem.engine.api import Consolidator
+from stargraph_mem.stores.fact import Rejection, WatermarkAdvance
+from stargraph_mem.stores.memory import EpisodeRecord
+from stargraph_mem.stores.models import Episode
+from stargraph_mem.stores.scope import Partition
+from stargraph_mem.stores.sqlite_memory import row_record
+
+ROOT = Path(__file__).resolve().parents[1]
+PARTITION = Partition("bench-user", "bench-agent")
+OTHERS = 1000
+OWN = 1000
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+ALL_ROWS = (
+    "SELECT seq, id, content, ts_us, tz_offset_s, source_node, user, session, agent, metadata, "
+    "last_accessed_us, access_count FROM episodes ORDER BY seq"
+)
+
+
+def streaming_pack() -> CompiledPack:
+    """``rules/dedup_against_facts.yaml`` with every rule on ``every: 1``."""
+    text = (ROOT / "rules" / "dedup_against_facts.yaml").read_text(encoding="utf-8")
+    return compile_text(text.replace('{cron: "0 3 * * *"}', "{every: 1}"))
+
+
+def observation(n: int, user: str, agent: str, rng: random.Random) -> Episode:
+    return Episode(
+        id=f"e{n:08d}",
+        content=f"observation {n}",
+        timestamp=T0 + timedelta(seconds=n),
+        user=user,
+        session=f"s{n % 10}",
+        agent=agent,
+        metadata={
+            "subject": f"s{rng.randrange(50)}",
+            "predicate": f"p{rng.randrange(3)}",
+            "object": f"o{rng.randrange(5)}",
+        },
+    )
+
+
+async def build(db: Path, pack: CompiledPack, history: int) -> int:
+    """Put ``history`` episodes; consolidate the measured partition, mark the rest done."""
+    rng = random.Random(7)
+    own = min(OWN, history)
+    async with Consolidator(db, [pack], keep_deltas=False) as mem:
+        batch: list[Episode] = []
+        for n in range(history):
+            if n % (history // own) == 0 and n // (history // own) < own:
+                batch.append(observation(n, PARTITION.user, PARTITION.agent, rng))
+            else:
+                batch.append(observation(n, f"u{n % OTHERS}", "rag", rng))
+            if len(batch) == 10_000:
+                await mem.memory.put_many(batch)
+                batch = []
+        await mem.memory.put_many(batch)
+        advances = []
+        for partition in await mem.memory.partitions():
+            if partition == PARTITION:
+                continue
+            top = await mem.memory.max_seq(partition)
+            advances += [
+                WatermarkAdvance(pack=pack.name, rule_id=r.id, partition=partition, last_seq=top)
+                for r in pack.rules
+            ]
+        await mem.fact_store.apply_deltas([], watermarks=advances)
+        await mem.consolidate(user=PARTITION.user, agent=PARTITION.agent, now=T0)
+        return len(await mem.facts(user=PARTITION.user, agent=PARTITION.agent))
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+async def streaming(db: Path, pack: CompiledPack, count: int, warmup: int) -> list[float]:
+    """Seconds per ``record`` (put + cadence check + pass committed)."""
+    rng = random.Random(11)
+    out: list[float] = []
+    async with Consolidator(db, [pack], keep_deltas=False) as mem:
+        for k in range(warmup + count):
+            episode = observation(10**7 + k, PARTITION.user, PARTITION.agent, rng)
+            t = time.perf_counter()
+            report = await mem.record(episode)
+            elapsed = time.perf_counter() - t
+            assert report.passes and report.passes[0].episodes == 1
+            if k >= warmup:
+                out.append(elapsed)
+    return out
+
+
+async def baseline(db: Path, pack: CompiledPack, count: int) -> list[float]:
+    """Seconds per put + pass that re-reads the whole episodes table."""
+    rng = random.Random(13)
+    out: list[float] = []
+    async with Consolidator(db, [pack], keep_deltas=False) as mem:
+        consolidation = mem.consolidations[0]
+        runtime = consolidation.runtime
+        done = await mem.fact_store.watermark(pack.name, pack.rules[0].id, PARTITION)
+        for k in range(count):
+            episode = observation(2 * 10**7 + k, PARTITION.user, PARTITION.agent, rng)
+            t = time.perf_counter()
+            await mem.memory.put(
+                episode, user=episode.user, session=episode.session, agent=episode.agent
+            )
+            records = await asyncio.to_thread(read_all, db, PARTITION, done)
+            facts = await mem.fact_store.current_facts(PARTITION)
+            result = runtime.run_pass(partition=PARTITION, now=T0, episodes=records, facts=facts)
+            done = records[-1].seq
+            await mem.fact_store.apply_deltas(
+                result.deltas,
+                pack_hash=runtime.sha256,
+                watermarks=[
+                    WatermarkAdvance(
+                        pack=pack.name, rule_id=r.id, partition=PARTITION, last_seq=done
+                    )
+                    for r in pack.rules
+                ],
+                rejections=[
+                    Rejection(
+                        id=r.episode_id or "none",
+                        pack=pack.name,
+                        rule_id=r.rule_id or "metadata",
+                        partition=PARTITION,
+                        reason=r.reason,
+                    )
+                    for r in result.rejected
+                ],
+            )
+            out.append(time.perf_counter() - t)
+    return out
+
+
+def read_all(db: Path, partition: Partition, after: int) -> list[EpisodeRecord]:
+    """Every row of the table, decoded; the partition's rows after ``after`` kept."""
+    conn = sqlite3.connect(db)
+    try:
+        rows = [row_record(row) for row in conn.execute(ALL_ROWS)]
+    finally:
+        conn.close()
+    return [
+        r for r in rows if (r.user, r.agent) == (partition.user, partition.agent) and r.seq > after
+    ]
+
+
+async def measure(history: int, count: int, baseline_count: int) -> dict[str, float]:
+    pack = streaming_pack()
+    with tempfile.TemporaryDirectory(prefix="bench-streaming-") as tmp:
+        db = Path(tmp) / "m.db"
+        t = time.perf_counter()
+        facts = await build(db, pack, history)
+        built = time.perf_counter() - t
+        times = await streaming(db, pack, count, warmup=50)
+        base = await baseline(db, pack, baseline_count)
+    return {
+        "history": history,
+        "facts": facts,
+        "build_s": built,
+        "p50_ms": percentile(times, 0.5) * 1e3,
+        "p99_ms": percentile(times, 0.99) * 1e3,
+        "mean_ms": statistics.fmean(times) * 1e3,
+        "baseline_p50_ms": percentile(base, 0.5) * 1e3,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 100_000])
+    parser.add_argument("--records", type=int, default=1000, help="measured records per size")
+    parser.add_argument("--baseline-records", type=int, default=20)
+    args = parser.parse_args()
+    print("history    facts  build s  p50 ms  p99 ms  mean ms  baseline p50 ms  ratio")
+    for size in args.sizes:
+        base_count = args.baseline_records if size < 500_000 else max(3, args.baseline_records // 4)
+        r = asyncio.run(measure(size, args.records, base_count))
+        ratio = r["baseline_p50_ms"] / r["p50_ms"]
+        print(
+            f"{int(r['history']):>9,}  {int(r['facts']):>5}  {r['build_s']:>7.1f}  "
+            f"{r['p50_ms']:>6.2f}  {r['p99_ms']:>6.2f}  {r['mean_ms']:>7.2f}  "
+            f"{r['baseline_p50_ms']:>15.1f}  {ratio:>5.0f}x",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
