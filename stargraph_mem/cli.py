@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import sqlite3
+import sys
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -19,6 +20,15 @@ from typing import Annotated, Any, NoReturn, TypeVar
 import orjson
 import typer
 from pydantic import JsonValue, ValidationError
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.progress import Progress as RichProgress
 
 from stargraph_mem.authoring.trace import explanation_lines
 from stargraph_mem.compiler.pack import compile_file, validate_file
@@ -58,6 +68,34 @@ UserOption = Annotated[str, typer.Option("--user", help="User the episodes belon
 
 
 # --- helpers shared by every command ----------------------------------------------------
+
+
+Progress = Callable[[str, int, int], None]
+"""``progress(phase, done, total)``: what long commands report to the progress bar."""
+
+
+@contextmanager
+def progress_bar() -> Iterator[Progress | None]:
+    """A progress bar on stderr when stderr is a terminal (one row per phase); otherwise
+    ``None``, so piped and captured output stays exactly as documented."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    columns = (
+        TextColumn("{task.description:<12}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with RichProgress(*columns, console=Console(stderr=True), transient=True) as bar:
+        tasks: dict[str, TaskID] = {}
+
+        def update(phase: str, done: int, total: int) -> None:
+            if phase not in tasks:
+                tasks[phase] = bar.add_task(phase, total=total)
+            bar.update(tasks[phase], completed=done, total=total)
+
+        yield update
 
 
 def describe(exc: Exception) -> str:
@@ -370,15 +408,25 @@ def consolidate(
         bool, typer.Option("--coverage", help="Show how often each rule fired.")
     ] = False,
 ) -> None:
-    """Consolidate new episodes into facts with the given packs."""
+    """Consolidate new episodes into facts with the given packs.
+
+    A progress bar (episodes read by passes) shows on stderr when it is a terminal.
+    """
     when = parse_aware(now, "--now")
 
-    async def action() -> tuple[list[PassReport], cli_authoring.Extras]:
+    async def action(bar: Progress | None) -> tuple[list[PassReport], cli_authoring.Extras]:
+        def progress(done: int, total: int) -> None:
+            if bar is not None:
+                bar("consolidate", done, total)
+
         async with Consolidator.open(existing(db), packs, keep_deltas=dry_run or trace) as mem:
-            reports = await mem.consolidate(user=user, agent=agent, now=when, dry_run=dry_run)
+            reports = await mem.consolidate(
+                user=user, agent=agent, now=when, dry_run=dry_run, progress=progress
+            )
             return reports, await cli_authoring.extras(mem, reports, trace, coverage)
 
-    reports, extra = run(action())
+    with progress_bar() as bar:
+        reports, extra = run(action(bar))
     for report, traced in zip(reports, extra.traces, strict=True):
         if dry_run:
             for delta in report.deltas:
@@ -449,17 +497,24 @@ def explain(
     typer.echo("\n".join(explanation_lines(why)))
 
 
-def read_jsonl(path: Path) -> list[Episode]:
+def read_jsonl(path: Path, progress: Progress | None = None) -> list[Episode]:
     """Episodes from a JSON-lines file; the first bad line is an error naming its number."""
     episodes: list[Episode] = []
-    with path.open(encoding="utf-8") as fh:
+    total = path.stat().st_size
+    done = 0
+    with path.open("rb") as fh:
         for number, line in enumerate(fh, start=1):
+            done += len(line)
+            if progress is not None and number % 10_000 == 0:
+                progress("read bytes", done, total)
             if not line.strip():
                 continue
             try:
                 episodes.append(Episode.model_validate_json(line))
             except ValidationError as exc:
                 fail(f"{path}:{number}: {describe(exc)}")
+            except UnicodeDecodeError as exc:
+                fail(f"{path}:{number}: not UTF-8 text ({exc.reason} at byte {exc.start})")
     return episodes
 
 
@@ -468,10 +523,18 @@ def ingest(
     file: Annotated[Path, typer.Argument(help="Episodes, one JSON object per line.", exists=True)],
     db: DbOption = DEFAULT_DB,
 ) -> None:
-    """Store every episode of a JSON-lines file in one transaction (all or nothing)."""
-    with known_errors():
-        episodes = read_jsonl(file)
-    written = run(using_store(db, lambda s: s.put_many(episodes)))
+    """Store every episode of a JSON-lines file in one transaction (all or nothing).
+
+    A progress bar shows on stderr when it is a terminal.
+    """
+    with progress_bar() as progress, known_errors():
+        episodes = read_jsonl(file, progress)
+
+        def write(done: int, total: int) -> None:
+            if progress is not None:
+                progress("write", done, total)
+
+        written = run(using_store(db, lambda s: s.put_many(episodes, progress=write)))
     typer.echo(f"ingested {written} new episodes ({len(episodes)} lines) into {db}")
 
 

@@ -164,8 +164,12 @@ class Consolidator(AsyncResource):
         dry_run: bool = False,
         rule_ids: Sequence[str] | None = None,
         legacy: LegacyFilter | None = None,
+        progress: Callable[[int, int], None] | None = None,
     ) -> list[PassReport]:
-        """Run every pack over the selected partitions until caught up."""
+        """Run every pack over the selected partitions until caught up.
+
+        ``progress(done, total)`` counts episodes read by passes, summed over packs.
+        """
         when = now or utc_now()
         partitions = [
             p
@@ -175,10 +179,29 @@ class Consolidator(AsyncResource):
         if user is not None and agent is not None and not partitions:
             partitions = [Partition(user, agent)]
         reports: list[PassReport] = []
+        on_pass: Callable[[PassReport], None] | None = None
+        if progress is not None:
+            total = 0
+            for consolidation in self.consolidations:
+                for partition in partitions:
+                    total += await consolidation.pending(partition, rule_ids)
+            done = 0
+
+            def on_pass(report: PassReport) -> None:
+                nonlocal done
+                done += report.episodes
+                progress(done, max(total, done))
+
+            progress(0, total)
         for consolidation in self.consolidations:
             for partition in partitions:
                 reports += await consolidation.run(
-                    partition, now=when, rule_ids=rule_ids, dry_run=dry_run, legacy=legacy
+                    partition,
+                    now=when,
+                    rule_ids=rule_ids,
+                    dry_run=dry_run,
+                    legacy=legacy,
+                    on_pass=on_pass,
                 )
         return reports
 

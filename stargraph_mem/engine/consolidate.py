@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -141,10 +141,12 @@ class Consolidation:
         legacy: LegacyFilter | None = None,
         stamp: Stamp | None = None,
         runs: Sequence[RuleRun] = (),
+        on_pass: Callable[[PassReport], None] | None = None,
     ) -> list[PassReport]:
         """Consolidate ``partition`` until caught up; one report per pass.
 
         ``runs`` are a scheduler's run records, written with every pass's transaction.
+        ``on_pass`` is told of each pass once it is computed (progress display).
 
         With ``stamp``, every rule shares one watermark stored under ``stamp.rule_id``.
         """
@@ -160,6 +162,8 @@ class Consolidation:
                         partition, now, rules, legacy, stamp, carried
                     )
                     reports.append(report)
+                    if on_pass is not None:
+                        on_pass(report)
                     if dry_run:
                         report.deltas = work.out.deltas
                     if applying is not None:
@@ -178,6 +182,12 @@ class Consolidation:
                 if applying is not None:
                     await asyncio.gather(applying, return_exceptions=True)
         return reports
+
+    async def pending(self, partition: Partition, rule_ids: Sequence[str] | None = None) -> int:
+        """Episodes of ``partition`` a run would read (after the lowest watermark)."""
+        marks = await self.facts.watermarks(self.pack, partition)
+        low = min((marks.get(r.id, 0) for r in self._rules(rule_ids)), default=0)
+        return await self.memory.count_since(partition, low)
 
     async def _compute(
         self,

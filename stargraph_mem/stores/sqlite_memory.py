@@ -8,7 +8,7 @@ One ``episodes`` table ordered by an insertion ``seq``; scope keys come from
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from functools import lru_cache
 from typing import Any, Final
@@ -97,6 +97,8 @@ _WRITE_COLUMNS: Final = (
     "id, scope_key, partition_key, user, session, agent, ts_us, tz_offset_s, content, "
     "source_node, metadata"
 )
+_PROGRESS_STEP: Final = 10_000
+"""Rows per ``executemany`` in ``put_many`` (one transaction; progress is told per step)."""
 _INSERT_SQL: Final = (
     f"INSERT INTO episodes ({_WRITE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (id) DO NOTHING"
@@ -453,18 +455,24 @@ class SQLiteMemoryStore(SQLiteStoreBase):
         _check_scope(episode, user, session, agent)
         await self.put_many([episode])
 
-    async def put_many(self, episodes: Sequence[Episode]) -> int:
+    async def put_many(
+        self, episodes: Sequence[Episode], *, progress: Callable[[int, int], None] | None = None
+    ) -> int:
         """Store a batch in one transaction; return how many rows were new.
 
         Identical re-puts are no-ops; an id repeated with different fields (in the store or
         within the batch) raises :class:`DuplicateEpisodeError` and nothing is written.
+        ``progress(done, total)`` is called as rows are written (still one transaction).
         """
         rows = dedupe_batch([episode_row(episode) for episode in episodes])
         if not rows:
             return 0
         async with self._write() as db:
             before = db.total_changes
-            await db.executemany(_INSERT_SQL, rows)
+            for start in range(0, len(rows), _PROGRESS_STEP):
+                await db.executemany(_INSERT_SQL, rows[start : start + _PROGRESS_STEP])
+                if progress is not None:
+                    progress(min(start + _PROGRESS_STEP, len(rows)), len(rows))
             inserted = db.total_changes - before
             if inserted != len(rows):
                 await self._check_conflicts(db, rows)
