@@ -29,6 +29,9 @@ $SM consolidate --db "$DB" --pack rules/default.yaml --now 2026-11-03T03:00:00+0
 echo "== current facts"
 $SM facts --db "$DB"
 
+echo "== the schedule: each rule's cadence, pending episodes, last and next run"
+$SM status --db "$DB" --now 2026-11-03T03:00:00+00:00
+
 echo "== why the first fact exists: rule, reason, sources and the fact it replaced"
 FACT=$($SM facts --db "$DB" --json | head -n 1 | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
 $SM explain --db "$DB" "$FACT"
