@@ -106,3 +106,40 @@ def test_plain_values() -> None:
         "1.5",
         "[x, 2]",
     ]
+
+
+ECHO = """\
+ir_version: 1
+pack: echo
+version: "1"
+fields: {subject: string, predicate: string, object: string}
+defaults: {cadence: {cron: "0 3 * * *"}}
+rules:
+  - id: copy_known
+    when:
+      - episode: {subject: {bind: s}, predicate: mentions}
+      - fact: {as: f, subject: {var: s}, predicate: likes, object: {bind: o}}
+    emit: {kind: add, subject: "{s}", predicate: also_mentions, object: "{o}", reason: r}
+  - id: seed
+    when:
+      - episode: {subject: {bind: s}, predicate: likes, object: {bind: o}}
+    emit: {kind: add, subject: "{s}", predicate: likes, object: "{o}", reason: seed}
+"""
+
+
+async def test_fresh_traces_show_facts_matched_without_being_touched(tmp_path: Path) -> None:
+    pack = tmp_path / "echo.yaml"
+    pack.write_text(ECHO, encoding="utf-8")
+    async with Consolidator.open(tmp_path / "m.db", [pack]) as mem:
+        await mem.memory.put_many([episode("e1", 1, **spo("bo", "likes", "jam"))])
+        [first] = await mem.consolidate(now=NOW)
+        [seeded] = await pass_traces(mem, first)
+        await mem.memory.put_many([episode("e2", 2, **spo("bo", "mentions", "x"))])
+        [second] = await mem.consolidate(now=NOW)
+        [copied] = await pass_traces(mem, second)
+        stored = explanation_trace(await mem.explain(copied.fact_id or ""))
+    assert seeded.matched == ()
+    assert copied.matched == (("f", (seeded.fact_id,)),)
+    assert f"  matched    f={seeded.fact_id}" in trace_lines(copied)
+    # the store keeps sources and touched facts, not every match
+    assert stored.matched == () and stored == DeltaTrace(**{**copied.__dict__, "matched": ()})

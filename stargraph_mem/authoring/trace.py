@@ -72,6 +72,9 @@ class DeltaTrace:
     fact_id: str | None
     episodes: tuple[TracedEpisode, ...]
     facts: tuple[TracedFact, ...]
+    matched: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """Pattern alias → ids it matched beyond ``episodes`` and ``facts``; fresh deltas only
+    (the store keeps a delta's sources and touched facts, not every match)."""
 
 
 # --- building -----------------------------------------------------------------------------
@@ -100,6 +103,7 @@ def delta_trace(
     delta: MemoryDelta,
     episodes: Mapping[str, TracedEpisode],
     facts: Mapping[str, KnownFact],
+    matched: Mapping[str, Sequence[str]] | None = None,
 ) -> DeltaTrace:
     """The trace of a delta, looking its source episodes and touched facts up by id."""
     created = delta.new_fact_id if isinstance(delta, AddDelta | UpdateDelta) else None
@@ -114,7 +118,18 @@ def delta_trace(
         fact_id=created,
         episodes=tuple(episodes.get(e, TracedEpisode(e)) for e in delta.source_episode_ids),
         facts=tuple(TracedFact(fid, role, facts.get(fid)) for fid, role in touched_facts(delta)),
+        matched=_extra_matches(delta, matched or {}),
     )
+
+
+def _extra_matches(
+    delta: MemoryDelta, matched: Mapping[str, Sequence[str]]
+) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """What the rule matched beyond the delta's sources and the facts it touches (a fact
+    pattern that only bound values, a count's episodes not kept as sources, ...)."""
+    shown = set(delta.source_episode_ids) | {fid for fid, _ in touched_facts(delta)}
+    extra = {alias: tuple(i for i in ids if i not in shown) for alias, ids in matched.items()}
+    return tuple((alias, ids) for alias, ids in sorted(extra.items()) if ids)
 
 
 def pass_facts(deltas: Iterable[MemoryDelta]) -> dict[str, KnownFact]:
@@ -139,7 +154,8 @@ async def pass_traces(mem: Consolidator, report: PassReport) -> list[DeltaTrace]
                     facts[fid] = known_fact(await mem.fact_store.get(fid))
                 except FactNotFoundError:
                     continue
-    return [delta_trace(d, episodes, facts) for d in report.deltas]
+    matched = report.matched or [{} for _ in report.deltas]
+    return [delta_trace(d, episodes, facts, m) for d, m in zip(report.deltas, matched, strict=True)]
 
 
 def explanation_trace(why: Explanation) -> DeltaTrace:
@@ -224,6 +240,9 @@ def trace_lines(
     if trace.bindings:
         binds = " ".join(f"{k}={plain(v)}" for k, v in sorted(trace.bindings.items()))
         out.append(labelled("bindings", binds, inner))
+    if trace.matched:
+        refs = " ".join(f"{alias}={','.join(ids)}" for alias, ids in trace.matched)
+        out.append(labelled("matched", refs, inner))
     out += [labelled("episode", _episode_text(e), inner) for e in trace.episodes]
     out += [labelled(f.role, _fact_text(f), inner) for f in trace.facts]
     out += [labelled(label, text, inner) for label, text in extra]

@@ -50,6 +50,8 @@ class PassReport:
     last_seq: int = 0
     deltas: list[MemoryDelta] = field(default_factory=list)
     """The pass's deltas, in order (empty when the run was told not to keep them)."""
+    matched: list[dict[str, list[str]]] = field(default_factory=list)
+    """Per kept delta: the ids each pattern of its rule matched (see ``PassOutput``)."""
     delta_counts: dict[str, int] = field(default_factory=dict)
     rejected: list[RejectedEpisode] = field(default_factory=list)
     gated: list[str] = field(default_factory=list)
@@ -241,6 +243,7 @@ class Consolidation:
             facts=engine_facts,
             eligible=eligible,
             stamp=stamp,
+            matched=self.keep_deltas,
         )
         t2 = time.perf_counter()
         report.fired = out.fired
@@ -248,6 +251,7 @@ class Consolidation:
             report.delta_counts[delta.kind] = report.delta_counts.get(delta.kind, 0) + 1
         if self.keep_deltas:
             report.deltas = out.deltas
+            report.matched = out.matched
         report.rejected = out.rejected
         report.timings = {"read": t1 - t0, "engine": t2 - t1, "apply": 0.0, "total": t2 - t0}
         advances = self._advances(partition, rules, marks, high, stamp)

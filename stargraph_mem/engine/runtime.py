@@ -74,6 +74,10 @@ class PassOutput:
     rejected: list[RejectedEpisode] = field(default_factory=list)
     fired: dict[str, int] = field(default_factory=dict)
     episodes: int = 0
+    matched: list[dict[str, list[str]]] = field(default_factory=list)
+    """With ``run_pass(matched=True)``: per delta (same order), what each pattern of its
+    rule matched: ``episode`` → the anchor episode, fact aliases → fact ids, ``earlier``
+    and ``count`` aliases → episode ids."""
     facts_after: list[EngineFact] = field(default_factory=list)
     """The partition's current facts once these deltas are applied, in the order the fact
     store lists them (``valid_from``, then id): the next pass's input without a read."""
@@ -263,6 +267,7 @@ class PackRuntime:
         eligible: Mapping[int, Iterable[int]] | None = None,
         chunk: int = DEFAULT_CHUNK,
         stamp: Stamp | None = None,
+        matched: bool = False,
     ) -> PassOutput:
         """Run every compiled rule once over ``episodes`` (in order) and collect deltas.
 
@@ -301,6 +306,7 @@ class PackRuntime:
         lines = self._out.read_text(encoding="utf-8").splitlines()
         with gc_paused():
             collector = _Collector(self, partition, now, episodes, fact_list, out, stamp)
+            collector.keep_matched = matched
             collector.collect(lines)
             out.facts_after = collector.facts_after()
         self.env.reset()
@@ -382,6 +388,7 @@ class _Collector:
         self.facts: dict[str, _PassFact] = {f.id: self._from_engine(f) for f in facts}
         self.temp: dict[str, str | None] = {}
         self.plans: dict[str, _Plan] = {}
+        self.keep_matched = False
 
     @staticmethod
     def _from_engine(f: EngineFact) -> _PassFact:
@@ -459,6 +466,8 @@ class _Collector:
             self.reject(anchor, rule, f"invalid delta: {where}: {first['msg']}", temp_id)
             return
         self.out.deltas.append(delta)
+        if self.keep_matched:
+            self.out.matched.append(_matched(anchor, refs))
         if isinstance(delta, AddDelta | UpdateDelta):
             if temp_id is not None:
                 self.temp[temp_id] = delta.new_fact_id
@@ -666,6 +675,19 @@ _MODELS: dict[str, type[MemoryDelta]] = {
     "delete": DeleteDelta,
     "noop": NoopDelta,
 }
+
+
+def _matched(anchor: EpisodeRecord | None, refs: Mapping[str, Any]) -> dict[str, list[str]]:
+    """Ids of what each pattern of a fired rule matched (for traces)."""
+    out: dict[str, list[str]] = {"episode": [anchor.id]} if anchor is not None else {}
+    for alias, ref in refs.items():
+        if isinstance(ref, tuple):
+            out[alias] = [r.id for r in ref[1]]
+        elif alias.endswith("#fact"):
+            out[alias[: -len("#fact")] + " fact"] = [ref.id]
+        else:
+            out[alias] = [ref.id]
+    return out
 
 
 class _Unresolved(Exception):
