@@ -98,20 +98,25 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-async def streaming(db: Path, pack: CompiledPack, count: int, warmup: int) -> list[float]:
-    """Seconds per ``record`` (put + cadence check + pass committed)."""
+async def streaming(
+    db: Path, pack: CompiledPack, count: int, warmup: int
+) -> tuple[list[float], list[float]]:
+    """Wall-clock and CPU seconds (all threads of the process) per ``record``: put,
+    cadence check, pass committed."""
     rng = random.Random(11)
-    out: list[float] = []
+    wall: list[float] = []
+    cpu: list[float] = []
     async with Consolidator(db, [pack], keep_deltas=False) as mem:
         for k in range(warmup + count):
             episode = observation(10**7 + k, PARTITION.user, PARTITION.agent, rng)
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             report = await mem.record(episode)
-            elapsed = time.perf_counter() - t
+            elapsed, used = time.perf_counter() - t, time.process_time() - c
             assert report.passes and report.passes[0].episodes == 1
             if k >= warmup:
-                out.append(elapsed)
-    return out
+                wall.append(elapsed)
+                cpu.append(used)
+    return wall, cpu
 
 
 async def baseline(db: Path, pack: CompiledPack, count: int) -> list[float]:
@@ -175,7 +180,7 @@ async def measure(history: int, count: int, baseline_count: int) -> dict[str, fl
         t = time.perf_counter()
         facts = await build(db, pack, history)
         built = time.perf_counter() - t
-        times = await streaming(db, pack, count, warmup=50)
+        times, cpu = await streaming(db, pack, count, warmup=50)
         base = await baseline(db, pack, baseline_count)
     return {
         "history": history,
@@ -184,6 +189,7 @@ async def measure(history: int, count: int, baseline_count: int) -> dict[str, fl
         "p50_ms": percentile(times, 0.5) * 1e3,
         "p99_ms": percentile(times, 0.99) * 1e3,
         "mean_ms": statistics.fmean(times) * 1e3,
+        "cpu_p50_ms": percentile(cpu, 0.5) * 1e3,
         "baseline_p50_ms": percentile(base, 0.5) * 1e3,
     }
 
@@ -194,7 +200,7 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=1000, help="measured records per size")
     parser.add_argument("--baseline-records", type=int, default=20)
     args = parser.parse_args()
-    print("history    facts  build s  p50 ms  p99 ms  mean ms  baseline p50 ms  ratio")
+    print("history    facts  build s  p50 ms  p99 ms  mean ms  cpu p50 ms  baseline p50 ms  ratio")
     for size in args.sizes:
         base_count = args.baseline_records if size < 500_000 else max(3, args.baseline_records // 4)
         r = asyncio.run(measure(size, args.records, base_count))
@@ -202,6 +208,7 @@ def main() -> None:
         print(
             f"{int(r['history']):>9,}  {int(r['facts']):>5}  {r['build_s']:>7.1f}  "
             f"{r['p50_ms']:>6.2f}  {r['p99_ms']:>6.2f}  {r['mean_ms']:>7.2f}  "
+            f"{r['cpu_p50_ms']:>10.2f}  "
             f"{r['baseline_p50_ms']:>15.1f}  {ratio:>5.0f}x",
             flush=True,
         )
