@@ -550,4 +550,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # ``python -m stargraph_mem.cli``: sibling modules register their commands on the
+    # imported module's ``app``, not on this ``__main__`` copy, so run that one.
+    from stargraph_mem.cli import main as imported_main
+
+    imported_main()

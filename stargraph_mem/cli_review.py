@@ -2,27 +2,14 @@
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
 import orjson
 import typer
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-)
 
 from stargraph_mem.authoring.lint import lint_file
 from stargraph_mem.authoring.replay import FactChange, ReplayResult
-from stargraph_mem.authoring.replay import Progress as ProgressFn
 from stargraph_mem.authoring.replay import replay as replay_facts
 from stargraph_mem.cli import (
     DEFAULT_DB,
@@ -32,35 +19,13 @@ from stargraph_mem.cli import (
     existing,
     known_errors,
     parse_aware,
+    progress_bar,
     run,
 )
 from stargraph_mem.compiler.pack import compile_file
 from stargraph_mem.engine.consolidate import DEFAULT_MAX_EPISODES
 
 # --- replay -------------------------------------------------------------------------------
-
-
-@contextmanager
-def progress_bar() -> Iterator[ProgressFn | None]:
-    """A rich progress bar on stderr when stderr is a terminal; otherwise no callback."""
-    if not sys.stderr.isatty():
-        yield None
-        return
-    columns = (
-        TextColumn("{task.description:<12}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-    )
-    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
-        tasks: dict[str, TaskID] = {}
-
-        def update(phase: str, done: int, total: int) -> None:
-            if phase not in tasks:
-                tasks[phase] = bar.add_task(phase, total=total)
-            bar.update(tasks[phase], completed=done, total=total)
-
-        yield update
 
 
 def _confidence(change: FactChange) -> str:

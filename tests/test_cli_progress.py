@@ -66,6 +66,11 @@ def test_ingest_and_consolidate_show_progress_on_a_terminal(tmp_path: Path) -> N
         "rejected=0 gated=0\n"
     )
     assert "consolidate" in terminal and "20000/20000" in terminal
+    code, out, terminal = run_with_tty_stderr(
+        [*CLI, "replay", "--db", str(db), "--pack", str(pack), "--now", now]
+    )
+    assert code == 0 and "0 would appear, 0 would disappear, 0 would change" in out
+    assert "copy" in terminal and "consolidate" in terminal and "20000/20000" in terminal
 
 
 def test_piped_runs_print_no_progress(tmp_path: Path) -> None:

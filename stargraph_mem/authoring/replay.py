@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from stargraph_mem.compiler.pack import CompiledPack
 from stargraph_mem.engine.api import Consolidator, runtime_for
-from stargraph_mem.engine.consolidate import DEFAULT_MAX_EPISODES, Consolidation
+from stargraph_mem.engine.consolidate import DEFAULT_MAX_EPISODES, Consolidation, PassReport
 from stargraph_mem.errors import StoreError
 from stargraph_mem.stores.models import Fact, FactPattern, to_utc, utc_now
 from stargraph_mem.stores.sqlite_base import to_us
@@ -340,13 +340,18 @@ async def _consolidate(
         done = 0
         if progress is not None:
             progress("consolidate", 0, total)
-        for partition in partitions:
-            reports = []
-            for run in runs:
-                reports = await run.run(partition, now=now)
-            done += sum(r.episodes for r in reports)
+        passes = len(runs)
+
+        def on_pass(report: PassReport) -> None:
+            # every pack reads the partition's episodes once: count them once per pack set
+            nonlocal done
+            done += report.episodes
             if progress is not None:
-                progress("consolidate", done, total)
+                progress("consolidate", min(done // passes, total), total)
+
+        for partition in partitions:
+            for run in runs:
+                await run.run(partition, now=now, on_pass=on_pass)
     return len(partitions)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import tempfile
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -201,6 +202,7 @@ class PackRuntime:
             (slot_name(name).encode(), name, ftype, name in self.builtins)
             for name, ftype in self.fields.items()
         ]
+        self._lock = threading.Lock()
         self._dir = tempfile.mkdtemp(prefix="stargraph-")
         self._out = Path(self._dir) / "deltas.out"
 
@@ -274,43 +276,44 @@ class PackRuntime:
         ``eligible`` maps a rule index to the seqs it may see (after its watermark, select
         and salience gate); ``None`` means every rule sees every episode.
         """
-        now_us = to_micros(now)
-        fact_list = list(facts)
-        out = PassOutput(episodes=len(episodes))
-        ok_sets, groups = self._eligibility(episodes, eligible)
-        self.env.reset()
-        self.env.eval(f'(open "{self._out.as_posix()}" {OUT} "w")')
-        episode_fb = _FactBuilder(self.env, "sm-episode")
-        fact_fb = _FactBuilder(self.env, "sm-fact")
-        try:
-            self.env.find_template("sm-pass").assert_fact(now=now_us)
-            self.env.find_template("sm-cursor").assert_fact(n=1)
-            elig = self.env.find_template("sm-elig")
-            for set_id, members in groups.items():
-                for idx in members:
-                    elig.assert_fact(set=set_id, r=clips.Symbol(self.rules[idx].program.symbol))
-            if self.compiled.matches_facts:
-                for fact in fact_list:
-                    self._assert_fact(fact_fb, fact)
-            budget = 50 * (chunk + len(fact_list)) + 10_000
-            for start in range(0, len(episodes), chunk):
-                for i in range(start, min(start + chunk, len(episodes))):
-                    self._assert_episode(episode_fb, i + 1, episodes[i], ok_sets[i], out)
+        with self._lock:  # CLIPS environments are not thread-safe; one pass at a time
+            now_us = to_micros(now)
+            fact_list = list(facts)
+            out = PassOutput(episodes=len(episodes))
+            ok_sets, groups = self._eligibility(episodes, eligible)
+            self.env.reset()
+            self.env.eval(f'(open "{self._out.as_posix()}" {OUT} "w")')
+            episode_fb = _FactBuilder(self.env, "sm-episode")
+            fact_fb = _FactBuilder(self.env, "sm-fact")
+            try:
+                self.env.find_template("sm-pass").assert_fact(now=now_us)
+                self.env.find_template("sm-cursor").assert_fact(n=1)
+                elig = self.env.find_template("sm-elig")
+                for set_id, members in groups.items():
+                    for idx in members:
+                        elig.assert_fact(set=set_id, r=clips.Symbol(self.rules[idx].program.symbol))
+                if self.compiled.matches_facts:
+                    for fact in fact_list:
+                        self._assert_fact(fact_fb, fact)
+                budget = 50 * (chunk + len(fact_list)) + 10_000
+                for start in range(0, len(episodes), chunk):
+                    for i in range(start, min(start + chunk, len(episodes))):
+                        self._assert_episode(episode_fb, i + 1, episodes[i], ok_sets[i], out)
+                    self._run(budget)
+                self.env.find_template("sm-end").assert_fact()
                 self._run(budget)
-            self.env.find_template("sm-end").assert_fact()
-            self._run(budget)
-        finally:
-            episode_fb.dispose()
-            fact_fb.dispose()
-            self.env.eval(f"(close {OUT})")
-        lines = self._out.read_text(encoding="utf-8").splitlines()
-        with gc_paused():
-            collector = _Collector(self, partition, now, episodes, fact_list, out, stamp)
-            collector.keep_matched = matched
-            collector.collect(lines)
-            out.facts_after = collector.facts_after()
-        self.env.reset()
-        return out
+            finally:
+                episode_fb.dispose()
+                fact_fb.dispose()
+                self.env.eval(f"(close {OUT})")
+            lines = self._out.read_text(encoding="utf-8").splitlines()
+            with gc_paused():
+                collector = _Collector(self, partition, now, episodes, fact_list, out, stamp)
+                collector.keep_matched = matched
+                collector.collect(lines)
+                out.facts_after = collector.facts_after()
+            self.env.reset()
+            return out
 
     def _eligibility(
         self, episodes: Sequence[EpisodeRecord], eligible: Mapping[int, Iterable[int]] | None
