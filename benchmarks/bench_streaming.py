@@ -25,7 +25,8 @@ from pathlib import Path
 
 from stargraph_mem.compiler.pack import CompiledPack, compile_text
 from stargraph_mem.engine.api import Consolidator
-from stargraph_mem.stores.fact import Rejection, WatermarkAdvance
+from stargraph_mem.engine.consolidate import rejections_of
+from stargraph_mem.stores.fact import WatermarkAdvance
 from stargraph_mem.stores.memory import EpisodeRecord
 from stargraph_mem.stores.models import Episode
 from stargraph_mem.stores.scope import Partition
@@ -146,16 +147,7 @@ async def baseline(db: Path, pack: CompiledPack, count: int) -> list[float]:
                     )
                     for r in pack.rules
                 ],
-                rejections=[
-                    Rejection(
-                        id=r.episode_id or "none",
-                        pack=pack.name,
-                        rule_id=r.rule_id or "metadata",
-                        partition=PARTITION,
-                        reason=r.reason,
-                    )
-                    for r in result.rejected
-                ],
+                rejections=rejections_of(result.rejected, pack.name, PARTITION),
             )
             out.append(time.perf_counter() - t)
     return out

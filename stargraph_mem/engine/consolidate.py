@@ -67,6 +67,22 @@ class PassReport:
         }
 
 
+def rejections_of(
+    rejected: Sequence[RejectedEpisode], pack: str, partition: Partition
+) -> list[Rejection]:
+    """The fact store's rejection records for a pass's rejected episodes."""
+    return [
+        Rejection(
+            id=r.episode_id or "no-episode",
+            pack=pack,
+            rule_id=r.rule_id or "episode-metadata",
+            partition=partition,
+            reason=r.reason,
+        )
+        for r in rejected
+    ]
+
+
 @dataclass
 class _Carry:
     """What the next pass of a run takes from the previous one instead of reading it."""
@@ -207,7 +223,7 @@ class Consolidation:
         """
         t0 = time.perf_counter()
         stored = (
-            dict(carried.marks)
+            carried.marks
             if carried is not None
             else await self.facts.watermarks(self.pack, partition)
         )
@@ -265,16 +281,7 @@ class Consolidation:
             work.out.deltas,
             pack_hash=self.runtime.sha256,
             watermarks=work.advances,
-            rejections=[
-                Rejection(
-                    id=r.episode_id or "no-episode",
-                    pack=self.pack,
-                    rule_id=r.rule_id or "episode-metadata",
-                    partition=partition,
-                    reason=r.reason,
-                )
-                for r in work.out.rejected
-            ],
+            rejections=rejections_of(work.out.rejected, self.pack, partition),
             runs=runs,
         )
         report.applied = True

@@ -135,15 +135,6 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def render(text: str, values: Mapping[str, Any]) -> str:
-    """Fill a template from resolved variable values."""
-    parts = _template(text)
-    if len(parts) == 1:
-        kind, value = parts[0]
-        return value if kind == "text" else _text(values[value])
-    return "".join([v if k == "text" else _text(values[v]) for k, v in parts])
-
-
 class _FactBuilder:
     """Asserts facts of one deftemplate through CLIPS's FactBuilder C API directly.
 
