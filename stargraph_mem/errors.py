@@ -21,6 +21,20 @@ class StargraphMemError(Exception):
     def __str__(self) -> str:
         return self.message
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # pickle the state, not the constructor call: subclasses take other arguments
+        return (_rebuild, (type(self), self.args, dict(self.__dict__)))
+
+
+def _rebuild(
+    cls: type[StargraphMemError], args: tuple[Any, ...], state: dict[str, Any]
+) -> StargraphMemError:
+    """Unpickle an error (e.g. one raised in a consolidation worker process)."""
+    error = cls.__new__(cls)
+    Exception.__init__(error, *args)
+    error.__dict__.update(state)
+    return error
+
 
 # --- IR / compiler -------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from stargraph_mem.engine.consolidate import (
     Consolidation,
     LegacyFilter,
     PassReport,
+    WorkerMode,
 )
 from stargraph_mem.engine.runtime import PackRuntime
 from stargraph_mem.engine.scheduler import (
@@ -59,6 +60,7 @@ class Consolidator(AsyncResource):
         scorer: SalienceScorer | None = None,
         holder: str | None = None,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        worker: WorkerMode = "auto",
     ) -> None:
         self.path = Path(path)
         self.memory = SQLiteMemoryStore(self.path)
@@ -78,6 +80,7 @@ class Consolidator(AsyncResource):
                 scorer=scorer,
                 max_episodes=max_episodes,
                 keep_deltas=keep_deltas,
+                worker=worker,
             )
             for compiled in self.packs
         ]
@@ -105,6 +108,7 @@ class Consolidator(AsyncResource):
         scorer: SalienceScorer | None = None,
         holder: str | None = None,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        worker: WorkerMode = "auto",
     ) -> Consolidator:
         """Compile ``packs`` (YAML files) and prepare stores at ``path``; use ``async with``."""
         return cls(
@@ -116,6 +120,7 @@ class Consolidator(AsyncResource):
             scorer=scorer,
             holder=holder,
             lease_seconds=lease_seconds,
+            worker=worker,
         )
 
     async def bootstrap(self) -> None:

@@ -12,10 +12,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
+from pathlib import Path
+from typing import Literal
 
-from stargraph_mem.compiler.pack import CompiledRule
+from stargraph_mem.compiler.pack import CompiledPack, CompiledRule
 from stargraph_mem.engine.filters import select_seqs, when_filter_seqs
 from stargraph_mem.engine.runtime import (
     PackRuntime,
@@ -24,16 +26,23 @@ from stargraph_mem.engine.runtime import (
     Stamp,
     to_micros,
 )
+from stargraph_mem.engine.worker import WorkerProcess
+from stargraph_mem.gcpause import gc_paused
 from stargraph_mem.salience import RuleBasedScorer, SalienceContext, SalienceScorer
 from stargraph_mem.stores.fact import EngineFact, Rejection, WatermarkAdvance
 from stargraph_mem.stores.memory import EpisodeRecord
-from stargraph_mem.stores.models import MemoryDelta, to_utc
+from stargraph_mem.stores.models import DELTA_ADAPTER, MemoryDelta, to_utc
 from stargraph_mem.stores.scope import Partition
 from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
 from stargraph_mem.stores.sqlite_memory import SQLiteMemoryStore
 from stargraph_mem.stores.sqlite_schedule import RuleRun
 
 DEFAULT_MAX_EPISODES = 50_000
+WORKER_MIN_EPISODES = 50_000
+"""With ``worker="auto"``, a run uses a worker process when at least this many episodes
+are pending and they span more than one pass."""
+
+WorkerMode = Literal["auto", "always", "never"]
 
 
 @dataclass
@@ -126,6 +135,7 @@ class Consolidation:
         scorer: SalienceScorer | None = None,
         max_episodes: int = DEFAULT_MAX_EPISODES,
         keep_deltas: bool = True,
+        worker: WorkerMode = "auto",
     ) -> None:
         self.runtime = runtime
         self.keep_deltas = keep_deltas
@@ -133,6 +143,15 @@ class Consolidation:
         self.facts = facts
         self.scorer: SalienceScorer = scorer or RuleBasedScorer()
         self.max_episodes = max_episodes
+        if worker not in ("auto", "always", "never"):
+            raise ValueError(f"worker must be 'auto', 'always' or 'never' (got {worker!r})")
+        if worker == "always" and type(self.scorer) is not RuleBasedScorer:
+            raise ValueError(
+                "worker='always' needs the built-in RuleBasedScorer: a worker process "
+                f"cannot call a {type(self.scorer).__name__} living in this process"
+            )
+        self.worker: WorkerMode = worker
+        """Whether a run computes its passes in a worker process (see :meth:`run`)."""
         self._lock = asyncio.Lock()
 
     @property
@@ -167,6 +186,11 @@ class Consolidation:
         ``on_pass`` is told of each pass once it is computed (progress display).
 
         With ``stamp``, every rule shares one watermark stored under ``stamp.rule_id``.
+
+        Pass k+1 is computed while pass k commits. With a worker process (``worker``:
+        always, or for a backlog of several passes and at least ``WORKER_MIN_EPISODES``
+        episodes when "auto"), the child reads and computes while this process applies,
+        so the two halves do not share one interpreter lock. Deltas are the same either way.
         """
         now = to_utc(now)
         rules = self._rules(rule_ids)
@@ -174,11 +198,17 @@ class Consolidation:
         async with self._lock:
             carried: _Carry | None = None
             applying: asyncio.Task[None] | None = None
+            worker = None if dry_run else await self._worker_for(partition, rules)
             try:
                 while True:
-                    report, work = await self._compute(
-                        partition, now, rules, legacy, stamp, carried
-                    )
+                    if worker is not None:
+                        job = _WorkerPass(partition, now, [r.id for r in rules], legacy, stamp)
+                        job.fresh = not reports
+                        report, work = await asyncio.to_thread(self._remote, worker, job)
+                    else:
+                        report, work = await self._compute(
+                            partition, now, rules, legacy, stamp, carried
+                        )
                     reports.append(report)
                     if on_pass is not None:
                         on_pass(report)
@@ -192,14 +222,61 @@ class Consolidation:
                         applying = asyncio.create_task(self._apply(report, work, runs))
                     if report.episodes < self.max_episodes or dry_run:
                         break
-                    carried = work.carry()
+                    carried = work.carry() if worker is None else None
                 if applying is not None:
                     await applying
                     applying = None
             finally:
                 if applying is not None:
                     await asyncio.gather(applying, return_exceptions=True)
+                if worker is not None:
+                    await asyncio.to_thread(worker.close)
         return reports
+
+    async def _worker_for(
+        self, partition: Partition, rules: list[CompiledRule]
+    ) -> WorkerProcess | None:
+        """A started worker process for this run, or None to compute in this process."""
+        if self.worker == "never" or type(self.scorer) is not RuleBasedScorer:
+            return None
+        if self.worker == "auto":
+            marks = await self.facts.watermarks(self.pack, partition)
+            low = min((marks.get(r.id, 0) for r in rules), default=0)
+            pending = await self.memory.count_since(partition, low)
+            if pending <= self.max_episodes or pending < WORKER_MIN_EPISODES:
+                return None
+        worker = await asyncio.to_thread(WorkerProcess)
+        setup = _WorkerSetup(
+            memory_path=str(self.memory.path),
+            facts_path=str(self.facts.path),
+            compiled=replace(self.runtime.compiled, _built=[]),
+            max_episodes=self.max_episodes,
+            keep_deltas=self.keep_deltas,
+            scorer=self.scorer,
+        )
+        try:
+            await worker.call(setup)
+        except BaseException:
+            await asyncio.to_thread(worker.close)
+            raise
+        return worker
+
+    def _remote(self, worker: WorkerProcess, job: _WorkerPass) -> tuple[PassReport, _Work]:
+        """Have the worker compute one pass; rebuild and validate its deltas here."""
+        shipped: _Shipped = worker.request(job)
+        with gc_paused():
+            deltas = [_from_body(body) for body in shipped.bodies]
+        report = shipped.report
+        if self.keep_deltas:
+            report.deltas = deltas
+        out = PassOutput(
+            deltas=deltas,
+            rejected=report.rejected,
+            fired=report.fired,
+            episodes=report.episodes,
+            matched=report.matched,
+        )
+        return report, _Work(out, shipped.advances, shipped.stored_marks)
 
     async def pending(self, partition: Partition, rule_ids: Sequence[str] | None = None) -> int:
         """Episodes of ``partition`` a run would read (after the lowest watermark)."""
@@ -363,3 +440,104 @@ class Consolidation:
             else:
                 dropped.add(record.id)
         return kept, dropped
+
+
+# --- the worker process's side -----------------------------------------------------------
+
+
+def _from_body(body: bytes) -> MemoryDelta:
+    """A delta rebuilt from its canonical JSON body and validated again.
+
+    The body is the delta's canonical form already (canonical JSON of a validated delta
+    dumps back to the same bytes), so it is kept as such and the id is not hashed twice.
+    """
+    delta = DELTA_ADAPTER.validate_json(body)
+    delta.__dict__["_canonical"] = body
+    return delta
+
+
+@dataclass
+class _WorkerSetup:
+    memory_path: str
+    facts_path: str
+    compiled: CompiledPack
+    max_episodes: int
+    keep_deltas: bool
+    scorer: SalienceScorer
+
+
+@dataclass
+class _WorkerPass:
+    partition: Partition
+    now: datetime
+    rule_ids: list[str]
+    legacy: LegacyFilter | None
+    stamp: Stamp | None
+    fresh: bool = True
+    """The first pass of a run: read watermarks and facts instead of carrying them."""
+
+
+@dataclass
+class _Shipped:
+    """A computed pass on its way to the parent: deltas as canonical JSON bodies."""
+
+    report: PassReport
+    advances: list[WatermarkAdvance]
+    stored_marks: dict[str, int]
+    bodies: list[bytes]
+
+
+class PassServer:
+    """The worker process's side: one pack's passes, each carrying state to the next."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.consolidation: Consolidation | None = None
+        self.carried: _Carry | None = None
+
+    def handle(self, message: object) -> object:
+        return self.loop.run_until_complete(self._handle(message))
+
+    async def _handle(self, message: object) -> object:
+        if isinstance(message, _WorkerSetup):
+            await self._close()
+            self.consolidation = Consolidation(
+                PackRuntime(message.compiled),
+                SQLiteMemoryStore(Path(message.memory_path)),
+                SQLiteFactStore(Path(message.facts_path)),
+                scorer=message.scorer,
+                max_episodes=message.max_episodes,
+                keep_deltas=message.keep_deltas,
+                worker="never",
+            )
+            return None
+        if not isinstance(message, _WorkerPass):
+            raise TypeError(f"unexpected request: {type(message).__name__}")
+        consolidation = self.consolidation
+        if consolidation is None:
+            raise RuntimeError("a pass was requested before the worker was set up")
+        if message.fresh:
+            self.carried = None
+        report, work = await consolidation._compute(
+            message.partition,
+            message.now,
+            consolidation._rules(message.rule_ids),
+            message.legacy,
+            message.stamp,
+            self.carried,
+        )
+        self.carried = work.carry()
+        bodies = [delta.canonical_body() for delta in work.out.deltas]
+        report.deltas = []
+        return _Shipped(report, work.advances, work.stored_marks, bodies)
+
+    async def _close(self) -> None:
+        consolidation, self.consolidation = self.consolidation, None
+        if consolidation is not None:
+            await consolidation.facts.close()
+            await consolidation.memory.close()
+            consolidation.runtime.close()
+
+    def close(self) -> None:
+        self.loop.run_until_complete(self._close())
+        self.loop.close()
