@@ -201,6 +201,8 @@ def child(mode: str, n: int, max_episodes: int) -> None:
             n=n,
             load_s=round(load_s, 2),
             peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
+            # the consolidation worker process, if the run used one (0 otherwise)
+            worker_peak_rss_mb=resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024,
         )
         print(json.dumps(result))
 

@@ -12,7 +12,7 @@ import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Protocol, TypeVar, runtime_checkable
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
@@ -57,6 +57,10 @@ MAX_REASON_CHARS: Final = 2000
 """Longer reasons are cut to this many characters (ending in ``…``) in the lineage."""
 MAX_PACK_HASH_CHARS: Final = 256
 _ID: Final = re.compile(ID_PATTERN)
+_ID_BODY: Final = ID_PATTERN.removeprefix("^").removesuffix("$")
+_IDS: Final = re.compile(f"{_ID_BODY}(?:\n{_ID_BODY})*")
+"""Newline-joined identifiers (the id pattern has no newline): one match checks them all."""
+_ZERO: Final = timedelta(0)
 _INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
 """The integers orjson stores exactly (the range models.check_storable allows)."""
 
@@ -152,10 +156,13 @@ def _texts(owner: object, names: Sequence[str], prefix: str) -> None:
 def _utc(value: object, field: str) -> datetime:
     if not isinstance(value, datetime):
         raise _invalid(field, f"expected a datetime, got {type(value).__name__}")
+    if value.tzinfo is UTC:
+        return value
     offset = value.utcoffset()
     if offset is None:
         raise _invalid(field, "naive datetime: a timezone-aware datetime is required")
-    return value if value.tzinfo is UTC else value.astimezone(UTC)
+    # a zero offset under another tzinfo object (e.g. parsed from JSON) is UTC already
+    return value if offset == _ZERO else value.astimezone(UTC)
 
 
 def _unit(value: object, field: str) -> float:
@@ -183,9 +190,11 @@ def _scalar(value: object, field: str) -> Scalar:
 
 
 def _bindings(values: Mapping[str, object]) -> None:
-    texts = [*values, *values.values()]
-    if all(type(t) is str for t in texts) and "\x00" not in "".join(texts):  # type: ignore[arg-type]
-        return  # the common case: string keys and values, one NUL scan
+    try:  # the common case: string keys and values, one NUL scan (join refuses non-str)
+        if "\x00" not in "".join([*values, *values.values()]):  # type: ignore[list-item]
+            return
+    except TypeError:
+        pass
     for key, value in values.items():
         _text(key, "bindings")
         if isinstance(value, list | tuple):
@@ -225,12 +234,20 @@ def sanitize_bundle(bundle: ProvenanceBundle) -> ProvenanceBundle:
     :class:`~stargraph_mem.errors.DeltaValidationError` naming the offending field.
     Returns ``bundle`` itself when nothing needed normalising.
     """
-    _identifier(bundle.rule_id, "rule_id")
-    _identifier(bundle.delta_id, "delta_id")
     if not bundle.source_episode_ids:
         raise _invalid("source_episode_ids", "at least one source episode is required")
-    _identifiers(bundle.source_episode_ids, "source_episode_ids")
-    _identifiers(bundle.predecessor_ids, "predecessor_ids")
+    ids = [bundle.rule_id, bundle.delta_id, *bundle.source_episode_ids, *bundle.predecessor_ids]
+    try:
+        joined = "\n".join(ids)
+        # the count guards against a newline inside one id splitting it into two valid ones
+        all_ok = joined.count("\n") == len(ids) - 1 and _IDS.fullmatch(joined) is not None
+    except TypeError:
+        all_ok = False
+    if not all_ok:  # find the offending one for the message
+        _identifier(bundle.rule_id, "rule_id")
+        _identifier(bundle.delta_id, "delta_id")
+        _identifiers(bundle.source_episode_ids, "source_episode_ids")
+        _identifiers(bundle.predecessor_ids, "predecessor_ids")
     check_pack_hash(bundle.pack_hash)
     _unit(bundle.confidence, "confidence")
     _bindings(bundle.bindings)

@@ -215,7 +215,9 @@ class _DeltaBase(_Model):
 
     @cached_property
     def _canonical(self) -> bytes:
-        return canonical_json(self.model_dump(mode="json"))
+        # orjson's result keeps its whole output buffer (about 4 KiB); a pass holds tens of
+        # thousands of these, so keep an exact-size copy
+        return bytes(memoryview(canonical_json(self.model_dump(mode="json"))))
 
     @cached_property
     def delta_id(self) -> str:

@@ -178,6 +178,7 @@ _INSERT_FACT: Final = (
     "valid_until_us, superseded_by, closed_by) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+_EMPTY_OBJECT: Final = b"{}"
 _OPEN: Final = (None, None, None)
 """``valid_until_us, superseded_by, closed_by`` of a fact that is still current."""
 _INSERT_LINEAGE: Final = (
@@ -303,10 +304,10 @@ def engine_fact(row: Sequence[Any]) -> EngineFact:
 
 
 def _write_rows(
-    fact: Fact, bundle: ProvenanceBundle, recorded_us: int
+    fact: Fact, bundle: ProvenanceBundle, recorded_us: int, valid_from_us: int
 ) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-    """The ``facts`` and ``lineage`` rows of one staged ``(fact, bundle)`` pair."""
-    valid_from_us = to_us(bundle.promotion_ts)
+    """The ``facts`` and ``lineage`` rows of one staged ``(fact, bundle)`` pair
+    (``valid_from_us``: the bundle's promotion time)."""
     fact_row = (
         fact.id,
         fact.user,
@@ -315,7 +316,7 @@ def _write_rows(
         fact.subject,
         fact.predicate,
         fact.object,
-        orjson.dumps(fact.payload),
+        orjson.dumps(fact.payload) if fact.payload else _EMPTY_OBJECT,
         fact.confidence,
         valid_from_us,
         recorded_us,
@@ -408,6 +409,7 @@ class _Batch:
         self._audit: list[tuple[Any, ...]] = []
         self._closes: list[tuple[Any, ...]] = []
         self._reinforcements: list[tuple[Any, ...]] = []
+        self._last_ts, self._last_us = self.now, self.now_us
 
     async def apply_chunk(self, start: int, deltas: Sequence[Delta]) -> None:
         """Apply ``deltas`` (indices from ``start``) and write their rows."""
@@ -496,14 +498,20 @@ class _Batch:
             },
         )
         clean = self.adapter.assert_with_provenance(fact, self._bundle(delta, did, predecessors))
-        self.known[fact_id] = _State(delta.user, delta.agent, to_us(clean.promotion_ts), False)
+        self.known[fact_id] = _State(delta.user, delta.agent, self._us(clean.promotion_ts), False)
         self.created.append(fact_id)
+
+    def _us(self, ts: datetime) -> int:
+        """``to_us`` for delta times: a pass stamps one time on all its deltas."""
+        if ts != self._last_ts:
+            self._last_ts, self._last_us = ts, to_us(ts)
+        return self._last_us
 
     def _close(
         self, index: int, delta: UpdateDelta | DeleteDelta, did: str, successor: str | None
     ) -> None:
         self._check_refs(index, delta, did, delta.replaces, "replace")
-        until_us = to_us(delta.promotion_ts)
+        until_us = self._us(delta.promotion_ts)
         for fid in delta.replaces:
             state = self.known[fid]
             state.closed = True
@@ -570,7 +578,7 @@ class _Batch:
         one write instead of an insert and an update.
         """
         rows = [
-            _write_rows(fact, bundle, self._recorded_us(fact))
+            _write_rows(fact, bundle, self._recorded_us(fact), self._us(bundle.promotion_ts))
             for fact, bundle in self.adapter.take_staged()
         ]
         new_ids = {fact_row[0] for fact_row, _ in rows}
