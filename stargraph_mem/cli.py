@@ -14,6 +14,7 @@ import sys
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, TypeVar
 
@@ -387,6 +388,14 @@ def report_line(report: PassReport) -> str:
     )
 
 
+class WorkerChoice(StrEnum):
+    """Values of ``consolidate --worker``."""
+
+    auto = "auto"
+    always = "always"
+    never = "never"
+
+
 @app.command()
 def consolidate(
     packs: Annotated[
@@ -407,6 +416,14 @@ def consolidate(
     coverage: Annotated[
         bool, typer.Option("--coverage", help="Show how often each rule fired.")
     ] = False,
+    worker: Annotated[
+        WorkerChoice,
+        typer.Option(
+            "--worker",
+            help="Compute passes in a worker process while this one commits: auto (for a "
+            "backlog of several passes), always or never.",
+        ),
+    ] = WorkerChoice.auto,
 ) -> None:
     """Consolidate new episodes into facts with the given packs.
 
@@ -419,7 +436,9 @@ def consolidate(
             if bar is not None:
                 bar("consolidate", done, total)
 
-        async with Consolidator.open(existing(db), packs, keep_deltas=dry_run or trace) as mem:
+        async with Consolidator.open(
+            existing(db), packs, keep_deltas=dry_run or trace, worker=worker.value
+        ) as mem:
             reports = await mem.consolidate(
                 user=user, agent=agent, now=when, dry_run=dry_run, progress=progress
             )

@@ -181,3 +181,39 @@ def test_consolidate_naive_now_is_an_error(tmp_path: Path) -> None:
     )
     assert code == 1
     assert err.startswith("error: --now '2026-11-02T03:00:00' has no UTC offset")
+
+
+def test_consolidate_in_a_worker_process_gives_the_same_facts(tmp_path: Path) -> None:
+    data = tmp_path / "eps.jsonl"
+    write_jsonl(data, [episode(i, f"s{i % 3}", f"o{i}") for i in range(1, 10)])
+    now = "2026-11-02T03:00:00+00:00"
+    listed = []
+    for mode in ("never", "always"):
+        db = tmp_path / f"{mode}.db"
+        assert invoke("ingest", str(data), "--db", str(db))[0] == 0
+        code, out, _ = invoke(
+            "consolidate", "--db", str(db), "--pack", str(DEFAULT), "--now", now, "--worker", mode
+        )
+        assert (code, out) == (
+            0,
+            "default user=alice agent=rag episodes=9 add=3 update=6 delete=0 noop=0 "
+            "rejected=0 gated=0\n",
+        )
+        code, out, _ = invoke("facts", "--db", str(db), "--json")
+        listed.append(
+            [
+                {k: v for k, v in json.loads(line).items() if k != "recorded_at"}
+                for line in out.splitlines()
+            ]
+        )
+    assert listed[0] == listed[1] and len(listed[0]) == 3
+    code, _, err = invoke(
+        "consolidate",
+        "--db",
+        str(tmp_path / "never.db"),
+        "--pack",
+        str(DEFAULT),
+        "--worker",
+        "often",
+    )
+    assert code == 2 and "often" in err

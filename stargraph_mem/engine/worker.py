@@ -133,4 +133,3 @@ def main(argv: list[str]) -> int:
     replies = Connection(int(argv[1]), readable=False)
     serve(requests, replies)
     return 0
-
