@@ -183,7 +183,7 @@ def test_consolidate_naive_now_is_an_error(tmp_path: Path) -> None:
     assert err.startswith("error: --now '2026-11-02T03:00:00' has no UTC offset")
 
 
-def test_consolidate_in_a_worker_process_gives_the_same_facts(tmp_path: Path) -> None:
+def test_consolidate_worker_option(tmp_path: Path) -> None:
     data = tmp_path / "eps.jsonl"
     write_jsonl(data, [episode(i, f"s{i % 3}", f"o{i}") for i in range(1, 10)])
     now = "2026-11-02T03:00:00+00:00"

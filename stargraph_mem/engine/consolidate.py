@@ -40,7 +40,7 @@ from stargraph_mem.stores.sqlite_schedule import RuleRun
 DEFAULT_MAX_EPISODES = 50_000
 WORKER_MIN_EPISODES = 50_000
 """With ``worker="auto"``, a run uses a worker process when at least this many episodes
-are pending and they span more than one pass."""
+remain after its first (full) pass."""
 
 WorkerMode = Literal["auto", "always", "never"]
 
@@ -187,10 +187,11 @@ class Consolidation:
 
         With ``stamp``, every rule shares one watermark stored under ``stamp.rule_id``.
 
-        Pass k+1 is computed while pass k commits. With a worker process (``worker``:
-        always, or for a backlog of several passes and at least ``WORKER_MIN_EPISODES``
-        episodes when "auto"), the child reads and computes while this process applies,
-        so the two halves do not share one interpreter lock. Deltas are the same either way.
+        Pass k+1 is computed while pass k commits. The first pass is computed here; when
+        more follow, a worker process (``worker``: "always", or "auto" when at least
+        ``WORKER_MIN_EPISODES`` episodes remain) reads and computes the rest while this
+        process applies, so the two halves do not share one interpreter lock. Deltas are
+        the same either way.
         """
         now = to_utc(now)
         rules = self._rules(rule_ids)
@@ -198,12 +199,13 @@ class Consolidation:
         async with self._lock:
             carried: _Carry | None = None
             applying: asyncio.Task[None] | None = None
-            worker = None if dry_run else await self._worker_for(partition, rules)
+            worker: WorkerProcess | None = None
             try:
                 while True:
                     if worker is not None:
-                        job = _WorkerPass(partition, now, [r.id for r in rules], legacy, stamp)
-                        job.fresh = not reports
+                        job = _WorkerPass(
+                            partition, now, [r.id for r in rules], legacy, stamp, carried
+                        )
                         report, work = await asyncio.to_thread(self._remote, worker, job)
                     else:
                         report, work = await self._compute(
@@ -222,7 +224,12 @@ class Consolidation:
                         applying = asyncio.create_task(self._apply(report, work, runs))
                     if report.episodes < self.max_episodes or dry_run:
                         break
-                    carried = work.carry() if worker is None else None
+                    if worker is None:
+                        carried = work.carry()
+                        if len(reports) == 1:
+                            worker = await self._worker_for(partition, report.last_seq)
+                    else:
+                        carried = None  # the worker carries its own passes
                 if applying is not None:
                     await applying
                     applying = None
@@ -233,18 +240,16 @@ class Consolidation:
                     await asyncio.to_thread(worker.close)
         return reports
 
-    async def _worker_for(
-        self, partition: Partition, rules: list[CompiledRule]
-    ) -> WorkerProcess | None:
-        """A started worker process for this run, or None to compute in this process."""
+    async def _worker_for(self, partition: Partition, after: int) -> WorkerProcess | None:
+        """A started worker process for the rest of a run whose first pass ended at seq
+        ``after``, or None to go on in this process."""
         if self.worker == "never" or type(self.scorer) is not RuleBasedScorer:
             return None
-        if self.worker == "auto":
-            marks = await self.facts.watermarks(self.pack, partition)
-            low = min((marks.get(r.id, 0) for r in rules), default=0)
-            pending = await self.memory.count_since(partition, low)
-            if pending <= self.max_episodes or pending < WORKER_MIN_EPISODES:
-                return None
+        if (
+            self.worker == "auto"
+            and await self.memory.count_since(partition, after) < WORKER_MIN_EPISODES
+        ):
+            return None
         worker = await asyncio.to_thread(WorkerProcess)
         setup = _WorkerSetup(
             memory_path=str(self.memory.path),
@@ -473,8 +478,8 @@ class _WorkerPass:
     rule_ids: list[str]
     legacy: LegacyFilter | None
     stamp: Stamp | None
-    fresh: bool = True
-    """The first pass of a run: read watermarks and facts instead of carrying them."""
+    carried: _Carry | None = None
+    """The previous pass's state, when it was computed in the parent (a run's first pass)."""
 
 
 @dataclass
@@ -516,8 +521,8 @@ class PassServer:
         consolidation = self.consolidation
         if consolidation is None:
             raise RuntimeError("a pass was requested before the worker was set up")
-        if message.fresh:
-            self.carried = None
+        if message.carried is not None:
+            self.carried = message.carried
         report, work = await consolidation._compute(
             message.partition,
             message.now,

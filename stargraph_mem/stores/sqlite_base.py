@@ -112,6 +112,10 @@ async def open_connection(path: Path) -> aiosqlite.Connection:
         await db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         await _enable_wal(db)
         await db.execute("PRAGMA synchronous=NORMAL")
+        import os
+
+        if os.environ.get("SM_AUTOCKPT"):
+            await db.execute(f"PRAGMA wal_autocheckpoint={os.environ['SM_AUTOCKPT']}")
     except BaseException:
         await db.close()
         raise
