@@ -38,6 +38,15 @@ __all__ = [
 ]
 
 BUSY_TIMEOUT_MS: Final = 30_000
+WAL_AUTOCHECKPOINT_PAGES: Final = 100
+"""Checkpoint the write-ahead log once it holds this many pages (SQLite's default: 1000).
+
+The checkpoint runs inside the commit that crosses the threshold. With the default, one
+streaming ``record`` in a hundred paid for a checkpoint of about 1000 pages and took twice
+as long as the rest; small, frequent checkpoints keep every commit's share short
+(``benchmarks/bench_streaming.py``: p99 from about 6.7 ms to about 4 ms, mean +0.1 ms).
+Bulk passes are unaffected: their one commit crosses either threshold.
+"""
 EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 ONE_US: Final = timedelta(microseconds=1)
 
@@ -112,10 +121,7 @@ async def open_connection(path: Path) -> aiosqlite.Connection:
         await db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         await _enable_wal(db)
         await db.execute("PRAGMA synchronous=NORMAL")
-        import os
-
-        if os.environ.get("SM_AUTOCKPT"):
-            await db.execute(f"PRAGMA wal_autocheckpoint={os.environ['SM_AUTOCKPT']}")
+        await db.execute(f"PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT_PAGES}")
     except BaseException:
         await db.close()
         raise

@@ -601,9 +601,16 @@ class _Batch:
     async def advance(self, advances: Sequence[WatermarkAdvance]) -> tuple[WatermarkAdvance, ...]:
         """Move watermarks forward (in order); any step backwards raises :class:`StoreError`."""
         final: dict[tuple[str, str, str], WatermarkAdvance] = {}
+        stored: dict[tuple[str, str], dict[str, int]] = {}
         for index, adv in enumerate(advances):
             key = (adv.pack, adv.rule_id, adv.partition.key)
-            prior = final[key].last_seq if key in final else await self._stored_seq(key)
+            if key in final:
+                prior = final[key].last_seq
+            else:
+                group = (adv.pack, adv.partition.key)
+                if group not in stored:  # one read per (pack, partition), not per rule
+                    stored[group] = await self._stored_seqs(*group)
+                prior = stored[group].get(adv.rule_id, 0)
             if adv.last_seq < prior:
                 raise StoreError(
                     f"watermarks[{index}]: {adv.pack}/{adv.rule_id} at {key[2]} would go "
@@ -618,13 +625,13 @@ class _Batch:
             await self.db.executemany(_UPSERT_WATERMARK, rows)
         return tuple(final.values())
 
-    async def _stored_seq(self, key: tuple[str, str, str]) -> int:
-        seq = await scalar(
+    async def _stored_seqs(self, pack: str, partition_key: str) -> dict[str, int]:
+        rows = await fetch(
             self.db,
-            "SELECT last_seq FROM watermarks WHERE pack = ? AND rule_id = ? AND partition_key = ?",
-            key,
+            "SELECT rule_id, last_seq FROM watermarks WHERE pack = ? AND partition_key = ?",
+            (pack, partition_key),
         )
-        return 0 if seq is None else int(seq)
+        return {str(rule_id): int(seq) for rule_id, seq in rows}
 
     async def reject(self, rejections: Sequence[Rejection]) -> None:
         """Record rejected episodes (a repeat of the same rejection is ignored)."""

@@ -10,6 +10,7 @@ holds one row per lease name: who holds it and until when.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -100,10 +101,26 @@ class LeaseState:
     ours: bool
 
 
+_TABLE_NAMES: Final = ("rule_runs", "scheduler_lease", "schedule_rules")
+_PRESENT: Final = (
+    "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN "
+    f"({', '.join(repr(name) for name in _TABLE_NAMES)})"
+)
+_ENSURED: weakref.WeakSet[aiosqlite.Connection] = weakref.WeakSet()
+"""Connections that have created the scheduler tables already (once per connection)."""
+
+
 async def ensure_schema(db: aiosqlite.Connection) -> None:
     """Create the scheduler tables if missing (safe inside an open transaction)."""
-    for statement in _SCHEMA:
-        await db.execute(statement)
+    if db in _ENSURED:
+        return
+    present = await scalar(db, _PRESENT)
+    if present != len(_TABLE_NAMES):
+        for statement in _SCHEMA:
+            await db.execute(statement)
+        if db.in_transaction:
+            return  # created inside a transaction that may still roll back: check next time
+    _ENSURED.add(db)
 
 
 async def record_runs(db: aiosqlite.Connection, runs: Sequence[RuleRun]) -> None:
@@ -112,20 +129,31 @@ async def record_runs(db: aiosqlite.Connection, runs: Sequence[RuleRun]) -> None
     if not runs:
         return
     await ensure_schema(db)
+    rows = []
     for run in runs:
         at_us = to_us(run.at, "run time")
-        before = db.total_changes
-        await db.execute(
-            _RECORD,
-            (run.pack, run.rule_id, run.partition.key, at_us, at_us, run.token, run.expect),
+        rows.append((run.pack, run.rule_id, run.partition.key, at_us, at_us, run.token, run.expect))
+    before = db.total_changes
+    await db.executemany(_RECORD, rows)
+    if db.total_changes - before == len(rows):
+        return
+    for run in runs:  # a row another scheduler changed was left alone: name its rule
+        token = await scalar(
+            db,
+            "SELECT token FROM rule_runs WHERE pack = ? AND rule_id = ? AND partition_key = ?",
+            (run.pack, run.rule_id, run.partition.key),
         )
-        if db.total_changes == before:
+        if token != run.token:
             raise PassConflictError(
                 f"rule '{run.rule_id}' of pack '{run.pack}' for user={run.partition.user} "
                 f"agent={run.partition.agent} was applied by another scheduler first",
                 rule_id=run.rule_id,
                 pack=run.pack,
             )
+    raise PassConflictError(
+        f"pack '{runs[0].pack}': a run record was changed by another scheduler",
+        pack=runs[0].pack,
+    )
 
 
 def _states(rows: Iterable[Any]) -> dict[tuple[str, str], RunState]:
