@@ -98,3 +98,51 @@ def test_a_failed_pass_leaves_the_previous_pass_applied(tmp_path: Path) -> None:
         mp.setattr(PackRuntime, "run_pass", failing)
         marks, audit = asyncio.run(scenario())
     assert set(marks.values()) == {2} and audit == 2
+
+
+def test_a_streaming_pass_reuses_its_facts_only_while_nobody_changed_them(
+    tmp_path: Path,
+) -> None:
+    """The facts a pass leaves current are reused by the next pass of the same partition;
+    a change by anyone else (here a delete applied straight to the store) is noticed."""
+    from stargraph_mem.compiler.pack import compile_text
+    from stargraph_mem.stores.models import DeleteDelta
+    from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
+
+    text = (RULES / "dedup_against_facts.yaml").read_text(encoding="utf-8")
+    pack = compile_text(text.replace('{cron: "0 3 * * *"}', "{every: 1}"))
+    alice = Partition("alice", "rag")
+    reads: list[Partition] = []
+    original = SQLiteFactStore.current_facts
+
+    async def counting(self: SQLiteFactStore, partition: Partition) -> list[EngineFact]:
+        reads.append(partition)
+        return await original(self, partition)
+
+    async def scenario() -> list[tuple[str, str, bool]]:
+        async with Consolidator(tmp_path / "m.db", [pack]) as mem:
+            await mem.record(episode("e1", 1, **spo("ann", "likes", "tea")))
+            await mem.record(episode("e2", 2, **spo("bo", "likes", "tea")))
+            await mem.record(episode("e3", 3, **spo("ann", "likes", "tea")))  # reinforces
+            assert len(reads) == 1  # the first pass read; the others reused
+            facts = await mem.facts(user="alice", agent="rag")
+            first = next(f for f in facts if f.subject == "ann")
+            gone = DeleteDelta(
+                user="alice",
+                agent="rag",
+                source_episode_ids=["e3"],
+                promotion_ts=NOW,
+                rule_id="manual",
+                confidence=1.0,
+                replaces=[first.id],
+            )
+            await mem.fact_store.apply_deltas([gone])
+            report = await mem.record(episode("e4", 4, **spo("ann", "likes", "tea")))
+            assert report.passes[0].counts["add"] == 1  # not a noop on the deleted fact
+            assert reads == [alice, alice]
+            facts = await mem.facts(user="alice", agent="rag")
+            return sorted((f.subject, f.object, f.id == first.id) for f in facts)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(SQLiteFactStore, "current_facts", counting)
+        assert asyncio.run(scenario()) == [("ann", "tea", False), ("bo", "tea", False)]

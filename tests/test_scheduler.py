@@ -15,7 +15,7 @@ from e2e_helpers import episode, spo
 from stargraph_mem.compiler.pack import compile_text
 from stargraph_mem.engine.api import Consolidator
 from stargraph_mem.engine.scheduler import ScheduleReport
-from stargraph_mem.errors import PassConflictError, ScheduleError
+from stargraph_mem.errors import PassConflictError, ScheduleError, StoreError
 from stargraph_mem.stores.fact import WatermarkAdvance
 from stargraph_mem.stores.models import Cadence, Episode
 from stargraph_mem.stores.scope import Partition
@@ -305,6 +305,38 @@ async def test_a_pass_decided_on_stale_run_state_rolls_back(tmp_path: Path) -> N
         await facts.apply_deltas([], watermarks=later, runs=[fresh])
         assert await facts.watermark("p", "r", ALICE) == 9
         assert (await runs.runs("p"))[("r", ALICE.key)].runs == 2
+
+
+async def test_a_conflict_among_several_runs_names_its_rule(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    at = datetime(2026, 5, 1, tzinfo=UTC)
+    async with SQLiteScheduleStore(db) as runs, SQLiteFactStore(db) as facts:
+        await facts.apply_deltas([], runs=[RuleRun("p", r, ALICE, at, token="t1") for r in "abc"])
+        other = [RuleRun("p", "b", ALICE, at, token="t9", expect="t1")]
+        await facts.apply_deltas([], runs=other)  # another scheduler ran b
+        stale = [RuleRun("p", r, ALICE, at, token="t2", expect="t1") for r in "abc"]
+        with pytest.raises(PassConflictError, match="rule 'b' of pack 'p'") as caught:
+            await facts.apply_deltas([], runs=stale)
+        assert caught.value.context["rule_id"] == "b"
+        tokens = {rule: state.token for (rule, _), state in (await runs.runs("p")).items()}
+        assert tokens == {"a": "t1", "b": "t9", "c": "t1"}  # the whole pass rolled back
+
+
+async def test_scheduler_tables_made_in_a_rolled_back_pass_are_made_again(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "m.db"
+    at = datetime(2026, 5, 1, tzinfo=UTC)
+    bad = [WatermarkAdvance(pack="p", rule_id="r", partition=ALICE, last_seq=2)]
+    async with SQLiteFactStore(db) as facts:
+        await facts.apply_deltas(
+            [], watermarks=[WatermarkAdvance(pack="p", rule_id="r", partition=ALICE, last_seq=5)]
+        )
+        with pytest.raises(StoreError, match="backwards"):
+            await facts.apply_deltas([], watermarks=bad, runs=[RuleRun("p", "r", ALICE, at, "t1")])
+        await facts.apply_deltas([], runs=[RuleRun("p", "r", ALICE, at, "t1")])
+    async with SQLiteScheduleStore(db) as runs:
+        assert (await runs.runs("p"))[("r", ALICE.key)].token == "t1"
 
 
 def test_cadence_model_rejects_bad_cron_and_zone() -> None:

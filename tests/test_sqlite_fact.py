@@ -562,6 +562,8 @@ def bundle(**changes: Any) -> ProvenanceBundle:
         ({"confidence": 1.5}, "confidence"),
         ({"reason": "a\x00b"}, "reason"),
         ({"rule_id": "bad id"}, "rule_id"),
+        ({"rule_id": "two\nids"}, "rule_id"),
+        ({"delta_id": "d1\nd2"}, "delta_id"),
         ({"source_episode_ids": ("e1", "e\n")}, "source_episode_ids[1]"),
         ({"source_episode_ids": ()}, "source_episode_ids"),
         ({"predecessor_ids": ("/etc",)}, "predecessor_ids[0]"),
@@ -583,6 +585,8 @@ def test_sanitize_bundle_normalises_time_and_caps_reason() -> None:
     assert len(capped.reason) == MAX_REASON_CHARS and capped.reason.endswith("…")
     already = bundle()
     assert sanitize_bundle(already) is already
+    zero = bundle(promotion_ts=T0.astimezone(timezone(timedelta(0))))
+    assert sanitize_bundle(zero) is zero  # a zero offset is UTC already
 
 
 async def test_long_reasons_are_capped_in_lineage_not_in_audit(store: SQLiteFactStore) -> None:

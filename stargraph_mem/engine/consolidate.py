@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -43,6 +44,11 @@ WORKER_MIN_EPISODES = 50_000
 remain after its first (full) pass."""
 
 WorkerMode = Literal["auto", "always", "never"]
+
+KNOWN_PARTITIONS_MAX = 256
+KNOWN_FACTS_MAX = 10_000
+"""Streaming passes reuse the facts their previous pass left for up to this many recent
+partitions (of at most this many facts each) instead of reading them again."""
 
 
 @dataclass
@@ -107,6 +113,8 @@ class _Work:
     out: PassOutput
     advances: list[WatermarkAdvance]
     stored_marks: dict[str, int]
+    local: bool = True
+    """Computed in this process (``out.facts_after`` is filled in)."""
 
     def carry(self) -> _Carry:
         marks = dict(self.stored_marks)
@@ -153,6 +161,9 @@ class Consolidation:
         self.worker: WorkerMode = worker
         """Whether a run computes its passes in a worker process (see :meth:`run`)."""
         self._lock = asyncio.Lock()
+        self._known: OrderedDict[str, tuple[int, list[EngineFact]]] = OrderedDict()
+        """Per partition key: its facts version after this object's last pass there, and
+        the facts that pass left current (reused while the version has not moved)."""
 
     @property
     def pack(self) -> str:
@@ -266,6 +277,15 @@ class Consolidation:
             raise
         return worker
 
+    async def _current_facts(self, partition: Partition) -> list[EngineFact]:
+        """The partition's current facts: those our last pass there left, while the store's
+        version for the partition shows nobody changed them since; else read."""
+        known = self._known.get(partition.key)
+        if known is not None and await self.facts.version(partition) == known[0]:
+            self._known.move_to_end(partition.key)
+            return known[1]
+        return await self.facts.current_facts(partition)
+
     def _remote(self, worker: WorkerProcess, job: _WorkerPass) -> tuple[PassReport, _Work]:
         """Have the worker compute one pass; rebuild and validate its deltas here."""
         shipped: _Shipped = worker.request(job)
@@ -281,7 +301,7 @@ class Consolidation:
             episodes=report.episodes,
             matched=report.matched,
         )
-        return report, _Work(out, shipped.advances, shipped.stored_marks)
+        return report, _Work(out, shipped.advances, shipped.stored_marks, local=False)
 
     async def pending(self, partition: Partition, rule_ids: Sequence[str] | None = None) -> int:
         """Episodes of ``partition`` a run would read (after the lowest watermark)."""
@@ -330,7 +350,7 @@ class Consolidation:
             partition, rules, records, marks, high, now, legacy, report
         )
         engine_facts = (
-            carried.facts if carried is not None else await self.facts.current_facts(partition)
+            carried.facts if carried is not None else await self._current_facts(partition)
         )
         t1 = time.perf_counter()
         out = await asyncio.to_thread(
@@ -359,13 +379,20 @@ class Consolidation:
         """Commit one computed pass: deltas, rejections and watermarks in one transaction."""
         t0 = time.perf_counter()
         partition = report.partition
-        await self.facts.apply_deltas(
+        keep = work.local and len(work.out.facts_after) <= KNOWN_FACTS_MAX
+        self._known.pop(partition.key, None)
+        result = await self.facts.apply_deltas(
             work.out.deltas,
             pack_hash=self.runtime.sha256,
             watermarks=work.advances,
             rejections=rejections_of(work.out.rejected, self.pack, partition),
             runs=runs,
+            version_of=partition if keep else None,
         )
+        if keep and result.version is not None:
+            self._known[partition.key] = (result.version, work.out.facts_after)
+            while len(self._known) > KNOWN_PARTITIONS_MAX:
+                self._known.popitem(last=False)
         report.applied = True
         report.timings["apply"] = time.perf_counter() - t0
         report.timings["total"] += report.timings["apply"]

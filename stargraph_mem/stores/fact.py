@@ -396,6 +396,9 @@ class ApplyResult(_Frozen):
     created_fact_ids: tuple[str, ...] = ()
     closed_fact_ids: tuple[str, ...] = ()
     watermarks: tuple[WatermarkAdvance, ...] = ()
+    version: int | None = None
+    """With ``apply_deltas(version_of=partition)``: that partition's version once the batch
+    is applied (see ``SQLiteFactStore.version``), read inside the same transaction."""
 
     @property
     def applied(self) -> int:

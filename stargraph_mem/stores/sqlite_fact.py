@@ -139,6 +139,8 @@ _SCHEMA: Final = (
         updated_at_us INTEGER NOT NULL,
         PRIMARY KEY (pack, rule_id, partition_key)
     )""",
+    # a pass reads every rule's watermark of one (pack, partition) at once
+    "CREATE INDEX IF NOT EXISTS watermarks_partition ON watermarks (pack, partition_key, rule_id)",
     """CREATE TABLE IF NOT EXISTS rejections (
         id TEXT NOT NULL,
         pack TEXT NOT NULL,
@@ -669,6 +671,11 @@ class _Batch:
 # --- reads --------------------------------------------------------------------------------
 
 
+async def _version(db: aiosqlite.Connection, partition: Partition) -> int:
+    value = await scalar(db, "SELECT max(seq) FROM audit WHERE partition_key = ?", (partition.key,))
+    return 0 if value is None else int(value)
+
+
 def _pattern_filter(pattern: FactPattern) -> tuple[list[str], list[Any]]:
     """SQL conditions and parameters for a :class:`FactPattern` (history aside)."""
     where: list[str] = []
@@ -837,6 +844,7 @@ class SQLiteFactStore(SQLiteStoreBase):
         watermarks: Sequence[WatermarkAdvance] = (),
         rejections: Sequence[Rejection] = (),
         runs: Sequence[RuleRun] = (),
+        version_of: Partition | None = None,
     ) -> ApplyResult:
         """Apply a batch in order, in one transaction, with its watermarks and rejections.
 
@@ -848,7 +856,12 @@ class SQLiteFactStore(SQLiteStoreBase):
         check_pack_hash(pack_hash)
         with gc_paused():
             return await self._apply(
-                validate_deltas(deltas), pack_hash, tuple(watermarks), tuple(rejections), runs
+                validate_deltas(deltas),
+                pack_hash,
+                tuple(watermarks),
+                tuple(rejections),
+                runs,
+                version_of,
             )
 
     async def _apply(
@@ -858,6 +871,7 @@ class SQLiteFactStore(SQLiteStoreBase):
         watermarks: tuple[WatermarkAdvance, ...],
         rejections: tuple[Rejection, ...],
         runs: Sequence[RuleRun] = (),
+        version_of: Partition | None = None,
     ) -> ApplyResult:
         now = self._clock()
         async with self._lock:
@@ -870,9 +884,16 @@ class SQLiteFactStore(SQLiteStoreBase):
                         await batch.apply_chunk(start, deltas[start : start + CHUNK])
                     advanced = await batch.advance(watermarks)
                     await batch.reject(rejections)
+                    version = None if version_of is None else await _version(db, version_of)
             finally:
                 self.adapter.discard()
-        return batch.result(advanced, len(rejections))
+        return batch.result(advanced, len(rejections)).model_copy(update={"version": version})
+
+    async def version(self, partition: Partition) -> int:
+        """A number that changes whenever ``partition``'s facts do: its highest audit seq
+        (every change to facts, reinforcements included, writes an audit row)."""
+        async with self._read() as db:
+            return await _version(db, partition)
 
     # --- reads --------------------------------------------------------------------------
 
