@@ -2,7 +2,9 @@
 
 Runs ``rules/default.yaml`` over N synthetic episodes of one partition (500 hot subject
 keys) and, as the baseline, a pure-Python implementation of the same classification table
-feeding the same fact store. Each size runs in a fresh subprocess so peak RSS is per run.
+feeding the same fact store. Each size runs in a fresh subprocess so peak RSS is per run;
+a run that uses a consolidation worker process reports the worker's peak separately (the
+two processes run at the same time, so their sum bounds the total).
 
     python benchmarks/bench_consolidate.py --sizes 10000 100000 1000000
 """
@@ -220,7 +222,7 @@ def main() -> None:
         return
     print(
         f"{'size':>9} {'mode':>8} {'seconds':>8} {'episodes/s':>11} {'ratio':>6}"
-        f" {'peak MB':>8} passes  read/engine/apply s"
+        f" {'peak MB':>8} {'worker MB':>9} passes  read/engine/apply s"
     )
     for n in args.sizes:
         results = {}
@@ -241,7 +243,8 @@ def main() -> None:
             split = f"{r.get('read', '-')}/{r.get('engine', '-')}/{r.get('apply', '-')}"
             print(
                 f"{n:>9} {mode:>8} {r['seconds']:>8.2f} {n / r['seconds']:>11,.0f} "
-                f"{r['seconds'] / base:>6.2f} {r['peak_rss_mb']:>8} {r['passes']:>6}  {split}"
+                f"{r['seconds'] / base:>6.2f} {r['peak_rss_mb']:>8} "
+                f"{r.get('worker_peak_rss_mb', 0):>9} {r['passes']:>6}  {split}"
             )
 
 
