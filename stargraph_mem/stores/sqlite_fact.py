@@ -611,7 +611,7 @@ class _Batch:
             else:
                 group = (adv.pack, adv.partition.key)
                 if group not in stored:  # one read per (pack, partition), not per rule
-                    stored[group] = await self._stored_seqs(*group)
+                    stored[group] = await _marks(self.db, *group)
                 prior = stored[group].get(adv.rule_id, 0)
             if adv.last_seq < prior:
                 raise StoreError(
@@ -626,14 +626,6 @@ class _Batch:
         if rows:
             await self.db.executemany(_UPSERT_WATERMARK, rows)
         return tuple(final.values())
-
-    async def _stored_seqs(self, pack: str, partition_key: str) -> dict[str, int]:
-        rows = await fetch(
-            self.db,
-            "SELECT rule_id, last_seq FROM watermarks WHERE pack = ? AND partition_key = ?",
-            (pack, partition_key),
-        )
-        return {str(rule_id): int(seq) for rule_id, seq in rows}
 
     async def reject(self, rejections: Sequence[Rejection]) -> None:
         """Record rejected episodes (a repeat of the same rejection is ignored)."""
@@ -653,8 +645,11 @@ class _Batch:
         if rows:
             await self.db.executemany(_INSERT_REJECTION, rows)
 
-    def result(self, watermarks: tuple[WatermarkAdvance, ...], rejections: int) -> ApplyResult:
+    def result(
+        self, watermarks: tuple[WatermarkAdvance, ...], rejections: int, version: int | None
+    ) -> ApplyResult:
         return ApplyResult(
+            version=version,
             added=self.counts["add"],
             updated=self.counts["update"],
             deleted=self.counts["delete"],
@@ -669,6 +664,17 @@ class _Batch:
 
 
 # --- reads --------------------------------------------------------------------------------
+
+
+async def _marks(db: aiosqlite.Connection, pack: str, partition_key: str) -> dict[str, int]:
+    """Every rule's watermark for (pack, partition), by rule id."""
+    rows = await fetch(
+        db,
+        "SELECT rule_id, last_seq FROM watermarks WHERE pack = ? AND partition_key = ? "
+        "ORDER BY rule_id",
+        (pack, partition_key),
+    )
+    return {str(rule_id): int(seq) for rule_id, seq in rows}
 
 
 async def _version(db: aiosqlite.Connection, partition: Partition) -> int:
@@ -887,7 +893,7 @@ class SQLiteFactStore(SQLiteStoreBase):
                     version = None if version_of is None else await _version(db, version_of)
             finally:
                 self.adapter.discard()
-        return batch.result(advanced, len(rejections)).model_copy(update={"version": version})
+        return batch.result(advanced, len(rejections), version)
 
     async def version(self, partition: Partition) -> int:
         """A number that changes whenever ``partition``'s facts do: its highest audit seq
@@ -953,13 +959,7 @@ class SQLiteFactStore(SQLiteStoreBase):
     async def watermarks(self, pack: str, partition: Partition) -> dict[str, int]:
         """Every rule's watermark for (pack, partition), by rule id."""
         async with self._read() as db:
-            rows = await fetch(
-                db,
-                "SELECT rule_id, last_seq FROM watermarks WHERE pack = ? AND partition_key = ? "
-                "ORDER BY rule_id",
-                (pack, partition.key),
-            )
-        return {str(rule_id): int(seq) for rule_id, seq in rows}
+            return await _marks(db, pack, partition.key)
 
     async def audit_rows(self, partition: Partition | None = None) -> list[AuditRow]:
         """Applied deltas in application order, optionally for one partition."""
