@@ -154,6 +154,14 @@ class Outcome:
     rejections: tuple[Row, ...]
 
 
+LINEAGE = (
+    "fact_id, delta_id, rule_id, pack_hash, source_episode_ids, promotion_ts_us, confidence, "
+    "reason, bindings, predecessor_ids"
+)
+"""Lineage columns compared between runs (not ``audit_seq``: a storage link whose value
+depends on the order partitions were consolidated in)."""
+
+
 def outcome(path: Path) -> Outcome:
     """Facts (ids, triples, confidence, validity, rule), lineage, marks, rejections, and the
     audit delta ids in application order within each partition (partitions run one by one,
@@ -166,7 +174,7 @@ def outcome(path: Path) -> Outcome:
     return Outcome(
         current=tuple(rows(path, fact_sql.format(""))),
         history=tuple(rows(path, fact_sql.format("NOT"))),
-        lineage=tuple(rows(path, "SELECT * FROM lineage ORDER BY fact_id")),
+        lineage=tuple(rows(path, f"SELECT {LINEAGE} FROM lineage ORDER BY fact_id")),
         audit_ids=tuple(
             str(r[0]) for r in rows(path, "SELECT delta_id FROM audit ORDER BY partition_key, seq")
         ),

@@ -44,7 +44,7 @@ from stargraph_mem.stores import (
     WatermarkAdvance,
 )
 from stargraph_mem.stores.fact import MAX_REASON_CHARS, sanitize_bundle, trusted
-from stargraph_mem.stores.sqlite_fact import CHUNK
+from stargraph_mem.stores.sqlite_fact import CHUNK, SCHEMA_VERSION
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 DAY = timedelta(days=1)
@@ -320,6 +320,22 @@ async def test_explain_walks_the_chain_both_ways(store: SQLiteFactStore) -> None
     assert last.pack_hash == "p2"
 
 
+async def test_explain_audit_names_the_deleting_delta(store: SQLiteFactStore) -> None:
+    a, b = add("tea"), add("coffee", src="e9")
+    gone = delete([a.new_fact_id], ts=T0 + DAY)
+    confirm = noop([a.new_fact_id], ts=T0)
+    await store.apply_deltas([a, b, confirm])
+    await store.apply_deltas([gone])
+    explanation = await store.explain(a.new_fact_id)
+    assert explanation.closed_by == gone.delta_id
+    assert [(r.kind, r.delta_id) for r in explanation.audit] == [
+        ("add", a.delta_id),
+        ("noop", confirm.delta_id),
+        ("delete", gone.delta_id),
+    ]
+    assert [r.delta_id for r in (await store.explain(b.new_fact_id)).audit] == [b.delta_id]
+
+
 async def test_explain_follows_merges_back_to_every_predecessor(store: SQLiteFactStore) -> None:
     a, b = add("tea"), add("coffee", src="e9")
     merged = update([a.new_fact_id, b.new_fact_id], "tea and coffee", ts=T0 + DAY)
@@ -368,6 +384,22 @@ async def test_reapplying_a_batch_skips_every_delta(store: SQLiteFactStore) -> N
     assert dump(store.path) == before
     twice = await store.apply_deltas([add("juice"), add("juice")])
     assert (twice.added, twice.skipped) == (1, 1)
+
+
+async def test_reapplying_skips_every_kind_across_batches(store: SQLiteFactStore) -> None:
+    a, b = add("tea"), add("coffee", src="e9")
+    first: list[Delta] = [a, b]
+    second: list[Delta] = [
+        noop([a.new_fact_id], ts=T0),
+        update([a.new_fact_id], "water", ts=T0 + DAY),
+        delete([b.new_fact_id], ts=T0 + DAY),
+    ]
+    await store.apply_deltas(first)
+    await store.apply_deltas(second)
+    before = dump(store.path)
+    again = await store.apply_deltas([*second, *first])
+    assert (again.skipped, again.applied) == (5, 0)
+    assert dump(store.path) == before
 
 
 async def test_watermarks_advance_with_the_batch(store: SQLiteFactStore) -> None:
@@ -640,7 +672,7 @@ async def test_health_reports_real_figures(store: SQLiteFactStore) -> None:
         True,
         None,
         3,
-        1,
+        SCHEMA_VERSION,
     )
     assert (health.journal_mode, health.quick_check) == ("wal", "ok")
     assert health.file_size == store.path.stat().st_size > 0
@@ -728,3 +760,81 @@ async def test_corrupt_rows_name_table_and_id(store: SQLiteFactStore) -> None:
         db.execute("UPDATE facts SET payload = x'7b' WHERE id = ?", (delta.new_fact_id,))
     with pytest.raises(CorruptRowError, match=f"facts row '{delta.new_fact_id}' is corrupt"):
         await store.get(delta.new_fact_id)
+
+
+# --- schema version 1 files ------------------------------------------------------------------
+
+_V1_LINEAGE = """CREATE TABLE lineage_v1 (
+    fact_id TEXT PRIMARY KEY, delta_id TEXT NOT NULL, rule_id TEXT NOT NULL,
+    pack_hash TEXT NOT NULL, source_episode_ids TEXT NOT NULL, promotion_ts_us INTEGER NOT NULL,
+    confidence REAL NOT NULL, reason TEXT NOT NULL, bindings TEXT NOT NULL,
+    predecessor_ids TEXT NOT NULL)"""
+_V1_AUDIT = """CREATE TABLE audit_v1 (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, delta_id TEXT NOT NULL UNIQUE, kind TEXT NOT NULL,
+    rule_id TEXT NOT NULL, pack_hash TEXT NOT NULL, user TEXT NOT NULL, agent TEXT NOT NULL,
+    partition_key TEXT NOT NULL, applied_at_us INTEGER NOT NULL, delta TEXT NOT NULL)"""
+
+
+def _to_version_1(path: Path) -> None:
+    """Rewrite a current file into the version 1 layout (lineage keyed by fact id, every
+    audit delta id unique), rows unchanged."""
+    lineage_columns = (
+        "fact_id, delta_id, rule_id, pack_hash, source_episode_ids, promotion_ts_us, "
+        "confidence, reason, bindings, predecessor_ids"
+    )
+    with closing(sqlite3.connect(path)) as db, db:
+        db.execute(_V1_LINEAGE)
+        db.execute(f"INSERT INTO lineage_v1 SELECT {lineage_columns} FROM lineage ORDER BY fact_id")
+        db.execute("DROP TABLE lineage")
+        db.execute("ALTER TABLE lineage_v1 RENAME TO lineage")
+        db.execute(_V1_AUDIT)
+        db.execute("INSERT INTO audit_v1 SELECT * FROM audit ORDER BY seq")
+        db.execute("DROP TABLE audit")
+        db.execute("ALTER TABLE audit_v1 RENAME TO audit")
+        db.execute("CREATE INDEX audit_partition ON audit (partition_key, seq)")
+        db.execute("UPDATE fact_store_meta SET value = '1' WHERE key = 'schema_version'")
+
+
+async def test_version_1_files_are_migrated_on_open(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    a, b = add("tea"), add("coffee", src="e9")
+    b2 = update([a.new_fact_id], "water", ts=T0 + DAY)
+    gone, confirm = delete([b.new_fact_id], ts=T0 + DAY), noop([a.new_fact_id], ts=T0)
+    batches: list[list[Delta]] = [[a, b], [confirm, b2, gone]]
+    ids = [a.new_fact_id, b.new_fact_id, b2.new_fact_id]
+    async with SQLiteFactStore(path, clock=lambda: RECORDED) as store:
+        for batch in batches:
+            await store.apply_deltas(batch, pack_hash="p1")
+        explained = [await store.explain(fid) for fid in ids]
+        audit = await store.audit_rows()
+    _to_version_1(path)
+    with closing(sqlite3.connect(path)) as db:
+        [audit_sql] = db.execute("SELECT sql FROM sqlite_master WHERE name = 'audit'").fetchone()
+        assert "UNIQUE" in audit_sql
+    async with SQLiteFactStore(path, clock=lambda: RECORDED) as store:
+        assert (await store.health()).schema_version == SCHEMA_VERSION
+        assert [await store.explain(fid) for fid in ids] == explained
+        assert await store.audit_rows() == audit
+        again = await store.apply_deltas([*batches[0], *batches[1]], pack_hash="p1")
+        assert (again.skipped, again.applied) == (5, 0)
+        later = update([b2.new_fact_id], "juice", ts=T0 + 2 * DAY)
+        await store.apply_delta(later, pack_hash="p1")
+        rows = await store.audit_rows()
+        assert [r.seq for r in rows] == [r.seq for r in audit] + [audit[-1].seq + 1]
+        assert [r.delta_id for r in (await store.explain(b2.new_fact_id)).audit] == [
+            b2.delta_id,
+            later.delta_id,
+        ]
+
+
+async def test_unknown_schema_versions_are_refused_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "future.db"
+    async with SQLiteFactStore(path) as store:
+        await store.apply_delta(add("tea"))
+    with closing(sqlite3.connect(path)) as db, db:
+        db.execute("UPDATE fact_store_meta SET value = '9' WHERE key = 'schema_version'")
+    before = dump(path)
+    with pytest.raises(StoreError, match="schema version 9 is not supported"):
+        async with SQLiteFactStore(path) as store:
+            await store.bootstrap()
+    assert dump(path) == before

@@ -65,7 +65,9 @@ from stargraph_mem.stores.sqlite_schedule import RuleRun, record_runs
 
 __all__ = ["CHUNK", "SCHEMA_VERSION", "SQLiteFactStore", "fact_query", "validate_deltas"]
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
+"""2: lineage rows share their fact's rowid and name the creating audit row; audit delta
+ids are indexed for delete and noop deltas only (version 1 files are migrated on open)."""
 CHUNK: Final = 10_000
 """Deltas handled per ``executemany`` round inside the one transaction of a batch."""
 
@@ -77,6 +79,37 @@ _KINDS: Final = ("add", "update", "delete", "noop")
 _UNION_TAGS: Final = frozenset({"str", "bool", "int", "float", "none"})
 """Union member names pydantic puts in error locations (binding values are a union)."""
 
+_LINEAGE_TABLE: Final = """CREATE TABLE IF NOT EXISTS {name} (
+        fact_id TEXT NOT NULL,
+        delta_id TEXT NOT NULL,
+        rule_id TEXT NOT NULL,
+        pack_hash TEXT NOT NULL,
+        source_episode_ids TEXT NOT NULL,
+        promotion_ts_us INTEGER NOT NULL,
+        confidence REAL NOT NULL,
+        reason TEXT NOT NULL,
+        bindings TEXT NOT NULL,
+        predecessor_ids TEXT NOT NULL,
+        audit_seq INTEGER NOT NULL
+    )"""
+_AUDIT_TABLE: Final = """CREATE TABLE IF NOT EXISTS {name} (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        delta_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        rule_id TEXT NOT NULL,
+        pack_hash TEXT NOT NULL,
+        user TEXT NOT NULL,
+        agent TEXT NOT NULL,
+        partition_key TEXT NOT NULL,
+        applied_at_us INTEGER NOT NULL,
+        delta TEXT NOT NULL
+    )"""
+_MARKERS: Final = "kind IN ('delete', 'noop')"
+"""Deltas that create no fact: their ids are indexed in the audit table."""
+_AUDIT_INDEXES: Final = (
+    "CREATE INDEX IF NOT EXISTS audit_partition ON audit (partition_key, seq)",
+    f"CREATE UNIQUE INDEX IF NOT EXISTS audit_markers ON audit (delta_id) WHERE {_MARKERS}",
+)
 _SCHEMA: Final = (
     "CREATE TABLE IF NOT EXISTS fact_store_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
     """CREATE TABLE IF NOT EXISTS facts (
@@ -100,31 +133,15 @@ _SCHEMA: Final = (
     "CREATE INDEX IF NOT EXISTS facts_psp ON facts (partition_key, subject, predicate)",
     """CREATE INDEX IF NOT EXISTS facts_current ON facts (partition_key, subject, predicate)
         WHERE valid_until_us IS NULL""",
-    """CREATE TABLE IF NOT EXISTS lineage (
-        fact_id TEXT PRIMARY KEY,
-        delta_id TEXT NOT NULL,
-        rule_id TEXT NOT NULL,
-        pack_hash TEXT NOT NULL,
-        source_episode_ids TEXT NOT NULL,
-        promotion_ts_us INTEGER NOT NULL,
-        confidence REAL NOT NULL,
-        reason TEXT NOT NULL,
-        bindings TEXT NOT NULL,
-        predecessor_ids TEXT NOT NULL
-    )""",
-    """CREATE TABLE IF NOT EXISTS audit (
-        seq INTEGER PRIMARY KEY AUTOINCREMENT,
-        delta_id TEXT NOT NULL UNIQUE,
-        kind TEXT NOT NULL,
-        rule_id TEXT NOT NULL,
-        pack_hash TEXT NOT NULL,
-        user TEXT NOT NULL,
-        agent TEXT NOT NULL,
-        partition_key TEXT NOT NULL,
-        applied_at_us INTEGER NOT NULL,
-        delta TEXT NOT NULL
-    )""",
-    "CREATE INDEX IF NOT EXISTS audit_partition ON audit (partition_key, seq)",
+    # Ids are content hashes, so every index keyed by one takes writes all over its pages:
+    # at a million facts, such indexes dominate a batch's page writes and checkpoints.
+    # Hence one such index per fact (facts.id): a lineage row has its fact's rowid, and
+    # names the audit row that created the fact (audit_seq); add and update deltas are
+    # found through the fact they create ("f" + delta id[1:]), so only delete and noop
+    # delta ids need an index of their own.
+    _LINEAGE_TABLE.format(name="lineage"),
+    _AUDIT_TABLE.format(name="audit"),
+    *_AUDIT_INDEXES,
     """CREATE TABLE IF NOT EXISTS reinforcements (
         fact_id TEXT NOT NULL,
         ts_us INTEGER NOT NULL,
@@ -153,8 +170,28 @@ _SCHEMA: Final = (
         PRIMARY KEY (id, pack, rule_id, partition_key)
     )""",
     "CREATE INDEX IF NOT EXISTS rejections_partition ON rejections (partition_key, at_us)",
-    "INSERT OR IGNORE INTO fact_store_meta (key, value) VALUES ('schema_version', '1')",
+    "INSERT OR IGNORE INTO fact_store_meta (key, value) VALUES ('schema_version', '2')",
 )
+_MIGRATE_V1: Final = (
+    _LINEAGE_TABLE.format(name="lineage_v2"),
+    # v1 audit delta ids are unique and indexed: the join finds each creating row
+    """INSERT INTO lineage_v2 (rowid, fact_id, delta_id, rule_id, pack_hash, source_episode_ids,
+        promotion_ts_us, confidence, reason, bindings, predecessor_ids, audit_seq)
+    SELECT f.rowid, l.fact_id, l.delta_id, l.rule_id, l.pack_hash, l.source_episode_ids,
+        l.promotion_ts_us, l.confidence, l.reason, l.bindings, l.predecessor_ids,
+        coalesce((SELECT a.seq FROM audit a WHERE a.delta_id = l.delta_id), 0)
+    FROM lineage l JOIN facts f ON f.id = l.fact_id ORDER BY f.rowid""",
+    "DROP TABLE lineage",
+    "ALTER TABLE lineage_v2 RENAME TO lineage",
+    _AUDIT_TABLE.format(name="audit_v2"),
+    "INSERT INTO audit_v2 SELECT * FROM audit ORDER BY seq",
+    "DROP TABLE audit",
+    "ALTER TABLE audit_v2 RENAME TO audit",
+    *_AUDIT_INDEXES,
+    "UPDATE fact_store_meta SET value = '2' WHERE key = 'schema_version'",
+)
+"""Version 1 → 2, in the bootstrap transaction: lineage re-keyed by fact rowid with the
+creating audit seq; audit rebuilt without the unique index over every delta id."""
 TABLES: Final = (
     "fact_store_meta",
     "facts",
@@ -175,20 +212,26 @@ _LINEAGE_COLUMNS: Final = (
 )
 _AUDIT_COLUMNS: Final = "seq, delta_id, kind, rule_id, pack_hash, user, agent, applied_at_us, delta"
 _INSERT_FACT: Final = (
-    "INSERT INTO facts (id, user, agent, partition_key, subject, predicate, object, payload, "
-    "confidence, valid_from_us, recorded_at_us, rule_id, delta_id, "
+    "INSERT INTO facts (rowid, id, user, agent, partition_key, subject, predicate, object, "
+    "payload, confidence, valid_from_us, recorded_at_us, rule_id, delta_id, "
     "valid_until_us, superseded_by, closed_by) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _EMPTY_OBJECT: Final = b"{}"
 _OPEN: Final = (None, None, None)
 """``valid_until_us, superseded_by, closed_by`` of a fact that is still current."""
 _INSERT_LINEAGE: Final = (
-    f"INSERT INTO lineage (fact_id, {_LINEAGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    f"INSERT INTO lineage (rowid, fact_id, {_LINEAGE_COLUMNS}, audit_seq) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _INSERT_AUDIT: Final = (
-    "INSERT INTO audit (delta_id, kind, rule_id, pack_hash, user, agent, partition_key, "
-    "applied_at_us, delta) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO audit (seq, delta_id, kind, rule_id, pack_hash, user, agent, partition_key, "
+    "applied_at_us, delta) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_LAST_ROWID: Final = "SELECT coalesce(max(rowid), 0) FROM facts"
+_LAST_SEQ: Final = (
+    "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'audit'), 0), "
+    "coalesce((SELECT max(seq) FROM audit), 0))"
 )
 _CLOSE: Final = (
     "UPDATE facts SET valid_until_us = ?, superseded_by = ?, closed_by = ? "
@@ -207,7 +250,8 @@ _INSERT_REJECTION: Final = (
     "at_us) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _IN_JSON: Final = "IN (SELECT value FROM json_each(?))"
-_STORED_DELTAS: Final = f"SELECT delta_id FROM audit WHERE delta_id {_IN_JSON}"
+_STORED_FACTS: Final = f"SELECT id FROM facts WHERE id {_IN_JSON}"
+_STORED_MARKERS: Final = f"SELECT delta_id FROM audit WHERE {_MARKERS} AND delta_id {_IN_JSON}"
 _FACT_STATES: Final = (
     f"SELECT id, user, agent, valid_from_us, valid_until_us FROM facts WHERE id {_IN_JSON}"
 )
@@ -216,7 +260,7 @@ _CURRENT: Final = """
         max(f.valid_from_us, coalesce(
             (SELECT max(r.ts_us) FROM reinforcements r WHERE r.fact_id = f.id), f.valid_from_us)),
         f.rule_id, l.source_episode_ids
-    FROM facts f JOIN lineage l ON l.fact_id = f.id
+    FROM facts f JOIN lineage l ON l.rowid = f.rowid
     WHERE f.partition_key = ? AND f.valid_until_us IS NULL
     ORDER BY f.valid_from_us, f.id"""
 
@@ -306,11 +350,17 @@ def engine_fact(row: Sequence[Any]) -> EngineFact:
 
 
 def _write_rows(
-    fact: Fact, bundle: ProvenanceBundle, recorded_us: int, valid_from_us: int
+    rowid: int,
+    fact: Fact,
+    bundle: ProvenanceBundle,
+    audit_seq: int,
+    recorded_us: int,
+    valid_from_us: int,
 ) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-    """The ``facts`` and ``lineage`` rows of one staged ``(fact, bundle)`` pair
-    (``valid_from_us``: the bundle's promotion time)."""
+    """The ``facts`` and ``lineage`` rows (sharing ``rowid``) of one staged ``(fact,
+    bundle)`` pair (``valid_from_us``: the bundle's promotion time)."""
     fact_row = (
+        rowid,
         fact.id,
         fact.user,
         fact.agent,
@@ -326,6 +376,7 @@ def _write_rows(
         fact.delta_id,
     )
     lineage_row = (
+        rowid,
         fact.id,
         bundle.rule_id,
         bundle.pack_hash,
@@ -336,6 +387,7 @@ def _write_rows(
         bundle.reason,
         _json_text(bundle.bindings),
         _json_text(bundle.predecessor_ids),
+        audit_seq,
     )
     return fact_row, lineage_row
 
@@ -411,25 +463,51 @@ class _Batch:
         self._audit: list[tuple[Any, ...]] = []
         self._closes: list[tuple[Any, ...]] = []
         self._reinforcements: list[tuple[Any, ...]] = []
+        self._fact_seqs: list[int] = []
+        """Audit seq of the delta behind each pair staged in the adapter, in order."""
+        self._rowid = self._seq = -1
+        """Last facts rowid and audit seq used (read when the first chunk starts)."""
         self._last_ts, self._last_us = self.now, self.now_us
 
     async def apply_chunk(self, start: int, deltas: Sequence[Delta]) -> None:
         """Apply ``deltas`` (indices from ``start``) and write their rows."""
         bodies = [delta.canonical_body() for delta in deltas]
         ids = [delta.delta_id for delta in deltas]
-        stored = {row[0] for row in await fetch(self.db, _STORED_DELTAS, (_json_text(ids),))}
+        if self._seq < 0:
+            self._rowid = int(await scalar(self.db, _LAST_ROWID) or 0)
+            self._seq = int(await scalar(self.db, _LAST_SEQ) or 0)
+        stored = await self._stored(deltas, ids)
         await self._load(deltas)
         for offset, (delta, did, body) in enumerate(zip(deltas, ids, bodies, strict=True)):
             if did in stored or did in self.seen:
                 self.skipped += 1
                 continue
             self.seen.add(did)
+            self._seq += 1
             try:
                 self._apply(start + offset, delta, did)
             except DeltaValidationError as exc:
                 raise _at(start + offset, exc) from exc
             self._audit_row(delta, did, body)
         await self._flush()
+
+    async def _stored(self, deltas: Sequence[Delta], ids: Sequence[str]) -> set[str]:
+        """Ids of ``deltas`` applied before: add and update deltas by the fact they made."""
+        made: list[str] = []
+        markers: list[str] = []
+        for delta, did in zip(deltas, ids, strict=True):
+            if isinstance(delta, AddDelta | UpdateDelta):
+                made.append("f" + did[1:])
+            else:
+                markers.append(did)
+        stored: set[str] = set()
+        if made:
+            rows = await fetch(self.db, _STORED_FACTS, (_json_text(made),))
+            stored.update("d" + str(row[0])[1:] for row in rows)
+        if markers:
+            rows = await fetch(self.db, _STORED_MARKERS, (_json_text(markers),))
+            stored.update(str(row[0]) for row in rows)
+        return stored
 
     async def _load(self, deltas: Sequence[Delta]) -> None:
         """Read the states of referenced facts the batch has not seen yet."""
@@ -500,6 +578,7 @@ class _Batch:
             },
         )
         clean = self.adapter.assert_with_provenance(fact, self._bundle(delta, did, predecessors))
+        self._fact_seqs.append(self._seq)
         self.known[fact_id] = _State(delta.user, delta.agent, self._us(clean.promotion_ts), False)
         self.created.append(fact_id)
 
@@ -561,6 +640,7 @@ class _Batch:
     def _audit_row(self, delta: Delta, did: str, body: bytes) -> None:
         self._audit.append(
             (
+                self._seq,
                 did,
                 delta.kind,
                 delta.rule_id,
@@ -579,14 +659,24 @@ class _Batch:
         A fact created and closed within the chunk is inserted already closed: same rows,
         one write instead of an insert and an update.
         """
+        staged, seqs, self._fact_seqs = self.adapter.take_staged(), self._fact_seqs, []
+        first = self._rowid + 1
+        self._rowid += len(staged)
         rows = [
-            _write_rows(fact, bundle, self._recorded_us(fact), self._us(bundle.promotion_ts))
-            for fact, bundle in self.adapter.take_staged()
+            _write_rows(
+                first + offset,
+                fact,
+                bundle,
+                seq,
+                self._recorded_us(fact),
+                self._us(bundle.promotion_ts),
+            )
+            for offset, ((fact, bundle), seq) in enumerate(zip(staged, seqs, strict=True))
         ]
-        new_ids = {fact_row[0] for fact_row, _ in rows}
+        new_ids = {fact_row[1] for fact_row, _ in rows}
         closing = {close[3]: close[:3] for close in self._closes if close[3] in new_ids}
         writes = (
-            (_INSERT_FACT, [fact_row + closing.get(fact_row[0], _OPEN) for fact_row, _ in rows]),
+            (_INSERT_FACT, [fact_row + closing.get(fact_row[1], _OPEN) for fact_row, _ in rows]),
             (_INSERT_LINEAGE, [lineage_row for _, lineage_row in rows]),
             (_CLOSE, [close for close in self._closes if close[3] not in closing]),
             (_INSERT_AUDIT, self._audit),
@@ -728,7 +818,7 @@ async def _facts_with_predecessors(
     rows = await fetch(
         db,
         f"SELECT {cols}, l.predecessor_ids FROM facts f "
-        f"LEFT JOIN lineage l ON l.fact_id = f.id WHERE f.id {_IN_JSON}",
+        f"LEFT JOIN lineage l ON l.rowid = f.rowid WHERE f.id {_IN_JSON}",
         (_json_text(list(ids)),),
     )
     return {row[0]: (fact_from_row(row), orjson.loads(row[14] or b"[]")) for row in rows}
@@ -790,15 +880,46 @@ async def _source_episodes(
 
 
 async def _audit_touching(
-    db: aiosqlite.Connection, fact_id: str, delta_ids: list[str]
+    db: aiosqlite.Connection, fact: Fact, closed_by: str | None
 ) -> list[AuditRow]:
-    rows = await fetch(
+    """Audit rows of the delta that made ``fact``, the one that closed it and those that
+    reinforced it, in application order.
+
+    An update's row is found through the fact it made (its lineage names the audit seq);
+    delete and noop rows through their indexed delta ids.
+    """
+    made = [fact.id] + ([] if closed_by is None else ["f" + closed_by[1:]])
+    by_seq = await fetch(
         db,
-        f"SELECT {_AUDIT_COLUMNS} FROM audit WHERE delta_id {_IN_JSON} "
-        "OR delta_id IN (SELECT delta_id FROM reinforcements WHERE fact_id = ?) ORDER BY seq",
-        (_json_text(delta_ids), fact_id),
+        f"SELECT {_AUDIT_COLUMNS} FROM audit WHERE seq IN (SELECT l.audit_seq FROM facts f "
+        f"JOIN lineage l ON l.rowid = f.rowid WHERE f.id {_IN_JSON})",
+        (_json_text(made),),
     )
-    return [audit_from_row(row) for row in rows]
+    markers = [] if closed_by is None else [closed_by]
+    markers += [
+        str(row[0])
+        for row in await fetch(
+            db, "SELECT delta_id FROM reinforcements WHERE fact_id = ?", (fact.id,)
+        )
+    ]
+    by_id = await fetch(
+        db,
+        f"SELECT {_AUDIT_COLUMNS} FROM audit WHERE {_MARKERS} AND delta_id {_IN_JSON}",
+        (_json_text(markers),),
+    )
+    unique = {int(row[0]): row for row in [*by_seq, *by_id]}
+    return [audit_from_row(unique[seq]) for seq in sorted(unique)]
+
+
+async def _stored_version(db: aiosqlite.Connection) -> int | None:
+    """The file's fact store schema version; None before the first bootstrap."""
+    if not await fetch(db, "SELECT 1 FROM sqlite_master WHERE name = 'fact_store_meta'"):
+        return None
+    value = await scalar(db, "SELECT value FROM fact_store_meta WHERE key = 'schema_version'")
+    try:
+        return None if value is None else int(value)
+    except ValueError as exc:
+        raise _corrupt("fact_store_meta", "schema_version", exc) from exc
 
 
 # --- the store ----------------------------------------------------------------------------
@@ -825,7 +946,18 @@ class SQLiteFactStore(SQLiteStoreBase):
         self.adapter = adapter if adapter is not None else ProvenanceAdapter()
 
     async def _bootstrap(self, db: aiosqlite.Connection) -> None:
+        """Create the schema, or migrate a version 1 file (one transaction either way)."""
         async with transaction(db):
+            version = await _stored_version(db)
+            if version == 1:
+                for statement in _MIGRATE_V1:
+                    await db.execute(statement)
+            elif version is not None and version != SCHEMA_VERSION:
+                raise StoreError(
+                    f"{self.path}: fact store schema version {version} is not supported "
+                    f"(this version reads {SCHEMA_VERSION} and migrates 1)",
+                    schema_version=version,
+                )
             for statement in _SCHEMA:
                 await db.execute(statement)
 
@@ -933,7 +1065,10 @@ class SQLiteFactStore(SQLiteStoreBase):
     @staticmethod
     async def _lineage(db: aiosqlite.Connection, fact_id: str) -> ProvenanceBundle:
         rows = await fetch(
-            db, f"SELECT {_LINEAGE_COLUMNS} FROM lineage WHERE fact_id = ?", (fact_id,)
+            db,
+            f"SELECT {_LINEAGE_COLUMNS} FROM lineage "
+            "WHERE rowid = (SELECT rowid FROM facts WHERE id = ?1) AND fact_id = ?1",
+            (fact_id,),
         )
         if not rows:
             raise FactNotFoundError(f"no lineage for fact id {fact_id!r}", fact_id=fact_id)
@@ -1002,7 +1137,6 @@ class SQLiteFactStore(SQLiteStoreBase):
                 raise FactNotFoundError(f"no fact with id {fact_id!r}", fact_id=fact_id)
             fact, closed_by = fact_from_row(rows[0]), rows[0][14]
             provenance = await self._lineage(db, fact_id)
-            touching = [fact.delta_id] + ([closed_by] if closed_by else [])
             return Explanation(
                 fact=fact,
                 provenance=provenance,
@@ -1010,5 +1144,5 @@ class SQLiteFactStore(SQLiteStoreBase):
                 predecessors=tuple(await _predecessors(db, provenance.predecessor_ids)),
                 successors=tuple(await _successors(db, fact)),
                 closed_by=closed_by,
-                audit=tuple(await _audit_touching(db, fact_id, touching)),
+                audit=tuple(await _audit_touching(db, fact, closed_by)),
             )
