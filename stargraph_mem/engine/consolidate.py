@@ -13,6 +13,7 @@ import asyncio
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -115,6 +116,8 @@ class _Work:
     stored_marks: dict[str, int]
     local: bool = True
     """Computed in this process (``out.facts_after`` is filled in)."""
+    bodies: list[bytes] | None = None
+    """A worker's deltas as canonical JSON, decoded when the pass is applied."""
 
     def carry(self) -> _Carry:
         marks = dict(self.stored_marks)
@@ -207,7 +210,7 @@ class Consolidation:
         now = to_utc(now)
         rules = self._rules(rule_ids)
         reports: list[PassReport] = []
-        async with self._lock:
+        async with self._lock, AsyncExitStack() as stack:
             carried: _Carry | None = None
             applying: asyncio.Task[None] | None = None
             worker: WorkerProcess | None = None
@@ -239,6 +242,10 @@ class Consolidation:
                         carried = work.carry()
                         if len(reports) == 1:
                             worker = await self._worker_for(partition, report.last_seq)
+                            if worker is not None:  # a long run: see background_checkpoints
+                                await stack.enter_async_context(
+                                    self.facts.background_checkpoints()
+                                )
                     else:
                         carried = None  # the worker carries its own passes
                 if applying is not None:
@@ -287,21 +294,18 @@ class Consolidation:
         return await self.facts.current_facts(partition)
 
     def _remote(self, worker: WorkerProcess, job: _WorkerPass) -> tuple[PassReport, _Work]:
-        """Have the worker compute one pass; rebuild and validate its deltas here."""
+        """Have the worker compute one pass (its deltas are decoded when applied)."""
         shipped: _Shipped = worker.request(job)
-        with gc_paused():
-            deltas = [_from_body(body) for body in shipped.bodies]
         report = shipped.report
-        if self.keep_deltas:
-            report.deltas = deltas
         out = PassOutput(
-            deltas=deltas,
             rejected=report.rejected,
             fired=report.fired,
             episodes=report.episodes,
             matched=report.matched,
         )
-        return report, _Work(out, shipped.advances, shipped.stored_marks, local=False)
+        work = _Work(out, shipped.advances, shipped.stored_marks, local=False)
+        work.bodies = shipped.bodies
+        return report, work
 
     async def pending(self, partition: Partition, rule_ids: Sequence[str] | None = None) -> int:
         """Episodes of ``partition`` a run would read (after the lowest watermark)."""
@@ -378,6 +382,13 @@ class Consolidation:
     async def _apply(self, report: PassReport, work: _Work, runs: Sequence[RuleRun]) -> None:
         """Commit one computed pass: deltas, rejections and watermarks in one transaction."""
         t0 = time.perf_counter()
+        if work.bodies is not None:
+            # rebuilt and validated here, while the store checkpoints the previous pass
+            with gc_paused():
+                work.out.deltas = [_from_body(body) for body in work.bodies]
+            work.bodies = None
+            if self.keep_deltas:
+                report.deltas = work.out.deltas
         partition = report.partition
         keep = work.local and len(work.out.facts_after) <= KNOWN_FACTS_MAX
         self._known.pop(partition.key, None)

@@ -8,7 +8,9 @@ per table and chunk, so a failure anywhere leaves the file exactly as it was.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import asyncio
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -54,9 +56,11 @@ from stargraph_mem.stores.models import (
 )
 from stargraph_mem.stores.scope import Partition, partition_key, prefix_upper_bound, user_prefix
 from stargraph_mem.stores.sqlite_base import (
+    WAL_AUTOCHECKPOINT_PAGES,
     SQLiteStoreBase,
     fetch,
     from_us,
+    open_connection,
     scalar,
     to_us,
     transaction,
@@ -944,6 +948,68 @@ class SQLiteFactStore(SQLiteStoreBase):
     ) -> None:
         super().__init__(path, clock=clock)
         self.adapter = adapter if adapter is not None else ProvenanceAdapter()
+        self._checkpointer: aiosqlite.Connection | None = None
+        self._checkpointing: asyncio.Task[None] | None = None
+        self._background_users = 0
+        self._background_lock = asyncio.Lock()
+        self._deferred = False
+        """The connection's own checkpoints are off (``wal_autocheckpoint=0``)."""
+
+    async def close(self) -> None:
+        """Close the connection (a later call reopens it), after any background checkpoint."""
+        async with self._lock:
+            await self._settle()
+            self._deferred = False
+        await super().close()
+
+    @asynccontextmanager
+    async def background_checkpoints(self) -> AsyncIterator[None]:
+        """While open, commits leave the write-ahead log to a second connection.
+
+        Normally the commit that fills the log copies it into the database (a checkpoint,
+        mostly waiting for the disk to sync). Inside this context a batch's commit returns
+        at once, the checkpoint runs on another connection while the caller goes on (e.g.
+        decoding its next batch), and the next batch waits for it before it begins, so
+        the log still restarts after every batch. On leaving, the last checkpoint is
+        awaited and commits checkpoint for themselves again. For long runs of big batches;
+        entering does not wait for a batch being applied.
+        """
+        async with self._background_lock:
+            if self._checkpointer is None:
+                self._checkpointer = await open_connection(self.path)
+            self._background_users += 1
+        try:
+            yield
+        finally:
+            async with self._background_lock:
+                self._background_users -= 1
+                if self._background_users == 0:
+                    async with self._lock:
+                        checkpointer, self._checkpointer = self._checkpointer, None
+                        try:
+                            await self._settle()
+                        finally:
+                            if checkpointer is not None:
+                                await checkpointer.close()
+                            if self._deferred and self._db is not None:
+                                await self._checkpoint_mode(self._db)
+
+    async def _checkpoint_mode(self, db: aiosqlite.Connection) -> None:
+        """Commits checkpoint for themselves unless a background checkpointer is open."""
+        deferred = self._checkpointer is not None
+        if deferred != self._deferred:
+            pages = 0 if deferred else WAL_AUTOCHECKPOINT_PAGES
+            await db.execute(f"PRAGMA wal_autocheckpoint={pages}")
+            self._deferred = deferred
+
+    async def _settle(self) -> None:
+        """Wait for the background checkpoint, if one runs (its error is raised here)."""
+        task, self._checkpointing = self._checkpointing, None
+        if task is not None:
+            await task
+
+    async def _checkpoint(self, checkpointer: aiosqlite.Connection) -> None:
+        await checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     async def _bootstrap(self, db: aiosqlite.Connection) -> None:
         """Create the schema, or migrate a version 1 file (one transaction either way)."""
@@ -1014,6 +1080,8 @@ class SQLiteFactStore(SQLiteStoreBase):
         now = self._clock()
         async with self._lock:
             db = await self._ready()
+            await self._settle()
+            await self._checkpoint_mode(db)
             batch = _Batch(db, self.adapter, pack_hash, now)
             try:
                 async with transaction(db):
@@ -1025,6 +1093,8 @@ class SQLiteFactStore(SQLiteStoreBase):
                     version = None if version_of is None else await _version(db, version_of)
             finally:
                 self.adapter.discard()
+            if self._deferred and self._checkpointer is not None:
+                self._checkpointing = asyncio.create_task(self._checkpoint(self._checkpointer))
         return batch.result(advanced, len(rejections), version)
 
     async def version(self, partition: Partition) -> int:
