@@ -43,7 +43,7 @@ from stargraph_mem.stores import (
     UpdateDelta,
     WatermarkAdvance,
 )
-from stargraph_mem.stores.fact import MAX_REASON_CHARS, sanitize_bundle, trusted
+from stargraph_mem.stores.fact import MAX_REASON_CHARS, clean_pairs, sanitize_bundle, trusted
 from stargraph_mem.stores.sqlite_fact import CHUNK, SCHEMA_VERSION
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
@@ -586,28 +586,91 @@ def bundle(**changes: Any) -> ProvenanceBundle:
     return ProvenanceBundle.model_construct(**(fields | changes))
 
 
-@pytest.mark.parametrize(
-    ("changes", "field"),
-    [
-        ({"promotion_ts": datetime(2026, 3, 1)}, "promotion_ts"),
-        ({"confidence": float("inf")}, "confidence"),
-        ({"confidence": 1.5}, "confidence"),
-        ({"reason": "a\x00b"}, "reason"),
-        ({"rule_id": "bad id"}, "rule_id"),
-        ({"rule_id": "two\nids"}, "rule_id"),
-        ({"delta_id": "d1\nd2"}, "delta_id"),
-        ({"source_episode_ids": ("e1", "e\n")}, "source_episode_ids[1]"),
-        ({"source_episode_ids": ()}, "source_episode_ids"),
-        ({"predecessor_ids": ("/etc",)}, "predecessor_ids[0]"),
-        ({"bindings": {"k": "a\x00"}}, "bindings.k"),
-        ({"bindings": {"k": [1, float("nan")]}}, "bindings.k[1]"),
-        ({"pack_hash": "x" * 300}, "pack_hash"),
-    ],
-)
+BAD_BUNDLES: list[tuple[dict[str, Any], str]] = [
+    ({"promotion_ts": datetime(2026, 3, 1)}, "promotion_ts"),
+    ({"confidence": float("inf")}, "confidence"),
+    ({"confidence": 1.5}, "confidence"),
+    ({"reason": "a\x00b"}, "reason"),
+    ({"rule_id": "bad id"}, "rule_id"),
+    ({"rule_id": "two\nids"}, "rule_id"),
+    ({"delta_id": "d1\nd2"}, "delta_id"),
+    ({"source_episode_ids": ("e1", "e\n")}, "source_episode_ids[1]"),
+    ({"source_episode_ids": ()}, "source_episode_ids"),
+    ({"predecessor_ids": ("/etc",)}, "predecessor_ids[0]"),
+    ({"bindings": {"k": "a\x00"}}, "bindings.k"),
+    ({"bindings": {"k": [1, float("nan")]}}, "bindings.k[1]"),
+    ({"pack_hash": "x" * 300}, "pack_hash"),
+]
+
+
+@pytest.mark.parametrize(("changes", "field"), BAD_BUNDLES)
 def test_sanitize_bundle_names_the_bad_field(changes: dict[str, Any], field: str) -> None:
     with pytest.raises(DeltaValidationError) as info:
         sanitize_bundle(bundle(**changes))
     assert info.value.context["field"] == field
+
+
+def fact_for(b: ProvenanceBundle, **changes: Any) -> Fact:
+    fields: dict[str, Any] = {
+        "id": "f1",
+        "user": "alice",
+        "agent": "a1",
+        "subject": "alice",
+        "predicate": "drinks",
+        "object": "tea",
+        "payload": {},
+        "confidence": 0.5,
+        "valid_from": T0,
+        "valid_until": None,
+        "superseded_by": None,
+        "recorded_at": RECORDED,
+        "rule_id": b.rule_id,
+        "delta_id": b.delta_id,
+    }
+    return Fact.model_construct(**(fields | changes))
+
+
+@pytest.mark.parametrize(
+    "pair",
+    [
+        *[("bundle", changes) for changes, _ in BAD_BUNDLES],
+        ("bundle", {"reason": "x" * 5000}),  # needs capping
+        ("bundle", {"source_episode_ids": ["e1"]}),  # a list, made a tuple
+        ("bundle", {"confidence": True}),
+        ("bundle", {"bindings": {"n": 3}}),  # fine, but not a string
+        ("fact", {"object": "a\x00"}),
+        ("fact", {"id": "bad id"}),
+        ("fact", {"confidence": float("nan")}),
+        ("fact", {"valid_from": datetime(2026, 3, 1)}),
+        ("fact", {"recorded_at": RECORDED.astimezone(timezone(timedelta(hours=2)))}),
+        ("fact", {"payload": {"x": float("inf")}}),
+        ("fact", {"delta_id": "d2"}),
+    ],
+)
+def test_clean_pairs_sends_anything_unusual_one_by_one(pair: tuple[str, dict[str, Any]]) -> None:
+    good = bundle()
+    which, changes = pair
+    odd = (
+        (fact_for(good), bundle(**changes))
+        if which == "bundle"
+        else (
+            fact_for(good, **changes),
+            good,
+        )
+    )
+    assert clean_pairs([(fact_for(good), good)] * 3)
+    assert not clean_pairs([(fact_for(good), good), odd, (fact_for(good), good)])
+
+
+async def test_a_bad_pair_mid_chunk_names_its_delta(store: SQLiteFactStore) -> None:
+    await store.apply_delta(add("tea", src="e0"))
+    before = dump(store.path)
+    batch: list[Delta] = [add(f"o{n}", src=f"e{n + 1}") for n in range(6)]
+    batch[4] = batch[4].model_copy(update={"reason": "a\x00b"})
+    with pytest.raises(DeltaValidationError, match=r"^deltas\[4\]\.reason: ") as info:
+        await store.apply_deltas(batch)
+    assert (info.value.context["index"], info.value.context["field"]) == (4, "reason")
+    assert dump(store.path) == before
 
 
 def test_sanitize_bundle_normalises_time_and_caps_reason() -> None:

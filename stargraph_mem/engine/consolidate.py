@@ -243,9 +243,7 @@ class Consolidation:
                         if len(reports) == 1:
                             worker = await self._worker_for(partition, report.last_seq)
                             if worker is not None:  # a long run: see background_checkpoints
-                                await stack.enter_async_context(
-                                    self.facts.background_checkpoints()
-                                )
+                                await stack.enter_async_context(self.facts.background_checkpoints())
                     else:
                         carried = None  # the worker carries its own passes
                 if applying is not None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Final, cast
 
 import clips
 from clips._clips import ffi, lib
@@ -65,6 +65,10 @@ class RejectedEpisode:
     episode_id: str | None
     rule_id: str | None
     reason: str
+
+
+ERROR_ROUTER: Final = b"python-error-router"
+"""The router clipspy adds to every environment to turn CLIPS errors into CLIPSError."""
 
 
 @dataclass
@@ -240,7 +244,15 @@ class PackRuntime:
         fb.assert_fact()
 
     def _run(self, budget: int) -> None:
-        fired = self.env.run(budget)
+        # clipspy's Python error router would be asked about every write a rule makes
+        # (each delta line): a callback per write. It captures nothing during a run (run
+        # raises no CLIPSError), and CLIPS still reports a rule's runtime error on stderr.
+        envp = self.env._env
+        lib.DeactivateRouter(envp, ERROR_ROUTER)
+        try:
+            fired = self.env.run(budget)
+        finally:
+            lib.ActivateRouter(envp, ERROR_ROUTER)
         if fired >= budget and next(iter(self.env.activations()), None) is not None:
             raise EngineError(
                 f"pack '{self.compiled.name}' fired more than {budget} rules in one step; "

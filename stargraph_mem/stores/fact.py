@@ -165,6 +165,10 @@ def _utc(value: object, field: str) -> datetime:
     return value if offset == _ZERO else value.astimezone(UTC)
 
 
+aware_utc = _utc
+"""``value`` as a UTC datetime, or :class:`DeltaValidationError` naming ``field``."""
+
+
 def _unit(value: object, field: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise _invalid(field, f"expected a number, got {type(value).__name__}")
@@ -290,6 +294,53 @@ def sanitize_fact(fact: Fact) -> Fact:
     return fact.model_copy(update={"valid_from": valid_from, "recorded_at": recorded_at})
 
 
+def clean_pairs(pairs: Sequence[tuple[Fact, ProvenanceBundle]]) -> bool:
+    """True when :func:`sanitize_fact` and :func:`sanitize_bundle` would pass every pair
+    unchanged, checked at once (one id match, one NUL scan, one range check); False when
+    any pair needs a closer look (or normalising), not necessarily that one is bad."""
+    ids: list[str] = []
+    texts: list[Any] = []  # the join refuses anything but strings
+    units: list[object] = []
+    stamps: list[object] = []
+    try:
+        for fact, bundle in pairs:
+            sources, predecessors = bundle.source_episode_ids, bundle.predecessor_ids
+            if (
+                fact.delta_id != bundle.delta_id
+                or fact.rule_id != bundle.rule_id
+                or not sources
+                or type(sources) is not tuple
+                or type(predecessors) is not tuple
+                or bundle.pack_hash not in _GOOD_HASHES
+                or len(bundle.reason) > MAX_REASON_CHARS
+            ):
+                return False
+            if fact.payload:
+                check_storable(fact.payload, "fact.payload")
+            ids += (fact.id, bundle.rule_id, bundle.delta_id, *sources, *predecessors)
+            texts += (fact.user, fact.agent, fact.subject, fact.predicate, fact.object)
+            texts += (bundle.reason, *bundle.bindings, *bundle.bindings.values())
+            units += (fact.confidence, bundle.confidence)
+            stamps += (fact.valid_from, fact.recorded_at, bundle.promotion_ts)
+        joined = "\n".join(ids)
+        if joined.count("\n") != len(ids) - 1 or _IDS.fullmatch(joined) is None:
+            return False
+        if "\x00" in "".join(texts):
+            return False
+        if not {type(unit) for unit in units} <= {float, int}:
+            return False
+        numbers: list[float] = units  # type: ignore[assignment]
+        low, high, total = min(numbers, default=0.0), max(numbers, default=0.0), sum(numbers)
+        if low < 0.0 or high > 1.0 or not math.isfinite(total):
+            return False
+        return {type(ts) for ts in stamps} <= {datetime} and all(
+            ts.utcoffset() == _ZERO  # type: ignore[attr-defined]
+            for ts in stamps
+        )
+    except (TypeError, ValueError, AttributeError):
+        return False
+
+
 # --- the adapter --------------------------------------------------------------------------
 
 
@@ -318,6 +369,27 @@ class ProvenanceAdapter:
         for listener in self.listeners:
             listener(checked, clean)
         return clean
+
+    def assert_many(self, pairs: Sequence[tuple[Fact, ProvenanceBundle]]) -> None:
+        """:meth:`assert_with_provenance` for each pair, in order; pairs that are clean as
+        they are (:func:`clean_pairs`) are checked together.
+
+        A bad pair raises :class:`DeltaValidationError` with ``position`` (its index in
+        ``pairs``) in the context; the pairs before it stay staged, like one-by-one calls.
+        """
+        if not clean_pairs(pairs):
+            for position, (fact, bundle) in enumerate(pairs):
+                try:
+                    self.assert_with_provenance(fact, bundle)
+                except DeltaValidationError as exc:
+                    exc.context["position"] = position
+                    raise
+            return
+        self._staged += pairs
+        if self.listeners:
+            for fact, bundle in pairs:
+                for listener in self.listeners:
+                    listener(fact, bundle)
 
     def take_staged(self) -> list[tuple[Fact, ProvenanceBundle]]:
         """The pairs staged since the last call (the store inserts them), clearing the stage."""

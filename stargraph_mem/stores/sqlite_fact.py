@@ -40,6 +40,7 @@ from stargraph_mem.stores.fact import (
     Rejection,
     SourceEpisode,
     WatermarkAdvance,
+    aware_utc,
     check_pack_hash,
     sanitize_bundle,
     trusted,
@@ -469,6 +470,9 @@ class _Batch:
         self._reinforcements: list[tuple[Any, ...]] = []
         self._fact_seqs: list[int] = []
         """Audit seq of the delta behind each pair staged in the adapter, in order."""
+        self._asserting: list[tuple[Fact, ProvenanceBundle]] = []
+        self._asserting_at: list[int] = []
+        """The chunk's new (fact, bundle) pairs and their deltas' indexes, for the adapter."""
         self._rowid = self._seq = -1
         """Last facts rowid and audit seq used (read when the first chunk starts)."""
         self._last_ts, self._last_us = self.now, self.now_us
@@ -493,6 +497,13 @@ class _Batch:
             except DeltaValidationError as exc:
                 raise _at(start + offset, exc) from exc
             self._audit_row(delta, did, body)
+        pairs, at = self._asserting, self._asserting_at
+        self._asserting, self._asserting_at = [], []
+        try:
+            self.adapter.assert_many(pairs)
+        except DeltaValidationError as exc:
+            position = exc.context.get("position")
+            raise exc if position is None else _at(at[position], exc) from exc
         await self._flush()
 
     async def _stored(self, deltas: Sequence[Delta], ids: Sequence[str]) -> set[str]:
@@ -529,10 +540,10 @@ class _Batch:
 
     def _apply(self, index: int, delta: Delta, did: str) -> None:
         if isinstance(delta, AddDelta):
-            self._assert(delta, did, ())
+            self._assert(index, delta, did, ())
         elif isinstance(delta, UpdateDelta):
             self._close(index, delta, did, "f" + did[1:])
-            self._assert(delta, did, tuple(delta.replaces))
+            self._assert(index, delta, did, tuple(delta.replaces))
         elif isinstance(delta, DeleteDelta):
             sanitize_bundle(self._bundle(delta, did, ()))
             self._close(index, delta, did, None)
@@ -558,8 +569,9 @@ class _Batch:
         )
 
     def _assert(
-        self, delta: AddDelta | UpdateDelta, did: str, predecessors: tuple[str, ...]
+        self, index: int, delta: AddDelta | UpdateDelta, did: str, predecessors: tuple[str, ...]
     ) -> None:
+        """Stage the delta's fact for the adapter (which checks the chunk's pairs at once)."""
         fact_id = "f" + did[1:]
         payload = delta.fact
         fact = trusted(
@@ -581,15 +593,18 @@ class _Batch:
                 "delta_id": did,
             },
         )
-        clean = self.adapter.assert_with_provenance(fact, self._bundle(delta, did, predecessors))
+        self._asserting.append((fact, self._bundle(delta, did, predecessors)))
+        self._asserting_at.append(index)
         self._fact_seqs.append(self._seq)
-        self.known[fact_id] = _State(delta.user, delta.agent, self._us(clean.promotion_ts), False)
+        self.known[fact_id] = _State(delta.user, delta.agent, self._us(delta.promotion_ts), False)
         self.created.append(fact_id)
 
     def _us(self, ts: datetime) -> int:
         """``to_us`` for delta times: a pass stamps one time on all its deltas."""
-        if ts != self._last_ts:
-            self._last_ts, self._last_us = ts, to_us(ts)
+        if ts is not self._last_ts:
+            if ts != self._last_ts:
+                self._last_us = to_us(aware_utc(ts, "promotion_ts"))
+            self._last_ts = ts
         return self._last_us
 
     def _close(
