@@ -301,8 +301,7 @@ class Consolidation:
             episodes=report.episodes,
             matched=report.matched,
         )
-        work = _Work(out, shipped.advances, shipped.stored_marks, local=False)
-        work.bodies = shipped.bodies
+        work = _Work(out, shipped.advances, shipped.stored_marks, False, shipped.bodies)
         return report, work
 
     async def pending(self, partition: Partition, rule_ids: Sequence[str] | None = None) -> int:

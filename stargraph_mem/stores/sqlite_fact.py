@@ -468,11 +468,10 @@ class _Batch:
         self._audit: list[tuple[Any, ...]] = []
         self._closes: list[tuple[Any, ...]] = []
         self._reinforcements: list[tuple[Any, ...]] = []
-        self._fact_seqs: list[int] = []
-        """Audit seq of the delta behind each pair staged in the adapter, in order."""
         self._asserting: list[tuple[Fact, ProvenanceBundle]] = []
-        self._asserting_at: list[int] = []
-        """The chunk's new (fact, bundle) pairs and their deltas' indexes, for the adapter."""
+        self._asserting_at: list[tuple[int, int]] = []
+        """The chunk's new (fact, bundle) pairs for the adapter, and for each the index and
+        audit seq of its delta."""
         self._rowid = self._seq = -1
         """Last facts rowid and audit seq used (read when the first chunk starts)."""
         self._last_ts, self._last_us = self.now, self.now_us
@@ -503,8 +502,10 @@ class _Batch:
             self.adapter.assert_many(pairs)
         except DeltaValidationError as exc:
             position = exc.context.get("position")
-            raise exc if position is None else _at(at[position], exc) from exc
-        await self._flush()
+            if position is None:
+                raise
+            raise _at(at[position][0], exc) from exc
+        await self._flush([seq for _, seq in at])
 
     async def _stored(self, deltas: Sequence[Delta], ids: Sequence[str]) -> set[str]:
         """Ids of ``deltas`` applied before: add and update deltas by the fact they made."""
@@ -594,8 +595,7 @@ class _Batch:
             },
         )
         self._asserting.append((fact, self._bundle(delta, did, predecessors)))
-        self._asserting_at.append(index)
-        self._fact_seqs.append(self._seq)
+        self._asserting_at.append((index, self._seq))
         self.known[fact_id] = _State(delta.user, delta.agent, self._us(delta.promotion_ts), False)
         self.created.append(fact_id)
 
@@ -672,13 +672,14 @@ class _Batch:
             )
         )
 
-    async def _flush(self) -> None:
-        """Write the chunk: new facts and lineage first, so closes can reach them.
+    async def _flush(self, seqs: list[int]) -> None:
+        """Write the chunk: new facts and lineage first, so closes can reach them
+        (``seqs``: the audit seq of each staged fact's delta).
 
         A fact created and closed within the chunk is inserted already closed: same rows,
         one write instead of an insert and an update.
         """
-        staged, seqs, self._fact_seqs = self.adapter.take_staged(), self._fact_seqs, []
+        staged = self.adapter.take_staged()
         first = self._rowid + 1
         self._rowid += len(staged)
         rows = [
