@@ -901,3 +901,34 @@ async def test_unknown_schema_versions_are_refused_untouched(tmp_path: Path) -> 
         async with SQLiteFactStore(path) as store:
             await store.bootstrap()
     assert dump(path) == before
+
+
+# --- background checkpoints --------------------------------------------------------------------
+
+
+async def _autocheckpoint(store: SQLiteFactStore) -> int:
+    db = store._db
+    assert db is not None
+    [(pages,)] = await db.execute_fetchall("PRAGMA wal_autocheckpoint")
+    return int(pages)
+
+
+async def test_background_checkpoints_copy_each_batch_and_restore_the_default(
+    store: SQLiteFactStore,
+) -> None:
+    await store.apply_delta(add("tea", src="e0"))
+    assert await _autocheckpoint(store) == 100
+    assert store._db is not None
+    await store._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # an empty log to start
+    async with store.background_checkpoints(), store.background_checkpoints():
+        sizes = []
+        for n in range(4):
+            await store.apply_delta(add(f"o{n}", src=f"e{n + 1}"))
+            assert await _autocheckpoint(store) == 0
+            sizes.append(os.path.getsize(f"{store.path}-wal"))
+        # each batch's log was copied in the background before the next began, so the
+        # next one started the log over instead of appending to it
+        assert sizes[-1] < 2 * sizes[0], sizes
+    assert await _autocheckpoint(store) == 100
+    assert store._checkpointer is None
+    assert len(await store.query(FactPattern())) == 5
