@@ -154,5 +154,10 @@ class MigrationNotSupported(StoreError):
     """A migration operation other than a nullable ``add_column`` was requested."""
 
 
+class StalePassError(StoreError):
+    """What a pass read (its watermarks, its partition's facts) changed before the pass
+    could be applied: nothing of it was applied, and the engine computes it again."""
+
+
 class CorruptRowError(StoreError):
     """A stored row could not be decoded (names the table and row id)."""

@@ -40,14 +40,17 @@ async def check(db: Path, stream: Sequence[tuple[str, str, str, str, str | None]
     problems: list[str] = []
     original = Consolidation._apply
 
-    async def checked_apply(self: Consolidation, report: PassReport, work: Any, runs: Any) -> None:
-        await original(self, report, work, runs)
+    async def checked_apply(
+        self: Consolidation, report: PassReport, work: Any, *args: Any
+    ) -> int:
+        version = await original(self, report, work, *args)
         stored: list[EngineFact] = await self.facts.current_facts(report.partition)
         if stored != work.out.facts_after:
             problems.append(f"{self.pack} pass {report.first_seq}-{report.last_seq}")
         marks = await self.facts.watermarks(self.pack, report.partition)
         if marks != work.carry().marks:
             problems.append(f"{self.pack} marks {marks} != {work.carry().marks}")
+        return version
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(Consolidation, "_apply", checked_apply)

@@ -113,11 +113,12 @@ def test_a_failing_apply_stops_the_run_and_the_worker(
         init(self)
         started.append(self)
 
-    async def failing(self: Consolidation, report: PassReport, work: Any, runs: Any) -> None:
+    async def failing(self: Consolidation, report: PassReport, work: Any, *args: Any) -> int:
         if len(applied) == 2:
             raise FactConflictError("apply failed", fact_ids=["f1"])
-        await original(self, report, work, runs)
+        version = await original(self, report, work, *args)
         applied.append(report.last_seq)
+        return version
 
     monkeypatch.setattr(Consolidation, "_apply", failing)
     monkeypatch.setattr(WorkerProcess, "__init__", tracking)

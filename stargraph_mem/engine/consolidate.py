@@ -13,9 +13,9 @@ import asyncio
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, suppress
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
@@ -29,13 +29,15 @@ from stargraph_mem.engine.runtime import (
     to_micros,
 )
 from stargraph_mem.engine.worker import WorkerProcess
+from stargraph_mem.errors import StalePassError
 from stargraph_mem.gcpause import gc_paused
 from stargraph_mem.salience import RuleBasedScorer, SalienceContext, SalienceScorer
 from stargraph_mem.stores.fact import EngineFact, Rejection, WatermarkAdvance
 from stargraph_mem.stores.memory import EpisodeRecord
 from stargraph_mem.stores.models import DELTA_ADAPTER, MemoryDelta, to_utc
 from stargraph_mem.stores.scope import Partition
-from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
+from stargraph_mem.stores.sqlite_base import to_us
+from stargraph_mem.stores.sqlite_fact import PassBasis, SQLiteFactStore, claim_holder
 from stargraph_mem.stores.sqlite_memory import SQLiteMemoryStore
 from stargraph_mem.stores.sqlite_schedule import RuleRun
 
@@ -45,6 +47,14 @@ WORKER_MIN_EPISODES = 50_000
 remain after its first (full) pass."""
 
 WorkerMode = Literal["auto", "always", "never"]
+
+CLAIM_SECONDS = 60.0
+"""A run claims its partition for this long, renewed by every pass it applies: passes of
+every pack over one partition take turns. A claim whose holder died is taken over once it
+expires, or at once when the holder ran on this host."""
+STALE_RETRIES = 100
+"""How often a run computes a pass again because the partition changed under it (another
+writer's apply) before giving up with :class:`StalePassError`."""
 
 KNOWN_PARTITIONS_MAX = 256
 KNOWN_FACTS_MAX = 10_000
@@ -114,6 +124,9 @@ class _Work:
     out: PassOutput
     advances: list[WatermarkAdvance]
     stored_marks: dict[str, int]
+    version: int | None
+    """The partition's facts version the pass read (None: carried from the previous pass
+    of the run, whose apply tells it)."""
     local: bool = True
     """Computed in this process (``out.facts_after`` is filled in)."""
     bodies: list[bytes] | None = None
@@ -147,8 +160,10 @@ class Consolidation:
         max_episodes: int = DEFAULT_MAX_EPISODES,
         keep_deltas: bool = True,
         worker: WorkerMode = "auto",
+        claim_seconds: float = CLAIM_SECONDS,
     ) -> None:
         self.runtime = runtime
+        self.claim_seconds = claim_seconds
         self.keep_deltas = keep_deltas
         self.memory = memory
         self.facts = facts
@@ -210,10 +225,68 @@ class Consolidation:
         now = to_utc(now)
         rules = self._rules(rule_ids)
         reports: list[PassReport] = []
-        async with self._lock, AsyncExitStack() as stack:
+        async with self._lock:
+            holder = None if dry_run else claim_holder()
+            held = False
+            try:
+                for attempt in range(STALE_RETRIES):
+                    if holder is not None:
+                        await self._claim(partition, holder)
+                        held = True
+                    try:
+                        held = not await self._passes(
+                            partition,
+                            now,
+                            rules,
+                            dry_run,
+                            legacy,
+                            stamp,
+                            runs,
+                            on_pass,
+                            holder,
+                            reports,
+                        )
+                        return reports
+                    except StalePassError:
+                        # another writer changed the partition: what was not applied is
+                        # computed again from the stored state
+                        self._known.pop(partition.key, None)
+                        reports[:] = [r for r in reports if r.applied]
+                        if attempt == STALE_RETRIES - 1:
+                            raise
+            finally:
+                if holder is not None and held:
+                    with suppress(Exception):
+                        await self.facts.release_partition(partition, holder)
+        return reports
+
+    async def _claim(self, partition: Partition, holder: str) -> None:
+        """Wait until ``partition`` is claimed for ``holder`` (see :data:`CLAIM_SECONDS`)."""
+        delay = 0.001
+        while await self.facts.claim_partition(partition, holder, self.claim_seconds):
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.05)
+
+    async def _passes(
+        self,
+        partition: Partition,
+        now: datetime,
+        rules: list[CompiledRule],
+        dry_run: bool,
+        legacy: LegacyFilter | None,
+        stamp: Stamp | None,
+        runs: Sequence[RuleRun],
+        on_pass: Callable[[PassReport], None] | None,
+        holder: str | None,
+        reports: list[PassReport],
+    ) -> bool:
+        """Passes until caught up, appended to ``reports``; True when the last applied
+        pass gave the claim up (:class:`StalePassError` when the partition changed)."""
+        async with AsyncExitStack() as stack:
             carried: _Carry | None = None
-            applying: asyncio.Task[None] | None = None
+            applying: asyncio.Task[int] | None = None
             worker: WorkerProcess | None = None
+            version: int | None = None
             try:
                 while True:
                     if worker is not None:
@@ -232,11 +305,16 @@ class Consolidation:
                         report.deltas = work.out.deltas
                     if applying is not None:
                         # the previous pass commits while this one is computed
-                        await applying
+                        version = await applying
                         applying = None
+                    last = report.episodes < self.max_episodes or dry_run
                     if not dry_run:
-                        applying = asyncio.create_task(self._apply(report, work, runs))
-                    if report.episodes < self.max_episodes or dry_run:
+                        if work.version is None:  # computed from the previous pass's result
+                            work.version = version
+                        applying = asyncio.create_task(
+                            self._apply(report, work, runs, holder, last)
+                        )
+                    if last:
                         break
                     if worker is None:
                         carried = work.carry()
@@ -254,7 +332,7 @@ class Consolidation:
                     await asyncio.gather(applying, return_exceptions=True)
                 if worker is not None:
                     await asyncio.to_thread(worker.close)
-        return reports
+        return not dry_run and holder is not None
 
     async def _worker_for(self, partition: Partition, after: int) -> WorkerProcess | None:
         """A started worker process for the rest of a run whose first pass ended at seq
@@ -282,11 +360,11 @@ class Consolidation:
             raise
         return worker
 
-    async def _current_facts(self, partition: Partition) -> list[EngineFact]:
+    async def _current_facts(self, partition: Partition, version: int) -> list[EngineFact]:
         """The partition's current facts: those our last pass there left, while the store's
-        version for the partition shows nobody changed them since; else read."""
+        version for the partition (read just before) shows nobody changed them; else read."""
         known = self._known.get(partition.key)
-        if known is not None and await self.facts.version(partition) == known[0]:
+        if known is not None and version == known[0]:
             self._known.move_to_end(partition.key)
             return known[1]
         return await self.facts.current_facts(partition)
@@ -301,7 +379,9 @@ class Consolidation:
             episodes=report.episodes,
             matched=report.matched,
         )
-        work = _Work(out, shipped.advances, shipped.stored_marks, False, shipped.bodies)
+        work = _Work(
+            out, shipped.advances, shipped.stored_marks, shipped.version, False, shipped.bodies
+        )
         return report, work
 
     async def pending(self, partition: Partition, rule_ids: Sequence[str] | None = None) -> int:
@@ -325,11 +405,11 @@ class Consolidation:
         watermarks and resulting facts stand in for reads of the stores.
         """
         t0 = time.perf_counter()
-        stored = (
-            carried.marks
-            if carried is not None
-            else await self.facts.watermarks(self.pack, partition)
-        )
+        version: int | None = None
+        if carried is not None:
+            stored = carried.marks
+        else:  # read before the episodes and facts: the apply checks nothing moved since
+            stored, version = await self.facts.basis(self.pack, partition)
         marks = stored
         if stamp is not None:
             shared = stored.get(stamp.rule_id, 0)
@@ -350,9 +430,11 @@ class Consolidation:
         eligible = await self._eligibility(
             partition, rules, records, marks, high, now, legacy, report
         )
-        engine_facts = (
-            carried.facts if carried is not None else await self._current_facts(partition)
-        )
+        if carried is not None:
+            engine_facts = carried.facts
+        else:
+            assert version is not None
+            engine_facts = await self._current_facts(partition, version)
         t1 = time.perf_counter()
         out = await asyncio.to_thread(
             self.runtime.run_pass,
@@ -374,10 +456,18 @@ class Consolidation:
         report.rejected = out.rejected
         report.timings = {"read": t1 - t0, "engine": t2 - t1, "apply": 0.0, "total": t2 - t0}
         advances = self._advances(partition, rules, marks, high, stamp)
-        return report, _Work(out, advances, stored)
+        return report, _Work(out, advances, stored, version)
 
-    async def _apply(self, report: PassReport, work: _Work, runs: Sequence[RuleRun]) -> None:
-        """Commit one computed pass: deltas, rejections and watermarks in one transaction."""
+    async def _apply(
+        self,
+        report: PassReport,
+        work: _Work,
+        runs: Sequence[RuleRun],
+        holder: str | None,
+        last: bool,
+    ) -> int:
+        """Commit one computed pass: deltas, rejections and watermarks in one transaction,
+        if the partition is still as the pass read it; the partition's version after it."""
         t0 = time.perf_counter()
         if work.bodies is not None:
             # rebuilt and validated here, while the store checkpoints the previous pass
@@ -389,21 +479,34 @@ class Consolidation:
         partition = report.partition
         keep = work.local and len(work.out.facts_after) <= KNOWN_FACTS_MAX
         self._known.pop(partition.key, None)
+        assert work.version is not None
+        basis = PassBasis(
+            self.pack,
+            partition,
+            work.stored_marks,
+            work.version,
+            holder or "",
+            to_us(datetime.now(UTC)) + round(self.claim_seconds * 1_000_000),
+            last,
+        )
         result = await self.facts.apply_deltas(
             work.out.deltas,
             pack_hash=self.runtime.sha256,
             watermarks=work.advances,
             rejections=rejections_of(work.out.rejected, self.pack, partition),
             runs=runs,
-            version_of=partition if keep else None,
+            version_of=partition,
+            basis=basis,
         )
-        if keep and result.version is not None:
+        assert result.version is not None
+        if keep:
             self._known[partition.key] = (result.version, work.out.facts_after)
             while len(self._known) > KNOWN_PARTITIONS_MAX:
                 self._known.popitem(last=False)
         report.applied = True
         report.timings["apply"] = time.perf_counter() - t0
         report.timings["total"] += report.timings["apply"]
+        return result.version
 
     def _advances(
         self,
@@ -524,6 +627,7 @@ class _Shipped:
     report: PassReport
     advances: list[WatermarkAdvance]
     stored_marks: dict[str, int]
+    version: int | None
     bodies: list[bytes]
 
 
@@ -569,7 +673,7 @@ class PassServer:
         self.carried = work.carry()
         bodies = [delta.canonical_body() for delta in work.out.deltas]
         report.deltas = []
-        return _Shipped(report, work.advances, work.stored_marks, bodies)
+        return _Shipped(report, work.advances, work.stored_marks, work.version, bodies)
 
     async def _close(self) -> None:
         consolidation, self.consolidation = self.consolidation, None

@@ -9,6 +9,9 @@ per table and chunk, so a failure anywhere leaves the file exactly as it was.
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -26,6 +29,7 @@ from stargraph_mem.errors import (
     DeltaValidationError,
     FactConflictError,
     FactNotFoundError,
+    StalePassError,
     StoreError,
 )
 from stargraph_mem.gcpause import gc_paused
@@ -68,7 +72,15 @@ from stargraph_mem.stores.sqlite_base import (
 )
 from stargraph_mem.stores.sqlite_schedule import RuleRun, record_runs
 
-__all__ = ["CHUNK", "SCHEMA_VERSION", "SQLiteFactStore", "fact_query", "validate_deltas"]
+__all__ = [
+    "CHUNK",
+    "SCHEMA_VERSION",
+    "PassBasis",
+    "SQLiteFactStore",
+    "claim_holder",
+    "fact_query",
+    "validate_deltas",
+]
 
 SCHEMA_VERSION: Final = 2
 """2: lineage rows share their fact's rowid and name the creating audit row; audit delta
@@ -175,6 +187,12 @@ _SCHEMA: Final = (
         PRIMARY KEY (id, pack, rule_id, partition_key)
     )""",
     "CREATE INDEX IF NOT EXISTS rejections_partition ON rejections (partition_key, at_us)",
+    # who consolidates a partition now (any pack): see SQLiteFactStore.claim_partition
+    """CREATE TABLE IF NOT EXISTS partition_claims (
+        partition_key TEXT PRIMARY KEY,
+        holder TEXT NOT NULL,
+        expires_us INTEGER NOT NULL
+    )""",
     "INSERT OR IGNORE INTO fact_store_meta (key, value) VALUES ('schema_version', '2')",
 )
 _MIGRATE_V1: Final = (
@@ -268,6 +286,76 @@ _CURRENT: Final = """
     FROM facts f JOIN lineage l ON l.rowid = f.rowid
     WHERE f.partition_key = ? AND f.valid_until_us IS NULL
     ORDER BY f.valid_from_us, f.id"""
+
+
+_HOST: Final = socket.gethostname()
+
+
+def claim_holder() -> str:
+    """A new claim holder name: ``host/pid/token`` (a dead holder on this host is seen)."""
+    return f"{_HOST}/{os.getpid()}/{uuid.uuid4().hex}"
+
+
+def _holder_is_dead(holder: str) -> bool:
+    """Whether ``holder`` names a process of this host that no longer runs."""
+    host, _, rest = holder.partition("/")
+    pid_text = rest.partition("/")[0]
+    if host != _HOST or not pid_text.isdigit():
+        return False
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # exists, owned by someone else
+        return False
+    return False
+
+
+@dataclass(frozen=True, slots=True)
+class PassBasis:
+    """What a pass read, checked again inside the transaction that applies it.
+
+    ``marks`` are the pack's stored watermarks for the partition and ``version`` the
+    partition's facts version (see :meth:`SQLiteFactStore.version`) the pass was computed
+    from; if either changed, :class:`StalePassError` rolls the batch back. ``holder`` names
+    the partition claim the pass runs under: the apply renews it until ``expires_us``, or
+    gives it up when ``release`` (a run's last pass).
+    """
+
+    pack: str
+    partition: Partition
+    marks: dict[str, int]
+    version: int
+    holder: str = ""
+    expires_us: int = 0
+    release: bool = False
+
+
+async def _check_basis(db: aiosqlite.Connection, basis: PassBasis) -> None:
+    """Raise :class:`StalePassError` unless the stored state is what the pass read."""
+    marks = await _marks(db, basis.pack, basis.partition.key)
+    version = await _version(db, basis.partition)
+    if marks != basis.marks or version != basis.version:
+        raise StalePassError(
+            f"pack '{basis.pack}' at {basis.partition.key}: the partition changed while the "
+            f"pass was computed (version {basis.version} → {version})",
+            pack=basis.pack,
+            partition=basis.partition.key,
+        )
+    if basis.holder:
+        if basis.release:
+            await db.execute(
+                "DELETE FROM partition_claims WHERE partition_key = ? AND holder = ?",
+                (basis.partition.key, basis.holder),
+            )
+        else:
+            await db.execute(
+                "UPDATE partition_claims SET expires_us = ? WHERE partition_key = ? AND holder = ?",
+                (basis.expires_us, basis.partition.key, basis.holder),
+            )
 
 
 # --- conversions ------------------------------------------------------------------------
@@ -1065,6 +1153,7 @@ class SQLiteFactStore(SQLiteStoreBase):
         rejections: Sequence[Rejection] = (),
         runs: Sequence[RuleRun] = (),
         version_of: Partition | None = None,
+        basis: PassBasis | None = None,
     ) -> ApplyResult:
         """Apply a batch in order, in one transaction, with its watermarks and rejections.
 
@@ -1072,6 +1161,8 @@ class SQLiteFactStore(SQLiteStoreBase):
         a watermark going backwards, a listener raising) rolls the whole batch back.
         ``runs`` (a scheduler's pass records) are written first, as a compare-and-set:
         another scheduler's earlier pass raises :class:`PassConflictError` and rolls back.
+        With ``basis`` (a consolidation pass), the stored watermarks and facts version are
+        first compared with what the pass read: a change raises :class:`StalePassError`.
         """
         check_pack_hash(pack_hash)
         with gc_paused():
@@ -1082,6 +1173,7 @@ class SQLiteFactStore(SQLiteStoreBase):
                 tuple(rejections),
                 runs,
                 version_of,
+                basis,
             )
 
     async def _apply(
@@ -1092,6 +1184,7 @@ class SQLiteFactStore(SQLiteStoreBase):
         rejections: tuple[Rejection, ...],
         runs: Sequence[RuleRun] = (),
         version_of: Partition | None = None,
+        basis: PassBasis | None = None,
     ) -> ApplyResult:
         now = self._clock()
         async with self._lock:
@@ -1101,6 +1194,8 @@ class SQLiteFactStore(SQLiteStoreBase):
             batch = _Batch(db, self.adapter, pack_hash, now)
             try:
                 async with transaction(db):
+                    if basis is not None:
+                        await _check_basis(db, basis)
                     await record_runs(db, runs)
                     for start in range(0, len(deltas), CHUNK):
                         await batch.apply_chunk(start, deltas[start : start + CHUNK])
@@ -1112,6 +1207,58 @@ class SQLiteFactStore(SQLiteStoreBase):
             if self._deferred and self._checkpointer is not None:
                 self._checkpointing = asyncio.create_task(self._checkpoint(self._checkpointer))
         return batch.result(advanced, len(rejections), version)
+
+    async def claim_partition(
+        self, partition: Partition, holder: str, seconds: float
+    ) -> str | None:
+        """Claim ``partition`` for ``holder`` for ``seconds`` (renewing a claim it holds).
+
+        Returns None when the claim is ours, else the other holder's name. An expired
+        claim, or one held by a process of this host that no longer runs, is taken over.
+        """
+        now_us = to_us(utc_now(), "claim time")
+        async with self._write() as db:
+            rows = await fetch(
+                db,
+                "SELECT holder, expires_us FROM partition_claims WHERE partition_key = ?",
+                (partition.key,),
+            )
+            if rows:
+                other, expires_us = str(rows[0][0]), int(rows[0][1])
+                if other != holder and expires_us > now_us and not _holder_is_dead(other):
+                    return other
+            await db.execute(
+                "INSERT INTO partition_claims (partition_key, holder, expires_us) "
+                "VALUES (?, ?, ?) ON CONFLICT (partition_key) DO UPDATE SET "
+                "holder = excluded.holder, expires_us = excluded.expires_us",
+                (partition.key, holder, now_us + round(seconds * 1_000_000)),
+            )
+        return None
+
+    async def release_partition(self, partition: Partition, holder: str) -> None:
+        """Give up ``holder``'s claim on ``partition`` (nothing if it holds none)."""
+        async with self._write() as db:
+            await db.execute(
+                "DELETE FROM partition_claims WHERE partition_key = ? AND holder = ?",
+                (partition.key, holder),
+            )
+
+    async def claim_of(self, partition: Partition) -> tuple[str, datetime] | None:
+        """Who claims ``partition`` and until when, as stored (None when nobody)."""
+        async with self._read() as db:
+            rows = await fetch(
+                db,
+                "SELECT holder, expires_us FROM partition_claims WHERE partition_key = ?",
+                (partition.key,),
+            )
+        return (str(rows[0][0]), from_us(int(rows[0][1]))) if rows else None
+
+    async def basis(self, pack: str, partition: Partition) -> tuple[dict[str, int], int]:
+        """The pack's watermarks for ``partition`` and the partition's facts version, read
+        before a pass reads episodes and facts (see :class:`PassBasis`)."""
+        async with self._read() as db:
+            version = await _version(db, partition)
+            return await _marks(db, pack, partition.key), version
 
     async def version(self, partition: Partition) -> int:
         """A number that changes whenever ``partition``'s facts do: its highest audit seq
