@@ -334,6 +334,18 @@ class PassBasis:
     release: bool = False
 
 
+def _check_pass_scope(deltas: Sequence[Delta], basis: PassBasis) -> None:
+    """A pass writes only its own partition."""
+    partition = basis.partition
+    for index, delta in enumerate(deltas):
+        if (delta.user, delta.agent) != (partition.user, partition.agent):
+            raise DeltaValidationError(
+                f"deltas[{index}]: a pass over {partition.key} emitted a delta for "
+                f"({delta.user!r}, {delta.agent!r})",
+                index=index,
+            )
+
+
 async def _check_basis(db: aiosqlite.Connection, basis: PassBasis) -> None:
     """Raise :class:`StalePassError` unless the stored state is what the pass read."""
     marks = await _marks(db, basis.pack, basis.partition.key)
@@ -562,6 +574,9 @@ class _Batch:
         audit seq of its delta."""
         self._rowid = self._seq = -1
         """Last facts rowid and audit seq used (read when the first chunk starts)."""
+        self.check_sources: bool | None = None
+        """Whether cited episodes are checked against the delta's scope (None: not yet
+        known whether this file has an episodes table)."""
         self._last_ts, self._last_us = self.now, self.now_us
 
     async def apply_chunk(self, start: int, deltas: Sequence[Delta]) -> None:
@@ -573,6 +588,7 @@ class _Batch:
             self._seq = int(await scalar(self.db, _LAST_SEQ) or 0)
         stored = await self._stored(deltas, ids)
         await self._load(deltas)
+        await self._check_sources(start, deltas)
         for offset, (delta, did, body) in enumerate(zip(deltas, ids, bodies, strict=True)):
             if did in stored or did in self.seen:
                 self.skipped += 1
@@ -612,6 +628,37 @@ class _Batch:
             rows = await fetch(self.db, _STORED_MARKERS, (_json_text(markers),))
             stored.update(str(row[0]) for row in rows)
         return stored
+
+    async def _check_sources(self, start: int, deltas: Sequence[Delta]) -> None:
+        """Refuse a delta citing an episode of another (user, agent) as its source.
+
+        Ids the file does not hold pass (the fact store may stand alone); a pass's own
+        deltas are not checked here (it read them from its partition, see ``PassBasis``).
+        """
+        if self.check_sources is None:
+            self.check_sources = "partition_key" in await _episode_columns(self.db)
+        if not self.check_sources:
+            return
+        cited = sorted({eid for delta in deltas for eid in delta.source_episode_ids})
+        if not cited:
+            return
+        rows = await fetch(
+            self.db,
+            f"SELECT id, partition_key FROM episodes WHERE id {_IN_JSON}",
+            (_json_text(cited),),
+        )
+        owner = {str(eid): str(key) for eid, key in rows}
+        for offset, delta in enumerate(deltas):
+            key = _partition_key(delta.user, delta.agent)
+            for position, eid in enumerate(delta.source_episode_ids):
+                if owner.get(eid, key) != key:
+                    field = f"deltas[{start + offset}].source_episode_ids[{position}]"
+                    raise DeltaValidationError(
+                        f"{field}: episode {eid!r} belongs to another (user, agent) than "
+                        f"the delta's ({delta.user!r}, {delta.agent!r})",
+                        index=start + offset,
+                        field=field,
+                    )
 
     async def _load(self, deltas: Sequence[Delta]) -> None:
         """Read the states of referenced facts the batch has not seen yet."""
@@ -966,19 +1013,25 @@ async def _successors(db: aiosqlite.Connection, fact: Fact) -> list[Fact]:
     return out
 
 
+async def _episode_columns(db: aiosqlite.Connection) -> set[str]:
+    """Columns of the ``episodes`` table in this file (empty when there is none)."""
+    rows = await fetch(db, "SELECT name FROM pragma_table_info('episodes')")
+    return {str(row[0]) for row in rows}
+
+
 async def _source_episodes(
-    db: aiosqlite.Connection, ids: Sequence[str]
+    db: aiosqlite.Connection, ids: Sequence[str], partition_key: str
 ) -> tuple[SourceEpisode, ...]:
-    """Source episodes with content from the ``episodes`` table when it exists."""
-    columns = {
-        str(row[0]) for row in await fetch(db, "SELECT name FROM pragma_table_info('episodes')")
-    }
+    """Source episodes with content from the ``episodes`` table when it exists; only
+    episodes of the fact's own (user, agent) are shown (others by id alone)."""
+    columns = await _episode_columns(db)
     found: dict[str, SourceEpisode] = {}
-    if {"id", "session", "ts_us", "content"} <= columns:
+    if {"id", "session", "ts_us", "content", "partition_key"} <= columns:
         rows = await fetch(
             db,
-            f"SELECT id, session, ts_us, content FROM episodes WHERE id {_IN_JSON}",
-            (_json_text(list(ids)),),
+            f"SELECT id, session, ts_us, content FROM episodes WHERE id {_IN_JSON} "
+            "AND partition_key = ?",
+            (_json_text(list(ids)), partition_key),
         )
         for eid, session, ts_us, content in rows:
             found[eid] = SourceEpisode(
@@ -1192,6 +1245,9 @@ class SQLiteFactStore(SQLiteStoreBase):
             await self._settle()
             await self._checkpoint_mode(db)
             batch = _Batch(db, self.adapter, pack_hash, now)
+            if basis is not None:
+                _check_pass_scope(deltas, basis)
+                batch.check_sources = False
             try:
                 async with transaction(db):
                     if basis is not None:
@@ -1373,7 +1429,9 @@ class SQLiteFactStore(SQLiteStoreBase):
             return Explanation(
                 fact=fact,
                 provenance=provenance,
-                source_episodes=await _source_episodes(db, provenance.source_episode_ids),
+                source_episodes=await _source_episodes(
+                    db, provenance.source_episode_ids, _partition_key(fact.user, fact.agent)
+                ),
                 predecessors=tuple(await _predecessors(db, provenance.predecessor_ids)),
                 successors=tuple(await _successors(db, fact)),
                 closed_by=closed_by,
