@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AsyncExitStack
 from datetime import datetime
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from stargraph_mem.engine.scheduler import (
 )
 from stargraph_mem.salience import SalienceScorer
 from stargraph_mem.stores.fact import Explanation
-from stargraph_mem.stores.lifecycle import AsyncResource
+from stargraph_mem.stores.lifecycle import AsyncResource, closed_on_failure
 from stargraph_mem.stores.models import Episode, Fact, FactPattern, utc_now
 from stargraph_mem.stores.scope import Partition
 from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
@@ -47,6 +48,9 @@ class Consolidator(AsyncResource):
 
     ``clock`` (tz-aware) is the scheduler's notion of now, injectable for tests. Every
     method is safe to call concurrently from many tasks of one event loop.
+
+    ``read_only`` (default ``None``: when the file cannot be written) opens the stores
+    read-only: reads work on a current schema, writes raise ``DB is read-only …``.
     """
 
     def __init__(
@@ -61,11 +65,14 @@ class Consolidator(AsyncResource):
         holder: str | None = None,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         worker: WorkerMode = "auto",
+        read_only: bool | None = None,
     ) -> None:
         self.path = Path(path)
         self.memory = SQLiteMemoryStore(self.path)
         self.fact_store = SQLiteFactStore(self.path)
         self.schedule_store = SQLiteScheduleStore(self.path)
+        for store in (self.memory, self.fact_store, self.schedule_store):
+            store.read_only = read_only
         self.packs = list(packs)
         self.max_episodes = max_episodes
         self.keep_deltas = keep_deltas
@@ -109,8 +116,11 @@ class Consolidator(AsyncResource):
         holder: str | None = None,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         worker: WorkerMode = "auto",
+        read_only: bool | None = None,
     ) -> Consolidator:
-        """Compile ``packs`` (YAML files) and prepare stores at ``path``; use ``async with``."""
+        """Compile ``packs`` (YAML files) and prepare stores at ``path``; use ``async with``.
+
+        Nothing is opened until ``async with`` (or :meth:`bootstrap`)."""
         return cls(
             path,
             [compile_file(p) for p in packs],
@@ -121,24 +131,42 @@ class Consolidator(AsyncResource):
             holder=holder,
             lease_seconds=lease_seconds,
             worker=worker,
+            read_only=read_only,
         )
 
+    @property
+    def read_only_reason(self) -> str | None:
+        """Why the open stores are read-only (``None`` when writable or not open)."""
+        return self.memory.read_only_reason or self.fact_store.read_only_reason
+
     async def bootstrap(self) -> None:
-        """Create the stores' schemas (idempotent)."""
-        await self.memory.bootstrap()
-        await self.fact_store.bootstrap()
-        await self.schedule_store.bootstrap()
-        await self.scheduler.register()
+        """Create the stores' schemas (idempotent) and register the packs' cadences.
+
+        If any step fails, every store is closed before the error propagates (an open
+        connection would otherwise keep the process alive). A read-only file is checked,
+        not changed, and the packs are not registered.
+        """
+        async with closed_on_failure(self._close_stores):
+            await self.memory.bootstrap()
+            await self.fact_store.bootstrap()
+            await self.schedule_store.bootstrap()
+            if self.schedule_store.read_only_reason is None:
+                await self.scheduler.register()
 
     async def close(self) -> None:
         """Give the scheduler lease up if this instance ticked, then close the stores."""
         try:
-            if self._ticked:
+            if self._ticked and self.schedule_store.read_only_reason is None:
                 await self.scheduler.release()
         finally:
-            await self.schedule_store.close()
-            await self.fact_store.close()
-            await self.memory.close()
+            await self._close_stores()
+
+    async def _close_stores(self) -> None:
+        """Close every store, even when closing one of them fails (that error is raised)."""
+        async with AsyncExitStack() as stack:
+            stack.push_async_callback(self.memory.close)
+            stack.push_async_callback(self.fact_store.close)
+            stack.push_async_callback(self.schedule_store.close)
 
     async def record(self, episode: Episode) -> ScheduleReport:
         """Store one episode under its own scope, then check the partition's count

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
+import weakref
 from abc import abstractmethod
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -20,7 +21,8 @@ from typing import Any, ClassVar, Final
 
 import aiosqlite
 
-from stargraph_mem.stores.lifecycle import AsyncResource
+from stargraph_mem.errors import StoreError
+from stargraph_mem.stores.lifecycle import AsyncResource, closed_on_failure
 from stargraph_mem.stores.models import StoreHealth, utc_now
 
 __all__ = [
@@ -32,6 +34,9 @@ __all__ = [
     "file_size",
     "from_us",
     "open_connection",
+    "open_read_only",
+    "read_only_reason",
+    "read_only_uri",
     "scalar",
     "to_us",
     "transaction",
@@ -75,9 +80,24 @@ def from_us(ts_us: int, offset_s: int = 0) -> datetime:
 # --- connection -----------------------------------------------------------------------
 
 
+_READ_ONLY: weakref.WeakKeyDictionary[aiosqlite.Connection, str] = weakref.WeakKeyDictionary()
+"""Connections opened read-only, with ``path: why`` (for the error a write raises)."""
+
+
+def read_only_error(where: str, action: str) -> StoreError:
+    """``DB is read-only (path: why): cannot <action>``."""
+    return StoreError(f"DB is read-only ({where}): cannot {action}", read_only=where)
+
+
 @asynccontextmanager
 async def transaction(db: aiosqlite.Connection) -> AsyncIterator[aiosqlite.Connection]:
-    """``BEGIN IMMEDIATE`` … ``COMMIT``; roll back on any exception (then re-raise)."""
+    """``BEGIN IMMEDIATE`` … ``COMMIT``; roll back on any exception (then re-raise).
+
+    On a connection opened read-only, raises :class:`StoreError` before beginning.
+    """
+    where = _READ_ONLY.get(db)
+    if where is not None:
+        raise read_only_error(where, "write to it")
     await db.execute("BEGIN IMMEDIATE")
     try:
         yield db
@@ -114,17 +134,77 @@ async def _enable_wal(db: aiosqlite.Connection) -> None:
 
 
 async def open_connection(path: Path) -> aiosqlite.Connection:
-    """Open ``path`` (creating parent folders) in autocommit mode with the stores' pragmas."""
+    """Open ``path`` (creating parent folders) in autocommit mode with the stores' pragmas.
+
+    If a pragma fails the connection is closed before the error propagates.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     db = await aiosqlite.connect(path, isolation_level=None)
-    try:
+    async with closed_on_failure(db.close):
         await db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         await _enable_wal(db)
         await db.execute("PRAGMA synchronous=NORMAL")
         await db.execute(f"PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT_PAGES}")
-    except BaseException:
-        await db.close()
-        raise
+    return db
+
+
+def _sidecar(path: Path, suffix: str) -> Path:
+    return path.with_name(path.name + suffix)
+
+
+def read_only_reason(path: Path) -> str | None:
+    """Why SQLite could only read ``path``; ``None`` when it can write it (or it does not
+    exist yet).
+
+    Writing needs the file and, for the rollback journal or a new write-ahead log, its
+    folder; a folder that cannot be written still allows writes when both ``-wal`` and
+    ``-shm`` exist and can be written. ``os.access`` also answers for read-only mounts.
+    """
+    if not path.exists():
+        return None
+    if not os.access(path, os.W_OK):
+        return "the file is not writable"
+    if not os.access(path.parent, os.W_OK | os.X_OK) and not all(
+        os.access(_sidecar(path, suffix), os.W_OK) for suffix in ("-wal", "-shm")
+    ):
+        return "its folder is not writable"
+    return None
+
+
+def read_only_uri(path: Path) -> str:
+    """A URI that reads ``path`` without writing it or creating files beside it.
+
+    With a ``-wal`` (a writer has the database open, or did not finish) or a rollback
+    ``-journal`` beside it, ``mode=ro`` reads through them; otherwise ``immutable=1``
+    reads the file alone (``mode=ro`` on a WAL database would need to create ``-shm``,
+    which a read-only folder does not allow).
+    """
+    uri = path.resolve().as_uri()
+    live = any(_sidecar(path, suffix).exists() for suffix in ("-wal", "-journal"))
+    return f"{uri}?mode=ro" if live else f"{uri}?mode=ro&immutable=1"
+
+
+async def open_read_only(path: Path, why: str) -> aiosqlite.Connection:
+    """Open an existing ``path`` for reading only (``why``: the reason, for errors).
+
+    Nothing is written: no journal mode switch, no schema; a write through
+    :func:`transaction` raises ``DB is read-only (path: why): cannot …``.
+    """
+    where = f"{path}: {why}"
+    if not path.is_file():
+        raise StoreError(f"{path}: database file does not exist", read_only=where)
+    try:
+        db = await aiosqlite.connect(read_only_uri(path), uri=True, isolation_level=None)
+        async with closed_on_failure(db.close):
+            await db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            await db.execute("PRAGMA query_only=ON")
+            await db.execute("SELECT count(*) FROM sqlite_master")
+    except sqlite3.Error as exc:
+        hint = ""
+        if _sidecar(path, "-wal").exists() and not _sidecar(path, "-shm").exists():
+            hint = f" (reading {path.name}-wal needs a {path.name}-shm beside it)"
+        raise StoreError(f"cannot read {where}: {exc}{hint}", read_only=where) from exc
+    _READ_ONLY[db] = where
     return db
 
 
@@ -158,31 +238,58 @@ class SQLiteStoreBase(AsyncResource):
         self._clock = clock
         self._db: aiosqlite.Connection | None = None
         self._lock = asyncio.Lock()
+        self.read_only: bool | None = None
+        """``True`` opens the file read-only, ``False`` read-write; ``None`` (the default)
+        opens it read-only when it cannot be written (:func:`read_only_reason`)."""
+        self.read_only_reason: str | None = None
+        """Why the open connection is read-only; ``None`` when it is writable or closed."""
 
     async def close(self) -> None:
         """Close the connection (a later call reopens it)."""
         async with self._lock:
             if self._db is not None:
                 db, self._db = self._db, None
+                self.read_only_reason = None
                 await db.close()
 
     def _now_us(self) -> int:
         """The injected clock as UTC microseconds; a naive clock value raises."""
         return to_us(self._clock(), "clock()")
 
+    def _read_only_why(self) -> str | None:
+        """Why the next connection opens read-only (``None``: read-write)."""
+        if self.read_only is None:
+            return read_only_reason(self.path)
+        return "opened read-only" if self.read_only else None
+
     async def _ready(self) -> aiosqlite.Connection:
-        """The open, bootstrapped connection (opened on first use). Call with the lock held."""
+        """The open, bootstrapped connection (opened on first use). Call with the lock held.
+
+        A read-only file is not bootstrapped: its schema must be there already. Whatever
+        fails after the connection opened closes it before the error propagates.
+        """
         if self._db is None:
-            db = await open_connection(self.path)
-            try:
+            why = self._read_only_why()
+            db = await (
+                open_connection(self.path) if why is None else open_read_only(self.path, why)
+            )
+            async with closed_on_failure(db.close):
                 for pragma in self._pragmas:
                     await db.execute(pragma)
-                await self._bootstrap(db)
-            except BaseException:
-                await db.close()
-                raise
-            self._db = db
+                if why is None:
+                    await self._bootstrap(db)
+                else:
+                    await self._check_schema(db, why)
+            self._db, self.read_only_reason = db, why
         return self._db
+
+    async def _check_schema(self, db: aiosqlite.Connection, why: str) -> None:
+        """A read-only file must hold the store's tables: they cannot be created."""
+        names = {row[0] for row in await fetch(db, "SELECT name FROM sqlite_master")}
+        missing = [table for table in self._tables if table not in names]
+        if missing:
+            action = f"create the missing table(s) {', '.join(missing)}"
+            raise read_only_error(f"{self.path}: {why}", action)
 
     @abstractmethod
     async def _bootstrap(self, db: aiosqlite.Connection) -> None:
@@ -203,11 +310,15 @@ class SQLiteStoreBase(AsyncResource):
     # --- lifecycle ----------------------------------------------------------------------
 
     async def bootstrap(self) -> None:
-        """Create folders, tables, indexes and the schema's initial rows; idempotent."""
+        """Create folders, tables, indexes and the schema's initial rows; idempotent.
+
+        A file that cannot be written is opened read-only instead (see :attr:`read_only`)
+        and only checked: every table must exist.
+        """
         async with self._lock:
             if self._db is None:
                 await self._ready()
-            else:
+            elif self.read_only_reason is None:
                 await self._bootstrap(self._db)
 
     async def health(self) -> StoreHealth:
@@ -219,8 +330,8 @@ class SQLiteStoreBase(AsyncResource):
         try:
             # mode=rw never creates the file, and unlike mode=ro it removes the -wal/-shm
             # files on close; health only ever reads.
-            mode = "rw" if os.access(path, os.W_OK) else "ro"
-            uri = f"{path.resolve().as_uri()}?mode={mode}"
+            writable = read_only_reason(path) is None
+            uri = f"{path.resolve().as_uri()}?mode=rw" if writable else read_only_uri(path)
             async with aiosqlite.connect(uri, uri=True) as db:
                 return await self._inspect(db, path)
         except (sqlite3.Error, OSError) as exc:
