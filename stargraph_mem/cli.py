@@ -3,12 +3,17 @@
 Known errors become one ``error: …`` line on stderr with exit code 1; usage errors exit 2
 (typer's default). Add a command by writing a function that parses its options and hands
 one coroutine to :func:`run` (stores are opened with :func:`using_store`).
+
+Human-readable output passes user text through :func:`printable`, so a name cannot split
+a row or send terminal escapes; ``--json`` output is exact JSON. Arguments that are not
+valid UTF-8 are usage errors (:class:`CommandGroup`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import re
 import sqlite3
 import sys
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
@@ -30,6 +35,8 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 from rich.progress import Progress as RichProgress
+from typer._click import Context as ClickContext  # typer vendors click
+from typer.core import TyperGroup
 
 from stargraph_mem.authoring.trace import explanation_lines
 from stargraph_mem.compiler.pack import compile_file, validate_file
@@ -44,9 +51,101 @@ from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
 
 T = TypeVar("T")
 
+
+# --- what is printed, and what is accepted ----------------------------------------------
+
+_UNSAFE = (
+    r"\x00-\x1f\x7f-\x9f"  # C0, DEL, C1
+    r"\u2028\u2029"  # line and paragraph separators
+    r"\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"  # bidi marks, embeddings, overrides, isolates
+    r"\ud800-\udfff"  # lone surrogates
+)
+_CONTROLS = re.compile(f"[{_UNSAFE}]")
+_CONTROLS_AND_BACKSLASH = re.compile(rf"[\\{_UNSAFE}]")
+_SHORT_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    short = _SHORT_ESCAPES.get(char)
+    if short is not None:
+        return short
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(text: str, *, backslashes: bool = True) -> str:
+    """``text`` safe for one line of a terminal: control characters (C0, DEL, C1), line and
+    paragraph separators, bidi controls and lone surrogates become escapes (``\\n``,
+    ``\\x1b``, ``\\u202e``), and a backslash becomes ``\\\\``, so the original can be read back.
+
+    ``backslashes=False`` leaves backslashes alone: for lines the library already rendered
+    (their values may carry escapes of their own); it changes nothing in a line already made
+    printable, so it is safe to apply to whole lines as well as to the values in them.
+    """
+    pattern = _CONTROLS_AND_BACKSLASH if backslashes else _CONTROLS
+    return pattern.sub(_escape, text)
+
+
+def echo_lines(lines: Sequence[str], *, err: bool = False) -> None:
+    """Print lines rendered by the library, each made printable (backslashes kept)."""
+    typer.echo("\n".join(printable(line, backslashes=False) for line in lines), err=err)
+
+
+def utf8_problem(value: str) -> str | None:
+    """Why ``value`` is not valid UTF-8 text (``None`` when it is).
+
+    Python decodes undecodable argv bytes to lone surrogates (U+DC80..U+DCFF).
+    """
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        code = ord(value[exc.start])
+        if 0xDC80 <= code <= 0xDCFF:
+            return f"byte 0x{code - 0xDC00:02x} at character {exc.start + 1}"
+        return f"lone surrogate U+{code:04X} at character {exc.start + 1}"
+    return None
+
+
+def usage_fail(message: str) -> NoReturn:
+    """Print ``error: message`` on stderr and exit with code 2 (a usage error)."""
+    typer.echo(f"error: {printable(message, backslashes=False)}", err=True)
+    raise typer.Exit(2)
+
+
+class CommandGroup(TyperGroup):
+    """The command group: an argument that is not valid UTF-8 text is a usage error naming
+    its option, before any command runs (stored text and printed text are UTF-8)."""
+
+    def parse_args(self, ctx: ClickContext, args: list[str]) -> list[str]:
+        for index, arg in enumerate(args):
+            problem = utf8_problem(arg)
+            if problem is not None:
+                usage_fail(
+                    f"{self._argument_name(ctx, args, index)} is not valid UTF-8 ({problem})"
+                )
+        return super().parse_args(ctx, args)
+
+    def _argument_name(self, ctx: ClickContext, args: list[str], index: int) -> str:
+        """The option (``--user``) or argument (``CONTENT``) ``args[index]`` is a value of."""
+        command = self.get_command(ctx, args[0]) if index > 0 else None
+        if command is not None:
+            sub = typer.Context(command, info_name=args[0], parent=ctx, resilient_parsing=True)
+            values, _, _ = command.make_parser(sub).parse_args(args=list(args[1:]))
+            for param in command.get_params(sub):
+                given = values.get(param.name or "")
+                items = given if isinstance(given, list | tuple) else [given]
+                if any(isinstance(v, str) and utf8_problem(v) for v in items):
+                    if param.param_type_name == "option":
+                        return max(param.opts, key=len)
+                    return (param.name or "argument").upper()
+        return "command" if index == 0 else f"argument {index + 1}"
+
+
 app = typer.Typer(
     name="stargraph-mem",
     help="Deterministic, auditable episodic-to-semantic memory consolidation.",
+    cls=CommandGroup,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -112,8 +211,8 @@ def describe(exc: Exception) -> str:
 
 
 def fail(message: str) -> NoReturn:
-    """Print ``error: message`` on stderr and exit with code 1."""
-    typer.echo(f"error: {message}", err=True)
+    """Print ``error: message`` (made printable) on stderr and exit with code 1."""
+    typer.echo(f"error: {printable(message, backslashes=False)}", err=True)
     raise typer.Exit(1)
 
 
@@ -188,10 +287,11 @@ def default_id(content: str, user: str, session: str, agent: str, timestamp: dat
 
 
 def episode_lines(episodes: Sequence[Episode]) -> list[str]:
-    """Plain aligned columns with a header (content newlines shown as ``\\n``)."""
-    rows = [("TIMESTAMP", "SESSION", "AGENT", "ID", "CONTENT")]
+    """Plain aligned columns with a header (values made :func:`printable`: a newline in the
+    content shows as ``\\n``)."""
+    rows: list[tuple[str, ...]] = [("TIMESTAMP", "SESSION", "AGENT", "ID", "CONTENT")]
     rows += [
-        (e.timestamp.isoformat(), e.session, e.agent, e.id, e.content.replace("\n", "\\n"))
+        tuple(printable(v) for v in (e.timestamp.isoformat(), e.session, e.agent, e.id, e.content))
         for e in episodes
     ]
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
@@ -235,7 +335,7 @@ def put(
             metadata=metadata,
         )
     run(using_store(db, lambda s: s.put(episode, user=user, session=session, agent=agent)))
-    typer.echo(episode.id)
+    typer.echo(printable(episode.id))
 
 
 @app.command()
@@ -274,11 +374,11 @@ def validate(
     for pack in packs:
         issues = validate_file(pack)
         for issue in issues:
-            typer.echo(issue.format(), err=True)
+            echo_lines([issue.format()], err=True)
         if issues:
             failed = True
         else:
-            typer.echo(f"ok: {pack}")
+            typer.echo(f"ok: {printable(str(pack))}")
     if failed:
         raise typer.Exit(1)
 
@@ -306,12 +406,12 @@ def compile_cmd(
         typer.echo(compiled.clips, nl=False)
         return
     typer.echo(
-        f"compiled {compiled.name} {compiled.pack.version}: "
+        f"compiled {printable(compiled.name)} {printable(compiled.pack.version)}: "
         f"{len(compiled.rules)} rules, sha256 {compiled.sha256}"
     )
     if out_dir is not None:
-        typer.echo(f"wrote {out_dir / (compiled.name + '.clp')}")
-        typer.echo(f"wrote {out_dir / (compiled.name + '.manifest.json')}")
+        typer.echo(f"wrote {printable(str(out_dir / (compiled.name + '.clp')))}")
+        typer.echo(f"wrote {printable(str(out_dir / (compiled.name + '.manifest.json')))}")
 
 
 @app.command()
@@ -327,13 +427,13 @@ def schema(
     if check:
         drift = check_schemas(directory)
         for item in drift:
-            typer.echo(f"{directory / item.name}: {item.problem}", err=True)
+            typer.echo(f"{printable(str(directory / item.name))}: {item.problem}", err=True)
         if drift:
             fail("schemas drifted; run `stargraph-mem schema` and commit the result")
-        typer.echo(f"schemas up to date in {directory}")
+        typer.echo(f"schemas up to date in {printable(str(directory))}")
         return
     for path in write_schemas(directory):
-        typer.echo(f"wrote {path}")
+        typer.echo(f"wrote {printable(str(path))}")
 
 
 def cadence_text(cadence: Cadence) -> str:
@@ -349,7 +449,8 @@ def info(pack: PackArg) -> None:
     with known_errors():
         compiled = compile_file(pack)
     p = compiled.pack
-    typer.echo(f"{p.pack} {p.version} (ir_version {p.ir_version}) sha256 {compiled.sha256}")
+    head = f"{printable(p.pack)} {printable(p.version)} (ir_version {p.ir_version})"
+    typer.echo(f"{head} sha256 {compiled.sha256}")
     rows = [("RULE", "PRIORITY", "CADENCE", "EMITS", "CLAIM", "ENABLED")]
     for rule in p.rules:
         rows.append(
@@ -366,7 +467,9 @@ def info(pack: PackArg) -> None:
 
 
 def aligned(rows: Sequence[Sequence[str]]) -> list[str]:
-    """Left-aligned columns separated by two spaces (last column unpadded)."""
+    """Left-aligned columns separated by two spaces (last column unpadded); every cell is
+    made :func:`printable`, so a value cannot split or shift a row."""
+    rows = [[printable(cell) for cell in row] for row in rows]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     return [
         "  ".join([*(c.ljust(w) for c, w in zip(r, widths, strict=False)), r[-1]]).rstrip()
@@ -382,7 +485,8 @@ def report_line(report: PassReport) -> str:
     c = report.counts
     p = report.partition
     return (
-        f"{report.pack} user={p.user} agent={p.agent} episodes={report.episodes} "
+        f"{printable(report.pack)} user={printable(p.user)} agent={printable(p.agent)} "
+        f"episodes={report.episodes} "
         f"add={c['add']} update={c['update']} delete={c['delete']} noop={c['noop']} "
         f"rejected={len(report.rejected)} gated={len(report.gated)}"
     )
@@ -451,17 +555,17 @@ def consolidate(
             for delta in report.deltas:
                 typer.echo(delta.model_dump_json())
         for line in traced:
-            typer.echo(line, err=dry_run)
+            echo_lines([line], err=dry_run)
         for rejected in report.rejected:
             typer.echo(
-                f"rejected {rejected.episode_id or '-'} ({rejected.rule_id or 'metadata'}): "
-                f"{rejected.reason}",
+                f"rejected {printable(rejected.episode_id or '-')} "
+                f"({printable(rejected.rule_id or 'metadata')}): {printable(rejected.reason)}",
                 err=True,
             )
         suffix = " (dry run: nothing applied)" if dry_run else ""
         typer.echo(report_line(report) + suffix, err=dry_run)
     for line in extra.coverage:
-        typer.echo(line, err=dry_run)
+        echo_lines([line], err=dry_run)
 
 
 @app.command()
@@ -513,7 +617,7 @@ def explain(
     if as_json:
         typer.echo(why.model_dump_json(indent=2))
         return
-    typer.echo("\n".join(explanation_lines(why)))
+    echo_lines(explanation_lines(why))
 
 
 def read_jsonl(path: Path, progress: Progress | None = None) -> list[Episode]:
@@ -554,7 +658,7 @@ def ingest(
                 progress("write", done, total)
 
         written = run(using_store(db, lambda s: s.put_many(episodes, progress=write)))
-    typer.echo(f"ingested {written} new episodes ({len(episodes)} lines) into {db}")
+    typer.echo(f"ingested {written} new episodes ({len(episodes)} lines) into {printable(str(db))}")
 
 
 # Commands defined in sibling modules register themselves on ``app`` when imported.

@@ -17,7 +17,7 @@ from stargraph_mem.authoring.packtest import (
     run_tests,
 )
 from stargraph_mem.authoring.trace import pass_traces, trace_lines
-from stargraph_mem.cli import PackArg, aligned, app, fail, known_errors, run
+from stargraph_mem.cli import PackArg, aligned, app, echo_lines, fail, known_errors, run
 from stargraph_mem.compiler.pack import compile_file
 from stargraph_mem.engine.api import Consolidator
 from stargraph_mem.engine.consolidate import PassReport
@@ -53,11 +53,11 @@ def test_pack(
     result: TestRun = run(run_tests(compiled, paths, trace=trace))
     for file in result.files:
         for case in file.cases:
-            typer.echo("\n".join(case_lines(case, trace=trace)))
-        typer.echo(file_summary(file, compiled.name))
+            echo_lines(case_lines(case, trace=trace))
+        echo_lines([file_summary(file, compiled.name)])
     failed = result.failed > 0
     if coverage:
-        typer.echo("\n".join(coverage_lines(result.coverage, result.minimum)))
+        echo_lines(coverage_lines(result.coverage, result.minimum))
         if not result.coverage.meets(result.minimum):
             typer.echo(f"FAIL  coverage below the minimum {result.minimum:.0%}")
             failed = True

@@ -16,9 +16,11 @@ from stargraph_mem.cli import (
     DbOption,
     aligned,
     app,
+    echo_lines,
     existing,
     known_errors,
     parse_aware,
+    printable,
     progress_bar,
     run,
 )
@@ -40,12 +42,10 @@ def _confidence(change: FactChange) -> str:
 def _object(change: FactChange) -> str:
     before, after = change.before, change.after
     if before is not None and after is not None and before.object != after.object:
-        text = f"{before.object} -> {after.object}"
-    else:
-        side = after or before
-        assert side is not None
-        text = side.object
-    return text.replace("\n", "\\n")
+        return f"{printable(before.object)} -> {printable(after.object)}"
+    side = after or before
+    assert side is not None
+    return side.object
 
 
 def _count(n: int, noun: str) -> str:
@@ -54,10 +54,10 @@ def _count(n: int, noun: str) -> str:
 
 def replay_lines(result: ReplayResult) -> list[str]:
     """A header, the differences as aligned columns (when any) and a summary line."""
-    packs = ", ".join(f"{p.name} {p.pack.version}" for p in result.packs)
+    packs = ", ".join(f"{printable(p.name)} {printable(p.pack.version)}" for p in result.packs)
     header = (
         f"replayed {_count(result.episodes, 'episode')} "
-        f"({_count(result.partitions, 'partition')}) of {result.db} "
+        f"({_count(result.partitions, 'partition')}) of {printable(str(result.db))} "
         f"with {packs}, now {result.now.isoformat()}"
     )
     if result.as_of is not None:
@@ -167,11 +167,11 @@ def lint(
     for pack in packs:
         report = lint_file(pack)
         for issue in report.errors:
-            typer.echo(issue.format(), err=True)
+            echo_lines([issue.format()], err=True)
         for warning in report.warnings:
-            typer.echo(warning.format(strict=strict))
+            echo_lines([warning.format(strict=strict)])
         if not report.errors and not report.warnings:
-            typer.echo(f"ok: {pack}")
+            typer.echo(f"ok: {printable(str(pack))}")
         failed = failed or bool(report.errors) or (strict and bool(report.warnings))
     if failed:
         raise typer.Exit(1)

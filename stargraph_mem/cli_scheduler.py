@@ -19,6 +19,7 @@ from stargraph_mem.cli import (
     cadence_text,
     existing,
     parse_aware,
+    printable,
     report_line,
     run,
 )
@@ -35,10 +36,12 @@ PacksOption = Annotated[
 
 def tick_lines(report: ScheduleReport) -> list[str]:
     """One line per applied pass (with the rules that fired), then conflicts."""
-    lines = [f"{report_line(p)} rules={','.join(p.rules)}" for p in report.passes if p.applied]
+    lines = [
+        f"{report_line(p)} rules={printable(','.join(p.rules))}" for p in report.passes if p.applied
+    ]
     lines += [
-        f"skipped {d.pack}/{d.rule_id} user={d.partition.user} agent={d.partition.agent}: "
-        "applied by another scheduler first"
+        f"skipped {printable(d.pack)}/{printable(d.rule_id)} user={printable(d.partition.user)} "
+        f"agent={printable(d.partition.agent)}: applied by another scheduler first"
         for d in report.conflicts
     ]
     return lines
@@ -70,7 +73,8 @@ async def _loop(mem: Consolidator, interval: float) -> str:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal)
     try:
-        typer.echo(f"scheduler {mem.scheduler.holder} running (interval {interval:g} s)")
+        holder = printable(mem.scheduler.holder)
+        typer.echo(f"scheduler {holder} running (interval {interval:g} s)")
         while not stop.is_set():
             _emit(await mem.tick())
             with contextlib.suppress(TimeoutError):
@@ -114,7 +118,7 @@ def run_cmd(
         return
     report = run(once_action())
     if not report.ran:
-        typer.echo(f"lease held by {report.lease_holder}: nothing run")
+        typer.echo(f"lease held by {printable(str(report.lease_holder))}: nothing run")
         return
     _emit(report)
     passes = sum(1 for p in report.passes if p.applied)
