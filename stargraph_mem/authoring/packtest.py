@@ -45,12 +45,14 @@ from stargraph_mem.compiler.pack import CompiledPack
 from stargraph_mem.engine.api import Consolidator
 from stargraph_mem.engine.consolidate import PassReport
 from stargraph_mem.engine.runtime import RejectedEpisode
-from stargraph_mem.errors import IRError, IRIssue
+from stargraph_mem.errors import IRError
 from stargraph_mem.ir.loader import (
     PathKey,
     SourceMap,
     model_keys,
+    number_issues,
     parse_yaml,
+    read_document,
     validation_issues,
 )
 from stargraph_mem.ir.models import Duration
@@ -238,6 +240,9 @@ def load_tests_text(text: str, file: str = "<string>") -> TestFile:
     except ValidationError as exc:
         issues = validation_issues(exc, source, _allowed)
         raise IRError(issues[0], issues) from exc
+    issues = number_issues(tests, source)
+    if issues:
+        raise IRError(issues[0], issues)
     loaded = TestFile(file, tests, source)
     _check(loaded)
     return loaded
@@ -245,11 +250,7 @@ def load_tests_text(text: str, file: str = "<string>") -> TestFile:
 
 def load_tests(path: str | Path) -> TestFile:
     """Read ``path`` (UTF-8) and load it as a test file."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise IRError(IRIssue(f"cannot read {WHAT}: {exc}", str(path))) from exc
-    return load_tests_text(text, str(path))
+    return load_tests_text(read_document(path, WHAT), str(path))
 
 
 def _check(loaded: TestFile) -> None:
@@ -263,6 +264,7 @@ def _check(loaded: TestFile) -> None:
         names[case.name] = i
         if case.now is None and loaded.tests.now is None:
             raise loaded.error(("cases", i), "no pass time: set 'now' on the case or the file")
+        _check_times(loaded, i)
         seen: set[str] = set()
         items = [("facts", j, f.id) for j, f in enumerate(case.facts)]
         items += [("episodes", j, e.id) for j, e in enumerate(case.episodes)]
@@ -270,6 +272,28 @@ def _check(loaded: TestFile) -> None:
             if item_id in seen:
                 raise loaded.error(("cases", i, where, j, "id"), f"duplicate id '{item_id}'")
             seen.add(item_id)
+
+
+def _check_times(loaded: TestFile, index: int) -> None:
+    """Every time a case derives from its pass time must be a date (not before year 1)."""
+    case = loaded.tests.cases[index]
+    now = case.now or loaded.tests.now
+    assert now is not None
+    now_path: PathKey = ("cases", index, "now") if case.now else ("now",)
+    times: list[tuple[PathKey, AwareDatetime | Duration | None, timedelta]] = []
+    for j, fact in enumerate(case.facts):
+        path: PathKey = ("cases", index, "facts", j)
+        times.append(((*path, "valid_from"), fact.valid_from, timedelta(days=1)))
+        times.append(((*path, "reinforced_at"), fact.reinforced_at, timedelta(days=1)))
+    count = len(case.episodes)
+    for j, ep in enumerate(case.episodes):
+        times.append((("cases", index, "episodes", j, "at"), ep.at, timedelta(minutes=count - j)))
+    for path, value, before in times:
+        try:
+            _at(value, now, now - before)
+        except OverflowError:
+            where = path if isinstance(value, Duration) else now_path
+            raise loaded.error(where, "this time falls before year 1") from None
 
 
 def default_tests_path(pack_path: str | Path) -> Path:

@@ -46,17 +46,38 @@ class VarRef(_IR):
     var: Name
 
 
-class Duration(_IR):
-    """A span relative to the pass time: ``{days: 30}``, ``{hours: 2, minutes: 5}``."""
+MAX_DURATION_SECONDS = 100 * 36525 * 864
+"""Longest duration a pack may write: 100 years of 365.25 days (3,155,760,000 s).
 
-    days: float = Field(default=0, ge=0)
-    hours: float = Field(default=0, ge=0)
-    minutes: float = Field(default=0, ge=0)
-    seconds: float = Field(default=0, ge=0)
+Far beyond any retention window, yet its microseconds (about 3.2e15) stay exact in a
+float and well inside the signed 64-bit integers CLIPS and SQLite compare."""
+
+
+class Duration(_IR):
+    """A span relative to the pass time: ``{days: 30}``, ``{hours: 2, minutes: 5}``.
+
+    Parts are finite and non-negative, and add up to at most 100 years.
+    """
+
+    days: float = Field(default=0, ge=0, allow_inf_nan=False)
+    hours: float = Field(default=0, ge=0, allow_inf_nan=False)
+    minutes: float = Field(default=0, ge=0, allow_inf_nan=False)
+    seconds: float = Field(default=0, ge=0, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _bounded(self) -> Duration:
+        if self.total_seconds() > MAX_DURATION_SECONDS:
+            raise ValueError(
+                f"a duration is at most 100 years ({MAX_DURATION_SECONDS} seconds, "
+                "MAX_DURATION_SECONDS)"
+            )
+        return self
+
+    def total_seconds(self) -> float:
+        return ((self.days * 24 + self.hours) * 60 + self.minutes) * 60 + self.seconds
 
     def total_microseconds(self) -> int:
-        total = ((self.days * 24 + self.hours) * 60 + self.minutes) * 60 + self.seconds
-        return round(total * 1_000_000)
+        return round(self.total_seconds() * 1_000_000)
 
 
 Operand = Annotated[Scalar | VarRef, Field(union_mode="left_to_right")]
@@ -311,7 +332,7 @@ class SalienceGate(_IR):
     """Drop episodes scoring below ``min`` before the rules see them."""
 
     min: float = Field(ge=0, le=1)
-    tau_seconds: float = Field(default=86400.0, gt=0)
+    tau_seconds: float = Field(default=86400.0, gt=0, allow_inf_nan=False)
 
 
 class Rule(_IR):
