@@ -163,7 +163,7 @@ CASES: list[tuple[str, str, str]] = [
     (
         "duplicate_rule_id",
         mutate(("- id: fresh", "- id: known")),
-        "rules/x.yaml:18:5: rules[1].id: duplicate rule id 'known' (first at rules[0])",
+        "rules/x.yaml:18:5: rules[1].id: duplicate rule id 'known' (first at rules[0], line 10)",
     ),
     (
         "invalid_cron",
@@ -272,7 +272,7 @@ def test_validate_file_collects_every_issue(tmp_path: Path) -> None:
     path.write_text(text, encoding="utf-8")
     issues = validate_file(path)
     assert [(i.line, i.col, i.path, i.rule_id, i.message) for i in issues] == [
-        (18, 5, "rules[1].id", "known", "duplicate rule id 'known' (first at rules[0])"),
+        (18, 5, "rules[1].id", "known", "duplicate rule id 'known' (first at rules[0], line 10)"),
         (
             26,
             54,
@@ -313,7 +313,10 @@ def test_validate_file_on_valid_and_unreadable_files(tmp_path: Path) -> None:
     (issue,) = validate_file(bad)
     assert issue.file == str(bad)
     assert issue.message.startswith("cannot read rule pack: 'utf-8' codec can't decode byte 0xe9")
-    assert issue.line is None and issue.format().startswith(f"{bad}: cannot read rule pack")
+    line = BASE[: BASE.index("base")].count("\n") + 1
+    col = len(BASE[: BASE.index("base")].rsplit("\n", 1)[-1]) + 2
+    assert (issue.line, issue.col) == (line, col)
+    assert issue.format().startswith(f"{bad}:{line}:{col}: cannot read rule pack")
 
 
 def test_ir_error_carries_structured_fields() -> None:

@@ -198,14 +198,14 @@ CORPUS_CASES = [
         9,
         5,
         "rules[1].id",
-        "duplicate rule id 'r' (first at rules[0])",
+        "duplicate rule id 'r' (first at rules[0], line 5)",
     ),
     Case(
         "duplicate_rule_id_alias.yaml",
         9,
         5,
         "rules[1].id",
-        "duplicate rule id 'r' (first at rules[0])",
+        "duplicate rule id 'r' (first at rules[0], line 6)",
     ),
     # tags, keys, documents
     Case(

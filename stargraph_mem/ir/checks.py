@@ -168,10 +168,10 @@ class _Checker:
         for i, rule in enumerate(self.pack.rules):
             path: PathKey = ("rules", i)
             if rule.id in seen:
-                self.err(
-                    (*path, "id"),
-                    f"duplicate rule id '{rule.id}' (first at rules[{seen[rule.id]}])",
-                )
+                first = seen[rule.id]
+                line, _ = self.source.locate(("rules", first, "id"))
+                where = f"rules[{first}]" if line is None else f"rules[{first}], line {line}"
+                self.err((*path, "id"), f"duplicate rule id '{rule.id}' (first at {where})")
             seen.setdefault(rule.id, i)
             infos.append(self.check_rule(rule, i, path))
         self.check_reachability(infos)

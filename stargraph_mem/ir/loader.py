@@ -733,7 +733,11 @@ def read_document(path: str | Path, what: str = "rule pack") -> str:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise IRError(IRIssue(f"cannot read {what}: {exc}", str(path))) from exc
+        before = data[: exc.start]
+        line = before.count(b"\n") + 1
+        col = len(before[before.rfind(b"\n") + 1 :].decode("utf-8", "replace")) + 1
+        issue = IRIssue(f"cannot read {what}: {exc}", str(path), line, col)
+        raise IRError(issue) from exc
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
