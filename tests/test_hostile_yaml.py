@@ -233,9 +233,9 @@ CORPUS_CASES = [
     ),
     Case("empty.yaml", 1, 1, "", "empty document: a rule pack is a mapping"),
     Case("comment_only.yaml", 1, 1, "", "empty document: a rule pack is a mapping"),
-    # not UTF-8: the decoder's byte offset, no line
-    Case("latin1.yaml", None, None, "", "cannot read rule pack: 'utf-8' codec can't decode byte"),
-    Case("utf16.yaml", None, None, "", "cannot read rule pack: 'utf-8' codec can't decode byte"),
+    # not UTF-8: the line and column of the first undecodable byte
+    Case("latin1.yaml", 4, 17, "", "cannot read rule pack: 'utf-8' codec can't decode byte"),
+    Case("utf16.yaml", 1, 1, "", "cannot read rule pack: 'utf-8' codec can't decode byte"),
 ]
 
 
