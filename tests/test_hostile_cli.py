@@ -200,12 +200,8 @@ FAILURES = {
         ["consolidate", "run --once", "status", "facts", "explain"],
         "fact store schema version 99 is not supported",
     ),
-    "disk full": (
-        episodes_only,
-        ["consolidate", "facts"],
-        "disk I/O error|database or disk is full",
-    ),
-    "not a database": (not_a_database, ["status", "put"], "file is not a database"),
+    "disk full": (episodes_only, ["consolidate"], "disk I/O error|database or disk is full"),
+    "not a database": (not_a_database, ["status"], "file is not a database"),
     "episodes is a view": (episodes_view, [], "views may not be indexed"),
 }
 """Each kind also runs the Consolidator script; the fact store of ``episodes is a view`` is
