@@ -585,3 +585,25 @@ def test_read_only_can_be_asked_for(tmp_path: Path) -> None:
     asyncio.run(scenario())
     assert sorted(p.name for p in tmp_path.iterdir()) == ["e.db", "m.db"]
     assert hashlib.sha256(db.read_bytes()).hexdigest() == before
+
+
+def test_a_read_only_fact_store_of_another_schema_version_says_so(tmp_path: Path) -> None:
+    """A read-only file cannot be migrated: another schema version is a clear error."""
+    db = tmp_path / "m.db"
+    put(db, "alice", "tea")
+    consolidate(db)
+    conn = sqlite3.connect(db)
+    with conn:
+        conn.execute("UPDATE fact_store_meta SET value = '1' WHERE key = 'schema_version'")
+    conn.close()
+    before = hashlib.sha256(db.read_bytes()).hexdigest()
+
+    async def scenario() -> None:
+        store = SQLiteFactStore(db)
+        store.read_only = True
+        with pytest.raises(StoreError, match=r"schema version 1 cannot be read while the file"):
+            await store.bootstrap()
+        assert store._db is None
+
+    asyncio.run(scenario())
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == before

@@ -1114,10 +1114,12 @@ class SQLiteFactStore(SQLiteStoreBase):
 
     async def close(self) -> None:
         """Close the connection (a later call reopens it), after any background checkpoint."""
-        async with self._lock:
-            await self._settle()
-            self._deferred = False
-        await super().close()
+        try:
+            async with self._lock:
+                await self._settle()
+                self._deferred = False
+        finally:
+            await super().close()
 
     @asynccontextmanager
     async def background_checkpoints(self) -> AsyncIterator[None]:
@@ -1183,6 +1185,17 @@ class SQLiteFactStore(SQLiteStoreBase):
                 )
             for statement in _SCHEMA:
                 await db.execute(statement)
+
+    async def _check_schema(self, db: aiosqlite.Connection, why: str) -> None:
+        """A read-only file must hold this version's schema: it cannot be migrated."""
+        await super()._check_schema(db, why)
+        version = await _stored_version(db)
+        if version != SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.path}: fact store schema version {version} cannot be read while the "
+                f"file is read-only ({why}); this version reads {SCHEMA_VERSION}",
+                schema_version=version,
+            )
 
     async def _figures(self, db: aiosqlite.Connection) -> dict[str, Any]:
         version = await scalar(db, "SELECT value FROM fact_store_meta WHERE key = 'schema_version'")
