@@ -42,7 +42,7 @@ from stargraph_mem.authoring.trace import explanation_lines
 from stargraph_mem.compiler.pack import compile_file, validate_file
 from stargraph_mem.engine.api import Consolidator
 from stargraph_mem.engine.consolidate import PassReport
-from stargraph_mem.errors import StargraphMemError
+from stargraph_mem.errors import DuplicateEpisodeError, StargraphMemError
 from stargraph_mem.ir.schema import SCHEMA_DIR, check_schemas, write_schemas
 from stargraph_mem.stores import Episode, SQLiteMemoryStore
 from stargraph_mem.stores.fact import Explanation
@@ -620,9 +620,15 @@ def explain(
     echo_lines(explanation_lines(why))
 
 
-def read_jsonl(path: Path, progress: Progress | None = None) -> list[Episode]:
-    """Episodes from a JSON-lines file; the first bad line is an error naming its number."""
+def read_jsonl(
+    path: Path, progress: Progress | None = None, lines: dict[str, list[int]] | None = None
+) -> list[Episode]:
+    """Episodes from a JSON-lines file; the first bad line is an error naming its number.
+
+    ``lines`` is filled with each episode id's line number (and its repeats' numbers).
+    """
     episodes: list[Episode] = []
+    lines = {} if lines is None else lines
     total = path.stat().st_size
     done = 0
     with path.open("rb") as fh:
@@ -633,7 +639,9 @@ def read_jsonl(path: Path, progress: Progress | None = None) -> list[Episode]:
             if not line.strip():
                 continue
             try:
-                episodes.append(Episode.model_validate_json(line))
+                episode = Episode.model_validate_json(line)
+                episodes.append(episode)
+                lines.setdefault(episode.id, []).append(number)
             except ValidationError as exc:
                 fail(f"{path}:{number}: {describe(exc)}")
             except UnicodeDecodeError as exc:
@@ -651,13 +659,20 @@ def ingest(
     A progress bar shows on stderr when it is a terminal.
     """
     with progress_bar() as progress, known_errors():
-        episodes = read_jsonl(file, progress)
+        lines: dict[str, list[int]] = {}
+        episodes = read_jsonl(file, progress, lines)
 
         def write(done: int, total: int) -> None:
             if progress is not None:
                 progress("write", done, total)
 
-        written = run(using_store(db, lambda s: s.put_many(episodes, progress=write)))
+        try:
+            written = asyncio.run(using_store(db, lambda s: s.put_many(episodes, progress=write)))
+        except DuplicateEpisodeError as exc:
+            numbers = lines.get(str(exc.context.get("episode_id")), [])
+            where = f"{file}:{numbers[-1]}: " if numbers else ""
+            first = f" (first on line {numbers[0]})" if len(numbers) > 1 else ""
+            fail(f"{printable(where)}{describe(exc)}{first}")
     typer.echo(f"ingested {written} new episodes ({len(episodes)} lines) into {printable(str(db))}")
 
 

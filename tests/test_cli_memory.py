@@ -157,3 +157,33 @@ def test_every_command_has_help(command: str, summary: str) -> None:
     assert result.exit_code == 0
     assert summary in result.stdout
     assert command in invoke("--help").stdout
+
+
+def episode_line(eid: str, content: str) -> str:
+    return (
+        f'{{"id": "{eid}", "content": "{content}", "timestamp": "2026-01-01T00:00:00+00:00", '
+        '"user": "u", "session": "s", "agent": "a"}\n'
+    )
+
+
+def test_ingest_names_the_lines_of_a_reused_id(db: str, tmp_path: Path) -> None:
+    first = tmp_path / "first.jsonl"
+    first.write_text(episode_line("x", "a") + episode_line("y", "b") + episode_line("x", "c"))
+    result = invoke("ingest", str(first), "--db", db)
+    assert result.exit_code == 1
+    assert result.output == (
+        f"error: {first}:3: episode id 'x' appears twice in the batch with different "
+        "content (first on line 1)\n"
+    )
+    good = tmp_path / "good.jsonl"
+    good.write_text(episode_line("y", "b") + episode_line("z", "c"))
+    assert invoke("ingest", str(good), "--db", db).exit_code == 0
+    later = tmp_path / "later.jsonl"
+    later.write_text(episode_line("w", "d") + episode_line("z", "changed"))
+    result = invoke("ingest", str(later), "--db", db)
+    assert result.exit_code == 1
+    assert result.output == (
+        f"error: {later}:2: episode id 'z' already exists with different content\n"
+    )
+    recent = invoke("recent", "--db", db, "--user", "u", "--json")
+    assert '"w"' not in recent.output  # all or nothing
