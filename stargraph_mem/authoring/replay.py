@@ -6,6 +6,10 @@ has one open). Its episodes are copied, in one read transaction together with it
 current facts, into a scratch database; the engine consolidates the scratch copy with
 the given packs; the scratch facts are then compared with the real ones, keyed by
 ``(user, agent, subject, predicate)``.
+
+Episode rows that cannot be used are skipped and listed in the result (``quarantined``):
+rows the scratch schema refuses (a NULL where a value is required) are left out of the
+copy, and rows that do not decode are quarantined by the scratch store as it reads them.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import sqlite3
 import tempfile
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -24,6 +28,7 @@ from stargraph_mem.compiler.pack import CompiledPack
 from stargraph_mem.engine.api import Consolidator, runtime_for
 from stargraph_mem.engine.consolidate import DEFAULT_MAX_EPISODES, Consolidation, PassReport
 from stargraph_mem.errors import StoreError
+from stargraph_mem.stores.memory import QuarantinedRow
 from stargraph_mem.stores.models import Fact, FactPattern, to_utc, utc_now
 from stargraph_mem.stores.sqlite_base import to_us
 from stargraph_mem.stores.sqlite_fact import fact_from_row, fact_query
@@ -102,6 +107,9 @@ class ReplayResult:
     changes: list[FactChange]
     unchanged: int
     timings: dict[str, float] = field(default_factory=dict)
+    quarantined: list[QuarantinedRow] = field(default_factory=list)
+    """Episode rows of the selection that were skipped (not copied, or not decodable), in
+    ``seq`` order; ``recorded`` is False: the real database is never written."""
 
     def counts(self) -> dict[str, int]:
         out = {"appear": 0, "disappear": 0, "change": 0}
@@ -110,8 +118,12 @@ class ReplayResult:
         return {**out, "unchanged": self.unchanged}
 
     def document(self) -> dict[str, Any]:
-        """A stable JSON-ready document (no timings; ``before.fact_id`` is a real fact)."""
-        return {
+        """A stable JSON-ready document (no timings; ``before.fact_id`` is a real fact).
+
+        ``quarantined`` (seq, episode_id, partition_key, reason) appears only when rows
+        were skipped.
+        """
+        document = {
             "db": str(self.db),
             "packs": [
                 {"pack": p.name, "version": p.pack.version, "sha256": p.sha256} for p in self.packs
@@ -125,6 +137,17 @@ class ReplayResult:
             "summary": self.counts(),
             "changes": [_change_document(c) for c in self.changes],
         }
+        if self.quarantined:
+            document["quarantined"] = [
+                {
+                    "seq": q.seq,
+                    "episode_id": q.episode_id,
+                    "partition_key": q.partition_key,
+                    "reason": q.reason,
+                }
+                for q in self.quarantined
+            ]
+        return document
 
 
 def _side(state: FactState | None, *, with_id: bool) -> dict[str, Any] | None:
@@ -202,14 +225,58 @@ def _columns(db: sqlite3.Connection, schema: str) -> list[str]:
     return [str(row[1]) for row in db.execute(f"PRAGMA {schema}.table_info(episodes)")]
 
 
+def _required(db: sqlite3.Connection, schema: str) -> list[str]:
+    """The episodes columns ``schema`` declares NOT NULL (besides the ``seq`` key)."""
+    rows = db.execute(f"PRAGMA {schema}.table_info(episodes)")
+    return [str(row[1]) for row in rows if row[3] and not row[5]]
+
+
+def _text_or_none(value: object) -> str | None:
+    """A value read ``CAST(... AS BLOB)`` as text, or ``None`` when it is not UTF-8 text."""
+    if not isinstance(value, bytes):
+        return None
+    try:
+        return value.decode()
+    except UnicodeDecodeError:
+        return None
+
+
+def _left_out(
+    db: sqlite3.Connection, where: str, params: tuple[Any, ...], required: list[str]
+) -> list[QuarantinedRow]:
+    """The selected rows the copy skipped (a required column NULL, or a repeated id)."""
+    nulls = "".join(f", {column} IS NULL" for column in required)
+    rows = db.execute(
+        "SELECT seq, CAST(id AS BLOB), CAST(partition_key AS BLOB)"
+        f"{nulls} FROM main.episodes WHERE {where} "
+        "AND seq NOT IN (SELECT seq FROM scratch.episodes) ORDER BY seq",
+        params,
+    )
+    at = utc_now()
+    out: list[QuarantinedRow] = []
+    for row in rows:
+        null = [column for column, flag in zip(required, row[3:], strict=True) if flag]
+        reason = (
+            f"{null[0]}: expected a value, got NULL"
+            if null
+            else "id: the same id as an earlier row (not copied)"
+        )
+        entry = QuarantinedRow(
+            int(row[0]), _text_or_none(row[1]), _text_or_none(row[2]), reason, at, False
+        )
+        out.append(entry)
+    return out
+
+
 def _copy(
     real: Path,
     scratch: Path,
     pattern: FactPattern,
     as_of_us: int | None,
     progress: Progress | None,
-) -> tuple[list[Fact], int]:
-    """Copy the selected episodes into ``scratch``; return the real facts of the same snapshot."""
+) -> tuple[list[Fact], int, list[QuarantinedRow]]:
+    """Copy the selected episodes into ``scratch``; return the real facts of the same
+    snapshot, how many episodes were copied and the rows left out."""
     db = sqlite3.connect(readonly_uri(real), uri=True, isolation_level=None)
     try:
         db.execute("ATTACH DATABASE ? AS scratch", (str(scratch),))
@@ -231,17 +298,22 @@ def _copy(
         start = (low or 1) - 1
         while total and start < high:
             end = start + COPY_CHUNK
+            # OR IGNORE: a row the scratch schema refuses is left out (and listed below)
             cursor = db.execute(
-                f"INSERT INTO scratch.episodes ({cols}) SELECT {cols} FROM main.episodes "
-                f"WHERE seq > ? AND seq <= ? AND {where} ORDER BY seq",
+                f"INSERT OR IGNORE INTO scratch.episodes ({cols}) SELECT {cols} "
+                f"FROM main.episodes WHERE seq > ? AND seq <= ? AND {where} ORDER BY seq",
                 (start, end, *params),
             )
             copied += cursor.rowcount
             start = end
             if progress is not None:
                 progress("copy", copied, total)
+        left_out: list[QuarantinedRow] = []
+        if copied < total:
+            required = [c for c in _required(db, "scratch") if c in wanted]
+            left_out = _left_out(db, where, params, required)
         db.execute("COMMIT")
-        return facts, copied
+        return facts, copied, left_out
     finally:
         db.close()
 
@@ -322,9 +394,10 @@ async def _consolidate(
     max_episodes: int,
     total: int,
     progress: Progress | None,
-) -> int:
+) -> tuple[int, list[QuarantinedRow]]:
     """Consolidate every partition of the scratch copy (each pack in turn, as
-    ``Consolidator.consolidate`` does); return how many partitions there are."""
+    ``Consolidator.consolidate`` does); return how many partitions there are and the
+    rows the scratch store quarantined."""
     async with Consolidator(path, packs, max_episodes=max_episodes) as mem:
         runs = [
             Consolidation(
@@ -352,7 +425,8 @@ async def _consolidate(
         for partition in partitions:
             for run in runs:
                 await run.run(partition, now=now, on_pass=on_pass)
-    return len(partitions)
+        quarantined = await mem.memory.quarantined()
+    return len(partitions), [replace(q, recorded=False) for q in quarantined]
 
 
 async def _bootstrap(path: Path, packs: Sequence[CompiledPack]) -> None:
@@ -392,9 +466,13 @@ async def replay(
         t0 = clock()
         await _bootstrap(path, packs)
         pattern = FactPattern(user=user, agent=agent)
-        real_facts, copied = await asyncio.to_thread(_copy, real, path, pattern, as_of_us, progress)
+        real_facts, copied, left_out = await asyncio.to_thread(
+            _copy, real, path, pattern, as_of_us, progress
+        )
         t1 = clock()
-        partitions = await _consolidate(path, packs, when, max_episodes, copied, progress)
+        partitions, unreadable = await _consolidate(
+            path, packs, when, max_episodes, copied, progress
+        )
         t2 = clock()
         new_facts = await asyncio.to_thread(_scratch_facts, path)
         changes, unchanged = diff_facts(real_facts, new_facts)
@@ -411,4 +489,5 @@ async def replay(
         changes=changes,
         unchanged=unchanged,
         timings={"copy": t1 - t0, "consolidate": t2 - t1, "diff": t3 - t2, "total": t3 - t0},
+        quarantined=sorted([*left_out, *unreadable], key=lambda q: q.seq),
     )

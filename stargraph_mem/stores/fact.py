@@ -20,6 +20,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validato
 from stargraph_mem.errors import DeltaValidationError, MemoryScopeError
 from stargraph_mem.stores.models import (
     ID_PATTERN,
+    TIME_RANGE,
     AddDelta,
     DeleteDelta,
     Fact,
@@ -27,9 +28,11 @@ from stargraph_mem.stores.models import (
     Identifier,
     MemoryDelta,
     NoopDelta,
+    StoredDatetime,
     StoreHealth,
     UpdateDelta,
     check_storable,
+    unicode_problem,
 )
 from stargraph_mem.stores.scope import Partition, partition_key
 
@@ -108,7 +111,7 @@ class ProvenanceBundle(_Frozen):
     pack_hash: str = ""
     delta_id: str
     source_episode_ids: tuple[str, ...]
-    promotion_ts: AwareDatetime
+    promotion_ts: StoredDatetime
     confidence: float
     reason: str = ""
     bindings: dict[str, BindingValue] = Field(default_factory=dict)
@@ -127,7 +130,15 @@ def _text(value: object, field: str) -> str:
         raise _invalid(field, f"expected a string, got {type(value).__name__}")
     if "\x00" in value:
         raise _invalid(field, "must not contain NUL characters")
+    problem = unicode_problem(value)
+    if problem is not None:
+        raise _invalid(field, problem)
     return value
+
+
+def _clean_text(joined: str) -> bool:
+    """True when ``joined`` (several texts joined) has no NUL and no lone surrogate."""
+    return "\x00" not in joined and (joined.isascii() or unicode_problem(joined) is None)
 
 
 def _identifier(value: object, field: str) -> str:
@@ -145,7 +156,7 @@ def _identifiers(values: Sequence[object], field: str) -> None:
 def _texts(owner: object, names: Sequence[str], prefix: str) -> None:
     """Every named attribute is a NUL-free string (one join on the fast path)."""
     try:
-        clean = "\x00" not in "".join([getattr(owner, name) for name in names])
+        clean = _clean_text("".join([getattr(owner, name) for name in names]))
     except TypeError:
         clean = False
     if not clean:
@@ -162,7 +173,13 @@ def _utc(value: object, field: str) -> datetime:
     if offset is None:
         raise _invalid(field, "naive datetime: a timezone-aware datetime is required")
     # a zero offset under another tzinfo object (e.g. parsed from JSON) is UTC already
-    return value if offset == _ZERO else value.astimezone(UTC)
+    if offset == _ZERO:
+        return value
+    try:
+        return value.astimezone(UTC)
+    except OverflowError as exc:
+        problem = f"{value.isoformat()} is outside the range the store can keep: its UTC time "
+        raise _invalid(field, problem + f"must lie within {TIME_RANGE}") from exc
 
 
 aware_utc = _utc
@@ -195,7 +212,7 @@ def _scalar(value: object, field: str) -> Scalar:
 
 def _bindings(values: Mapping[str, object]) -> None:
     try:  # the common case: string keys and values, one NUL scan (join refuses non-str)
-        if "\x00" not in "".join([*values, *values.values()]):  # type: ignore[list-item]
+        if _clean_text("".join([*values, *values.values()])):  # type: ignore[list-item]
             return
     except TypeError:
         pass
@@ -325,7 +342,7 @@ def clean_pairs(pairs: Sequence[tuple[Fact, ProvenanceBundle]]) -> bool:
         joined = "\n".join(ids)
         if joined.count("\n") != len(ids) - 1 or _IDS.fullmatch(joined) is None:
             return False
-        if "\x00" in "".join(texts):
+        if not _clean_text("".join(texts)):
             return False
         if not {type(unit) for unit in units} <= {float, int}:
             return False
@@ -441,7 +458,7 @@ class Rejection(_Frozen):
     rule_id: Identifier
     partition: Partition
     reason: str
-    at: AwareDatetime | None = None
+    at: StoredDatetime | None = None
 
     _partition = field_validator("partition")(_checked_partition)
 

@@ -1,11 +1,11 @@
-"""The episodic ``MemoryStore`` protocol and the record type incremental reads return."""
+"""The episodic ``MemoryStore`` protocol and the record types incremental reads return."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from stargraph_mem.stores.models import (
     ConsolidationRule,
@@ -49,6 +49,60 @@ class EpisodeRecord:
             agent=self.agent,
             metadata=self.metadata,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class QuarantinedRow:
+    """A stored episode row that could not be decoded, so reads skip it.
+
+    The row itself is left as it is; the store notes it once (by ``seq``) in its
+    ``quarantine`` table, and every later read that meets it reports the same entry.
+    """
+
+    seq: int
+    """The row's insertion sequence number (the key of the ``episodes`` row)."""
+    episode_id: str | None
+    """The row's ``id`` when it is readable text, else ``None``."""
+    partition_key: str | None
+    """The row's stored partition key (``/user/{u}/agent/{a}/``) when readable, else ``None``."""
+    reason: str
+    """What is wrong, starting with the column: ``"ts_us: stored time … is outside …"``."""
+    at: datetime
+    """When the row was first quarantined (UTC); when ``recorded`` is false, when it was seen."""
+    recorded: bool = True
+    """False when the quarantine table could not be written (e.g. a read-only file): the
+    row was skipped and reported all the same."""
+
+    def describe(self) -> str:
+        """One line: ``episodes row seq=7 (id 'e3', partition /user/u/agent/a/): reason``."""
+        who = "id unreadable" if self.episode_id is None else f"id {self.episode_id!r}"
+        where = "" if self.partition_key is None else f", partition {self.partition_key}"
+        return f"episodes row seq={self.seq} ({who}{where}): {self.reason}"
+
+
+class CheckedRead(NamedTuple):
+    """What a checked incremental read scanned: the good records and the skipped rows.
+
+    Both lists are in ``seq`` order; together they are every row the read scanned.
+    """
+
+    records: list[EpisodeRecord]
+    quarantined: list[QuarantinedRow]
+
+    @property
+    def scanned(self) -> int:
+        """How many rows the read scanned (good and quarantined): compare with the limit."""
+        return len(self.records) + len(self.quarantined)
+
+    def last_seq(self, after_seq: int) -> int:
+        """The highest ``seq`` scanned (good or quarantined), or ``after_seq`` when the read
+        scanned nothing: the watermark a consumer of every scanned row advances to."""
+        last = after_seq
+        if self.records:
+            last = max(last, self.records[-1].seq)
+        if self.quarantined:
+            last = max(last, self.quarantined[-1].seq)
+        return last
 
 
 @runtime_checkable

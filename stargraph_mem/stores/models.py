@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 import zoneinfo
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import cached_property
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 import orjson
 from croniter import croniter
 from pydantic import (
+    AfterValidator,
     AwareDatetime,
     BaseModel,
     ConfigDict,
@@ -23,9 +25,12 @@ from pydantic import (
     JsonValue,
     StringConstraints,
     TypeAdapter,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
+
+from stargraph_mem.errors import StoreError
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
 """Episode ids, fact ids and rule ids all match this pattern."""
@@ -48,18 +53,49 @@ def _no_nul(value: str, what: str) -> str:
     return value
 
 
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+"""A lone surrogate: a Python string may hold one, UTF-8 (SQLite, JSON) cannot."""
+
+
+def unicode_problem(value: str) -> str | None:
+    """Why ``value`` cannot be stored as UTF-8 text (a lone surrogate), or ``None``."""
+    if value.isascii():
+        return None
+    found = _SURROGATE.search(value)
+    if found is None:
+        return None
+    return (
+        f"contains a lone surrogate {found.group()!r} at index {found.start()} "
+        "(not valid Unicode text: it cannot be stored as UTF-8)"
+    )
+
+
+def _check_unicode(value: str, what: str) -> str:
+    problem = unicode_problem(value)
+    if problem is not None:
+        raise ValueError(f"{what} {problem}")
+    return value
+
+
 _INT_RANGE = (-(2**63), 2**64 - 1)
 """Integers orjson stores exactly; beyond this range it would fail or silently go to float."""
 
 
 def _check_storable(value: Any, where: str) -> None:
-    """Reject JSON values that would not round-trip through orjson: NaN/inf, huge ints."""
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"{where} must be a finite number (got {value!r})")
-    if isinstance(value, int) and not _INT_RANGE[0] <= value <= _INT_RANGE[1]:
-        raise ValueError(f"{where} is an integer outside the 64-bit range")
-    if isinstance(value, dict):
+    """Reject JSON values that would not round-trip through orjson: NaN/inf, huge ints,
+    strings (values or keys) holding lone surrogates."""
+    if isinstance(value, str):
+        _check_unicode(value, where)
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{where} must be a finite number (got {value!r})")
+    elif isinstance(value, int):
+        if not _INT_RANGE[0] <= value <= _INT_RANGE[1]:
+            raise ValueError(f"{where} is an integer outside the 64-bit range (got {value})")
+    elif isinstance(value, dict):
         for key, item in value.items():
+            if isinstance(key, str):
+                _check_unicode(key, f"{where}: key {key!r}")
             _check_storable(item, f"{where}.{key}")
     elif isinstance(value, list):
         for index, item in enumerate(value):
@@ -67,8 +103,61 @@ def _check_storable(value: Any, where: str) -> None:
 
 
 def check_storable(value: Any, where: str) -> None:
-    """Raise ``ValueError`` for JSON values orjson would not round-trip (NaN/inf, huge ints)."""
+    """Raise ``ValueError`` for JSON values orjson would not round-trip (NaN/inf, huge ints,
+    lone surrogates in strings or keys)."""
     _check_storable(value, where)
+
+
+# --- the time range the stores keep ---------------------------------------------------
+
+UTC_MIN: Final = datetime.min.replace(tzinfo=UTC)
+UTC_MAX: Final = datetime.max.replace(tzinfo=UTC)
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+MIN_US: Final = (UTC_MIN - _EPOCH) // timedelta(microseconds=1)
+"""The smallest UTC microsecond count a store keeps (0001-01-01T00:00:00Z)."""
+MAX_US: Final = (UTC_MAX - _EPOCH) // timedelta(microseconds=1)
+"""The largest UTC microsecond count a store keeps (9999-12-31T23:59:59.999999Z)."""
+TIME_RANGE: Final = "0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999Z"
+
+
+class TimestampRangeError(StoreError, ValueError):
+    """A datetime whose UTC value the stores cannot keep and read back.
+
+    Stored times are UTC microseconds that must convert back to a ``datetime``: the UTC
+    value must lie within years 1 to 9999. ``0001-01-01T00:00:00+14:00`` is a valid
+    ``datetime`` but its UTC value falls in year 0. Also a ``ValueError``, so pydantic
+    validators report it as a validation error of the field.
+    """
+
+
+def time_range_error(what: str, value: object) -> TimestampRangeError:
+    """The error for ``value`` (a datetime, or a stored microsecond count) out of range."""
+    shown = value.isoformat() if isinstance(value, datetime) else repr(value)
+    return TimestampRangeError(
+        f"{what} {shown} is outside the range the store can keep: its UTC time must lie "
+        f"within {TIME_RANGE}",
+        what=what,
+    )
+
+
+def check_time_range(value: datetime, what: str) -> datetime:
+    """Return ``value`` (aware) if its UTC value can be stored and read back, else raise
+    :class:`TimestampRangeError` naming ``what`` and the value."""
+    if 1 < value.year < 9999:  # a UTC offset is under a day: only the first and last years
+        return value
+    try:
+        value.astimezone(UTC)
+    except OverflowError as exc:
+        raise time_range_error(what, value) from exc
+    return value
+
+
+def _storable_time(value: datetime, info: ValidationInfo) -> datetime:
+    return check_time_range(value, info.field_name or "datetime")
+
+
+StoredDatetime = Annotated[AwareDatetime, AfterValidator(_storable_time)]
+"""A timezone-aware datetime whose UTC value the stores can keep (years 1 to 9999 in UTC)."""
 
 
 def canonical_json(value: Any) -> bytes:
@@ -76,11 +165,34 @@ def canonical_json(value: Any) -> bytes:
     return orjson.dumps(value, option=orjson.OPT_SORT_KEYS | orjson.OPT_UTC_Z)
 
 
-def to_utc(value: datetime) -> datetime:
-    """Return ``value`` in UTC; raise on naive datetimes."""
+def to_utc(value: datetime, what: str = "time") -> datetime:
+    """Return ``value`` in UTC; raise ``ValueError`` on naive datetimes and
+    :class:`TimestampRangeError` (naming ``what``) when the UTC value is out of range."""
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValueError("naive datetime: a timezone-aware datetime is required")
-    return value.astimezone(UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError as exc:
+        raise time_range_error(what, value) from exc
+
+
+def check_honoured_metadata(value: dict[str, Any]) -> None:
+    """Raise ``ValueError`` when a key the default classification reads has the wrong shape
+    (``intent``, ``replaces``, ``subject``, ``predicate``, ``object``)."""
+    intent = value.get("intent")
+    if intent is not None and intent not in ("add", "update", "delete", "noop"):
+        raise ValueError(
+            f"metadata.intent must be one of add, update, delete, noop (got {intent!r})"
+        )
+    replaces = value.get("replaces")
+    if replaces is not None and not (
+        isinstance(replaces, list) and all(isinstance(r, str) for r in replaces)
+    ):
+        raise ValueError("metadata.replaces must be a list of fact id strings")
+    for key in ("subject", "predicate", "object"):
+        item = value.get(key)
+        if item is not None and not isinstance(item, str):
+            raise ValueError(f"metadata.{key} must be a string")
 
 
 class _Model(BaseModel):
@@ -92,7 +204,7 @@ class Episode(_Model):
 
     id: Identifier
     content: str
-    timestamp: AwareDatetime
+    timestamp: StoredDatetime
     source_node: str | None = None
     user: ScopePart
     session: ScopePart
@@ -101,26 +213,15 @@ class Episode(_Model):
 
     @field_validator("content", "user", "session", "agent", "source_node")
     @classmethod
-    def _check_nul(cls, value: str | None) -> str | None:
-        return None if value is None else _no_nul(value, "text fields")
+    def _check_text(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return None
+        return _check_unicode(_no_nul(value, "text fields"), info.field_name or "text")
 
     @field_validator("metadata")
     @classmethod
     def _check_metadata(cls, value: dict[str, JsonValue]) -> dict[str, JsonValue]:
-        intent = value.get("intent")
-        if intent is not None and intent not in ("add", "update", "delete", "noop"):
-            raise ValueError(
-                f"metadata.intent must be one of add, update, delete, noop (got {intent!r})"
-            )
-        replaces = value.get("replaces")
-        if replaces is not None and not (
-            isinstance(replaces, list) and all(isinstance(r, str) for r in replaces)
-        ):
-            raise ValueError("metadata.replaces must be a list of fact id strings")
-        for key in ("subject", "predicate", "object"):
-            item = value.get(key)
-            if item is not None and not isinstance(item, str):
-                raise ValueError(f"metadata.{key} must be a string")
+        check_honoured_metadata(value)
         _check_storable(value, "metadata")
         return value
 
@@ -178,9 +279,10 @@ class FactPayload(_Model):
     @model_validator(mode="after")
     def _check_nul(self) -> FactPayload:
         # one check for the three fields: this runs for every delta a pass builds
-        if "\x00" in self.subject + self.predicate + self.object:
+        text = self.subject + self.predicate + self.object
+        if "\x00" in text or not text.isascii():
             for name in ("subject", "predicate", "object"):
-                _no_nul(getattr(self, name), f"fact.{name}")
+                _check_unicode(_no_nul(getattr(self, name), f"fact.{name}"), f"fact.{name}")
         return self
 
 
@@ -193,7 +295,7 @@ class _DeltaBase(_Model):
     user: ScopePart
     agent: ScopePart
     source_episode_ids: list[Identifier] = Field(min_length=1)
-    promotion_ts: AwareDatetime
+    promotion_ts: StoredDatetime
     rule_id: Identifier
     confidence: float
     reason: str = ""
@@ -207,7 +309,7 @@ class _DeltaBase(_Model):
     @field_validator("reason")
     @classmethod
     def _check_reason(cls, value: str) -> str:
-        return _no_nul(value, "reason")
+        return _check_unicode(_no_nul(value, "reason"), "reason")
 
     def canonical_body(self) -> bytes:
         """Canonical JSON of the whole delta: what :attr:`delta_id` hashes (computed once)."""
@@ -289,10 +391,10 @@ class Fact(_Model):
     object: str
     payload: dict[str, JsonValue] = Field(default_factory=dict)
     confidence: float
-    valid_from: AwareDatetime
-    valid_until: AwareDatetime | None = None
+    valid_from: StoredDatetime
+    valid_until: StoredDatetime | None = None
     superseded_by: str | None = None
-    recorded_at: AwareDatetime
+    recorded_at: StoredDatetime
     rule_id: str
     delta_id: str
 

@@ -23,7 +23,7 @@ import aiosqlite
 
 from stargraph_mem.errors import StoreError
 from stargraph_mem.stores.lifecycle import AsyncResource, closed_on_failure
-from stargraph_mem.stores.models import StoreHealth, utc_now
+from stargraph_mem.stores.models import MAX_US, MIN_US, StoreHealth, time_range_error, utc_now
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
@@ -60,10 +60,15 @@ ONE_US: Final = timedelta(microseconds=1)
 
 
 def to_us(value: datetime, what: str = "timestamp") -> int:
-    """UTC microseconds since the epoch (exact integer arithmetic); naive values are refused."""
+    """UTC microseconds since the epoch (exact integer arithmetic); naive values are refused,
+    and so (:class:`~stargraph_mem.stores.models.TimestampRangeError`, naming ``what``) are
+    values whose UTC time :func:`from_us` could not give back (outside years 1 to 9999)."""
     if value.utcoffset() is None:
         raise ValueError(f"{what} is a naive datetime: a timezone-aware datetime is required")
-    return (value - EPOCH) // ONE_US
+    us = (value - EPOCH) // ONE_US
+    if not MIN_US <= us <= MAX_US:
+        raise time_range_error(what, value)
+    return us
 
 
 @lru_cache(maxsize=256)
@@ -73,8 +78,16 @@ def _offset_tz(offset_s: int) -> timezone:
 
 
 def from_us(ts_us: int, offset_s: int = 0) -> datetime:
-    """Inverse of :func:`to_us`, expressed in the given UTC offset (seconds)."""
-    return (EPOCH + timedelta(microseconds=ts_us)).astimezone(_offset_tz(offset_s))
+    """Inverse of :func:`to_us`, expressed in the given UTC offset (seconds).
+
+    A count no datetime has (in UTC, or once shifted by the offset) raises
+    :class:`~stargraph_mem.stores.models.TimestampRangeError` (a ``ValueError``).
+    """
+    try:
+        return (EPOCH + timedelta(microseconds=ts_us)).astimezone(_offset_tz(offset_s))
+    except OverflowError as exc:
+        what = "stored time" if offset_s == 0 else f"stored time (UTC offset {offset_s} s)"
+        raise time_range_error(what, ts_us) from exc
 
 
 # --- connection -----------------------------------------------------------------------

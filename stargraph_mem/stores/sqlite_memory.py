@@ -3,15 +3,22 @@
 One ``episodes`` table ordered by an insertion ``seq``; scope keys come from
 :mod:`stargraph_mem.stores.scope`, so every read is an index lookup or range scan, never
 ``LIKE``. Writes take ``BEGIN IMMEDIATE`` so several processes can share one file (WAL).
+
+A row that cannot be decoded (written by an older version or by hand) never blocks a read:
+reads skip it, note it once in the ``quarantine`` table and report it
+(:class:`~stargraph_mem.stores.memory.QuarantinedRow`); the row itself is left as it is.
 """
 
 from __future__ import annotations
 
+import logging
 import re
+import sqlite3
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import timedelta
 from functools import lru_cache
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 from urllib.parse import unquote
 
 import aiosqlite
@@ -25,14 +32,24 @@ from stargraph_mem.errors import (
     MigrationNotSupported,
     StoreError,
 )
-from stargraph_mem.stores.memory import EpisodeRecord, consolidation_hook
+from stargraph_mem.stores.memory import (
+    CheckedRead,
+    EpisodeRecord,
+    QuarantinedRow,
+    consolidation_hook,
+)
 from stargraph_mem.stores.models import (
+    ID_PATTERN,
+    MAX_US,
+    MIN_US,
     ConsolidationRule,
     Episode,
     MemoryDelta,
     MigrationOp,
     MigrationPlan,
     canonical_json,
+    time_range_error,
+    unicode_problem,
 )
 from stargraph_mem.stores.scope import (
     Partition,
@@ -55,6 +72,8 @@ from stargraph_mem.stores.sqlite_base import (
 from stargraph_mem.stores.sqlite_base import to_us as to_us  # re-export
 
 __all__ = ["BASELINE_MIGRATION", "SCHEMA_VERSION", "SQLiteMemoryStore"]
+
+logger = logging.getLogger(__name__)
 
 SCHEMA_VERSION: Final = 1
 """Version of the schema :meth:`SQLiteMemoryStore.bootstrap` creates; migrations bump it."""
@@ -87,6 +106,15 @@ _SCHEMA: Final = (
         applied_at_us INTEGER NOT NULL,
         plan BLOB NOT NULL
     )""",
+    # episodes rows reads could not decode; created on open, so older files gain it too
+    """CREATE TABLE IF NOT EXISTS quarantine (
+        seq INTEGER PRIMARY KEY,
+        episode_id TEXT,
+        partition_key TEXT,
+        reason TEXT NOT NULL,
+        at_us INTEGER NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS quarantine_partition_seq ON quarantine (partition_key, seq)",
 )
 _BASELINE_SQL: Final = (
     "INSERT OR IGNORE INTO schema_migrations (version, name, applied_at_us, plan) "
@@ -120,6 +148,18 @@ _BY_IDS_SQL: Final = (
 _TOUCH_SQL: Final = (
     "UPDATE episodes SET last_accessed_us = ?, access_count = access_count + 1 WHERE seq = ?"
 )
+_NOTE_SQL: Final = (
+    "INSERT OR IGNORE INTO quarantine (seq, episode_id, partition_key, reason, at_us) "
+    "VALUES (?, ?, ?, ?, ?)"
+)
+_QUARANTINE_COLUMNS: Final = "seq, episode_id, partition_key, reason, at_us"
+_NOTED_SQL: Final = (
+    f"SELECT {_QUARANTINE_COLUMNS} FROM quarantine "
+    "WHERE seq IN (SELECT value FROM json_each(?)) ORDER BY seq"
+)
+_ROW_KEYS_SQL: Final = (
+    "SELECT seq, partition_key FROM episodes WHERE seq IN (SELECT value FROM json_each(?))"
+)
 _PARTITIONS_SQL: Final = """
     WITH RECURSIVE keys(k) AS (
         SELECT min(partition_key) FROM episodes
@@ -143,11 +183,16 @@ _ROW_FIELDS: Final = (
     "metadata",
 )
 _IDENTIFIER: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+_EPISODE_ID: Final = re.compile(ID_PATTERN)
+_SCOPE_MAX: Final = 256
+"""Longest ``user``/``session``/``agent`` an :class:`Episode` accepts (characters)."""
+_DAY_S: Final = 86_400
 _COLUMN_TYPES: Final = frozenset({"TEXT", "INTEGER", "REAL", "BLOB", "NUMERIC"})
 _ONE_S: Final = timedelta(seconds=1)
 
 Row = tuple[str, str, str, str, str, str, int, int, str, str | None, bytes]
 """One ``episodes`` row in ``_WRITE_COLUMNS`` order, precomputed in Python for executemany."""
+T = TypeVar("T")
 
 
 # --- conversions ----------------------------------------------------------------------
@@ -172,6 +217,10 @@ def episode_row(episode: Episode) -> Row:
         raise StoreError(
             f"episode {episode.id!r}: metadata cannot be stored: {exc}", episode_id=episode.id
         ) from exc
+    ts_us = (ts - EPOCH) // ONE_US
+    if not MIN_US <= ts_us <= MAX_US:  # models built without validation
+        error = time_range_error("timestamp", ts)
+        raise StoreError(f"episode {episode.id!r}: {error}", episode_id=episode.id) from error
     return (
         episode.id,
         scope,
@@ -179,7 +228,7 @@ def episode_row(episode: Episode) -> Row:
         episode.user,
         episode.session,
         episode.agent,
-        (ts - EPOCH) // ONE_US,
+        ts_us,
         offset // _ONE_S,
         episode.content,
         episode.source_node,
@@ -230,9 +279,11 @@ def dedupe_batch(rows: list[Row]) -> list[Row]:
     return list(first.values())
 
 
-def _corrupt(seq: object, exc: Exception) -> CorruptRowError:
-    """The error for an undecodable row, naming the table and the row's seq."""
-    return CorruptRowError(f"{TABLE} row seq={seq} is corrupt: {exc}", table=TABLE, seq=seq)
+def _corrupt(seq: object, reason: str) -> CorruptRowError:
+    """The error for an undecodable row, naming the table, the row's seq and the reason."""
+    return CorruptRowError(
+        f"{TABLE} row seq={seq} is corrupt: {reason}", table=TABLE, seq=seq, reason=reason
+    )
 
 
 def _metadata(raw: bytes) -> dict[str, Any]:
@@ -243,46 +294,294 @@ def _metadata(raw: bytes) -> dict[str, Any]:
     return value
 
 
-def row_record(row: Sequence[Any]) -> EpisodeRecord:
-    """Build an :class:`EpisodeRecord` from a ``_READ_COLUMNS`` row without pydantic."""
+class _NotUtf8(bytes):
+    """The bytes of a TEXT value that is not valid UTF-8 (see :func:`_lenient_text`)."""
+
+
+def _lenient_text(data: bytes) -> str:
+    """Text factory for re-reading rows whose TEXT is not UTF-8: such values come back as
+    :class:`_NotUtf8` (not a ``str``), so the row checks refuse them by type."""
     try:
-        accessed = row[10]
-        return EpisodeRecord(
-            row[0],
-            row[1],
-            row[2],
-            from_us(row[3], row[4]),
-            row[5],
-            row[6],
-            row[7],
-            row[8],
-            _metadata(row[9]),
-            None if accessed is None else from_us(accessed),
-            row[11],
-        )
+        return data.decode()
+    except UnicodeDecodeError:
+        return _NotUtf8(data)  # type: ignore[return-value]
+
+
+def _kind(value: object) -> str:
+    """How a stored value reads, for reasons: ``NULL``, ``a BLOB``, …"""
+    if isinstance(value, _NotUtf8):
+        return "TEXT that is not valid UTF-8"
+    if value is None:
+        return "NULL"
+    names = {int: "an INTEGER", float: "a REAL", str: "TEXT", bytes: "a BLOB"}
+    return names.get(type(value), type(value).__name__)
+
+
+def _expected(name: str, what: str, value: object) -> str:
+    """``"name: expected what, got …"``, or ``"name: TEXT that is not valid UTF-8"``."""
+    if isinstance(value, _NotUtf8):
+        return f"{name}: {_kind(value)} ({bytes(value)[:32]!r})"
+    return f"{name}: expected {what}, got {_kind(value)}"
+
+
+_TEXT_COLUMNS: Final = (
+    (2, "content"),
+    (5, "source_node"),
+    (6, "user"),
+    (7, "session"),
+    (8, "agent"),
+)
+
+
+def _text_problem(index: int, name: str, value: object) -> str | None:
+    if value is None and name == "source_node":
+        return None
+    if type(value) is not str:
+        return _expected(name, "TEXT", value)
+    if "\x00" in value:
+        return f"{name}: contains a NUL character"
+    if index >= 6 and not 0 < len(value) <= _SCOPE_MAX:
+        return f"{name}: must be 1 to {_SCOPE_MAX} characters long (got {len(value)})"
+    return None
+
+
+def _time_problem(name: str, ts_us: object, offset_s: object = 0) -> str | None:
+    if type(ts_us) is not int:
+        return f"{name}: expected an INTEGER, got {_kind(ts_us)}"
+    try:
+        from_us(ts_us, offset_s)  # type: ignore[arg-type]
     except (ValueError, TypeError, OverflowError) as exc:
-        raise _corrupt(row[0], exc) from exc
+        return f"{name}: {exc}"
+    return None
+
+
+_JSON_KINDS: Final = {list: "array", str: "string", int: "number", float: "number", bool: "boolean"}
+
+
+def _metadata_problem(raw: object) -> str | None:
+    if isinstance(raw, _NotUtf8) or type(raw) not in (bytes, str):
+        return _expected("metadata", "a JSON object", raw)
+    try:
+        value = orjson.loads(raw)  # type: ignore[arg-type]
+    except orjson.JSONDecodeError as exc:
+        return f"metadata: not valid JSON ({exc})"
+    if type(value) is not dict:
+        return f"metadata: a JSON {_JSON_KINDS.get(type(value), 'null')}, expected an object"
+    return None
+
+
+def row_problem(row: Sequence[Any]) -> str:
+    """Why a ``_READ_COLUMNS`` row does not decode to a valid episode: the first bad
+    column, as ``"column: problem"``."""
+    eid = row[1]
+    if type(eid) is not str:
+        return _expected("id", "TEXT", eid)
+    if _EPISODE_ID.fullmatch(eid) is None:
+        return f"id: {eid!r} does not match the id pattern {ID_PATTERN}"
+    for index, name in _TEXT_COLUMNS:
+        problem = _text_problem(index, name, row[index])
+        if problem is not None:
+            return problem
+    offset = row[4]
+    if type(offset) is not int:
+        return f"tz_offset_s: expected an INTEGER, got {_kind(offset)}"
+    if not -_DAY_S < offset < _DAY_S:
+        return f"tz_offset_s: {offset} is not a UTC offset (less than a day either way)"
+    problem = _time_problem("ts_us", row[3], offset) or _metadata_problem(row[9])
+    if problem is None and row[10] is not None:
+        problem = _time_problem("last_accessed_us", row[10])
+    if problem is None and type(row[11]) is not int:
+        problem = f"access_count: expected an INTEGER, got {_kind(row[11])}"
+    return problem or "the row does not decode to a valid episode"
+
+
+_ID_MATCH: Final = _EPISODE_ID.fullmatch
+
+
+def row_record(row: Sequence[Any]) -> EpisodeRecord:
+    """Build an :class:`EpisodeRecord` from a ``_READ_COLUMNS`` row without pydantic.
+
+    A row that does not decode (a column of the wrong type or not UTF-8, an id off the
+    pattern, NUL in text, a scope part empty or too long, a time no datetime has, metadata
+    that is not a JSON object) raises :class:`CorruptRowError`, whose
+    ``context["reason"]`` names the column. Metadata the :class:`Episode` model would
+    refuse (``intent: merge``) decodes: the runtime rejects such an episode itself.
+    """
+    try:
+        seq, eid, content, ts_us, offset_s, source, user, session, agent, raw, seen, count = row
+        # the checks decoding does not make by itself; row_problem says which one failed
+        if (
+            type(eid) is str
+            and type(content) is str
+            and type(user) is str
+            and type(session) is str
+            and type(agent) is str
+            and (source is None or type(source) is str)
+            and type(ts_us) is int
+            and type(count) is int
+            and _ID_MATCH(eid) is not None
+            and 0 < len(user) <= _SCOPE_MAX
+            and 0 < len(session) <= _SCOPE_MAX
+            and 0 < len(agent) <= _SCOPE_MAX
+            and "\x00" not in content
+            and "\x00" not in user
+            and "\x00" not in session
+            and "\x00" not in agent
+            and (source is None or "\x00" not in source)
+        ):
+            return EpisodeRecord(
+                seq,
+                eid,
+                content,
+                from_us(ts_us, offset_s),
+                source,
+                user,
+                session,
+                agent,
+                _metadata(raw),
+                None if seen is None else from_us(seen),
+                count,
+            )
+    except (ValueError, TypeError, OverflowError):
+        pass
+    raise _corrupt(row[0], row_problem(row))
 
 
 def row_episode(row: Sequence[Any]) -> Episode:
-    """Build a validated :class:`Episode` from a ``_READ_COLUMNS`` row."""
+    """Build an :class:`Episode` from a ``_READ_COLUMNS`` row; raises as :func:`row_record`.
+
+    The model validates it, except a decodable row whose metadata the model refuses
+    (``intent: merge``, written without validation): that one is shown as stored.
+    """
+    record = row_record(row)
     try:
-        return Episode(
-            id=row[1],
-            content=row[2],
-            timestamp=from_us(row[3], row[4]),
-            source_node=row[5],
-            user=row[6],
-            session=row[7],
-            agent=row[8],
-            metadata=_metadata(row[9]),
+        return record.to_episode()
+    except ValueError:  # ValidationError is a ValueError
+        return Episode.model_construct(
+            id=record.id,
+            content=record.content,
+            timestamp=record.timestamp,
+            source_node=record.source_node,
+            user=record.user,
+            session=record.session,
+            agent=record.agent,
+            metadata=record.metadata,
         )
-    except (ValueError, TypeError, OverflowError) as exc:  # ValidationError is a ValueError
-        raise _corrupt(row[0], exc) from exc
+
+
+def _split(rows: list[Any], decode: Callable[[Any], T]) -> tuple[list[T], list[tuple[Any, str]]]:
+    """Decode ``rows`` in order: the good ones, and ``(row, reason)`` for the others."""
+    try:
+        return [decode(row) for row in rows], []
+    except CorruptRowError:
+        pass
+    good: list[T] = []
+    bad: list[tuple[Any, str]] = []
+    for row in rows:
+        try:
+            good.append(decode(row))
+        except CorruptRowError as exc:
+            bad.append((row, exc.context["reason"]))
+    return good, bad
+
+
+async def _all(db: aiosqlite.Connection, sql: str, params: Sequence[Any]) -> list[Any]:
+    """Every row of one statement; when reading fails part way the cursor is closed (an
+    unfinished statement would keep a read snapshot open on the connection, and a later
+    ``BEGIN IMMEDIATE`` on it would fail as busy)."""
+    cursor = await db.execute(sql, params)
+    try:
+        return list(await cursor.fetchall())
+    except BaseException:
+        await cursor.close()
+        raise
+
+
+async def _rows(db: aiosqlite.Connection, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+    """All rows of one statement, but a TEXT value that is not UTF-8 does not fail the
+    read: the statement is run again with such values read as :class:`_NotUtf8`."""
+    try:
+        return await _all(db, sql, params)
+    except sqlite3.OperationalError as exc:
+        if not str(exc).startswith("Could not decode to UTF-8"):
+            raise
+    factory = db.text_factory
+    db.text_factory = _lenient_text
+    try:
+        return await _all(db, sql, params)
+    finally:
+        db.text_factory = factory
+
+
+def _seq_episode(row: Sequence[Any]) -> tuple[int, Episode]:
+    return row[0], row_episode(row)
+
+
+def _not_utf8(rows: list[Row]) -> StoreError:
+    """The error for a batch holding text UTF-8 cannot encode (a lone surrogate)."""
+    for row in rows:
+        for name, value in zip(_ROW_FIELDS, row, strict=False):
+            problem = unicode_problem(value) if isinstance(value, str) else None
+            if problem is not None:
+                return StoreError(
+                    f"episode {row[0]!r}: {name} {problem}", episode_id=row[0], field=name
+                )
+    return StoreError("an episode holds text that cannot be stored as UTF-8")
+
+
+async def _note(db: aiosqlite.Connection, entries: list[QuarantinedRow], at_us: int) -> bool:
+    """Insert quarantine entries (existing seqs are kept); False when the table cannot be
+    written (a read-only file, a lock held too long, …). Inside a transaction a savepoint
+    keeps a failure from undoing the rest of it."""
+    params = [(e.seq, e.episode_id, e.partition_key, e.reason, at_us) for e in entries]
+    try:
+        if db.in_transaction:
+            await db.execute("SAVEPOINT quarantine")
+            try:
+                await db.executemany(_NOTE_SQL, params)
+            except sqlite3.Error:
+                await db.execute("ROLLBACK TO quarantine")
+                raise
+            finally:
+                await db.execute("RELEASE quarantine")
+        else:
+            async with transaction(db):
+                await db.executemany(_NOTE_SQL, params)
+    except (sqlite3.Error, StoreError) as exc:
+        logger.warning("could not record %d quarantined episodes row(s): %s", len(params), exc)
+        return False
+    return True
+
+
+def _quarantined_row(row: Sequence[Any]) -> QuarantinedRow:
+    """A :class:`QuarantinedRow` from a ``quarantine`` table row."""
+    return QuarantinedRow(int(row[0]), row[1], row[2], str(row[3]), from_us(row[4]))
+
+
+def _warn(rows: Sequence[QuarantinedRow]) -> None:
+    """One warning per skipped row (with no logging set up, Python prints it on stderr)."""
+    for row in rows:
+        logger.warning("skipped quarantined %s", row.describe())
+
+
+def _check_text_part(value: object, part: str) -> None:
+    """A scope component must be text UTF-8 can hold (no lone surrogate)."""
+    problem = unicode_problem(value) if isinstance(value, str) else None
+    if problem is not None:
+        raise MemoryScopeError(f"scope component '{part}' {problem}", part=part)
+
+
+def _key_of(partition: Partition) -> str:
+    """The partition's key; a component UTF-8 cannot hold raises :class:`MemoryScopeError`."""
+    _check_text_part(partition.user, "user")
+    _check_text_part(partition.agent, "agent")
+    return partition.key
 
 
 def scope_filter(user: str, session: str | None, agent: str | None) -> tuple[str, tuple[str, ...]]:
     """SQL condition and parameters for one widening read (equality or half-open range)."""
+    for part, value in (("user", user), ("session", session), ("agent", agent)):
+        _check_text_part(value, part)
     if session is not None and agent is not None:
         return "scope_key = ?", (scope_key(user, session, agent),)
     if agent is not None:
@@ -312,6 +611,7 @@ def _check_scope(episode: Episode, user: str, session: str, agent: str) -> None:
         ("session", session, episode.session),
         ("agent", agent, episode.agent),
     ):
+        _check_text_part(given, part)
         escape_component(given, part)
         if given != own:
             raise MemoryScopeError(
@@ -334,6 +634,18 @@ def parse_partition_key(key: str) -> Partition:
     """Inverse of :func:`~stargraph_mem.stores.scope.partition_key` (components are quoted)."""
     _, _, user, _, agent, _ = key.split("/")
     return Partition(unquote(user, errors="strict"), unquote(agent, errors="strict"))
+
+
+def _partition_of(key: object) -> Partition | None:
+    """The partition a stored key names, or ``None`` when the key is not one
+    :func:`~stargraph_mem.stores.scope.partition_key` makes (a hand-edited row)."""
+    if type(key) is not str:
+        return None
+    try:
+        partition = parse_partition_key(key)
+        return partition if partition.key == key else None
+    except (ValueError, MemoryScopeError):
+        return None
 
 
 # --- migrations -----------------------------------------------------------------------
@@ -470,7 +782,10 @@ class SQLiteMemoryStore(SQLiteStoreBase):
         async with self._write() as db:
             before = db.total_changes
             for start in range(0, len(rows), _PROGRESS_STEP):
-                await db.executemany(_INSERT_SQL, rows[start : start + _PROGRESS_STEP])
+                try:
+                    await db.executemany(_INSERT_SQL, rows[start : start + _PROGRESS_STEP])
+                except UnicodeEncodeError as exc:  # models built without validation
+                    raise _not_utf8(rows[start : start + _PROGRESS_STEP]) from exc
                 if progress is not None:
                     progress(min(start + _PROGRESS_STEP, len(rows)), len(rows))
             inserted = db.total_changes - before
@@ -482,7 +797,7 @@ class SQLiteMemoryStore(SQLiteStoreBase):
     async def _check_conflicts(db: aiosqlite.Connection, rows: list[Row]) -> None:
         """Some ids already existed: fine if identical, else raise (the caller rolls back)."""
         by_id = {row[0]: row for row in rows}
-        stored = await fetch(db, _STORED_SQL, (orjson.dumps(list(by_id)),))
+        stored = await _rows(db, _STORED_SQL, (orjson.dumps(list(by_id)),))
         for old in stored:
             fields = row_differences(old, by_id[old[0]])
             if fields:
@@ -495,31 +810,149 @@ class SQLiteMemoryStore(SQLiteStoreBase):
     ) -> list[Episode]:
         """Newest first (by UTC time, then insertion); widens as session/agent are omitted.
 
-        The rows returned get ``last_accessed`` = now and ``access_count`` + 1.
+        The rows returned get ``last_accessed`` = now and ``access_count`` + 1. Rows that
+        cannot be decoded are skipped (up to ``limit`` good ones are still returned),
+        quarantined, and logged as one warning each (:meth:`recent_checked` returns them).
+        """
+        episodes, quarantined = await self.recent_checked(user, session, agent, limit=limit)
+        _warn(quarantined)
+        return episodes
+
+    async def recent_checked(
+        self, user: str, session: str | None = None, agent: str | None = None, *, limit: int
+    ) -> tuple[list[Episode], list[QuarantinedRow]]:
+        """:meth:`recent`, and the undecodable rows met on the way, newest first (not logged).
+
+        The good episodes are the newest ``limit`` decodable ones of the scope; the
+        quarantined rows are those ranked among them that were skipped.
         """
         sql, params = recent_query(user, session, agent, limit)
         now_us = self._now_us()
         async with self._write() as db:
-            rows = await fetch(db, sql, params)
-            episodes = [row_episode(row) for row in rows]
-            await db.executemany(_TOUCH_SQL, [(now_us, row[0]) for row in rows])
-        return episodes
+            rows = await _rows(db, sql, params)
+            found, bad = _split(rows, _seq_episode)
+            offset, wanted = len(rows), limit
+            while len(rows) == wanted and len(found) < limit:  # bad rows took places: refill
+                wanted = limit - len(found)
+                rows = await _rows(db, f"{sql} OFFSET ?", (*params[:-1], wanted, offset))
+                good, worse = _split(rows, _seq_episode)
+                found += good
+                bad += worse
+                offset += len(rows)
+            await db.executemany(_TOUCH_SQL, [(now_us, seq) for seq, _ in found])
+            quarantined = await self._quarantine(db, bad)
+        return [episode for _, episode in found], quarantined
 
     async def since(
         self, partition: Partition, after_seq: int, *, limit: int | None = None
     ) -> list[EpisodeRecord]:
-        """Episodes of one partition with ``seq > after_seq``, in ``seq`` order (read-only)."""
+        """Episodes of one partition with ``seq > after_seq``, in ``seq`` order (read-only).
+
+        Rows that cannot be decoded are skipped: the result is the first ``limit``
+        decodable episodes after ``after_seq`` (fewer only when there are no more). Skipped
+        rows are quarantined and logged as one warning each; a consumer that keeps a
+        watermark should use :meth:`since_checked`, which also returns them.
+        """
         _check_limit(limit, optional=True)
-        params = (partition.key, after_seq, -1 if limit is None else limit)
+        records: list[EpisodeRecord] = []
+        after = after_seq
+        while True:
+            want = None if limit is None else limit - len(records)
+            read = await self.since_checked(partition, after, limit=want)
+            records += read.records
+            _warn(read.quarantined)
+            if not read.quarantined or want is None or read.scanned < want:
+                return records
+            after = read.last_seq(after)
+
+    async def since_checked(
+        self, partition: Partition, after_seq: int, *, limit: int | None = None
+    ) -> CheckedRead:
+        """The rows of one partition with ``seq > after_seq``, in ``seq`` order, decoded.
+
+        Reads the first ``limit`` rows (all when ``None``) with ``seq > after_seq``, good or
+        not, and returns ``CheckedRead(records, quarantined)`` (a named 2-tuple): the rows
+        that decode, as :class:`EpisodeRecord`, and those that do not, as
+        :class:`QuarantinedRow` (each noted once in the ``quarantine`` table; nothing is
+        logged). Both lists are in ``seq`` order and together are every row scanned, so:
+
+        - ``read.scanned`` (``len(records) + len(quarantined)``) ``<= limit``, and
+          ``read.scanned < limit`` means the partition has no rows after those scanned;
+        - ``read.last_seq(after_seq)`` is the highest ``seq`` scanned (``after_seq`` when
+          none was): the watermark that consumes every scanned row, bad ones included, so
+          the next call starts after them.
+
+        When the quarantine table cannot be written (a read-only file, a lock held too
+        long), the bad rows are still skipped and returned, with ``recorded=False``.
+        Raises ``ValueError`` for a limit < 1.
+        """
+        _check_limit(limit, optional=True)
+        params = (_key_of(partition), after_seq, -1 if limit is None else limit)
         async with self._read() as db:
-            rows = await fetch(db, _SINCE_SQL, params)
-        return [row_record(row) for row in rows]
+            rows = await _rows(db, _SINCE_SQL, params)
+            records, bad = _split(rows, row_record)
+            quarantined = await self._quarantine(db, bad) if bad else []
+        return CheckedRead(records, quarantined)
 
     async def by_ids(self, ids: Sequence[str]) -> list[EpisodeRecord]:
-        """The stored episodes among ``ids``, in ``seq`` order; unknown ids are left out."""
+        """The stored episodes among ``ids``, in ``seq`` order; unknown ids are left out, and
+        rows that cannot be decoded are skipped, quarantined and logged."""
         async with self._read() as db:
-            rows = await fetch(db, _BY_IDS_SQL, (orjson.dumps(list(ids)),))
-        return [row_record(row) for row in rows]
+            rows = await _rows(db, _BY_IDS_SQL, (orjson.dumps(list(ids)),))
+            records, bad = _split(rows, row_record)
+            quarantined = await self._quarantine(db, bad) if bad else []
+        _warn(quarantined)
+        return records
+
+    async def quarantined(self, partition: Partition | None = None) -> list[QuarantinedRow]:
+        """The rows reads have quarantined (of one partition, or all), in ``seq`` order."""
+        sql = f"SELECT {_QUARANTINE_COLUMNS} FROM quarantine"
+        params: tuple[str, ...] = ()
+        if partition is not None:
+            sql += " WHERE partition_key = ?"
+            params = (_key_of(partition),)
+        async with self._read() as db:
+            try:
+                rows = await fetch(db, sql + " ORDER BY seq", params)
+            except sqlite3.OperationalError as exc:
+                if "no such table" not in str(exc):
+                    raise
+                return []  # an older file opened read-only: nothing was ever noted
+        return [_quarantined_row(row) for row in rows]
+
+    async def _quarantine(
+        self, db: aiosqlite.Connection, bad: list[tuple[Any, str]]
+    ) -> list[QuarantinedRow]:
+        """Note undecodable rows in the ``quarantine`` table (once per seq) and return their
+        entries in the order given; never raises for a table it cannot read or write."""
+        if not bad:
+            return []
+        seqs = orjson.dumps([row[0] for row, _ in bad])
+        try:
+            noted = {
+                entry.seq: entry
+                for entry in map(_quarantined_row, await fetch(db, _NOTED_SQL, (seqs,)))
+            }
+        except sqlite3.Error:
+            noted = {}
+        keys = {row[0]: row[1] for row in await _rows(db, _ROW_KEYS_SQL, (seqs,))}
+        at_us = self._now_us()
+        at = from_us(at_us)
+        fresh = [
+            QuarantinedRow(
+                row[0],
+                row[1] if type(row[1]) is str else None,
+                key if type(key := keys.get(row[0])) is str else None,
+                reason,
+                at,
+            )
+            for row, reason in bad
+            if row[0] not in noted
+        ]
+        if fresh and not await _note(db, fresh, at_us):
+            fresh = [replace(entry, recorded=False) for entry in fresh]
+        noted.update((entry.seq, entry) for entry in fresh)
+        return [noted[row[0]] for row, _ in bad]
 
     async def max_seq(self, partition: Partition) -> int:
         """The partition's highest ``seq`` (0 when it has no episodes)."""
@@ -527,27 +960,36 @@ class SQLiteMemoryStore(SQLiteStoreBase):
             seq = await scalar(
                 db,
                 "SELECT seq FROM episodes WHERE partition_key = ? ORDER BY seq DESC LIMIT 1",
-                (partition.key,),
+                (_key_of(partition),),
             )
         return 0 if seq is None else int(seq)
 
     async def count_since(self, partition: Partition, after_seq: int) -> int:
-        """How many episodes of the partition have ``seq > after_seq``."""
+        """How many rows of the partition have ``seq > after_seq`` (quarantined ones too)."""
         async with self._read() as db:
             count = await scalar(
                 db,
                 "SELECT count(*) FROM episodes WHERE partition_key = ? AND seq > ?",
-                (partition.key, after_seq),
+                (_key_of(partition), after_seq),
             )
         return int(count)
 
     async def partitions(self) -> list[Partition]:
-        """Every distinct ``(user, agent)`` pair with episodes, sorted by (user, agent)."""
+        """Every distinct ``(user, agent)`` pair with episodes, sorted by (user, agent).
+
+        A stored key that is not a well-formed partition key (a hand-edited row) is left
+        out with a warning: no partition read could reach its rows.
+        """
         async with self._read() as db:
-            rows = await fetch(db, _PARTITIONS_SQL)
-        return sorted(
-            (parse_partition_key(row[0]) for row in rows), key=lambda p: (p.user, p.agent)
-        )
+            rows = await _rows(db, _PARTITIONS_SQL)
+        found: list[Partition] = []
+        for (key,) in rows:
+            partition = _partition_of(key)
+            if partition is None:
+                logger.warning("skipped malformed episodes partition key %r", key)
+            else:
+                found.append(partition)
+        return sorted(found, key=lambda p: (p.user, p.agent))
 
     # --- consolidation: wired by the consolidation runtime (stargraph_mem.engine) --------
 
