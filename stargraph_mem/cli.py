@@ -489,6 +489,7 @@ def report_line(report: PassReport) -> str:
         f"episodes={report.episodes} "
         f"add={c['add']} update={c['update']} delete={c['delete']} noop={c['noop']} "
         f"rejected={len(report.rejected)} gated={len(report.gated)}"
+        + (f" quarantined={len(report.quarantined)}" if report.quarantined else "")
     )
 
 

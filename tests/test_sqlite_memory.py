@@ -31,7 +31,7 @@ from stargraph_mem.stores import (
     Partition,
     SQLiteMemoryStore,
 )
-from stargraph_mem.stores.sqlite_memory import recent_query
+from stargraph_mem.stores.sqlite_memory import _READ_COLUMNS, recent_query, row_record
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 Scope = tuple[str, str, str]
@@ -457,14 +457,20 @@ async def test_since_and_partition_bookkeeping(store: SQLiteMemoryStore) -> None
 async def test_corrupt_rows_name_table_and_seq(
     store: SQLiteMemoryStore, column: str, value: object
 ) -> None:
+    """A row that does not decode is skipped by reads and quarantined, naming its column;
+    decoding it directly still raises :class:`CorruptRowError` with table, seq and reason."""
     await store.put_many([ep("ok"), ep("bad")])
     with sqlite3.connect(store.path) as db:
         db.execute(f"UPDATE episodes SET {column} = ? WHERE id = 'bad'", (value,))
+        raw = db.execute(f"SELECT {_READ_COLUMNS} FROM episodes WHERE id = 'bad'").fetchone()
+    read = await store.since_checked(Partition("alice", "a1"), 0)
+    assert [r.id for r in read.records] == ["ok"]
+    assert [(q.seq, q.episode_id) for q in read.quarantined] == [(2, "bad")]
+    assert read.quarantined[0].reason.startswith(column)
+    assert [e.id for e in await store.recent("alice", limit=5)] == ["ok"]
     with pytest.raises(CorruptRowError, match="episodes row seq=2") as caught:
-        await store.since(Partition("alice", "a1"), 0)
-    assert caught.value.context == {"table": "episodes", "seq": 2}
-    with pytest.raises(CorruptRowError, match="seq=2"):
-        await store.recent("alice", limit=5)
+        row_record(raw)
+    assert set(caught.value.context) == {"table", "seq", "reason"}
 
 
 # --- concurrency ---------------------------------------------------------------------------

@@ -33,7 +33,7 @@ from stargraph_mem.errors import StalePassError
 from stargraph_mem.gcpause import gc_paused
 from stargraph_mem.salience import RuleBasedScorer, SalienceContext, SalienceScorer
 from stargraph_mem.stores.fact import EngineFact, Rejection, WatermarkAdvance
-from stargraph_mem.stores.memory import EpisodeRecord
+from stargraph_mem.stores.memory import EpisodeRecord, QuarantinedRow
 from stargraph_mem.stores.models import DELTA_ADAPTER, MemoryDelta, to_utc
 from stargraph_mem.stores.scope import Partition
 from stargraph_mem.stores.sqlite_base import to_us
@@ -72,6 +72,11 @@ class PassReport:
     now: datetime
     rules: list[str]
     episodes: int = 0
+    scanned: int = 0
+    """Rows read: the episodes and the quarantined rows (a full page means more may follow)."""
+    quarantined: list[QuarantinedRow] = field(default_factory=list)
+    """Rows of the partition that could not be decoded: skipped, noted in the quarantine
+    table, passed by the watermark."""
     first_seq: int = 0
     last_seq: int = 0
     deltas: list[MemoryDelta] = field(default_factory=list)
@@ -307,7 +312,7 @@ class Consolidation:
                         # the previous pass commits while this one is computed
                         version = await applying
                         applying = None
-                    last = report.episodes < self.max_episodes or dry_run
+                    last = report.scanned < self.max_episodes or dry_run
                     if not dry_run:
                         if work.version is None:  # computed from the previous pass's result
                             work.version = version
@@ -415,8 +420,10 @@ class Consolidation:
             shared = stored.get(stamp.rule_id, 0)
             marks = {r.id: shared for r in rules}
         low = min((marks.get(r.id, 0) for r in rules), default=0)
-        records = await self.memory.since(partition, low, limit=self.max_episodes)
-        high = records[-1].seq if records else low
+        # rows that cannot be decoded are quarantined by the read; the watermark passes them
+        read = await self.memory.since_checked(partition, low, limit=self.max_episodes)
+        records = read.records
+        high = read.last_seq(low)
         report = PassReport(
             pack=self.pack,
             pack_hash=self.runtime.sha256,
@@ -424,6 +431,8 @@ class Consolidation:
             now=now,
             rules=[r.id for r in rules],
             episodes=len(records),
+            scanned=read.scanned,
+            quarantined=read.quarantined,
             first_seq=records[0].seq if records else 0,
             last_seq=high,
         )
