@@ -49,8 +49,9 @@ remain after its first (full) pass."""
 WorkerMode = Literal["auto", "always", "never"]
 
 CLAIM_SECONDS = 60.0
-"""A run claims its partition for this long, renewed by every pass it applies: passes of
-every pack over one partition take turns. A claim whose holder died is taken over once it
+"""A run that lost a race claims its partition for this long, renewed by every pass it
+applies; passes of every pack over that partition wait for it, and an unclaimed pass is
+not applied while another holds a claim. A claim whose holder died is taken over once it
 expires, or at once when the holder ran on this host."""
 STALE_RETRIES = 100
 """How often a run computes a pass again because the partition changed under it (another
@@ -231,11 +232,14 @@ class Consolidation:
         rules = self._rules(rule_ids)
         reports: list[PassReport] = []
         async with self._lock:
-            holder = None if dry_run else claim_holder()
+            holder: str | None = None
             held = False
             try:
                 for attempt in range(STALE_RETRIES):
-                    if holder is not None:
+                    # optimistic first: the apply checks nothing moved and nobody else
+                    # holds a claim; after a lost race, the run claims the partition
+                    if attempt > 0 and not dry_run:
+                        holder = holder or claim_holder()
                         await self._claim(partition, holder)
                         held = True
                     try:
@@ -497,6 +501,7 @@ class Consolidation:
             holder or "",
             to_us(datetime.now(UTC)) + round(self.claim_seconds * 1_000_000),
             last,
+            to_us(datetime.now(UTC)),
         )
         result = await self.facts.apply_deltas(
             work.out.deltas,

@@ -322,7 +322,8 @@ class PassBasis:
     partition's facts version (see :meth:`SQLiteFactStore.version`) the pass was computed
     from; if either changed, :class:`StalePassError` rolls the batch back. ``holder`` names
     the partition claim the pass runs under: the apply renews it until ``expires_us``, or
-    gives it up when ``release`` (a run's last pass).
+    gives it up when ``release`` (a run's last pass). A pass without a claim is refused
+    the same way while someone else holds an unexpired claim (at ``now_us``).
     """
 
     pack: str
@@ -332,6 +333,7 @@ class PassBasis:
     holder: str = ""
     expires_us: int = 0
     release: bool = False
+    now_us: int = 0
 
 
 def _check_pass_scope(deltas: Sequence[Delta], basis: PassBasis) -> None:
@@ -357,7 +359,26 @@ async def _check_basis(db: aiosqlite.Connection, basis: PassBasis) -> None:
             pack=basis.pack,
             partition=basis.partition.key,
         )
-    if basis.holder:
+    if not basis.holder:
+        rows = await fetch(
+            db,
+            "SELECT holder, expires_us FROM partition_claims WHERE partition_key = ?",
+            (basis.partition.key,),
+        )
+        if rows:
+            other = str(rows[0][0])
+            if int(rows[0][1]) > basis.now_us and not _holder_is_dead(other):
+                raise StalePassError(
+                    f"pack '{basis.pack}' at {basis.partition.key}: the partition is "
+                    f"claimed by {other}",
+                    pack=basis.pack,
+                    partition=basis.partition.key,
+                )
+            await db.execute(  # an expired or dead holder's claim is cleared
+                "DELETE FROM partition_claims WHERE partition_key = ? AND holder = ?",
+                (basis.partition.key, other),
+            )
+    else:
         if basis.release:
             await db.execute(
                 "DELETE FROM partition_claims WHERE partition_key = ? AND holder = ?",
