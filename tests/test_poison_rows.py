@@ -724,3 +724,34 @@ async def test_replay_skips_and_lists_rows_it_cannot_use(tmp_path: Path) -> None
     ]
     assert all(isinstance(q, QuarantinedRow) for q in result.quarantined)
     assert checksum(path) == before
+
+
+SELECTING = """\
+ir_version: 1
+pack: selecting
+version: "1.0.0"
+fields: {subject: string, predicate: string, object: string}
+defaults: {cadence: {every: 1}, confidence: 0.8}
+rules:
+  - id: add_selected
+    select: {subject: {eq: alice}, predicate: {prefix: "p-"}}
+    when:
+      - episode: {subject: {bind: s}, predicate: {bind: p}, object: {bind: o}}
+    emit: {kind: add, subject: "{s}", predicate: "{p}", object: "{o}"}
+"""
+
+
+async def test_a_select_over_metadata_goes_past_a_row_that_is_not_json(tmp_path: Path) -> None:
+    """A ``select`` reads metadata with ``json_extract``: a row whose metadata is not JSON
+    must not fail the pass (it is quarantined and the rest is selected)."""
+    path = tmp_path / "m.db"
+    pack = tmp_path / "selecting.yaml"
+    pack.write_text(SELECTING, "utf-8")
+    async with SQLiteMemoryStore(path) as store:
+        await store.put_many([good("e1", 1), good("e2", 2), good("e3", 3)])
+    execute(path, "UPDATE episodes SET metadata = ? WHERE id = ?", (b"{not json", "e2"))
+    async with Consolidator.open(path, [pack]) as mem:
+        reports = await mem.consolidate(now=NOW)
+        assert [q.episode_id for r in reports for q in r.quarantined] == ["e2"]
+        facts = await mem.facts(user="alice", agent="rag")
+        assert triples(facts) == {("alice", "p-e1", "o-e1"), ("alice", "p-e3", "o-e3")}

@@ -51,6 +51,7 @@ ALLOWED_FUNCTIONS = frozenset(
     {
         "json_extract",
         "json_type",
+        "json_valid",
         "json_array_length",
         "instr",
         "substr",
@@ -760,9 +761,12 @@ def select_seqs(
     rule_id: str,
 ) -> set[int]:
     """Seqs matching a compiled ``select`` clause (parameterised SQL from the compiler)."""
+    # rows whose metadata is not JSON (quarantined by the pass's read) never reach the
+    # clause's json_extract, which would fail the whole query
     sql = (
-        "SELECT seq FROM episodes WHERE partition_key = ? AND seq > ? AND seq <= ? "
-        f"AND ({where_sql})"
+        "WITH readable AS MATERIALIZED (SELECT * FROM episodes WHERE partition_key = ? "
+        "AND seq > ? AND seq <= ? AND json_valid(CAST(metadata AS TEXT))) "
+        f"SELECT seq FROM readable WHERE ({where_sql})"
     )
     return _guarded_seqs(
         path,
