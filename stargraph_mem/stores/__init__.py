@@ -14,7 +14,7 @@ from stargraph_mem.stores.fact import (
     SourceEpisode,
     WatermarkAdvance,
 )
-from stargraph_mem.stores.memory import EpisodeRecord, MemoryStore
+from stargraph_mem.stores.memory import CheckedRead, EpisodeRecord, MemoryStore, QuarantinedRow
 from stargraph_mem.stores.models import (
     AddDelta,
     Cadence,
@@ -40,6 +40,7 @@ __all__ = [
     "ApplyResult",
     "AuditRow",
     "Cadence",
+    "CheckedRead",
     "ConsolidationRule",
     "DeleteDelta",
     "EngineFact",
@@ -58,6 +59,7 @@ __all__ = [
     "Partition",
     "ProvenanceAdapter",
     "ProvenanceBundle",
+    "QuarantinedRow",
     "Rejection",
     "SQLiteFactStore",
     "SQLiteMemoryStore",
