@@ -37,18 +37,19 @@ class EpisodeRecord:
     last_accessed: datetime | None = None
     access_count: int = 0
 
-    def to_episode(self) -> Episode:
-        """The validated public model of this row."""
-        return Episode(
-            id=self.id,
-            content=self.content,
-            timestamp=self.timestamp,
-            source_node=self.source_node,
-            user=self.user,
-            session=self.session,
-            agent=self.agent,
-            metadata=self.metadata,
-        )
+    def to_episode(self, *, validate: bool = True) -> Episode:
+        """The public model of this row: validated, or (``validate=False``) built as is."""
+        fields: dict[str, Any] = {
+            "id": self.id,
+            "content": self.content,
+            "timestamp": self.timestamp,
+            "source_node": self.source_node,
+            "user": self.user,
+            "session": self.session,
+            "agent": self.agent,
+            "metadata": self.metadata,
+        }
+        return Episode(**fields) if validate else Episode.model_construct(**fields)
 
 
 @dataclass(frozen=True, slots=True)

@@ -457,16 +457,7 @@ def row_episode(row: Sequence[Any]) -> Episode:
     try:
         return record.to_episode()
     except ValueError:  # ValidationError is a ValueError
-        return Episode.model_construct(
-            id=record.id,
-            content=record.content,
-            timestamp=record.timestamp,
-            source_node=record.source_node,
-            user=record.user,
-            session=record.session,
-            agent=record.agent,
-            metadata=record.metadata,
-        )
+        return record.to_episode(validate=False)
 
 
 def _split(rows: list[Any], decode: Callable[[Any], T]) -> tuple[list[T], list[tuple[Any, str]]]:
