@@ -40,9 +40,7 @@ async def check(db: Path, stream: Sequence[tuple[str, str, str, str, str | None]
     problems: list[str] = []
     original = Consolidation._apply
 
-    async def checked_apply(
-        self: Consolidation, report: PassReport, work: Any, *args: Any
-    ) -> int:
+    async def checked_apply(self: Consolidation, report: PassReport, work: Any, *args: Any) -> int:
         version = await original(self, report, work, *args)
         stored: list[EngineFact] = await self.facts.current_facts(report.partition)
         if stored != work.out.facts_after:
