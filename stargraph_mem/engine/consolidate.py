@@ -493,15 +493,16 @@ class Consolidation:
         keep = work.local and len(work.out.facts_after) <= KNOWN_FACTS_MAX
         self._known.pop(partition.key, None)
         assert work.version is not None
+        now_us = to_us(datetime.now(UTC))
         basis = PassBasis(
             self.pack,
             partition,
             work.stored_marks,
             work.version,
             holder or "",
-            to_us(datetime.now(UTC)) + round(self.claim_seconds * 1_000_000),
+            now_us + round(self.claim_seconds * 1_000_000),
             last,
-            to_us(datetime.now(UTC)),
+            now_us,
         )
         result = await self.facts.apply_deltas(
             work.out.deltas,

@@ -359,36 +359,43 @@ async def _check_basis(db: aiosqlite.Connection, basis: PassBasis) -> None:
             pack=basis.pack,
             partition=basis.partition.key,
         )
+    key = basis.partition.key
     if not basis.holder:
-        rows = await fetch(
-            db,
-            "SELECT holder, expires_us FROM partition_claims WHERE partition_key = ?",
-            (basis.partition.key,),
-        )
-        if rows:
-            other = str(rows[0][0])
-            if int(rows[0][1]) > basis.now_us and not _holder_is_dead(other):
-                raise StalePassError(
-                    f"pack '{basis.pack}' at {basis.partition.key}: the partition is "
-                    f"claimed by {other}",
-                    pack=basis.pack,
-                    partition=basis.partition.key,
-                )
-            await db.execute(  # an expired or dead holder's claim is cleared
-                "DELETE FROM partition_claims WHERE partition_key = ? AND holder = ?",
-                (basis.partition.key, other),
+        other = await _other_claim(db, key, "", basis.now_us)
+        if other is not None:
+            raise StalePassError(
+                f"pack '{basis.pack}' at {key}: the partition is claimed by {other}",
+                pack=basis.pack,
+                partition=key,
             )
+    elif basis.release:
+        await db.execute(_DROP_CLAIM, (key, basis.holder))
     else:
-        if basis.release:
-            await db.execute(
-                "DELETE FROM partition_claims WHERE partition_key = ? AND holder = ?",
-                (basis.partition.key, basis.holder),
-            )
-        else:
-            await db.execute(
-                "UPDATE partition_claims SET expires_us = ? WHERE partition_key = ? AND holder = ?",
-                (basis.expires_us, basis.partition.key, basis.holder),
-            )
+        await db.execute(_RENEW_CLAIM, (basis.expires_us, key, basis.holder))
+
+
+_DROP_CLAIM: Final = "DELETE FROM partition_claims WHERE partition_key = ? AND holder = ?"
+_RENEW_CLAIM: Final = (
+    "UPDATE partition_claims SET expires_us = ? WHERE partition_key = ? AND holder = ?"
+)
+
+
+async def _other_claim(db: aiosqlite.Connection, key: str, holder: str, now_us: int) -> str | None:
+    """Who else holds a live claim on partition ``key`` (None: nobody, or ``holder``).
+
+    A claim that expired, or whose holder ran on this host and no longer runs, is
+    cleared here (inside the caller's write transaction).
+    """
+    rows = await fetch(
+        db, "SELECT holder, expires_us FROM partition_claims WHERE partition_key = ?", (key,)
+    )
+    if not rows or str(rows[0][0]) == holder:
+        return None
+    other = str(rows[0][0])
+    if int(rows[0][1]) > now_us and not _holder_is_dead(other):
+        return other
+    await db.execute(_DROP_CLAIM, (key, other))
+    return None
 
 
 # --- conversions ------------------------------------------------------------------------
@@ -1308,15 +1315,9 @@ class SQLiteFactStore(SQLiteStoreBase):
         """
         now_us = to_us(utc_now(), "claim time")
         async with self._write() as db:
-            rows = await fetch(
-                db,
-                "SELECT holder, expires_us FROM partition_claims WHERE partition_key = ?",
-                (partition.key,),
-            )
-            if rows:
-                other, expires_us = str(rows[0][0]), int(rows[0][1])
-                if other != holder and expires_us > now_us and not _holder_is_dead(other):
-                    return other
+            other = await _other_claim(db, partition.key, holder, now_us)
+            if other is not None:
+                return other
             await db.execute(
                 "INSERT INTO partition_claims (partition_key, holder, expires_us) "
                 "VALUES (?, ?, ?) ON CONFLICT (partition_key) DO UPDATE SET "
@@ -1328,20 +1329,7 @@ class SQLiteFactStore(SQLiteStoreBase):
     async def release_partition(self, partition: Partition, holder: str) -> None:
         """Give up ``holder``'s claim on ``partition`` (nothing if it holds none)."""
         async with self._write() as db:
-            await db.execute(
-                "DELETE FROM partition_claims WHERE partition_key = ? AND holder = ?",
-                (partition.key, holder),
-            )
-
-    async def claim_of(self, partition: Partition) -> tuple[str, datetime] | None:
-        """Who claims ``partition`` and until when, as stored (None when nobody)."""
-        async with self._read() as db:
-            rows = await fetch(
-                db,
-                "SELECT holder, expires_us FROM partition_claims WHERE partition_key = ?",
-                (partition.key,),
-            )
-        return (str(rows[0][0]), from_us(int(rows[0][1]))) if rows else None
+            await db.execute(_DROP_CLAIM, (partition.key, holder))
 
     async def basis(self, pack: str, partition: Partition) -> tuple[dict[str, int], int]:
         """The pack's watermarks for ``partition`` and the partition's facts version, read
