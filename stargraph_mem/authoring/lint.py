@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,16 +44,13 @@ from stargraph_mem.ir.models import (
     VarRef,
     WhenItem,
 )
+from stargraph_mem.ir.operators import OPERATORS, unknown_operator
+from stargraph_mem.ir.reference import passes
 from stargraph_mem.stores.models import Cadence
 
 __all__ = ["CHECKS", "LintReport", "LintWarning", "lint_analysis", "lint_file"]
 
 CHECKS = ("shadowed", "select-never-matches", "pattern-never-matches", "cadence-overlap")
-
-_NEEDS_VALUE = frozenset(
-    {"eq", "in", "lt", "le", "gt", "ge", "contains", "prefix", "older_than", "newer_than"}
-)
-"""Tests a missing field fails (``ne``, ``not_in`` and ``missing`` pass on it)."""
 
 
 @dataclass(frozen=True)
@@ -99,7 +96,7 @@ def _tests_text(conds: Iterable[Condition]) -> str:
         if cond.bind is not None:
             out.append(f"bind {cond.bind}")
         for op, value in cond.tests():
-            out.append(op if op in ("exists", "missing") else f"{op} {_show(value)}")
+            out.append(op if OPERATORS[op].operand == "flag" else f"{op} {_show(value)}")
     return ", ".join(out)
 
 
@@ -128,34 +125,27 @@ class _Domain:
         return dom
 
     def add(self, cond: Condition) -> None:
-        if cond.bind is not None or cond.exists:
+        if cond.bind is not None or cond.get("exists"):
             self.present = True
         for op, value in cond.tests():
-            if op in _NEEDS_VALUE:
+            if not OPERATORS[op].on_missing and OPERATORS[op].operand != "flag":
                 self.present = True
             if isinstance(value, VarRef):
                 self.var_tests.add((op, value.var))
-            elif op == "missing":
-                self.missing = True
-            elif op in ("eq", "in"):
-                allowed = {literal_value(self.ftype, value)} if op == "eq" else self._set(value)
-                self.values = allowed if self.values is None else self.values & allowed
-            elif op == "ne":
-                self.excluded.add(literal_value(self.ftype, value))
-            elif op == "not_in":
-                self.excluded |= self._set(value)
-            elif op in ("lt", "le", "gt", "ge"):
-                self._bound(op, literal_value(self.ftype, value))
-            elif op == "prefix":
-                self.prefixes.append(value)
-            elif op == "contains":
-                self.contains.append(value)
-            elif op == "older_than":
-                micros = value.total_microseconds()
-                self.older = micros if self.older is None else max(self.older, micros)
-            elif op == "newer_than":
-                micros = value.total_microseconds()
-                self.newer = micros if self.newer is None else min(self.newer, micros)
+                continue
+            narrow = LINT_NARROW.get(op)
+            if narrow is None:
+                raise KeyError(unknown_operator(op))
+            narrow(self, value)
+
+    def allow_only(self, allowed: set[Any]) -> None:
+        self.values = allowed if self.values is None else self.values & allowed
+
+    def tighten_older(self, micros: int) -> None:
+        self.older = micros if self.older is None else max(self.older, micros)
+
+    def tighten_newer(self, micros: int) -> None:
+        self.newer = micros if self.newer is None else min(self.newer, micros)
 
     def _set(self, values: Sequence[Any]) -> set[Any]:
         return {literal_value(self.ftype, v) for v in values}
@@ -211,35 +201,25 @@ class _Domain:
 
     def implies(self, cond: Condition, always_present: bool) -> bool:
         present = self.present or always_present
-        if (cond.bind is not None or cond.exists) and not present:
+        if (cond.bind is not None or cond.get("exists")) and not present:
             return False
         return all(self._implies(op, value, present) for op, value in cond.tests())
 
     def _implies(self, op: str, value: Any, present: bool) -> bool:
         if isinstance(value, VarRef):
             return (op, value.var) in self.var_tests
-        if op in ("exists", "missing"):
-            return present if op == "exists" else self.missing
-        if op in _NEEDS_VALUE and not present:
+        spec = OPERATORS.get(op)
+        implied = LINT_IMPLIES.get(op)
+        if spec is None or implied is None:
+            raise KeyError(unknown_operator(op))
+        if spec.operand == "flag":
+            return implied(self, value, present)
+        if not spec.on_missing and not present:
             return False
-        if op in ("older_than", "newer_than"):
-            micros = value.total_microseconds()
-            if op == "older_than":
-                return self.older is not None and self.older >= micros
-            return self.newer is not None and self.newer <= micros
-        found = self.candidates()
+        found = self.candidates() if spec.operand != "duration" else None
         if found is not None:
-            return all(self._passes(op, value, v) for v in found)
-        if op in ("ne", "not_in"):
-            gone = [value] if op == "ne" else value
-            return self.missing or all(literal_value(self.ftype, g) in self.excluded for g in gone)
-        if op in ("lt", "le", "gt", "ge"):
-            return self._within_bound(op, literal_value(self.ftype, value))
-        if op == "prefix":
-            return any(p.startswith(value) for p in self.prefixes)
-        if op == "contains":
-            return any(value in c if self.ftype == "string" else value == c for c in self.contains)
-        return False
+            return all(passes(op, v, value, self.ftype) for v in found)
+        return implied(self, value, present)
 
     def _within_bound(self, op: str, x: Any) -> bool:
         if op in ("lt", "le"):
@@ -252,17 +232,52 @@ class _Domain:
         lo, inclusive = self.low
         return lo > x or (lo == x and (op == "ge" or not inclusive))
 
-    def _passes(self, op: str, value: Any, v: Any) -> bool:
-        if op in ("eq", "ne"):
-            return bool(v == literal_value(self.ftype, value)) == (op == "eq")
-        if op in ("in", "not_in"):
-            return (v in self._set(value)) == (op == "in")
-        if op in ("lt", "le", "gt", "ge"):
-            x = literal_value(self.ftype, value)
-            return bool({"lt": v < x, "le": v <= x, "gt": v > x, "ge": v >= x}[op])
-        if op == "prefix":
-            return isinstance(v, str) and v.startswith(value)
-        return op == "contains" and isinstance(v, str) and value in v
+    def excludes_all(self, gone: Sequence[Any]) -> bool:
+        return self.missing or all(literal_value(self.ftype, g) in self.excluded for g in gone)
+
+
+_Narrow = Callable[[_Domain, Any], None]
+
+LINT_NARROW: Mapping[str, _Narrow] = {
+    "eq": lambda d, x: d.allow_only({literal_value(d.ftype, x)}),
+    "ne": lambda d, x: d.excluded.add(literal_value(d.ftype, x)),
+    "in": lambda d, xs: d.allow_only(d._set(xs)),
+    "not_in": lambda d, xs: d.excluded.update(d._set(xs)),
+    "lt": lambda d, x: d._bound("lt", literal_value(d.ftype, x)),
+    "le": lambda d, x: d._bound("le", literal_value(d.ftype, x)),
+    "gt": lambda d, x: d._bound("gt", literal_value(d.ftype, x)),
+    "ge": lambda d, x: d._bound("ge", literal_value(d.ftype, x)),
+    "exists": lambda d, x: None,  # presence is recorded by the caller
+    "missing": lambda d, x: setattr(d, "missing", True),
+    "contains": lambda d, x: d.contains.append(x),
+    "prefix": lambda d, x: d.prefixes.append(x),
+    "older_than": lambda d, x: d.tighten_older(x.total_microseconds()),
+    "newer_than": lambda d, x: d.tighten_newer(x.total_microseconds()),
+}
+"""Lint's table, first half: how a literal test narrows what a field may hold."""
+
+_Implied = Callable[[_Domain, Any, bool], bool]
+
+LINT_IMPLIES: Mapping[str, _Implied] = {
+    "eq": lambda d, x, present: False,  # only when the candidates pin the value down
+    "ne": lambda d, x, present: d.excludes_all([x]),
+    "in": lambda d, xs, present: False,
+    "not_in": lambda d, xs, present: d.excludes_all(xs),
+    "lt": lambda d, x, present: d._within_bound("lt", literal_value(d.ftype, x)),
+    "le": lambda d, x, present: d._within_bound("le", literal_value(d.ftype, x)),
+    "gt": lambda d, x, present: d._within_bound("gt", literal_value(d.ftype, x)),
+    "ge": lambda d, x, present: d._within_bound("ge", literal_value(d.ftype, x)),
+    "exists": lambda d, x, present: present,
+    "missing": lambda d, x, present: d.missing,
+    "contains": lambda d, x, present: any(
+        x in c if d.ftype == "string" else x == c for c in d.contains
+    ),
+    "prefix": lambda d, x, present: any(p.startswith(x) for p in d.prefixes),
+    "older_than": lambda d, x, present: d.older is not None and d.older >= x.total_microseconds(),
+    "newer_than": lambda d, x, present: d.newer is not None and d.newer <= x.total_microseconds(),
+}
+"""Lint's table, second half: whether what the domain allows always passes a test
+(without enumerating candidates; for finite candidates the reference evaluator decides)."""
 
 
 # --- checks --------------------------------------------------------------------------------
@@ -444,7 +459,8 @@ def _literal_template(text: str | None) -> str | None:
 
 
 def _literal_eq(cond: Condition | None) -> str | None:
-    return cond.eq if cond is not None and isinstance(cond.eq, str) else None
+    value = cond.get("eq") if cond is not None else None
+    return value if isinstance(value, str) else None
 
 
 def _targets(info: RuleInfo) -> list[Target]:

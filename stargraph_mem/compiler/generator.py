@@ -16,10 +16,12 @@ user text is ever parsed back out of CLIPS.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from stargraph_mem.compiler.clips_text import clips_float, clips_literal, clips_string
+from stargraph_mem.errors import CompileError
 from stargraph_mem.ir.checks import (
     Analysis,
     RuleInfo,
@@ -40,6 +42,7 @@ from stargraph_mem.ir.models import (
     VarConfidence,
     VarRef,
 )
+from stargraph_mem.ir.operators import unknown_operator
 
 SAL_DROP = 9950
 SAL_COUNT = 9900
@@ -267,9 +270,9 @@ class Generator:
         """A connected constraint for one slot; ``base`` is the slot's variable."""
         terms: list[str] = []
         multi = ftype == "list"
-        if nullable and not multi and (cond.bind is not None or cond.exists):
+        if nullable and not multi and (cond.bind is not None or cond.get("exists")):
             terms.append("~nil")
-        if multi and cond.exists:
+        if multi and cond.get("exists"):
             terms.append('~""')
         for op, value in cond.tests():
             terms.extend(self.test_terms(ctx, ftype, op, value, base))
@@ -286,42 +289,11 @@ class Generator:
     def test_terms(
         self, ctx: _Ctx | None, ftype: FieldType, op: str, value: Any, v: str
     ) -> list[str]:
-        multi = ftype == "list"
-        if op == "exists":
-            return []
-        if op == "missing":
-            return ['""'] if multi else ["nil"]
-        if op == "contains":
-            x = self.operand(ctx, "string", value)
-            if multi:
-                return [f':(str-index (str-cat " " {x} " ") (str-cat " " {v} " "))']
-            return [f":(and (stringp {v}) (str-index {x} {v}))"]
-        if op == "prefix":
-            x = self.operand(ctx, "string", value)
-            if isinstance(value, str) and value == "":
-                return [f":(stringp {v})"]
-            return [f":(and (stringp {v}) (eq (str-index {x} {v}) 1))"]
-        if op in ("older_than", "newer_than"):
-            micros = value.total_microseconds()
-            cmp = "<=" if op == "older_than" else ">"
-            return [f":(and (integerp {v}) ({cmp} {v} (- ?i_now {micros})))"]
-        if op in ("in", "not_in"):
-            lits = " ".join(clips_literal(literal_value(ftype, x), ftype) for x in value)
-            member = f"(member$ {v} (create$ {lits}))"
-            return [f":{member}"] if op == "in" else [f":(not {member})"]
-        x = self.operand(ctx, ftype, value)
-        if op == "eq":
-            if ftype == "number" or (
-                isinstance(value, VarRef) and ftype in ("integer", "timestamp")
-            ):
-                return [f":(and (numberp {v}) (= {v} {x}))"]
-            return [x]
-        if op == "ne":
-            if ftype in ("number", "integer", "timestamp"):
-                return [f":(or (not (numberp {v})) (<> {v} {x}))"]
-            return [f"~{x}"]
-        cmp = {"lt": "<", "le": "<=", "gt": ">", "ge": ">="}[op]
-        return [f":(and (numberp {v}) ({cmp} {v} {x}))"]
+        """The constraint terms of one test, from :data:`CLIPS_TESTS`."""
+        emit = CLIPS_TESTS.get(op)
+        if emit is None:
+            raise CompileError(unknown_operator(op))
+        return emit(_Term(self, ctx, ftype, value, v))
 
     def slots(
         self,
@@ -665,3 +637,101 @@ class Generator:
         parts += [self.relation_rules(rel) for rel in self.relations]
         parts += [p.clips for p in self.programs]
         return "".join(parts)
+
+
+@dataclass(frozen=True)
+class _Term:
+    """One test to emit: the operand ``value`` against slot variable ``v`` of ``ftype``."""
+
+    gen: Generator
+    ctx: _Ctx | None
+    ftype: FieldType
+    value: Any
+    v: str
+
+    def operand(self, ftype: FieldType | None = None) -> str:
+        return self.gen.operand(self.ctx, ftype or self.ftype, self.value)
+
+    def literals(self) -> str:
+        return " ".join(clips_literal(literal_value(self.ftype, x), self.ftype) for x in self.value)
+
+
+def _clips_eq(t: _Term) -> list[str]:
+    x = t.operand()
+    if t.ftype == "number" or (isinstance(t.value, VarRef) and t.ftype in ("integer", "timestamp")):
+        return [f":(and (numberp {t.v}) (= {t.v} {x}))"]
+    return [x]
+
+
+def _clips_ne(t: _Term) -> list[str]:
+    x = t.operand()
+    if t.ftype in ("number", "integer", "timestamp"):
+        return [f":(or (not (numberp {t.v})) (<> {t.v} {x}))"]
+    return [f"~{x}"]
+
+
+def _clips_in(t: _Term) -> list[str]:
+    return [f":(member$ {t.v} (create$ {t.literals()}))"]
+
+
+def _clips_not_in(t: _Term) -> list[str]:
+    return [f":(not (member$ {t.v} (create$ {t.literals()})))"]
+
+
+def _clips_order(cmp: str) -> Callable[[_Term], list[str]]:
+    def emit(t: _Term) -> list[str]:
+        return [f":(and (numberp {t.v}) ({cmp} {t.v} {t.operand()}))"]
+
+    return emit
+
+
+def _clips_exists(t: _Term) -> list[str]:
+    return []  # presence is required by the constraint's ~nil / ~"" term
+
+
+def _clips_missing(t: _Term) -> list[str]:
+    return ['""'] if t.ftype == "list" else ["nil"]
+
+
+def _clips_contains(t: _Term) -> list[str]:
+    x = t.operand("string")
+    if t.ftype == "list":
+        # items are stored space-separated: an operand with a space is never an item
+        found = f'(str-index (str-cat " " {x} " ") (str-cat " " {t.v} " "))'
+        if isinstance(t.value, VarRef):
+            return [f':(and (not (str-index " " {x})) {found})']
+        return [f":{found}"]
+    return [f":(and (stringp {t.v}) (str-index {x} {t.v}))"]
+
+
+def _clips_prefix(t: _Term) -> list[str]:
+    if isinstance(t.value, str) and t.value == "":
+        return [f":(stringp {t.v})"]
+    return [f":(and (stringp {t.v}) (eq (str-index {t.operand('string')} {t.v}) 1))"]
+
+
+def _clips_since(cmp: str) -> Callable[[_Term], list[str]]:
+    def emit(t: _Term) -> list[str]:
+        micros = t.value.total_microseconds()
+        return [f":(and (integerp {t.v}) ({cmp} {t.v} (- ?i_now {micros})))"]
+
+    return emit
+
+
+CLIPS_TESTS: Mapping[str, Callable[[_Term], list[str]]] = {
+    "eq": _clips_eq,
+    "ne": _clips_ne,
+    "in": _clips_in,
+    "not_in": _clips_not_in,
+    "lt": _clips_order("<"),
+    "le": _clips_order("<="),
+    "gt": _clips_order(">"),
+    "ge": _clips_order(">="),
+    "exists": _clips_exists,
+    "missing": _clips_missing,
+    "contains": _clips_contains,
+    "prefix": _clips_prefix,
+    "older_than": _clips_since("<="),
+    "newer_than": _clips_since(">"),
+}
+"""The CLIPS emitter's table: operator → connected-constraint terms for one slot."""

@@ -19,7 +19,7 @@ from stargraph_mem.compiler.select_sql import SelectSQL, compile_select
 from stargraph_mem.errors import CompileError, IRError, IRIssue
 from stargraph_mem.ir.checks import Analysis, check_or_raise
 from stargraph_mem.ir.loader import SourceMap, load_pack_file, load_pack_text
-from stargraph_mem.ir.models import IR_VERSION, RulePack
+from stargraph_mem.ir.models import IR_VERSION, FieldType, RulePack
 from stargraph_mem.stores.models import Cadence, canonical_json
 
 ClipsEnvironment: TypeAlias = Any
@@ -53,7 +53,7 @@ class CompiledPack:
     sha256: str
     rules: list[CompiledRule]
     relations: list[Relation]
-    episode_fields: dict[str, str]
+    episode_fields: dict[str, FieldType]
     matches_facts: bool = True
     """Whether any rule has a ``fact``/``not``/``exists`` pattern: stored facts enter
     CLIPS only then (facts a pass promotes are always there, for ``earlier`` replaces)."""

@@ -7,11 +7,14 @@ is known (:meth:`SelectSQL.params`).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from stargraph_mem.compiler.generator import literal_value
+from stargraph_mem.errors import CompileError
 from stargraph_mem.ir.models import EPISODE_BUILTINS, Condition, Duration, FieldType, SelectClause
+from stargraph_mem.ir.operators import unknown_operator
 
 _COLUMNS = {
     "id": "id",
@@ -41,10 +44,84 @@ class SelectSQL:
         return tuple(now_us - p.micros if isinstance(p, NowOffset) else p for p in self.raw_params)
 
 
-def _column(fname: str) -> str:
-    if fname in EPISODE_BUILTINS:
-        return _COLUMNS[fname]
-    return f"json_extract(CAST(metadata AS TEXT), '$.{fname}')"
+TIMESTAMP_FUNCTION = "sm_timestamp_us"
+"""SQL function (registered on the connection that runs a ``select``) turning an ISO-8601
+text with offset into UTC microseconds, or NULL: the reference evaluator's reading."""
+
+_JSON_TYPES: dict[str, str] = {
+    "string": "'text'",
+    "timestamp": "'text'",
+    "integer": "'integer'",
+    "number": "'integer', 'real'",
+    "boolean": "'true', 'false'",
+    "list": "'array'",
+}
+"""``json_type`` answers a well-typed metadata value of each field type can give."""
+
+
+@dataclass(frozen=True)
+class _Field:
+    """SQL expressions for one field: its value, presence and well-typedness."""
+
+    name: str
+    ftype: FieldType
+
+    @property
+    def builtin(self) -> bool:
+        return self.name in EPISODE_BUILTINS
+
+    @property
+    def path(self) -> str:
+        return f"'$.{self.name}'"  # names match NAME_PATTERN: no quoting needed
+
+    @property
+    def raw(self) -> str:
+        if self.builtin:
+            return _COLUMNS[self.name]
+        return f"json_extract(CAST(metadata AS TEXT), {self.path})"
+
+    @property
+    def value(self) -> str:
+        """The value compared by tests (timestamps as microseconds)."""
+        if self.ftype == "timestamp" and not self.builtin:
+            return f"{TIMESTAMP_FUNCTION}({self.raw})"
+        return self.raw
+
+    def json_each(self) -> str:
+        return f"json_each(CAST(metadata AS TEXT), {self.path})"
+
+    @property
+    def present(self) -> str:
+        if self.builtin:
+            return f"{self.raw} IS NOT NULL"
+        if self.ftype == "list":
+            return (
+                f"coalesce(json_type(CAST(metadata AS TEXT), {self.path}), '') = 'array' "
+                f"AND coalesce(json_array_length(CAST(metadata AS TEXT), {self.path}), 0) > 0"
+            )
+        return f"coalesce(json_type(CAST(metadata AS TEXT), {self.path}), 'null') <> 'null'"
+
+    @property
+    def ill_typed(self) -> str | None:
+        """True when the field holds a value the runtime would reject (None: never)."""
+        if self.builtin:
+            return None
+        jtype = f"json_type(CAST(metadata AS TEXT), {self.path})"
+        wrong = f"{jtype} NOT IN ('null', {_JSON_TYPES[self.ftype]})"
+        if self.ftype == "string":
+            wrong += f" OR instr(CAST({self.raw} AS BLOB), x'00') > 0"
+        elif self.ftype == "timestamp":
+            wrong += f" OR ({jtype} = 'text' AND {self.value} IS NULL)"
+        elif self.ftype == "list":
+            wrong += (
+                f" OR EXISTS (SELECT 1 FROM {self.json_each()} WHERE type <> 'text' "
+                "OR value = '' OR instr(value, ' ') > 0 OR instr(CAST(value AS BLOB), x'00') > 0)"
+            )
+        return f"coalesce({wrong}, 0)"
+
+
+_Emitted = tuple[str, list[Any]]
+SqlTest = Callable[[_Field, Any], _Emitted]
 
 
 def _sql_value(ftype: FieldType, value: Any) -> Any:
@@ -52,48 +129,91 @@ def _sql_value(ftype: FieldType, value: Any) -> Any:
     return int(value) if isinstance(value, bool) else value
 
 
+def _sql_compare(cmp: str) -> SqlTest:
+    def emit(f: _Field, x: Any) -> _Emitted:
+        return f"{f.value} {cmp} ?", [_sql_value(f.ftype, x)]
+
+    return emit
+
+
+def _sql_ne(f: _Field, x: Any) -> _Emitted:
+    return f"(NOT ({f.present}) OR {f.value} <> ?)", [_sql_value(f.ftype, x)]
+
+
+def _sql_in(f: _Field, xs: Any) -> _Emitted:
+    marks = ", ".join("?" for _ in xs)
+    return f"{f.value} IN ({marks})", [_sql_value(f.ftype, x) for x in xs]
+
+
+def _sql_not_in(f: _Field, xs: Any) -> _Emitted:
+    marks = ", ".join("?" for _ in xs)
+    return (
+        f"(NOT ({f.present}) OR {f.value} NOT IN ({marks}))",
+        [_sql_value(f.ftype, x) for x in xs],
+    )
+
+
+def _sql_exists(f: _Field, x: Any) -> _Emitted:
+    return f.present, []
+
+
+def _sql_missing(f: _Field, x: Any) -> _Emitted:
+    return f"NOT ({f.present})", []
+
+
+def _sql_contains(f: _Field, x: Any) -> _Emitted:
+    if f.ftype == "list":
+        return f"EXISTS (SELECT 1 FROM {f.json_each()} WHERE value = ?)", [x]
+    return f"instr({f.value}, ?) > 0", [x]
+
+
+def _sql_prefix(f: _Field, x: Any) -> _Emitted:
+    return f"substr({f.value}, 1, length(?)) = ?", [x, x]
+
+
+def _sql_since(cmp: str) -> SqlTest:
+    def emit(f: _Field, d: Any) -> _Emitted:
+        assert isinstance(d, Duration)
+        return f"{f.value} {cmp} ?", [NowOffset(d.total_microseconds())]
+
+    return emit
+
+
+SQL_TESTS: Mapping[str, SqlTest] = {
+    "eq": _sql_compare("="),
+    "ne": _sql_ne,
+    "in": _sql_in,
+    "not_in": _sql_not_in,
+    "lt": _sql_compare("<"),
+    "le": _sql_compare("<="),
+    "gt": _sql_compare(">"),
+    "ge": _sql_compare(">="),
+    "exists": _sql_exists,
+    "missing": _sql_missing,
+    "contains": _sql_contains,
+    "prefix": _sql_prefix,
+    "older_than": _sql_since("<="),
+    "newer_than": _sql_since(">"),
+}
+"""The SQL ``select`` compiler's table: operator → (WHERE term, parameters)."""
+
+
 def _condition(fname: str, ftype: FieldType, cond: Condition) -> tuple[list[str], list[Any]]:
-    col = _column(fname)
+    f = _Field(fname, ftype)
     parts: list[str] = []
     params: list[Any] = []
-    if cond.exists:
-        parts.append(f"{col} IS NOT NULL")
+    ill = f.ill_typed
+    if ill is not None:
+        parts.append(f"NOT ({ill})")
+    if cond.bind is not None and ftype != "list":
+        parts.append(f.present)
     for op, value in cond.tests():
-        if op == "missing":
-            parts.append(f"{col} IS NULL")
-        elif op == "eq":
-            parts.append(f"{col} = ?")
-            params.append(_sql_value(ftype, value))
-        elif op == "ne":
-            parts.append(f"({col} IS NULL OR {col} <> ?)")
-            params.append(_sql_value(ftype, value))
-        elif op in ("in", "not_in"):
-            marks = ", ".join("?" for _ in value)
-            if op == "in":
-                parts.append(f"{col} IN ({marks})")
-            else:
-                parts.append(f"({col} IS NULL OR {col} NOT IN ({marks}))")
-            params.extend(_sql_value(ftype, v) for v in value)
-        elif op in ("lt", "le", "gt", "ge"):
-            cmp = {"lt": "<", "le": "<=", "gt": ">", "ge": ">="}[op]
-            parts.append(f"{col} {cmp} ?")
-            params.append(_sql_value(ftype, value))
-        elif op == "contains" and ftype == "list":
-            path = f"$.{fname}"
-            parts.append(
-                "EXISTS (SELECT 1 FROM json_each(CAST(metadata AS TEXT), ?) WHERE value = ?)"
-            )
-            params.extend([path, value])
-        elif op == "contains":
-            parts.append(f"instr({col}, ?) > 0")
-            params.append(value)
-        elif op == "prefix":
-            parts.append(f"substr({col}, 1, length(?)) = ?")
-            params.extend([value, value])
-        elif op in ("older_than", "newer_than"):
-            assert isinstance(value, Duration)
-            parts.append(f"{col} {'<=' if op == 'older_than' else '>'} ?")
-            params.append(NowOffset(value.total_microseconds()))
+        emit = SQL_TESTS.get(op)
+        if emit is None:
+            raise CompileError(unknown_operator(op))
+        sql, values = emit(f, value)
+        parts.append(sql)
+        params.extend(values)
     return parts, params
 
 

@@ -42,8 +42,10 @@ from typing import Any
 
 import orjson
 
+from stargraph_mem.compiler.select_sql import TIMESTAMP_FUNCTION
 from stargraph_mem.engine.runtime import to_micros
 from stargraph_mem.errors import ConsolidationRuleError
+from stargraph_mem.ir.reference import timestamp_micros
 from stargraph_mem.stores.memory import EpisodeRecord
 from stargraph_mem.stores.scope import Partition, scope_key
 
@@ -735,10 +737,18 @@ def _limit(conn: sqlite3.Connection, value_limit: int) -> None:
 
 
 def _guarded(
-    conn: sqlite3.Connection, sql: str, params: Sequence[Any], rule_id: str, what: str
+    conn: sqlite3.Connection,
+    sql: str,
+    params: Sequence[Any],
+    rule_id: str,
+    what: str,
+    *,
+    authorizer: Callable[[int, str | None, str | None, str | None, str | None], int] = (
+        _authorizer
+    ),
 ) -> set[int]:
-    """Run ``sql`` under the authorizer and the time limit; return the first column."""
-    conn.set_authorizer(_authorizer)
+    """Run ``sql`` under an authorizer and the time limit; return the first column."""
+    conn.set_authorizer(authorizer)
     deadline = time.monotonic() + TIME_LIMIT_S
     conn.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
     try:
@@ -748,6 +758,48 @@ def _guarded(
             f"rule '{rule_id}': {what} refused or failed: {exc}", rule_id=rule_id
         ) from exc
     return {int(r[0]) for r in rows}
+
+
+SELECT_FUNCTIONS = frozenset(
+    {
+        "json_extract",
+        "json_type",
+        "json_valid",
+        "json_array_length",
+        "instr",
+        "substr",
+        "length",
+        "coalesce",
+        TIMESTAMP_FUNCTION,
+    }
+)
+"""Functions the ``select`` compiler emits; a ``select`` may call nothing else."""
+
+SELECT_TABLES = frozenset({"episodes", "json_each"})
+"""Tables a ``select`` reads: the episodes, and ``json_each`` for ``contains`` on lists."""
+
+
+def _select_authorizer(
+    action: int, arg1: str | None, arg2: str | None, db: str | None, src: str | None
+) -> int:
+    """Compiled ``select`` SQL is parameterised, yet it too reads only what it needs."""
+    if action == sqlite3.SQLITE_SELECT:
+        return sqlite3.SQLITE_OK
+    if action == sqlite3.SQLITE_READ:
+        ok = arg1 in SELECT_TABLES and db in (None, "main")
+        return sqlite3.SQLITE_OK if ok else sqlite3.SQLITE_DENY
+    if action == sqlite3.SQLITE_FUNCTION:
+        ok = (arg2 or "").lower() in SELECT_FUNCTIONS
+        return sqlite3.SQLITE_OK if ok else sqlite3.SQLITE_DENY
+    if action == sqlite3.SQLITE_UPDATE and arg1 == "sqlite_master" and db == "main":
+        # SQLite asks this while it sets up json_each on a fresh connection; the
+        # connection is read-only (mode=ro, query_only), so nothing can be written
+        return sqlite3.SQLITE_OK
+    return sqlite3.SQLITE_DENY
+
+
+def _timestamp_us(value: object) -> int | None:
+    return timestamp_micros(value) if isinstance(value, str) else None
 
 
 def select_seqs(
@@ -768,10 +820,16 @@ def select_seqs(
         "AND seq > ? AND seq <= ? AND json_valid(CAST(metadata AS TEXT))) "
         f"SELECT seq FROM readable WHERE ({where_sql})"
     )
-    return _guarded_seqs(
-        path,
-        sql,
-        (partition.key, after_seq, upto_seq, *params),
-        what="select",
-        rule_id=rule_id,
-    )
+    conn = _connect_read_only(path)
+    try:
+        conn.create_function(TIMESTAMP_FUNCTION, 1, _timestamp_us, deterministic=True)
+        return _guarded(
+            conn,
+            sql,
+            (partition.key, after_seq, upto_seq, *params),
+            rule_id,
+            "select",
+            authorizer=_select_authorizer,
+        )
+    finally:
+        conn.close()

@@ -27,7 +27,8 @@ from stargraph_mem.compiler.pack import CompiledPack, CompiledRule
 from stargraph_mem.errors import EngineError
 from stargraph_mem.gcpause import gc_paused
 from stargraph_mem.ir.checks import VarInfo, parse_template
-from stargraph_mem.ir.models import LinearConfidence, ListVar, VarConfidence
+from stargraph_mem.ir.models import FieldType, LinearConfidence, ListVar, VarConfidence
+from stargraph_mem.ir.reference import ILL_TYPED, MISSING, read_value
 from stargraph_mem.stores.fact import EngineFact
 from stargraph_mem.stores.memory import EpisodeRecord
 from stargraph_mem.stores.models import (
@@ -92,29 +93,31 @@ class _BadValue(Exception):
     pass
 
 
-def _normalise(value: Any, ftype: str) -> Any:
-    """An episode metadata value as the CLIPS slot stores it for the declared type."""
-    if value is None:
+def _normalise(value: Any, ftype: FieldType) -> Any:
+    """An episode metadata value as the CLIPS slot stores it for the declared type.
+
+    What a value means is :func:`stargraph_mem.ir.reference.read_value`'s reading;
+    this only renders it for CLIPS (lists space-joined, booleans as symbols)."""
+    read = read_value(ftype, value)
+    if read is MISSING:
         return "" if ftype == "list" else NIL
-    if ftype == "string" and isinstance(value, str):
-        return value
-    if ftype == "integer" and isinstance(value, int) and not isinstance(value, bool):
-        return value
-    numeric = isinstance(value, int | float) and not isinstance(value, bool)
-    if ftype == "number" and numeric and math.isfinite(value):
-        return float(value)
-    if ftype == "boolean" and isinstance(value, bool):
-        return TRUE if value else FALSE
+    if read is ILL_TYPED:
+        raise _BadValue(_ill_typed(ftype, value))
+    if ftype == "boolean":
+        return TRUE if read else FALSE
+    if ftype == "list":
+        return " ".join(read)
+    return read
+
+
+def _ill_typed(ftype: FieldType, value: Any) -> str:
     if ftype == "timestamp" and isinstance(value, str):
-        try:
-            return to_micros(datetime.fromisoformat(value))
-        except ValueError as exc:
-            raise _BadValue(f"not an ISO-8601 timestamp with offset: {value!r}") from exc
+        return f"not an ISO-8601 timestamp with offset: {value!r}"
     if ftype == "list" and isinstance(value, list):
-        if all(isinstance(v, str) and v and v.split() == [v] for v in value):
-            return " ".join(value)
-        raise _BadValue("list items must be non-empty strings without white space")
-    raise _BadValue(f"expected {ftype}, got {type(value).__name__}")
+        return "list items must be non-empty strings without spaces or NUL characters"
+    if ftype == "string" and isinstance(value, str):
+        return "strings used by rules cannot contain NUL characters"
+    return f"expected {ftype}, got {type(value).__name__}"
 
 
 def _builtin(record: EpisodeRecord, name: str) -> Any:

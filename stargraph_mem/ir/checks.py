@@ -34,6 +34,8 @@ from stargraph_mem.ir.models import (
     VarRef,
     WhenItem,
 )
+from stargraph_mem.ir.operators import FLAGS, OPERATORS, Operator, describe_types
+from stargraph_mem.ir.reference import list_item_ok
 
 TEMPLATE_PART = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]")
 ORDER_OPS = ("lt", "le", "gt", "ge")
@@ -114,6 +116,14 @@ def parse_timestamp_literal(value: Any) -> int:
         raise ValueError(f"naive timestamp {value!r}: add a UTC offset such as +00:00")
     delta = parsed - datetime(1970, 1, 1, tzinfo=UTC)
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def _wrong_field_type(op: Operator, ftype: FieldType, fname: str) -> str:
+    """``'prefix' needs a string field, not integer 'n'`` (types from the operator table)."""
+    if ftype == "list":
+        usable = [name for name, o in OPERATORS.items() if "list" in o.field_types]
+        return f"list field '{fname}' supports only {', '.join(usable)} and bind, not '{op.name}'"
+    return f"'{op.name}' needs a {describe_types(op.field_types)} field, not {ftype} '{fname}'"
 
 
 def _type_name(value: Any) -> str:
@@ -313,47 +323,59 @@ class _Checker:
         path: PathKey,
         kind: str,
     ) -> None:
-        if cond.exists is False or cond.missing is False:
+        flags = [op for op in FLAGS if cond.get(op) is not None]
+        if any(cond.get(op) is False for op in flags):
             self.err(path, "write 'missing: true' or 'exists: true' (false is not accepted)")
-        if cond.exists and cond.missing:
+        if cond.get("exists") and cond.get("missing"):
             self.err(path, "'exists' and 'missing' together can never match")
-        if cond.missing and len(cond.tests()) > 1:
+        if cond.get("missing") and len(cond.tests()) > 1:
             self.err(path, "'missing' cannot be combined with other tests on the same field")
-        if cond.missing and cond.bind is not None:
+        if cond.get("missing") and cond.bind is not None:
             self.err((*path, "bind"), "a missing field cannot be bound")
         for op, value in cond.tests():
-            opath = (*path, "in" if op == "in" else op)
-            if op in ("exists", "missing"):
-                always = kind in ("fact", "not", "exists") or (
-                    fname in EPISODE_BUILTINS and fname != "source_node"
-                )
-                if always:
-                    self.err(opath, f"field '{fname}' is always present")
-                continue
-            if op in ("older_than", "newer_than"):
-                if ftype != "timestamp":
-                    self.err(opath, f"'{op}' applies to timestamp fields, not {ftype} '{fname}'")
-                continue
-            if op in ("in", "not_in"):
-                for k, item in enumerate(value):
-                    if not literal_fits(ftype, item) or ftype in ("timestamp", "list"):
-                        self.err((*opath, k), self._mismatch(ftype, fname, item, op))
-                continue
-            if isinstance(value, VarRef):
-                self.check_var_use(info, value.var, ftype, opath, op)
-                continue
-            if op in ORDER_OPS and ftype not in ("integer", "number", "timestamp"):
-                self.err(opath, f"'{op}' needs a numeric or timestamp field, not {ftype} '{fname}'")
-            elif op in ("contains",) and ftype not in ("string", "list"):
-                self.err(opath, f"'contains' needs a string or list field, not {ftype} '{fname}'")
-            elif op == "prefix" and ftype != "string":
-                self.err(opath, f"'prefix' needs a string field, not {ftype} '{fname}'")
-            elif not literal_fits(ftype, value) or (ftype == "list" and op not in ("contains",)):
-                self.err(opath, self._mismatch(ftype, fname, value, op))
+            self.check_test(info, OPERATORS[op], value, ftype, fname, (*path, op), kind)
+
+    def check_test(
+        self,
+        info: RuleInfo,
+        op: Operator,
+        value: Any,
+        ftype: FieldType,
+        fname: str,
+        path: PathKey,
+        kind: str,
+    ) -> None:
+        """One test against the operator table: field type, operand type, variables."""
+        if op.operand == "flag":
+            always = kind in ("fact", "not", "exists") or (
+                fname in EPISODE_BUILTINS and fname != "source_node"
+            )
+            if always:
+                self.err(path, f"field '{fname}' is always present")
+            return
+        if ftype not in op.field_types:
+            self.err(path, _wrong_field_type(op, ftype, fname))
+            return
+        if op.operand == "duration":
+            return
+        operand_type: FieldType = "string" if op.string_operand else ftype
+        if op.operand == "values":
+            for k, item in enumerate(value):
+                if not literal_fits(operand_type, item):
+                    self.err((*path, k), self._mismatch(ftype, fname, item, op.name))
+            return
+        if isinstance(value, VarRef):
+            self.check_var_use(info, value.var, operand_type, path, op.name)
+        elif not literal_fits(operand_type, value):
+            self.err(path, self._mismatch(operand_type, fname, value, op.name))
+        elif op.name == "contains" and ftype == "list" and not list_item_ok(value):
+            self.err(
+                path,
+                f"list field '{fname}' never has the item {value!r}: items are non-empty "
+                "strings without spaces or NUL characters",
+            )
 
     def _mismatch(self, ftype: FieldType, fname: str, value: Any, op: str) -> str:
-        if ftype == "list":
-            return f"list field '{fname}' supports only exists, missing, contains and bind"
         if ftype == "timestamp":
             return f"expected an ISO-8601 timestamp with offset for '{fname}', got {value!r}"
         return f"type mismatch: '{fname}' is {ftype}, got {_type_name(value)} {value!r}"

@@ -8,7 +8,8 @@ metadata fields and current facts through condition objects such as ``{gt: 3}`` 
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+import keyword
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -21,15 +22,17 @@ from pydantic import (
     StrictStr,
     StringConstraints,
     Tag,
+    create_model,
     model_validator,
 )
 
+from stargraph_mem.ir.operators import FLAGS, OPERATORS, OperandKind, unknown_operator
+from stargraph_mem.ir.operators import FieldType as FieldType
 from stargraph_mem.stores.models import Cadence
 
 IR_VERSION = 1
 NAME_PATTERN = r"^[a-z][a-z0-9_]{0,62}$"
 Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
-FieldType = Literal["string", "integer", "number", "boolean", "timestamp", "list"]
 Scalar = Annotated[
     StrictBool | StrictInt | StrictFloat | StrictStr, Field(union_mode="left_to_right")
 ]
@@ -82,30 +85,38 @@ class Duration(_IR):
 
 Operand = Annotated[Scalar | VarRef, Field(union_mode="left_to_right")]
 
+_OPERAND_TYPES: dict[OperandKind, Any] = {
+    "value": Operand,
+    "values": list[Scalar],
+    "flag": bool,
+    "duration": Duration,
+}
+"""How each kind of operand in the operator table is validated."""
 
-class Condition(_IR):
-    """Tests on one field. All given tests must hold; ``bind`` names the field's value."""
+
+def operator_attribute(name: str) -> str:
+    """The model attribute of operator ``name`` (``in`` is a Python keyword: ``in_``)."""
+    return f"{name}_" if keyword.iskeyword(name) else name
+
+
+class ConditionBase(_IR):
+    """Tests on one field. All given tests must hold; ``bind`` names the field's value.
+
+    One optional attribute per entry of the operator table (``ir/operators.py``) is
+    added by :func:`_condition_model`; read them through :meth:`tests` and :meth:`get`.
+    """
 
     bind: Name | None = None
-    eq: Operand | None = None
-    ne: Operand | None = None
-    in_: list[Scalar] | None = Field(default=None, alias="in")
-    not_in: list[Scalar] | None = None
-    lt: Operand | None = None
-    le: Operand | None = None
-    gt: Operand | None = None
-    ge: Operand | None = None
-    exists: bool | None = None
-    missing: bool | None = None
-    contains: Operand | None = None
-    prefix: Operand | None = None
-    older_than: Duration | None = None
-    newer_than: Duration | None = None
 
     @model_validator(mode="before")
     @classmethod
     def _shorthand(cls, data: Any) -> Any:
         """A bare scalar means equality: ``intent: noop`` is ``intent: {eq: noop}``."""
+        if isinstance(data, str) and data in FLAGS:
+            raise ValueError(
+                f"a bare '{data}' is ambiguous: write '{{{data}: true}}' to test the field, "
+                f"or '{{eq: {data}}}' to compare it with the string '{data}'"
+            )
         if isinstance(data, str | int | float | bool):
             return {"eq": data}
         if isinstance(data, dict) and set(data) == {"var"}:
@@ -113,37 +124,48 @@ class Condition(_IR):
         return data
 
     @model_validator(mode="after")
-    def _not_empty(self) -> Condition:
+    def _not_empty(self) -> ConditionBase:
         if not self.model_fields_set:
             raise ValueError("a condition needs at least one test or 'bind'")
         return self
 
+    def get(self, op: str) -> Any:
+        """The operand of test ``op``, or ``None`` when the condition does not have it."""
+        if op not in OPERATORS:
+            raise KeyError(unknown_operator(op))
+        return getattr(self, operator_attribute(op))
+
     def tests(self) -> list[tuple[str, Any]]:
-        """The (op, operand) pairs given, in a fixed order (``bind`` excluded)."""
+        """The (op, operand) pairs given, in the operator table's order (``bind`` excluded)."""
         out: list[tuple[str, Any]] = []
-        for name in OPS:
-            value = getattr(self, "in_" if name == "in" else name)
+        for name in OPERATORS:
+            value = getattr(self, operator_attribute(name))
             if value is not None:
                 out.append((name, value))
         return out
 
 
-OPS = (
-    "eq",
-    "ne",
-    "in",
-    "not_in",
-    "lt",
-    "le",
-    "gt",
-    "ge",
-    "exists",
-    "missing",
-    "contains",
-    "prefix",
-    "older_than",
-    "newer_than",
-)
+def _condition_model() -> type[ConditionBase]:
+    fields: dict[str, Any] = {
+        operator_attribute(op.name): (
+            _OPERAND_TYPES[op.operand] | None,
+            Field(default=None, alias=op.name),
+        )
+        for op in OPERATORS.values()
+    }
+    model: type[ConditionBase] = create_model(
+        "Condition", __base__=ConditionBase, __module__=__name__, **fields
+    )
+    return model
+
+
+if TYPE_CHECKING:
+    Condition = ConditionBase
+else:
+    Condition = _condition_model()
+
+OPS = tuple(OPERATORS)
+"""Operator names in table order."""
 
 
 class _FieldsPattern(_IR):

@@ -1,0 +1,185 @@
+"""The operator table: every condition test of the IR, specified once.
+
+Each :class:`Operator` says what the YAML looks like (its operand), which field types it
+applies to, what it means, and what it gives on a field that is missing or ``null``.
+The backends are tables keyed by operator name: the CLIPS emitter
+(``compiler/generator.py``), the SQL ``select`` compiler (``compiler/select_sql.py``),
+lint's reasoning (``authoring/lint.py``) and the plain-Python reference evaluator
+(``ir/reference.py``). ``tests/test_operators.py`` checks that every backend implements
+every operator and that the backends give identical answers.
+
+Adding an operator: one entry here, one entry in each backend table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Literal
+
+OperandKind = Literal["value", "values", "flag", "duration"]
+"""``value``: one literal or ``{var: x}``; ``values``: a list of literals;
+``flag``: ``true``; ``duration``: ``{days: 7}`` relative to the pass time."""
+
+FieldType = Literal["string", "integer", "number", "boolean", "timestamp", "list"]
+
+ALL_TYPES: frozenset[FieldType] = frozenset(
+    ("string", "integer", "number", "boolean", "timestamp", "list")
+)
+SCALAR_TYPES: frozenset[FieldType] = frozenset(
+    ("string", "integer", "number", "boolean", "timestamp")
+)
+ORDERED_TYPES: frozenset[FieldType] = frozenset(("integer", "number", "timestamp"))
+
+
+@dataclass(frozen=True)
+class Operator:
+    """One condition test: ``{name: operand}`` under a field."""
+
+    name: str
+    operand: OperandKind
+    field_types: frozenset[FieldType]
+    """Field types the test applies to; any other type is an IR error."""
+    string_operand: bool
+    """The operand is a string whatever the field's type (``contains`` on a list)."""
+    on_missing: bool
+    """The answer on a missing or ``null`` field (``ne`` and ``not_in`` pass there)."""
+    meaning: str
+    example: str
+
+    @property
+    def allows_var(self) -> bool:
+        return self.operand == "value"
+
+
+def _op(
+    name: str,
+    operand: OperandKind,
+    types: frozenset[FieldType],
+    meaning: str,
+    example: str,
+    *,
+    on_missing: bool = False,
+    string_operand: bool = False,
+) -> Operator:
+    return Operator(name, operand, types, string_operand, on_missing, meaning, example)
+
+
+_EQUALITY: frozenset[FieldType] = SCALAR_TYPES
+_MEMBERSHIP: frozenset[FieldType] = frozenset(("string", "integer", "number", "boolean"))
+
+OPERATORS: Mapping[str, Operator] = MappingProxyType(
+    {
+        op.name: op
+        for op in (
+            _op("eq", "value", _EQUALITY, "equal to the operand", "intent: {eq: noop}"),
+            _op(
+                "ne",
+                "value",
+                _EQUALITY,
+                "not equal to the operand (a missing field passes)",
+                "intent: {ne: noop}",
+                on_missing=True,
+            ),
+            _op(
+                "in", "values", _MEMBERSHIP, "equal to one of the listed values", "n: {in: [1, 3]}"
+            ),
+            _op(
+                "not_in",
+                "values",
+                _MEMBERSHIP,
+                "equal to none of the listed values (a missing field passes)",
+                "intent: {not_in: [noop, delete]}",
+                on_missing=True,
+            ),
+            _op("lt", "value", ORDERED_TYPES, "less than the operand", "n: {lt: 3}"),
+            _op("le", "value", ORDERED_TYPES, "less than or equal to the operand", "n: {le: 3}"),
+            _op("gt", "value", ORDERED_TYPES, "greater than the operand", "n: {gt: 3}"),
+            _op("ge", "value", ORDERED_TYPES, "greater than or equal to the operand", "n: {ge: 3}"),
+            _op("exists", "flag", ALL_TYPES, "present and not null", "topic: {exists: true}"),
+            _op(
+                "missing",
+                "flag",
+                ALL_TYPES,
+                "absent or null (combines with no other test)",
+                "topic: {missing: true}",
+                on_missing=True,
+            ),
+            _op(
+                "contains",
+                "value",
+                frozenset(("string", "list")),
+                "a string field contains the operand as a substring; "
+                "a list field has the operand as an item",
+                "tags: {contains: urgent}",
+                string_operand=True,
+            ),
+            _op(
+                "prefix",
+                "value",
+                frozenset(("string",)),
+                "starts with the operand",
+                "source_node: {prefix: 'chat.'}",
+                string_operand=True,
+            ),
+            _op(
+                "older_than",
+                "duration",
+                frozenset(("timestamp",)),
+                "at or before the pass time minus the duration",
+                "timestamp: {older_than: {days: 30}}",
+            ),
+            _op(
+                "newer_than",
+                "duration",
+                frozenset(("timestamp",)),
+                "after the pass time minus the duration",
+                "timestamp: {newer_than: {hours: 2}}",
+            ),
+        )
+    }
+)
+"""Operator name → specification, in the order tests are emitted and reported."""
+
+FLAGS = frozenset(name for name, op in OPERATORS.items() if op.operand == "flag")
+
+
+def describe_types(types: frozenset[FieldType]) -> str:
+    """``numeric or timestamp``: field types in words (integer and number read "numeric")."""
+    words: list[str] = []
+    for ftype in ("string", "integer", "number", "boolean", "timestamp", "list"):
+        if ftype not in types:
+            continue
+        if ftype in ("integer", "number") and {"integer", "number"} <= types:
+            if "numeric" not in words:
+                words.append("numeric")
+        else:
+            words.append(ftype)
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " or " + words[-1]
+
+
+def unknown_operator(name: str) -> str:
+    """The error for a test name that is not in the table, with the names that are."""
+    return f"unknown operator '{name}' (operators: {', '.join(OPERATORS)})"
+
+
+def markdown_table() -> str:
+    """The operator table as Markdown, for the README (drift-checked like the schemas)."""
+    lines = [
+        "| operator | operand | field types | meaning | on a missing field | example |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for op in OPERATORS.values():
+        types = describe_types(op.field_types)
+        operand = {
+            "value": "literal or `{var: x}`" + (" (string)" if op.string_operand else ""),
+            "values": "list of literals",
+            "flag": "`true`",
+            "duration": "duration",
+        }[op.operand]
+        missing = "passes" if op.on_missing else "fails"
+        lines.append(
+            f"| `{op.name}` | {operand} | {types} | {op.meaning} | {missing} | `{op.example}` |"
+        )
+    return "\n".join(lines) + "\n"

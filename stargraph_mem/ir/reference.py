@@ -1,0 +1,181 @@
+"""The reference evaluator: what a condition means, in plain Python.
+
+It is the operator table's meaning made executable. The CLIPS emitter and the SQL
+``select`` compiler are tested against it (``tests/test_operators.py``), and lint uses
+it to decide whether a finite set of candidate values passes a test.
+
+Values are read as the runtime reads episode metadata for the field's declared type:
+
+* ``None`` (or an absent key) is *missing*; so is an empty list.
+* A value of another type is *ill-typed*: the runtime rejects the episode, so no
+  condition matches it (:data:`ILL_TYPED`).
+* Strings may not hold NUL; list items are non-empty strings without a space; a
+  timestamp is an ISO-8601 string with a UTC offset, compared as UTC microseconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any, Final
+
+from stargraph_mem.ir.models import Condition, Duration, FieldType, VarRef
+from stargraph_mem.ir.operators import OPERATORS, unknown_operator
+
+
+class _Marker:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+MISSING: Final = _Marker("MISSING")
+"""A field that is absent, ``null`` or an empty list."""
+ILL_TYPED: Final = _Marker("ILL_TYPED")
+"""A value the runtime cannot read as the field's declared type."""
+
+
+def timestamp_micros(text: str) -> int | None:
+    """UTC microseconds of an ISO-8601 string with an offset, or ``None`` if it is not one."""
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    offset = parsed.utcoffset()
+    if offset is None:
+        return None
+    naive = parsed.replace(tzinfo=None) - offset
+    delta = naive - datetime(1970, 1, 1)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def list_item_ok(item: object) -> bool:
+    """Whether ``item`` can be an item of a list field (the runtime stores lists joined by
+    spaces)."""
+    return isinstance(item, str) and item != "" and " " not in item and "\x00" not in item
+
+
+def read_value(ftype: FieldType, raw: Any) -> Any:
+    """A metadata value as the runtime sees it: the typed value, MISSING or ILL_TYPED."""
+    if raw is None or (ftype == "list" and raw == []):
+        return MISSING
+    if ftype == "string":
+        return raw if isinstance(raw, str) and "\x00" not in raw else ILL_TYPED
+    if ftype == "integer":
+        return raw if isinstance(raw, int) and not isinstance(raw, bool) else ILL_TYPED
+    if ftype == "number":
+        ok = isinstance(raw, int | float) and not isinstance(raw, bool)
+        return float(raw) if ok else ILL_TYPED
+    if ftype == "boolean":
+        return raw if isinstance(raw, bool) else ILL_TYPED
+    if ftype == "timestamp":
+        micros = timestamp_micros(raw) if isinstance(raw, str) else None
+        return ILL_TYPED if micros is None else micros
+    if isinstance(raw, list) and all(list_item_ok(item) for item in raw):
+        return tuple(raw)
+    return ILL_TYPED
+
+
+def literal(ftype: FieldType, value: Any) -> Any:
+    """An IR literal in the representation :func:`read_value` gives for ``ftype``."""
+    if ftype == "timestamp" and isinstance(value, str):
+        micros = timestamp_micros(value)
+        if micros is None:
+            raise ValueError(f"not a timestamp literal: {value!r}")
+        return micros
+    if ftype == "number":
+        return float(value)
+    return value
+
+
+Test = Callable[[Any, Any, FieldType, int], bool]
+"""``(value, operand, field type, now_us) → bool`` for a present, well-typed value;
+``operand`` is already resolved (variables replaced by their values)."""
+
+
+def _eq(v: Any, x: Any, ftype: FieldType, now: int) -> bool:
+    return bool(v == literal(ftype, x))
+
+
+def _in(v: Any, xs: Any, ftype: FieldType, now: int) -> bool:
+    return any(v == literal(ftype, x) for x in xs)
+
+
+def _order(cmp: Callable[[Any, Any], bool]) -> Test:
+    def test(v: Any, x: Any, ftype: FieldType, now: int) -> bool:
+        return cmp(v, literal(ftype, x))
+
+    return test
+
+
+def _contains(v: Any, x: Any, ftype: FieldType, now: int) -> bool:
+    return x in v  # an item of a tuple, a substring of a str
+
+
+def _prefix(v: Any, x: Any, ftype: FieldType, now: int) -> bool:
+    return bool(v.startswith(x))
+
+
+def _older(v: Any, d: Duration, ftype: FieldType, now: int) -> bool:
+    return bool(v <= now - d.total_microseconds())
+
+
+def _newer(v: Any, d: Duration, ftype: FieldType, now: int) -> bool:
+    return bool(v > now - d.total_microseconds())
+
+
+REFERENCE: Mapping[str, Test] = {
+    "eq": _eq,
+    "ne": lambda v, x, t, now: not _eq(v, x, t, now),
+    "in": _in,
+    "not_in": lambda v, xs, t, now: not _in(v, xs, t, now),
+    "lt": _order(lambda a, b: bool(a < b)),
+    "le": _order(lambda a, b: bool(a <= b)),
+    "gt": _order(lambda a, b: bool(a > b)),
+    "ge": _order(lambda a, b: bool(a >= b)),
+    "exists": lambda v, x, t, now: True,
+    "missing": lambda v, x, t, now: False,
+    "contains": _contains,
+    "prefix": _prefix,
+    "older_than": _older,
+    "newer_than": _newer,
+}
+"""Operator → its meaning on a present value (on a missing one: the table's
+``on_missing``)."""
+
+
+def passes(op: str, value: Any, operand: Any, ftype: FieldType, now_us: int = 0) -> bool:
+    """Whether a read value (typed, MISSING or ILL_TYPED) passes one test."""
+    spec = OPERATORS.get(op)
+    if spec is None or op not in REFERENCE:
+        raise KeyError(unknown_operator(op))
+    if value is ILL_TYPED:
+        return False
+    if value is MISSING:
+        return spec.on_missing
+    return REFERENCE[op](value, operand, ftype, now_us)
+
+
+def evaluate(
+    cond: Condition,
+    ftype: FieldType,
+    raw: Any,
+    *,
+    now_us: int = 0,
+    variables: Mapping[str, Any] | None = None,
+) -> bool:
+    """Whether a raw metadata value passes every test of ``cond`` (and a ``bind``, which
+    needs a present value unless the field is a list)."""
+    value = read_value(ftype, raw)
+    if value is ILL_TYPED:
+        return False
+    if cond.bind is not None and value is MISSING and ftype != "list":
+        return False
+    for op, operand in cond.tests():
+        if isinstance(operand, VarRef):
+            operand = (variables or {})[operand.var]
+        if not passes(op, value, operand, ftype, now_us):
+            return False
+    return True
