@@ -43,6 +43,7 @@ from stargraph_mem.compiler.pack import compile_file, validate_file
 from stargraph_mem.engine.api import Consolidator
 from stargraph_mem.engine.consolidate import PassReport
 from stargraph_mem.errors import DuplicateEpisodeError, StargraphMemError
+from stargraph_mem.ir.operators import with_readme_table
 from stargraph_mem.ir.schema import SCHEMA_DIR, check_schemas, write_schemas
 from stargraph_mem.stores import Episode, SQLiteMemoryStore
 from stargraph_mem.stores.fact import Explanation
@@ -422,18 +423,46 @@ def schema(
     directory: Annotated[
         Path, typer.Option("--dir", help="Where the schemas live.", file_okay=False)
     ] = SCHEMA_DIR,
+    readme: Annotated[
+        Path,
+        typer.Option(
+            "--readme", help="README whose operator table is regenerated.", dir_okay=False
+        ),
+    ] = Path("README.md"),
 ) -> None:
-    """Write (or --check) the JSON Schemas generated from the IR models."""
+    """Write (or --check) the JSON Schemas and the README's operator table."""
     if check:
         drift = check_schemas(directory)
         for item in drift:
             typer.echo(f"{printable(str(directory / item.name))}: {item.problem}", err=True)
-        if drift:
+        stale = _readme_table(readme, write=False)
+        if drift or stale:
             fail("schemas drifted; run `stargraph-mem schema` and commit the result")
         typer.echo(f"schemas up to date in {printable(str(directory))}")
         return
     for path in write_schemas(directory):
         typer.echo(f"wrote {printable(str(path))}")
+    if _readme_table(readme, write=True):
+        typer.echo(f"wrote the operator table in {printable(str(readme))}")
+
+
+def _readme_table(readme: Path, *, write: bool) -> bool:
+    """Whether the README's operator table differs from the operator table (rewrite it)."""
+    if not readme.is_file():
+        typer.echo(f"{printable(str(readme))}: not found; operator table skipped", err=True)
+        return False
+    text = readme.read_text(encoding="utf-8")
+    try:
+        fresh = with_readme_table(text)
+    except ValueError as exc:
+        fail(f"{printable(str(readme))}: {exc}")
+    if fresh == text:
+        return False
+    if write:
+        readme.write_text(fresh, encoding="utf-8")
+    else:
+        typer.echo(f"{printable(str(readme))}: operator table out of date", err=True)
+    return True
 
 
 def cadence_text(cadence: Cadence) -> str:

@@ -274,8 +274,10 @@ class Generator:
             terms.append("~nil")
         if multi and cond.get("exists"):
             terms.append('~""')
-        for op, value in cond.tests():
-            terms.extend(self.test_terms(ctx, ftype, op, value, base))
+        tests = cond.tests()
+        alone = not terms and len(tests) == 1
+        for op, value in tests:
+            terms.extend(self.test_terms(ctx, ftype, op, value, base, alone=alone))
         if not terms:
             return base
         return base + "&" + "&".join(terms)
@@ -287,13 +289,20 @@ class Generator:
         return clips_literal(literal_value(ftype, value), ftype)
 
     def test_terms(
-        self, ctx: _Ctx | None, ftype: FieldType, op: str, value: Any, v: str
+        self,
+        ctx: _Ctx | None,
+        ftype: FieldType,
+        op: str,
+        value: Any,
+        v: str,
+        *,
+        alone: bool = True,
     ) -> list[str]:
         """The constraint terms of one test, from :data:`CLIPS_TESTS`."""
         emit = CLIPS_TESTS.get(op)
         if emit is None:
             raise CompileError(unknown_operator(op))
-        return emit(_Term(self, ctx, ftype, value, v))
+        return emit(_Term(self, ctx, ftype, value, v, alone))
 
     def slots(
         self,
@@ -648,6 +657,8 @@ class _Term:
     ftype: FieldType
     value: Any
     v: str
+    alone: bool
+    """The only test on the slot (no other test, bind, or presence term beside it)."""
 
     def operand(self, ftype: FieldType | None = None) -> str:
         return self.gen.operand(self.ctx, ftype or self.ftype, self.value)
@@ -660,14 +671,16 @@ def _clips_eq(t: _Term) -> list[str]:
     x = t.operand()
     if t.ftype == "number" or (isinstance(t.value, VarRef) and t.ftype in ("integer", "timestamp")):
         return [f":(and (numberp {t.v}) (= {t.v} {x}))"]
-    return [x]
+    # a bare literal lets CLIPS hash the test, but CLIPS refuses to build a pattern whose
+    # literal constraints contradict (eq "" with ne ""): beside other tests, a predicate
+    return [x] if t.alone else [f":(eq {t.v} {x})"]
 
 
 def _clips_ne(t: _Term) -> list[str]:
     x = t.operand()
     if t.ftype in ("number", "integer", "timestamp"):
         return [f":(or (not (numberp {t.v})) (<> {t.v} {x}))"]
-    return [f"~{x}"]
+    return [f"~{x}"] if t.alone else [f":(neq {t.v} {x})"]
 
 
 def _clips_in(t: _Term) -> list[str]:

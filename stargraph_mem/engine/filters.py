@@ -770,6 +770,7 @@ SELECT_FUNCTIONS = frozenset(
         "substr",
         "length",
         "coalesce",
+        "typeof",
         TIMESTAMP_FUNCTION,
     }
 )
@@ -785,16 +786,17 @@ def _select_authorizer(
     """Compiled ``select`` SQL is parameterised, yet it too reads only what it needs."""
     if action == sqlite3.SQLITE_SELECT:
         return sqlite3.SQLITE_OK
-    if action == sqlite3.SQLITE_READ:
-        ok = arg1 in SELECT_TABLES and db in (None, "main")
-        return sqlite3.SQLITE_OK if ok else sqlite3.SQLITE_DENY
     if action == sqlite3.SQLITE_FUNCTION:
         ok = (arg2 or "").lower() in SELECT_FUNCTIONS
         return sqlite3.SQLITE_OK if ok else sqlite3.SQLITE_DENY
-    if action == sqlite3.SQLITE_UPDATE and arg1 == "sqlite_master" and db == "main":
-        # SQLite asks this while it sets up json_each on a fresh connection; the
-        # connection is read-only (mode=ro, query_only), so nothing can be written
-        return sqlite3.SQLITE_OK
+    if arg1 == "sqlite_master" and db == "main":
+        # SQLite reads the schema (and asks as if to update it) while it sets up json_each
+        # on a fresh connection; the connection is read-only (mode=ro, query_only)
+        allowed = action in (sqlite3.SQLITE_READ, sqlite3.SQLITE_UPDATE)
+        return sqlite3.SQLITE_OK if allowed else sqlite3.SQLITE_DENY
+    if action == sqlite3.SQLITE_READ:
+        ok = arg1 in SELECT_TABLES and db in (None, "main")
+        return sqlite3.SQLITE_OK if ok else sqlite3.SQLITE_DENY
     return sqlite3.SQLITE_DENY
 
 

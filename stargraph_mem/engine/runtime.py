@@ -117,6 +117,8 @@ def _ill_typed(ftype: FieldType, value: Any) -> str:
         return "list items must be non-empty strings without spaces or NUL characters"
     if ftype == "string" and isinstance(value, str):
         return "strings used by rules cannot contain NUL characters"
+    if ftype == "integer" and isinstance(value, int) and not isinstance(value, bool):
+        return f"integer {value} is outside the signed 64-bit range"
     return f"expected {ftype}, got {type(value).__name__}"
 
 

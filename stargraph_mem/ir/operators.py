@@ -183,3 +183,16 @@ def markdown_table() -> str:
             f"| `{op.name}` | {operand} | {types} | {op.meaning} | {missing} | `{op.example}` |"
         )
     return "\n".join(lines) + "\n"
+
+
+README_START = "<!-- operators:start -->\n"
+README_END = "<!-- operators:end -->\n"
+
+
+def with_readme_table(readme: str) -> str:
+    """``readme`` with the text between the operator-table markers regenerated."""
+    start = readme.find(README_START)
+    end = readme.find(README_END, start + 1)
+    if start < 0 or end < 0:
+        raise ValueError(f"the README has no {README_START.strip()} … {README_END.strip()} markers")
+    return readme[: start + len(README_START)] + markdown_table() + readme[end:]

@@ -9,8 +9,9 @@ Values are read as the runtime reads episode metadata for the field's declared t
 * ``None`` (or an absent key) is *missing*; so is an empty list.
 * A value of another type is *ill-typed*: the runtime rejects the episode, so no
   condition matches it (:data:`ILL_TYPED`).
-* Strings may not hold NUL; list items are non-empty strings without a space; a
-  timestamp is an ISO-8601 string with a UTC offset, compared as UTC microseconds.
+* Integers are signed 64-bit. Strings may not hold NUL; list items are non-empty strings
+  without a space; a timestamp is an ISO-8601 string with a UTC offset, compared as UTC
+  microseconds.
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ MISSING: Final = _Marker("MISSING")
 """A field that is absent, ``null`` or an empty list."""
 ILL_TYPED: Final = _Marker("ILL_TYPED")
 """A value the runtime cannot read as the field's declared type."""
+
+
+INT64: Final = (-(2**63), 2**63 - 1)
+"""Integers a rule can compare (CLIPS and SQLite integers are signed 64-bit)."""
 
 
 def timestamp_micros(text: str) -> int | None:
@@ -64,7 +69,8 @@ def read_value(ftype: FieldType, raw: Any) -> Any:
     if ftype == "string":
         return raw if isinstance(raw, str) and "\x00" not in raw else ILL_TYPED
     if ftype == "integer":
-        return raw if isinstance(raw, int) and not isinstance(raw, bool) else ILL_TYPED
+        ok = isinstance(raw, int) and not isinstance(raw, bool) and INT64[0] <= raw <= INT64[1]
+        return raw if ok else ILL_TYPED
     if ftype == "number":
         ok = isinstance(raw, int | float) and not isinstance(raw, bool)
         return float(raw) if ok else ILL_TYPED

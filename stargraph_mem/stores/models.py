@@ -85,7 +85,8 @@ def _check_storable(value: Any, where: str) -> None:
     """Reject JSON values that would not round-trip through orjson: NaN/inf, huge ints,
     strings (values or keys) holding lone surrogates."""
     if isinstance(value, str):
-        _check_unicode(value, where)
+        # SQLite's JSON functions end a string at NUL: it would not read back the same
+        _check_unicode(_no_nul(value, where), where)
     elif isinstance(value, float):
         if not math.isfinite(value):
             raise ValueError(f"{where} must be a finite number (got {value!r})")
@@ -95,7 +96,7 @@ def _check_storable(value: Any, where: str) -> None:
     elif isinstance(value, dict):
         for key, item in value.items():
             if isinstance(key, str):
-                _check_unicode(key, f"{where}: key {key!r}")
+                _check_unicode(_no_nul(key, f"{where}: key {key!r}"), f"{where}: key {key!r}")
             _check_storable(item, f"{where}.{key}")
     elif isinstance(value, list):
         for index, item in enumerate(value):
