@@ -275,7 +275,7 @@ class Generator:
         if multi and cond.get("exists"):
             terms.append('~""')
         tests = cond.tests()
-        alone = not terms and len(tests) == 1
+        alone = len(tests) == 1  # presence terms (~nil) never contradict a literal
         for op, value in tests:
             terms.extend(self.test_terms(ctx, ftype, op, value, base, alone=alone))
         if not terms:
@@ -658,7 +658,7 @@ class _Term:
     value: Any
     v: str
     alone: bool
-    """The only test on the slot (no other test, bind, or presence term beside it)."""
+    """The only test on the slot: a literal beside another could contradict it."""
 
     def operand(self, ftype: FieldType | None = None) -> str:
         return self.gen.operand(self.ctx, ftype or self.ftype, self.value)
