@@ -44,9 +44,12 @@ from stargraph_mem.engine.api import Consolidator
 from stargraph_mem.engine.consolidate import PassReport
 from stargraph_mem.errors import DuplicateEpisodeError, StargraphMemError
 from stargraph_mem.ir.schema import SCHEMA_DIR, check_schemas, write_schemas
+from stargraph_mem.model.cadence import Cadence
+from stargraph_mem.model.canonical import canonical_json
+from stargraph_mem.model.facts import Fact, FactPattern
+from stargraph_mem.model.time import utc_now
 from stargraph_mem.stores import Episode, SQLiteMemoryStore
 from stargraph_mem.stores.fact import Explanation
-from stargraph_mem.stores.models import Cadence, Fact, FactPattern, canonical_json, utc_now
 from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
 
 T = TypeVar("T")

@@ -25,7 +25,7 @@ from stargraph_mem.cli import (
 )
 from stargraph_mem.engine.api import Consolidator
 from stargraph_mem.engine.scheduler import ScheduleReport, StatusRow
-from stargraph_mem.stores.models import utc_now
+from stargraph_mem.model.time import utc_now
 
 __all__ = ["run_cmd", "status", "tick_lines"]
 

@@ -31,12 +31,12 @@ from stargraph_mem.engine.runtime import (
 from stargraph_mem.engine.worker import WorkerProcess
 from stargraph_mem.errors import StalePassError
 from stargraph_mem.gcpause import gc_paused
+from stargraph_mem.model.deltas import DELTA_ADAPTER, MemoryDelta
+from stargraph_mem.model.time import to_us, to_utc
 from stargraph_mem.salience import RuleBasedScorer, SalienceContext, SalienceScorer
 from stargraph_mem.stores.fact import EngineFact, Rejection, WatermarkAdvance
 from stargraph_mem.stores.memory import EpisodeRecord, QuarantinedRow
-from stargraph_mem.stores.models import DELTA_ADAPTER, MemoryDelta, to_utc
 from stargraph_mem.stores.scope import Partition
-from stargraph_mem.stores.sqlite_base import to_us
 from stargraph_mem.stores.sqlite_fact import PassBasis, SQLiteFactStore, claim_holder
 from stargraph_mem.stores.sqlite_memory import SQLiteMemoryStore
 from stargraph_mem.stores.sqlite_schedule import RuleRun

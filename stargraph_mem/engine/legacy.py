@@ -16,8 +16,10 @@ from stargraph_mem.engine.consolidate import Consolidation, LegacyFilter
 from stargraph_mem.engine.filters import check_when_filter
 from stargraph_mem.engine.runtime import Stamp
 from stargraph_mem.errors import ConsolidationRuleError
+from stargraph_mem.model.deltas import MemoryDelta
+from stargraph_mem.model.time import utc_now
 from stargraph_mem.stores.memory import register_consolidation_hook
-from stargraph_mem.stores.models import ConsolidationRule, MemoryDelta, utc_now
+from stargraph_mem.stores.models import ConsolidationRule
 from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
 from stargraph_mem.stores.sqlite_memory import SQLiteMemoryStore
 

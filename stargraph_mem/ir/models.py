@@ -24,7 +24,7 @@ from pydantic import (
     model_validator,
 )
 
-from stargraph_mem.stores.models import Cadence
+from stargraph_mem.model.cadence import Cadence
 
 IR_VERSION = 1
 NAME_PATTERN = r"^[a-z][a-z0-9_]{0,62}$"

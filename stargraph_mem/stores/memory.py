@@ -7,13 +7,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
-from stargraph_mem.stores.models import (
-    ConsolidationRule,
-    Episode,
-    MemoryDelta,
-    MigrationPlan,
-    StoreHealth,
-)
+from stargraph_mem.model.deltas import MemoryDelta
+from stargraph_mem.model.episodes import Episode
+from stargraph_mem.stores.models import ConsolidationRule, MigrationPlan, StoreHealth
 from stargraph_mem.stores.scope import Partition
 
 

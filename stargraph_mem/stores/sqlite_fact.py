@@ -33,6 +33,9 @@ from stargraph_mem.errors import (
     StoreError,
 )
 from stargraph_mem.gcpause import gc_paused
+from stargraph_mem.model.deltas import DELTA_ADAPTER, AddDelta, DeleteDelta, NoopDelta, UpdateDelta
+from stargraph_mem.model.facts import Fact, FactPattern
+from stargraph_mem.model.time import from_us, to_us, utc_now
 from stargraph_mem.stores.fact import (
     ApplyResult,
     AuditRow,
@@ -49,25 +52,13 @@ from stargraph_mem.stores.fact import (
     sanitize_bundle,
     trusted,
 )
-from stargraph_mem.stores.models import (
-    DELTA_ADAPTER,
-    AddDelta,
-    DeleteDelta,
-    Fact,
-    FactPattern,
-    NoopDelta,
-    UpdateDelta,
-    utc_now,
-)
 from stargraph_mem.stores.scope import Partition, partition_key, prefix_upper_bound, user_prefix
 from stargraph_mem.stores.sqlite_base import (
     WAL_AUTOCHECKPOINT_PAGES,
     SQLiteStoreBase,
     fetch,
-    from_us,
     open_connection,
     scalar,
-    to_us,
     transaction,
 )
 from stargraph_mem.stores.sqlite_schedule import RuleRun, record_runs

@@ -19,8 +19,9 @@ from typing import Any, Final
 import aiosqlite
 
 from stargraph_mem.errors import PassConflictError
+from stargraph_mem.model.time import to_us
 from stargraph_mem.stores.scope import Partition
-from stargraph_mem.stores.sqlite_base import SQLiteStoreBase, fetch, scalar, to_us, transaction
+from stargraph_mem.stores.sqlite_base import SQLiteStoreBase, fetch, scalar, transaction
 
 __all__ = ["LeaseState", "RuleRun", "RunState", "SQLiteScheduleStore", "record_runs"]
 
