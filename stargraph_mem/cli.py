@@ -47,7 +47,7 @@ from stargraph_mem.ir.schema import SCHEMA_DIR, check_schemas, write_schemas
 from stargraph_mem.model.cadence import Cadence
 from stargraph_mem.model.canonical import canonical_json
 from stargraph_mem.model.facts import Fact, FactPattern
-from stargraph_mem.model.time import utc_now
+from stargraph_mem.model.time import NaiveTimestampError, parse_iso, utc_now
 from stargraph_mem.stores import Episode, SQLiteMemoryStore
 from stargraph_mem.stores.fact import Explanation
 from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
@@ -261,12 +261,11 @@ def parse_aware(value: str | None, option: str) -> datetime | None:
     if value is None:
         return None
     try:
-        parsed = datetime.fromisoformat(value)
+        return parse_iso(value)
+    except NaiveTimestampError:
+        fail(f"{option} {value!r} has no UTC offset (write e.g. {value}+00:00)")
     except ValueError as exc:
         raise typer.BadParameter(f"not an ISO-8601 timestamp: {value!r}") from exc
-    if parsed.utcoffset() is None:
-        fail(f"{option} {value!r} has no UTC offset (write e.g. {value}+00:00)")
-    return parsed
 
 
 def parse_meta(items: Sequence[str]) -> dict[str, JsonValue]:

@@ -32,7 +32,7 @@ from stargraph_mem.engine.worker import WorkerProcess
 from stargraph_mem.errors import StalePassError
 from stargraph_mem.gcpause import gc_paused
 from stargraph_mem.model.deltas import DELTA_ADAPTER, MemoryDelta
-from stargraph_mem.model.time import to_us, to_utc
+from stargraph_mem.model.time import seconds_us, to_us, to_utc
 from stargraph_mem.salience import RuleBasedScorer, SalienceContext, SalienceScorer
 from stargraph_mem.stores.fact import EngineFact, Rejection, WatermarkAdvance
 from stargraph_mem.stores.memory import EpisodeRecord, QuarantinedRow
@@ -500,7 +500,7 @@ class Consolidation:
             work.stored_marks,
             work.version,
             holder or "",
-            now_us + round(self.claim_seconds * 1_000_000),
+            now_us + seconds_us(self.claim_seconds),
             last,
             now_us,
         )

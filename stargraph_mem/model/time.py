@@ -87,6 +87,11 @@ def to_us(value: datetime, what: str = "timestamp") -> int:
     return us
 
 
+def seconds_us(seconds: float) -> int:
+    """A duration in seconds as whole microseconds (rounded): lease and claim lengths."""
+    return round(seconds * 1_000_000)
+
+
 @lru_cache(maxsize=256)
 def _offset_tz(offset_s: int) -> timezone:
     """A fixed-offset zone (cached: episodes share a handful of offsets)."""

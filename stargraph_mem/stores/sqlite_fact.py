@@ -35,7 +35,7 @@ from stargraph_mem.errors import (
 from stargraph_mem.gcpause import gc_paused
 from stargraph_mem.model.deltas import DELTA_ADAPTER, AddDelta, DeleteDelta, NoopDelta, UpdateDelta
 from stargraph_mem.model.facts import Fact, FactPattern
-from stargraph_mem.model.time import from_us, to_us, utc_now
+from stargraph_mem.model.time import from_us, seconds_us, to_us, utc_now
 from stargraph_mem.stores.fact import (
     ApplyResult,
     AuditRow,
@@ -1313,7 +1313,7 @@ class SQLiteFactStore(SQLiteStoreBase):
                 "INSERT INTO partition_claims (partition_key, holder, expires_us) "
                 "VALUES (?, ?, ?) ON CONFLICT (partition_key) DO UPDATE SET "
                 "holder = excluded.holder, expires_us = excluded.expires_us",
-                (partition.key, holder, now_us + round(seconds * 1_000_000)),
+                (partition.key, holder, now_us + seconds_us(seconds)),
             )
         return None
 
