@@ -25,7 +25,6 @@ import aiosqlite
 import orjson
 
 from stargraph_mem.errors import (
-    ConsolidationRuleError,
     CorruptRowError,
     DuplicateEpisodeError,
     MemoryScopeError,
@@ -973,17 +972,12 @@ class SQLiteMemoryStore(SQLiteStoreBase):
                 found.append(partition)
         return sorted(found, key=lambda p: (p.user, p.agent))
 
-    # --- consolidation: wired by the consolidation runtime (stargraph_mem.engine) --------
+    # --- consolidation: run by the consolidation runtime (stargraph_mem.engine) ----------
 
     async def consolidate(self, rule: ConsolidationRule) -> list[MemoryDelta]:
         """Run ``rule`` (default classification table, incrementally) and apply its deltas.
 
-        The consolidation runtime registers itself when ``stargraph_mem`` is imported.
+        The runtime is looked up when this runs (``stores.memory.consolidation_hook``), so
+        importing the store loads neither the engine nor CLIPS.
         """
-        hook = consolidation_hook()
-        if hook is None:
-            raise ConsolidationRuleError(
-                "no consolidation runtime registered (import stargraph_mem.engine.legacy)",
-                rule_id=rule.id,
-            )
-        return await hook(self, rule)
+        return await consolidation_hook()(self, rule)
