@@ -11,7 +11,6 @@ valid UTF-8 are usage errors (:class:`CommandGroup`).
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import re
 import sqlite3
@@ -21,36 +20,28 @@ from contextlib import contextmanager
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import orjson
 import typer
-from pydantic import JsonValue, ValidationError
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-)
-from rich.progress import Progress as RichProgress
+from pydantic import ValidationError
 from typer._click import Context as ClickContext  # typer vendors click
 from typer.core import TyperGroup
 
-from stargraph_mem.authoring.trace import explanation_lines
-from stargraph_mem.compiler.pack import compile_file, validate_file
-from stargraph_mem.engine.api import Consolidator
-from stargraph_mem.engine.consolidate import PassReport
 from stargraph_mem.errors import DuplicateEpisodeError, StargraphMemError
-from stargraph_mem.ir.schema import SCHEMA_DIR, check_schemas, write_schemas
-from stargraph_mem.model.cadence import Cadence
+from stargraph_mem.ir.schema import SCHEMA_DIR
 from stargraph_mem.model.canonical import canonical_json
-from stargraph_mem.model.facts import Fact, FactPattern
 from stargraph_mem.model.time import NaiveTimestampError, parse_iso, utc_now
-from stargraph_mem.stores import Episode, SQLiteMemoryStore
-from stargraph_mem.stores.fact import Explanation
-from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
+
+if TYPE_CHECKING:
+    from pydantic import JsonValue
+
+    from stargraph_mem.engine.consolidate import PassReport
+    from stargraph_mem.model.cadence import Cadence
+    from stargraph_mem.model.episodes import Episode
+    from stargraph_mem.model.facts import Fact
+    from stargraph_mem.stores.fact import Explanation
+    from stargraph_mem.stores.sqlite_memory import SQLiteMemoryStore
 
 T = TypeVar("T")
 
@@ -184,6 +175,10 @@ def progress_bar() -> Iterator[Progress | None]:
     if not sys.stderr.isatty():
         yield None
         return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, TaskID, TextColumn, TimeElapsedColumn
+    from rich.progress import Progress as RichProgress
+
     columns = (
         TextColumn("{task.description:<12}"),
         BarColumn(),
@@ -230,6 +225,8 @@ def known_errors() -> Iterator[None]:
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
     """Run one library coroutine to completion, mapping known errors to exit code 1."""
+    import asyncio
+
     with known_errors():
         return asyncio.run(coro)
     raise AssertionError("unreachable")  # pragma: no cover - known_errors always re-raises
@@ -237,6 +234,8 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
 
 async def using_store(db: Path, action: Callable[[SQLiteMemoryStore], Awaitable[T]]) -> T:
     """Open (and bootstrap) the episodic store at ``db``, run ``action``, close it."""
+    from stargraph_mem.stores.sqlite_memory import SQLiteMemoryStore
+
     async with SQLiteMemoryStore(db) as store:
         return await action(store)
 
@@ -324,6 +323,8 @@ def put(
     ] = None,
 ) -> None:
     """Store one episode and print its id."""
+    from stargraph_mem.model.episodes import Episode
+
     when = parse_timestamp(timestamp)
     metadata = parse_meta(meta or [])
     with known_errors():
@@ -372,6 +373,8 @@ def validate(
     packs: Annotated[list[Path], typer.Argument(help="Rule pack YAML files.", dir_okay=False)],
 ) -> None:
     """Check rule packs; print every problem as file:line:col: path: message."""
+    from stargraph_mem.compiler.pack import validate_file
+
     failed = False
     for pack in packs:
         issues = validate_file(pack)
@@ -395,6 +398,8 @@ def compile_cmd(
     show: Annotated[bool, typer.Option("--print", help="Print the CLIPS program.")] = False,
 ) -> None:
     """Compile a rule pack to CLIPS (byte-identical output for identical input)."""
+    from stargraph_mem.compiler.pack import compile_file
+
     with known_errors():
         compiled = compile_file(pack)
         if out_dir is not None:
@@ -426,6 +431,8 @@ def schema(
     ] = SCHEMA_DIR,
 ) -> None:
     """Write (or --check) the JSON Schemas generated from the IR models."""
+    from stargraph_mem.ir.schema import check_schemas, write_schemas
+
     if check:
         drift = check_schemas(directory)
         for item in drift:
@@ -448,6 +455,8 @@ def cadence_text(cadence: Cadence) -> str:
 @app.command()
 def info(pack: PackArg) -> None:
     """Show a pack's rules: priority, cadence, what they emit, whether they claim."""
+    from stargraph_mem.compiler.pack import compile_file
+
     with known_errors():
         compiled = compile_file(pack)
     p = compiled.pack
@@ -536,6 +545,8 @@ def consolidate(
 
     A progress bar (episodes read by passes) shows on stderr when it is a terminal.
     """
+    from stargraph_mem.engine.api import Consolidator
+
     when = parse_aware(now, "--now")
 
     async def action(bar: Progress | None) -> tuple[list[PassReport], cli_authoring.Extras]:
@@ -582,6 +593,9 @@ def facts(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
 ) -> None:
     """List current facts (or those current at --as-of)."""
+    from stargraph_mem.model.facts import FactPattern
+    from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
+
     when = parse_aware(as_of, "--as-of")
 
     async def action() -> list[Fact]:
@@ -611,6 +625,8 @@ def explain(
     as_json: Annotated[bool, typer.Option("--json", help="The whole explanation as JSON.")] = False,
 ) -> None:
     """Why a fact exists: rule, bindings, source episodes, what it replaced and what followed."""
+    from stargraph_mem.authoring.trace import explanation_lines
+    from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
 
     async def action() -> Explanation:
         async with SQLiteFactStore(existing(db)) as store:
@@ -630,6 +646,8 @@ def read_jsonl(
 
     ``lines`` is filled with each episode id's line number (and its repeats' numbers).
     """
+    from stargraph_mem.model.episodes import Episode
+
     episodes: list[Episode] = []
     lines = {} if lines is None else lines
     total = path.stat().st_size
@@ -661,6 +679,8 @@ def ingest(
 
     A progress bar shows on stderr when it is a terminal.
     """
+    import asyncio
+
     with progress_bar() as progress, known_errors():
         lines: dict[str, list[int]] = {}
         episodes = read_jsonl(file, progress, lines)

@@ -21,12 +21,12 @@ from typing import Literal
 
 from stargraph_mem.compiler.pack import CompiledPack, CompiledRule
 from stargraph_mem.engine.filters import select_seqs, when_filter_seqs
+from stargraph_mem.engine.limits import DEFAULT_MAX_EPISODES as DEFAULT_MAX_EPISODES  # re-export
 from stargraph_mem.engine.runtime import (
     PackRuntime,
     PassOutput,
     RejectedEpisode,
     Stamp,
-    to_micros,
 )
 from stargraph_mem.engine.worker import WorkerProcess
 from stargraph_mem.errors import StalePassError
@@ -41,7 +41,6 @@ from stargraph_mem.stores.sqlite_fact import PassBasis, SQLiteFactStore, claim_h
 from stargraph_mem.stores.sqlite_memory import SQLiteMemoryStore
 from stargraph_mem.stores.sqlite_schedule import RuleRun
 
-DEFAULT_MAX_EPISODES = 50_000
 WORKER_MIN_EPISODES = 50_000
 """With ``worker="auto"``, a run uses a worker process when at least this many episodes
 remain after its first (full) pass."""
@@ -567,7 +566,7 @@ class Consolidation:
                     after,
                     high,
                     rule.select.sql,
-                    rule.select.params(to_micros(now)),
+                    rule.select.params(to_us(now)),
                     rule_id=rule.id,
                 )
             if legacy is not None and seqs and legacy.rule_id in (rule.id, "*"):
