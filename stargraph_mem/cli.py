@@ -4,6 +4,10 @@ Known errors become one ``error: …`` line on stderr with exit code 1; usage er
 (typer's default). Add a command by writing a function that parses its options and hands
 one coroutine to :func:`run` (stores are opened with :func:`using_store`).
 
+Commands import the library inside their function (annotation-only types under
+``TYPE_CHECKING``), so ``--help`` and the commands that only read a store start without
+loading the compiler, the engine or CLIPS.
+
 Human-readable output passes user text through :func:`printable`, so a name cannot split
 a row or send terminal escapes; ``--json`` output is exact JSON. Arguments that are not
 valid UTF-8 are usage errors (:class:`CommandGroup`).
