@@ -4,6 +4,10 @@ Known errors become one ``error: …`` line on stderr with exit code 1; usage er
 (typer's default). Add a command by writing a function that parses its options and hands
 one coroutine to :func:`run` (stores are opened with :func:`using_store`).
 
+Commands import the library inside their function (annotation-only types under
+``TYPE_CHECKING``), so ``--help`` and the commands that only read a store start without
+loading the compiler, the engine or CLIPS.
+
 Human-readable output passes user text through :func:`printable`, so a name cannot split
 a row or send terminal escapes; ``--json`` output is exact JSON. Arguments that are not
 valid UTF-8 are usage errors (:class:`CommandGroup`).
@@ -11,7 +15,6 @@ valid UTF-8 are usage errors (:class:`CommandGroup`).
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import re
 import sqlite3
@@ -21,34 +24,29 @@ from contextlib import contextmanager
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import orjson
 import typer
-from pydantic import JsonValue, ValidationError
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-)
-from rich.progress import Progress as RichProgress
+from pydantic import ValidationError
 from typer._click import Context as ClickContext  # typer vendors click
 from typer.core import TyperGroup
 
-from stargraph_mem.authoring.trace import explanation_lines
-from stargraph_mem.compiler.pack import compile_file, validate_file
-from stargraph_mem.engine.api import Consolidator
-from stargraph_mem.engine.consolidate import PassReport
 from stargraph_mem.errors import DuplicateEpisodeError, StargraphMemError
 from stargraph_mem.ir.operators import with_readme_table
-from stargraph_mem.ir.schema import SCHEMA_DIR, check_schemas, write_schemas
-from stargraph_mem.stores import Episode, SQLiteMemoryStore
-from stargraph_mem.stores.fact import Explanation
-from stargraph_mem.stores.models import Cadence, Fact, FactPattern, canonical_json, utc_now
-from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
+from stargraph_mem.ir.schema import SCHEMA_DIR
+from stargraph_mem.model.canonical import canonical_json
+from stargraph_mem.model.time import NaiveTimestampError, parse_iso, utc_now
+
+if TYPE_CHECKING:
+    from pydantic import JsonValue
+
+    from stargraph_mem.engine.consolidate import PassReport
+    from stargraph_mem.model.cadence import Cadence
+    from stargraph_mem.model.episodes import Episode
+    from stargraph_mem.model.facts import Fact
+    from stargraph_mem.stores.fact import Explanation
+    from stargraph_mem.stores.sqlite_memory import SQLiteMemoryStore
 
 T = TypeVar("T")
 
@@ -182,6 +180,10 @@ def progress_bar() -> Iterator[Progress | None]:
     if not sys.stderr.isatty():
         yield None
         return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, TaskID, TextColumn, TimeElapsedColumn
+    from rich.progress import Progress as RichProgress
+
     columns = (
         TextColumn("{task.description:<12}"),
         BarColumn(),
@@ -228,6 +230,8 @@ def known_errors() -> Iterator[None]:
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
     """Run one library coroutine to completion, mapping known errors to exit code 1."""
+    import asyncio
+
     with known_errors():
         return asyncio.run(coro)
     raise AssertionError("unreachable")  # pragma: no cover - known_errors always re-raises
@@ -235,6 +239,8 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
 
 async def using_store(db: Path, action: Callable[[SQLiteMemoryStore], Awaitable[T]]) -> T:
     """Open (and bootstrap) the episodic store at ``db``, run ``action``, close it."""
+    from stargraph_mem.stores.sqlite_memory import SQLiteMemoryStore
+
     async with SQLiteMemoryStore(db) as store:
         return await action(store)
 
@@ -259,12 +265,11 @@ def parse_aware(value: str | None, option: str) -> datetime | None:
     if value is None:
         return None
     try:
-        parsed = datetime.fromisoformat(value)
+        return parse_iso(value)
+    except NaiveTimestampError:
+        fail(f"{option} {value!r} has no UTC offset (write e.g. {value}+00:00)")
     except ValueError as exc:
         raise typer.BadParameter(f"not an ISO-8601 timestamp: {value!r}") from exc
-    if parsed.utcoffset() is None:
-        fail(f"{option} {value!r} has no UTC offset (write e.g. {value}+00:00)")
-    return parsed
 
 
 def parse_meta(items: Sequence[str]) -> dict[str, JsonValue]:
@@ -323,6 +328,8 @@ def put(
     ] = None,
 ) -> None:
     """Store one episode and print its id."""
+    from stargraph_mem.model.episodes import Episode
+
     when = parse_timestamp(timestamp)
     metadata = parse_meta(meta or [])
     with known_errors():
@@ -371,6 +378,8 @@ def validate(
     packs: Annotated[list[Path], typer.Argument(help="Rule pack YAML files.", dir_okay=False)],
 ) -> None:
     """Check rule packs; print every problem as file:line:col: path: message."""
+    from stargraph_mem.compiler.pack import validate_file
+
     failed = False
     for pack in packs:
         issues = validate_file(pack)
@@ -394,6 +403,8 @@ def compile_cmd(
     show: Annotated[bool, typer.Option("--print", help="Print the CLIPS program.")] = False,
 ) -> None:
     """Compile a rule pack to CLIPS (byte-identical output for identical input)."""
+    from stargraph_mem.compiler.pack import compile_file
+
     with known_errors():
         compiled = compile_file(pack)
         if out_dir is not None:
@@ -431,6 +442,8 @@ def schema(
     ] = Path("README.md"),
 ) -> None:
     """Write (or --check) the JSON Schemas and the README's operator table."""
+    from stargraph_mem.ir.schema import check_schemas, write_schemas
+
     if check:
         drift = check_schemas(directory)
         for item in drift:
@@ -475,6 +488,8 @@ def cadence_text(cadence: Cadence) -> str:
 @app.command()
 def info(pack: PackArg) -> None:
     """Show a pack's rules: priority, cadence, what they emit, whether they claim."""
+    from stargraph_mem.compiler.pack import compile_file
+
     with known_errors():
         compiled = compile_file(pack)
     p = compiled.pack
@@ -563,6 +578,8 @@ def consolidate(
 
     A progress bar (episodes read by passes) shows on stderr when it is a terminal.
     """
+    from stargraph_mem.engine.api import Consolidator
+
     when = parse_aware(now, "--now")
 
     async def action(bar: Progress | None) -> tuple[list[PassReport], cli_authoring.Extras]:
@@ -609,6 +626,9 @@ def facts(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
 ) -> None:
     """List current facts (or those current at --as-of)."""
+    from stargraph_mem.model.facts import FactPattern
+    from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
+
     when = parse_aware(as_of, "--as-of")
 
     async def action() -> list[Fact]:
@@ -638,6 +658,8 @@ def explain(
     as_json: Annotated[bool, typer.Option("--json", help="The whole explanation as JSON.")] = False,
 ) -> None:
     """Why a fact exists: rule, bindings, source episodes, what it replaced and what followed."""
+    from stargraph_mem.authoring.trace import explanation_lines
+    from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
 
     async def action() -> Explanation:
         async with SQLiteFactStore(existing(db)) as store:
@@ -657,6 +679,8 @@ def read_jsonl(
 
     ``lines`` is filled with each episode id's line number (and its repeats' numbers).
     """
+    from stargraph_mem.model.episodes import Episode
+
     episodes: list[Episode] = []
     lines = {} if lines is None else lines
     total = path.stat().st_size
@@ -688,6 +712,8 @@ def ingest(
 
     A progress bar shows on stderr when it is a terminal.
     """
+    import asyncio
+
     with progress_bar() as progress, known_errors():
         lines: dict[str, list[int]] = {}
         episodes = read_jsonl(file, progress, lines)

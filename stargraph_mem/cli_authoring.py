@@ -4,23 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from stargraph_mem.authoring.coverage import Coverage, reports_coverage
-from stargraph_mem.authoring.packtest import (
-    TestRun,
-    case_lines,
-    default_tests_path,
-    file_summary,
-    run_tests,
-)
-from stargraph_mem.authoring.trace import pass_traces, trace_lines
 from stargraph_mem.cli import PackArg, aligned, app, echo_lines, fail, known_errors, run
-from stargraph_mem.compiler.pack import compile_file
-from stargraph_mem.engine.api import Consolidator
-from stargraph_mem.engine.consolidate import PassReport
+
+if TYPE_CHECKING:
+    from stargraph_mem.authoring.coverage import Coverage
+    from stargraph_mem.authoring.packtest import TestRun
+    from stargraph_mem.engine.api import Consolidator
+    from stargraph_mem.engine.consolidate import PassReport
 
 
 def coverage_lines(coverage: Coverage, minimum: float | None = None) -> list[str]:
@@ -44,6 +38,14 @@ def test_pack(
     ] = False,
 ) -> None:
     """Run a pack's tests: PASS/FAIL per case, a diff for each failure; exit 1 on failure."""
+    from stargraph_mem.authoring.packtest import (
+        case_lines,
+        default_tests_path,
+        file_summary,
+        run_tests,
+    )
+    from stargraph_mem.compiler.pack import compile_file
+
     paths = tests or [default_tests_path(pack)]
     with known_errors():
         compiled = compile_file(pack)
@@ -77,6 +79,9 @@ async def extras(
     mem: Consolidator, reports: list[PassReport], trace: bool, coverage: bool
 ) -> Extras:
     """Trace lines for every pass (empty lists without ``trace``) and the coverage table."""
+    from stargraph_mem.authoring.coverage import reports_coverage
+    from stargraph_mem.authoring.trace import pass_traces, trace_lines
+
     traces = [
         [line for t in await pass_traces(mem, r) for line in trace_lines(t)] if trace else []
         for r in reports

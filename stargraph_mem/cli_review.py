@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import orjson
 import typer
 
-from stargraph_mem.authoring.lint import lint_file
-from stargraph_mem.authoring.replay import FactChange, ReplayResult
-from stargraph_mem.authoring.replay import replay as replay_facts
 from stargraph_mem.cli import (
     DEFAULT_DB,
     DbOption,
@@ -24,8 +21,10 @@ from stargraph_mem.cli import (
     progress_bar,
     run,
 )
-from stargraph_mem.compiler.pack import compile_file
-from stargraph_mem.engine.consolidate import DEFAULT_MAX_EPISODES
+from stargraph_mem.engine.limits import DEFAULT_MAX_EPISODES
+
+if TYPE_CHECKING:
+    from stargraph_mem.authoring.replay import FactChange, ReplayResult
 
 # --- replay -------------------------------------------------------------------------------
 
@@ -123,6 +122,9 @@ def replay(
 ) -> None:
     """Rebuild facts from the episode log under --pack in a scratch database and diff them
     against the current facts (the database is only read)."""
+    from stargraph_mem.authoring.replay import replay as replay_facts
+    from stargraph_mem.compiler.pack import compile_file
+
     when_as_of = parse_aware(as_of, "--as-of")
     when_now = parse_aware(now, "--now")
     with known_errors():
@@ -163,6 +165,8 @@ def lint(
     """Warn about shadowed rules, select clauses that never match and rules that fight over
     the same facts on different cadences; exit 1 on invalid packs (and on warnings with
     --strict)."""
+    from stargraph_mem.authoring.lint import lint_file
+
     failed = False
     for pack in packs:
         report = lint_file(pack)

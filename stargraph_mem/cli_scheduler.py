@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import signal
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -23,9 +21,11 @@ from stargraph_mem.cli import (
     report_line,
     run,
 )
-from stargraph_mem.engine.api import Consolidator
-from stargraph_mem.engine.scheduler import ScheduleReport, StatusRow
-from stargraph_mem.stores.models import utc_now
+from stargraph_mem.model.time import utc_now
+
+if TYPE_CHECKING:
+    from stargraph_mem.engine.api import Consolidator
+    from stargraph_mem.engine.scheduler import ScheduleReport, StatusRow
 
 __all__ = ["run_cmd", "status", "tick_lines"]
 
@@ -58,6 +58,9 @@ async def _loop(mem: Consolidator, interval: float) -> str:
     The first signal lets the current pass finish, then stops; a second one cancels it,
     which rolls its transaction back.
     """
+    import asyncio
+    import signal
+
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     task = asyncio.current_task()
@@ -101,6 +104,8 @@ def run_cmd(
     ] = 1.0,
 ) -> None:
     """Run the cadence scheduler: every N episodes, cron times; SIGINT/SIGTERM stop it."""
+    from stargraph_mem.engine.api import Consolidator
+
     when = parse_aware(now, "--now")
     if when is not None and not once:
         raise typer.BadParameter("--now needs --once", param_hint="--now")
@@ -169,6 +174,8 @@ def status(
     ] = None,
 ) -> None:
     """Each rule's cadence, pending episodes, last and next run per partition."""
+    from stargraph_mem.engine.api import Consolidator
+
     when = parse_aware(now, "--now")
 
     async def action() -> list[StatusRow]:

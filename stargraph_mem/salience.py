@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol, TypeVar, runtime_checkable
 
+from stargraph_mem.model.episodes import Episode
 from stargraph_mem.stores.memory import EpisodeRecord
-from stargraph_mem.stores.models import Episode
 
 __all__ = [
     "DEFAULT_FREQUENCY_SCALE",

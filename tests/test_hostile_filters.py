@@ -27,7 +27,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import stargraph_mem.engine.legacy  # noqa: F401  (registers MemoryStore.consolidate(rule))
 from stargraph_mem.engine import filters
 from stargraph_mem.engine.runtime import to_micros
 from stargraph_mem.errors import ConsolidationRuleError

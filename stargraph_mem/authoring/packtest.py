@@ -56,19 +56,17 @@ from stargraph_mem.ir.loader import (
     validation_issues,
 )
 from stargraph_mem.ir.models import Duration
-from stargraph_mem.stores.models import (
+from stargraph_mem.model.base import Identifier, ScopePart
+from stargraph_mem.model.deltas import (
     AddDelta,
     DeltaKind,
-    Episode,
-    Fact,
     FactPayload,
-    Identifier,
-    Intent,
     MemoryDelta,
     NoopDelta,
-    ScopePart,
     UpdateDelta,
 )
+from stargraph_mem.model.episodes import Episode, Intent
+from stargraph_mem.model.facts import Fact
 
 WHAT = "pack test file"
 SEED_RULE = "seed"

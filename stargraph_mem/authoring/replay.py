@@ -28,9 +28,9 @@ from stargraph_mem.compiler.pack import CompiledPack
 from stargraph_mem.engine.api import Consolidator, runtime_for
 from stargraph_mem.engine.consolidate import DEFAULT_MAX_EPISODES, Consolidation, PassReport
 from stargraph_mem.errors import StoreError
+from stargraph_mem.model.facts import Fact, FactPattern
+from stargraph_mem.model.time import to_us, to_utc, utc_now
 from stargraph_mem.stores.memory import QuarantinedRow
-from stargraph_mem.stores.models import Fact, FactPattern, to_utc, utc_now
-from stargraph_mem.stores.sqlite_base import to_us
 from stargraph_mem.stores.sqlite_fact import fact_from_row, fact_query
 from stargraph_mem.stores.sqlite_memory import scope_filter
 

@@ -17,15 +17,9 @@ import orjson
 from stargraph_mem.engine.api import Consolidator
 from stargraph_mem.engine.consolidate import PassReport
 from stargraph_mem.errors import FactNotFoundError
+from stargraph_mem.model.deltas import AddDelta, DeleteDelta, MemoryDelta, NoopDelta, UpdateDelta
+from stargraph_mem.model.facts import Fact
 from stargraph_mem.stores.fact import Explanation
-from stargraph_mem.stores.models import (
-    AddDelta,
-    DeleteDelta,
-    Fact,
-    MemoryDelta,
-    NoopDelta,
-    UpdateDelta,
-)
 
 Triple = tuple[str, str, str]
 LABEL_WIDTH = 10

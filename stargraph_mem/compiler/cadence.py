@@ -27,7 +27,7 @@ from croniter import croniter
 
 from stargraph_mem.errors import ScheduleError
 from stargraph_mem.ir.models import NAME_PATTERN
-from stargraph_mem.stores.models import Cadence
+from stargraph_mem.model.cadence import Cadence
 
 __all__ = [
     "SCHEDULE_TEMPLATES",

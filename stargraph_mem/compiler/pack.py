@@ -20,7 +20,8 @@ from stargraph_mem.errors import CompileError, IRError, IRIssue
 from stargraph_mem.ir.checks import Analysis, check_or_raise
 from stargraph_mem.ir.loader import SourceMap, load_pack_file, load_pack_text
 from stargraph_mem.ir.models import IR_VERSION, FieldType, RulePack
-from stargraph_mem.stores.models import Cadence, canonical_json
+from stargraph_mem.model.cadence import Cadence
+from stargraph_mem.model.canonical import canonical_json
 
 ClipsEnvironment: TypeAlias = Any
 """A ``clips.Environment`` (clipspy ships no type hints; ``CompiledPack.clips`` is the text)."""

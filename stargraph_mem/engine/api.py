@@ -22,10 +22,12 @@ from stargraph_mem.engine.scheduler import (
     ScheduleReport,
     StatusRow,
 )
+from stargraph_mem.model.episodes import Episode
+from stargraph_mem.model.facts import Fact, FactPattern
+from stargraph_mem.model.time import utc_now
 from stargraph_mem.salience import SalienceScorer
 from stargraph_mem.stores.fact import Explanation
 from stargraph_mem.stores.lifecycle import AsyncResource, closed_on_failure
-from stargraph_mem.stores.models import Episode, Fact, FactPattern, utc_now
 from stargraph_mem.stores.scope import Partition
 from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
 from stargraph_mem.stores.sqlite_memory import SQLiteMemoryStore

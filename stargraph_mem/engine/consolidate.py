@@ -21,27 +21,26 @@ from typing import Literal
 
 from stargraph_mem.compiler.pack import CompiledPack, CompiledRule
 from stargraph_mem.engine.filters import select_seqs, when_filter_seqs
+from stargraph_mem.engine.limits import DEFAULT_MAX_EPISODES as DEFAULT_MAX_EPISODES  # re-export
 from stargraph_mem.engine.runtime import (
     PackRuntime,
     PassOutput,
     RejectedEpisode,
     Stamp,
-    to_micros,
 )
 from stargraph_mem.engine.worker import WorkerProcess
 from stargraph_mem.errors import StalePassError
 from stargraph_mem.gcpause import gc_paused
+from stargraph_mem.model.deltas import DELTA_ADAPTER, MemoryDelta
+from stargraph_mem.model.time import seconds_us, to_us, to_utc
 from stargraph_mem.salience import RuleBasedScorer, SalienceContext, SalienceScorer
 from stargraph_mem.stores.fact import EngineFact, Rejection, WatermarkAdvance
 from stargraph_mem.stores.memory import EpisodeRecord, QuarantinedRow
-from stargraph_mem.stores.models import DELTA_ADAPTER, MemoryDelta, to_utc
 from stargraph_mem.stores.scope import Partition
-from stargraph_mem.stores.sqlite_base import to_us
 from stargraph_mem.stores.sqlite_fact import PassBasis, SQLiteFactStore, claim_holder
 from stargraph_mem.stores.sqlite_memory import SQLiteMemoryStore
 from stargraph_mem.stores.sqlite_schedule import RuleRun
 
-DEFAULT_MAX_EPISODES = 50_000
 WORKER_MIN_EPISODES = 50_000
 """With ``worker="auto"``, a run uses a worker process when at least this many episodes
 remain after its first (full) pass."""
@@ -500,7 +499,7 @@ class Consolidation:
             work.stored_marks,
             work.version,
             holder or "",
-            now_us + round(self.claim_seconds * 1_000_000),
+            now_us + seconds_us(self.claim_seconds),
             last,
             now_us,
         )
@@ -567,7 +566,7 @@ class Consolidation:
                     after,
                     high,
                     rule.select.sql,
-                    rule.select.params(to_micros(now)),
+                    rule.select.params(to_us(now)),
                     rule_id=rule.id,
                 )
             if legacy is not None and seqs and legacy.rule_id in (rule.id, "*"):

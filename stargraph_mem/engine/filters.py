@@ -43,9 +43,9 @@ from typing import Any
 import orjson
 
 from stargraph_mem.compiler.select_sql import TIMESTAMP_FUNCTION
-from stargraph_mem.engine.runtime import to_micros
 from stargraph_mem.errors import ConsolidationRuleError
 from stargraph_mem.ir.reference import timestamp_micros
+from stargraph_mem.model.time import to_us
 from stargraph_mem.stores.memory import EpisodeRecord
 from stargraph_mem.stores.scope import Partition, scope_key
 
@@ -391,7 +391,7 @@ def _value_limit(rows: Sequence[tuple[Any, ...]]) -> int:
 def _legacy_row(
     r: EpisodeRecord, partition_key: str, scopes: dict[tuple[str, str, str], str]
 ) -> tuple[Any, ...]:
-    accessed = to_micros(r.last_accessed) if r.last_accessed is not None else None
+    accessed = to_us(r.last_accessed) if r.last_accessed is not None else None
     scope = (r.user, r.session, r.agent)
     key = scopes.get(scope)
     if key is None:
@@ -406,7 +406,7 @@ def _legacy_row(
         r.agent,
         key,
         partition_key,
-        to_micros(r.timestamp),
+        to_us(r.timestamp),
         orjson.dumps(r.metadata).decode(),
         accessed,
         r.access_count,

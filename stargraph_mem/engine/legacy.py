@@ -4,6 +4,9 @@
 incrementally (one watermark per consolidation rule id), honours the rule's legacy
 ``when_filter`` and ``then_emits``, stamps ``rule.id`` on every delta, applies the deltas
 to the fact store in the same database and returns them.
+
+Stores reach :func:`consolidate_rule` by name, when ``consolidate(rule)`` first runs
+(:func:`stargraph_mem.stores.memory.consolidation_hook`); nothing registers it on import.
 """
 
 from __future__ import annotations
@@ -16,8 +19,9 @@ from stargraph_mem.engine.consolidate import Consolidation, LegacyFilter
 from stargraph_mem.engine.filters import check_when_filter
 from stargraph_mem.engine.runtime import Stamp
 from stargraph_mem.errors import ConsolidationRuleError
-from stargraph_mem.stores.memory import register_consolidation_hook
-from stargraph_mem.stores.models import ConsolidationRule, MemoryDelta, utc_now
+from stargraph_mem.model.deltas import MemoryDelta
+from stargraph_mem.model.time import utc_now
+from stargraph_mem.stores.models import ConsolidationRule
 from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
 from stargraph_mem.stores.sqlite_memory import SQLiteMemoryStore
 
@@ -74,6 +78,3 @@ def _as_rule(exc: ConsolidationRuleError, rule_id: str) -> ConsolidationRuleErro
         return exc
     context = {**exc.context, "rule_id": rule_id, "pack_rule_id": exc.context.get("rule_id")}
     return ConsolidationRuleError(f"rule '{rule_id}': {detail}", **context)
-
-
-register_consolidation_hook(consolidate_rule)

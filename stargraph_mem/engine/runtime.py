@@ -12,7 +12,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Final, cast
@@ -29,34 +29,22 @@ from stargraph_mem.gcpause import gc_paused
 from stargraph_mem.ir.checks import VarInfo, parse_template
 from stargraph_mem.ir.models import FieldType, LinearConfidence, ListVar, VarConfidence
 from stargraph_mem.ir.reference import ILL_TYPED, MISSING, read_value
+from stargraph_mem.model.deltas import AddDelta, DeleteDelta, MemoryDelta, NoopDelta, UpdateDelta
+from stargraph_mem.model.time import EPOCH as EPOCH  # re-export
+from stargraph_mem.model.time import from_us, to_us, to_utc
 from stargraph_mem.stores.fact import EngineFact
 from stargraph_mem.stores.memory import EpisodeRecord
-from stargraph_mem.stores.models import (
-    AddDelta,
-    DeleteDelta,
-    MemoryDelta,
-    NoopDelta,
-    UpdateDelta,
-    to_utc,
-)
 from stargraph_mem.stores.scope import Partition
 
 NIL = clips.Symbol("nil")
 TRUE = clips.Symbol("TRUE")
 FALSE = clips.Symbol("FALSE")
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 DEFAULT_CHUNK = 256
 """Episodes asserted per agenda run: small chunks keep CLIPS join memories small."""
-
-
-def to_micros(value: datetime) -> int:
-    """UTC microseconds since the epoch (exact integer arithmetic)."""
-    delta = to_utc(value) - EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
-
-
-def from_micros(value: int) -> datetime:
-    return datetime.fromtimestamp(value // 1_000_000, UTC).replace(microsecond=value % 1_000_000)
+to_micros = to_us
+"""Former name of :func:`stargraph_mem.model.time.to_us` (aware datetime → UTC µs)."""
+from_micros = from_us
+"""Former name of :func:`stargraph_mem.model.time.from_us` (UTC µs → datetime)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +112,7 @@ def _ill_typed(ftype: FieldType, value: Any) -> str:
 
 def _builtin(record: EpisodeRecord, name: str) -> Any:
     if name == "timestamp":
-        return to_micros(record.timestamp)
+        return to_us(record.timestamp)
     value = getattr(record, name)
     return NIL if value is None else value
 
@@ -285,7 +273,7 @@ class PackRuntime:
         and salience gate); ``None`` means every rule sees every episode.
         """
         with self._lock:  # CLIPS environments are not thread-safe; one pass at a time
-            now_us = to_micros(now)
+            now_us = to_us(to_utc(now))
             fact_list = list(facts)
             out = PassOutput(episodes=len(episodes))
             ok_sets, groups = self._eligibility(episodes, eligible)
@@ -369,11 +357,11 @@ class _PassFact:
 
     @property
     def valid_from(self) -> datetime:
-        return from_micros(self.valid_from_us)
+        return from_us(self.valid_from_us)
 
     @property
     def reinforced_at(self) -> datetime:
-        return from_micros(self.reinforced_at_us)
+        return from_us(self.reinforced_at_us)
 
 
 class _Collector:
@@ -393,7 +381,7 @@ class _Collector:
         self.runtime = runtime
         self.partition = partition
         self.now = now
-        self.now_us = to_micros(now)
+        self.now_us = to_us(to_utc(now))
         self.episodes = episodes
         self.out = out
         self.facts: dict[str, _PassFact] = {f.id: self._from_engine(f) for f in facts}

@@ -31,9 +31,9 @@ from stargraph_mem.compiler.clips_env import load_constructs, new_environment
 from stargraph_mem.engine.consolidate import Consolidation, PassReport
 from stargraph_mem.engine.runtime import RejectedEpisode
 from stargraph_mem.errors import CompileError, PassConflictError, ScheduleError
-from stargraph_mem.stores.models import Cadence, to_utc
+from stargraph_mem.model.cadence import Cadence
+from stargraph_mem.model.time import from_us, to_us, to_utc
 from stargraph_mem.stores.scope import Partition
-from stargraph_mem.stores.sqlite_base import from_us, to_us
 from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
 from stargraph_mem.stores.sqlite_memory import SQLiteMemoryStore
 from stargraph_mem.stores.sqlite_schedule import RuleRun, RunState, SQLiteScheduleStore

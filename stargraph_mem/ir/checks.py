@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from stargraph_mem.errors import IRError, IRIssue
@@ -34,11 +33,14 @@ from stargraph_mem.ir.models import (
     VarRef,
     WhenItem,
 )
-from stargraph_mem.ir.operators import FLAGS, OPERATORS, Operator, describe_types
+from stargraph_mem.ir.operators import FLAGS, OPERATORS, Operator
 from stargraph_mem.ir.reference import list_item_ok
+from stargraph_mem.model.time import iso_us
 
 TEMPLATE_PART = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]")
 ORDER_OPS = ("lt", "le", "gt", "ge")
+parse_timestamp_literal = iso_us
+"""An ISO-8601 literal with offset → UTC microseconds (:func:`stargraph_mem.model.time.iso_us`)."""
 
 
 @dataclass(frozen=True)
@@ -102,20 +104,6 @@ def parse_template(text: str) -> list[tuple[str, str]]:
         else:
             merged.append((kind, value))
     return merged
-
-
-def parse_timestamp_literal(value: Any) -> int:
-    """An ISO-8601 literal with offset → UTC microseconds since the epoch."""
-    if not isinstance(value, str):
-        raise ValueError("expected an ISO-8601 timestamp string with a UTC offset")
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError as exc:
-        raise ValueError(f"invalid timestamp {value!r}") from exc
-    if parsed.tzinfo is None or parsed.utcoffset() is None:
-        raise ValueError(f"naive timestamp {value!r}: add a UTC offset such as +00:00")
-    delta = parsed - datetime(1970, 1, 1, tzinfo=UTC)
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
 def _wrong_field_type(op: Operator, ftype: FieldType, fname: str) -> str:

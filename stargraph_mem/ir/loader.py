@@ -649,7 +649,7 @@ def unknown_field_message(bad: str, allowed: Iterable[str]) -> str:
 def _allowed_keys(loc: tuple[Any, ...], exc: ValidationError) -> list[str]:
     """Best-effort list of valid keys at ``loc`` for spelling suggestions."""
     from stargraph_mem.ir import models as m
-    from stargraph_mem.stores.models import Cadence
+    from stargraph_mem.model.cadence import Cadence
 
     table: dict[str, type[Any]] = {
         "emit": m.Emit,

@@ -28,7 +28,7 @@ from pydantic import (
 
 from stargraph_mem.ir.operators import FLAGS, OPERATORS, OperandKind, unknown_operator
 from stargraph_mem.ir.operators import FieldType as FieldType
-from stargraph_mem.stores.models import Cadence
+from stargraph_mem.model.cadence import Cadence
 
 IR_VERSION = 1
 NAME_PATTERN = r"^[a-z][a-z0-9_]{0,62}$"

@@ -17,11 +17,11 @@ Values are read as the runtime reads episode metadata for the field's declared t
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from datetime import datetime
 from typing import Any, Final
 
 from stargraph_mem.ir.models import Condition, Duration, FieldType, VarRef
 from stargraph_mem.ir.operators import OPERATORS, unknown_operator
+from stargraph_mem.model.time import iso_us
 
 
 class _Marker:
@@ -45,15 +45,9 @@ INT64: Final = (-(2**63), 2**63 - 1)
 def timestamp_micros(text: str) -> int | None:
     """UTC microseconds of an ISO-8601 string with an offset, or ``None`` if it is not one."""
     try:
-        parsed = datetime.fromisoformat(text)
+        return iso_us(text)
     except ValueError:
         return None
-    offset = parsed.utcoffset()
-    if offset is None:
-        return None
-    naive = parsed.replace(tzinfo=None) - offset
-    delta = naive - datetime(1970, 1, 1)
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
 def list_item_ok(item: object) -> bool:

@@ -1,4 +1,8 @@
-"""JSON Schemas generated from the IR models, written to ``ir_schemas/`` and checked for drift."""
+"""JSON Schemas generated from the IR models, written to ``ir_schemas/`` and checked for drift.
+
+The IR models load when a schema is generated, not on import: the CLI reads
+:data:`SCHEMA_DIR` at start-up.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +11,13 @@ from pathlib import Path
 
 import orjson
 
-from stargraph_mem.ir.models import IR_VERSION, RulePack
-
 SCHEMA_DIR = Path("ir_schemas")
 
 
 def schemas() -> dict[str, bytes]:
     """File name → schema bytes (sorted keys, trailing newline: stable for diffs)."""
+    from stargraph_mem.ir.models import IR_VERSION, RulePack
+
     schema = RulePack.model_json_schema(by_alias=True, mode="validation")
     schema["$id"] = f"https://stargraph-mem.invalid/ir/v{IR_VERSION}/rule_pack.json"
     schema["title"] = f"stargraph_mem rule pack (ir_version {IR_VERSION})"

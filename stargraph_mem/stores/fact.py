@@ -18,22 +18,17 @@ from typing import Any, Final, Protocol, TypeVar, runtime_checkable
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
 from stargraph_mem.errors import DeltaValidationError, MemoryScopeError
-from stargraph_mem.stores.models import (
+from stargraph_mem.model.base import (
     ID_PATTERN,
-    TIME_RANGE,
-    AddDelta,
-    DeleteDelta,
-    Fact,
-    FactPattern,
     Identifier,
-    MemoryDelta,
-    NoopDelta,
     StoredDatetime,
-    StoreHealth,
-    UpdateDelta,
     check_storable,
     unicode_problem,
 )
+from stargraph_mem.model.deltas import AddDelta, DeleteDelta, MemoryDelta, NoopDelta, UpdateDelta
+from stargraph_mem.model.facts import Fact, FactPattern
+from stargraph_mem.model.time import TIME_RANGE
+from stargraph_mem.stores.models import StoreHealth
 from stargraph_mem.stores.scope import Partition, partition_key
 
 __all__ = [

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import Any, Final, NamedTuple, Protocol, runtime_checkable
 
-from stargraph_mem.stores.models import (
-    ConsolidationRule,
-    Episode,
-    MemoryDelta,
-    MigrationPlan,
-    StoreHealth,
-)
+from stargraph_mem.model.deltas import MemoryDelta
+from stargraph_mem.model.episodes import Episode
+from stargraph_mem.stores.models import ConsolidationRule, MigrationPlan, StoreHealth
 from stargraph_mem.stores.scope import Partition
 
 
@@ -132,15 +129,26 @@ class MemoryStore(Protocol):
 
 
 ConsolidateHook = Callable[[Any, ConsolidationRule], Awaitable[list[MemoryDelta]]]
+DEFAULT_CONSOLIDATION_RUNTIME: Final = "stargraph_mem.engine.legacy:consolidate_rule"
+"""``module:function`` of the runtime behind ``consolidate(rule)`` unless one is installed."""
 _HOOKS: list[ConsolidateHook] = []
 
 
 def register_consolidation_hook(hook: ConsolidateHook) -> None:
-    """Install the runtime that implements ``consolidate(rule)`` (the engine registers it;
-    stores never import the engine)."""
+    """Install the runtime that implements ``consolidate(rule)`` (replaces the default)."""
     _HOOKS[:] = [hook]
 
 
-def consolidation_hook() -> ConsolidateHook | None:
-    """The registered consolidation runtime, if any."""
-    return _HOOKS[0] if _HOOKS else None
+def consolidation_hook() -> ConsolidateHook:
+    """The installed consolidation runtime, else the default one, loaded on first use.
+
+    The engine imports the stores, so the stores never import the engine: the default is
+    named as text (:data:`DEFAULT_CONSOLIDATION_RUNTIME`) and imported here, when a store's
+    ``consolidate(rule)`` first runs. Importing a store therefore loads neither the engine
+    nor CLIPS, and nothing has to be imported beforehand for ``consolidate(rule)`` to work.
+    """
+    if not _HOOKS:
+        module, _, name = DEFAULT_CONSOLIDATION_RUNTIME.partition(":")
+        hook: ConsolidateHook = getattr(importlib.import_module(module), name)
+        _HOOKS.append(hook)
+    return _HOOKS[0]

@@ -1,4 +1,7 @@
-"""What the SQLite stores share: connection helpers, time conversions and the store lifecycle.
+"""What the SQLite stores share: connection helpers and the store lifecycle.
+
+Time conversions (:func:`to_us`, :func:`from_us`) come from :mod:`stargraph_mem.model.time`
+and are re-exported here.
 
 :class:`SQLiteStoreBase` owns one lazily opened aiosqlite connection per store, guarded by
 an :class:`asyncio.Lock`; a subclass supplies its schema (:meth:`~SQLiteStoreBase._bootstrap`),
@@ -14,16 +17,16 @@ import weakref
 from abc import abstractmethod
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime, timedelta, timezone
-from functools import lru_cache
+from datetime import datetime
 from pathlib import Path
 from typing import Any, ClassVar, Final
 
 import aiosqlite
 
 from stargraph_mem.errors import StoreError
+from stargraph_mem.model.time import EPOCH, ONE_US, from_us, to_us, utc_now
 from stargraph_mem.stores.lifecycle import AsyncResource, closed_on_failure
-from stargraph_mem.stores.models import MAX_US, MIN_US, StoreHealth, time_range_error, utc_now
+from stargraph_mem.stores.models import StoreHealth
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
@@ -52,42 +55,6 @@ as long as the rest; small, frequent checkpoints keep every commit's share short
 (``benchmarks/bench_streaming.py``: p99 from about 6.7 ms to about 4 ms, mean +0.1 ms).
 Bulk passes are unaffected: their one commit crosses either threshold.
 """
-EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
-ONE_US: Final = timedelta(microseconds=1)
-
-
-# --- conversions ----------------------------------------------------------------------
-
-
-def to_us(value: datetime, what: str = "timestamp") -> int:
-    """UTC microseconds since the epoch (exact integer arithmetic); naive values are refused,
-    and so (:class:`~stargraph_mem.stores.models.TimestampRangeError`, naming ``what``) are
-    values whose UTC time :func:`from_us` could not give back (outside years 1 to 9999)."""
-    if value.utcoffset() is None:
-        raise ValueError(f"{what} is a naive datetime: a timezone-aware datetime is required")
-    us = (value - EPOCH) // ONE_US
-    if not MIN_US <= us <= MAX_US:
-        raise time_range_error(what, value)
-    return us
-
-
-@lru_cache(maxsize=256)
-def _offset_tz(offset_s: int) -> timezone:
-    """A fixed-offset zone (cached: episodes share a handful of offsets)."""
-    return UTC if offset_s == 0 else timezone(timedelta(seconds=offset_s))
-
-
-def from_us(ts_us: int, offset_s: int = 0) -> datetime:
-    """Inverse of :func:`to_us`, expressed in the given UTC offset (seconds).
-
-    A count no datetime has (in UTC, or once shifted by the offset) raises
-    :class:`~stargraph_mem.stores.models.TimestampRangeError` (a ``ValueError``).
-    """
-    try:
-        return (EPOCH + timedelta(microseconds=ts_us)).astimezone(_offset_tz(offset_s))
-    except OverflowError as exc:
-        what = "stored time" if offset_s == 0 else f"stored time (UTC offset {offset_s} s)"
-        raise time_range_error(what, ts_us) from exc
 
 
 # --- connection -----------------------------------------------------------------------

@@ -33,6 +33,9 @@ from stargraph_mem.errors import (
     StoreError,
 )
 from stargraph_mem.gcpause import gc_paused
+from stargraph_mem.model.deltas import DELTA_ADAPTER, AddDelta, DeleteDelta, NoopDelta, UpdateDelta
+from stargraph_mem.model.facts import Fact, FactPattern
+from stargraph_mem.model.time import from_us, seconds_us, to_us, utc_now
 from stargraph_mem.stores.fact import (
     ApplyResult,
     AuditRow,
@@ -49,25 +52,13 @@ from stargraph_mem.stores.fact import (
     sanitize_bundle,
     trusted,
 )
-from stargraph_mem.stores.models import (
-    DELTA_ADAPTER,
-    AddDelta,
-    DeleteDelta,
-    Fact,
-    FactPattern,
-    NoopDelta,
-    UpdateDelta,
-    utc_now,
-)
 from stargraph_mem.stores.scope import Partition, partition_key, prefix_upper_bound, user_prefix
 from stargraph_mem.stores.sqlite_base import (
     WAL_AUTOCHECKPOINT_PAGES,
     SQLiteStoreBase,
     fetch,
-    from_us,
     open_connection,
     scalar,
-    to_us,
     transaction,
 )
 from stargraph_mem.stores.sqlite_schedule import RuleRun, record_runs
@@ -1322,7 +1313,7 @@ class SQLiteFactStore(SQLiteStoreBase):
                 "INSERT INTO partition_claims (partition_key, holder, expires_us) "
                 "VALUES (?, ?, ?) ON CONFLICT (partition_key) DO UPDATE SET "
                 "holder = excluded.holder, expires_us = excluded.expires_us",
-                (partition.key, holder, now_us + round(seconds * 1_000_000)),
+                (partition.key, holder, now_us + seconds_us(seconds)),
             )
         return None
 

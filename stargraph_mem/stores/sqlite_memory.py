@@ -25,32 +25,24 @@ import aiosqlite
 import orjson
 
 from stargraph_mem.errors import (
-    ConsolidationRuleError,
     CorruptRowError,
     DuplicateEpisodeError,
     MemoryScopeError,
     MigrationNotSupported,
     StoreError,
 )
+from stargraph_mem.model.base import ID_PATTERN, unicode_problem
+from stargraph_mem.model.canonical import canonical_json
+from stargraph_mem.model.deltas import MemoryDelta
+from stargraph_mem.model.episodes import Episode
+from stargraph_mem.model.time import TimestampRangeError
 from stargraph_mem.stores.memory import (
     CheckedRead,
     EpisodeRecord,
     QuarantinedRow,
     consolidation_hook,
 )
-from stargraph_mem.stores.models import (
-    ID_PATTERN,
-    MAX_US,
-    MIN_US,
-    ConsolidationRule,
-    Episode,
-    MemoryDelta,
-    MigrationOp,
-    MigrationPlan,
-    canonical_json,
-    time_range_error,
-    unicode_problem,
-)
+from stargraph_mem.stores.models import ConsolidationRule, MigrationOp, MigrationPlan
 from stargraph_mem.stores.scope import (
     Partition,
     escape_component,
@@ -61,8 +53,6 @@ from stargraph_mem.stores.scope import (
 )
 from stargraph_mem.stores.sqlite_base import BUSY_TIMEOUT_MS as BUSY_TIMEOUT_MS  # re-export
 from stargraph_mem.stores.sqlite_base import (
-    EPOCH,
-    ONE_US,
     SQLiteStoreBase,
     fetch,
     from_us,
@@ -217,9 +207,9 @@ def episode_row(episode: Episode) -> Row:
         raise StoreError(
             f"episode {episode.id!r}: metadata cannot be stored: {exc}", episode_id=episode.id
         ) from exc
-    ts_us = (ts - EPOCH) // ONE_US
-    if not MIN_US <= ts_us <= MAX_US:  # models built without validation
-        error = time_range_error("timestamp", ts)
+    try:
+        ts_us = to_us(ts)
+    except TimestampRangeError as error:  # models built without validation
         raise StoreError(f"episode {episode.id!r}: {error}", episode_id=episode.id) from error
     return (
         episode.id,
@@ -982,17 +972,12 @@ class SQLiteMemoryStore(SQLiteStoreBase):
                 found.append(partition)
         return sorted(found, key=lambda p: (p.user, p.agent))
 
-    # --- consolidation: wired by the consolidation runtime (stargraph_mem.engine) --------
+    # --- consolidation: run by the consolidation runtime (stargraph_mem.engine) ----------
 
     async def consolidate(self, rule: ConsolidationRule) -> list[MemoryDelta]:
         """Run ``rule`` (default classification table, incrementally) and apply its deltas.
 
-        The consolidation runtime registers itself when ``stargraph_mem`` is imported.
+        The runtime is looked up when this runs (``stores.memory.consolidation_hook``), so
+        importing the store loads neither the engine nor CLIPS.
         """
-        hook = consolidation_hook()
-        if hook is None:
-            raise ConsolidationRuleError(
-                "no consolidation runtime registered (import stargraph_mem.engine.legacy)",
-                rule_id=rule.id,
-            )
-        return await hook(self, rule)
+        return await consolidation_hook()(self, rule)

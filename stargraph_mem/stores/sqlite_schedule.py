@@ -19,8 +19,9 @@ from typing import Any, Final
 import aiosqlite
 
 from stargraph_mem.errors import PassConflictError
+from stargraph_mem.model.time import seconds_us, to_us
 from stargraph_mem.stores.scope import Partition
-from stargraph_mem.stores.sqlite_base import SQLiteStoreBase, fetch, scalar, to_us, transaction
+from stargraph_mem.stores.sqlite_base import SQLiteStoreBase, fetch, scalar, transaction
 
 __all__ = ["LeaseState", "RuleRun", "RunState", "SQLiteScheduleStore", "record_runs"]
 
@@ -263,7 +264,7 @@ class SQLiteScheduleStore(SQLiteStoreBase):
     ) -> LeaseState:
         """Take or renew lease ``name`` for ``holder`` unless someone else holds it unexpired."""
         now_us = to_us(now, "lease time")
-        expires = now_us + round(ttl_seconds * 1_000_000)
+        expires = now_us + seconds_us(ttl_seconds)
         async with self._write() as db:
             rows = await fetch(
                 db, "SELECT holder, expires_us FROM scheduler_lease WHERE name = ?", (name,)

@@ -1,0 +1,67 @@
+"""Episodes: raw events written with their full ``(user, session, agent)`` scope."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, JsonValue, ValidationInfo, field_validator
+
+from stargraph_mem.model.base import (
+    FrozenModel,
+    Identifier,
+    ScopePart,
+    StoredDatetime,
+    check_storable,
+    check_unicode,
+    no_nul,
+)
+
+Intent = Literal["add", "update", "delete", "noop"]
+
+HONOURED_METADATA_KEYS = ("intent", "replaces", "subject", "predicate", "object")
+
+
+def check_honoured_metadata(value: dict[str, Any]) -> None:
+    """Raise ``ValueError`` when a key the default classification reads has the wrong shape
+    (``intent``, ``replaces``, ``subject``, ``predicate``, ``object``)."""
+    intent = value.get("intent")
+    if intent is not None and intent not in ("add", "update", "delete", "noop"):
+        raise ValueError(
+            f"metadata.intent must be one of add, update, delete, noop (got {intent!r})"
+        )
+    replaces = value.get("replaces")
+    if replaces is not None and not (
+        isinstance(replaces, list) and all(isinstance(r, str) for r in replaces)
+    ):
+        raise ValueError("metadata.replaces must be a list of fact id strings")
+    for key in ("subject", "predicate", "object"):
+        item = value.get(key)
+        if item is not None and not isinstance(item, str):
+            raise ValueError(f"metadata.{key} must be a string")
+
+
+class Episode(FrozenModel):
+    """A raw event written with its full ``(user, session, agent)`` scope."""
+
+    id: Identifier
+    content: str
+    timestamp: StoredDatetime
+    source_node: str | None = None
+    user: ScopePart
+    session: ScopePart
+    agent: ScopePart
+    metadata: dict[str, JsonValue] = Field(default_factory=dict)
+
+    @field_validator("content", "user", "session", "agent", "source_node")
+    @classmethod
+    def _check_text(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return None
+        return check_unicode(no_nul(value, "text fields"), info.field_name or "text")
+
+    @field_validator("metadata")
+    @classmethod
+    def _check_metadata(cls, value: dict[str, JsonValue]) -> dict[str, JsonValue]:
+        check_honoured_metadata(value)
+        check_storable(value, "metadata")
+        return value

@@ -1,0 +1,43 @@
+"""Facts: promoted statements scoped ``(user, agent)``, and the patterns that query them."""
+
+from __future__ import annotations
+
+from pydantic import Field, JsonValue
+
+from stargraph_mem.model.base import FrozenModel, Identifier, ScopePart, StoredDatetime
+
+
+class Fact(FrozenModel):
+    """A promoted statement scoped ``(user, agent)``, with its validity interval."""
+
+    id: Identifier
+    user: str
+    agent: str
+    subject: str
+    predicate: str
+    object: str
+    payload: dict[str, JsonValue] = Field(default_factory=dict)
+    confidence: float
+    valid_from: StoredDatetime
+    valid_until: StoredDatetime | None = None
+    superseded_by: str | None = None
+    recorded_at: StoredDatetime
+    rule_id: str
+    delta_id: str
+
+    @property
+    def is_current(self) -> bool:
+        return self.valid_until is None
+
+
+class FactPattern(FrozenModel):
+    """A query over facts; ``None`` fields match anything. Current facts only by default."""
+
+    user: ScopePart | None = None
+    agent: ScopePart | None = None
+    subject: str | None = None
+    predicate: str | None = None
+    object: str | None = None
+    min_confidence: float | None = None
+    include_history: bool = False
+    limit: int | None = Field(default=None, ge=1)
