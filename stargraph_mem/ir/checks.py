@@ -33,7 +33,7 @@ from stargraph_mem.ir.models import (
     VarRef,
     WhenItem,
 )
-from stargraph_mem.ir.operators import FLAGS, OPERATORS, Operator
+from stargraph_mem.ir.operators import FLAGS, OPERATORS, Operator, describe_types
 from stargraph_mem.ir.reference import list_item_ok
 from stargraph_mem.model.time import iso_us
 
