@@ -162,7 +162,8 @@ def test_test_errors_are_one_line(tmp_path: Path) -> None:
     code, out, err = invoke("test", DEFAULT, typo)
     assert (code, out) == (1, "")
     assert err == (
-        f"error: {typo}:5:25: cases[0].episodes[0].tripel: unknown field (did you mean 'triple'?)\n"
+        f"error: {typo}:5:25: cases[0].episodes[0].tripel: unknown field 'tripel'; "
+        "did you mean 'triple'?\n"
     )
 
     code, out, err = invoke("test", DEDUP, RULES / "tests" / "default.yaml")

@@ -86,13 +86,13 @@ CASES: list[tuple[str, str, str]] = [
     (
         "unknown_top_level_field",
         mutate(("fields:", "feilds: {}\nfields:")),
-        "rules/x.yaml:4:1: feilds: unknown field (did you mean 'fields'?)",
+        "rules/x.yaml:4:1: feilds: unknown field 'feilds'; did you mean 'fields'?",
     ),
     (
         "misspelled_with_suggestion",
         mutate(("          subject: {bind: s}\n", "          subjct: {bind: s}\n")),
-        "rules/x.yaml:22:11: rules[1].when[0].episode.subjct: unknown field "
-        "(did you mean 'subject'?)",
+        "rules/x.yaml:22:11: rules[1].when[0].episode.subjct: unknown field 'subjct'; "
+        "did you mean 'subject'?",
     ),
     (
         "wrong_type",
@@ -119,12 +119,12 @@ CASES: list[tuple[str, str, str]] = [
     (
         "unknown_episode_field",
         mutate(("object: {bind: o}", "object: {bind: o}\n          colour: red")),
-        "rules/x.yaml:25:11: rules[1].when[0].episode.colour: unknown field",
+        "rules/x.yaml:25:11: rules[1].when[0].episode.colour: unknown field 'colour'",
     ),
     (
         "unknown_fact_field",
         mutate(("fact: {as: f, subject: {var: s}", "fact: {as: f, subject: {var: s}, weight: 3")),
-        "rules/x.yaml:14:42: rules[0].when[1].fact.weight: unknown field",
+        "rules/x.yaml:14:42: rules[0].when[1].fact.weight: unknown field 'weight'",
     ),
     (
         "literal_type_mismatch",
@@ -219,6 +219,53 @@ CASES: list[tuple[str, str, str]] = [
         "rules/x.yaml:25:54: rules[1].when[1].count.at_most: "
         "at_most is smaller than at_least: the rule can never fire",
     ),
+    # unknown keys anywhere get a spelling hint from the keys allowed there
+    (
+        "unknown_duration_key",
+        mutate(
+            ("object: {bind: o}", "object: {bind: o}\n          timestamp: {older_than: {dayz: 3}}")
+        ),
+        "rules/x.yaml:25:36: rules[1].when[0].episode.timestamp.older_than.dayz: "
+        "unknown field 'dayz'; did you mean 'days'?",
+    ),
+    (
+        "unknown_linear_confidence_key",
+        mutate(("per: 0.1}", "per: 0.1, maxx: 1}")),
+        "rules/x.yaml:31:49: rules[1].emit.confidence.maxx: unknown field 'maxx'; "
+        "did you mean 'max'?",
+    ),
+    (
+        "misspelled_pattern_kind",
+        mutate(("      - count: {as: n", "      - cuont: {as: n")),
+        "rules/x.yaml:25:9: rules[1].when[1]: unknown pattern 'cuont'; did you mean 'count'?",
+    ),
+    # a union reports the member the input was meant for, once
+    (
+        "confidence_out_of_range",
+        mutate(("confidence: {var: n, base: 0.5, per: 0.1}", "confidence: 1.3")),
+        "rules/x.yaml:31:7: rules[1].emit.confidence: confidence must be between 0 and 1, got 1.3",
+    ),
+    (
+        "confidence_of_no_kind",
+        mutate(("confidence: {var: n, base: 0.5, per: 0.1}", "confidence: [1]")),
+        "rules/x.yaml:31:7: rules[1].emit.confidence: expected a number or a mapping",
+    ),
+    (
+        "operand_of_no_kind",
+        mutate(("predicate: {var: p}}", "predicate: {eq: [1]}}")),
+        "rules/x.yaml:14:54: rules[0].when[1].fact.predicate.eq: "
+        "expected true or false, an integer, a number, a string or a mapping",
+    ),
+    (
+        "every_below_one",
+        mutate(('cadence: {cron: "0 3 * * *"}', "cadence: {every: 0}")),
+        "rules/x.yaml:19:15: rules[1].cadence.every: every must be at least 1, got 0",
+    ),
+    (
+        "priority_out_of_range",
+        mutate(("priority: 20", "priority: 2000")),
+        "rules/x.yaml:11:5: rules[0].priority: priority must be between -1000 and 1000, got 2000",
+    ),
     (
         "empty_document",
         "# nothing here\n",
@@ -257,8 +304,38 @@ def test_pydantic_issues_are_all_reported() -> None:
         load_pack_text(mutate(("      kind: add", "      knd: add")), FILE)
     assert [i.format() for i in info.value.issues] == [
         "rules/x.yaml:26:5: rules[1].emit: missing required field 'kind'",
-        "rules/x.yaml:27:7: rules[1].emit.knd: unknown field (did you mean 'kind'?)",
+        "rules/x.yaml:27:7: rules[1].emit.knd: unknown field 'knd'; did you mean 'kind'?",
     ]
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (
+            ("confidence: {var: n, base: 0.5, per: 0.1}", "confidence: 1.3"),
+            ["31:7: rules[1].emit.confidence: confidence must be between 0 and 1, got 1.3"],
+        ),
+        (
+            ("per: 0.1}", "per: 0.1, maxx: 1}"),
+            ["31:49: rules[1].emit.confidence.maxx: unknown field 'maxx'; did you mean 'max'?"],
+        ),
+        (
+            ("predicate: {var: p}}", "predicate: {eq: {varr: p}}}"),
+            [
+                "14:54: rules[0].when[1].fact.predicate.eq: missing required field 'var'",
+                "14:59: rules[0].when[1].fact.predicate.eq.varr: unknown field 'varr'; "
+                "did you mean 'var'?",
+            ],
+        ),
+    ],
+)
+def test_a_union_reports_one_member(
+    tmp_path: Path, edit: tuple[str, str], expected: list[str]
+) -> None:
+    """Every issue, not only the first: no message per union member that does not fit."""
+    path = tmp_path / "x.yaml"
+    path.write_text(mutate(edit), encoding="utf-8")
+    assert [i.format().removeprefix(f"{path}:") for i in validate_file(path)] == expected
 
 
 def test_validate_file_collects_every_issue(tmp_path: Path) -> None:
@@ -300,7 +377,7 @@ def test_validate_file_collects_schema_issues(tmp_path: Path) -> None:
     assert [i.format().removeprefix(str(path)) for i in validate_file(path)] == [
         ":2:1: pack: invalid name: use lower-case letters, digits and '_' (starting with a "
         "letter), at most 63 characters",
-        ":11:5: rules[0].priority: expected a valid integer, unable to parse string as an integer",
+        ":11:5: rules[0].priority: expected an integer",
     ]
 
 

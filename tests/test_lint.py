@@ -97,7 +97,7 @@ def test_invalid_pack_reports_errors_and_no_warnings(tmp_path: Path) -> None:
     bad.write_text(HEAD + rule("a", "scor: 1"), encoding="utf-8")
     report = lint_file(bad)
     assert [e.format() for e in report.errors] == [
-        f"{bad}:9:39: rules[0].when[0].episode.scor: unknown field (did you mean 'score'?)"
+        f"{bad}:9:39: rules[0].when[0].episode.scor: unknown field 'scor'; did you mean 'score'?"
     ]
     assert report.warnings == []
 

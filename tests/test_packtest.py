@@ -34,7 +34,7 @@ def first_error(text: str) -> str:
         ("- 1\n", "t.yaml:1:1: a pack test file must be a mapping"),
         (
             HEAD + "cases: [{name: x, expect: {deltas: []}}]\ncoverge: {min: 1}\n",
-            "t.yaml:4:1: coverge: unknown field (did you mean 'coverage'?)",
+            "t.yaml:4:1: coverge: unknown field 'coverge'; did you mean 'coverage'?",
         ),
         (HEAD + "cases: []\n", "t.yaml:3:1: cases: must not be empty"),
         (
@@ -44,7 +44,8 @@ def first_error(text: str) -> str:
         ),
         (
             HEAD + "cases:\n  - {name: x, expect: {deltas: [{kind: add, rule: r, tripel: []}]}}\n",
-            "t.yaml:4:54: cases[0].expect.deltas[0].tripel: unknown field (did you mean 'triple'?)",
+            "t.yaml:4:54: cases[0].expect.deltas[0].tripel: unknown field 'tripel'; "
+            "did you mean 'triple'?",
         ),
         (
             HEAD + "cases:\n  - {name: x, match: some, expect: {deltas: []}}\n",
@@ -68,6 +69,22 @@ def first_error(text: str) -> str:
             HEAD + "cases:\n  - name: x\n    facts: [{id: a, triple: [a, b]}]\n"
             "    expect: {deltas: []}\n",
             "t.yaml:5:21: cases[0].facts[0].triple: a triple is [subject, predicate, object]",
+        ),
+        (
+            HEAD
+            + "cases:\n  - {name: x, episodes: [{id: a, at: {dayz: 3}}], expect: {deltas: []}}\n",
+            "t.yaml:4:39: cases[0].episodes[0].at.dayz: unknown field 'dayz'; did you mean 'days'?",
+        ),
+        (
+            HEAD + "cases:\n  - {name: x, episodes: [{id: a, at: [1]}], expect: {deltas: []}}\n",
+            "t.yaml:4:34: cases[0].episodes[0].at: expected an ISO-8601 time with an offset or "
+            "a mapping",
+        ),
+        (
+            HEAD + "cases:\n  - name: x\n    facts: [{id: a, triple: [a, b, c], confidence: 1.3}]\n"
+            "    expect: {deltas: []}\n",
+            "t.yaml:5:40: cases[0].facts[0].confidence: confidence must be between 0 and 1, "
+            "got 1.3",
         ),
     ],
 )

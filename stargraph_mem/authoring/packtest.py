@@ -13,8 +13,6 @@ from __future__ import annotations
 import difflib
 import math
 import tempfile
-import types
-import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -49,11 +47,9 @@ from stargraph_mem.errors import IRError
 from stargraph_mem.ir.loader import (
     PathKey,
     SourceMap,
-    model_keys,
-    number_issues,
     parse_yaml,
     read_document,
-    validation_issues,
+    validate_document,
 )
 from stargraph_mem.ir.models import Duration
 from stargraph_mem.model.base import Identifier, ScopePart
@@ -185,39 +181,6 @@ class PackTests(_Model):
 # --- loading ------------------------------------------------------------------------------
 
 
-def _model_at(model: Any, loc: Sequence[Any]) -> type[BaseModel] | None:
-    """The pydantic model a validation ``loc`` points into (for spelling suggestions)."""
-    for part in loc:
-        if isinstance(part, int):
-            continue
-        if not (isinstance(model, type) and issubclass(model, BaseModel)):
-            return None
-        info = model.model_fields.get(str(part))
-        if info is None:
-            return None
-        model = _inner_model(info.annotation)
-    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
-
-
-def _inner_model(annotation: Any) -> Any:
-    """The first pydantic model inside ``list[X]``, ``X | None``, ``Annotated[...]``."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    origin = typing.get_origin(annotation)
-    if origin is None and not isinstance(annotation, types.UnionType):
-        return None
-    for arg in typing.get_args(annotation):
-        found = _inner_model(arg)
-        if found is not None:
-            return found
-    return None
-
-
-def _allowed(loc: tuple[Any, ...]) -> list[str]:
-    model = _model_at(PackTests, loc[:-1])
-    return model_keys(model) if model is not None else []
-
-
 @dataclass
 class TestFile:
     """A loaded test file and its source positions."""
@@ -233,15 +196,7 @@ class TestFile:
 def load_tests_text(text: str, file: str = "<string>") -> TestFile:
     """Parse and validate a test file; raise the first :class:`IRError`."""
     source = parse_yaml(text, file, what=WHAT)
-    try:
-        tests = PackTests.model_validate(source.data)
-    except ValidationError as exc:
-        issues = validation_issues(exc, source, _allowed)
-        raise IRError(issues[0], issues) from exc
-    issues = number_issues(tests, source)
-    if issues:
-        raise IRError(issues[0], issues)
-    loaded = TestFile(file, tests, source)
+    loaded = TestFile(file, validate_document(PackTests, source), source)
     _check(loaded)
     return loaded
 

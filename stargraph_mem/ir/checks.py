@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stargraph_mem.errors import IRError, IRIssue
-from stargraph_mem.ir.loader import PathKey, SourceMap, unknown_field_message
+from stargraph_mem.ir.issues import unknown_field_message
+from stargraph_mem.ir.loader import PathKey, SourceMap
 from stargraph_mem.ir.models import (
     EPISODE_BUILTINS,
     FACT_FIELDS,

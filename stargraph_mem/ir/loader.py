@@ -10,17 +10,17 @@ floats, signed 64-bit integers, and text without NUL, backspace or lone surrogat
 
 from __future__ import annotations
 
-import difflib
 import math
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
 from stargraph_mem.errors import IRError, IRIssue
+from stargraph_mem.ir.issues import validation_issues, yaml_path
 from stargraph_mem.ir.models import RulePack
 
 PathKey = tuple[str | int, ...]
@@ -30,10 +30,18 @@ Positions = dict[PathKey, tuple[int, int]]
 class SourceMap:
     """Positions of every key/value in a loaded YAML document, by IR path."""
 
-    def __init__(self, file: str, positions: Positions, data: Any) -> None:
+    def __init__(
+        self, file: str, positions: Positions, data: Any, values: Positions | None = None
+    ) -> None:
         self.file = file
         self.positions = positions
         self.data = data
+        self.values = values or {}
+        """Positions of scalar values themselves (``positions`` has their keys')."""
+
+    def value_at(self, path: PathKey) -> tuple[int, int] | None:
+        """Line/col of the scalar value at ``path`` (None when it is not a scalar)."""
+        return self.values.get(path)
 
     def locate(self, path: PathKey) -> tuple[int | None, int | None]:
         """Line/col (1-based) of the deepest known prefix of ``path``."""
@@ -240,6 +248,7 @@ class _Composer:
         self.what = what
         self.stack: list[_Open] = []
         self.positions: Positions = {}
+        self.values: Positions = {}
         self.problems: list[Problem] = []
         self.anchors: dict[str, tuple[Any, int, int, tuple[int, int]]] = {}
         self.open_anchors: dict[str, tuple[int, int]] = {}
@@ -348,12 +357,14 @@ class _Composer:
     def scalar(self, event: Any) -> None:
         self.count(1, event)
         name = self.anchor(event)
-        path, _ = self.child_place(event)
+        path, record = self.child_place(event)
         tag = event.tag
         if tag is None or tag == "!":
             tag = _RESOLVER.resolve(yaml.ScalarNode, event.value, event.implicit)
         where = _where(event)
         at = where if self.is_key() else None  # a value is found by its path (its key)
+        if record and at is None:
+            self.values[path] = where
         try:
             value = _construct(tag, event.value, event)
         except ValueError as exc:
@@ -542,7 +553,7 @@ def parse_yaml(text: str, file: str, *, what: str = "rule pack") -> SourceMap:
     if not composer.has_root:
         raise IRError(IRIssue(f"empty document: a {what} is a mapping", file, 1, 1))
     data = composer.root
-    source = SourceMap(file, composer.positions, data)
+    source = SourceMap(file, composer.positions, data, composer.values)
     if composer.problems:
         issues = [source.issue(p, m, at=where) for p, m, where in composer.problems]
         raise IRError(issues[0], issues)
@@ -551,173 +562,68 @@ def parse_yaml(text: str, file: str, *, what: str = "rule pack") -> SourceMap:
     return source
 
 
-def _yaml_path(loc: tuple[str | int, ...], data: Any) -> PathKey:
-    """Drop validator-internal loc parts (union tags, ``where``) that are not in the YAML."""
-    out: list[str | int] = []
-    node = data
-    for part in loc:
-        key: str | int = part
-        if isinstance(node, dict) and isinstance(part, str):
-            name = "in" if part == "in_" else "not" if part == "not_" else part
-            name = "from" if name == "from_" else name
-            if name in node:
-                out.append(name)
-                node = node[name]
-            continue
-        if isinstance(node, list) and isinstance(key, int) and 0 <= key < len(node):
-            out.append(key)
-            node = node[key]
-            continue
-        if node is None or not isinstance(node, dict | list):
-            break
-    return tuple(out)
-
-
-_TYPE_MESSAGES = {
-    "model_type": "expected a mapping",
-    "model_attributes_type": "expected a mapping",
-    "dict_type": "expected a mapping",
-    "list_type": "expected a list",
-    "string_type": "expected a string",
-    "int_type": "expected an integer",
-    "int_from_float": "expected an integer",
-    "float_type": "expected a number",
-    "bool_type": "expected true or false",
-    "too_short": "must not be empty",
-}
-
-
-def _message(err: Any, loc_key: str | int | None) -> str:
-    kind = err["type"]
-    if kind == "missing":
-        return f"missing required field '{loc_key}'"
-    if kind in _TYPE_MESSAGES:
-        return _TYPE_MESSAGES[kind]
-    if kind == "string_pattern_mismatch":
-        return (
-            "invalid name: use lower-case letters, digits and '_' (starting with a letter), "
-            "at most 63 characters"
-        )
-    if kind == "literal_error" and loc_key == "ir_version":
-        return f"unsupported ir_version {err.get('input')!r} (this compiler reads ir_version 1)"
-    msg = str(err["msg"])
-    for prefix in ("Value error, ", "Assertion failed, "):
-        if msg.startswith(prefix):
-            msg = msg[len(prefix) :]
-    msg = msg.replace("Input should be", "expected").replace("input should be", "expected")
-    return msg[0].lower() + msg[1:] if msg else kind
-
-
-def validation_issues(
-    exc: ValidationError,
-    source: SourceMap,
-    allowed_keys: Callable[[tuple[Any, ...]], list[str]] | None = None,
-) -> list[IRIssue]:
-    """Translate pydantic errors into positioned IR issues, one per distinct path.
-
-    ``allowed_keys(loc)`` lists the valid keys at ``loc`` for spelling suggestions
-    (default: the rule pack's).
-    """
-    keys_at = allowed_keys or (lambda loc: _allowed_keys(loc, exc))
-    issues: list[IRIssue] = []
-    seen: set[str] = set()
-    for err in exc.errors():
-        loc = tuple(err["loc"])
-        path = _yaml_path(loc, source.data)
-        if err["type"] == "missing":
-            message = _message(err, loc[-1] if loc else None)
-        elif err["type"] == "extra_forbidden":
-            bad = loc[-1] if loc else ""
-            path = (*path, bad) if path[-1:] != (bad,) else path
-            message = unknown_field_message(str(bad), keys_at(loc))
-        else:
-            message = _message(err, loc[-1] if loc else None)
-        formatted = format_path(path) + message
-        if formatted in seen:
-            continue
-        seen.add(formatted)
-        issues.append(source.issue(path, message))
-    return issues
-
-
-def unknown_field_message(bad: str, allowed: Iterable[str]) -> str:
-    """``unknown field (did you mean 'x'?)`` when a close spelling exists."""
-    close = difflib.get_close_matches(bad, sorted(allowed), n=1, cutoff=0.6)
-    return f"unknown field (did you mean '{close[0]}'?)" if close else "unknown field"
-
-
-def _allowed_keys(loc: tuple[Any, ...], exc: ValidationError) -> list[str]:
-    """Best-effort list of valid keys at ``loc`` for spelling suggestions."""
-    from stargraph_mem.ir import models as m
-    from stargraph_mem.model.cadence import Cadence
-
-    table: dict[str, type[Any]] = {
-        "emit": m.Emit,
-        "salience": m.SalienceGate,
-        "defaults": m.Defaults,
-        "cadence": Cadence,
-        "confidence": m.LinearConfidence,
-    }
-    parent = loc[-2] if len(loc) >= 2 else None
-    if len(loc) == 1:
-        return model_keys(m.RulePack)
-    if len(loc) == 3 and loc[0] == "rules":
-        return model_keys(m.Rule)
-    if isinstance(parent, str) and parent in table:
-        return model_keys(table[parent])
-    if "where" in loc:
-        return model_keys(m.Condition)
-    return []
-
-
-def model_keys(model: type[Any]) -> list[str]:
-    """The YAML keys of a pydantic model (aliases where set)."""
-    return [info.alias or name for name, info in model.model_fields.items()]
-
-
-def _bad_numbers(value: Any, loc: tuple[str | int, ...], out: list[tuple[Any, str]]) -> None:
+def _leaves(value: Any, loc: tuple[str | int, ...], out: list[tuple[Any, Any]]) -> None:
+    """Every number and boolean in a validated model, with its validation loc."""
     if isinstance(value, BaseModel):
         for name, info in type(value).model_fields.items():
-            _bad_numbers(getattr(value, name), (*loc, info.alias or name), out)
+            _leaves(getattr(value, name), (*loc, info.alias or name), out)
     elif isinstance(value, dict):
         for key, item in value.items():
-            _bad_numbers(item, (*loc, key), out)
+            _leaves(item, (*loc, key), out)
     elif isinstance(value, list | tuple):
         for index, item in enumerate(value):
-            _bad_numbers(item, (*loc, index), out)
-    elif isinstance(value, bool):
-        return
-    elif isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
-        out.append(
-            (loc, f"integer out of range: integers are signed 64-bit ({INT64_MIN} to {INT64_MAX})")
-        )
-    elif isinstance(value, float) and not math.isfinite(value):
-        out.append((loc, f"not a finite number: {value!r}"))
+            _leaves(item, (*loc, index), out)
+    elif isinstance(value, int | float):
+        out.append((loc, value))
 
 
-def number_issues(model: BaseModel, source: SourceMap) -> list[IRIssue]:
+def _number_problem(value: Any) -> str | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
+        return f"integer out of range: integers are signed 64-bit ({INT64_MIN} to {INT64_MAX})"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"not a finite number: {value!r}"
+    return None
+
+
+def value_issues(model: BaseModel, source: SourceMap) -> list[IRIssue]:
     """Integers beyond signed 64-bit and NaN/infinity anywhere in a validated model.
 
     The loader refuses such YAML literals; this catches values pydantic made from text
     (``every: "1e30"``, ``tau_seconds: "inf"``) before they reach CLIPS, SQLite or JSON.
     """
-    found: list[tuple[Any, str]] = []
-    _bad_numbers(model, (), found)
-    return [source.issue(_yaml_path(loc, source.data), message) for loc, message in found]
+    found: list[tuple[Any, Any]] = []
+    _leaves(model, (), found)
+    issues = []
+    for loc, value in found:
+        path = yaml_path(loc, source.data)
+        problem = _number_problem(value)
+        if problem is not None:
+            issues.append(source.issue(path, problem))
+    return issues
+
+
+Model = TypeVar("Model", bound=BaseModel)
+
+
+def validate_document(model: type[Model], source: SourceMap) -> Model:
+    """Validate loaded YAML against ``model``; raise every problem as one :class:`IRError`."""
+    try:
+        value = model.model_validate(source.data)
+    except ValidationError as exc:
+        issues = validation_issues(exc, source, model)
+        raise IRError(issues[0], issues) from exc
+    issues = value_issues(value, source)
+    if issues:
+        raise IRError(issues[0], issues)
+    return value
 
 
 def load_pack_text(text: str, file: str = "<string>") -> tuple[RulePack, SourceMap]:
     """Parse and structurally validate a pack; raise the first :class:`IRError`."""
     source = parse_yaml(text, file)
-    try:
-        pack = RulePack.model_validate(source.data)
-    except ValidationError as exc:
-        issues = validation_issues(exc, source)
-        raise IRError(issues[0], issues) from exc
-    issues = number_issues(pack, source)
-    if issues:
-        raise IRError(issues[0], issues)
-    return pack, source
+    return validate_document(RulePack, source), source
 
 
 def read_document(path: str | Path, what: str = "rule pack") -> str:
