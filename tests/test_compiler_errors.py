@@ -10,7 +10,7 @@ from packs_helpers import compile_ok, first_issue
 
 from stargraph_mem.compiler.pack import compile_text, validate_file
 from stargraph_mem.errors import IRError, StargraphMemError
-from stargraph_mem.ir.loader import load_pack_text
+from stargraph_mem.ir.loader import load_pack_text, parse_yaml
 
 FILE = "rules/x.yaml"
 BASE = """\
@@ -219,6 +219,38 @@ CASES: list[tuple[str, str, str]] = [
         "rules/x.yaml:25:54: rules[1].when[1].count.at_most: "
         "at_most is smaller than at_least: the rule can never fire",
     ),
+    # YAML 1.2 booleans: only true/false; yes/no/on/off are strings, keys included
+    (
+        "yaml11_word_as_key",
+        mutate(('cadence: {cron: "0 3 * * *"}', 'cadence: {on: "0 3 * * *"}')),
+        "rules/x.yaml:19:15: rules[1].cadence.on: unknown field 'on'; did you mean 'cron'?",
+    ),
+    (
+        "yaml11_word_for_a_boolean",
+        mutate(("priority: 20", "priority: 20\n    enabled: yes")),
+        "rules/x.yaml:12:5: rules[0].enabled: expected true or false, got 'yes' (a string, "
+        "as in YAML 1.2): write true",
+    ),
+    (
+        "yaml11_word_for_a_condition_boolean",
+        mutate(("object: {bind: o}", "object: {bind: o, exists: off}")),
+        "rules/x.yaml:24:29: rules[1].when[0].episode.object.exists: expected true or false, "
+        "got 'off' (a string, as in YAML 1.2): write false",
+    ),
+    (
+        "quoted_boolean",
+        mutate(("priority: 20", 'priority: 20\n    claim: "false"')),
+        "rules/x.yaml:12:5: rules[0].claim: expected true or false, got 'false'",
+    ),
+    (
+        "yaml11_word_compared_with_a_boolean_field",
+        mutate(
+            ("weight: integer", "weight: integer\n  pinned: boolean"),
+            ("{bind: o}", "{bind: o}\n          pinned: no"),
+        ),
+        "rules/x.yaml:26:11: rules[1].when[0].episode.pinned.eq: "
+        "type mismatch: 'pinned' is boolean, got string 'no'",
+    ),
     # unknown keys anywhere get a spelling hint from the keys allowed there
     (
         "unknown_duration_key",
@@ -272,6 +304,13 @@ CASES: list[tuple[str, str, str]] = [
         "rules/x.yaml:1:1: empty document: a rule pack is a mapping",
     ),
 ]
+
+
+def test_yaml_booleans_are_true_and_false_only() -> None:
+    """YAML 1.2 core schema: yes/no/on/off (any case) are strings, as keys and as values."""
+    source = parse_yaml("on: [yes, No, OFF, y, n, true, False, TRUE]\nyes: 1\n", FILE)
+    assert source.data == {"on": ["yes", "No", "OFF", "y", "n", True, False, True], "yes": 1}
+    assert source.locate(("on",)) == (1, 1)
 
 
 def test_base_pack_is_valid() -> None:

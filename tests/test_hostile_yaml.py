@@ -222,7 +222,7 @@ CORPUS_CASES = [
     Case("merge_key.yaml", 10, 7, "rules[0].emit", "merge keys ('<<') are not supported"),
     Case("null_key.yaml", 4, 1, "", "a mapping key cannot be null"),
     Case("complex_key.yaml", 4, 3, "", "mapping keys must be plain scalars"),
-    Case("boolean_key.yaml", 6, 5, "rules[0].True", "unknown field"),
+    Case("boolean_key.yaml", 6, 5, "rules[0].on", "unknown field 'on'"),
     Case("integer_key.yaml", 4, 1, "1", "unknown field"),
     Case(
         "multi_document.yaml",

@@ -86,6 +86,10 @@ def first_error(text: str) -> str:
             "t.yaml:5:40: cases[0].facts[0].confidence: confidence must be between 0 and 1, "
             "got 1.3",
         ),
+        (
+            HEAD + "cases:\n  - {name: x, on: 1, expect: {deltas: []}}\n",
+            "t.yaml:4:15: cases[0].on: unknown field 'on'",
+        ),
     ],
 )
 def test_load_errors_carry_positions(text: str, message: str) -> None:

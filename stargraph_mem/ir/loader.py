@@ -123,6 +123,7 @@ _YAML_TAG = "tag:yaml.org,2002:"
 _STR_TAG = _YAML_TAG + "str"
 _INT_TAG = _YAML_TAG + "int"
 _FLOAT_TAG = _YAML_TAG + "float"
+_BOOL_TAG = _YAML_TAG + "bool"
 _SCALAR_TAGS = frozenset(
     _YAML_TAG + name for name in ("str", "int", "float", "bool", "null", "timestamp")
 )
@@ -193,6 +194,18 @@ def _construct(tag: str, value: str, event: Any) -> Any:
     if tag == _FLOAT_TAG and not math.isfinite(result):
         raise ValueError(f"not a finite number: {_excerpt(value)}")
     return result
+
+
+def _resolve(event: Any) -> str:
+    """The tag of an untagged scalar, as YAML 1.2's core schema reads it.
+
+    PyYAML follows YAML 1.1, where ``yes``/``no``/``on``/``off`` are booleans: a key ``on:``
+    would become ``True``. Only ``true`` and ``false`` (any case) are booleans here.
+    """
+    tag: str = _RESOLVER.resolve(yaml.ScalarNode, event.value, event.implicit)
+    if tag == _BOOL_TAG and event.value.lower() not in ("true", "false"):
+        return _STR_TAG
+    return tag
 
 
 def _int_range_message(value: str) -> str:
@@ -360,7 +373,7 @@ class _Composer:
         path, record = self.child_place(event)
         tag = event.tag
         if tag is None or tag == "!":
-            tag = _RESOLVER.resolve(yaml.ScalarNode, event.value, event.implicit)
+            tag = _resolve(event)
         where = _where(event)
         at = where if self.is_key() else None  # a value is found by its path (its key)
         if record and at is None:
@@ -587,11 +600,35 @@ def _number_problem(value: Any) -> str | None:
     return None
 
 
-def value_issues(model: BaseModel, source: SourceMap) -> list[IRIssue]:
-    """Integers beyond signed 64-bit and NaN/infinity anywhere in a validated model.
+_YAML11_TRUE = frozenset({"yes", "on", "y"})
+_YAML11_FALSE = frozenset({"no", "off", "n"})
 
-    The loader refuses such YAML literals; this catches values pydantic made from text
-    (``every: "1e30"``, ``tau_seconds: "inf"``) before they reach CLIPS, SQLite or JSON.
+
+def _boolean_problem(value: Any, given: Any) -> str | None:
+    """Why ``given`` (what the YAML says) cannot be the boolean ``value`` pydantic made of it."""
+    if not isinstance(value, bool) or isinstance(given, bool | dict | list):
+        return None
+    word = given.lower() if isinstance(given, str) else None
+    if word in _YAML11_TRUE | _YAML11_FALSE:
+        meant = "true" if word in _YAML11_TRUE else "false"
+        return f"expected true or false, got {given!r} (a string, as in YAML 1.2): write {meant}"
+    return f"expected true or false, got {given!r}"
+
+
+def _given(data: Any, path: PathKey) -> Any:
+    """The YAML value at ``path``."""
+    for part in path:
+        data = data[part]
+    return data
+
+
+def value_issues(model: BaseModel, source: SourceMap) -> list[IRIssue]:
+    """Numbers and booleans of a validated model that the YAML did not really say.
+
+    The loader refuses integers beyond signed 64-bit and NaN/infinity as YAML literals;
+    this catches values pydantic made from text (``every: "1e30"``, ``tau_seconds: "inf"``)
+    before they reach CLIPS, SQLite or JSON, and booleans made from anything but
+    ``true``/``false`` (``enabled: yes``, which is a string in YAML 1.2).
     """
     found: list[tuple[Any, Any]] = []
     _leaves(model, (), found)
@@ -599,6 +636,8 @@ def value_issues(model: BaseModel, source: SourceMap) -> list[IRIssue]:
     for loc, value in found:
         path = yaml_path(loc, source.data)
         problem = _number_problem(value)
+        if problem is None and path and path[-1] == loc[-1]:
+            problem = _boolean_problem(value, _given(source.data, path))
         if problem is not None:
             issues.append(source.issue(path, problem))
     return issues
