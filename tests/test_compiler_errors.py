@@ -168,7 +168,14 @@ CASES: list[tuple[str, str, str]] = [
     (
         "invalid_cron",
         mutate(('cron: "0 3 * * *"', 'cron: "61 3 * * *"')),
-        "rules/x.yaml:19:5: rules[1].cadence: invalid cron expression '61 3 * * *'",
+        "rules/x.yaml:19:21: rules[1].cadence.cron: invalid cron expression '61 3 * * *': "
+        "minute field '61': 61 is out of range 0-59",
+    ),
+    (
+        "invalid_cron_in_block_style",
+        mutate(('cadence: {cron: "0 3 * * *"}', "cadence:\n      cron: '0 3 * jan-foo *'")),
+        "rules/x.yaml:20:13: rules[1].cadence.cron: invalid cron expression '0 3 * jan-foo *': "
+        "month field 'jan-foo': unknown name 'foo' (use 1-12 or jan-dec)",
     ),
     (
         "bad_tz",

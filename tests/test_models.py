@@ -140,6 +140,41 @@ def test_bad_cadences_are_rejected(data: dict[str, Any], message: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("cron", "reason"),
+    [
+        ("61 * * * *", "minute field '61': 61 is out of range 0-59"),
+        ("0 24 * * *", "hour field '24': 24 is out of range 0-23"),
+        ("0 3 0 * *", "day-of-month field '0': 0 is out of range 1-31"),
+        ("0 3 1 1-13 *", "month field '1-13': 13 is out of range 1-12"),
+        ("0 3 * * 8", "day-of-week field '8': 8 is out of range 0-7"),
+        ("0 3 * * 1,9", "day-of-week field '1,9': 9 is out of range 0-7"),
+        ("0 3 * foo *", "month field 'foo': unknown name 'foo' (use 1-12 or jan-dec)"),
+        ("0 3 * * mon-fry", "day-of-week field 'mon-fry': unknown name 'fry' (use 0-7 or sun-sat)"),
+        ("*/0 3 * * *", "minute field '*/0': step '0' must be a whole number of at least 1"),
+        ("1,,2 3 * * *", "minute field '1,,2': a value is missing (use 0-59)"),
+        ("0 3 * * 5#9", "day-of-week field '5#9' is not valid (use 0-7 or sun-sat)"),
+        ("0 3 * * * 0 1969", "year field '1969': 1969 is out of range 1970-2099"),
+        (
+            "every night",
+            "expected 5 fields (minute hour day-of-month month day-of-week), optionally "
+            "seconds and a year, got 2",
+        ),
+        (
+            "@nightly",
+            "unknown shortcut '@nightly' (use @yearly, @annually, @monthly, @weekly, @daily, "
+            "@midnight, @hourly)",
+        ),
+    ],
+)
+def test_an_invalid_cron_says_why(cron: str, reason: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        Cadence(cron=cron)
+    (error,) = info.value.errors()
+    assert error["loc"] == ("cron",)
+    assert error["msg"] == f"Value error, invalid cron expression {cron!r}: {reason}"
+
+
+@pytest.mark.parametrize(
     "data", [{"every": 1}, {"every": 500}, {"cron": "0 3 * * *", "tz": "Europe/Paris"}]
 )
 def test_good_cadences_are_accepted(data: dict[str, Any]) -> None:
