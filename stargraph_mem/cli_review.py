@@ -164,7 +164,7 @@ def lint(
 ) -> None:
     """Warn about shadowed rules, select clauses that never match and rules that fight over
     the same facts on different cadences; exit 1 on invalid packs (and on warnings with
-    --strict)."""
+    --strict). A rule silences a check with a reason: lint: {ignore: {CHECK: "why"}}."""
     from stargraph_mem.authoring.lint import lint_file
 
     failed = False
@@ -175,7 +175,14 @@ def lint(
         for warning in report.warnings:
             echo_lines([warning.format(strict=strict)])
         if not report.errors and not report.warnings:
-            typer.echo(f"ok: {printable(str(pack))}")
+            typer.echo(f"ok: {printable(str(pack))}{_silenced(len(report.suppressed))}")
         failed = failed or bool(report.errors) or (strict and bool(report.warnings))
     if failed:
         raise typer.Exit(1)
+
+
+def _silenced(count: int) -> str:
+    """`` (2 warnings silenced)`` after an ``ok:`` line; nothing when none were."""
+    if not count:
+        return ""
+    return f" ({count} warning{'s' if count > 1 else ''} silenced)"

@@ -203,6 +203,30 @@ def test_lint_every_fixture_and_a_clean_pack() -> None:
     assert code == 0
 
 
+def test_lint_counts_silenced_warnings_and_reports_unused_suppressions(tmp_path: Path) -> None:
+    path = LINT / "suppressed.yaml"
+    code, out, err = invoke("lint", "--strict", str(path))
+    assert (code, out, err) == (0, f"ok: {path} (1 warning silenced)\n", "")
+    unused = tmp_path / "unused.yaml"
+    text = path.read_text(encoding="utf-8").replace(
+        "predicate: location, object: {ne", "predicate: home, object: {ne"
+    )
+    unused.write_text(
+        text.replace(
+            'predicate: location, object: "{o}", replaces',
+            'predicate: home, object: "{o}", replaces',
+        ),
+        encoding="utf-8",
+    )
+    code, out, err = invoke("lint", "--strict", str(unused))
+    assert (code, err) == (1, "")
+    assert out == (
+        f"{unused}:18:9: rules[1].lint.ignore.cadence-overlap: error: rule 'streaming_move' "
+        "silences 'cadence-overlap', but lint has no such warning about it: remove the "
+        "suppression [unused-suppression]\n"
+    )
+
+
 def test_lint_invalid_pack_prints_errors_and_exits_one(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     text = (RULES / "default.yaml").read_text(encoding="utf-8")

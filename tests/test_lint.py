@@ -6,9 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from stargraph_mem.authoring.lint import lint_analysis, lint_file
+from stargraph_mem.authoring.lint import CHECKS, SUPPRESSIBLE, lint_analysis, lint_file
+from stargraph_mem.compiler.pack import compile_text
 from stargraph_mem.ir.checks import check_or_raise
+from stargraph_mem.ir.issues import model_keys
 from stargraph_mem.ir.loader import load_pack_text
+from stargraph_mem.ir.models import LintIgnore
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "lint"
@@ -178,3 +181,151 @@ def test_cadence_overlap_needs_compatible_targets() -> None:
     assert checks(nightly, hourly) == ["cadence-overlap"]
     assert checks(nightly, hourly.replace(lit, other)) == []
     assert checks(nightly, hourly.replace(lit, other.replace("q", '"{s}"'))) == ["cadence-overlap"]
+
+
+def test_cadence_overlap_only_for_real_collisions() -> None:
+    """A variable pinned by ``in`` (in the pattern or ``select``) is as good as literals;
+    one schedule spelled two ways is one schedule; each pair is reported once."""
+    path = FIXTURES / "cadence_overlap_precise.yaml"
+    assert [w.format() for w in lint_file(path).warnings] == [
+        f"{path}:10:5: rules[0].cadence: warning: rules 'streaming_place' (every 1) and "
+        "'nightly_home_cleanup' (cron '0 3 * * *') both write (*, home) facts on different "
+        "cadences: they fight over the same facts [cadence-overlap]",
+        f"{path}:27:5: rules[3].cadence: warning: rules 'streaming_place' (every 1) and "
+        "'nightly_spelled_differently' (cron '00 03 * * 0-6') both write (*, home|location) "
+        "facts on different cadences: they fight over the same facts [cadence-overlap]",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "warned"),
+    [
+        ('"{s}"', '"{s}"', True),
+        ("p", "q", False),
+        ("p", '"{s}"', True),
+        ("p", '"x_{s}"', True),
+        ('"x_{s}"', '"y_{s}"', True),  # templates with an unpinned variable may write anything
+    ],
+)
+def test_cadence_overlap_by_written_predicate(first: str, second: str, warned: bool) -> None:
+    nightly = rule("a", "").replace("predicate: p", f"predicate: {first}")
+    hourly = rule("b", "", head="cadence: {every: 10}").replace(
+        "predicate: p", f"predicate: {second}"
+    )
+    assert checks(nightly, hourly) == (["cadence-overlap"] if warned else [])
+
+
+@pytest.mark.parametrize(
+    ("cron", "warned"),
+    [
+        ("0 3 * * *", False),
+        ("00 03 * * 0-7", False),
+        ("0 3 1-31 * *", False),
+        ("0 3 * * * 0", False),  # seconds field 0
+        ("0 4 * * *", True),
+        ("0 3 * * 1-5", True),
+    ],
+)
+def test_cadence_overlap_compares_schedules_not_spellings(cron: str, warned: bool) -> None:
+    other = rule("b", "", head=f"cadence: {{cron: '{cron}'}}")
+    assert checks(rule("a", "intent: x"), other) == (["cadence-overlap"] if warned else [])
+    tz = rule("b", "", head=f"cadence: {{cron: '{cron}', tz: Europe/Paris}}")
+    assert checks(rule("a", "intent: x"), tz) == ["cadence-overlap"]
+
+
+def test_cadence_overlap_through_bound_variables() -> None:
+    pinned = rule("b", "predicate: {in: [q, r], bind: p}", head="cadence: {every: 1}").replace(
+        "predicate: p,", 'predicate: "{p}",'
+    )
+    assert checks(rule("a", ""), pinned) == []
+    assert checks(rule("a", "").replace("predicate: p", "predicate: r"), pinned) == [
+        "cadence-overlap"
+    ]
+
+
+# --- suppressions --------------------------------------------------------------------------
+
+IGNORE = 'lint: {ignore: {cadence-overlap: "the hourly rule only refines the nightly one"}}'
+
+
+def lint_report(tmp_path: Path, *rules: str) -> tuple[list[str], list[str]]:
+    """Shown and silenced warnings of a pack file made of ``rules``."""
+    path = tmp_path / "p.yaml"
+    path.write_text(HEAD + "".join(rules), encoding="utf-8")
+    report = lint_file(path)
+    assert report.errors == []
+    shown = [w.format().removeprefix(f"{path}:") for w in report.warnings]
+    return shown, [w.check for w in report.suppressed]
+
+
+def test_a_suppression_with_a_reason_silences_its_check(tmp_path: Path) -> None:
+    hourly = rule("b", "", head="cadence: {every: 10}")
+    assert checks(rule("a", ""), hourly) == ["cadence-overlap"]
+    # either rule of the pair may silence it
+    silenced: tuple[list[str], list[str]] = ([], ["cadence-overlap"])
+    assert lint_report(tmp_path, rule("a", "", head=IGNORE), hourly) == silenced
+    hourly_ignoring = rule("b", "", head=f"cadence: {{every: 10}}\n{IGNORE}")
+    assert lint_report(tmp_path, rule("a", ""), hourly_ignoring) == silenced
+
+
+def test_a_suppression_that_silences_nothing_is_reported(tmp_path: Path) -> None:
+    pair = rule("a", "intent: x", head=IGNORE), rule("b", "intent: y")
+    shown, silenced = lint_report(tmp_path, *pair)
+    assert shown == [
+        "8:21: rules[0].lint.ignore.cadence-overlap: warning: rule 'a' silences "
+        "'cadence-overlap', but lint has no such warning about it: remove the suppression "
+        "[unused-suppression]"
+    ]
+    assert silenced == []
+
+
+def test_a_suppression_silences_only_its_own_rule(tmp_path: Path) -> None:
+    never = "score: {gt: 3, lt: 4}"
+    ignore = 'lint: {ignore: {pattern-never-matches: "kept for the next release"}}'
+    other = rule("b", f"{never}, intent: y")
+    shown, silenced = lint_report(tmp_path, rule("a", never, head=ignore), other)
+    assert [line.rsplit("[", 1)[1] for line in shown] == ["pattern-never-matches]"]
+    assert shown[0].startswith("14:39: rules[1].when[0].episode.score:")
+    assert silenced == ["pattern-never-matches"]
+
+
+@pytest.mark.parametrize(
+    ("lint_key", "message"),
+    [
+        (
+            'lint: {ignore: {cadence-overlp: "x"}}',
+            "8:21: rules[0].lint.ignore.cadence-overlp: unknown lint check 'cadence-overlp'; "
+            "did you mean 'cadence-overlap'?",
+        ),
+        (
+            'lint: {ignore: {cadence-overlap: ""}}',
+            "8:38: rules[0].lint.ignore.cadence-overlap: a suppression needs a reason: write "
+            "why the warning does not apply to this rule",
+        ),
+        (
+            "lint: {ignore: {shadowed: }}",
+            "8:21: rules[0].lint.ignore.shadowed: a suppression needs a reason: write why the "
+            "warning does not apply to this rule",
+        ),
+        (
+            "lint: {ignore: [shadowed]}",
+            "8:12: rules[0].lint.ignore: expected a mapping",
+        ),
+    ],
+)
+def test_a_bad_suppression_is_an_error(tmp_path: Path, lint_key: str, message: str) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text(HEAD + rule("a", "", head=lint_key), encoding="utf-8")
+    report = lint_file(path)
+    assert [e.format().removeprefix(f"{path}:") for e in report.errors] == [message]
+
+
+def test_suppressible_checks_are_the_lint_ignore_keys() -> None:
+    assert model_keys(LintIgnore) == list(SUPPRESSIBLE)
+    assert (*SUPPRESSIBLE, "unused-suppression") == CHECKS
+
+
+def test_suppressions_do_not_change_the_pack_hash() -> None:
+    text = HEAD + rule("a", "")
+    with_ignore = HEAD + rule("a", "", head=IGNORE)
+    assert compile_text(text, "p.yaml").sha256 == compile_text(with_ignore, "p.yaml").sha256

@@ -8,9 +8,12 @@
 * ``select-never-matches``: a ``select`` whose tests no value of the field passes
   (``in: []``, ``gt: 5`` with ``lt: 3``, …), alone or together with the rule's episode
   pattern on the same field; ``pattern-never-matches`` is the same for the episode pattern.
-* ``cadence-overlap``: two rules on different cadences write facts with the same
-  (subject, predicate) (equal literals, or a variable on either side), so whichever
-  fires last wins.
+* ``cadence-overlap``: two rules on different schedules write facts whose (subject,
+  predicate) can be the same, so whichever fires last wins. A written value is a literal,
+  or a variable whose binding pins it to a few values (``eq`` / ``in``), or anything.
+
+A rule silences a check with a reason (``lint: {ignore: {cadence-overlap: "why"}}``);
+a suppression that silences nothing is reported as ``unused-suppression``.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from croniter import croniter
 
 from stargraph_mem.compiler.generator import literal_value
 from stargraph_mem.compiler.pack import validate_file
@@ -48,9 +53,12 @@ from stargraph_mem.ir.operators import OPERATORS, unknown_operator
 from stargraph_mem.ir.reference import passes
 from stargraph_mem.stores.models import Cadence
 
-__all__ = ["CHECKS", "LintReport", "LintWarning", "lint_analysis", "lint_file"]
+__all__ = ["CHECKS", "SUPPRESSIBLE", "LintReport", "LintWarning", "lint_analysis", "lint_file"]
 
-CHECKS = ("shadowed", "select-never-matches", "pattern-never-matches", "cadence-overlap")
+SUPPRESSIBLE = ("shadowed", "select-never-matches", "pattern-never-matches", "cadence-overlap")
+"""Checks a rule can silence (the keys of ``lint.ignore``)."""
+UNUSED = "unused-suppression"
+CHECKS = (*SUPPRESSIBLE, UNUSED)
 
 
 @dataclass(frozen=True)
@@ -69,11 +77,13 @@ class LintWarning:
 
 @dataclass
 class LintReport:
-    """IR errors (the pack is invalid; no lint ran) or the lint warnings, in file order."""
+    """IR errors (the pack is invalid; no lint ran) or the lint warnings, in file order,
+    and the warnings rules silenced."""
 
     file: str
     errors: list[IRIssue] = field(default_factory=list)
     warnings: list[LintWarning] = field(default_factory=list)
+    suppressed: list[LintWarning] = field(default_factory=list)
 
 
 # --- the values a field's tests allow -----------------------------------------------------
@@ -300,22 +310,52 @@ class _Linter:
         self.infos = [i for i in analysis.rules if i.rule.enabled]
         self.source = source
         self.types: dict[str, FieldType] = {**EPISODE_BUILTINS, **self.pack.fields}
-        self.warnings: list[LintWarning] = []
+        self.found: list[tuple[LintWarning, tuple[int, ...]]] = []
+        """Each warning with the rules (indexes) it concerns: any of them can silence it."""
         self.impossible: set[int] = set()
         """Rules that can never match: not reported as shadowed as well."""
 
-    def warn(self, check: str, path: PathKey, message: str) -> None:
+    def warn(self, check: str, path: PathKey, message: str, *others: int) -> None:
+        """Report ``check`` at ``path`` (inside the rule concerned; ``others`` also are)."""
         issue = self.source.issue(path, message, severity="warning")
-        self.warnings.append(LintWarning(check, issue))
-        if check.endswith("never-matches") and isinstance(path[1], int):
-            self.impossible.add(path[1])
+        index = path[1]
+        assert isinstance(index, int)
+        self.found.append((LintWarning(check, issue), (index, *others)))
+        if check.endswith("never-matches"):
+            self.impossible.add(index)
 
-    def run(self) -> list[LintWarning]:
+    def run(self) -> tuple[list[LintWarning], list[LintWarning]]:
+        """The warnings to show and the ones rules silenced, each in file order."""
         for info in self.infos:
             self.never_matches(info)
         self.shadowed()
         self.cadence_overlap()
-        return sorted(self.warnings, key=lambda w: (w.issue.line or 0, w.issue.col or 0, w.check))
+        shown, silenced = self.suppress()
+        return _in_file_order(shown), _in_file_order(silenced)
+
+    # --- suppressions --------------------------------------------------------------------
+
+    def suppress(self) -> tuple[list[LintWarning], list[LintWarning]]:
+        """Split warnings into shown and silenced; report suppressions that silence nothing."""
+        ignores = {i.index: i.rule.lint.ignore.reasons() for i in self.infos}
+        used: set[tuple[int, str]] = set()
+        shown: list[LintWarning] = []
+        silenced: list[LintWarning] = []
+        for warning, rules in self.found:
+            by = [(r, warning.check) for r in rules if warning.check in ignores[r]]
+            used.update(by)
+            (silenced if by else shown).append(warning)
+        for info in self.infos:
+            for check in ignores[info.index]:
+                if (info.index, check) not in used:
+                    path = (*info.path, "lint", "ignore", check)
+                    message = (
+                        f"rule '{info.rule.id}' silences '{check}', but lint has no such "
+                        "warning about it: remove the suppression"
+                    )
+                    issue = self.source.issue(path, message, severity="warning")
+                    shown.append(LintWarning(UNUSED, issue))
+        return shown, silenced
 
     # --- select / pattern never matches ---------------------------------------------------
 
@@ -413,15 +453,17 @@ class _Linter:
     # --- cadences ------------------------------------------------------------------------
 
     def cadence_overlap(self) -> None:
+        """Each pair of rules on different schedules that can write the same facts, once."""
+        targets = {i.index: self.targets(i) for i in self.infos}
         for n, second in enumerate(self.infos):
             for first in self.infos[:n]:
-                if self.cadence(first) == self.cadence(second):
+                if _same_schedule(self.cadence(first), self.cadence(second)):
                     continue
-                shared = _overlap(_targets(first), _targets(second))
+                shared = _overlap(targets[first.index], targets[second.index])
                 if shared is None:
                     continue
                 own_first = first.rule.cadence is not None and second.rule.cadence is None
-                target = first if own_first else second
+                target, other = (first, second) if own_first else (second, first)
                 path = (*target.path, "cadence") if target.rule.cadence else target.path
                 self.warn(
                     "cadence-overlap",
@@ -429,7 +471,73 @@ class _Linter:
                     f"rules '{first.rule.id}' ({_cadence_text(self.cadence(first))}) and "
                     f"'{second.rule.id}' ({_cadence_text(self.cadence(second))}) both write "
                     f"{shared} facts on different cadences: they fight over the same facts",
+                    other.index,
                 )
+
+    def targets(self, info: RuleInfo) -> list[Target]:
+        """What a rule writes: its new triple, and the facts its ``replaces`` close.
+
+        ``earlier`` references are left out: they close facts promoted in the same pass.
+        """
+        emit = info.rule.emit
+        out: list[Target] = []
+        if emit.kind in ("add", "update"):
+            out.append((self.rendered(info, emit.subject), self.rendered(info, emit.predicate)))
+        facts = {}
+        for item in info.rule.when:
+            kind, pattern = pattern_of(item)
+            if kind == "fact" and pattern.alias is not None:
+                facts[pattern.alias] = pattern.where
+        for ref in emit.replaces:
+            if isinstance(ref, ListVar):
+                out.append((None, None))
+            elif ref in facts:
+                where = facts[ref]
+                subject = self.tested(info, where.get("subject"))
+                out.append((subject, self.tested(info, where.get("predicate"))))
+        return out
+
+    def rendered(self, info: RuleInfo, template: str | None) -> Values:
+        """The texts a template can render to, when its variables are pinned to a few."""
+        if template is None:
+            return None
+        texts = [""]
+        for kind, text in parse_template(template):
+            choices = {text} if kind == "text" else self.bound(info, text)
+            if choices is None:
+                return None
+            texts = [t + c for t in texts for c in sorted(choices)]
+            if len(texts) > _MAX_TEXTS:
+                return None
+        return frozenset(texts)
+
+    def tested(self, info: RuleInfo, cond: Condition | None) -> Values:
+        """The string values a field's condition admits (a variable: what it is bound to)."""
+        if cond is None:
+            return None
+        found = _Domain.of("string", [cond]).candidates()
+        if found is not None:
+            return frozenset(v for v in found if isinstance(v, str))
+        eq = cond.get("eq")
+        return self.bound(info, eq.var) if isinstance(eq, VarRef) else None
+
+    def bound(self, info: RuleInfo, name: str) -> Values:
+        """The values a string variable can hold, from its binding's literal tests."""
+        var = info.variables.get(name)
+        if var is None or var.type != "string":
+            return None
+        conds: list[Condition] = []
+        for item in info.rule.when:
+            kind, pattern = pattern_of(item)
+            for fname, cond in pattern.where.items():
+                if cond.bind == name:
+                    conds += self.constraints(info, fname) if kind == "episode" else [cond]
+        found = _Domain.of("string", conds).candidates() if conds else None
+        return None if found is None else frozenset(v for v in found if isinstance(v, str))
+
+
+def _in_file_order(warnings: list[LintWarning]) -> list[LintWarning]:
+    return sorted(warnings, key=lambda w: (w.issue.line or 0, w.issue.col or 0, w.check))
 
 
 def _var_refs(item: WhenItem) -> set[str]:
@@ -447,52 +555,50 @@ def _binding(info: RuleInfo, name: str) -> tuple[str, str, str] | None:
     return None if var is None else (var.kind, var.field, var.type)
 
 
-Target = tuple[str | None, str | None]
-"""(subject, predicate) a rule writes: a literal, or ``None`` when a variable decides."""
+Values = frozenset[str] | None
+"""The texts a written subject or predicate can be: a finite set, or ``None`` for any."""
+Target = tuple[Values, Values]
+"""(subject, predicate) a rule writes."""
+_MAX_TEXTS = 64
+"""Beyond this many combinations a template counts as writing anything."""
 
 
-def _literal_template(text: str | None) -> str | None:
-    if text is None:
-        return None
-    parts = parse_template(text)
-    return "".join(v for _, v in parts) if all(k == "text" for k, _ in parts) else None
+def _meet(a: Values, b: Values) -> Values:
+    """The values both sides can take (``None``: any)."""
+    if a is None:
+        return b
+    return a if b is None else a & b
 
 
-def _literal_eq(cond: Condition | None) -> str | None:
-    value = cond.get("eq") if cond is not None else None
-    return value if isinstance(value, str) else None
-
-
-def _targets(info: RuleInfo) -> list[Target]:
-    """What a rule writes: its new triple, and the facts its ``replaces`` close.
-
-    ``earlier`` references are left out: they close facts promoted in the same pass.
-    """
-    emit = info.rule.emit
-    out: list[Target] = []
-    if emit.kind in ("add", "update"):
-        out.append((_literal_template(emit.subject), _literal_template(emit.predicate)))
-    facts = {}
-    for item in info.rule.when:
-        kind, pattern = pattern_of(item)
-        if kind == "fact" and pattern.alias is not None:
-            facts[pattern.alias] = pattern.where
-    for ref in emit.replaces:
-        if isinstance(ref, ListVar):
-            out.append((None, None))
-        elif ref in facts:
-            where = facts[ref]
-            out.append((_literal_eq(where.get("subject")), _literal_eq(where.get("predicate"))))
-    return out
+def _shown(values: Values) -> str:
+    return "*" if values is None else "|".join(sorted(values))
 
 
 def _overlap(first: list[Target], second: list[Target]) -> str | None:
-    """``(subject, predicate)`` both lists can write (``*`` for a variable), if any."""
+    """``(subject, predicate)`` both lists can write (``*`` for any), if any."""
     for s1, p1 in first:
         for s2, p2 in second:
-            if (s1 is None or s2 is None or s1 == s2) and (p1 is None or p2 is None or p1 == p2):
-                return f"({s1 or s2 or '*'}, {p1 or p2 or '*'})"
+            subject, predicate = _meet(s1, s2), _meet(p1, p2)
+            if subject != frozenset() and predicate != frozenset():
+                return f"({_shown(subject)}, {_shown(predicate)})"
     return None
+
+
+def _schedule(cadence: Cadence) -> tuple[Any, ...]:
+    """What a cadence means: its count, or its cron fields as croniter expands them."""
+    if cadence.cron is None:
+        return ("every", cadence.every)
+    fields: list[Any] = list(croniter(cadence.cron).expanded)
+    if len(fields) == 5:
+        fields.append([0])  # at second 0
+    if len(fields) == 6:
+        fields.append(["*"])  # in any year
+    return ("cron", repr(fields), cadence.tz)
+
+
+def _same_schedule(a: Cadence, b: Cadence) -> bool:
+    """``0 3 * * *``, ``00 03 * * 0-6`` and ``0 3 * * * 0`` are one schedule."""
+    return a == b or _schedule(a) == _schedule(b)
 
 
 def _cadence_text(cadence: Cadence) -> str:
@@ -504,8 +610,8 @@ def _cadence_text(cadence: Cadence) -> str:
 
 
 def lint_analysis(analysis: Analysis, source: SourceMap) -> list[LintWarning]:
-    """Every lint warning of a checked (valid) pack, in file order."""
-    return _Linter(analysis, source).run()
+    """Every lint warning of a checked (valid) pack that no rule silenced, in file order."""
+    return _Linter(analysis, source).run()[0]
 
 
 def lint_file(path: str | Path) -> LintReport:
@@ -515,5 +621,5 @@ def lint_file(path: str | Path) -> LintReport:
     if report.errors:
         return report
     pack, source = load_pack_file(path)
-    report.warnings = lint_analysis(analyze(pack, source), source)
+    report.warnings, report.suppressed = _Linter(analyze(pack, source), source).run()
     return report

@@ -139,16 +139,22 @@ def locate_type(root: type[BaseModel], loc: Sequence[str | int]) -> _Place:
     return place
 
 
-def allowed_keys(root: type[BaseModel], loc: Sequence[str | int]) -> list[str]:
-    """The keys valid in the mapping at ``loc`` (empty when it is not a model)."""
-    annotation = locate_type(root, loc).annotation
-    return model_keys(annotation) if _is_model(annotation) else []
+def unknown_key_message(root: type[BaseModel], loc: Sequence[str | int]) -> str:
+    """The message for the unknown key at ``loc``, with the keys allowed beside it.
+
+    A model names what its keys are with a ``key_name`` class attribute (default "field").
+    """
+    bad = str(loc[-1]) if loc else ""
+    model = locate_type(root, loc[:-1]).annotation
+    if not _is_model(model):
+        return unknown_field_message(bad, [])
+    return unknown_field_message(bad, model_keys(model), getattr(model, "key_name", "field"))
 
 
-def unknown_field_message(bad: str, allowed: Iterable[str]) -> str:
+def unknown_field_message(bad: str, allowed: Iterable[str], what: str = "field") -> str:
     """``unknown field 'x'; did you mean 'y'?`` when a close spelling exists."""
     close = difflib.get_close_matches(bad, sorted(allowed), n=1, cutoff=0.6)
-    text = f"unknown field '{bad}'"
+    text = f"unknown {what} '{bad}'"
     return f"{text}; did you mean '{close[0]}'?" if close else text
 
 
@@ -355,7 +361,7 @@ def validation_issues(
         if error.text is None and error.detail["type"] == "extra_forbidden":
             bad = loc[-1] if loc else ""
             path = (*path, bad) if path[-1:] != (bad,) else path
-            message = unknown_field_message(str(bad), allowed_keys(root, loc[:-1]))
+            message = unknown_key_message(root, loc)
         else:
             message = _message(error, loc[-1] if loc else None)
         if (path, message) in seen:

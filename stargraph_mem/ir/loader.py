@@ -376,7 +376,7 @@ class _Composer:
             tag = _resolve(event)
         where = _where(event)
         at = where if self.is_key() else None  # a value is found by its path (its key)
-        if record and at is None:
+        if record and at is None and (event.value or event.style):  # not an empty null
             self.values[path] = where
         try:
             value = _construct(tag, event.value, event)

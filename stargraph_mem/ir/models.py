@@ -9,10 +9,11 @@ metadata fields and current facts through condition objects such as ``{gt: 3}`` 
 from __future__ import annotations
 
 import keyword
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Discriminator,
     Field,
@@ -22,6 +23,7 @@ from pydantic import (
     StrictStr,
     StringConstraints,
     Tag,
+    WithJsonSchema,
     create_model,
     model_validator,
 )
@@ -357,6 +359,50 @@ class SalienceGate(_IR):
     tau_seconds: float = Field(default=86400.0, gt=0, allow_inf_nan=False)
 
 
+def _reason(value: Any) -> Any:
+    """A suppression is kept only with the reason the warning does not apply."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(
+            "a suppression needs a reason: write why the warning does not apply to this rule"
+        )
+    return value
+
+
+Reason = Annotated[
+    str | None,
+    BeforeValidator(_reason),
+    WithJsonSchema({"type": "string", "pattern": r"\S"}),
+]
+
+
+def _no_defaults(schema: dict[str, Any]) -> None:
+    """A check left out is not silenced: the schema shows no ``null`` defaults."""
+    for prop in schema.get("properties", {}).values():
+        prop.pop("default", None)
+
+
+class LintIgnore(_IR):
+    """Lint checks silenced for one rule, each with the reason it does not apply."""
+
+    model_config = ConfigDict(populate_by_name=False, json_schema_extra=_no_defaults)
+    key_name: ClassVar[str] = "lint check"
+
+    shadowed: Reason = None
+    select_never_matches: Reason = Field(default=None, alias="select-never-matches")
+    pattern_never_matches: Reason = Field(default=None, alias="pattern-never-matches")
+    cadence_overlap: Reason = Field(default=None, alias="cadence-overlap")
+
+    def reasons(self) -> dict[str, str]:
+        """Check name → reason, for the checks silenced."""
+        return {k: v for k, v in self.model_dump(by_alias=True).items() if v is not None}
+
+
+class LintSettings(_IR):
+    """What ``stargraph-mem lint`` should not report for a rule: ``ignore: {check: reason}``."""
+
+    ignore: LintIgnore = Field(default_factory=LintIgnore)
+
+
 class Rule(_IR):
     id: Name
     description: str = ""
@@ -368,6 +414,8 @@ class Rule(_IR):
     salience: SalienceGate | None = None
     when: list[WhenItem] = Field(min_length=1)
     emit: Emit
+    lint: LintSettings = Field(default_factory=LintSettings, exclude=True)
+    """Authoring metadata: left out of dumps, so suppressions never change the pack hash."""
 
 
 class Defaults(_IR):
