@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
+import orjson
 import typer
 
 from stargraph_mem.cli import PackArg, aligned, app, echo_lines, fail, known_errors, run
@@ -31,19 +32,34 @@ def test_pack(
     ] = None,
     coverage: Annotated[
         bool,
-        typer.Option("--coverage", help="Report rule coverage; fail under the file's minimum."),
+        typer.Option(
+            "--coverage",
+            help="Report rule coverage; fail under the file's minimum (not checked with -k).",
+        ),
     ] = False,
     trace: Annotated[
         bool, typer.Option("--trace", help="Show each delta's rule, bindings and sources.")
     ] = False,
+    keyword: Annotated[
+        str | None,
+        typer.Option(
+            "-k",
+            "--keyword",
+            metavar="TEXT",
+            help="Run only the cases whose name contains TEXT (any case, as pytest -k).",
+        ),
+    ] = None,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="Print the results as one JSON document (cases, mismatches, totals, coverage).",
+        ),
+    ] = False,
 ) -> None:
-    """Run a pack's tests: PASS/FAIL per case, a diff for each failure; exit 1 on failure."""
-    from stargraph_mem.authoring.packtest import (
-        case_lines,
-        default_tests_path,
-        file_summary,
-        run_tests,
-    )
+    """Run a pack's tests: PASS/FAIL per case, a diff for each failure; exit 1 on failure
+    (and when -k selects no case). --json prints the same results as one JSON document."""
+    from stargraph_mem.authoring.packtest import default_tests_path, run_tests
     from stargraph_mem.compiler.pack import compile_file
 
     paths = tests or [default_tests_path(pack)]
@@ -52,19 +68,34 @@ def test_pack(
     for path in paths:
         if not path.exists():
             fail(f"{path}: no such pack test file")
-    result: TestRun = run(run_tests(compiled, paths, trace=trace))
+    result: TestRun = run(run_tests(compiled, paths, trace=trace, keyword=keyword))
+    if keyword is not None and result.selected == 0:
+        names = ", ".join(str(p) for p in paths)
+        fail(f"-k {keyword!r} selects none of the {result.deselected} cases in {names}")
+    if as_json:
+        option = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
+        document = result.document(coverage=coverage, trace=trace)
+        typer.echo(orjson.dumps(document, option=option).decode())
+    else:
+        echo_results(result, coverage=coverage, trace=trace)
+    if result.failed or (coverage and not result.coverage_ok):
+        raise typer.Exit(1)
+
+
+def echo_results(result: TestRun, *, coverage: bool, trace: bool) -> None:
+    """PASS/FAIL lines, a summary per file, then the coverage table when asked for."""
+    from stargraph_mem.authoring.packtest import case_lines, file_summary
+
     for file in result.files:
         for case in file.cases:
             echo_lines(case_lines(case, trace=trace))
-        echo_lines([file_summary(file, compiled.name)])
-    failed = result.failed > 0
-    if coverage:
-        echo_lines(coverage_lines(result.coverage, result.minimum))
-        if not result.coverage.meets(result.minimum):
-            typer.echo(f"FAIL  coverage below the minimum {result.minimum:.0%}")
-            failed = True
-    if failed:
-        raise typer.Exit(1)
+        echo_lines([file_summary(file, result.pack.name)])
+    if not coverage:
+        return
+    minimum = result.minimum if result.coverage_checked else None
+    echo_lines(coverage_lines(result.coverage, minimum))
+    if not result.coverage_ok:
+        typer.echo(f"FAIL  coverage below the minimum {result.minimum:.0%}")
 
 
 @dataclass

@@ -174,6 +174,116 @@ def test_test_errors_are_one_line(tmp_path: Path) -> None:
     )
 
 
+def test_keyword_selects_cases_and_counts_the_rest() -> None:
+    """A case-insensitive substring of case names; the coverage minimum is not checked."""
+    code, out, err = invoke("test", DEFAULT, "-k", "INTENT", "--coverage")
+    assert (code, err) == (0, "")
+    assert out == (
+        "PASS  statements without an intent become facts\n"
+        "PASS  intent noop only audits\n"
+        "PASS  intent delete closes the facts it names\n"
+        "PASS  intent update replaces the named fact with the new statement\n"
+        f"default: 4 passed, 0 failed, 2 deselected ({RULES / 'tests' / 'default.yaml'})\n"
+        "RULE                    ACTIVATIONS  STATUS\n"
+        "explicit_noop           1            fired\n"
+        "explicit_delete         1            fired\n"
+        "explicit_update         1            fired\n"
+        "repeat_updates_earlier  0            never fired\n"
+        "add_observation         2            fired\n"
+        "coverage default: 4 of 5 rules fired (80%)\n"
+    )
+
+
+def test_keyword_selecting_nothing_is_an_error() -> None:
+    code, out, err = invoke("test", DEFAULT, "-k", "no such case")
+    assert (code, out) == (1, "")
+    assert err == (
+        "error: -k 'no such case' selects none of the 6 cases in "
+        f"{RULES / 'tests' / 'default.yaml'}\n"
+    )
+
+
+def test_json_results_keep_the_exit_code() -> None:
+    broken = FIXTURES / "broken_default.yaml"
+    code, out, err = invoke("test", DEFAULT, broken, "--json", "-k", "repeat")
+    assert (code, err) == (1, "")
+    doc = json.loads(out)
+    assert (doc["pack"], doc["passed"]) == ("default", False)
+    assert doc["totals"] == {"passed": 0, "failed": 1, "deselected": 1}
+    (file,) = doc["files"]
+    assert (file["path"], file["totals"]) == (str(broken), doc["totals"])
+    (case,) = file["cases"]
+    assert (case["name"], case["passed"], case["rejected"]) == (
+        "a repeat updates the earlier fact",
+        False,
+        [],
+    )
+    deltas, facts = case["mismatches"]
+    assert deltas == {
+        "section": "deltas",
+        "match": "exact",
+        "expected": [
+            {"kind": "add", "rule": "add_observation", "triple": ["alice", "likes", "tea"]},
+            {
+                "kind": "update",
+                "rule": "repeat_updates_earlier",
+                "triple": ["alice", "likes", "coffee"],
+                "replaces": ["a2"],
+            },
+        ],
+        "actual": [
+            {"kind": "add", "rule": "add_observation", "triple": ["alice", "likes", "tea"]},
+            {
+                "kind": "update",
+                "rule": "repeat_updates_earlier",
+                "triple": ["alice", "likes", "coffee"],
+                "replaces": ["a1"],
+            },
+            {"kind": "add", "rule": "add_observation", "triple": ["alice", "lives_in", "paris"]},
+        ],
+        "missing": [1],
+        "unexpected": [1, 2],
+        "diff": [
+            "--- expected",
+            "+++ actual",
+            "@@ -1,2 +1,3 @@",
+            " add add_observation (alice, likes, tea)",
+            "-update repeat_updates_earlier (alice, likes, coffee) replaces=[a2]",
+            "+update repeat_updates_earlier (alice, likes, coffee) replaces=[a1]",
+            "+add add_observation (alice, lives_in, paris)",
+        ],
+    }
+    assert (facts["section"], facts["missing"], facts["unexpected"]) == ("facts", [0], [0])
+    assert "coverage" not in doc
+
+
+def test_json_coverage_and_a_passing_run() -> None:
+    code, out, err = invoke("test", RULES / "expire_speculative.yaml", "--json", "--coverage")
+    assert (code, err) == (0, "")
+    doc = json.loads(out)
+    assert (doc["passed"], doc["totals"]) == (True, {"passed": 3, "failed": 0, "deselected": 0})
+    assert doc["coverage"] == {
+        "rules": [
+            {"rule": "reinforce_on_repeat", "activations": 1, "status": "fired"},
+            {"rule": "expire_unreinforced", "activations": 1, "status": "fired"},
+        ],
+        "fired": 2,
+        "counted": 2,
+        "ratio": 1.0,
+        "minimum": 1.0,
+        "passed": True,
+    }
+    partial = FIXTURES / "partial_default.yaml"
+    code, out, err = invoke("test", DEFAULT, partial, "--json", "--coverage")
+    assert (code, err) == (1, "")
+    doc = json.loads(out)
+    assert (doc["passed"], doc["coverage"]["passed"], doc["coverage"]["minimum"]) == (
+        False,
+        False,
+        0.8,
+    )
+
+
 def test_test_usage_error_exits_2() -> None:
     code, _, _ = invoke("test")
     assert code == 2

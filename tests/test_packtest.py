@@ -12,7 +12,7 @@ from stargraph_mem.authoring.packtest import (
     load_tests_text,
     run_tests,
 )
-from stargraph_mem.compiler.pack import compile_file
+from stargraph_mem.compiler.pack import compile_file, compile_text
 from stargraph_mem.errors import IRError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -209,3 +209,80 @@ async def test_bad_episode_metadata_is_a_positioned_error(tmp_path: Path) -> Non
     assert info.value.message == (
         f"{path}:5:16: cases[0].episodes[0]: metadata: metadata.subject must be a string"
     )
+
+
+FORGET_GUESSES = """\
+ir_version: 1
+pack: forget_guesses
+version: "1"
+rules:
+  - id: forget_guesses
+    when:
+      - fact: {as: f, rule_id: guess, subject: {bind: s}}
+    emit: {kind: delete, replaces: [f], sources: [f], reason: "{s} was a guess"}
+"""
+
+
+async def test_seeded_facts_can_name_the_rule_that_made_them(tmp_path: Path) -> None:
+    """A rule testing a fact's ``rule_id`` can be tested: ``rule`` sets it (default ``seed``)."""
+    pack = compile_text(FORGET_GUESSES, "forget_guesses.yaml")
+    path = write(
+        tmp_path,
+        HEAD.replace("default", "forget_guesses")
+        + """cases:
+  - name: only guesses are forgotten
+    facts:
+      - {id: g, triple: [alice, likes, tea], rule: guess}
+      - {id: k, triple: [alice, lives_in, paris]}
+    expect:
+      deltas: [{kind: delete, rule: forget_guesses, replaces: [g]}]
+      facts: [{triple: [alice, lives_in, paris], id: k, rule: seed}]
+""",
+    )
+    run = await run_tests(pack, [path])
+    assert [c.passed for c in run.files[0].cases] == [True]
+
+
+def test_a_seeded_rule_id_must_be_an_identifier() -> None:
+    text = HEAD + "cases:\n  - name: x\n    facts: [{id: a, triple: [a, b, c], rule: two words}]\n"
+    message = first_error(text + "    expect: {deltas: []}\n")
+    assert message == (
+        "t.yaml:5:40: cases[0].facts[0].rule: invalid id: use letters, digits and '.', '_', "
+        "':', '@', '-' (starting with a letter or digit), at most 128 characters"
+    )
+
+
+KEYWORD_CASES = (
+    HEAD
+    + """cases:
+  - name: Tea is added
+    episodes: [{id: a1, triple: [alice, likes, tea]}]
+    expect: {deltas: [{kind: add, rule: add_observation}]}
+  - name: coffee is added
+    episodes: [{id: a1, triple: [alice, likes, coffee]}]
+    expect: {deltas: [{kind: add, rule: add_observation}]}
+  - name: a noop only audits
+    episodes: [{id: n1, intent: noop}]
+    expect: {deltas: [{kind: noop, rule: explicit_noop}]}
+"""
+)
+
+
+@pytest.mark.parametrize(
+    ("keyword", "names"),
+    [
+        (None, ["Tea is added", "coffee is added", "a noop only audits"]),
+        ("added", ["Tea is added", "coffee is added"]),
+        ("TEA", ["Tea is added"]),
+        ("noop only", ["a noop only audits"]),
+        ("nothing", []),
+    ],
+)
+async def test_keyword_selects_cases_by_name(
+    tmp_path: Path, keyword: str | None, names: list[str]
+) -> None:
+    path = write(tmp_path, KEYWORD_CASES)
+    run = await run_tests(DEFAULT, [path], keyword=keyword)
+    assert [c.name for c in run.files[0].cases] == names
+    assert (run.selected, run.deselected) == (len(names), 3 - len(names))
+    assert run.coverage_checked == (keyword is None)

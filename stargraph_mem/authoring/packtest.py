@@ -100,10 +100,12 @@ class TestEpisode(_Model):
 
 
 class SeedFact(_Model):
-    """A fact current before the pass (``confidence`` defaults to the pack's)."""
+    """A fact current before the pass (``confidence`` defaults to the pack's, ``rule`` -
+    the ``rule_id`` it was made by - to :data:`SEED_RULE`)."""
 
     id: Identifier
     triple: Triple
+    rule: Identifier = SEED_RULE
     confidence: float | None = Field(default=None, ge=0, le=1)
     valid_from: When | None = None
     reinforced_at: When | None = None
@@ -290,7 +292,7 @@ def _seed_deltas(case: Case, pack: CompiledPack, now: datetime) -> list[MemoryDe
             "user": case.user,
             "agent": case.agent,
             "source_episode_ids": [fact.id],
-            "rule_id": SEED_RULE,
+            "rule_id": fact.rule,
             "confidence": pack.pack.defaults.confidence
             if fact.confidence is None
             else fact.confidence,
@@ -458,11 +460,30 @@ def render_view(view: View, order: Sequence[str], keys: Sequence[str]) -> str:
 
 @dataclass
 class Mismatch:
-    """One section of a case that did not match, as a unified diff."""
+    """One section of a case that did not match: the items compared (the fields each
+    expected item gives), which were missing or unexpected, and a unified diff."""
 
     section: str
     match: str
     diff: list[str]
+    expected: list[View] = field(default_factory=list)
+    actual: list[View] = field(default_factory=list)
+    missing: list[int] = field(default_factory=list)
+    """Indexes of expected items not found, in order, among the actual ones."""
+    unexpected: list[int] = field(default_factory=list)
+    """Indexes of actual items no expected item matched (``exact`` only)."""
+
+    def document(self) -> dict[str, Any]:
+        """The mismatch as JSON-ready data."""
+        return {
+            "section": self.section,
+            "match": self.match,
+            "expected": self.expected,
+            "actual": self.actual,
+            "missing": self.missing,
+            "unexpected": self.unexpected,
+            "diff": self.diff,
+        }
 
 
 def compare(
@@ -489,9 +510,11 @@ def compare(
     shared = list(dict.fromkeys(k for exp in expected for k in exp))
     exp_lines = [render_view(e, order, list(e)) for e in expected]
     act_lines = []
+    compared: list[View] = []
     for j, act in enumerate(actual):
         keys = list(expected[paired[j]]) if j in paired else (shared or default_keys(act))
         act_lines.append(render_view(act, order, keys))
+        compared.append({k: act[k] for k in order if k in keys and k in act})
     context = max(len(exp_lines), len(act_lines))
     diff = list(
         difflib.unified_diff(exp_lines, act_lines, "expected", "actual", n=context, lineterm="")
@@ -499,7 +522,10 @@ def compare(
     if not diff:  # same text, different values below the printed precision
         diff = ["--- expected", "+++ actual", *(f"-{x}" for x in exp_lines)]
         diff += [f"+{x}" for x in act_lines]
-    return Mismatch(section, match, diff)
+    found = set(paired.values())
+    missing = [i for i in range(len(expected)) if i not in found]
+    unexpected = [j for j in range(len(actual)) if j not in paired] if match == "exact" else []
+    return Mismatch(section, match, diff, list(expected), compared, missing, unexpected)
 
 
 def _delta_keys(view: View) -> Sequence[str]:
@@ -563,13 +589,20 @@ class CaseResult:
 
 @dataclass
 class FileResult:
+    """The cases of one test file that ran, and how many ``-k`` left out."""
+
     path: str
     minimum: float
     cases: list[CaseResult]
+    deselected: int = 0
 
     @property
     def failed(self) -> int:
         return sum(1 for c in self.cases if not c.passed)
+
+    @property
+    def passed(self) -> int:
+        return len(self.cases) - self.failed
 
 
 @dataclass
@@ -588,28 +621,123 @@ class TestRun:
     def failed(self) -> int:
         return sum(f.failed for f in self.files)
 
+    @property
+    def selected(self) -> int:
+        return sum(len(f.cases) for f in self.files)
 
-async def run_file(pack: CompiledPack, path: str | Path, *, trace: bool = False) -> FileResult:
-    """Load a test file for ``pack`` and run its cases in order."""
+    @property
+    def deselected(self) -> int:
+        return sum(f.deselected for f in self.files)
+
+    @property
+    def coverage_checked(self) -> bool:
+        """The coverage minimum applies to full runs only: a ``-k`` selection is not meant
+        to fire every rule."""
+        return self.deselected == 0
+
+    @property
+    def coverage_ok(self) -> bool:
+        return not self.coverage_checked or self.coverage.meets(self.minimum)
+
+    def document(self, *, coverage: bool = False, trace: bool = False) -> dict[str, Any]:
+        """The results as JSON-ready data: per file its cases (name, passed, mismatches),
+        the totals, and the coverage when asked for."""
+        doc: dict[str, Any] = {
+            "pack": self.pack.name,
+            "passed": self.failed == 0 and (not coverage or self.coverage_ok),
+            "totals": _totals(self.selected - self.failed, self.failed, self.deselected),
+            "files": [_file_document(f, trace=trace) for f in self.files],
+        }
+        if coverage:
+            doc["coverage"] = _coverage_document(self)
+        return doc
+
+
+def selects(keyword: str | None, name: str) -> bool:
+    """Whether ``-k keyword`` selects a case: a case-insensitive substring of its name."""
+    return keyword is None or keyword.casefold() in name.casefold()
+
+
+def load_for(pack: CompiledPack, path: str | Path) -> TestFile:
+    """Load a test file and check that it tests ``pack``."""
     loaded = load_tests(path)
     if loaded.tests.pack != pack.name:
         raise loaded.error(
             ("pack",), f"these tests are for pack '{loaded.tests.pack}', not '{pack.name}'"
         )
+    return loaded
+
+
+async def run_file(
+    pack: CompiledPack, path: str | Path, *, trace: bool = False, keyword: str | None = None
+) -> FileResult:
+    """Load a test file for ``pack`` and run its cases (those ``keyword`` selects) in order."""
+    return await _run_loaded(pack, load_for(pack, path), trace=trace, keyword=keyword)
+
+
+async def _run_loaded(
+    pack: CompiledPack, loaded: TestFile, *, trace: bool, keyword: str | None
+) -> FileResult:
     results: list[CaseResult] = []
     for i, case in enumerate(loaded.tests.cases):
-        run = await run_case(pack, loaded, i, trace=trace)
-        results.append(CaseResult(case.name, check_case(case, run), run))
-    return FileResult(str(path), loaded.tests.coverage.min, results)
+        if selects(keyword, case.name):
+            run = await run_case(pack, loaded, i, trace=trace)
+            results.append(CaseResult(case.name, check_case(case, run), run))
+    left_out = len(loaded.tests.cases) - len(results)
+    return FileResult(loaded.path, loaded.tests.coverage.min, results, left_out)
 
 
 async def run_tests(
-    pack: CompiledPack, paths: Sequence[str | Path], *, trace: bool = False
+    pack: CompiledPack,
+    paths: Sequence[str | Path],
+    *,
+    trace: bool = False,
+    keyword: str | None = None,
 ) -> TestRun:
-    """Run test files for one pack; coverage counts every case's pass."""
-    files = [await run_file(pack, p, trace=trace) for p in paths]
+    """Run test files for one pack (every file is loaded and checked before any case runs);
+    coverage counts every case's pass. ``keyword`` selects cases as ``pytest -k`` does."""
+    loaded = [load_for(pack, p) for p in paths]
+    files = [await _run_loaded(pack, f, trace=trace, keyword=keyword) for f in loaded]
     fired = [r.fired for f in files for c in f.cases for r in c.run.reports]
     return TestRun(pack, files, coverage_of(pack.pack, fired))
+
+
+def _case_document(result: CaseResult, *, trace: bool) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "name": result.name,
+        "passed": result.passed,
+        "mismatches": [m.document() for m in result.mismatches],
+        "rejected": [rejection_view(r) for r in result.run.rejected],
+    }
+    if trace:
+        doc["trace"] = [line for t in result.run.traces for line in trace_lines(t)]
+    return doc
+
+
+def _file_document(result: FileResult, *, trace: bool) -> dict[str, Any]:
+    return {
+        "path": result.path,
+        "totals": _totals(result.passed, result.failed, result.deselected),
+        "cases": [_case_document(c, trace=trace) for c in result.cases],
+    }
+
+
+def _totals(passed: int, failed: int, deselected: int) -> dict[str, int]:
+    return {"passed": passed, "failed": failed, "deselected": deselected}
+
+
+def _coverage_document(run: TestRun) -> dict[str, Any]:
+    cov = run.coverage
+    return {
+        "rules": [
+            {"rule": r.rule_id, "activations": r.activations, "status": r.status} for r in cov.rules
+        ],
+        "fired": cov.fired,
+        "counted": cov.counted,
+        "ratio": cov.ratio,
+        "minimum": run.minimum if run.coverage_checked else None,
+        "passed": run.coverage_ok,
+    }
 
 
 # --- output -------------------------------------------------------------------------------
@@ -631,5 +759,8 @@ def case_lines(result: CaseResult, *, trace: bool = False) -> list[str]:
 
 
 def file_summary(result: FileResult, pack: str) -> str:
-    passed = len(result.cases) - result.failed
-    return f"{pack}: {passed} passed, {result.failed} failed ({result.path})"
+    """``default: 5 passed, 1 failed[, 2 deselected] (path)``."""
+    counts = f"{result.passed} passed, {result.failed} failed"
+    if result.deselected:
+        counts += f", {result.deselected} deselected"
+    return f"{pack}: {counts} ({result.path})"

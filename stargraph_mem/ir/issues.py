@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 from pydantic import BaseModel, Tag, ValidationError
 from pydantic.fields import FieldInfo
 
-from stargraph_mem.ir.models import WHEN_KINDS
+from stargraph_mem.ir.models import NAME_PATTERN, WHEN_KINDS
+from stargraph_mem.model.base import ID_PATTERN
 
 if TYPE_CHECKING:
     from stargraph_mem.errors import IRIssue
@@ -279,6 +280,12 @@ _TYPE_MESSAGES = {
     "too_short": "must not be empty",
 }
 _BOUNDS = ("ge", "gt", "le", "lt")
+_PATTERN_MESSAGES = {
+    NAME_PATTERN: "invalid name: use lower-case letters, digits and '_' (starting with a "
+    "letter), at most 63 characters",
+    ID_PATTERN: "invalid id: use letters, digits and '.', '_', ':', '@', '-' (starting with "
+    "a letter or digit), at most 128 characters",
+}
 
 
 def _show(value: Any) -> str:
@@ -330,10 +337,8 @@ def _message(error: _Error, loc_key: str | int | None) -> str:
     if kind == "pattern_kind":
         return _pattern_kind_message(error)
     if kind == "string_pattern_mismatch":
-        return (
-            "invalid name: use lower-case letters, digits and '_' (starting with a letter), "
-            "at most 63 characters"
-        )
+        pattern = str((detail.get("ctx") or {}).get("pattern"))
+        return _PATTERN_MESSAGES.get(pattern, str(detail["msg"]))
     if kind == "literal_error" and loc_key == "ir_version":
         return f"unsupported ir_version {detail.get('input')!r} (this compiler reads ir_version 1)"
     msg = str(detail["msg"])
