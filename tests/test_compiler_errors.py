@@ -278,6 +278,12 @@ CASES: list[tuple[str, str, str]] = [
         mutate(("      - count: {as: n", "      - cuont: {as: n")),
         "rules/x.yaml:25:9: rules[1].when[1]: unknown pattern 'cuont'; did you mean 'count'?",
     ),
+    (
+        "misspelled_pattern_key",
+        mutate(("at_least: 1}", "at_leest: 1}")),
+        "rules/x.yaml:25:41: rules[1].when[1].count.at_leest: unknown field 'at_leest'; "
+        "did you mean 'at_least'?",
+    ),
     # a union reports the member the input was meant for, once
     (
         "confidence_out_of_range",

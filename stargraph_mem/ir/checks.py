@@ -12,11 +12,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stargraph_mem.errors import IRError, IRIssue
-from stargraph_mem.ir.issues import unknown_field_message
+from stargraph_mem.ir.issues import model_keys, unknown_field_message
 from stargraph_mem.ir.loader import PathKey, SourceMap
 from stargraph_mem.ir.models import (
     EPISODE_BUILTINS,
     FACT_FIELDS,
+    WHEN_KINDS,
     Condition,
     CountItem,
     CountPattern,
@@ -37,6 +38,16 @@ from stargraph_mem.ir.models import (
 from stargraph_mem.ir.operators import FLAGS, OPERATORS, Operator, describe_types
 from stargraph_mem.ir.reference import list_item_ok
 from stargraph_mem.model.time import iso_us
+
+
+def _pattern_keys(kind: str) -> list[str]:
+    """Keys a pattern takes besides field names (``as``, ``keys``, ``at_least``, ...)."""
+    item = WHEN_KINDS.get(kind)
+    if item is None:
+        return []
+    (info,) = item.model_fields.values()
+    return [k for k in model_keys(info.annotation) if k != "where"]
+
 
 TEMPLATE_PART = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]")
 ORDER_OPS = ("lt", "le", "gt", "ge")
@@ -288,7 +299,7 @@ class _Checker:
         for fname, cond in where.items():
             cpath = (*path, fname)
             if fname not in fields:
-                self.err(cpath, unknown_field_message(fname, fields))
+                self.err(cpath, unknown_field_message(fname, [*fields, *_pattern_keys(kind)]))
                 continue
             ftype = fields[fname]
             self.check_condition(info, cond, ftype, fname, cpath, kind)
