@@ -74,7 +74,8 @@ def test_info_table() -> None:
 def test_schema_check_and_drift(tmp_path: Path) -> None:
     code, out, _ = invoke("schema", "--dir", str(tmp_path))
     assert code == 0
-    assert out == f"wrote {tmp_path / 'rule_pack.v1.json'}\n"
+    names = ("rule_pack.v1.json", "pack_tests.v1.json", "episode.v1.json")
+    assert out == "".join(f"wrote {tmp_path / name}\n" for name in names)
     code, out, _ = invoke("schema", "--check", "--dir", str(tmp_path))
     assert (code, out) == (0, f"schemas up to date in {tmp_path}\n")
     (tmp_path / "rule_pack.v1.json").write_text("{}", encoding="utf-8")
