@@ -27,7 +27,7 @@ def test_validate_ok_and_errors(tmp_path: Path) -> None:
     code, out, err = invoke("validate", str(DEFAULT), str(bad))
     assert code == 1
     assert out == f"ok: {DEFAULT}\n"
-    assert err == f"{bad}:25:5: rules[0].priorty: unknown field (did you mean 'priority'?)\n"
+    assert err == f"{bad}:26:5: rules[0].priorty: unknown field (did you mean 'priority'?)\n"
 
 
 def test_validate_missing_file_is_one_line(tmp_path: Path) -> None:

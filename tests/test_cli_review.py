@@ -209,4 +209,4 @@ def test_lint_invalid_pack_prints_errors_and_exits_one(tmp_path: Path) -> None:
     bad.write_text(text.replace("priority: 100", "priorty: 100"), encoding="utf-8")
     code, out, err = invoke("lint", str(bad))
     assert (code, out) == (1, "")
-    assert err == f"{bad}:25:5: rules[0].priorty: unknown field (did you mean 'priority'?)\n"
+    assert err == f"{bad}:26:5: rules[0].priorty: unknown field (did you mean 'priority'?)\n"
