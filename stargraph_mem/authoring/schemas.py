@@ -39,7 +39,11 @@ PACKAGED = "ir_schemas"
 
 def pack_tests_schema() -> Schema:
     """A pack test file: the models' shape, an ``expect`` with at least one section,
-    and a pass time on the file or on every case."""
+    and a pass time on the file or on every case.
+
+    Only the loader decides on duplicate case names, ids repeated within a case, and
+    times that fall before year 1; the run decides whether ``pack`` names the pack.
+    """
     from stargraph_mem.authoring.packtest import Expect, PackTests
     from stargraph_mem.ir.schema import model_schema
 
@@ -56,7 +60,12 @@ def pack_tests_schema() -> Schema:
 
 def episode_schema() -> Schema:
     """One JSON line of ``ingest``: an episode, with the metadata keys the default
-    classification reads typed as ``check_honoured_metadata`` wants them."""
+    classification reads typed as ``check_honoured_metadata`` wants them.
+
+    Only ``ingest`` decides on NUL characters and lone surrogates in text, integers
+    beyond 64 bits in metadata, and times whose UTC value leaves years 1 to 9999; it
+    also takes times the schema refuses (a Unix time as a number, ``_`` before the time).
+    """
     from stargraph_mem.ir.schema import model_schema
     from stargraph_mem.model.episodes import HONOURED_METADATA_KEYS, Episode, Intent
 

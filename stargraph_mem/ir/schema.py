@@ -36,7 +36,8 @@ Only the validator decides (the schema accepts such packs):
 
 The schema is stricter than the validator where the models tolerate other spellings:
 numbers or booleans written as text (``every: "5"``, ``enabled: "yes"``), Python
-attribute names (``in_``, ``from_``) and ``null`` for an operand or a pattern's ``as``.
+attribute names (``in_``, ``from_``), ``null`` as an operand or as the ``as`` of a
+``not`` / ``exists`` pattern. ``tests/test_schema_agreement.py`` runs every list above.
 """
 
 from __future__ import annotations
