@@ -17,7 +17,7 @@ from stargraph_mem.authoring import schemas
 from stargraph_mem.cli import app
 from stargraph_mem.ir import schema as pack_schema
 from stargraph_mem.ir.checks import parse_template
-from stargraph_mem.ir.models import RulePack
+from stargraph_mem.ir.models import IR_VERSION, RulePack
 from stargraph_mem.ir.operators import OPERATORS, SCALAR_TYPES, Operator
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,6 +84,10 @@ def template_ok(text: str) -> bool:
 def test_template_pattern_is_the_template_parser(text: str) -> None:
     matched = re.search(pack_schema.TEMPLATE_PATTERN, text) is not None
     assert matched == template_ok(text)
+
+
+def test_rule_pack_file_is_named_after_the_ir_version() -> None:
+    assert schemas.FILES["pack"] == f"rule_pack.v{IR_VERSION}.json"
 
 
 def test_installed_schemas_are_the_checked_ones() -> None:

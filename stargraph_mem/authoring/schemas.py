@@ -13,6 +13,9 @@ have no ``$id``: a schema is named by its path, every ``$ref`` is local
 (``#/$defs/...``), so nothing needs a URI to be fetched, and an editor is pointed at the
 file by a first line such as ``# yaml-language-server: $schema=../ir_schemas/rule_pack.v1.json``
 (a path relative to the YAML file).
+
+The models load when a schema is generated, not on import: the CLI reads
+:data:`SCHEMA_DIR` at start-up.
 """
 
 from __future__ import annotations
