@@ -32,9 +32,9 @@ from pydantic import ValidationError
 from typer._click import Context as ClickContext  # typer vendors click
 from typer.core import TyperGroup
 
+from stargraph_mem.authoring.schemas import SCHEMA_DIR
 from stargraph_mem.errors import DuplicateEpisodeError, StargraphMemError
 from stargraph_mem.ir.operators import with_readme_table
-from stargraph_mem.ir.schema import SCHEMA_DIR
 from stargraph_mem.model.canonical import canonical_json
 from stargraph_mem.model.time import NaiveTimestampError, parse_iso, utc_now
 
@@ -426,6 +426,14 @@ def compile_cmd(
         typer.echo(f"wrote {printable(str(out_dir / (compiled.name + '.manifest.json')))}")
 
 
+class SchemaKind(StrEnum):
+    """Values of ``schema --path``: what the schema describes."""
+
+    pack = "pack"
+    tests = "tests"
+    episode = "episode"
+
+
 @app.command()
 def schema(
     check: Annotated[
@@ -440,10 +448,25 @@ def schema(
             "--readme", help="README whose operator table is regenerated.", dir_okay=False
         ),
     ] = Path("README.md"),
+    path: Annotated[
+        SchemaKind | None,
+        typer.Option(
+            "--path",
+            help="Print where the installed schema of a rule pack, a pack test file or an "
+            "episode line is (for an editor's yaml-language-server setting); write nothing.",
+        ),
+    ] = None,
 ) -> None:
-    """Write (or --check) the JSON Schemas and the README's operator table."""
-    from stargraph_mem.ir.schema import check_schemas, write_schemas
+    """Write (or --check) the JSON Schemas of rule packs, pack test files and episode
+    lines, and the README's operator table."""
+    from stargraph_mem.authoring.schemas import check_schemas, schema_path, write_schemas
 
+    if path is not None:
+        found = schema_path(path.value)
+        if not found.exists():
+            fail(f"{found}: schema file not found")
+        typer.echo(printable(str(found)))
+        return
     if check:
         drift = check_schemas(directory)
         for item in drift:
@@ -453,8 +476,8 @@ def schema(
             fail("schemas drifted; run `stargraph-mem schema` and commit the result")
         typer.echo(f"schemas up to date in {printable(str(directory))}")
         return
-    for path in write_schemas(directory):
-        typer.echo(f"wrote {printable(str(path))}")
+    for written in write_schemas(directory):
+        typer.echo(f"wrote {printable(str(written))}")
     if _readme_table(readme, write=True):
         typer.echo(f"wrote the operator table in {printable(str(readme))}")
 

@@ -1,4 +1,4 @@
-"""Rule-pack authoring commands (``test``, ``lint``, ``replay``), registered on ``cli.app``."""
+"""Rule-pack authoring commands (``new``, ``test``), registered on ``cli.app``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,16 @@ from typing import TYPE_CHECKING, Annotated
 import orjson
 import typer
 
-from stargraph_mem.cli import PackArg, aligned, app, echo_lines, fail, known_errors, run
+from stargraph_mem.cli import (
+    PackArg,
+    aligned,
+    app,
+    echo_lines,
+    fail,
+    known_errors,
+    printable,
+    run,
+)
 
 if TYPE_CHECKING:
     from stargraph_mem.authoring.coverage import Coverage
@@ -21,6 +30,32 @@ if TYPE_CHECKING:
 def coverage_lines(coverage: Coverage, minimum: float | None = None) -> list[str]:
     """The per-rule table, then the summary line."""
     return [*aligned(coverage.rows()), coverage.summary(minimum)]
+
+
+@app.command(name="new")
+def new_cmd(
+    pack: Annotated[
+        Path,
+        typer.Argument(
+            help="The pack to create: PACK.yaml (its name is the file name) and its "
+            "tests in tests/PACK.yaml beside it.",
+            dir_okay=False,
+        ),
+    ],
+) -> None:
+    """Start a rule pack: PACK.yaml with one example rule and tests/PACK.yaml with a case
+    for it. Both pass `validate`, `lint` and `test --coverage` as written and name their
+    JSON Schema for editors (yaml-language-server). Existing files are never overwritten.
+
+    Example: `stargraph-mem new rules/my_pack` writes rules/my_pack.yaml and
+    rules/tests/my_pack.yaml.
+    """
+    from stargraph_mem.authoring.scaffold import new_pack
+
+    with known_errors():
+        written = new_pack(pack)
+    for path in written:
+        typer.echo(f"wrote {printable(str(path))}")
 
 
 @app.command(name="test")

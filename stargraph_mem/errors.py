@@ -104,6 +104,10 @@ class CompileError(StargraphMemError):
     """The compiler or CLIPS rejected generated code (names the rule and its YAML position)."""
 
 
+class ScaffoldError(StargraphMemError):
+    """``new`` refused to write a pack: a file exists already, or the name is not a name."""
+
+
 # --- engine -----------------------------------------------------------------------
 
 

@@ -169,7 +169,7 @@ def test_test_errors_are_one_line(tmp_path: Path) -> None:
     code, out, err = invoke("test", DEDUP, RULES / "tests" / "default.yaml")
     assert (code, out) == (1, "")
     assert err == (
-        f"error: {RULES / 'tests' / 'default.yaml'}:2:1: pack: these tests are for pack "
+        f"error: {RULES / 'tests' / 'default.yaml'}:3:1: pack: these tests are for pack "
         "'default', not 'dedup_against_facts'\n"
     )
 

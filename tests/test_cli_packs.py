@@ -28,7 +28,7 @@ def test_validate_ok_and_errors(tmp_path: Path) -> None:
     assert code == 1
     assert out == f"ok: {DEFAULT}\n"
     assert (
-        err == f"{bad}:25:5: rules[0].priorty: unknown field 'priorty'; did you mean 'priority'?\n"
+        err == f"{bad}:26:5: rules[0].priorty: unknown field 'priorty'; did you mean 'priority'?\n"
     )
 
 
@@ -76,7 +76,8 @@ def test_info_table() -> None:
 def test_schema_check_and_drift(tmp_path: Path) -> None:
     code, out, _ = invoke("schema", "--dir", str(tmp_path))
     assert code == 0
-    assert out == f"wrote {tmp_path / 'rule_pack.v1.json'}\n"
+    names = ("rule_pack.v1.json", "pack_tests.v1.json", "episode.v1.json")
+    assert out == "".join(f"wrote {tmp_path / name}\n" for name in names)
     code, out, _ = invoke("schema", "--check", "--dir", str(tmp_path))
     assert (code, out) == (0, f"schemas up to date in {tmp_path}\n")
     (tmp_path / "rule_pack.v1.json").write_text("{}", encoding="utf-8")

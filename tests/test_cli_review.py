@@ -234,5 +234,5 @@ def test_lint_invalid_pack_prints_errors_and_exits_one(tmp_path: Path) -> None:
     code, out, err = invoke("lint", str(bad))
     assert (code, out) == (1, "")
     assert (
-        err == f"{bad}:25:5: rules[0].priorty: unknown field 'priorty'; did you mean 'priority'?\n"
+        err == f"{bad}:26:5: rules[0].priorty: unknown field 'priorty'; did you mean 'priority'?\n"
     )

@@ -75,7 +75,11 @@ def _three(value: tuple[str, ...]) -> tuple[str, ...]:
     return value
 
 
-Triple = Annotated[tuple[str, ...], AfterValidator(_three)]
+Triple = Annotated[
+    tuple[str, ...],
+    AfterValidator(_three),
+    Field(json_schema_extra={"minItems": 3, "maxItems": 3}),
+]
 """``[subject, predicate, object]``."""
 When = Annotated[AwareDatetime | Duration, Field(union_mode="left_to_right")]
 """An ISO-8601 time with offset, or a duration such as ``{days: 40}`` before ``now``."""
