@@ -323,11 +323,27 @@ def _pattern_kind_message(error: _Error) -> str:
     return text
 
 
+_YAML11_TRUE = frozenset({"yes", "on", "y"})
+_YAML11_FALSE = frozenset({"no", "off", "n"})
+
+
+def boolean_word_message(given: str) -> str:
+    """``expected true or false, got 'yes' (…): write true`` for a word YAML 1.1 read as a
+    boolean and YAML 1.2 reads as a string."""
+    word = given.lower()
+    if word in _YAML11_TRUE | _YAML11_FALSE:
+        meant = "true" if word in _YAML11_TRUE else "false"
+        return f"expected true or false, got {given!r} (a string, as in YAML 1.2): write {meant}"
+    return f"expected true or false, got {given!r}"
+
+
 def _message(error: _Error, loc_key: str | int | None) -> str:
     detail = error.detail
     kind = detail["type"]
     if error.text is not None:
         return error.text
+    if kind in ("bool_type", "bool_parsing") and isinstance(detail.get("input"), str):
+        return boolean_word_message(detail["input"])
     if kind == "missing":
         return f"missing required field '{loc_key}'"
     if kind in _TYPE_MESSAGES:

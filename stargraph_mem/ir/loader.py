@@ -20,7 +20,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from stargraph_mem.errors import IRError, IRIssue
-from stargraph_mem.ir.issues import validation_issues, yaml_path
+from stargraph_mem.ir.issues import boolean_word_message, validation_issues, yaml_path
 from stargraph_mem.ir.models import RulePack
 
 PathKey = tuple[str | int, ...]
@@ -600,18 +600,12 @@ def _number_problem(value: Any) -> str | None:
     return None
 
 
-_YAML11_TRUE = frozenset({"yes", "on", "y"})
-_YAML11_FALSE = frozenset({"no", "off", "n"})
-
-
 def _boolean_problem(value: Any, given: Any) -> str | None:
     """Why ``given`` (what the YAML says) cannot be the boolean ``value`` pydantic made of it."""
     if not isinstance(value, bool) or isinstance(given, bool | dict | list):
         return None
-    word = given.lower() if isinstance(given, str) else None
-    if word in _YAML11_TRUE | _YAML11_FALSE:
-        meant = "true" if word in _YAML11_TRUE else "false"
-        return f"expected true or false, got {given!r} (a string, as in YAML 1.2): write {meant}"
+    if isinstance(given, str):
+        return boolean_word_message(given)
     return f"expected true or false, got {given!r}"
 
 
@@ -647,9 +641,12 @@ Model = TypeVar("Model", bound=BaseModel)
 
 
 def validate_document(model: type[Model], source: SourceMap) -> Model:
-    """Validate loaded YAML against ``model``; raise every problem as one :class:`IRError`."""
+    """Validate loaded YAML against ``model``; raise every problem as one :class:`IRError`.
+
+    Only the YAML key names count (``in``, not the attribute ``in_``). Numbers written as
+    text (``every: "5"``) are still read as numbers: PyYAML reads ``1e300`` as text."""
     try:
-        value = model.model_validate(source.data)
+        value = model.model_validate(source.data, by_alias=True, by_name=False)
     except ValidationError as exc:
         issues = validation_issues(exc, source, model)
         raise IRError(issues[0], issues) from exc

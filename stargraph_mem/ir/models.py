@@ -45,6 +45,17 @@ class _IR(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
+def _refuse_nulls(data: Any) -> None:
+    """``eq: null`` or ``as: null`` is refused (as the JSON Schema does): null would read
+    as "no test" or "no alias", which is not what the author wrote."""
+    if isinstance(data, dict):
+        nulls = [str(k) for k, v in data.items() if v is None]
+        if nulls:
+            raise ValueError(
+                f"null is not a value here ({', '.join(repr(k) for k in nulls)}): leave the key out"
+            )
+
+
 class VarRef(_IR):
     """A reference to a variable bound elsewhere in the rule: ``{var: s}``."""
 
@@ -114,6 +125,7 @@ class ConditionBase(_IR):
     @classmethod
     def _shorthand(cls, data: Any) -> Any:
         """A bare scalar means equality: ``intent: noop`` is ``intent: {eq: noop}``."""
+        _refuse_nulls(data)
         if isinstance(data, str) and data in FLAGS:
             raise ValueError(
                 f"a bare '{data}' is ambiguous: write '{{{data}: true}}' to test the field, "
@@ -182,6 +194,7 @@ class _FieldsPattern(_IR):
         """Authors write fields next to ``as``; collect them under ``where``."""
         if not isinstance(data, dict):
             return data
+        _refuse_nulls({k: v for k, v in data.items() if k in cls._own_keys()})
         data = dict(data)
         own = {k: data.pop(k) for k in list(data) if k in cls._own_keys()}
         if "where" in data:
