@@ -104,8 +104,8 @@ class TestEpisode(_Model):
 
 
 class SeedFact(_Model):
-    """A fact current before the pass (``confidence`` defaults to the pack's, ``rule`` -
-    the ``rule_id`` it was made by - to :data:`SEED_RULE`)."""
+    """A fact current before the pass. ``confidence`` defaults to the pack's; ``rule``, the
+    ``rule_id`` of the rule that made it, to :data:`SEED_RULE`."""
 
     id: Identifier
     triple: Triple
