@@ -34,10 +34,9 @@ Only the validator decides (the schema accepts such packs):
 - what the YAML loader refuses: duplicate keys, tags, anchors beyond its limits,
   integers beyond 64 bits, NUL or lone surrogates in text.
 
-The schema is stricter than the validator where the models tolerate other spellings:
-numbers or booleans written as text (``every: "5"``, ``enabled: "yes"``), Python
-attribute names (``in_``, ``from_``), ``null`` as an operand or as the ``as`` of a
-``not`` / ``exists`` pattern. ``tests/test_schema_agreement.py`` runs every list above.
+The schema is stricter than the validator in one way: the validator reads a number
+written as text (``every: "5"``, ``confidence: "0.5"``) as the number; the schema asks
+for a number. ``tests/test_schema_agreement.py`` runs every list above.
 """
 
 from __future__ import annotations
