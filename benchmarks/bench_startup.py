@@ -1,0 +1,151 @@
+"""Start-up time of the command line: wall-clock time of whole CLI processes.
+
+Each command runs as a fresh subprocess of this interpreter (the console script
+``stargraph-mem`` beside it, or ``-m stargraph_mem.cli`` when there is none), several
+times; the table gives the median and the fastest run. ``python -c "import pydantic"`` is
+the floor any command that validates models pays. Give ``--tree`` more than once to
+compare source trees (checkouts) in one run: each runs with ``PYTHONPATH=<tree>``, and
+the runs alternate between trees so both see the same machine load.
+
+    python benchmarks/bench_startup.py --repeat 15
+    python benchmarks/bench_startup.py --tree /tmp/wt-before --tree . --repeat 15
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Tree:
+    """A source tree to measure, with its own scratch database."""
+
+    path: Path
+    db: Path
+
+    def env(self) -> dict[str, str]:
+        """The environment that makes this tree's ``stargraph_mem`` the one imported."""
+        return {**os.environ, "PYTHONPATH": str(self.path)}
+
+
+@dataclass
+class Row:
+    """One command in one tree, and its timings in seconds."""
+
+    label: str
+    tree: Tree | None
+    argv: list[str]
+    times: list[float] = field(default_factory=list)
+    clips: bool | None = None
+
+
+def cli_prefix() -> list[str]:
+    """How to start the CLI: the console script beside this interpreter, else ``-m``."""
+    script = Path(sys.executable).with_name("stargraph-mem")
+    if script.exists():
+        return [sys.executable, str(script)]
+    return [sys.executable, "-m", "stargraph_mem.cli"]
+
+
+def run(argv: list[str], env: dict[str, str] | None, cwd: Path) -> float:
+    """Wall-clock seconds of one run; a failing command stops the benchmark."""
+    t0 = time.perf_counter()
+    done = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, check=False)
+    elapsed = time.perf_counter() - t0
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} exited {done.returncode}: {done.stderr.decode()}")
+    return elapsed
+
+
+def loads_clips(argv: list[str], env: dict[str, str] | None, cwd: Path) -> bool:
+    """Whether the command imports ``clips`` (read from ``-X importtime``)."""
+    traced = [argv[0], "-X", "importtime", *argv[1:]]
+    done = subprocess.run(traced, env=env, cwd=cwd, capture_output=True, check=False)
+    return any(line.split("|")[-1].strip() == "clips" for line in done.stderr.decode().splitlines())
+
+
+def check_tree(tree: Tree) -> None:
+    """Refuse a tree whose ``stargraph_mem`` is not the one that gets imported."""
+    code = "import stargraph_mem, sys; sys.stdout.write(stargraph_mem.__file__)"
+    found = subprocess.run(
+        [sys.executable, "-c", code], env=tree.env(), cwd=tree.path, capture_output=True, check=True
+    )
+    loaded = Path(found.stdout.decode()).resolve()
+    if not loaded.is_relative_to(tree.path):
+        raise SystemExit(f"{tree.path}: imports {loaded} instead (PYTHONPATH not honoured?)")
+
+
+def rows_for(trees: list[Tree], pack: str) -> list[Row]:
+    """The measured commands: the pydantic floor, then each command in every tree."""
+    cli = cli_prefix()
+    rows = [Row('python -c "import pydantic"', None, [sys.executable, "-c", "import pydantic"])]
+    commands = [
+        ("stargraph-mem --help", ["--help"]),
+        (f"stargraph-mem validate {pack}", ["validate", pack]),
+        ("stargraph-mem facts --db <fresh db>", ["facts", "--db"]),
+    ]
+    for label, args in commands:
+        for tree in trees:
+            argv = [*cli, *args] + ([str(tree.db)] if args[-1] == "--db" else [])
+            rows.append(Row(label, tree, argv))
+    return rows
+
+
+def measure(rows: list[Row], repeat: int) -> None:
+    """Warm up every row once (bytecode caches, the fresh database's schema), then time
+    ``repeat`` rounds, each round running every row once."""
+    for row in rows:
+        env = row.tree.env() if row.tree else None
+        cwd = row.tree.path if row.tree else ROOT
+        run(row.argv, env, cwd)
+        row.clips = loads_clips(row.argv, env, cwd)
+    for _ in range(repeat):
+        for row in rows:
+            env = row.tree.env() if row.tree else None
+            cwd = row.tree.path if row.tree else ROOT
+            row.times.append(run(row.argv, env, cwd))
+
+
+def report(rows: list[Row], repeat: int) -> None:
+    """A plain table: command, tree, median and fastest (ms), whether clips was imported."""
+    print(f"{repeat} runs each; {sys.executable}; CLI: {' '.join(cli_prefix()[1:])}")
+    print(f"{'command':<45} {'tree':<28} {'median ms':>9} {'min ms':>7}  clips")
+    for row in rows:
+        tree = str(row.tree.path) if row.tree else "-"
+        median = statistics.median(row.times) * 1000
+        fastest = min(row.times) * 1000
+        clips = "yes" if row.clips else "no"
+        print(f"{row.label:<45} {tree:<28} {median:>9.0f} {fastest:>7.0f}  {clips}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tree", type=Path, action="append", help="source tree (repeatable)")
+    parser.add_argument("--repeat", type=int, default=11, help="timed runs per command")
+    parser.add_argument("--pack", default="rules/default.yaml", help="pack, relative to a tree")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        trees = []
+        for index, path in enumerate(args.tree or [ROOT]):
+            db = Path(tmp) / f"tree{index}.db"
+            db.touch()  # `facts` refuses a missing file; the warm-up run creates the schema
+            trees.append(Tree(path.resolve(), db))
+        for tree in trees:
+            check_tree(tree)
+        rows = rows_for(trees, args.pack)
+        measure(rows, args.repeat)
+        report(rows, args.repeat)
+
+
+if __name__ == "__main__":
+    main()
