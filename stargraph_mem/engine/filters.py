@@ -156,19 +156,38 @@ _WRAPPER = "SELECT seq FROM episodes WHERE (\n{}\n)"
 closing parenthesis nor reach beyond it."""
 
 
-def _authorizer(
-    action: int, arg1: str | None, arg2: str | None, db: str | None, src: str | None
-) -> int:
-    if action == sqlite3.SQLITE_SELECT:
-        return sqlite3.SQLITE_OK
-    if action == sqlite3.SQLITE_READ:
-        allowed = arg1 == "episodes" and db in (None, "main")
+Authorizer = Callable[[int, str | None, str | None, str | None, str | None], int]
+
+
+def _authorizer_for(
+    tables: frozenset[str], functions: frozenset[str], *, table_functions: bool = False
+) -> Authorizer:
+    """An authorizer allowing SELECT, reads of ``tables`` and calls of ``functions`` only.
+
+    ``table_functions`` also lets SQLite read the schema, which it does (asking as if to
+    update it) to set up ``json_each`` on a fresh connection; the connection is read-only
+    (mode=ro, query_only), so nothing can be written."""
+
+    def authorize(
+        action: int, arg1: str | None, arg2: str | None, db: str | None, src: str | None
+    ) -> int:
+        if action == sqlite3.SQLITE_SELECT:
+            allowed = True
+        elif action == sqlite3.SQLITE_FUNCTION:
+            allowed = (arg2 or "").lower() in functions
+        elif table_functions and arg1 == "sqlite_master" and db == "main":
+            allowed = action in (sqlite3.SQLITE_READ, sqlite3.SQLITE_UPDATE)
+        elif action == sqlite3.SQLITE_READ:
+            allowed = arg1 in tables and db in (None, "main")
+        else:
+            allowed = False
         return sqlite3.SQLITE_OK if allowed else sqlite3.SQLITE_DENY
-    if action == sqlite3.SQLITE_FUNCTION:
-        return (
-            sqlite3.SQLITE_OK if (arg2 or "").lower() in ALLOWED_FUNCTIONS else sqlite3.SQLITE_DENY
-        )
-    return sqlite3.SQLITE_DENY
+
+    return authorize
+
+
+_authorizer = _authorizer_for(frozenset({"episodes"}), ALLOWED_FUNCTIONS)
+"""A legacy ``when_filter`` reads the episodes table and calls allowed functions only."""
 
 
 _ACTIONS = {
@@ -743,9 +762,7 @@ def _guarded(
     rule_id: str,
     what: str,
     *,
-    authorizer: Callable[[int, str | None, str | None, str | None, str | None], int] = (
-        _authorizer
-    ),
+    authorizer: Authorizer = _authorizer,
 ) -> set[int]:
     """Run ``sql`` under an authorizer and the time limit; return the first column."""
     conn.set_authorizer(authorizer)
@@ -780,28 +797,8 @@ SELECT_TABLES = frozenset({"episodes", "json_each"})
 """Tables a ``select`` reads: the episodes, and ``json_each`` for ``contains`` on lists."""
 
 
-def _select_authorizer(
-    action: int, arg1: str | None, arg2: str | None, db: str | None, src: str | None
-) -> int:
-    """Compiled ``select`` SQL is parameterised, yet it too reads only what it needs."""
-    if action == sqlite3.SQLITE_SELECT:
-        return sqlite3.SQLITE_OK
-    if action == sqlite3.SQLITE_FUNCTION:
-        ok = (arg2 or "").lower() in SELECT_FUNCTIONS
-        return sqlite3.SQLITE_OK if ok else sqlite3.SQLITE_DENY
-    if arg1 == "sqlite_master" and db == "main":
-        # SQLite reads the schema (and asks as if to update it) while it sets up json_each
-        # on a fresh connection; the connection is read-only (mode=ro, query_only)
-        allowed = action in (sqlite3.SQLITE_READ, sqlite3.SQLITE_UPDATE)
-        return sqlite3.SQLITE_OK if allowed else sqlite3.SQLITE_DENY
-    if action == sqlite3.SQLITE_READ:
-        ok = arg1 in SELECT_TABLES and db in (None, "main")
-        return sqlite3.SQLITE_OK if ok else sqlite3.SQLITE_DENY
-    return sqlite3.SQLITE_DENY
-
-
-def _timestamp_us(value: object) -> int | None:
-    return timestamp_micros(value) if isinstance(value, str) else None
+_select_authorizer = _authorizer_for(SELECT_TABLES, SELECT_FUNCTIONS, table_functions=True)
+"""Compiled ``select`` SQL is parameterised, yet it too reads only what it needs."""
 
 
 def select_seqs(
@@ -824,7 +821,7 @@ def select_seqs(
     )
     conn = _connect_read_only(path)
     try:
-        conn.create_function(TIMESTAMP_FUNCTION, 1, _timestamp_us, deterministic=True)
+        conn.create_function(TIMESTAMP_FUNCTION, 1, timestamp_micros, deterministic=True)
         return _guarded(
             conn,
             sql,

@@ -42,10 +42,10 @@ INT64: Final = (-(2**63), 2**63 - 1)
 """Integers a rule can compare (CLIPS and SQLite integers are signed 64-bit)."""
 
 
-def timestamp_micros(text: str) -> int | None:
-    """UTC microseconds of an ISO-8601 string with an offset, or ``None`` if it is not one."""
+def timestamp_micros(value: object) -> int | None:
+    """UTC microseconds of an ISO-8601 string with an offset, or ``None`` for anything else."""
     try:
-        return iso_us(text)
+        return iso_us(value)
     except ValueError:
         return None
 
@@ -71,7 +71,7 @@ def read_value(ftype: FieldType, raw: Any) -> Any:
     if ftype == "boolean":
         return raw if isinstance(raw, bool) else ILL_TYPED
     if ftype == "timestamp":
-        micros = timestamp_micros(raw) if isinstance(raw, str) else None
+        micros = timestamp_micros(raw)
         return ILL_TYPED if micros is None else micros
     if isinstance(raw, list) and all(list_item_ok(item) for item in raw):
         return tuple(raw)
