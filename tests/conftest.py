@@ -1,10 +1,7 @@
-"""Collection: tests of optional extras are collected only when the extra is installed."""
+"""Shared test configuration.
+
+The optional extras (``graph``: langgraph, ``mcp``) are part of the ``test`` extra, so
+their tests are always collected and never skipped.
+"""
 
 from __future__ import annotations
-
-import importlib.util
-
-collect_ignore: list[str] = []
-if importlib.util.find_spec("langgraph") is None:
-    # the `graph` extra (pip install '.[graph]') is not installed
-    collect_ignore.append("test_example_langgraph.py")
