@@ -120,6 +120,43 @@ async def test_closed_facts_leave_the_index(store: SQLiteFactStore) -> None:
     assert sorted(f.object for f in history) == ["coffee", "tea"]
 
 
+def indexed_rowids(path: Path) -> tuple[list[int], list[int]]:
+    """The rowids in the search index, and those of the current facts."""
+    with closing(sqlite3.connect(path)) as db:
+        db.execute("INSERT INTO fact_text (fact_text) VALUES ('integrity-check')")
+        index = [r[0] for r in db.execute("SELECT rowid FROM fact_text ORDER BY rowid")]
+        current = [
+            r[0]
+            for r in db.execute("SELECT rowid FROM facts WHERE valid_until_us IS NULL ORDER BY 1")
+        ]
+    return index, current
+
+
+async def test_the_index_holds_exactly_the_current_facts(tmp_path: Path) -> None:
+    path = tmp_path / "f.db"
+    async with SQLiteFactStore(path) as store:
+        adds = [add("alice", "likes", f"thing {i}", src=f"e{i}") for i in range(30)]
+        await store.apply_deltas(adds[:20])
+        # one batch: adds, an update of a fact of this batch, closes of older facts
+        batch: list[Any] = [*adds[20:]]
+        batch.append(
+            UpdateDelta(
+                fact=FactPayload(subject="alice", predicate="likes", object="new thing"),
+                replaces=[adds[25].new_fact_id],
+                **_common("alice", "u1"),
+            )
+        )
+        batch += [
+            DeleteDelta(replaces=[a.new_fact_id], **_common("alice", f"d{i}"))
+            for i, a in enumerate(adds[:10])
+        ]
+        await store.apply_deltas(batch)
+        hits = await store.search("thing", limit=1000, touch=False)
+        assert len(hits) == 30 - 10 - 1 + 1
+    index, current = indexed_rowids(path)
+    assert index == current and len(current) == 20
+
+
 async def test_filter_only_search_ranks_by_confidence(store: SQLiteFactStore) -> None:
     await store.apply_deltas(
         [
@@ -193,8 +230,6 @@ async def test_a_version_2_file_is_migrated_and_indexed(tmp_path: Path) -> None:
             ]
         )
     with closing(sqlite3.connect(path)) as db, db:
-        db.execute("DROP TRIGGER facts_text_insert")
-        db.execute("DROP TRIGGER facts_text_close")
         db.execute("DROP TABLE fact_text")
         db.execute("DROP TABLE fact_access")
         db.execute("UPDATE fact_store_meta SET value = '2' WHERE key = 'schema_version'")

@@ -63,10 +63,14 @@ from stargraph_mem.stores.sqlite_base import (
 )
 from stargraph_mem.stores.sqlite_schedule import RuleRun, record_runs
 from stargraph_mem.stores.sqlite_search import (
+    INDEX_FACT,
+    INDEXED_TEXT,
     SEARCH_BACKFILL,
     SEARCH_SCHEMA,
     SEARCH_TABLES,
     TOUCH,
+    UNINDEX_FACT,
+    body_text,
     check_limit,
     match_expression,
     search_pattern,
@@ -494,6 +498,11 @@ def engine_fact(row: Sequence[Any]) -> EngineFact:
     return EngineFact(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], sources)
 
 
+def _indexed(fact_row: tuple[Any, ...]) -> tuple[int, str]:
+    """The search index row (rowid, text) of a ``facts`` row built by :func:`_write_rows`."""
+    return fact_row[0], body_text(fact_row[5], fact_row[6], fact_row[7], fact_row[8])
+
+
 def _write_rows(
     rowid: int,
     fact: Fact,
@@ -870,17 +879,31 @@ class _Batch:
         ]
         new_ids = {fact_row[1] for fact_row, _ in rows}
         closing = {close[3]: close[:3] for close in self._closes if close[3] in new_ids}
-        writes = (
+        closes = [close for close in self._closes if close[3] not in closing]
+        writes: tuple[tuple[str, Sequence[Sequence[Any]]], ...] = (
             (_INSERT_FACT, [fact_row + closing.get(fact_row[1], _OPEN) for fact_row, _ in rows]),
             (_INSERT_LINEAGE, [lineage_row for _, lineage_row in rows]),
-            (_CLOSE, [close for close in self._closes if close[3] not in closing]),
+            (
+                INDEX_FACT,
+                [_indexed(fact_row) for fact_row, _ in rows if fact_row[1] not in closing],
+            ),
+            (UNINDEX_FACT, await self._indexed_closes(closes)),
+            (_CLOSE, closes),
             (_INSERT_AUDIT, self._audit),
             (_INSERT_REINFORCEMENT, self._reinforcements),
         )
-        for sql, rows in writes:
-            if rows:
-                await self.db.executemany(sql, rows)
+        for sql, params in writes:
+            if params:
+                await self.db.executemany(sql, params)
         self._audit, self._closes, self._reinforcements = [], [], []
+
+    async def _indexed_closes(self, closes: Sequence[tuple[Any, ...]]) -> list[tuple[int, str]]:
+        """Search index rows of the current facts ``closes`` close (each once)."""
+        if not closes:
+            return []
+        ids = _json_text(list(dict.fromkeys(close[3] for close in closes)))
+        rows = await fetch(self.db, INDEXED_TEXT, (ids,))
+        return [(row[0], body_text(row[1], row[2], row[3], row[4])) for row in rows]
 
     def _recorded_us(self, fact: Fact) -> int:
         return self.now_us if fact.recorded_at is self.now else to_us(fact.recorded_at)
