@@ -655,7 +655,7 @@ class SQLiteMemoryStore(SQLiteStoreBase):
     async def _figures(self, db: aiosqlite.Connection) -> dict[str, Any]:
         count = await scalar(db, "SELECT count(*) FROM episodes")
         version = await scalar(db, "SELECT max(version) FROM schema_migrations")
-        return {"schema_version": version, "episode_count": count}
+        return {"schema_version": version, "episode_count": count, "fragment_count": count}
 
     # --- lifecycle ----------------------------------------------------------------------
 
