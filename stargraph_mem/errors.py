@@ -194,3 +194,8 @@ class StalePassError(StoreError):
 
 class CorruptRowError(StoreError):
     """A stored row could not be decoded (names the table and row id)."""
+
+
+class StoreConfigError(StoreError):
+    """A ``stores:`` mapping names an unknown store or a location that cannot be opened
+    (``key`` and ``value`` in the context)."""
