@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import math
 from functools import cached_property
-from typing import Annotated, Any, Literal, Self
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
 from pydantic import Field, JsonValue, TypeAdapter, field_validator, model_validator
 
@@ -160,12 +160,49 @@ class AddDelta(_FactDelta):
 
     kind: Literal["add"] = "add"
 
+    if TYPE_CHECKING:  # as pydantic's mypy plugin types it, plus the spec's fact_payload
+
+        def __init__(
+            self,
+            *,
+            kind: Any = "add",
+            fact: Any = None,
+            fact_payload: Any = None,
+            source_episode_ids: Any,
+            promotion_ts: Any,
+            rule_id: Any,
+            confidence: Any,
+            user: Any = None,
+            agent: Any = None,
+            reason: Any = "",
+            bindings: Any = None,
+        ) -> None: ...
+
 
 class UpdateDelta(_FactDelta):
     """Supersede the facts in ``replaces`` and assert a new one."""
 
     kind: Literal["update"] = "update"
     replaces: list[Identifier] = Field(min_length=1)
+
+    if TYPE_CHECKING:  # as pydantic's mypy plugin types it, plus the spec's fact_payload
+
+        def __init__(
+            self,
+            *,
+            kind: Any = "update",
+            replaces: Any,
+            fact: Any = None,
+            fact_payload: Any = None,
+            source_episode_ids: Any,
+            promotion_ts: Any,
+            rule_id: Any,
+            confidence: Any,
+            user: Any = None,
+            agent: Any = None,
+            reason: Any = "",
+            bindings: Any = None,
+        ) -> None: ...
 
 
 class DeleteDelta(_DeltaBase):
