@@ -159,7 +159,36 @@ class SearchError(StoreError):
 
 
 class MigrationNotSupported(StoreError):
-    """A migration operation other than a nullable ``add_column`` was requested."""
+    """A migration operation other than a nullable ``add_column`` was requested.
+
+    Names the store, the plan and, when one operation is at fault, its index and kind:
+    ``memory store: migration 'm2': operations[0] (drop_column): … is not supported``.
+    """
+
+    def __init__(
+        self,
+        detail: str,
+        *,
+        store: str,
+        plan: str | None = None,
+        index: int | None = None,
+        op: str | None = None,
+    ) -> None:
+        where = f"{store} store: migration"
+        if plan is not None:
+            where += f" {plan!r}"
+        operation = None if index is None else f"operations[{index}]"
+        if operation is not None:
+            where += f": {operation} ({op})"
+        super().__init__(
+            f"{where}: {detail}",
+            store=store,
+            plan=plan,
+            operation=operation,
+            index=index,
+            op=op,
+            detail=detail,
+        )
 
 
 class StalePassError(StoreError):
@@ -169,3 +198,8 @@ class StalePassError(StoreError):
 
 class CorruptRowError(StoreError):
     """A stored row could not be decoded (names the table and row id)."""
+
+
+class StoreConfigError(StoreError):
+    """A ``stores:`` mapping names an unknown store or a location that cannot be opened
+    (``key`` and ``value`` in the context)."""

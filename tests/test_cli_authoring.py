@@ -55,14 +55,16 @@ def test_default_pack_tests_with_coverage() -> None:
         "PASS  intent delete closes the facts it names\n"
         "PASS  intent update replaces the named fact with the new statement\n"
         "PASS  a delete naming no current fact is rejected and the pass goes on\n"
-        f"default: 6 passed, 0 failed ({RULES / 'tests' / 'default.yaml'})\n"
+        "PASS  an episode without a full triple becomes a note\n"
+        f"default: 7 passed, 0 failed ({RULES / 'tests' / 'default.yaml'})\n"
         "RULE                    ACTIVATIONS  STATUS\n"
         "explicit_noop           1            fired\n"
         "explicit_delete         2            fired\n"
         "explicit_update         1            fired\n"
         "repeat_updates_earlier  1            fired\n"
-        "add_observation         4            fired\n"
-        "coverage default: 5 of 5 rules fired (100%), minimum 100%\n"
+        "add_observation         5            fired\n"
+        "add_note                2            fired\n"
+        "coverage default: 6 of 6 rules fired (100%), minimum 100%\n"
     )
 
 
@@ -107,7 +109,8 @@ def test_coverage_under_the_files_minimum_fails() -> None:
         "explicit_update         0            never fired\n"
         "repeat_updates_earlier  0            never fired\n"
         "add_observation         1            fired\n"
-        "coverage default: 1 of 5 rules fired (20%), minimum 80%\n"
+        "add_note                0            never fired\n"
+        "coverage default: 1 of 6 rules fired (17%), minimum 80%\n"
         "FAIL  coverage below the minimum 80%\n"
     )
 
@@ -183,14 +186,15 @@ def test_keyword_selects_cases_and_counts_the_rest() -> None:
         "PASS  intent noop only audits\n"
         "PASS  intent delete closes the facts it names\n"
         "PASS  intent update replaces the named fact with the new statement\n"
-        f"default: 4 passed, 0 failed, 2 deselected ({RULES / 'tests' / 'default.yaml'})\n"
+        f"default: 4 passed, 0 failed, 3 deselected ({RULES / 'tests' / 'default.yaml'})\n"
         "RULE                    ACTIVATIONS  STATUS\n"
         "explicit_noop           1            fired\n"
         "explicit_delete         1            fired\n"
         "explicit_update         1            fired\n"
         "repeat_updates_earlier  0            never fired\n"
         "add_observation         2            fired\n"
-        "coverage default: 4 of 5 rules fired (80%)\n"
+        "add_note                0            never fired\n"
+        "coverage default: 4 of 6 rules fired (67%)\n"
     )
 
 
@@ -198,7 +202,7 @@ def test_keyword_selecting_nothing_is_an_error() -> None:
     code, out, err = invoke("test", DEFAULT, "-k", "no such case")
     assert (code, out) == (1, "")
     assert err == (
-        "error: -k 'no such case' selects none of the 6 cases in "
+        "error: -k 'no such case' selects none of the 7 cases in "
         f"{RULES / 'tests' / 'default.yaml'}\n"
     )
 
@@ -360,5 +364,5 @@ def test_consolidate_dry_run_keeps_stdout_for_json(tmp_path: Path) -> None:
     assert code == 0
     assert [json.loads(line)["kind"] for line in out.splitlines()] == ["add", "update"]
     assert err.splitlines()[0] == "add add_observation (alice, likes, tea) confidence=0.8"
-    assert err.endswith("coverage default: 2 of 5 rules fired (40%)\n")
+    assert err.endswith("coverage default: 2 of 6 rules fired (33%)\n")
     assert invoke("facts", "--db", db)[1].splitlines()[1:] == []

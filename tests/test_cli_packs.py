@@ -45,7 +45,7 @@ def test_compile_writes_clp_and_manifest(tmp_path: Path) -> None:
     code, out, _ = invoke("compile", str(DEFAULT), "-o", str(tmp_path))
     assert code == 0
     assert out == (
-        f"compiled default 1.0.0: 5 rules, sha256 {compiled.sha256}\n"
+        f"compiled default 1.0.0: 6 rules, sha256 {compiled.sha256}\n"
         f"wrote {tmp_path / 'default.clp'}\n"
         f"wrote {tmp_path / 'default.manifest.json'}\n"
     )
@@ -70,7 +70,7 @@ def test_info_table() -> None:
     assert lines[2] == (
         "explicit_noop           100       cron 0 3 * * * (UTC)  noop    yes    yes"
     )
-    assert len(lines) == 7
+    assert len(lines) == 8
 
 
 def test_schema_check_and_drift(tmp_path: Path) -> None:

@@ -37,6 +37,7 @@ import string
 import threading
 import time
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -264,8 +265,11 @@ def _guarded_seqs(
 _LEGACY_TABLE = (
     "CREATE TABLE episodes (seq INTEGER PRIMARY KEY, id TEXT, content TEXT, source_node TEXT,"
     " user TEXT, session TEXT, agent TEXT, scope_key TEXT, partition_key TEXT, ts_us INTEGER,"
-    " metadata TEXT, last_accessed_us INTEGER, access_count INTEGER)"
+    " metadata TEXT, last_accessed_us INTEGER, access_count INTEGER, timestamp TEXT)"
 )
+"""The row view a legacy ``when_filter`` reads. ``timestamp`` is the specification's column:
+the episode time in UTC as ISO 8601 text with microseconds and ``Z``
+(``2026-01-01T09:30:00.000000Z``), fixed width, so text comparison is time order."""
 
 
 def _refuse(rule_id: str, reason: str, detail: str) -> ConsolidationRuleError:
@@ -378,7 +382,7 @@ def when_filter_seqs(
     conn = sqlite3.connect(":memory:")
     try:
         conn.execute(_LEGACY_TABLE)
-        conn.executemany("INSERT INTO episodes VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+        conn.executemany("INSERT INTO episodes VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
         sandbox = _Sandbox(conn, rule_id, _value_limit(rows), len(rows))
         seqs = sandbox.run(_WRAPPER.format(when_filter))
     finally:
@@ -429,7 +433,13 @@ def _legacy_row(
         orjson.dumps(r.metadata).decode(),
         accessed,
         r.access_count,
+        utc_text(r.timestamp),
     )
+
+
+def utc_text(ts: datetime) -> str:
+    """``ts`` in UTC as fixed-width ISO 8601 text (``YYYY-MM-DDTHH:MM:SS.ffffffZ``)."""
+    return ts.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
 class _Stop(Exception):

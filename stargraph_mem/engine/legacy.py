@@ -1,9 +1,18 @@
 """The specification's ``MemoryStore.consolidate(rule)`` contract, run through the runtime.
 
-``consolidate(rule)`` runs the shipped default classification pack over every partition,
-incrementally (one watermark per consolidation rule id), honours the rule's legacy
-``when_filter`` and ``then_emits``, stamps ``rule.id`` on every delta, applies the deltas
-to the fact store in the same database and returns them.
+``consolidate(rule)`` runs the shipped default classification pack over every partition
+that is due, incrementally (one watermark per consolidation rule id), honours the rule's
+legacy ``when_filter`` and the delta kinds named in ``then_emits``, stamps ``rule.id`` on
+every delta, applies the deltas to the fact store in the same database and returns them.
+
+The rule's cadence decides, per partition, whether a direct call consolidates it:
+
+- ``{every: N}``: when at least N episodes arrived after the rule's watermark; the pass
+  then consumes all of them. Fewer stay pending (no deltas for that partition).
+- ``{cron: …}`` (the default is the nightly sleep cycle): the first call for a partition
+  consolidates it; later calls do only once a cron time (in the rule's ``tz``) passed
+  since the last call that did. The run time is stored (``rule_runs``, pack
+  :data:`RUNS_PACK`) in the transaction that applies the pass, so it survives restarts.
 
 Stores reach :func:`consolidate_rule` by name, when ``consolidate(rule)`` first runs
 (:func:`stargraph_mem.stores.memory.consolidation_hook`); nothing registers it on import.
@@ -11,8 +20,12 @@ Stores reach :func:`consolidate_rule` by name, when ``consolidate(rule)`` first 
 
 from __future__ import annotations
 
+import uuid
+from datetime import datetime
 from pathlib import Path
+from typing import Final
 
+from stargraph_mem.compiler.cadence import next_fire
 from stargraph_mem.compiler.pack import CompiledPack, compile_file
 from stargraph_mem.engine.api import runtime_for
 from stargraph_mem.engine.consolidate import Consolidation, LegacyFilter
@@ -20,10 +33,15 @@ from stargraph_mem.engine.filters import check_when_filter
 from stargraph_mem.engine.runtime import Stamp
 from stargraph_mem.errors import ConsolidationRuleError
 from stargraph_mem.model.deltas import MemoryDelta
-from stargraph_mem.model.time import utc_now
+from stargraph_mem.model.time import from_us, utc_now
 from stargraph_mem.stores.models import ConsolidationRule
+from stargraph_mem.stores.scope import Partition
 from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
 from stargraph_mem.stores.sqlite_memory import SQLiteMemoryStore
+from stargraph_mem.stores.sqlite_schedule import RuleRun, RunState, SQLiteScheduleStore
+
+RUNS_PACK: Final = "consolidate(rule)"
+"""The ``rule_runs`` pack name under which direct ``consolidate(rule)`` calls record runs."""
 
 _CANDIDATES = (
     Path(__file__).resolve().parents[1] / "_rules" / "default.yaml",
@@ -41,7 +59,7 @@ def default_pack() -> CompiledPack:
 
 
 async def consolidate_rule(store: SQLiteMemoryStore, rule: ConsolidationRule) -> list[MemoryDelta]:
-    """Consolidate every partition's new episodes under ``rule``; return the applied deltas.
+    """Consolidate the new episodes of every due partition under ``rule``; return the deltas.
 
     A ``when_filter`` that cannot be one safe SQL expression is refused before any pass
     runs; one refused while running (work budget, time limit, value size) stops the run
@@ -53,14 +71,20 @@ async def consolidate_rule(store: SQLiteMemoryStore, rule: ConsolidationRule) ->
     if rule.when_filter:
         check_when_filter(rule.when_filter, rule_id=rule.id)
         legacy = LegacyFilter(rule.when_filter, "*")
-    stamp = Stamp(rule.id, tuple(rule.then_emits))
+    stamp = Stamp(rule.id, rule.kinds)
     now = utc_now()
     deltas: list[MemoryDelta] = []
     async with SQLiteFactStore(store.path) as facts:
         consolidation = Consolidation(runtime_for(compiled), store, facts)
+        runs = await _run_states(store, rule)
         for partition in await store.partitions():
+            due = await _due(consolidation, rule, partition, runs, now)
+            if due is None:
+                continue
             try:
-                reports = await consolidation.run(partition, now=now, legacy=legacy, stamp=stamp)
+                reports = await consolidation.run(
+                    partition, now=now, legacy=legacy, stamp=stamp, runs=due
+                )
             except ConsolidationRuleError as exc:
                 restated = _as_rule(exc, rule.id)
                 if restated is exc:
@@ -69,6 +93,37 @@ async def consolidate_rule(store: SQLiteMemoryStore, rule: ConsolidationRule) ->
             for report in reports:
                 deltas.extend(report.deltas)
     return deltas
+
+
+async def _run_states(
+    store: SQLiteMemoryStore, rule: ConsolidationRule
+) -> dict[tuple[str, str], RunState]:
+    """Stored runs of ``rule`` by (rule id, partition key); only cron rules keep them."""
+    if rule.cadence.cron is None:
+        return {}
+    async with SQLiteScheduleStore(store.path) as schedule:
+        return await schedule.runs(RUNS_PACK)
+
+
+async def _due(
+    consolidation: Consolidation,
+    rule: ConsolidationRule,
+    partition: Partition,
+    runs: dict[tuple[str, str], RunState],
+    now: datetime,
+) -> list[RuleRun] | None:
+    """The run records to write when ``partition`` is due under ``rule``, else ``None``."""
+    every = rule.cadence.every
+    if every is not None:
+        mark = await consolidation.facts.watermark(consolidation.pack, rule.id, partition)
+        pending = await consolidation.memory.count_since(partition, mark)
+        return [] if pending >= every else None
+    state = runs.get((rule.id, partition.key))
+    if state is not None and next_fire(rule.cadence, from_us(state.since_us), rule.id) > now:
+        return None
+    token = uuid.uuid4().hex
+    expect = "" if state is None else state.token
+    return [RuleRun(RUNS_PACK, rule.id, partition, now, token, expect)]
 
 
 def _as_rule(exc: ConsolidationRuleError, rule_id: str) -> ConsolidationRuleError:

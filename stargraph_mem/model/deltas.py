@@ -1,6 +1,11 @@
 """Deltas: what a consolidation pass asks the fact store to do (add, update, delete, noop).
 
 A delta's id is the hash of its canonical JSON, so the same delta always has the same id.
+
+The specification's spelling is accepted as written: ``fact_payload`` for the fact
+(stored under our field name ``fact``, so both spellings give one canonical body and one
+id), and ``user``/``agent`` may be left out: the fact store then takes the scope from
+the delta's source episodes when it applies the delta (:meth:`_DeltaBase.scoped`).
 """
 
 from __future__ import annotations
@@ -8,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import math
 from functools import cached_property
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
 from pydantic import Field, JsonValue, TypeAdapter, field_validator, model_validator
 
@@ -43,6 +48,25 @@ class FactPayload(FrozenModel):
     object: str
     payload: dict[str, JsonValue] = Field(default_factory=dict)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _fold_extra_keys(cls, data: Any) -> Any:
+        """A flat dict (``{"subject", "predicate", "object", "since": …}``, the
+        specification's ``fact_payload: dict[str, Any]``) keeps its other keys in ``payload``."""
+        if not isinstance(data, dict):
+            return data
+        extra = {key: value for key, value in data.items() if key not in _FACT_FIELDS}
+        if not extra:
+            return data
+        payload = data.get("payload") or {}
+        if not isinstance(payload, dict):
+            return data  # reported by the field's own validation
+        clash = sorted(set(extra) & set(payload))
+        if clash:
+            raise ValueError(f"key(s) {', '.join(map(repr, clash))} given twice (and in payload)")
+        kept = {key: value for key, value in data.items() if key in _FACT_FIELDS}
+        return {**kept, "payload": {**payload, **extra}}
+
     @model_validator(mode="after")
     def _check_nul(self) -> FactPayload:
         # one check for the three fields: this runs for every delta a pass builds
@@ -53,14 +77,28 @@ class FactPayload(FrozenModel):
         return self
 
 
+_FACT_FIELDS: frozenset[str] = frozenset(("subject", "predicate", "object", "payload"))
+
+
+def _fact_payload_alias(data: Any) -> Any:
+    """Accept the specification's ``fact_payload`` for our ``fact`` (one of them, not both)."""
+    if not isinstance(data, dict) or "fact_payload" not in data:
+        return data
+    if "fact" in data:
+        raise ValueError("give the fact as 'fact' or 'fact_payload', not both")
+    out = {key: value for key, value in data.items() if key != "fact_payload"}
+    out["fact"] = data["fact_payload"]
+    return out
+
+
 def delta_id_of(body: bytes) -> str:
     """The delta id for a delta's :meth:`~_DeltaBase.canonical_body`."""
     return "d" + hashlib.sha256(body).hexdigest()[:31]
 
 
 class _DeltaBase(FrozenModel):
-    user: ScopePart
-    agent: ScopePart
+    user: ScopePart | None = None
+    agent: ScopePart | None = None
     source_episode_ids: list[Identifier] = Field(min_length=1)
     promotion_ts: StoredDatetime
     rule_id: Identifier
@@ -78,6 +116,11 @@ class _DeltaBase(FrozenModel):
     def _check_reason(cls, value: str) -> str:
         return check_unicode(no_nul(value, "reason"), "reason")
 
+    def scoped(self, user: str, agent: str) -> Self:
+        """This delta with its scope filled in (validated anew; its id is that of the delta
+        written with this ``user`` and ``agent``)."""
+        return type(self).model_validate({**self.model_dump(), "user": user, "agent": agent})
+
     def canonical_body(self) -> bytes:
         """Canonical JSON of the whole delta: what :attr:`delta_id` hashes (computed once)."""
         return self._canonical
@@ -94,11 +137,17 @@ class _DeltaBase(FrozenModel):
         return delta_id_of(self._canonical)
 
 
-class AddDelta(_DeltaBase):
-    """Promote a new fact."""
+class _FactDelta(_DeltaBase):
+    """A delta that asserts a fact (``fact``, or ``fact_payload`` as the specification says)."""
 
-    kind: Literal["add"] = "add"
     fact: FactPayload
+
+    _alias = model_validator(mode="before")(_fact_payload_alias)
+
+    @property
+    def fact_payload(self) -> dict[str, Any]:
+        """The specification's name for the fact, as a dict (``subject``, …, ``payload``)."""
+        return self.fact.model_dump(mode="json")
 
     @property
     def new_fact_id(self) -> str:
@@ -106,17 +155,54 @@ class AddDelta(_DeltaBase):
         return "f" + self.delta_id[1:]
 
 
-class UpdateDelta(_DeltaBase):
+class AddDelta(_FactDelta):
+    """Promote a new fact."""
+
+    kind: Literal["add"] = "add"
+
+    if TYPE_CHECKING:  # as pydantic's mypy plugin types it, plus the spec's fact_payload
+
+        def __init__(
+            self,
+            *,
+            kind: Any = "add",
+            fact: Any = None,
+            fact_payload: Any = None,
+            source_episode_ids: Any,
+            promotion_ts: Any,
+            rule_id: Any,
+            confidence: Any,
+            user: Any = None,
+            agent: Any = None,
+            reason: Any = "",
+            bindings: Any = None,
+        ) -> None: ...
+
+
+class UpdateDelta(_FactDelta):
     """Supersede the facts in ``replaces`` and assert a new one."""
 
     kind: Literal["update"] = "update"
     replaces: list[Identifier] = Field(min_length=1)
-    fact: FactPayload
 
-    @property
-    def new_fact_id(self) -> str:
-        """The id the fact created by this delta gets."""
-        return "f" + self.delta_id[1:]
+    if TYPE_CHECKING:  # as pydantic's mypy plugin types it, plus the spec's fact_payload
+
+        def __init__(
+            self,
+            *,
+            kind: Any = "update",
+            replaces: Any,
+            fact: Any = None,
+            fact_payload: Any = None,
+            source_episode_ids: Any,
+            promotion_ts: Any,
+            rule_id: Any,
+            confidence: Any,
+            user: Any = None,
+            agent: Any = None,
+            reason: Any = "",
+            bindings: Any = None,
+        ) -> None: ...
 
 
 class DeleteDelta(_DeltaBase):

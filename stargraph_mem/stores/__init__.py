@@ -14,7 +14,13 @@ from stargraph_mem.stores.fact import (
     SourceEpisode,
     WatermarkAdvance,
 )
-from stargraph_mem.stores.memory import CheckedRead, EpisodeRecord, MemoryStore, QuarantinedRow
+from stargraph_mem.stores.memory import (
+    CheckedRead,
+    EpisodeRecord,
+    IncrementalMemoryStore,
+    MemoryStore,
+    QuarantinedRow,
+)
 from stargraph_mem.stores.models import (
     AddDelta,
     Cadence,
@@ -51,6 +57,7 @@ __all__ = [
     "FactPattern",
     "FactPayload",
     "FactStore",
+    "IncrementalMemoryStore",
     "MemoryDelta",
     "MemoryStore",
     "MigrationOp",

@@ -28,7 +28,7 @@ from stargraph_mem.model.base import (
 from stargraph_mem.model.deltas import AddDelta, DeleteDelta, MemoryDelta, NoopDelta, UpdateDelta
 from stargraph_mem.model.facts import Fact, FactPattern
 from stargraph_mem.model.time import TIME_RANGE
-from stargraph_mem.stores.models import StoreHealth
+from stargraph_mem.stores.models import MigrationPlan, StoreHealth
 from stargraph_mem.stores.scope import Partition, partition_key
 
 __all__ = [
@@ -551,6 +551,8 @@ class FactStore(Protocol):
     async def bootstrap(self) -> None: ...
 
     async def health(self) -> StoreHealth: ...
+
+    async def migrate(self, plan: MigrationPlan) -> None: ...
 
     async def close(self) -> None: ...
 

@@ -1,4 +1,9 @@
-"""The episodic ``MemoryStore`` protocol and the record types incremental reads return."""
+"""The episodic ``MemoryStore`` protocol and the record types incremental reads return.
+
+:class:`MemoryStore` is exactly the specification's protocol; our additions (batch
+writes, incremental reads after a watermark) are in :class:`IncrementalMemoryStore`.
+The delta models are importable from here too, as the specification places them.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, NamedTuple, Protocol, runtime_checkable
 
-from stargraph_mem.model.deltas import MemoryDelta
+from stargraph_mem.model.deltas import AddDelta, DeleteDelta, MemoryDelta, NoopDelta, UpdateDelta
 from stargraph_mem.model.episodes import Episode
 from stargraph_mem.stores.models import ConsolidationRule, MigrationPlan, StoreHealth
 from stargraph_mem.stores.scope import Partition
@@ -105,7 +110,7 @@ class CheckedRead(NamedTuple):
 
 @runtime_checkable
 class MemoryStore(Protocol):
-    """Episodic storage: scoped writes, widening reads, incremental consolidation reads."""
+    """The specification's episodic store: scoped writes, widening reads, ``consolidate``."""
 
     async def bootstrap(self) -> None: ...
 
@@ -115,17 +120,40 @@ class MemoryStore(Protocol):
 
     async def put(self, episode: Episode, *, user: str, session: str, agent: str) -> None: ...
 
-    async def put_many(self, episodes: Sequence[Episode]) -> int: ...
-
     async def recent(
         self, user: str, session: str | None = None, agent: str | None = None, *, limit: int
     ) -> list[Episode]: ...
+
+    async def consolidate(self, rule: ConsolidationRule) -> list[MemoryDelta]: ...
+
+
+@runtime_checkable
+class IncrementalMemoryStore(MemoryStore, Protocol):
+    """A :class:`MemoryStore` with batch writes and incremental reads after a watermark."""
+
+    async def put_many(self, episodes: Sequence[Episode]) -> int: ...
 
     async def since(
         self, partition: Partition, after_seq: int, *, limit: int | None = None
     ) -> list[EpisodeRecord]: ...
 
-    async def consolidate(self, rule: ConsolidationRule) -> list[MemoryDelta]: ...
+
+__all__ = [
+    "DEFAULT_CONSOLIDATION_RUNTIME",
+    "AddDelta",
+    "CheckedRead",
+    "ConsolidateHook",
+    "DeleteDelta",
+    "EpisodeRecord",
+    "IncrementalMemoryStore",
+    "MemoryDelta",
+    "MemoryStore",
+    "NoopDelta",
+    "QuarantinedRow",
+    "UpdateDelta",
+    "consolidation_hook",
+    "register_consolidation_hook",
+]
 
 
 ConsolidateHook = Callable[[Any, ConsolidationRule], Awaitable[list[MemoryDelta]]]

@@ -54,14 +54,33 @@ from stargraph_mem.model.time import (
     utc_now,
 )
 
+DELTA_KINDS: tuple[DeltaKind, ...] = ("add", "update", "delete", "noop")
+
 
 class ConsolidationRule(FrozenModel):
-    """The specification's rule contract: id, cadence, legacy SQL filter, emitted kinds."""
+    """The specification's rule contract: id, cadence, legacy SQL filter, emitted channels.
+
+    ``then_emits`` holds the fact-channel names the rule promotes into, as specified; a
+    name that is a delta kind (``add``, ``update``, ``delete``, ``noop``) is our extension
+    and restricts the kinds the rule emits. Channels are accepted and reported
+    (:attr:`channels`): all facts live in one table, so a channel selects no storage.
+    """
 
     id: Identifier
     cadence: Cadence = SLEEP_CYCLE
     when_filter: str | None = None
-    then_emits: tuple[DeltaKind, ...] = ("add", "update", "delete", "noop")
+    then_emits: tuple[Identifier, ...] = DELTA_KINDS
+
+    @property
+    def kinds(self) -> tuple[DeltaKind, ...]:
+        """The delta kinds named in ``then_emits``; every kind when it names none."""
+        named = tuple(kind for kind in DELTA_KINDS if kind in self.then_emits)
+        return named or DELTA_KINDS
+
+    @property
+    def channels(self) -> tuple[str, ...]:
+        """The fact-channel names in ``then_emits`` (every name that is not a delta kind)."""
+        return tuple(name for name in self.then_emits if name not in DELTA_KINDS)
 
 
 class StoreHealth(FrozenModel):
@@ -76,6 +95,10 @@ class StoreHealth(FrozenModel):
     file_size: int | None = None
     episode_count: int | None = None
     fact_count: int | None = None
+    fragment_count: int | None = None
+    """The specification's name for the episode count (same figure as ``episode_count``)."""
+    warnings: tuple[str, ...] = ()
+    """Problems that do not make the store unusable (e.g. WAL on a network filesystem)."""
 
 
 class MigrationOp(FrozenModel):
@@ -97,6 +120,7 @@ class MigrationPlan(FrozenModel):
 
 __all__ = [
     "DELTA_ADAPTER",
+    "DELTA_KINDS",
     "DELTA_LIST_ADAPTER",
     "HONOURED_METADATA_KEYS",
     "ID_PATTERN",

@@ -27,6 +27,7 @@ from stargraph_mem.errors import StoreError
 from stargraph_mem.model.time import EPOCH, ONE_US, from_us, to_us, utc_now
 from stargraph_mem.stores.lifecycle import AsyncResource, closed_on_failure
 from stargraph_mem.stores.models import StoreHealth
+from stargraph_mem.stores.mounts import network_filesystem_warning
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
@@ -302,7 +303,17 @@ class SQLiteStoreBase(AsyncResource):
                 await self._bootstrap(self._db)
 
     async def health(self) -> StoreHealth:
-        """Real figures from a look at the file (reads only); never creates it, never raises."""
+        """Real figures from a look at the file (reads only); never creates it, never raises.
+
+        ``warnings`` names what is unsafe but works, e.g. the file on a network filesystem.
+        """
+        found = await self._health()
+        warning = network_filesystem_warning(self.path)
+        if warning is None:
+            return found
+        return found.model_copy(update={"warnings": (*found.warnings, warning)})
+
+    async def _health(self) -> StoreHealth:
         path = self.path
         if not path.is_file():
             what = "does not exist" if not path.exists() else "is not a regular file"

@@ -36,6 +36,7 @@ from stargraph_mem.gcpause import gc_paused
 from stargraph_mem.model.deltas import DELTA_ADAPTER, AddDelta, DeleteDelta, NoopDelta, UpdateDelta
 from stargraph_mem.model.facts import Fact, FactAccess, FactHit, FactPattern
 from stargraph_mem.model.time import from_us, seconds_us, to_us, utc_now
+from stargraph_mem.stores.delta_scope import resolve_scopes
 from stargraph_mem.stores.fact import (
     ApplyResult,
     AuditRow,
@@ -52,6 +53,7 @@ from stargraph_mem.stores.fact import (
     sanitize_bundle,
     trusted,
 )
+from stargraph_mem.stores.models import MigrationPlan
 from stargraph_mem.stores.scope import Partition, partition_key, prefix_upper_bound, user_prefix
 from stargraph_mem.stores.sqlite_base import (
     WAL_AUTOCHECKPOINT_PAGES,
@@ -61,6 +63,7 @@ from stargraph_mem.stores.sqlite_base import (
     scalar,
     transaction,
 )
+from stargraph_mem.stores.sqlite_migration import Ledger, apply_plan, check_plan
 from stargraph_mem.stores.sqlite_schedule import RuleRun, record_runs
 from stargraph_mem.stores.sqlite_search import (
     INDEX_FACT,
@@ -92,6 +95,12 @@ SCHEMA_VERSION: Final = 3
 ids are indexed for delete and noop deltas only. 3: the full-text index of current facts
 and the access table (:mod:`~stargraph_mem.stores.sqlite_search`). Versions 1 and 2 are
 migrated on open."""
+_LEDGER: Final = Ledger(
+    "fact_store_migrations",
+    "INSERT INTO fact_store_migrations (name, applied_at_us, plan) VALUES (?, ?, ?)",
+    "CREATE TABLE IF NOT EXISTS fact_store_migrations "
+    "(name TEXT PRIMARY KEY, applied_at_us INTEGER NOT NULL, plan BLOB NOT NULL)",
+)
 CHUNK: Final = 10_000
 """Deltas handled per ``executemany`` round inside the one transaction of a batch."""
 
@@ -780,7 +789,8 @@ class _Batch:
         )
         self._asserting.append((fact, self._bundle(delta, did, predecessors)))
         self._asserting_at.append((index, self._seq))
-        self.known[fact_id] = _State(delta.user, delta.agent, self._us(delta.promotion_ts), False)
+        user, agent = str(delta.user), str(delta.agent)  # resolved before the batch applies
+        self.known[fact_id] = _State(user, agent, self._us(delta.promotion_ts), False)
         self.created.append(fact_id)
 
     def _us(self, ts: datetime) -> int:
@@ -1273,6 +1283,14 @@ class SQLiteFactStore(SQLiteStoreBase):
             "fact_count": await scalar(db, "SELECT count(*) FROM facts"),
         }
 
+    async def migrate(self, plan: MigrationPlan) -> None:
+        """Apply nullable ``add_column`` operations to this store's tables, as the memory
+        store does (one transaction, recorded by name in ``fact_store_migrations``)."""
+        check_plan(plan, store="fact", tables=TABLES)
+        now_us = self._now_us()
+        async with self._write() as db:
+            await apply_plan(db, plan, store="fact", ledger=_LEDGER, now_us=now_us)
+
     # --- writes -------------------------------------------------------------------------
 
     async def apply_delta(self, delta: DeltaInput, *, pack_hash: str = "") -> ApplyResult:
@@ -1335,6 +1353,7 @@ class SQLiteFactStore(SQLiteStoreBase):
                     if basis is not None:
                         await _check_basis(db, basis)
                     await record_runs(db, runs)
+                    deltas = await resolve_scopes(db, deltas)
                     for start in range(0, len(deltas), CHUNK):
                         await batch.apply_chunk(start, deltas[start : start + CHUNK])
                     advanced = await batch.advance(watermarks)

@@ -28,11 +28,9 @@ from stargraph_mem.errors import (
     CorruptRowError,
     DuplicateEpisodeError,
     MemoryScopeError,
-    MigrationNotSupported,
     StoreError,
 )
 from stargraph_mem.model.base import ID_PATTERN, unicode_problem
-from stargraph_mem.model.canonical import canonical_json
 from stargraph_mem.model.deltas import MemoryDelta
 from stargraph_mem.model.episodes import Episode
 from stargraph_mem.model.time import TimestampRangeError
@@ -42,7 +40,7 @@ from stargraph_mem.stores.memory import (
     QuarantinedRow,
     consolidation_hook,
 )
-from stargraph_mem.stores.models import ConsolidationRule, MigrationOp, MigrationPlan
+from stargraph_mem.stores.models import ConsolidationRule, MigrationPlan
 from stargraph_mem.stores.scope import (
     Partition,
     escape_component,
@@ -60,6 +58,7 @@ from stargraph_mem.stores.sqlite_base import (
     transaction,
 )
 from stargraph_mem.stores.sqlite_base import to_us as to_us  # re-export
+from stargraph_mem.stores.sqlite_migration import Ledger, apply_plan, check_plan
 
 __all__ = ["BASELINE_MIGRATION", "SCHEMA_VERSION", "SQLiteMemoryStore"]
 
@@ -105,6 +104,11 @@ _SCHEMA: Final = (
         at_us INTEGER NOT NULL
     )""",
     "CREATE INDEX IF NOT EXISTS quarantine_partition_seq ON quarantine (partition_key, seq)",
+)
+_LEDGER: Final = Ledger(
+    "schema_migrations",
+    "INSERT INTO schema_migrations (version, name, applied_at_us, plan) "
+    "VALUES ((SELECT max(version) + 1 FROM schema_migrations), ?, ?, ?)",
 )
 _BASELINE_SQL: Final = (
     "INSERT OR IGNORE INTO schema_migrations (version, name, applied_at_us, plan) "
@@ -177,7 +181,6 @@ _EPISODE_ID: Final = re.compile(ID_PATTERN)
 _SCOPE_MAX: Final = 256
 """Longest ``user``/``session``/``agent`` an :class:`Episode` accepts (characters)."""
 _DAY_S: Final = 86_400
-_COLUMN_TYPES: Final = frozenset({"TEXT", "INTEGER", "REAL", "BLOB", "NUMERIC"})
 _ONE_S: Final = timedelta(seconds=1)
 
 Row = tuple[str, str, str, str, str, str, int, int, str, str | None, bytes]
@@ -629,55 +632,6 @@ def _partition_of(key: object) -> Partition | None:
         return None
 
 
-# --- migrations -----------------------------------------------------------------------
-
-
-def _check_operation(index: int, op: MigrationOp) -> None:
-    """Only nullable ``add_column`` with safe names and a plain column type is supported."""
-    where = f"operations[{index}]"
-    if op.op != "add_column":
-        raise MigrationNotSupported(f"{where}: operation {op.op!r} is not supported", op=op.op)
-    if not op.nullable:
-        raise MigrationNotSupported(f"{where}: only nullable columns can be added", op=op.op)
-    for what, name in (("table", op.table), ("column", op.column)):
-        if not _IDENTIFIER.match(name) or name.lower().startswith("sqlite_"):
-            raise MigrationNotSupported(f"{where}: invalid {what} name {name!r}", op=op.op)
-    if op.type.upper() not in _COLUMN_TYPES:
-        allowed = ", ".join(sorted(_COLUMN_TYPES))
-        raise MigrationNotSupported(
-            f"{where}: column type {op.type!r} is not one of {allowed}", op=op.op
-        )
-
-
-async def _columns(db: aiosqlite.Connection, table: str) -> set[str] | None:
-    """Column names of ``table`` (lower-cased), or ``None`` when the table does not exist."""
-    rows = await fetch(
-        db,
-        "SELECT name FROM pragma_table_info(?) WHERE ? IN "
-        "(SELECT name FROM sqlite_master WHERE type = 'table')",
-        (table, table),
-    )
-    names = {str(row[0]).lower() for row in rows}
-    return names or None
-
-
-async def _check_targets(db: aiosqlite.Connection, plan: MigrationPlan) -> None:
-    """Every target table exists and no column is added twice or already present."""
-    added: set[tuple[str, str]] = set()
-    for index, op in enumerate(plan.operations):
-        columns = await _columns(db, op.table)
-        if columns is None:
-            raise MigrationNotSupported(
-                f"operations[{index}]: table {op.table!r} does not exist", op=op.op
-            )
-        key = (op.table.lower(), op.column.lower())
-        if key[1] in columns or key in added:
-            raise MigrationNotSupported(
-                f"operations[{index}]: column {op.table}.{op.column} already exists", op=op.op
-            )
-        added.add(key)
-
-
 # --- the store ------------------------------------------------------------------------
 
 
@@ -701,7 +655,7 @@ class SQLiteMemoryStore(SQLiteStoreBase):
     async def _figures(self, db: aiosqlite.Connection) -> dict[str, Any]:
         count = await scalar(db, "SELECT count(*) FROM episodes")
         version = await scalar(db, "SELECT max(version) FROM schema_migrations")
-        return {"schema_version": version, "episode_count": count}
+        return {"schema_version": version, "episode_count": count, "fragment_count": count}
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -709,32 +663,12 @@ class SQLiteMemoryStore(SQLiteStoreBase):
         """Apply nullable ``add_column`` operations in one transaction and record the plan.
 
         Re-applying a recorded plan is a no-op; anything else raises
-        :class:`MigrationNotSupported` with nothing changed.
+        :class:`MigrationNotSupported` (naming store, plan and operation), nothing changed.
         """
-        for index, op in enumerate(plan.operations):
-            _check_operation(index, op)
-        body = canonical_json(plan.model_dump(mode="json"))
+        check_plan(plan, store="memory")
         now_us = self._now_us()
         async with self._write() as db:
-            applied = await scalar(
-                db, "SELECT plan FROM schema_migrations WHERE name = ?", (plan.name,)
-            )
-            if applied is not None:
-                if bytes(applied) == body:
-                    return
-                raise MigrationNotSupported(
-                    f"migration {plan.name!r} was already applied with different operations"
-                )
-            await _check_targets(db, plan)
-            for op in plan.operations:
-                await db.execute(
-                    f'ALTER TABLE "{op.table}" ADD COLUMN "{op.column}" {op.type.upper()}'
-                )
-            await db.execute(
-                "INSERT INTO schema_migrations (version, name, applied_at_us, plan) "
-                "VALUES ((SELECT max(version) + 1 FROM schema_migrations), ?, ?, ?)",
-                (plan.name, now_us, body),
-            )
+            await apply_plan(db, plan, store="memory", ledger=_LEDGER, now_us=now_us)
 
     async def schema_version(self) -> int:
         """The highest applied migration version."""
