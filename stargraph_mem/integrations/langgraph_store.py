@@ -22,6 +22,9 @@
 - **Timestamps come from the facts**: ``updated_at`` is the current fact's
   ``valid_from``, ``created_at`` the ``valid_from`` of the fact that first created the
   item (after its last delete).
+- **Search** with a ``query`` ranks the items under the prefix with the project's fact
+  search (``Consolidator.search``); without one it lists them, newest first; ``filter``
+  applies to the value (equality, nested objects, ``$eq`` … ``$lte``).
 
 Batches run their operations in order (a ``get`` after a ``put`` in one batch sees it),
 after every operation of the batch was checked: a refused operation refuses the whole
@@ -65,11 +68,12 @@ from langgraph.store.base import (
 
 from stargraph_mem.compiler.pack import CompiledPack, compile_file
 from stargraph_mem.engine.api import Consolidator
-from stargraph_mem.errors import StargraphMemError
+from stargraph_mem.errors import CorruptRowError, SearchError, StargraphMemError
 from stargraph_mem.model.base import unicode_problem
 from stargraph_mem.model.episodes import Episode
 from stargraph_mem.model.facts import Fact, FactPattern
 from stargraph_mem.model.time import utc_now
+from stargraph_mem.stores.sqlite_search import MAX_LIMIT
 
 __all__ = [
     "DEFAULT_SESSION",
@@ -147,9 +151,15 @@ class ItemWriteError(LangGraphStoreError):
 # --- namespaces, keys, values ---------------------------------------------------------
 
 
+def _a(value: object) -> str:
+    """``an int``, ``a tuple``: the type of ``value`` with its article."""
+    name = type(value).__name__
+    return f"an {name}" if name[:1] in "aeiou" else f"a {name}"
+
+
 def _label_problem(label: object) -> str | None:
     if not isinstance(label, str):
-        return f"is a {type(label).__name__}, not a string"
+        return f"is {_a(label)}, not a string"
     if not label:
         return "is empty"
     if "." in label:
@@ -165,7 +175,7 @@ def _check_labels(namespace: object, what: str, *, wildcards: bool = False) -> t
     """``namespace`` as a tuple of at most two valid labels, else :class:`NamespaceError`."""
     if not isinstance(namespace, tuple | list):
         raise NamespaceError(
-            f"{what} must be a tuple of labels, not {type(namespace).__name__}",
+            f"{what} must be a tuple of labels, not {_a(namespace)}",
             namespace=namespace,
             reason="not a tuple",
         )
@@ -213,7 +223,7 @@ def namespace_of(user: str, agent: str) -> tuple[str, ...] | None:
 
 def _check_key(key: object) -> str:
     if not isinstance(key, str):
-        raise ItemKeyError(f"key must be a string, not {type(key).__name__}", key=key)
+        raise ItemKeyError(f"key must be a string, not {_a(key)}", key=key)
     if not key:
         raise ItemKeyError("key must not be empty (it is the item's fact subject)", key=key)
     if "\x00" in key:
@@ -249,7 +259,7 @@ def _check_json(value: object, where: str) -> None:
     elif isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
-                raise _bad_value(where, f"has a {type(key).__name__} key {key!r}")
+                raise _bad_value(where, f"has {_a(key)} key {key!r}")
             problem = unicode_problem(key)
             if problem is not None:
                 raise _bad_value(f"{where}: key {key!r}", problem)
@@ -258,14 +268,14 @@ def _check_json(value: object, where: str) -> None:
         for index, item in enumerate(value):
             _check_json(item, f"{where}[{index}]")
     else:
-        raise _bad_value(where, f"is a {type(value).__name__}")
+        raise _bad_value(where, f"is {_a(value)}")
 
 
 def encode_value(value: object) -> str:
     """The JSON text an item's value is kept as (key order kept); :class:`ItemValueError`
     when it is not a JSON object that would come back equal."""
     if not isinstance(value, Mapping):
-        raise _bad_value("value", f"is a {type(value).__name__}, not a dict")
+        raise _bad_value("value", f"is {_a(value)}, not a dict")
     plain = dict(value)
     _check_json(plain, "value")
     return orjson.dumps(plain).decode()
@@ -274,14 +284,18 @@ def encode_value(value: object) -> str:
 def item_value(fact: Fact) -> dict[str, Any]:
     """The value an item fact holds (its ``payload["value"]`` JSON text, decoded)."""
     text = fact.payload.get("value")
-    if not isinstance(text, str):
-        raise ItemWriteError(
-            f"fact {fact.id} has no value text in payload['value']: not an item fact",
-            fact_id=fact.id,
-        )
-    value = orjson.loads(text)
+    value = None
+    if isinstance(text, str):
+        try:
+            value = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            value = None
     if not isinstance(value, dict):
-        raise ItemWriteError(f"fact {fact.id}: payload['value'] is not a JSON object")
+        raise CorruptRowError(
+            f"fact {fact.id}: payload['value'] is not a JSON object's text (not an item fact)",
+            table="facts",
+            row_id=fact.id,
+        )
     return value
 
 
@@ -344,7 +358,7 @@ def _check_filter(filter_: object) -> dict[str, Any] | None:
     if filter_ is None:
         return None
     if not isinstance(filter_, Mapping):
-        raise FilterError(f"filter must be a dict, not {type(filter_).__name__}")
+        raise FilterError(f"filter must be a dict, not {_a(filter_)}")
 
     def walk(condition: object, where: str) -> None:
         if isinstance(condition, Mapping):
@@ -416,6 +430,8 @@ class _List:
 
 
 _Checked = _Get | _Put | _Search | _List
+_Found = tuple[tuple[str, ...], Fact, float | None]
+"""A search result before it becomes a ``SearchItem``: namespace, fact, score."""
 
 
 def _count(value: object, what: str) -> int:
@@ -545,7 +561,9 @@ class StargraphStore(BaseStore):
         """A store over the database at ``path`` running the store's pack (and ``packs``,
         which consolidate the same episodes); open it with ``async with`` or ``with``.
         ``clock`` stamps the episodes and the facts' validity times."""
-        compiled = [store_pack(), *(compile_file(p) for p in packs)]
+        own = PACK_PATH.resolve()
+        extra = [compile_file(p) for p in packs if Path(p).resolve() != own]
+        compiled = [store_pack(), *extra]
         mem = Consolidator(path, compiled, clock=clock, read_only=read_only)
         store = cls(mem, session=session)
         store._owns = True
@@ -732,7 +750,7 @@ class StargraphStore(BaseStore):
             content = f"delete {op.key}"
         else:
             metadata = {"store_op": "put", "store_key": op.key, "store_value": op.text}
-            content = f"put {op.key}: {op.text}"
+            content = f"put {op.key}"
         episode = Episode(
             id=f"lg-{uuid.uuid4().hex}",
             content=content,
@@ -744,10 +762,11 @@ class StargraphStore(BaseStore):
             metadata=metadata,
         )
         report = await mem.record(episode)
-        for rejected in report.rejected:
+        rejections = (r for p in report.passes if p.pack == PACK_NAME for r in p.rejected)
+        for rejected in rejections:
             if rejected.episode_id == episode.id:
                 raise ItemWriteError(
-                    f"{content.split(':')[0]} in {op.namespace!r} was rejected by rule "
+                    f"{content} in {op.namespace!r} was rejected by rule "
                     f"{rejected.rule_id}: {rejected.reason}",
                     episode_id=episode.id,
                 )
@@ -764,55 +783,78 @@ class StargraphStore(BaseStore):
             score=score,
         )
 
-    def _hit(self, op: _Search, fact: Fact) -> tuple[tuple[str, ...], dict[str, Any]] | None:
-        """The namespace and value of a fact the search may return, or ``None``."""
+    def _hit(self, op: _Search, fact: Fact) -> tuple[str, ...] | None:
+        """The namespace of a fact the search may return (an addressable current item
+        whose value passes the filter), or ``None``."""
         if fact.predicate != ITEM_PREDICATE or not fact.is_current:
             return None
         namespace = namespace_of(fact.user, fact.agent)
         if namespace is None:
             return None
-        value = item_value(fact)
-        if op.filter is not None and not all(
-            _matches(value.get(field), condition) for field, condition in op.filter.items()
-        ):
-            return None
-        return namespace, value
+        if op.filter is not None:
+            value = item_value(fact)
+            if not all(_matches(value.get(f), cond) for f, cond in op.filter.items()):
+                return None
+        return namespace
 
     async def _search(self, op: _Search) -> list[SearchItem]:
         if op.limit == 0:
             return []
-        wanted = op.offset + op.limit
-        found: list[tuple[tuple[str, ...], Fact, float | None]] = []
-        if op.query is None:
-            pattern = FactPattern(user=op.user, agent=op.agent, predicate=ITEM_PREDICATE)
-            facts = await self.consolidator.fact_store.query(pattern)
-            for fact in sorted(facts, key=lambda f: (f.valid_from, f.id), reverse=True):
-                hit = self._hit(op, fact)
-                if hit is not None:
-                    found.append((hit[0], fact, None))
-        else:
-            size = wanted
-            while True:
-                hits = await self.consolidator.search(
-                    op.query,
-                    user=op.user,
-                    agent=op.agent,
-                    predicate=ITEM_PREDICATE,
-                    limit=size,
-                    touch=op.touch,
-                )
-                found = []
-                for h in hits:
-                    hit = self._hit(op, h.fact)
-                    if hit is not None:
-                        found.append((hit[0], h.fact, h.score))
-                if len(found) >= wanted or len(hits) < size:
-                    break
-                size *= 4
+        found = await (self._listed(op) if op.query is None else self._ranked(op, op.query))
         return [
             await self._search_item(namespace, fact, score)
-            for namespace, fact, score in found[op.offset : wanted]
+            for namespace, fact, score in found[op.offset : op.offset + op.limit]
         ]
+
+    async def _listed(self, op: _Search) -> list[_Found]:
+        """Every current item under the prefix that passes the filter, newest first."""
+        pattern = FactPattern(user=op.user, agent=op.agent, predicate=ITEM_PREDICATE)
+        facts = await self.consolidator.fact_store.query(pattern)
+        found: list[_Found] = []
+        for fact in sorted(facts, key=lambda f: (f.valid_from, f.id), reverse=True):
+            namespace = self._hit(op, fact)
+            if namespace is not None:
+                found.append((namespace, fact, None))
+        return found
+
+    async def _ranked(self, op: _Search, query: str) -> list[_Found]:
+        """The best hits of the project's fact search that pass the filter (it ranks at
+        most :data:`MAX_LIMIT` hits); accesses are recorded for the hits returned only."""
+        wanted = op.offset + op.limit
+        if wanted > MAX_LIMIT:
+            raise SearchError(
+                f"a search with a query reaches its best {MAX_LIMIT} hits: offset + limit "
+                f"is {wanted}",
+                offset=op.offset,
+                limit=op.limit,
+            )
+        mem = self.consolidator
+        touch = op.touch and mem.read_only_reason is None  # a read-only file reads only
+        exact = op.filter is None and op.offset == 0
+        size = wanted
+        while True:
+            hits = await mem.search(
+                query,
+                user=op.user,
+                agent=op.agent,
+                predicate=ITEM_PREDICATE,
+                limit=size,
+                touch=touch and exact,
+            )
+            found: list[_Found] = []
+            for hit in hits:
+                namespace = self._hit(op, hit.fact)
+                if namespace is not None:
+                    found.append((namespace, hit.fact, hit.score))
+            if len(found) >= wanted or len(hits) < size or size == MAX_LIMIT:
+                break
+            size = min(size * 4, MAX_LIMIT)
+        if touch and not exact:
+            for _, fact, _ in found[op.offset : wanted]:
+                await mem.search(
+                    user=fact.user, agent=fact.agent, subject=fact.subject, predicate=fact.predicate
+                )
+        return found
 
     async def _list(self, op: _List) -> list[tuple[str, ...]]:
         mem = self.consolidator
