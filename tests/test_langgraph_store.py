@@ -210,6 +210,15 @@ async def test_two_users_and_two_agents_with_the_same_key_are_isolated(
     assert [item_value(f) for f in facts] == [{"n": 0}]
 
 
+async def test_the_session_of_the_episodes_is_configurable(tmp_path: Path) -> None:
+    async with StargraphStore.from_path(tmp_path / "memory.db", session="chat.v2") as store:
+        await store.aput(("alice",), "k", {"a": 1})
+        [episode] = await store.consolidator.memory.recent("alice", limit=5)
+    assert (episode.session, episode.agent, episode.content) == ("chat.v2", USER_AGENT, "put k")
+    with pytest.raises(ValueError, match="is empty"):
+        StargraphStore.from_path(tmp_path / "memory.db", session="")
+
+
 async def test_items_survive_a_restart(tmp_path: Path) -> None:
     db = tmp_path / "memory.db"
     async with StargraphStore.from_path(db) as store:

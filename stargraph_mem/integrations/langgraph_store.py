@@ -458,7 +458,7 @@ def _check_op(op: Op) -> _Checked:
         prefix = _check_labels(op.namespace_prefix, "namespace prefix")
         return _Search(
             user=prefix[0] if prefix else None,
-            agent=None if len(prefix) < 2 else (prefix[1]),
+            agent=prefix[1] if len(prefix) == 2 else None,
             query=op.query or None,
             filter=_check_filter(op.filter),
             limit=_count(op.limit, "limit"),
@@ -540,8 +540,9 @@ class StargraphStore(BaseStore):
 
     def __init__(self, consolidator: Consolidator, *, session: str = DEFAULT_SESSION) -> None:
         _check_consolidator(consolidator)
-        if not isinstance(session, str) or _label_problem(session) is not None:
-            raise ValueError(f"session {session!r} is not a usable scope component")
+        problem = _label_problem(session)
+        if problem is not None and "period" not in problem:  # sessions may have periods
+            raise ValueError(f"session {session!r} {problem}")
         self.consolidator = consolidator
         self.session = session
         self._owns = False
