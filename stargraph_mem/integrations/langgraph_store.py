@@ -1,0 +1,875 @@
+"""A LangGraph ``BaseStore`` backed by stargraph_mem (``pip install 'stargraph_mem[graph]'``).
+
+:class:`StargraphStore` keeps LangGraph's long-term memory (``store.put``, ``get``,
+``search``, ``delete``, ``list_namespaces``) as episodes and facts:
+
+- **Namespaces are scopes.** ``(user, agent)`` is the fact partition ``(user, agent)``;
+  ``(user,)`` is the user's own items, kept under the reserved agent
+  :data:`USER_AGENT` (it has a period, which no LangGraph label may have, so no
+  two-label namespace can reach it). A namespace (or search prefix, or match path) of
+  more labels, an empty label, a period, NUL, a lone surrogate or a label longer than
+  256 characters is refused with :class:`NamespaceError`: never truncated.
+- **A key is the fact's subject.** Each put records one episode (``store_op``,
+  ``store_key``, ``store_value``: the value's JSON) and the shipped pack
+  (``packs/langgraph_store.yaml``, cadence ``every: 1``) decides it at once: the key's
+  first put adds the fact ``(key, langgraph.item, …)``, a later put supersedes it, a put
+  of ``None`` (``delete``) closes it. Nothing is overwritten: older values stay in the
+  history (``as_of``, ``explain``), and ``get`` returns the current fact's value.
+- **Values are JSON objects**, kept as their JSON text in the fact's ``payload["value"]``
+  (pack payloads are text) and returned equal: ``dict``, ``list``, ``str``, finite
+  ``float``, 64-bit ``int``, ``bool`` and ``None``, nothing else (a tuple would come back
+  as a list): anything else is refused with :class:`ItemValueError`, naming where.
+- **Timestamps come from the facts**: ``updated_at`` is the current fact's
+  ``valid_from``, ``created_at`` the ``valid_from`` of the fact that first created the
+  item (after its last delete).
+- **Search** with a ``query`` ranks the items under the prefix with the project's fact
+  search (``Consolidator.search``); without one it lists them, newest first; ``filter``
+  applies to the value (equality, nested objects, ``$eq`` … ``$lte``).
+
+Batches run their operations in order (a ``get`` after a ``put`` in one batch sees it),
+after every operation of the batch was checked: a refused operation refuses the whole
+batch before anything is written.
+
+The store lives on one event loop. ``async with StargraphStore.from_path(db)`` opens it
+on the running loop (sync ``batch`` calls from other threads are handed to that loop,
+as LangGraph's async stores do; on the loop's own thread they raise
+:class:`StoreStateError` instead of deadlocking). ``with StargraphStore.from_path(db)``
+opens it on a private event loop in a daemon thread, stopped and joined on exit; async
+callers are handed to that loop too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from functools import lru_cache
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final, Self, TypeVar
+
+import orjson
+from langgraph.store.base import (
+    BaseStore,
+    GetOp,
+    InvalidNamespaceError,
+    Item,
+    ListNamespacesOp,
+    MatchCondition,
+    Op,
+    PutOp,
+    Result,
+    SearchItem,
+    SearchOp,
+)
+
+from stargraph_mem.compiler.pack import CompiledPack, compile_file
+from stargraph_mem.engine.api import Consolidator
+from stargraph_mem.errors import CorruptRowError, SearchError, StargraphMemError
+from stargraph_mem.model.base import unicode_problem
+from stargraph_mem.model.episodes import Episode
+from stargraph_mem.model.facts import Fact, FactPattern
+from stargraph_mem.model.time import utc_now
+from stargraph_mem.stores.sqlite_search import MAX_LIMIT
+
+__all__ = [
+    "DEFAULT_SESSION",
+    "ITEM_PREDICATE",
+    "PACK_NAME",
+    "PACK_PATH",
+    "USER_AGENT",
+    "FilterError",
+    "ItemKeyError",
+    "ItemValueError",
+    "ItemWriteError",
+    "LangGraphStoreError",
+    "NamespaceError",
+    "StargraphStore",
+    "StoreStateError",
+    "item_value",
+    "namespace_of",
+    "scope_of",
+    "store_pack",
+]
+
+PACK_PATH: Final = Path(__file__).with_name("packs") / "langgraph_store.yaml"
+"""The pack the store needs (a Consolidator given to :class:`StargraphStore` must run it)."""
+PACK_NAME: Final = "langgraph_store"
+ITEM_PREDICATE: Final = "langgraph.item"
+"""The predicate of every item fact (its subject is the key)."""
+USER_AGENT: Final = "langgraph.user"
+"""The agent of one-label namespaces ``(user,)``: no LangGraph label has a period."""
+DEFAULT_SESSION: Final = "langgraph"
+"""The session of the episodes the store records (namespaces have no session)."""
+SOURCE_NODE: Final = "langgraph_store"
+MAX_LABEL_CHARS: Final = 256
+"""Longest namespace label: the longest user or agent a scope takes."""
+_INT_RANGE: Final = (-(2**63), 2**64 - 1)
+"""Integers JSON text keeps exactly here (orjson's range)."""
+_OPERATORS: Final = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte")
+
+T = TypeVar("T")
+
+
+# --- errors ---------------------------------------------------------------------------
+
+
+class LangGraphStoreError(StargraphMemError):
+    """Root of the errors :class:`StargraphStore` raises on purpose."""
+
+
+class NamespaceError(LangGraphStoreError, InvalidNamespaceError):
+    """A namespace that maps to no scope: not one or two labels, or a label a scope refuses
+    (also LangGraph's ``InvalidNamespaceError``); ``namespace`` and ``reason`` say which."""
+
+
+class ItemKeyError(LangGraphStoreError, ValueError):
+    """A key that cannot be a fact's subject: not a string, empty, NUL, a lone surrogate."""
+
+
+class ItemValueError(LangGraphStoreError, ValueError):
+    """A value that would not come back equal: not a JSON object of plain JSON values
+    (``where`` names the part, as ``value['a'][0]``)."""
+
+
+class FilterError(LangGraphStoreError, ValueError):
+    """A search filter this store cannot apply (an unknown ``$`` operator)."""
+
+
+class StoreStateError(LangGraphStoreError, RuntimeError):
+    """The store is not open (or open already), its Consolidator lacks the store's pack, or
+    a synchronous call came from the event loop the store runs on (it would deadlock)."""
+
+
+class ItemWriteError(LangGraphStoreError):
+    """The pack rejected a put or delete (the episode is kept; the reason is given)."""
+
+
+# --- namespaces, keys, values ---------------------------------------------------------
+
+
+def _a(value: object) -> str:
+    """``an int``, ``a tuple``: the type of ``value`` with its article."""
+    name = type(value).__name__
+    return f"an {name}" if name[:1] in "aeiou" else f"a {name}"
+
+
+def _label_problem(label: object) -> str | None:
+    if not isinstance(label, str):
+        return f"is {_a(label)}, not a string"
+    if not label:
+        return "is empty"
+    if "." in label:
+        return "contains a period (LangGraph labels cannot)"
+    if "\x00" in label:
+        return "contains NUL"
+    if len(label) > MAX_LABEL_CHARS:
+        return f"is longer than {MAX_LABEL_CHARS} characters"
+    return unicode_problem(label)
+
+
+def _check_labels(namespace: object, what: str, *, wildcards: bool = False) -> tuple[str, ...]:
+    """``namespace`` as a tuple of at most two valid labels, else :class:`NamespaceError`."""
+    if not isinstance(namespace, tuple | list):
+        raise NamespaceError(
+            f"{what} must be a tuple of labels, not {_a(namespace)}",
+            namespace=namespace,
+            reason="not a tuple",
+        )
+    labels = tuple(namespace)
+    if len(labels) > 2:
+        raise NamespaceError(
+            f"{what} {labels!r} has {len(labels)} labels: this store's namespaces are "
+            "(user,) or (user, agent), so it is refused rather than cut short",
+            namespace=labels,
+            reason="too long",
+        )
+    for index, label in enumerate(labels):
+        problem = None if wildcards and label == "*" else _label_problem(label)
+        if problem is not None:
+            raise NamespaceError(
+                f"{what} {labels!r}: label {index} ({label!r}) {problem}",
+                namespace=labels,
+                reason=problem,
+            )
+    return labels
+
+
+def scope_of(namespace: tuple[str, ...]) -> tuple[str, str]:
+    """The ``(user, agent)`` scope of an item namespace: ``(user,)`` → ``(user,
+    USER_AGENT)``, ``(user, agent)`` → itself; :class:`NamespaceError` otherwise."""
+    labels = _check_labels(namespace, "namespace")
+    if not labels:
+        raise NamespaceError(
+            "namespace () is empty: items live in (user,) or (user, agent)",
+            namespace=labels,
+            reason="empty",
+        )
+    return (labels[0], USER_AGENT) if len(labels) == 1 else (labels[0], labels[1])
+
+
+def namespace_of(user: str, agent: str) -> tuple[str, ...] | None:
+    """The namespace of a ``(user, agent)`` scope, or ``None`` when no namespace maps to it
+    (a label LangGraph refuses, as an agent with a period other than :data:`USER_AGENT`)."""
+    if _label_problem(user) is not None:
+        return None
+    if agent == USER_AGENT:
+        return (user,)
+    return None if _label_problem(agent) is not None else (user, agent)
+
+
+def _check_key(key: object) -> str:
+    if not isinstance(key, str):
+        raise ItemKeyError(f"key must be a string, not {_a(key)}", key=key)
+    if not key:
+        raise ItemKeyError("key must not be empty (it is the item's fact subject)", key=key)
+    if "\x00" in key:
+        raise ItemKeyError(f"key {key!r} contains NUL", key=key)
+    problem = unicode_problem(key)
+    if problem is not None:
+        raise ItemKeyError(f"key {key!r} {problem}", key=key)
+    return key
+
+
+def _bad_value(where: str, problem: str) -> ItemValueError:
+    return ItemValueError(
+        f"{where} {problem}: values are JSON objects of dict, list, str, finite float, "
+        "64-bit int, bool and None",
+        where=where,
+    )
+
+
+def _check_json(value: object, where: str) -> None:
+    """Raise :class:`ItemValueError` for anything JSON text would not give back equal."""
+    if value is None or isinstance(value, bool):
+        return
+    if isinstance(value, str):
+        problem = unicode_problem(value)
+        if problem is not None:
+            raise _bad_value(where, problem)
+    elif isinstance(value, int):
+        if not _INT_RANGE[0] <= value <= _INT_RANGE[1]:
+            raise _bad_value(where, f"is an integer outside the 64-bit range ({value})")
+    elif isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise _bad_value(where, f"is not a finite number ({value})")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise _bad_value(where, f"has {_a(key)} key {key!r}")
+            problem = unicode_problem(key)
+            if problem is not None:
+                raise _bad_value(f"{where}: key {key!r}", problem)
+            _check_json(item, f"{where}[{key!r}]")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_json(item, f"{where}[{index}]")
+    else:
+        raise _bad_value(where, f"is {_a(value)}")
+
+
+def encode_value(value: object) -> str:
+    """The JSON text an item's value is kept as (key order kept); :class:`ItemValueError`
+    when it is not a JSON object that would come back equal."""
+    if not isinstance(value, Mapping):
+        raise _bad_value("value", f"is {_a(value)}, not a dict")
+    plain = dict(value)
+    _check_json(plain, "value")
+    return orjson.dumps(plain).decode()
+
+
+def item_value(fact: Fact) -> dict[str, Any]:
+    """The value an item fact holds (its ``payload["value"]`` JSON text, decoded)."""
+    text = fact.payload.get("value")
+    value = None
+    if isinstance(text, str):
+        try:
+            value = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            value = None
+    if not isinstance(value, dict):
+        raise CorruptRowError(
+            f"fact {fact.id}: payload['value'] is not a JSON object's text (not an item fact)",
+            table="facts",
+            row_id=fact.id,
+        )
+    return value
+
+
+# --- filters and namespace matching ---------------------------------------------------
+
+
+def _same(left: object, right: object) -> bool:
+    """JSON equality: ``true`` is not ``1``; objects and arrays compare deeply."""
+    if isinstance(left, bool) or isinstance(right, bool):
+        return isinstance(left, bool) and isinstance(right, bool) and left == right
+    if isinstance(left, dict) and isinstance(right, dict):
+        return left.keys() == right.keys() and all(_same(left[k], right[k]) for k in left)
+    if isinstance(left, list) and isinstance(right, list):
+        return len(left) == len(right) and all(
+            _same(a, b) for a, b in zip(left, right, strict=True)
+        )
+    if isinstance(left, int | float) and isinstance(right, int | float):
+        return left == right
+    return type(left) is type(right) and left == right
+
+
+def _compare(item: object, operator: str, operand: object) -> bool:
+    if operator == "$eq":
+        return _same(item, operand)
+    if operator == "$ne":
+        return not _same(item, operand)
+    numbers = (int, float)
+    if isinstance(item, bool) or isinstance(operand, bool):
+        return False
+    if not (
+        (isinstance(item, numbers) and isinstance(operand, numbers))
+        or (isinstance(item, str) and isinstance(operand, str))
+    ):
+        return False
+    a: Any = item
+    b: Any = operand
+    if operator == "$gt":
+        return bool(a > b)
+    if operator == "$gte":
+        return bool(a >= b)
+    if operator == "$lt":
+        return bool(a < b)
+    return bool(a <= b)
+
+
+def _matches(item: object, condition: object) -> bool:
+    """One filter condition on one field: operators, nested objects (each given key must
+    match), or JSON equality."""
+    if isinstance(condition, dict):
+        if any(isinstance(k, str) and k.startswith("$") for k in condition):
+            return all(_compare(item, str(op), operand) for op, operand in condition.items())
+        return isinstance(item, dict) and all(
+            _matches(item.get(k), v) for k, v in condition.items()
+        )
+    return _same(item, condition)
+
+
+def _check_filter(filter_: object) -> dict[str, Any] | None:
+    """A search filter: a dict of value field → value or ``{"$op": operand}``."""
+    if filter_ is None:
+        return None
+    if not isinstance(filter_, Mapping):
+        raise FilterError(f"filter must be a dict, not {_a(filter_)}")
+
+    def walk(condition: object, where: str) -> None:
+        if isinstance(condition, Mapping):
+            for key, sub in condition.items():
+                if isinstance(key, str) and key.startswith("$") and key not in _OPERATORS:
+                    raise FilterError(
+                        f"filter {where}: unknown operator {key!r} (known: "
+                        + ", ".join(_OPERATORS)
+                        + ")",
+                        operator=key,
+                    )
+                walk(sub, f"{where}[{key!r}]")
+
+    for field, condition in filter_.items():
+        walk(condition, repr(field))
+    return dict(filter_)
+
+
+def _path_matches(condition: MatchCondition, namespace: tuple[str, ...]) -> bool:
+    path = condition.path
+    if len(namespace) < len(path):
+        return False
+    pairs = (
+        zip(namespace, path, strict=False)
+        if condition.match_type == "prefix"
+        else zip(reversed(namespace), reversed(path), strict=False)
+    )
+    return all(want == "*" or have == want for have, want in pairs)
+
+
+# --- checked operations ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Get:
+    namespace: tuple[str, ...]
+    user: str
+    agent: str
+    key: str
+
+
+@dataclass(frozen=True)
+class _Put:
+    namespace: tuple[str, ...]
+    user: str
+    agent: str
+    key: str
+    text: str | None
+    """The value's JSON text; ``None`` deletes."""
+
+
+@dataclass(frozen=True)
+class _Search:
+    user: str | None
+    agent: str | None
+    query: str | None
+    filter: dict[str, Any] | None
+    limit: int
+    offset: int
+    touch: bool
+
+
+@dataclass(frozen=True)
+class _List:
+    conditions: tuple[MatchCondition, ...]
+    max_depth: int | None
+    limit: int
+    offset: int
+
+
+_Checked = _Get | _Put | _Search | _List
+_Found = tuple[tuple[str, ...], Fact, float | None]
+"""A search result before it becomes a ``SearchItem``: namespace, fact, score."""
+
+
+def _count(value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{what} must be a non-negative integer (got {value!r})")
+    return value
+
+
+def _check_op(op: Op) -> _Checked:
+    """One operation checked and mapped to scopes (no I/O)."""
+    if isinstance(op, GetOp):
+        user, agent = scope_of(op.namespace)
+        return _Get(tuple(op.namespace), user, agent, _check_key(op.key))
+    if isinstance(op, PutOp):
+        user, agent = scope_of(op.namespace)
+        if op.ttl is not None:
+            raise NotImplementedError(
+                "StargraphStore does not support TTL: items are closed by a delete (or by "
+                "a pack's rules), never expired by the store; pass ttl=None"
+            )
+        text = None if op.value is None else encode_value(op.value)
+        return _Put(tuple(op.namespace), user, agent, _check_key(op.key), text)
+    if isinstance(op, SearchOp):
+        prefix = _check_labels(op.namespace_prefix, "namespace prefix")
+        return _Search(
+            user=prefix[0] if prefix else None,
+            agent=prefix[1] if len(prefix) == 2 else None,
+            query=op.query or None,
+            filter=_check_filter(op.filter),
+            limit=_count(op.limit, "limit"),
+            offset=_count(op.offset, "offset"),
+            touch=bool(op.refresh_ttl),
+        )
+    if isinstance(op, ListNamespacesOp):
+        conditions = tuple(op.match_conditions or ())
+        for condition in conditions:
+            if condition.match_type not in ("prefix", "suffix"):
+                raise ValueError(f"unknown match type {condition.match_type!r}")
+            _check_labels(tuple(condition.path), "match path", wildcards=True)
+        depth = op.max_depth
+        if depth is not None and _count(depth, "max_depth") < 1:
+            raise ValueError("max_depth must be at least 1")
+        return _List(conditions, depth, _count(op.limit, "limit"), _count(op.offset, "offset"))
+    raise TypeError(f"unknown store operation {type(op).__name__}")
+
+
+# --- the pack -------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=1)
+def store_pack() -> CompiledPack:
+    """The compiled pack the store needs (:data:`PACK_PATH`), compiled once per process."""
+    return compile_file(PACK_PATH)
+
+
+def _check_consolidator(consolidator: Consolidator) -> None:
+    wanted = store_pack()
+    for compiled in consolidator.packs:
+        if compiled.name == wanted.name:
+            if compiled.sha256 != wanted.sha256:
+                raise StoreStateError(
+                    f"the Consolidator runs another version of pack {wanted.name!r} "
+                    f"(sha256 {compiled.sha256[:12]}…, this store needs "
+                    f"{wanted.sha256[:12]}…): open it with packs=[PACK_PATH, ...]"
+                )
+            return
+    raise StoreStateError(
+        f"the Consolidator does not run the store's pack {wanted.name!r}: open it with "
+        "Consolidator.open(path, packs=[PACK_PATH, ...]) or use StargraphStore.from_path"
+    )
+
+
+# --- the store ------------------------------------------------------------------------
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def _serve(loop: asyncio.AbstractEventLoop) -> None:
+    """The private loop thread: run until stopped, then release the loop's resources."""
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_forever()
+    finally:
+        try:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.run_until_complete(loop.shutdown_default_executor())
+        finally:
+            loop.close()
+
+
+class StargraphStore(BaseStore):
+    """LangGraph's ``BaseStore`` over a :class:`Consolidator` (see the module docstring).
+
+    ``StargraphStore.from_path(db)`` owns its Consolidator (opened and closed with the
+    store); ``StargraphStore(consolidator)`` uses one that runs :data:`PACK_PATH` and
+    that its caller opens and closes (``async with`` the store binds it to the loop).
+    ``session`` is the session of the episodes the store records.
+    """
+
+    supports_ttl = False
+
+    def __init__(self, consolidator: Consolidator, *, session: str = DEFAULT_SESSION) -> None:
+        _check_consolidator(consolidator)
+        problem = _label_problem(session)
+        if problem is not None and "period" not in problem:  # sessions may have periods
+            raise ValueError(f"session {session!r} {problem}")
+        self.consolidator = consolidator
+        self.session = session
+        self._owns = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    @classmethod
+    def from_path(
+        cls,
+        path: str | Path,
+        *,
+        packs: Sequence[str | Path] = (),
+        session: str = DEFAULT_SESSION,
+        clock: Callable[[], datetime] = utc_now,
+        read_only: bool | None = None,
+    ) -> StargraphStore:
+        """A store over the database at ``path`` running the store's pack (and ``packs``,
+        which consolidate the same episodes); open it with ``async with`` or ``with``.
+        ``clock`` stamps the episodes and the facts' validity times."""
+        own = PACK_PATH.resolve()
+        extra = [compile_file(p) for p in packs if Path(p).resolve() != own]
+        compiled = [store_pack(), *extra]
+        mem = Consolidator(path, compiled, clock=clock, read_only=read_only)
+        store = cls(mem, session=session)
+        store._owns = True
+        return store
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    def _bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._loop is not None:
+            raise StoreStateError("the store is open already (one `with` at a time)")
+        self._loop = loop
+
+    async def __aenter__(self) -> Self:
+        self._bind(asyncio.get_running_loop())
+        try:
+            if self._owns:
+                await self.consolidator.bootstrap()
+        except BaseException:
+            self._loop = None
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            if self._owns:
+                await self.consolidator.close()
+        finally:
+            self._loop = None
+
+    def __enter__(self) -> Self:
+        loop = asyncio.new_event_loop()
+        thread = threading.Thread(target=_serve, args=(loop,), name="stargraph-store", daemon=True)
+        self._bind(loop)
+        self._thread = thread
+        thread.start()
+        try:
+            if self._owns:
+                self._call(self.consolidator.bootstrap)
+        except BaseException:
+            self._stop()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            if self._owns:
+                self._call(self.consolidator.close)
+        finally:
+            self._stop()
+
+    def _stop(self) -> None:
+        """Stop and join the private loop thread (the loop closes itself)."""
+        loop, thread = self._loop, self._thread
+        self._loop = self._thread = None
+        if loop is not None and thread is not None:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join()
+
+    def _home(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            raise StoreStateError(
+                "the store is not open: use `async with StargraphStore.from_path(...)` "
+                "(or `with` from synchronous code)"
+            )
+        return self._loop
+
+    def _call(self, make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        """Run ``make()`` on the store's loop from synchronous code, and wait for it."""
+        loop = self._home()
+        if _running_loop() is loop:
+            raise StoreStateError(
+                "synchronous store call on the event loop the store runs on (it would "
+                "deadlock): await the async method instead (aput, aget, asearch, adelete, "
+                "alist_namespaces, abatch)"
+            )
+        return asyncio.run_coroutine_threadsafe(make(), loop).result()
+
+    async def _acall(self, make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        """Run ``make()`` on the store's loop from async code on any loop."""
+        loop = self._home()
+        if _running_loop() is loop:
+            return await make()
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(make(), loop))
+
+    # --- BaseStore ------------------------------------------------------------------------
+
+    def batch(self, ops: Iterable[Op]) -> list[Result]:
+        """Run ``ops`` in order from synchronous code (see the module docstring)."""
+        checked = [_check_op(op) for op in ops]
+        return self._call(lambda: self._run(checked))
+
+    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        """Run ``ops`` in order; every op is checked before any is run."""
+        checked = [_check_op(op) for op in ops]
+        return await self._acall(lambda: self._run(checked))
+
+    async def _run(self, ops: Sequence[_Checked]) -> list[Result]:
+        results: list[Result] = []
+        for op in ops:
+            if isinstance(op, _Get):
+                results.append(await self._get(op))
+            elif isinstance(op, _Put):
+                await self._put(op)
+                results.append(None)
+            elif isinstance(op, _Search):
+                results.append(await self._search(op))
+            else:
+                results.append(await self._list(op))
+        return results
+
+    # --- extras ---------------------------------------------------------------------------
+
+    async def afact(
+        self, namespace: tuple[str, ...], key: str, *, as_of: datetime | None = None
+    ) -> Fact | None:
+        """The fact holding the item now (or at ``as_of``): for ``explain`` and history."""
+        user, agent = scope_of(namespace)
+        checked = _check_key(key)
+        return await self._acall(lambda: self._fact(user, agent, checked, as_of))
+
+    def fact(
+        self, namespace: tuple[str, ...], key: str, *, as_of: datetime | None = None
+    ) -> Fact | None:
+        """:meth:`afact` from synchronous code."""
+        user, agent = scope_of(namespace)
+        checked = _check_key(key)
+        return self._call(lambda: self._fact(user, agent, checked, as_of))
+
+    # --- operations on the store's loop ---------------------------------------------------
+
+    async def _fact(self, user: str, agent: str, key: str, as_of: datetime | None) -> Fact | None:
+        pattern = FactPattern(user=user, agent=agent, subject=key, predicate=ITEM_PREDICATE)
+        store = self.consolidator.fact_store
+        found = await (store.query(pattern) if as_of is None else store.as_of(as_of, pattern))
+        return found[-1] if found else None
+
+    async def _versions(self, user: str, agent: str, key: str) -> list[Fact]:
+        """Every fact the key ever had in its scope (oldest first)."""
+        pattern = FactPattern(
+            user=user, agent=agent, subject=key, predicate=ITEM_PREDICATE, include_history=True
+        )
+        return await self.consolidator.fact_store.query(pattern)
+
+    async def _created_at(self, fact: Fact, versions: Sequence[Fact] | None = None) -> datetime:
+        """When the item ``fact`` holds was created: follow ``superseded_by`` back to the
+        fact a put made after no item (or a delete)."""
+        if versions is None:
+            versions = await self._versions(fact.user, fact.agent, fact.subject)
+        before = {f.superseded_by: f for f in versions if f.superseded_by is not None}
+        first, seen = fact, {fact.id}
+        while (earlier := before.get(first.id)) is not None and earlier.id not in seen:
+            seen.add(earlier.id)
+            first = earlier
+        return first.valid_from
+
+    async def _get(self, op: _Get) -> Item | None:
+        versions = await self._versions(op.user, op.agent, op.key)
+        current = [f for f in versions if f.is_current]
+        if not current:
+            return None
+        fact = current[-1]
+        return Item(
+            value=item_value(fact),
+            key=op.key,
+            namespace=op.namespace,
+            created_at=await self._created_at(fact, versions),
+            updated_at=fact.valid_from,
+        )
+
+    async def _put(self, op: _Put) -> None:
+        mem = self.consolidator
+        if op.text is None:
+            metadata: dict[str, Any] = {"store_op": "delete", "store_key": op.key}
+            content = f"delete {op.key}"
+        else:
+            metadata = {"store_op": "put", "store_key": op.key, "store_value": op.text}
+            content = f"put {op.key}"
+        episode = Episode(
+            id=f"lg-{uuid.uuid4().hex}",
+            content=content,
+            timestamp=mem.clock(),
+            source_node=SOURCE_NODE,
+            user=op.user,
+            session=self.session,
+            agent=op.agent,
+            metadata=metadata,
+        )
+        report = await mem.record(episode)
+        rejections = (r for p in report.passes if p.pack == PACK_NAME for r in p.rejected)
+        for rejected in rejections:
+            if rejected.episode_id == episode.id:
+                raise ItemWriteError(
+                    f"{content} in {op.namespace!r} was rejected by rule "
+                    f"{rejected.rule_id}: {rejected.reason}",
+                    episode_id=episode.id,
+                )
+
+    async def _search_item(
+        self, namespace: tuple[str, ...], fact: Fact, score: float | None
+    ) -> SearchItem:
+        return SearchItem(
+            namespace=namespace,
+            key=fact.subject,
+            value=item_value(fact),
+            created_at=await self._created_at(fact),
+            updated_at=fact.valid_from,
+            score=score,
+        )
+
+    def _hit(self, op: _Search, fact: Fact) -> tuple[str, ...] | None:
+        """The namespace of a fact the search may return (an addressable current item
+        whose value passes the filter), or ``None``."""
+        if fact.predicate != ITEM_PREDICATE or not fact.is_current:
+            return None
+        namespace = namespace_of(fact.user, fact.agent)
+        if namespace is None:
+            return None
+        if op.filter is not None:
+            value = item_value(fact)
+            if not all(_matches(value.get(f), cond) for f, cond in op.filter.items()):
+                return None
+        return namespace
+
+    async def _search(self, op: _Search) -> list[SearchItem]:
+        if op.limit == 0:
+            return []
+        found = await (self._listed(op) if op.query is None else self._ranked(op, op.query))
+        return [
+            await self._search_item(namespace, fact, score)
+            for namespace, fact, score in found[op.offset : op.offset + op.limit]
+        ]
+
+    async def _listed(self, op: _Search) -> list[_Found]:
+        """Every current item under the prefix that passes the filter, newest first."""
+        pattern = FactPattern(user=op.user, agent=op.agent, predicate=ITEM_PREDICATE)
+        facts = await self.consolidator.fact_store.query(pattern)
+        found: list[_Found] = []
+        for fact in sorted(facts, key=lambda f: (f.valid_from, f.id), reverse=True):
+            namespace = self._hit(op, fact)
+            if namespace is not None:
+                found.append((namespace, fact, None))
+        return found
+
+    async def _ranked(self, op: _Search, query: str) -> list[_Found]:
+        """The best hits of the project's fact search that pass the filter (it ranks at
+        most :data:`MAX_LIMIT` hits); accesses are recorded for the hits returned only."""
+        wanted = op.offset + op.limit
+        if wanted > MAX_LIMIT:
+            raise SearchError(
+                f"a search with a query reaches its best {MAX_LIMIT} hits: offset + limit "
+                f"is {wanted}",
+                offset=op.offset,
+                limit=op.limit,
+            )
+        mem = self.consolidator
+        touch = op.touch and mem.read_only_reason is None  # a read-only file reads only
+        exact = op.filter is None and op.offset == 0
+        size = wanted
+        while True:
+            hits = await mem.search(
+                query,
+                user=op.user,
+                agent=op.agent,
+                predicate=ITEM_PREDICATE,
+                limit=size,
+                touch=touch and exact,
+            )
+            found: list[_Found] = []
+            for hit in hits:
+                namespace = self._hit(op, hit.fact)
+                if namespace is not None:
+                    found.append((namespace, hit.fact, hit.score))
+            if len(found) >= wanted or len(hits) < size or size == MAX_LIMIT:
+                break
+            size = min(size * 4, MAX_LIMIT)
+        if touch and not exact:
+            for _, fact, _ in found[op.offset : wanted]:
+                await mem.search(
+                    user=fact.user, agent=fact.agent, subject=fact.subject, predicate=fact.predicate
+                )
+        return found
+
+    async def _list(self, op: _List) -> list[tuple[str, ...]]:
+        mem = self.consolidator
+        namespaces: list[tuple[str, ...]] = []
+        for partition in await mem.memory.partitions():
+            namespace = namespace_of(partition.user, partition.agent)
+            if namespace is None or not all(_path_matches(c, namespace) for c in op.conditions):
+                continue
+            pattern = FactPattern(
+                user=partition.user, agent=partition.agent, predicate=ITEM_PREDICATE, limit=1
+            )
+            if await mem.fact_store.query(pattern):
+                namespaces.append(namespace)
+        if op.max_depth is not None:
+            namespaces = list({ns[: op.max_depth] for ns in namespaces})
+        namespaces.sort()
+        return namespaces[op.offset : op.offset + op.limit]
