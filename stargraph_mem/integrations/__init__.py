@@ -1,0 +1,1 @@
+"""Integrations with other frameworks; each module needs its optional extra."""
