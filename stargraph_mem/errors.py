@@ -154,6 +154,10 @@ class DeltaValidationError(StoreError):
     """A delta failed validation at ``apply_delta`` entry."""
 
 
+class SearchError(StoreError):
+    """A fact search was asked for with an unusable query or limit."""
+
+
 class MigrationNotSupported(StoreError):
     """A migration operation other than a nullable ``add_column`` was requested."""
 

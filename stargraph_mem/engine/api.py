@@ -23,7 +23,7 @@ from stargraph_mem.engine.scheduler import (
     StatusRow,
 )
 from stargraph_mem.model.episodes import Episode
-from stargraph_mem.model.facts import Fact, FactPattern
+from stargraph_mem.model.facts import Fact, FactAccess, FactHit, FactPattern
 from stargraph_mem.model.time import utc_now
 from stargraph_mem.salience import SalienceScorer
 from stargraph_mem.stores.fact import Explanation
@@ -248,6 +248,38 @@ class Consolidator(AsyncResource):
         if as_of is not None:
             return await self.fact_store.as_of(as_of, pattern)
         return await self.fact_store.query(pattern)
+
+    async def search(
+        self,
+        query: str = "",
+        *,
+        user: str | None = None,
+        agent: str | None = None,
+        subject: str | None = None,
+        predicate: str | None = None,
+        min_confidence: float | None = None,
+        limit: int = 10,
+        touch: bool = True,
+    ) -> list[FactHit]:
+        """Current facts ranked for ``query`` (any of its words), within the filters.
+
+        Records each returned fact's access unless ``touch=False``; see
+        :meth:`SQLiteFactStore.search <stargraph_mem.stores.sqlite_fact.SQLiteFactStore.search>`.
+        """
+        return await self.fact_store.search(
+            query,
+            user=user,
+            agent=agent,
+            subject=subject,
+            predicate=predicate,
+            min_confidence=min_confidence,
+            limit=limit,
+            touch=touch,
+        )
+
+    async def access(self, fact_id: str) -> FactAccess:
+        """How often ``fact_id`` was returned by access-recording reads, and when last."""
+        return await self.fact_store.access(fact_id)
 
     async def explain(self, fact_id: str) -> Explanation:
         """Rule, pack hash, reason, bindings, source episodes and the supersession chain."""

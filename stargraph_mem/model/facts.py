@@ -41,3 +41,20 @@ class FactPattern(FrozenModel):
     min_confidence: float | None = None
     include_history: bool = False
     limit: int | None = Field(default=None, ge=1)
+
+
+class FactHit(FrozenModel):
+    """One search result: a current fact and its relevance (higher is better)."""
+
+    fact: Fact
+    score: float
+    """Minus SQLite's BM25 for a text search (compare within one search only); 0.0 for a
+    search by filters alone, which ranks by confidence."""
+
+
+class FactAccess(FrozenModel):
+    """How often a fact was read through an access-recording read, and when last."""
+
+    fact_id: str
+    count: int = 0
+    last_access: StoredDatetime | None = None

@@ -34,7 +34,7 @@ from stargraph_mem.errors import (
 )
 from stargraph_mem.gcpause import gc_paused
 from stargraph_mem.model.deltas import DELTA_ADAPTER, AddDelta, DeleteDelta, NoopDelta, UpdateDelta
-from stargraph_mem.model.facts import Fact, FactPattern
+from stargraph_mem.model.facts import Fact, FactAccess, FactHit, FactPattern
 from stargraph_mem.model.time import from_us, seconds_us, to_us, utc_now
 from stargraph_mem.stores.fact import (
     ApplyResult,
@@ -62,6 +62,16 @@ from stargraph_mem.stores.sqlite_base import (
     transaction,
 )
 from stargraph_mem.stores.sqlite_schedule import RuleRun, record_runs
+from stargraph_mem.stores.sqlite_search import (
+    SEARCH_BACKFILL,
+    SEARCH_SCHEMA,
+    SEARCH_TABLES,
+    TOUCH,
+    check_limit,
+    match_expression,
+    search_pattern,
+    search_query,
+)
 
 __all__ = [
     "CHUNK",
@@ -73,9 +83,11 @@ __all__ = [
     "validate_deltas",
 ]
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 """2: lineage rows share their fact's rowid and name the creating audit row; audit delta
-ids are indexed for delete and noop deltas only (version 1 files are migrated on open)."""
+ids are indexed for delete and noop deltas only. 3: the full-text index of current facts
+and the access table (:mod:`~stargraph_mem.stores.sqlite_search`). Versions 1 and 2 are
+migrated on open."""
 CHUNK: Final = 10_000
 """Deltas handled per ``executemany`` round inside the one transaction of a batch."""
 
@@ -184,7 +196,9 @@ _SCHEMA: Final = (
         holder TEXT NOT NULL,
         expires_us INTEGER NOT NULL
     )""",
-    "INSERT OR IGNORE INTO fact_store_meta (key, value) VALUES ('schema_version', '2')",
+    *SEARCH_SCHEMA,
+    f"INSERT OR IGNORE INTO fact_store_meta (key, value) VALUES ('schema_version', "
+    f"'{SCHEMA_VERSION}')",
 )
 _MIGRATE_V1: Final = (
     _LINEAGE_TABLE.format(name="lineage_v2"),
@@ -206,6 +220,12 @@ _MIGRATE_V1: Final = (
 )
 """Version 1 → 2, in the bootstrap transaction: lineage re-keyed by fact rowid with the
 creating audit seq; audit rebuilt without the unique index over every delta id."""
+_MIGRATE_V2: Final = (
+    *SEARCH_SCHEMA,
+    SEARCH_BACKFILL,
+    "UPDATE fact_store_meta SET value = '3' WHERE key = 'schema_version'",
+)
+"""Version 2 → 3, in the bootstrap transaction: the current facts are indexed for search."""
 TABLES: Final = (
     "fact_store_meta",
     "facts",
@@ -214,6 +234,7 @@ TABLES: Final = (
     "reinforcements",
     "watermarks",
     "rejections",
+    *SEARCH_TABLES,
 )
 
 _FACT_COLUMNS: Final = (
@@ -1102,6 +1123,11 @@ async def _stored_version(db: aiosqlite.Connection) -> int | None:
         raise _corrupt("fact_store_meta", "schema_version", exc) from exc
 
 
+def _hits(rows: Sequence[Sequence[Any]]) -> list[FactHit]:
+    """Search rows (fact columns, then the score) as hits."""
+    return [FactHit(fact=fact_from_row(row), score=float(row[-1])) for row in rows]
+
+
 # --- the store ----------------------------------------------------------------------------
 
 
@@ -1190,16 +1216,17 @@ class SQLiteFactStore(SQLiteStoreBase):
         await checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     async def _bootstrap(self, db: aiosqlite.Connection) -> None:
-        """Create the schema, or migrate a version 1 file (one transaction either way)."""
+        """Create the schema, or migrate a version 1 or 2 file (one transaction either way)."""
         async with transaction(db):
             version = await _stored_version(db)
-            if version == 1:
-                for statement in _MIGRATE_V1:
+            steps = {1: (*_MIGRATE_V1, *_MIGRATE_V2), 2: _MIGRATE_V2}
+            if version in steps:
+                for statement in steps[version]:
                     await db.execute(statement)
             elif version is not None and version != SCHEMA_VERSION:
                 raise StoreError(
                     f"{self.path}: fact store schema version {version} is not supported "
-                    f"(this version reads {SCHEMA_VERSION} and migrates 1)",
+                    f"(this version reads {SCHEMA_VERSION} and migrates 1 and 2)",
                     schema_version=version,
                 )
             for statement in _SCHEMA:
@@ -1350,6 +1377,59 @@ class SQLiteFactStore(SQLiteStoreBase):
         async with self._read() as db:
             rows = await fetch(db, sql, params)
         return [fact_from_row(row) for row in rows]
+
+    async def search(
+        self,
+        query: str = "",
+        *,
+        user: str | None = None,
+        agent: str | None = None,
+        subject: str | None = None,
+        predicate: str | None = None,
+        min_confidence: float | None = None,
+        limit: int = 10,
+        touch: bool = True,
+    ) -> list[FactHit]:
+        """Current facts matching any word of ``query``, best first, and the filters.
+
+        Words are matched in subject, predicate, object and payload (case and accents
+        ignored); an empty query searches by the filters alone, by confidence. With
+        ``touch`` (the default) each returned fact's access count and last access are
+        recorded (see :meth:`access`) in the same call; ``touch=False`` reads without a
+        trace and works on a read-only file.
+        """
+        match = match_expression(query)
+        where, params = _pattern_filter(
+            search_pattern(user, agent, subject, predicate, min_confidence)
+        )
+        sql, args = search_query(match, where, params, _FACT_COLUMNS, check_limit(limit))
+        if not touch:
+            async with self._read() as db:
+                rows = await fetch(db, sql, args)
+            return _hits(rows)
+        async with self._write() as db:
+            rows = await fetch(db, sql, args)
+            now_us = self._now_us()
+            await db.executemany(TOUCH, [(row[0], now_us) for row in rows])
+        return _hits(rows)
+
+    async def access(self, fact_id: str) -> FactAccess:
+        """How often ``fact_id`` was read by access-recording reads, and when last."""
+        async with self._read() as db:
+            rows = await fetch(
+                db,
+                "SELECT f.id, a.count, a.last_access_us FROM facts f "
+                "LEFT JOIN fact_access a ON a.fact_id = f.id WHERE f.id = ?",
+                (fact_id,),
+            )
+        if not rows:
+            raise FactNotFoundError(f"no fact with id {fact_id!r}", fact_id=fact_id)
+        _, count, last_us = rows[0]
+        return FactAccess(
+            fact_id=fact_id,
+            count=count or 0,
+            last_access=None if last_us is None else from_us(last_us),
+        )
 
     async def get(self, fact_id: str) -> Fact:
         """One fact by id, current or closed; :class:`FactNotFoundError` if unknown."""

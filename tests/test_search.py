@@ -1,0 +1,243 @@
+"""Search over current facts: ranking, filters, history, access records, bad queries."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator
+from contextlib import closing
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stargraph_mem.engine.api import Consolidator
+from stargraph_mem.errors import FactNotFoundError, SearchError, StoreError
+from stargraph_mem.model.episodes import Episode
+from stargraph_mem.stores import (
+    AddDelta,
+    DeleteDelta,
+    FactPattern,
+    FactPayload,
+    SQLiteFactStore,
+    UpdateDelta,
+)
+from stargraph_mem.stores.sqlite_fact import SCHEMA_VERSION
+
+T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _common(user: str, src: str, agent: str = "a1") -> dict[str, Any]:
+    return {
+        "user": user,
+        "agent": agent,
+        "source_episode_ids": [src],
+        "promotion_ts": T0,
+        "rule_id": "r1",
+        "confidence": 0.8,
+    }
+
+
+def add(
+    subject: str,
+    predicate: str,
+    obj: str,
+    *,
+    user: str = "alice",
+    agent: str = "a1",
+    src: str = "e1",
+    confidence: float = 0.8,
+    payload: dict[str, Any] | None = None,
+) -> AddDelta:
+    fact = FactPayload(subject=subject, predicate=predicate, object=obj, payload=payload or {})
+    return AddDelta(fact=fact, **{**_common(user, src, agent), "confidence": confidence})
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SQLiteFactStore]:
+    clock = iter(T0 + timedelta(minutes=i) for i in range(10_000))
+    async with SQLiteFactStore(tmp_path / "facts.db", clock=lambda: next(clock)) as s:
+        yield s
+
+
+def objects(hits: list[Any]) -> list[str]:
+    return [hit.fact.object for hit in hits]
+
+
+async def test_words_rank_facts_and_filters_narrow_them(store: SQLiteFactStore) -> None:
+    await store.apply_deltas(
+        [
+            add("alice", "likes", "green tea", src="e1"),
+            add("alice", "likes", "coffee", src="e2"),
+            add("alice", "lives in", "Oslo", src="e3"),
+            add("bob", "likes", "tea", user="bob", src="e4"),
+        ]
+    )
+    hits = await store.search("green tea", user="alice")
+    assert objects(hits) == ["green tea"]
+    assert hits[0].score > 0
+    both = await store.search("tea")
+    assert sorted(objects(both)) == ["green tea", "tea"]
+    # the fact matching both words ranks above the one matching one
+    assert objects(await store.search("tea green")) == ["green tea", "tea"]
+    assert objects(await store.search("OSLO")) == ["Oslo"]
+    assert len(await store.search("likes", user="alice", limit=1)) == 1
+    assert sorted(objects(await store.search("likes", predicate="likes", user="alice"))) == [
+        "coffee",
+        "green tea",
+    ]
+    assert await store.search("tea", agent="other") == []
+
+
+async def test_payload_text_is_searched_and_accents_ignored(store: SQLiteFactStore) -> None:
+    await store.apply_deltas(
+        [
+            add("alice", "visited", "a city", payload={"note": "Café in Zürich"}, src="e1"),
+            add("alice", "visited", "a town", payload={"note": "nothing here"}, src="e2"),
+        ]
+    )
+    assert objects(await store.search("zurich cafe")) == ["a city"]
+
+
+async def test_closed_facts_leave_the_index(store: SQLiteFactStore) -> None:
+    first = add("alice", "drinks", "tea", src="e1")
+    await store.apply_deltas([first])
+    assert objects(await store.search("tea")) == ["tea"]
+    update = UpdateDelta(
+        fact=FactPayload(subject="alice", predicate="drinks", object="coffee"),
+        replaces=[first.new_fact_id],
+        **_common("alice", "e2"),
+    )
+    await store.apply_deltas([update])
+    assert await store.search("tea") == []
+    assert objects(await store.search("coffee")) == ["coffee"]
+    delete = DeleteDelta(replaces=[update.new_fact_id], **_common("alice", "e3"))
+    await store.apply_deltas([delete])
+    assert await store.search("coffee drinks alice") == []
+    # the closed facts are kept as history
+    history = await store.query(FactPattern(include_history=True))
+    assert sorted(f.object for f in history) == ["coffee", "tea"]
+
+
+async def test_filter_only_search_ranks_by_confidence(store: SQLiteFactStore) -> None:
+    await store.apply_deltas(
+        [
+            add("alice", "likes", "tea", confidence=0.4, src="e1"),
+            add("alice", "likes", "jazz", confidence=0.9, src="e2"),
+            add("alice", "likes", "rain", confidence=0.6, src="e3"),
+        ]
+    )
+    hits = await store.search(user="alice", agent="a1")
+    assert objects(hits) == ["jazz", "rain", "tea"]
+    assert {hit.score for hit in hits} == {0.0}
+    assert objects(await store.search(min_confidence=0.5)) == ["jazz", "rain"]
+
+
+async def test_search_records_access_unless_told_not_to(store: SQLiteFactStore) -> None:
+    tea = add("alice", "likes", "tea", src="e1")
+    await store.apply_deltas([tea, add("alice", "likes", "jazz", src="e2")])
+    fid = tea.new_fact_id
+    assert (await store.access(fid)).count == 0
+    await store.search("tea")
+    await store.search("tea")
+    first = await store.access(fid)
+    assert first.count == 2 and first.last_access is not None
+    await store.search("tea", touch=False)
+    assert await store.access(fid) == first
+    # a fact that was not returned was not touched
+    jazz = add("alice", "likes", "jazz", src="e2").new_fact_id
+    assert (await store.access(jazz)).count == 0
+    with pytest.raises(FactNotFoundError):
+        await store.access("fnope")
+
+
+@pytest.mark.parametrize(
+    ("query", "limit", "message"),
+    [
+        ("!!! ???", 10, "has no words"),
+        ("tea", 0, "from 1 to 1000"),
+        ("tea", 1001, "from 1 to 1000"),
+        (" ".join(["w"] * 65), 10, "at most 64"),
+    ],
+)
+async def test_unusable_queries_are_refused(
+    store: SQLiteFactStore, query: str, limit: int, message: str
+) -> None:
+    with pytest.raises(SearchError, match=message):
+        await store.search(query, limit=limit)
+
+
+@pytest.mark.parametrize(
+    "query", ['tea" OR "x', "tea*", "subject:alice", "NEAR(a b)", "a AND", "(tea", "-tea", "^tea"]
+)
+async def test_query_syntax_is_text_never_fts_syntax(store: SQLiteFactStore, query: str) -> None:
+    await store.apply_deltas([add("alice", "likes", "tea", src="e1")])
+    hits = await store.search(query)
+    # words only: each query above either contains the word "tea" or matches nothing
+    assert objects(hits) == (["tea"] if "tea" in query or "alice" in query else [])
+
+
+async def test_a_version_2_file_is_migrated_and_indexed(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    tea = add("alice", "likes", "tea", src="e1")
+    async with SQLiteFactStore(path) as store:
+        await store.apply_deltas([tea, add("alice", "likes", "jazz", src="e2")])
+        await store.apply_deltas(
+            [
+                UpdateDelta(
+                    fact=FactPayload(subject="alice", predicate="likes", object="coffee"),
+                    replaces=[tea.new_fact_id],
+                    **_common("alice", "e3"),
+                )
+            ]
+        )
+    with closing(sqlite3.connect(path)) as db, db:
+        db.execute("DROP TRIGGER facts_text_insert")
+        db.execute("DROP TRIGGER facts_text_close")
+        db.execute("DROP TABLE fact_text")
+        db.execute("DROP TABLE fact_access")
+        db.execute("UPDATE fact_store_meta SET value = '2' WHERE key = 'schema_version'")
+    async with SQLiteFactStore(path) as store:
+        assert sorted(objects(await store.search("tea coffee jazz"))) == ["coffee", "jazz"]
+        health = await store.health()
+        assert health.ok and health.schema_version == SCHEMA_VERSION == 3
+
+
+async def test_an_unknown_schema_version_is_refused_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "future.db"
+    async with SQLiteFactStore(path) as store:
+        await store.apply_deltas([add("alice", "likes", "tea")])
+    with closing(sqlite3.connect(path)) as db, db:
+        db.execute("UPDATE fact_store_meta SET value = '9' WHERE key = 'schema_version'")
+    before = path.read_bytes()
+    with pytest.raises(StoreError, match="version 9 is not supported"):
+        async with SQLiteFactStore(path) as store:
+            await store.search("tea")
+    assert path.read_bytes() == before
+
+
+async def test_consolidator_search_over_consolidated_episodes(tmp_path: Path) -> None:
+    async with Consolidator.open(tmp_path / "m.db", [ROOT / "rules" / "default.yaml"]) as mem:
+        for i, (user, obj) in enumerate(
+            [("alice", "green tea"), ("alice", "Oslo"), ("bob", "tea"), ("alice", "tea")]
+        ):
+            await mem.memory.put_many(
+                [
+                    Episode(
+                        id=f"e{i}",
+                        content=f"{user} likes {obj}",
+                        timestamp=T0 + timedelta(minutes=i),
+                        user=user,
+                        session="s1",
+                        agent="rag",
+                        metadata={"subject": user, "predicate": f"p{i}", "object": obj},
+                    )
+                ]
+            )
+        await mem.consolidate(now=T0 + timedelta(hours=1))
+        hits = await mem.search("tea", user="alice", limit=5)
+        assert sorted(objects(hits)) == ["green tea", "tea"]
+        assert all(h.fact.user == "alice" for h in hits)
+        assert (await mem.access(hits[0].fact.id)).count == 1
+        assert objects(await mem.search("oslo", touch=False)) == ["Oslo"]
