@@ -1,12 +1,12 @@
 """An MCP server over a :class:`~stargraph_mem.engine.api.Consolidator` (optional extra ``mcp``).
 
-Tools: ``record_episode``, ``list_facts``, ``explain_fact`` and ``consolidate``. Every
-argument is typed (each tool's input schema is closed: ``additionalProperties: false``)
-and every result is structured (an output schema per tool; the same JSON is the text
-content). A refused call (unknown fact id, a time without a UTC offset, an empty or
-NUL-bearing scope, an unknown argument, a read-only database) is an MCP tool error
-(``isError``) whose text says what was wrong, and nothing of it is written; the server
-goes on serving.
+Tools: ``record_episode``, ``search_facts``, ``list_facts``, ``explain_fact`` and
+``consolidate``. Every argument is typed (each tool's input schema is closed:
+``additionalProperties: false``) and every result is structured (an output schema per
+tool; the same JSON is the text content). A refused call (unknown fact id, a time without
+a UTC offset, an empty or NUL-bearing scope, an unknown argument, a read-only database) is
+an MCP tool error (``isError``) whose text says what was wrong, and nothing of it is
+written; the server goes on serving.
 
 Embed it (the caller owns the Consolidator)::
 
@@ -38,9 +38,10 @@ from stargraph_mem.errors import StargraphMemError
 from stargraph_mem.model.base import ID_PATTERN
 from stargraph_mem.model.canonical import default_episode_id
 from stargraph_mem.model.episodes import Episode
-from stargraph_mem.model.facts import Fact
+from stargraph_mem.model.facts import Fact, FactHit
 from stargraph_mem.model.time import NaiveTimestampError, parse_iso
 from stargraph_mem.stores.fact import BindingValue, SourceEpisode
+from stargraph_mem.stores.sqlite_search import MAX_LIMIT
 
 __all__ = [
     "TOOL_NAMES",
@@ -48,13 +49,20 @@ __all__ = [
     "FactExplanation",
     "FactList",
     "RecordResult",
+    "SearchResult",
     "build_server",
     "serve_stdio",
 ]
 
 SERVER_NAME: Final = "stargraph-mem"
 
-TOOL_NAMES: Final = ("record_episode", "list_facts", "explain_fact", "consolidate")
+TOOL_NAMES: Final = (
+    "record_episode",
+    "search_facts",
+    "list_facts",
+    "explain_fact",
+    "consolidate",
+)
 """The tools :func:`build_server` registers, in the order ``tools/list`` gives them."""
 
 MAX_LISTED: Final = 20
@@ -64,9 +72,10 @@ INSTRUCTIONS: Final = """\
 Long-term memory for agents, consolidated by deterministic rules (no LLM decides).
 Record what happened as episodes (raw events scoped user/session/agent); rule packs promote
 them to facts (subject, predicate, object; scoped user/agent) on their cadence, or when you
-call consolidate. Facts are never deleted: an update or delete closes the old fact, and
-list_facts with as_of shows what was believed at a time. explain_fact says why a fact
-exists: the rule, its bindings, the source episodes and the chain of facts it replaced.
+call consolidate. search_facts finds current facts by words and filters. Facts are never
+deleted: an update or delete closes the old fact, and list_facts with as_of shows what was
+believed at a time. explain_fact says why a fact exists: the rule, its bindings, the source
+episodes and the chain of facts it replaced.
 Times are ISO 8601 with a UTC offset (2026-11-01T09:00:00+00:00); times without one are
 refused."""
 
@@ -147,8 +156,17 @@ class RecordResult(_Result):
     episode_id: str = Field(description="Id of the stored episode.")
     consolidation: ConsolidationResult = Field(
         description="Passes the record triggered: rules with an `every: N` cadence that became"
-        " due (`every: 1` rules on every record); cron rules wait for their time or for"
-        " the consolidate tool."
+        " due (`every: 1` rules on every record). Cron rules run at their time under a"
+        " scheduler (`stargraph-mem run`), or when the consolidate tool is called."
+    )
+
+
+class SearchResult(_Result):
+    """Current facts ranked for a search."""
+
+    hits: list[FactHit] = Field(
+        description="Best first: each current fact with its score (higher is better; compare "
+        "scores within one search only; 0 when searching by filters alone)."
     )
 
 
@@ -311,6 +329,48 @@ def build_server(mem: Consolidator, *, name: str = SERVER_NAME) -> MCPServer[Any
             report = await mem.record(episode)
         return RecordResult(episode_id=episode.id, consolidation=_summary(report.passes))
 
+    async def search_facts(
+        query: Annotated[
+            str,
+            Field(
+                description="Words to look for in the facts' subject, predicate, object and "
+                "payload (case and accents ignored; a fact matching any word is a hit). Empty: "
+                "search by the filters alone."
+            ),
+        ] = "",
+        user: UserFilter = None,
+        agent: AgentFilter = None,
+        subject: Annotated[
+            str | None, Field(description="Only facts with exactly this subject.")
+        ] = None,
+        predicate: Annotated[
+            str | None, Field(description="Only facts with exactly this predicate.")
+        ] = None,
+        min_confidence: Annotated[
+            float | None,
+            Field(ge=0, le=1, description="Only facts with at least this confidence."),
+        ] = None,
+        limit: Annotated[int, Field(ge=1, le=MAX_LIMIT, description="Most facts to return.")] = 10,
+    ) -> SearchResult:
+        """Search the currently believed facts: those matching the most and the rarest words
+        of `query` come first, then the more confident and the newer ones; an empty query
+        lists the facts matching the filters, most confident first. Each returned fact's
+        access count and last access time are recorded (not on a read-only database); no
+        fact changes. Closed facts are not searched: use list_facts with as_of for the past.
+        """
+        with _refused():
+            hits = await mem.search(
+                query,
+                user=user,
+                agent=agent,
+                subject=subject,
+                predicate=predicate,
+                min_confidence=min_confidence,
+                limit=limit,
+                touch=mem.read_only_reason is None,
+            )
+        return SearchResult(hits=hits)
+
     async def list_facts(
         user: UserFilter = None,
         agent: AgentFilter = None,
@@ -382,21 +442,18 @@ def build_server(mem: Consolidator, *, name: str = SERVER_NAME) -> MCPServer[Any
         return _summary(reports)
 
     reads = ToolAnnotations(read_only_hint=True, open_world_hint=False)
-    # additive: facts are closed, never erased; a record with the default time is a new episode
-    records = ToolAnnotations(destructive_hint=False, idempotent_hint=False, open_world_hint=False)
-    passes = ToolAnnotations(destructive_hint=False, idempotent_hint=True, open_world_hint=False)
-    tools = {
-        "record_episode": _tool(record_episode, records),
-        "list_facts": _tool(list_facts, reads),
-        "explain_fact": _tool(explain_fact, reads),
-        "consolidate": _tool(consolidate, passes),
-    }
-    return MCPServer(
-        name,
-        instructions=INSTRUCTIONS,
-        tools=[tools[tool_name] for tool_name in TOOL_NAMES],
-        log_level="WARNING",
-    )
+    # Writes only add: a fact is closed, never erased. A record with the default time is a
+    # new episode, and a search counts an access to each fact it returns: not idempotent.
+    adds = ToolAnnotations(destructive_hint=False, idempotent_hint=False, open_world_hint=False)
+    catch_up = ToolAnnotations(destructive_hint=False, idempotent_hint=True, open_world_hint=False)
+    tools = [
+        _tool(record_episode, adds),
+        _tool(search_facts, adds),
+        _tool(list_facts, reads),
+        _tool(explain_fact, reads),
+        _tool(consolidate, catch_up),
+    ]  # in the order of TOOL_NAMES
+    return MCPServer(name, instructions=INSTRUCTIONS, tools=tools, log_level="WARNING")
 
 
 async def serve_stdio(db: str | Path, packs: Sequence[str | Path]) -> None:
