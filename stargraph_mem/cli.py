@@ -15,7 +15,6 @@ valid UTF-8 are usage errors (:class:`CommandGroup`).
 
 from __future__ import annotations
 
-import hashlib
 import re
 import sqlite3
 import sys
@@ -35,7 +34,7 @@ from typer.core import TyperGroup
 from stargraph_mem.authoring.schemas import SCHEMA_DIR
 from stargraph_mem.errors import DuplicateEpisodeError, StargraphMemError
 from stargraph_mem.ir.operators import with_readme_table
-from stargraph_mem.model.canonical import canonical_json
+from stargraph_mem.model.canonical import default_episode_id
 from stargraph_mem.model.time import NaiveTimestampError, parse_iso, utc_now
 
 if TYPE_CHECKING:
@@ -286,12 +285,6 @@ def parse_meta(items: Sequence[str]) -> dict[str, JsonValue]:
     return metadata
 
 
-def default_id(content: str, user: str, session: str, agent: str, timestamp: datetime) -> str:
-    """A deterministic id: hash of content, scope and timestamp."""
-    body = canonical_json([user, session, agent, timestamp.isoformat(), content])
-    return "e" + hashlib.sha256(body).hexdigest()[:24]
-
-
 def episode_lines(episodes: Sequence[Episode]) -> list[str]:
     """Plain aligned columns with a header (values made :func:`printable`: a newline in the
     content shows as ``\\n``)."""
@@ -334,7 +327,7 @@ def put(
     metadata = parse_meta(meta or [])
     with known_errors():
         episode = Episode(
-            id=episode_id or default_id(content, user, session, agent, when),
+            id=episode_id or default_episode_id(content, user, session, agent, when),
             content=content,
             timestamp=when,
             user=user,
@@ -756,9 +749,9 @@ def ingest(
 
 
 # Commands defined in sibling modules register themselves on ``app`` when imported.
-from stargraph_mem import cli_authoring, cli_review, cli_scheduler  # noqa: E402
+from stargraph_mem import cli_authoring, cli_mcp, cli_review, cli_scheduler  # noqa: E402
 
-__all__ = ["app", "cli_authoring", "cli_review", "cli_scheduler", "main"]
+__all__ = ["app", "cli_authoring", "cli_mcp", "cli_review", "cli_scheduler", "main"]
 
 
 def main() -> None:

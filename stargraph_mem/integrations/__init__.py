@@ -1,5 +1,1 @@
-"""Optional integrations (each behind its extra): import the submodule you need.
-
-This package imports nothing itself, so ``import stargraph_mem`` never pulls in an
-optional dependency.
-"""
+"""Integrations with other frameworks; each module needs its optional extra."""
