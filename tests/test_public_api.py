@@ -7,14 +7,13 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
-import json
 import subprocess
 import sys
-import textwrap
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from test_imports import fresh
 
 import stargraph_mem
 from stargraph_mem import errors
@@ -22,20 +21,6 @@ from stargraph_mem.engine.scheduler import ConsolidationReport, ScheduleReport
 
 ROOT = Path(__file__).resolve().parents[1]
 NOW = datetime(2026, 5, 1, 12, tzinfo=UTC)
-
-
-def fresh(code: str) -> dict[str, object]:
-    """Run ``code`` in a new interpreter; it prints one JSON document as its last line."""
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    result: dict[str, object] = json.loads(done.stdout.splitlines()[-1])
-    return result
 
 
 def test_every_public_name_resolves_to_its_defining_module() -> None:
