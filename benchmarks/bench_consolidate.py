@@ -153,7 +153,7 @@ def python_table(
 async def run_engine(path: Path, max_episodes: int) -> dict[str, Any]:
     start = time.perf_counter()
     async with Consolidator.open(path, [PACK], max_episodes=max_episodes, keep_deltas=False) as mem:
-        reports = await mem.consolidate(now=NOW)
+        reports = (await mem.consolidate(now=NOW)).passes
     elapsed = time.perf_counter() - start
     timings = {k: round(sum(r.timings[k] for r in reports), 2) for k in ("read", "engine", "apply")}
     return {

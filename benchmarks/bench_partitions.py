@@ -46,7 +46,7 @@ async def measure(db: Path, partitions: int, each: int) -> tuple[float, int]:
     async with Consolidator.open(db, [PACK], keep_deltas=False, worker="never") as mem:
         await mem.memory.put_many(episodes(partitions, each))
         t0 = time.perf_counter()
-        reports = await mem.consolidate(now=NOW)
+        reports = (await mem.consolidate(now=NOW)).passes
         return time.perf_counter() - t0, sum(r.episodes for r in reports)
 
 

@@ -19,8 +19,7 @@ from typing import Any, TypedDict
 
 from langgraph.graph import END, START, StateGraph
 
-from stargraph_mem.engine.api import Consolidator
-from stargraph_mem.stores.models import Episode
+from stargraph_mem import Consolidator, Episode
 
 PACK = Path(__file__).with_name("streaming_dedup.yaml")
 T0 = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)

@@ -18,8 +18,7 @@ import tempfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from stargraph_mem.engine.api import Consolidator
-from stargraph_mem.stores.models import Episode
+from stargraph_mem import Consolidator, Episode
 
 PACK = Path(__file__).with_name("streaming_dedup.yaml")
 T0 = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)

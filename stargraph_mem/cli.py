@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from pydantic import JsonValue
 
     from stargraph_mem.engine.consolidate import PassReport
+    from stargraph_mem.engine.scheduler import ConsolidationReport
     from stargraph_mem.model.cadence import Cadence
     from stargraph_mem.model.episodes import Episode
     from stargraph_mem.model.facts import Fact
@@ -598,7 +599,9 @@ def consolidate(
 
     when = parse_aware(now, "--now")
 
-    async def action(bar: Progress | None) -> tuple[list[PassReport], cli_authoring.Extras]:
+    async def action(
+        bar: Progress | None,
+    ) -> tuple[ConsolidationReport, cli_authoring.Extras]:
         def progress(done: int, total: int) -> None:
             if bar is not None:
                 bar("consolidate", done, total)
@@ -606,14 +609,14 @@ def consolidate(
         async with Consolidator.open(
             existing(db), packs, keep_deltas=dry_run or trace, worker=worker.value
         ) as mem:
-            reports = await mem.consolidate(
+            report = await mem.consolidate(
                 user=user, agent=agent, now=when, dry_run=dry_run, progress=progress
             )
-            return reports, await cli_authoring.extras(mem, reports, trace, coverage)
+            return report, await cli_authoring.extras(mem, report.passes, trace, coverage)
 
     with progress_bar() as bar:
-        reports, extra = run(action(bar))
-    for report, traced in zip(reports, extra.traces, strict=True):
+        result, extra = run(action(bar))
+    for report, traced in zip(result.passes, extra.traces, strict=True):
         if dry_run:
             for delta in report.deltas:
                 typer.echo(delta.model_dump_json())

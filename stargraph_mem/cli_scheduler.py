@@ -25,7 +25,7 @@ from stargraph_mem.model.time import utc_now
 
 if TYPE_CHECKING:
     from stargraph_mem.engine.api import Consolidator
-    from stargraph_mem.engine.scheduler import ScheduleReport, StatusRow
+    from stargraph_mem.engine.scheduler import ConsolidationReport, StatusRow
 
 __all__ = ["run_cmd", "status", "tick_lines"]
 
@@ -34,7 +34,7 @@ PacksOption = Annotated[
 ]
 
 
-def tick_lines(report: ScheduleReport) -> list[str]:
+def tick_lines(report: ConsolidationReport) -> list[str]:
     """One line per applied pass (with the rules that fired), then conflicts."""
     lines = [
         f"{report_line(p)} rules={printable(','.join(p.rules))}" for p in report.passes if p.applied
@@ -47,7 +47,7 @@ def tick_lines(report: ScheduleReport) -> list[str]:
     return lines
 
 
-def _emit(report: ScheduleReport) -> None:
+def _emit(report: ConsolidationReport) -> None:
     for line in tick_lines(report):
         typer.echo(line)
 
@@ -110,7 +110,7 @@ def run_cmd(
     if when is not None and not once:
         raise typer.BadParameter("--now needs --once", param_hint="--now")
 
-    async def once_action() -> ScheduleReport:
+    async def once_action() -> ConsolidationReport:
         async with Consolidator.open(existing(db), packs) as mem:
             return await mem.tick(when or utc_now())
 

@@ -378,7 +378,7 @@ def test_a_claim_left_by_a_killed_process_is_taken_over(tmp_path: Path) -> None:
 
     async def consolidate() -> int:
         async with Consolidator.open(db, packs, worker="never") as mem:
-            reports = await mem.consolidate(now=NOW)
+            reports = (await mem.consolidate(now=NOW)).passes
             return sum(r.episodes for r in reports)
 
     assert asyncio.run(consolidate()) == 6  # the dead holder's claim did not block
@@ -400,7 +400,7 @@ def test_a_live_claim_is_waited_for_until_it_expires(tmp_path: Path) -> None:
     async def consolidate() -> tuple[float, int]:
         async with Consolidator.open(db, packs, worker="never") as mem:
             t0 = time.monotonic()
-            reports = await mem.consolidate(now=NOW)
+            reports = (await mem.consolidate(now=NOW)).passes
             return time.monotonic() - t0, sum(r.episodes for r in reports)
 
     waited, episodes = asyncio.run(consolidate())

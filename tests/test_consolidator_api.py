@@ -7,11 +7,14 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 from e2e_helpers import episode, spo
 from pydantic import JsonValue
 
 from stargraph_mem.compiler.pack import compile_text
 from stargraph_mem.engine.api import Consolidator
+from stargraph_mem.errors import DuplicateEpisodeError
+from stargraph_mem.model.facts import Fact
 from stargraph_mem.salience import SalienceContext, SalienceScorer
 from stargraph_mem.stores.memory import EpisodeRecord
 from stargraph_mem.stores.models import Episode
@@ -135,3 +138,62 @@ async def test_a_swapped_in_scorer_is_honoured_through_the_protocol(tmp_path: Pa
         assert scorer.scored == ["e1", "e2"]
         assert [f.object for f in await mem.facts()] == ["tea"]
         assert [e.id for e in await mem.memory.recent("bob", limit=5)] == ["e2"]
+
+
+# --- record_many ------------------------------------------------------------------------
+
+STREAM = [
+    obs(f"{user}-{k}", obj, user=user, minute=100 - k)
+    for k, obj in enumerate(["tea", "tea", "coffee", "jam", "jam", "tea", "coffee"])
+    for user in ("alice", "bob", "carol")
+]
+"""Three partitions; each sees adds, reinforcing repeats and changed objects."""
+
+
+def fact_rows(facts: list[Fact]) -> list[dict[str, object]]:
+    """Facts without the wall-clock time they were recorded at."""
+    return [f.model_dump(exclude={"recorded_at"}) for f in facts]
+
+
+async def test_record_many_gives_the_facts_recording_one_by_one_gives(tmp_path: Path) -> None:
+    async with open_streaming(tmp_path / "one.db") as mem:
+        for e in STREAM:
+            await mem.record(e)
+        one_by_one = fact_rows(await mem.facts())
+    async with open_streaming(tmp_path / "batch.db") as mem:
+        report = await mem.record_many(STREAM[:10])
+        report.merge(await mem.record_many(STREAM[10:]))
+        batched = fact_rows(await mem.facts())
+    assert batched == one_by_one
+    assert len(one_by_one) == 3  # one current fact per partition
+    assert report.episodes == len(STREAM)  # each episode consolidated once
+    assert sum(report.counts.values()) == len(STREAM)
+
+
+async def test_record_many_checks_each_touched_partition_once(tmp_path: Path) -> None:
+    async with open_streaming(tmp_path / "m.db") as mem:
+        report = await mem.record_many(STREAM)
+        assert [p.partition.user for p in report.passes] == ["alice", "bob", "carol"]
+        assert [p.episodes for p in report.passes] == [7, 7, 7]
+        assert report.fired["streaming/new_add"] == [
+            Partition(u, "rag") for u in ("alice", "bob", "carol")
+        ]
+        assert report.now == NOW
+        empty = await mem.record_many([])
+        assert (empty.passes, empty.due) == ([], [])
+
+
+async def test_record_many_is_one_transaction(tmp_path: Path) -> None:
+    """An episode id repeated with other content fails the batch: nothing is stored, and no
+    rule runs."""
+    clash = obs("alice-0", "rum")  # same id as STREAM's first episode, other object
+    async with open_streaming(tmp_path / "m.db") as mem:
+        with pytest.raises(DuplicateEpisodeError, match="alice-0"):
+            await mem.record_many([*STREAM, clash])
+        assert await mem.memory.partitions() == []
+        assert await mem.facts() == []
+        await mem.record(STREAM[0])
+        with pytest.raises(DuplicateEpisodeError, match="alice-0"):
+            await mem.record_many([STREAM[1], clash])  # clashes with the stored episode
+        assert [e.id for e in await mem.memory.recent("bob", limit=5)] == []
+        assert [f.object for f in await mem.facts()] == ["tea"]

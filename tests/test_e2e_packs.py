@@ -60,7 +60,7 @@ async def test_default_pack_classification_history_and_lineage(tmp_path: Path) -
             episode("b1", 6, user="bob", **spo("bob", "likes", "jazz")),
         ):
             await c.record(ep)
-        reports = await c.consolidate(now=NOW)
+        reports = (await c.consolidate(now=NOW)).passes
 
         # One report per (pack, partition), partitions in (user, agent) order.
         assert [(r.pack, r.partition, r.episodes, r.applied) for r in reports] == [
@@ -164,7 +164,7 @@ async def test_default_pack_classification_history_and_lineage(tmp_path: Path) -
             episode("a8", 1502, **spo("alice", "likes", "tea")),
         ):
             await c.record(ep)
-        second = await c.consolidate(user="alice", agent="rag", now=NOW2)
+        second = (await c.consolidate(user="alice", agent="rag", now=NOW2)).passes
         assert [r.counts for r in second] == [{"add": 1, "update": 1, "delete": 1, "noop": 0}]
         assert second[0].rejected == []
         deltas = second[0].deltas
@@ -236,7 +236,7 @@ async def test_dedup_pack_decides_against_stored_facts(tmp_path: Path) -> None:
             episode("d5", 5, content="no structure"),
         ):
             await c.record(ep)
-        first = await c.consolidate(now=NOW)
+        first = (await c.consolidate(now=NOW)).passes
         assert [r.counts for r in first] == [{"add": 2, "update": 1, "delete": 0, "noop": 1}]
         assert (first[0].rejected, first[0].gated) == ([], [])
         tea_add, tea_noop, coffee_update, age_add = first[0].deltas
@@ -262,7 +262,7 @@ async def test_dedup_pack_decides_against_stored_facts(tmp_path: Path) -> None:
             episode("d8", 1502, **spo("bob", "likes", "tea")),
         ):
             await c.record(ep)
-        second = await c.consolidate(now=NOW2)
+        second = (await c.consolidate(now=NOW2)).passes
         assert [(d.kind, d.rule_id) for d in second[0].deltas] == [
             ("noop", "known_fact_noop"),
             ("update", "changed_object_update"),
@@ -330,7 +330,7 @@ async def test_frequency_promotion_counts_distinct_sessions_within_a_pass(
             await c.record(episode(f"f{n}", n, session=session, **tea))
         await c.record(episode("g1", 20, session="s1", **spo("bob", "likes", "tea")))
         await c.record(episode("g2", 21, session="s2", **spo("bob", "likes", "tea")))
-        reports = await c.consolidate(now=NOW)
+        reports = (await c.consolidate(now=NOW)).passes
         deltas = reports[0].deltas
         assert [(d.kind, d.rule_id, d.confidence, d.source_episode_ids) for d in deltas] == [
             ("add", "promote_frequent", 0.5, ["f4", "f1", "f2", "f3"]),
@@ -380,7 +380,7 @@ async def test_frequency_promotion_counts_distinct_sessions_within_a_pass(
 
         # Counts span one pass: a sixth session in a later pass does not strengthen.
         await c.record(episode("f8", 1500, session="s6", **tea))
-        later = await c.consolidate(now=NOW2)
+        later = (await c.consolidate(now=NOW2)).passes
         assert (later[0].episodes, later[0].deltas) == (1, [])
         assert [f.id for f in await c.facts()] == [top.id]
         assert await c.fact_store.watermarks("frequency_promotion", ALICE) == {
@@ -423,7 +423,7 @@ async def test_expire_speculative_closes_old_unreinforced_facts(tmp_path: Path) 
         await c.record(episode("x1", at=old, conf=0.3, **spo("alice", "guess", "a")))
         await c.record(episode("x2", at=old, conf=0.3, **spo("alice", "guess", "b")))
         await c.record(episode("x3", at=old, conf=0.9, **spo("alice", "knows", "c")))
-        first = await c.consolidate(now=old)
+        first = (await c.consolidate(now=old)).passes
         assert [(r.pack, r.counts["add"], r.counts["noop"]) for r in first] == [
             ("speculative", 3, 0),
             ("expire_speculative", 0, 3),
@@ -441,7 +441,7 @@ async def test_expire_speculative_closes_old_unreinforced_facts(tmp_path: Path) 
         # Twenty days on: b is repeated (reinforced), d is a new speculative fact.
         await c.record(episode("x4", at=mid, conf=0.3, **spo("alice", "guess", "b")))
         await c.record(episode("x5", at=mid, conf=0.3, **spo("alice", "guess", "d")))
-        middle = await c.consolidate(now=mid)
+        middle = (await c.consolidate(now=mid)).passes
         assert [(r.pack, r.counts) for r in middle] == [
             ("speculative", {"add": 1, "update": 0, "delete": 0, "noop": 0}),
             ("expire_speculative", {"add": 0, "update": 0, "delete": 0, "noop": 2}),
@@ -449,7 +449,7 @@ async def test_expire_speculative_closes_old_unreinforced_facts(tmp_path: Path) 
         d = by_spo(await c.facts())["alice", "guess", "d"]
 
         # Forty days after the first pass, with no new episodes.
-        late_reports = await c.consolidate(now=late)
+        late_reports = (await c.consolidate(now=late)).passes
         expire = [r for r in late_reports if r.pack == "expire_speculative"]
         assert [(r.episodes, r.counts) for r in expire] == [
             (0, {"add": 0, "update": 0, "delete": 1, "noop": 0})
@@ -494,10 +494,10 @@ async def test_expire_speculative_closes_old_unreinforced_facts(tmp_path: Path) 
 
         # Idempotent at the same pass time; 55 days on, b and d are stale too.
         before = outcome(db)
-        again = await c.consolidate(now=late)
+        again = (await c.consolidate(now=late)).passes
         assert all(r.deltas == [] for r in again)
         assert outcome(db) == before
-        final = await c.consolidate(now=old + timedelta(days=55))
+        final = (await c.consolidate(now=old + timedelta(days=55))).passes
         gone = [d2.replaces for r in final for d2 in r.deltas if isinstance(d2, DeleteDelta)]
         assert sorted(fid for group in gone for fid in group) == sorted([b.id, d.id])
         assert ids(await c.facts()) == [c_fact.id]

@@ -173,7 +173,7 @@ async def rerun_changes_nothing(db: Path, pack: Path) -> None:
     before = dump_tables(db)
     async with Consolidator.open(db, [pack]) as c:
         audit = len(await c.fact_store.audit_rows())
-        reports = await c.consolidate(now=NOW + timedelta(hours=1))
+        reports = (await c.consolidate(now=NOW + timedelta(hours=1))).passes
         assert all(r.episodes == 0 and r.deltas == [] and r.rejected == [] for r in reports)
         assert len(await c.fact_store.audit_rows()) == audit
     assert dump_tables(db) == before

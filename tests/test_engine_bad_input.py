@@ -65,7 +65,7 @@ async def test_benign_legacy_filter_restricts_the_episodes(tmp_path: Path) -> No
     async with Consolidator.open(tmp_path / "m.db", [DEDUP]) as c:
         for n, subject in enumerate(["alice", "bob", "alice", "carol"], start=1):
             await c.record(episode(f"e{n}", n, **spo(subject, "likes", f"o{n}")))
-        reports = await c.consolidate(now=NOW, legacy=LegacyFilter(BENIGN, rule_id="*"))
+        reports = (await c.consolidate(now=NOW, legacy=LegacyFilter(BENIGN, rule_id="*"))).passes
         assert [sorted(d.source_episode_ids[0] for d in r.deltas) for r in reports] == [
             ["e1", "e3"]
         ]
@@ -73,7 +73,7 @@ async def test_benign_legacy_filter_restricts_the_episodes(tmp_path: Path) -> No
         # Filtered-out episodes are consumed all the same: the watermark passed them.
         top = await c.memory.max_seq(ALICE)
         assert set((await c.fact_store.watermarks("dedup_against_facts", ALICE)).values()) == {top}
-        again = await c.consolidate(now=NOW)
+        again = (await c.consolidate(now=NOW)).passes
         assert [(r.episodes, r.deltas) for r in again] == [(0, [])]
 
 
@@ -82,7 +82,7 @@ async def test_legacy_filter_on_one_rule_leaves_the_others_alone(tmp_path: Path)
         for n, subject in enumerate(["alice", "alice", "bob", "bob"], start=1):
             await c.record(episode(f"e{n}", n, **spo(subject, "likes", "tea")))
         legacy = LegacyFilter(BENIGN, rule_id="known_fact_noop")
-        reports = await c.consolidate(now=NOW, legacy=legacy)
+        reports = (await c.consolidate(now=NOW, legacy=legacy)).passes
         # Only the noop rule is restricted to alice: bob's repeat (e4) is not reinforcing,
         # and no other rule takes it (its triple is already known).
         assert [(d.kind, d.source_episode_ids) for d in reports[0].deltas] == [
@@ -106,7 +106,7 @@ async def test_injection_attempts_are_refused_and_change_nothing(tmp_path: Path,
         assert "when_filter" in str(info.value)
         assert dump_tables(db) == before
         # The stores are not wedged: a normal pass still works afterwards.
-        reports = await c.consolidate(now=NOW)
+        reports = (await c.consolidate(now=NOW)).passes
         assert sum(len(r.deltas) for r in reports) == 20
 
 
@@ -195,7 +195,7 @@ async def test_metadata_of_the_wrong_declared_type_rejects_that_episode(tmp_path
         await c.record(episode("bad2", 3, weight=2.5, **spo("alice", "likes", "rum")))
         await c.record(episode("bad3", 4, weight=True, **spo("alice", "likes", "gin")))
         await c.record(episode("ok2", 5, weight=2, **spo("alice", "likes", "tea2")))
-        reports = await c.consolidate(now=NOW)
+        reports = (await c.consolidate(now=NOW)).passes
         assert [d.source_episode_ids for d in reports[0].deltas] == [["ok1"], ["ok2"]]
         rejected = {r.episode_id: (r.rule_id, r.reason) for r in reports[0].rejected}
         assert rejected == {
@@ -227,7 +227,7 @@ async def test_unvalidated_wrong_type_subject_is_rejected_by_the_runtime(tmp_pat
     after = episode("e3", 3, **spo("alice", "likes", "coffee"))
     async with Consolidator.open(tmp_path / "m.db", [DEDUP]) as c:
         await c.memory.put_many([good, bad, after])
-        reports = await c.consolidate(now=NOW)
+        reports = (await c.consolidate(now=NOW)).passes
         assert [(d.kind, d.source_episode_ids) for d in reports[0].deltas] == [
             ("add", ["e1"]),
             ("update", ["e3"]),

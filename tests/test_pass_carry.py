@@ -58,7 +58,7 @@ async def check(db: Path, stream: Sequence[tuple[str, str, str, str, str | None]
                 if intent is not None:
                     meta["intent"] = intent
                 await c.memory.put_many([episode(f"e{n}", n, session=session, meta=meta)])
-            reports = await c.consolidate(now=NOW)
+            reports = (await c.consolidate(now=NOW)).passes
     assert any(r.episodes == 3 for r in reports) or len(stream) < 3
     return problems
 

@@ -692,7 +692,7 @@ async def test_consolidation_goes_past_quarantined_rows(tmp_path: Path) -> None:
         ]
         assert await mem.memory.quarantined(BOB) == []
         facts_before = checksum(path)
-        again = await mem.consolidate(now=NOW + timedelta(hours=1))
+        again = (await mem.consolidate(now=NOW + timedelta(hours=1))).passes
         assert [r.delta_counts for r in again if r.delta_counts] == []
         assert sum(r.episodes for r in again) == 0
         assert checksum(path) == facts_before
@@ -751,7 +751,7 @@ async def test_a_select_over_metadata_goes_past_a_row_that_is_not_json(tmp_path:
         await store.put_many([good("e1", 1), good("e2", 2), good("e3", 3)])
     execute(path, "UPDATE episodes SET metadata = ? WHERE id = ?", (b"{not json", "e2"))
     async with Consolidator.open(path, [pack]) as mem:
-        reports = await mem.consolidate(now=NOW)
+        reports = (await mem.consolidate(now=NOW)).passes
         assert [q.episode_id for r in reports for q in r.quarantined] == ["e2"]
         facts = await mem.facts(user="alice", agent="rag")
         assert triples(facts) == {("alice", "p-e1", "o-e1"), ("alice", "p-e3", "o-e3")}

@@ -14,7 +14,7 @@ from e2e_helpers import episode, spo
 
 from stargraph_mem.compiler.pack import compile_text
 from stargraph_mem.engine.api import Consolidator
-from stargraph_mem.engine.scheduler import ScheduleReport
+from stargraph_mem.engine.scheduler import ConsolidationReport
 from stargraph_mem.errors import PassConflictError, ScheduleError, StoreError
 from stargraph_mem.stores.fact import WatermarkAdvance
 from stargraph_mem.stores.models import Cadence, Episode
@@ -60,7 +60,7 @@ def obs(n: int, user: str = "alice", at: datetime | None = None) -> Episode:
     return episode(f"{user}-{n}", n, user=user, at=at, **spo(f"{user}{n}", "p", "o"))
 
 
-def fired(report: ScheduleReport) -> list[tuple[str, int]]:
+def fired(report: ConsolidationReport) -> list[tuple[str, int]]:
     """(user, episodes) of every applied pass."""
     return [(p.partition.user, p.episodes) for p in report.passes if p.applied]
 

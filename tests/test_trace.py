@@ -33,7 +33,7 @@ async def consolidated(db: Path) -> tuple[DeltaTrace, DeltaTrace]:
             episode("e1", 1, content="Alice likes tea", **spo("alice", "likes", "tea"))
         )
         await mem.record(episode("e2", 2, session="s2", **spo("alice", "likes", "coffee")))
-        [report] = await mem.consolidate(now=NOW)
+        [report] = (await mem.consolidate(now=NOW)).passes
         add, update = await pass_traces(mem, report)
     return add, update
 
@@ -132,10 +132,10 @@ async def test_fresh_traces_show_facts_matched_without_being_touched(tmp_path: P
     pack.write_text(ECHO, encoding="utf-8")
     async with Consolidator.open(tmp_path / "m.db", [pack]) as mem:
         await mem.memory.put_many([episode("e1", 1, **spo("bo", "likes", "jam"))])
-        [first] = await mem.consolidate(now=NOW)
+        [first] = (await mem.consolidate(now=NOW)).passes
         [seeded] = await pass_traces(mem, first)
         await mem.memory.put_many([episode("e2", 2, **spo("bo", "mentions", "x"))])
-        [second] = await mem.consolidate(now=NOW)
+        [second] = (await mem.consolidate(now=NOW)).passes
         [copied] = await pass_traces(mem, second)
         stored = explanation_trace(await mem.explain(copied.fact_id or ""))
     assert seeded.matched == ()

@@ -40,7 +40,7 @@ def stream() -> list[Episode]:
 async def run(path: Path, worker: WorkerMode) -> list[PassReport]:
     async with Consolidator.open(path, PACKS, max_episodes=7, worker=worker) as mem:
         await mem.memory.put_many(stream())
-        return await mem.consolidate(now=NOW)
+        return (await mem.consolidate(now=NOW)).passes
 
 
 def test_worker_passes_equal_in_process_passes(tmp_path: Path) -> None:

@@ -364,7 +364,7 @@ async def run_case(
             if seeds:
                 await mem.fact_store.apply_deltas(seeds, pack_hash=SEED_RULE)
             await mem.memory.put_many(episodes)
-            reports = await mem.consolidate(user=case.user, agent=case.agent, now=now)
+            reports = (await mem.consolidate(user=case.user, agent=case.agent, now=now)).passes
             facts = await mem.facts(user=case.user, agent=case.agent)
             traces = [t for r in reports for t in await pass_traces(mem, r)] if trace else []
     deltas = [d for r in reports for d in r.deltas]

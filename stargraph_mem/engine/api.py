@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from datetime import datetime
@@ -18,13 +19,13 @@ from stargraph_mem.engine.consolidate import (
 from stargraph_mem.engine.runtime import PackRuntime
 from stargraph_mem.engine.scheduler import (
     DEFAULT_LEASE_SECONDS,
+    ConsolidationReport,
     Scheduler,
-    ScheduleReport,
     StatusRow,
 )
 from stargraph_mem.model.episodes import Episode
 from stargraph_mem.model.facts import Fact, FactAccess, FactHit, FactPattern
-from stargraph_mem.model.time import utc_now
+from stargraph_mem.model.time import to_utc, utc_now
 from stargraph_mem.salience import SalienceScorer
 from stargraph_mem.stores.fact import Explanation
 from stargraph_mem.stores.lifecycle import AsyncResource, closed_on_failure
@@ -47,6 +48,9 @@ def runtime_for(compiled: CompiledPack) -> PackRuntime:
 class Consolidator(AsyncResource):
     """Episodes in, facts out: ``record`` episodes (streaming rules fire at once), ``tick``
     whatever is due, ``consolidate`` on demand, read facts and explanations.
+
+    ``record``, ``record_many``, ``tick`` and ``consolidate`` each return one
+    :class:`~stargraph_mem.engine.scheduler.ConsolidationReport`.
 
     ``clock`` (tz-aware) is the scheduler's notion of now, injectable for tests. Every
     method is safe to call concurrently from many tasks of one event loop.
@@ -170,7 +174,7 @@ class Consolidator(AsyncResource):
             stack.push_async_callback(self.fact_store.close)
             stack.push_async_callback(self.schedule_store.close)
 
-    async def record(self, episode: Episode) -> ScheduleReport:
+    async def record(self, episode: Episode) -> ConsolidationReport:
         """Store one episode under its own scope, then check the partition's count
         cadences: ``every: 1`` rules (and ``every: N`` ones that just reached N) fire now."""
         await self.memory.put(
@@ -178,7 +182,18 @@ class Consolidator(AsyncResource):
         )
         return await self.scheduler.on_record(Partition(episode.user, episode.agent), self.clock())
 
-    async def tick(self, now: datetime | None = None) -> ScheduleReport:
+    async def record_many(self, episodes: Sequence[Episode]) -> ConsolidationReport:
+        """Store a batch in one transaction (a bad episode stores none of them), then check
+        the count cadences of every partition it touched, once each, in order of first
+        appearance; one report covers them all."""
+        await self.memory.put_many(episodes)
+        now = self.clock()
+        report = ConsolidationReport(now=to_utc(now))
+        for partition in dict.fromkeys(Partition(e.user, e.agent) for e in episodes):
+            report.merge(await self.scheduler.on_record(partition, now))
+        return report
+
+    async def tick(self, now: datetime | None = None) -> ConsolidationReport:
         """Run whatever is due (cron times reached, ``every: N`` counts reached), once."""
         self._ticked = True
         return await self.scheduler.tick(now or self.clock())
@@ -200,12 +215,13 @@ class Consolidator(AsyncResource):
         rule_ids: Sequence[str] | None = None,
         legacy: LegacyFilter | None = None,
         progress: Callable[[int, int], None] | None = None,
-    ) -> list[PassReport]:
+    ) -> ConsolidationReport:
         """Run every pack over the selected partitions until caught up.
 
         ``progress(done, total)`` counts episodes read by passes, summed over packs.
         """
-        when = now or utc_now()
+        t0 = time.perf_counter()
+        when = to_utc(now or utc_now())
         partitions = [
             p
             for p in await self.memory.partitions()
@@ -213,7 +229,7 @@ class Consolidator(AsyncResource):
         ]
         if user is not None and agent is not None and not partitions:
             partitions = [Partition(user, agent)]
-        reports: list[PassReport] = []
+        report = ConsolidationReport(now=when)
         on_pass: Callable[[PassReport], None] | None = None
         if progress is not None:
             total = 0
@@ -222,15 +238,15 @@ class Consolidator(AsyncResource):
                     total += await consolidation.pending(partition, rule_ids)
             done = 0
 
-            def on_pass(report: PassReport) -> None:
+            def on_pass(done_pass: PassReport) -> None:
                 nonlocal done
-                done += report.episodes
+                done += done_pass.episodes
                 progress(done, max(total, done))
 
             progress(0, total)
         for consolidation in self.consolidations:
             for partition in partitions:
-                reports += await consolidation.run(
+                report.passes += await consolidation.run(
                     partition,
                     now=when,
                     rule_ids=rule_ids,
@@ -238,7 +254,8 @@ class Consolidator(AsyncResource):
                     legacy=legacy,
                     on_pass=on_pass,
                 )
-        return reports
+        report.timings["total"] = time.perf_counter() - t0
+        return report
 
     async def facts(
         self, *, user: str | None = None, agent: str | None = None, as_of: datetime | None = None

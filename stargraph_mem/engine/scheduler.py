@@ -41,6 +41,7 @@ from stargraph_mem.stores.sqlite_schedule import RuleRun, RunState, SQLiteSchedu
 __all__ = [
     "DEFAULT_LEASE_SECONDS",
     "LEASE_NAME",
+    "ConsolidationReport",
     "Due",
     "ScheduleProgram",
     "ScheduleReport",
@@ -69,12 +70,15 @@ class Due:
 
 
 @dataclass
-class ScheduleReport:
-    """What a tick (or a record's cadence check) did.
+class ConsolidationReport:
+    """What one call of the Consolidator did: ``record``, ``record_many``, ``tick`` or
+    ``consolidate``.
 
-    ``passes`` are the pass reports (rules fired per partition, deltas by kind, rejected
-    and gated episodes, timings); ``lease_holder`` names who held the lease when this
-    tick ran nothing; ``conflicts`` are passes another scheduler applied first.
+    ``passes`` are the pass reports in the order they ran (rules fired per partition,
+    deltas by kind, rejected and gated episodes, timings); ``counts``, ``fired``,
+    ``rejected`` and ``gated`` sum them up. Scheduled calls (``record*``, ``tick``) also
+    say which (rule, partition) pairs were ``due``; ``lease_holder`` names who held the
+    lease when a tick ran nothing; ``conflicts`` are passes another scheduler applied first.
     """
 
     now: datetime
@@ -88,6 +92,11 @@ class ScheduleReport:
     def ran(self) -> bool:
         """False when another scheduler held the lease and this tick did nothing."""
         return self.lease_holder is None
+
+    @property
+    def episodes(self) -> int:
+        """Episodes read by the passes (an episode read by two packs counts twice)."""
+        return sum(report.episodes for report in self.passes)
 
     @property
     def fired(self) -> dict[str, list[Partition]]:
@@ -117,13 +126,18 @@ class ScheduleReport:
     def gated(self) -> list[str]:
         return [g for report in self.passes for g in report.gated]
 
-    def merge(self, other: ScheduleReport) -> None:
+    def merge(self, other: ConsolidationReport) -> None:
         """Add another report's passes, due pairs, conflicts and timings to this one."""
         self.due += other.due
         self.passes += other.passes
         self.conflicts += other.conflicts
         for name, seconds in other.timings.items():
             self.timings[name] = self.timings.get(name, 0.0) + seconds
+
+
+ScheduleReport = ConsolidationReport
+"""The report's earlier name (``record`` and ``tick`` returned it before ``consolidate``
+did too)."""
 
 
 @dataclass(frozen=True)
@@ -372,7 +386,7 @@ class Scheduler:
         rules: list[CadenceRule],
         states: dict[tuple[str, str], RunState],
         now: datetime,
-        report: ScheduleReport,
+        report: ConsolidationReport,
     ) -> bool:
         """One scheduled run of ``rules`` over ``partition``; False if another scheduler
         applied it first (nothing of ours was applied)."""
@@ -418,11 +432,11 @@ class Scheduler:
         due = pack.program.due(to_us(now), counts)
         return [by_index[index] for index, _ in due], states
 
-    async def on_record(self, partition: Partition, now: datetime) -> ScheduleReport:
+    async def on_record(self, partition: Partition, now: datetime) -> ConsolidationReport:
         """The cadence check after a put: run the partition's count rules that are due
         (``every: 1`` rules on every put). Re-decides when another scheduler got there first."""
         now = to_utc(now)
-        report = ScheduleReport(now=now)
+        report = ConsolidationReport(now=now)
         t0 = time.perf_counter()
         async with self._locks[partition.key]:
             for pack in self.packs:
@@ -435,13 +449,13 @@ class Scheduler:
         report.timings["total"] = time.perf_counter() - t0
         return report
 
-    async def tick(self, now: datetime) -> ScheduleReport:
+    async def tick(self, now: datetime) -> ConsolidationReport:
         """Take (or renew) the lease, then run every due (rule, partition) of every pack.
 
         Another holder's unexpired lease makes this a no-op (``report.lease_holder``).
         """
         now = to_utc(now)
-        report = ScheduleReport(now=now)
+        report = ConsolidationReport(now=now)
         t0 = time.perf_counter()
         lease = await self.store.take_lease(LEASE_NAME, self.holder, now, self.lease_seconds)
         if not lease.ours:

@@ -439,7 +439,7 @@ def build_server(mem: Consolidator, *, name: str = SERVER_NAME) -> MCPServer[Any
         when = _aware(now, "now") or mem.clock()
         with _refused():
             reports = await mem.consolidate(user=user, agent=agent, now=when)
-        return _summary(reports)
+        return _summary(reports.passes)
 
     reads = ToolAnnotations(read_only_hint=True, open_world_hint=False)
     # Writes only add: a fact is closed, never erased. A record with the default time is a

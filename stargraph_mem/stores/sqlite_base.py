@@ -11,14 +11,20 @@ the tables :meth:`~SQLiteStoreBase.health` requires and the figures it reports.
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextlib
 import os
 import sqlite3
+import threading
+import time
 import weakref
 from abc import abstractmethod
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
+from functools import partial
 from pathlib import Path
+from queue import SimpleQueue
 from typing import Any, ClassVar, Final
 
 import aiosqlite
@@ -32,8 +38,10 @@ from stargraph_mem.stores.mounts import network_filesystem_warning
 __all__ = [
     "BUSY_TIMEOUT_MS",
     "EPOCH",
+    "EXIT_CLOSE_SECONDS",
     "ONE_US",
     "SQLiteStoreBase",
+    "StoreConnection",
     "fetch",
     "file_size",
     "from_us",
@@ -59,6 +67,123 @@ Bulk passes are unaffected: their one commit crosses either threshold.
 
 
 # --- connection -----------------------------------------------------------------------
+
+EXIT_CLOSE_SECONDS: Final = 3.0
+"""At interpreter exit, how long the connections nobody closed may take to close (all of
+them together); a thread still busy after that is left to end with the process."""
+
+_Requests = SimpleQueue[tuple["asyncio.Future[Any] | None", Callable[[], Any]]]
+_STOP = object()
+"""What a connection thread's last request returns: the thread ends after it."""
+
+
+def _reply(future: asyncio.Future[Any] | None, value: Any, failed: bool) -> None:
+    """Hand a request's outcome to the event loop that waits for it, if any still does."""
+    if future is None:
+        return
+
+    def settle() -> None:
+        if not future.done():
+            if failed:
+                future.set_exception(value)
+            else:
+                future.set_result(value)
+
+    with contextlib.suppress(RuntimeError):  # its loop has closed: nobody waits any more
+        future.get_loop().call_soon_threadsafe(settle)
+
+
+def _serve(requests: _Requests) -> None:
+    """A connection's thread: run each request in turn until the one that closes it."""
+    while True:
+        future, function = requests.get()
+        try:
+            result = function()
+        except BaseException as exc:  # every failure goes back to the caller
+            _reply(future, exc, True)
+        else:
+            _reply(future, result, False)
+            if result is _STOP:
+                return
+
+
+class StoreConnection(aiosqlite.Connection):
+    """An aiosqlite connection that never keeps the process alive.
+
+    aiosqlite runs each connection's statements on a thread of its own, which the
+    interpreter waits for at exit: a connection nobody closed (a script that ends, or
+    raises, before ``close()``) kept the process alive forever. This connection's thread
+    is a daemon, and a connection still open at exit is closed on its thread by an
+    ``atexit`` hook, which waits at most :data:`EXIT_CLOSE_SECONDS` in all (a statement
+    still running then, whose caller is gone, ends with the process: SQLite rolls back
+    what it had not committed).
+
+    Leaving a store unclosed loses nothing: the stores work in autocommit mode and each
+    write commits (:func:`transaction`) before its call returns, so it is in the database
+    (its write-ahead log) whatever happens to the process afterwards. Closing adds a
+    checkpoint of that log into the database file, which the next open does otherwise.
+
+    Built on aiosqlite 0.22's connection: it replaces the ``_thread`` that serves the
+    ``_tx`` request queue, and :meth:`stop`. Requests whose event loop has closed are
+    dropped instead of ending the thread with an error.
+    """
+
+    def __init__(self, connector: Callable[[], sqlite3.Connection], name: str) -> None:
+        super().__init__(connector, iter_chunk_size=64)
+        self._thread = threading.Thread(target=_serve, args=(self._tx,), name=name, daemon=True)
+        _OPEN.add(self)
+
+    def stop(self) -> asyncio.Future[Any] | None:
+        """Queue closing the connection and ending its thread; returns a future to await
+        when called from a running event loop (``None`` otherwise: at exit, or when an
+        unclosed connection is garbage collected outside a loop)."""
+        self._running = False
+        try:
+            future: asyncio.Future[Any] | None = asyncio.get_running_loop().create_future()
+        except RuntimeError:
+            future = None
+        self._tx.put_nowait((future, self._close_and_stop))
+        return future
+
+    def _close_and_stop(self) -> object:
+        """On the connection's thread: close it, then end the thread (a connection closed
+        by :meth:`close` is closed already; otherwise nobody is left to hear of a failure)."""
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            with contextlib.suppress(sqlite3.Error):
+                connection.close()
+        return _STOP
+
+    async def close(self) -> None:
+        try:
+            await super().close()
+        finally:
+            _OPEN.discard(self)
+
+    def close_at_exit(self) -> threading.Thread | None:
+        """Queue the close; returns the thread to wait for (``None``: nothing to close)."""
+        if self._connection is None or not self._thread.is_alive():
+            return None
+        self.stop()
+        return self._thread
+
+
+_OPEN: weakref.WeakSet[StoreConnection] = weakref.WeakSet()
+"""Connections not closed yet (a connection garbage collected leaves by itself)."""
+
+
+@atexit.register
+def _close_left_open() -> None:
+    """Close the connections nobody closed, waiting at most ``EXIT_CLOSE_SECONDS``."""
+    deadline = time.monotonic() + EXIT_CLOSE_SECONDS
+    threads = [thread for db in list(_OPEN) if (thread := db.close_at_exit()) is not None]
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+
+
+def _connect(database: str | Path, **kwargs: Any) -> StoreConnection:
+    """``aiosqlite.connect`` with a :class:`StoreConnection` (await it, or ``async with``)."""
+    return StoreConnection(partial(sqlite3.connect, database, **kwargs), f"sqlite {database}")
 
 
 _READ_ONLY: weakref.WeakKeyDictionary[aiosqlite.Connection, str] = weakref.WeakKeyDictionary()
@@ -120,7 +245,7 @@ async def open_connection(path: Path) -> aiosqlite.Connection:
     If a pragma fails the connection is closed before the error propagates.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    db = await aiosqlite.connect(path, isolation_level=None)
+    db = await _connect(path, isolation_level=None)
     async with closed_on_failure(db.close):
         await db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         await _enable_wal(db)
@@ -175,7 +300,7 @@ async def open_read_only(path: Path, why: str) -> aiosqlite.Connection:
     if not path.is_file():
         raise StoreError(f"{path}: database file does not exist", read_only=where)
     try:
-        db = await aiosqlite.connect(read_only_uri(path), uri=True, isolation_level=None)
+        db = await _connect(read_only_uri(path), uri=True, isolation_level=None)
         async with closed_on_failure(db.close):
             await db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             await db.execute("PRAGMA query_only=ON")
@@ -323,7 +448,7 @@ class SQLiteStoreBase(AsyncResource):
             # files on close; health only ever reads.
             writable = read_only_reason(path) is None
             uri = f"{path.resolve().as_uri()}?mode=rw" if writable else read_only_uri(path)
-            async with aiosqlite.connect(uri, uri=True) as db:
+            async with _connect(uri, uri=True) as db:
                 return await self._inspect(db, path)
         except (sqlite3.Error, OSError) as exc:
             reason = f"not a usable SQLite database: {exc}"
