@@ -32,8 +32,10 @@ if TYPE_CHECKING:
         PassConflictError,
         ScaffoldError,
         ScheduleError,
+        SearchError,
         StalePassError,
         StargraphMemError,
+        StoreConfigError,
         StoreError,
     )
     from stargraph_mem.model.deltas import (
@@ -45,7 +47,7 @@ if TYPE_CHECKING:
         UpdateDelta,
     )
     from stargraph_mem.model.episodes import Episode
-    from stargraph_mem.model.facts import Fact, FactPattern
+    from stargraph_mem.model.facts import Fact, FactAccess, FactHit, FactPattern
     from stargraph_mem.salience import RuleBasedScorer, SalienceContext, SalienceScorer
     from stargraph_mem.stores.fact import Explanation, FactStore
     from stargraph_mem.stores.memory import MemoryStore
@@ -65,6 +67,8 @@ _LAZY: dict[str, str] = {
     "Episode": "stargraph_mem.model.episodes",
     "Fact": "stargraph_mem.model.facts",
     "FactPattern": "stargraph_mem.model.facts",
+    "FactHit": "stargraph_mem.model.facts",
+    "FactAccess": "stargraph_mem.model.facts",
     "AddDelta": "stargraph_mem.model.deltas",
     "UpdateDelta": "stargraph_mem.model.deltas",
     "DeleteDelta": "stargraph_mem.model.deltas",
@@ -103,6 +107,8 @@ _LAZY: dict[str, str] = {
     "DeltaValidationError": "stargraph_mem.errors",
     "MigrationNotSupported": "stargraph_mem.errors",
     "StalePassError": "stargraph_mem.errors",
+    "SearchError": "stargraph_mem.errors",
+    "StoreConfigError": "stargraph_mem.errors",
     "CorruptRowError": "stargraph_mem.errors",
 }
 """Public name → the module that defines it."""
@@ -123,7 +129,9 @@ __all__ = [
     "Episode",
     "Explanation",
     "Fact",
+    "FactAccess",
     "FactConflictError",
+    "FactHit",
     "FactNotFoundError",
     "FactPattern",
     "FactPayload",
@@ -145,8 +153,10 @@ __all__ = [
     "SalienceScorer",
     "ScaffoldError",
     "ScheduleError",
+    "SearchError",
     "StalePassError",
     "StargraphMemError",
+    "StoreConfigError",
     "StoreError",
     "UpdateDelta",
     "__version__",
