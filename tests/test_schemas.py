@@ -98,7 +98,7 @@ def test_installed_schemas_are_the_checked_ones() -> None:
 def test_the_wheel_carries_the_schemas_where_the_code_looks() -> None:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     wheel = config["tool"]["hatch"]["build"]["targets"]["wheel"]
-    assert wheel["force-include"] == {"ir_schemas": f"stargraph_mem/{schemas.PACKAGED}"}
+    assert wheel["force-include"]["ir_schemas"] == f"stargraph_mem/{schemas.PACKAGED}"
     assert "jsonschema>=4.18" in config["project"]["optional-dependencies"]["test"]
 
 

@@ -526,3 +526,15 @@ def test_yaml_wiring_refuses_what_it_cannot_open(mapping: dict[str, Any], fragme
     assert fragment in str(info.value)
     key = next(iter(mapping))
     assert (info.value.context["key"], info.value.context["value"]) == (key, mapping[key])
+
+
+def test_the_wheel_carries_the_default_pack_where_consolidate_rule_looks() -> None:
+    import tomllib
+
+    from stargraph_mem.engine import legacy
+
+    root = Path(__file__).resolve().parents[1]
+    config = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
+    included = config["tool"]["hatch"]["build"]["targets"]["wheel"]["force-include"]
+    packaged = legacy._CANDIDATES[0].relative_to(Path(legacy.__file__).resolve().parents[1])
+    assert included["rules/default.yaml"] == f"stargraph_mem/{packaged.as_posix()}"
