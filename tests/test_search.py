@@ -123,18 +123,15 @@ async def test_closed_facts_leave_the_index(store: SQLiteFactStore) -> None:
 
 
 def indexed_rowids(path: Path) -> tuple[list[int], list[int]]:
-    """The rowids in the search index, and those of the current facts."""
+    """The rowids in the search index (after FTS5's own integrity check), and the facts'."""
     with closing(sqlite3.connect(path)) as db:
         db.execute("INSERT INTO fact_text (fact_text) VALUES ('integrity-check')")
         index = [r[0] for r in db.execute("SELECT rowid FROM fact_text ORDER BY rowid")]
-        current = [
-            r[0]
-            for r in db.execute("SELECT rowid FROM facts WHERE valid_until_us IS NULL ORDER BY 1")
-        ]
-    return index, current
+        facts = [r[0] for r in db.execute("SELECT rowid FROM facts ORDER BY 1")]
+    return index, facts
 
 
-async def test_the_index_holds_exactly_the_current_facts(tmp_path: Path) -> None:
+async def test_every_fact_is_indexed_and_only_current_ones_are_found(tmp_path: Path) -> None:
     path = tmp_path / "f.db"
     async with SQLiteFactStore(path) as store:
         adds = [add("alice", "likes", f"thing {i}", src=f"e{i}") for i in range(30)]
@@ -153,10 +150,16 @@ async def test_the_index_holds_exactly_the_current_facts(tmp_path: Path) -> None
             for i, a in enumerate(adds[:10])
         ]
         await store.apply_deltas(batch)
-        hits = await store.search("thing", limit=1000, touch=False)
-        assert len(hits) == 30 - 10 - 1 + 1
-    index, current = indexed_rowids(path)
-    assert index == current and len(current) == 20
+        current = await store.search("thing", limit=1000, touch=False)
+        assert len(current) == 30 - 10 - 1 + 1
+        assert all(hit.fact.is_current for hit in current)
+        every = await store.search("thing", limit=1000, touch=False, include_history=True)
+        assert len(every) == 31
+        assert {h.fact.id for h in every if not h.fact.is_current} == {
+            a.new_fact_id for a in [*adds[:10], adds[25]]
+        }
+    index, facts = indexed_rowids(path)
+    assert index == facts and len(facts) == 31
 
 
 async def test_filter_only_search_ranks_by_confidence(store: SQLiteFactStore) -> None:

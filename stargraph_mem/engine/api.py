@@ -277,8 +277,10 @@ class Consolidator(AsyncResource):
         min_confidence: float | None = None,
         limit: int = 10,
         touch: bool = True,
+        include_history: bool = False,
     ) -> list[FactHit]:
-        """Current facts ranked for ``query`` (any of its words), within the filters.
+        """Current facts (closed ones too with ``include_history``) ranked for ``query``
+        (any of its words), within the filters.
 
         Records each returned fact's access unless ``touch=False``; see
         :meth:`SQLiteFactStore.search <stargraph_mem.stores.sqlite_fact.SQLiteFactStore.search>`.
@@ -292,6 +294,7 @@ class Consolidator(AsyncResource):
             min_confidence=min_confidence,
             limit=limit,
             touch=touch,
+            include_history=include_history,
         )
 
     async def access(self, fact_id: str) -> FactAccess:

@@ -67,12 +67,10 @@ from stargraph_mem.stores.sqlite_migration import Ledger, apply_plan, check_plan
 from stargraph_mem.stores.sqlite_schedule import RuleRun, record_runs
 from stargraph_mem.stores.sqlite_search import (
     INDEX_FACT,
-    INDEXED_TEXT,
     SEARCH_BACKFILL,
     SEARCH_SCHEMA,
     SEARCH_TABLES,
     TOUCH,
-    UNINDEX_FACT,
     body_text,
     check_limit,
     match_expression,
@@ -92,8 +90,8 @@ __all__ = [
 
 SCHEMA_VERSION: Final = 3
 """2: lineage rows share their fact's rowid and name the creating audit row; audit delta
-ids are indexed for delete and noop deltas only. 3: the full-text index of current facts
-and the access table (:mod:`~stargraph_mem.stores.sqlite_search`). Versions 1 and 2 are
+ids are indexed for delete and noop deltas only. 3: the full-text index of facts and the
+access table (:mod:`~stargraph_mem.stores.sqlite_search`). Versions 1 and 2 are
 migrated on open."""
 _LEDGER: Final = Ledger(
     "fact_store_migrations",
@@ -893,11 +891,7 @@ class _Batch:
         writes: tuple[tuple[str, Sequence[Sequence[Any]]], ...] = (
             (_INSERT_FACT, [fact_row + closing.get(fact_row[1], _OPEN) for fact_row, _ in rows]),
             (_INSERT_LINEAGE, [lineage_row for _, lineage_row in rows]),
-            (
-                INDEX_FACT,
-                [_indexed(fact_row) for fact_row, _ in rows if fact_row[1] not in closing],
-            ),
-            (UNINDEX_FACT, await self._indexed_closes(closes)),
+            (INDEX_FACT, [_indexed(fact_row) for fact_row, _ in rows]),
             (_CLOSE, closes),
             (_INSERT_AUDIT, self._audit),
             (_INSERT_REINFORCEMENT, self._reinforcements),
@@ -906,14 +900,6 @@ class _Batch:
             if params:
                 await self.db.executemany(sql, params)
         self._audit, self._closes, self._reinforcements = [], [], []
-
-    async def _indexed_closes(self, closes: Sequence[tuple[Any, ...]]) -> list[tuple[int, str]]:
-        """Search index rows of the current facts ``closes`` close (each once)."""
-        if not closes:
-            return []
-        ids = _json_text(list(dict.fromkeys(close[3] for close in closes)))
-        rows = await fetch(self.db, INDEXED_TEXT, (ids,))
-        return [(row[0], body_text(row[1], row[2], row[3], row[4])) for row in rows]
 
     def _recorded_us(self, fact: Fact) -> int:
         return self.now_us if fact.recorded_at is self.now else to_us(fact.recorded_at)
@@ -1431,20 +1417,29 @@ class SQLiteFactStore(SQLiteStoreBase):
         min_confidence: float | None = None,
         limit: int = 10,
         touch: bool = True,
+        include_history: bool = False,
     ) -> list[FactHit]:
         """Current facts matching any word of ``query``, best first, and the filters.
 
         Words are matched in subject, predicate, object and payload (case and accents
         ignored); an empty query searches by the filters alone, by confidence. With
-        ``touch`` (the default) each returned fact's access count and last access are
-        recorded (see :meth:`access`) in the same call; ``touch=False`` reads without a
-        trace and works on a read-only file.
+        ``include_history``, closed facts are searched too. With ``touch`` (the default)
+        each returned fact's access count and last access are recorded (see
+        :meth:`access`) in the same call; ``touch=False`` reads without a trace and works
+        on a read-only file.
         """
         match = match_expression(query)
         where, params = _pattern_filter(
             search_pattern(user, agent, subject, predicate, min_confidence)
         )
-        sql, args = search_query(match, where, params, _FACT_COLUMNS, check_limit(limit))
+        sql, args = search_query(
+            match,
+            where,
+            params,
+            _FACT_COLUMNS,
+            check_limit(limit),
+            include_history=include_history,
+        )
         if not touch:
             async with self._read() as db:
                 rows = await fetch(db, sql, args)

@@ -1,13 +1,15 @@
-"""Search over current facts (SQLite FTS5) and the access statistics reads leave behind.
+"""Search over facts (SQLite FTS5) and the access statistics reads leave behind.
 
-The full-text index holds current facts only: the batch that inserts a current fact
-indexes its subject, predicate, object and payload, and the batch that closes it removes
-them, in the very transaction that applies a pass. The index is contentless: it keeps
+The full-text index holds every fact, current or closed, as history does: the batch that
+inserts a fact indexes its subject, predicate, object and payload in the very transaction
+that applies the pass, and nothing is ever taken out (a search joins the ``facts`` row
+and keeps the current ones unless asked for history). Removing a closed fact's words
+(an FTS5 'delete') halved the throughput of update-heavy batches; leaving them costs a
+search only the closed facts its words also match. The index is contentless: it keeps
 the words, not the text (nothing is stored twice). Writes go through ``executemany``,
-not triggers: FTS5 flushes its buffered terms at every statement savepoint, so a
-trigger per fact made inserts about ten times slower. Ranking is SQLite's BM25 (more
-query words matched, rarer words, shorter facts first), then confidence, then the newest
-fact.
+not triggers: FTS5 flushes its buffered terms at every statement savepoint, so a trigger
+per fact made inserts about ten times slower. Ranking is SQLite's BM25 (more query words
+matched, rarer words, shorter facts first), then confidence, then the newest fact.
 
 Access statistics live in their own table (``fact_access``: count and last access per
 fact) so recording a read never rewrites a fact's bitemporal row.
@@ -24,13 +26,11 @@ from stargraph_mem.model.facts import FactPattern
 
 __all__ = [
     "ACCESS_TABLE",
-    "INDEXED_TEXT",
     "INDEX_FACT",
     "MAX_LIMIT",
     "SEARCH_SCHEMA",
     "SEARCH_TABLES",
     "TOUCH",
-    "UNINDEX_FACT",
     "body_text",
     "match_expression",
     "search_query",
@@ -59,25 +59,12 @@ SEARCH_SCHEMA: Final = (
 """The index and the access table (``IF NOT EXISTS``: idempotent)."""
 
 SEARCH_BACKFILL: Final = (
-    f"INSERT INTO {SEARCH_TABLE} (rowid, body) "
-    f"SELECT rowid, {BODY_SQL} FROM facts WHERE valid_until_us IS NULL ORDER BY rowid"
+    f"INSERT INTO {SEARCH_TABLE} (rowid, body) SELECT rowid, {BODY_SQL} FROM facts ORDER BY rowid"
 )
-"""Index the current facts of a file written before the index existed (its migration)."""
+"""Index the facts of a file written before the index existed (its migration)."""
 
 INDEX_FACT: Final = f"INSERT INTO {SEARCH_TABLE} (rowid, body) VALUES (?, ?)"
-"""Index one new current fact: its rowid and :func:`body_text`."""
-UNINDEX_FACT: Final = (
-    f"INSERT INTO {SEARCH_TABLE} ({SEARCH_TABLE}, rowid, body) VALUES ('delete', ?, ?)"
-)
-"""Take a fact out of the index before it is closed: the index holds no text of its own,
-so the delete names the exact text it indexed (:data:`INDEXED_TEXT` reads it)."""
-INDEXED_TEXT: Final = (
-    "SELECT rowid, subject, predicate, object, payload FROM facts "
-    "WHERE valid_until_us IS NULL AND id IN (SELECT value FROM json_each(?))"
-)
-"""The rows of the current facts among some ids, for :func:`body_text` (one statement:
-an ``INSERT … SELECT`` into the index per fact was as slow as a trigger)."""
-
+"""Index one new fact: its rowid and :func:`body_text`."""
 TOUCH: Final = (
     f"INSERT INTO {ACCESS_TABLE} (fact_id, count, last_access_us) VALUES (?, 1, ?) "
     "ON CONFLICT (fact_id) DO UPDATE SET count = count + 1, "
@@ -129,15 +116,17 @@ def search_query(
     params: Sequence[Any],
     columns: str,
     limit: int,
+    *,
+    include_history: bool = False,
 ) -> tuple[str, list[Any]]:
-    """SQL and parameters of a search: ``columns`` of current facts plus a score column.
+    """SQL and parameters of a search: ``columns`` of facts plus a score column.
 
-    ``where``/``params`` are conditions over ``facts`` columns (the pattern filter). The
-    score is minus BM25 (higher is better); a search without words scores 0 and ranks by
-    confidence.
+    ``where``/``params`` are conditions over ``facts`` columns (the pattern filter); only
+    current facts unless ``include_history``. The score is minus BM25 (higher is better);
+    a search without words scores 0 and ranks by confidence.
     """
-    conditions = [*where, "valid_until_us IS NULL"]
-    condition = " AND ".join(conditions)
+    conditions = [*where] if include_history else [*where, "valid_until_us IS NULL"]
+    condition = " AND ".join(conditions) or "1"
     order = "confidence DESC, valid_from_us DESC, id"
     if match is None:
         sql = f"SELECT {columns}, 0.0 FROM facts WHERE {condition} ORDER BY {order} LIMIT ?"
