@@ -9,21 +9,30 @@ Commands import the library inside their function (annotation-only types under
 loading the compiler, the engine or CLIPS.
 
 Human-readable output passes user text through :func:`printable`, so a name cannot split
-a row or send terminal escapes; ``--json`` output is exact JSON. Arguments that are not
-valid UTF-8 are usage errors (:class:`CommandGroup`).
+a row or send terminal escapes; ``--json`` output is exact JSON: one document on stdout,
+keys sorted (:func:`echo_json`; ``recent`` and ``facts`` print one object per line), while
+errors still go to stderr. Arguments that are not valid UTF-8 are usage errors
+(:class:`CommandGroup`).
+
+Conventions every command follows: ``--db`` falls back to ``$STARGRAPH_MEM_DB``, then to
+``stargraph_mem.db``; ``--version`` and shell completion (``--install-completion``,
+``--show-completion``) are options of the group.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import sqlite3
+import stat
 import sys
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, NoReturn, TypeVar
 
 import orjson
 import typer
@@ -32,7 +41,7 @@ from typer._click import Context as ClickContext  # typer vendors click
 from typer.core import TyperGroup
 
 from stargraph_mem.authoring.schemas import SCHEMA_DIR
-from stargraph_mem.errors import DuplicateEpisodeError, StargraphMemError
+from stargraph_mem.errors import DuplicateEpisodeError, IRIssue, StargraphMemError
 from stargraph_mem.ir.operators import with_readme_table
 from stargraph_mem.model.canonical import default_episode_id
 from stargraph_mem.model.time import NaiveTimestampError, parse_iso, utc_now
@@ -91,6 +100,13 @@ def echo_lines(lines: Sequence[str], *, err: bool = False) -> None:
     typer.echo("\n".join(printable(line, backslashes=False) for line in lines), err=err)
 
 
+def echo_json(document: Any) -> None:
+    """Print one JSON document on stdout: indented, keys sorted, exact (no markup, no
+    escaping beyond JSON's own)."""
+    option = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
+    typer.echo(orjson.dumps(document, option=option).decode())
+
+
 def utf8_problem(value: str) -> str | None:
     """Why ``value`` is not valid UTF-8 text (``None`` when it is).
 
@@ -112,9 +128,18 @@ def usage_fail(message: str) -> NoReturn:
     raise typer.Exit(2)
 
 
+COMPLETION_OPTIONS = ("--install-completion", "--show-completion")
+SHELLS = ("bash", "zsh", "fish", "powershell", "pwsh")
+"""The shells typer has completion scripts for."""
+
+
 class CommandGroup(TyperGroup):
     """The command group: an argument that is not valid UTF-8 text is a usage error naming
-    its option, before any command runs (stored text and printed text are UTF-8)."""
+    its option, before any command runs (stored text and printed text are UTF-8).
+
+    ``--show-completion SHELL`` and ``--install-completion SHELL`` use the shell named:
+    typer's options are flags that detect the running shell and would ignore it.
+    """
 
     def parse_args(self, ctx: ClickContext, args: list[str]) -> list[str]:
         for index, arg in enumerate(args):
@@ -123,7 +148,21 @@ class CommandGroup(TyperGroup):
                 usage_fail(
                     f"{self._argument_name(ctx, args, index)} is not valid UTF-8 ({problem})"
                 )
+        if len(args) == 2 and args[0] in COMPLETION_OPTIONS:
+            self._named_shell_completion(ctx, args[0], args[1])
         return super().parse_args(ctx, args)
+
+    def _named_shell_completion(self, ctx: ClickContext, option: str, shell: str) -> None:
+        """Show or install the completion script of ``shell`` (exits), as typer's options do
+        for the shell they detect; an unknown shell is a usage error."""
+        from typer.completion import install_callback, show_callback
+
+        if shell not in SHELLS:
+            usage_fail(f"{option}: unknown shell {shell!r} (one of {', '.join(SHELLS)})")
+        name = option.removeprefix("--").replace("-", "_")
+        param = next(p for p in self.params if p.name == name)
+        callback = show_callback if option == "--show-completion" else install_callback
+        callback(ctx, param, shell)
 
     def _argument_name(self, ctx: ClickContext, args: list[str], index: int) -> str:
         """The option (``--user``) or argument (``CONTENT``) ``args[index]`` is a value of."""
@@ -146,9 +185,30 @@ app = typer.Typer(
     help="Deterministic, auditable episodic-to-semantic memory consolidation.",
     cls=CommandGroup,
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
 )
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        from stargraph_mem import __version__
+
+        typer.echo(f"stargraph-mem {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_show_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Options of the group itself (the commands have their own)."""
+
 
 KNOWN_ERRORS: tuple[type[Exception], ...] = (
     StargraphMemError,
@@ -159,9 +219,22 @@ KNOWN_ERRORS: tuple[type[Exception], ...] = (
 """Errors reported as one line and exit code 1; anything else is a bug and keeps its traceback."""
 
 DEFAULT_DB = Path("stargraph_mem.db")
+DB_ENV = "STARGRAPH_MEM_DB"
+"""The environment variable ``--db`` falls back to (before :data:`DEFAULT_DB`)."""
 
 DbOption = Annotated[
-    Path, typer.Option("--db", help="SQLite database file.", dir_okay=False, show_default=True)
+    Path,
+    typer.Option(
+        "--db",
+        help="SQLite database file.",
+        envvar=DB_ENV,
+        show_envvar=True,
+        dir_okay=False,
+        show_default=True,
+    ),
+]
+JsonOption = Annotated[
+    bool, typer.Option("--json", help="Print the result as one JSON document (keys sorted).")
 ]
 UserOption = Annotated[str, typer.Option("--user", help="User the episodes belong to.")]
 
@@ -169,8 +242,9 @@ UserOption = Annotated[str, typer.Option("--user", help="User the episodes belon
 # --- helpers shared by every command ----------------------------------------------------
 
 
-Progress = Callable[[str, int, int], None]
-"""``progress(phase, done, total)``: what long commands report to the progress bar."""
+Progress = Callable[[str, int, int | None], None]
+"""``progress(phase, done, total)``: what long commands report to the progress bar
+(``total`` is ``None`` while unknown, e.g. reading standard input)."""
 
 
 @contextmanager
@@ -193,7 +267,7 @@ def progress_bar() -> Iterator[Progress | None]:
     with RichProgress(*columns, console=Console(stderr=True), transient=True) as bar:
         tasks: dict[str, TaskID] = {}
 
-        def update(phase: str, done: int, total: int) -> None:
+        def update(phase: str, done: int, total: int | None) -> None:
             if phase not in tasks:
                 tasks[phase] = bar.add_task(phase, total=total)
             bar.update(tasks[phase], completed=done, total=total)
@@ -367,22 +441,50 @@ def recent(
 PackArg = Annotated[Path, typer.Argument(help="Rule pack YAML file.", dir_okay=False)]
 
 
+def issue_document(issue: IRIssue) -> dict[str, Any]:
+    """A pack problem as JSON-ready data (position parts are ``null`` when unknown)."""
+    return {
+        "file": issue.file,
+        "line": issue.line,
+        "col": issue.col,
+        "path": issue.path,
+        "rule_id": issue.rule_id,
+        "severity": issue.severity,
+        "message": issue.message,
+    }
+
+
 @app.command()
 def validate(
     packs: Annotated[list[Path], typer.Argument(help="Rule pack YAML files.", dir_okay=False)],
+    as_json: JsonOption = False,
 ) -> None:
-    """Check rule packs; print every problem as file:line:col: path: message."""
+    """Check rule packs; print every problem as file:line:col: path: message (exit 1 when
+    any). --json prints {"ok", "packs": [{"file", "ok", "problems": [...]}]} instead."""
     from stargraph_mem.compiler.pack import validate_file
 
-    failed = False
-    for pack in packs:
-        issues = validate_file(pack)
-        for issue in issues:
-            echo_lines([issue.format()], err=True)
-        if issues:
-            failed = True
-        else:
-            typer.echo(f"ok: {printable(str(pack))}")
+    checked = [(pack, validate_file(pack)) for pack in packs]
+    failed = any(issues for _, issues in checked)
+    if as_json:
+        echo_json(
+            {
+                "ok": not failed,
+                "packs": [
+                    {
+                        "file": str(pack),
+                        "ok": not issues,
+                        "problems": [issue_document(issue) for issue in issues],
+                    }
+                    for pack, issues in checked
+                ],
+            }
+        )
+    else:
+        for pack, issues in checked:
+            for issue in issues:
+                echo_lines([issue.format()], err=True)
+            if not issues:
+                typer.echo(f"ok: {printable(str(pack))}")
     if failed:
         raise typer.Exit(1)
 
@@ -502,14 +604,42 @@ def cadence_text(cadence: Cadence) -> str:
     return f"cron {cadence.cron} ({cadence.tz})"
 
 
+def cadence_document(cadence: Cadence) -> dict[str, Any]:
+    """``{"every": 10}`` or ``{"cron": "0 3 * * *", "tz": "UTC"}``."""
+    if cadence.every is not None:
+        return {"every": cadence.every}
+    return {"cron": cadence.cron, "tz": cadence.tz}
+
+
 @app.command()
-def info(pack: PackArg) -> None:
+def info(pack: PackArg, as_json: JsonOption = False) -> None:
     """Show a pack's rules: priority, cadence, what they emit, whether they claim."""
     from stargraph_mem.compiler.pack import compile_file
 
     with known_errors():
         compiled = compile_file(pack)
     p = compiled.pack
+    if as_json:
+        echo_json(
+            {
+                "pack": p.pack,
+                "version": p.version,
+                "ir_version": p.ir_version,
+                "sha256": compiled.sha256,
+                "rules": [
+                    {
+                        "id": rule.id,
+                        "priority": rule.priority,
+                        "cadence": cadence_document(rule.cadence or p.defaults.cadence),
+                        "emits": rule.emit.kind,
+                        "claim": rule.claim,
+                        "enabled": rule.enabled,
+                    }
+                    for rule in p.rules
+                ],
+            }
+        )
+        return
     head = f"{printable(p.pack)} {printable(p.version)} (ir_version {p.ir_version})"
     typer.echo(f"{head} sha256 {compiled.sha256}")
     rows = [("RULE", "PRIORITY", "CADENCE", "EMITS", "CLAIM", "ENABLED")]
@@ -539,6 +669,36 @@ def aligned(rows: Sequence[Sequence[str]]) -> list[str]:
 
 
 # --- consolidation and facts ------------------------------------------------------------
+
+
+def pass_document(report: PassReport) -> dict[str, Any]:
+    """One pass as JSON-ready data: what :func:`report_line` and the rejected lines say."""
+    p = report.partition
+    return {
+        "pack": report.pack,
+        "pack_hash": report.pack_hash,
+        "user": p.user,
+        "agent": p.agent,
+        "now": report.now.isoformat(),
+        "rules": list(report.rules),
+        "episodes": report.episodes,
+        "counts": report.counts,
+        "rejected": [
+            {"episode_id": r.episode_id, "rule_id": r.rule_id, "reason": r.reason}
+            for r in report.rejected
+        ],
+        "gated": list(report.gated),
+        "quarantined": [
+            {
+                "seq": q.seq,
+                "episode_id": q.episode_id,
+                "partition_key": q.partition_key,
+                "reason": q.reason,
+            }
+            for q in report.quarantined
+        ],
+        "applied": report.applied,
+    }
 
 
 def report_line(report: PassReport) -> str:
@@ -590,6 +750,14 @@ def consolidate(
             "backlog of several passes), always or never.",
         ),
     ] = WorkerChoice.auto,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="Print one JSON document: the passes (with their deltas under --dry-run, "
+            "trace lines under --trace) and the coverage under --coverage.",
+        ),
+    ] = False,
 ) -> None:
     """Consolidate new episodes into facts with the given packs.
 
@@ -616,7 +784,22 @@ def consolidate(
 
     with progress_bar() as bar:
         result, extra = run(action(bar))
-    for report, traced in zip(result.passes, extra.traces, strict=True):
+    reports = result.passes
+    if as_json:
+        passes = []
+        for report, traced in zip(reports, extra.traces, strict=True):
+            doc = pass_document(report)
+            if dry_run:
+                doc["deltas"] = [delta.model_dump(mode="json") for delta in report.deltas]
+            if trace:
+                doc["trace"] = traced
+            passes.append(doc)
+        document: dict[str, Any] = {"dry_run": dry_run, "passes": passes}
+        if coverage:
+            document["coverage"] = [cli_authoring.coverage_document(c) for c in extra.coverages]
+        echo_json(document)
+        return
+    for report, traced in zip(reports, extra.traces, strict=True):
         if dry_run:
             for delta in report.deltas:
                 typer.echo(delta.model_dump_json())
@@ -634,17 +817,43 @@ def consolidate(
         echo_lines([line], err=dry_run)
 
 
+def parse_confidence(value: float | None) -> float | None:
+    """``--min-confidence``: a number from 0 to 1 (NaN and infinities are refused)."""
+    if value is not None and not 0.0 <= value <= 1.0:  # False for NaN as well
+        raise typer.BadParameter(f"must be a number from 0 to 1, got {value:g}")
+    return value
+
+
+def fact_order(fact: Fact) -> tuple[str, str, str, str, str, str]:
+    """How ``facts`` sorts: user, agent, subject, predicate, object, then id."""
+    return (fact.user, fact.agent, fact.subject, fact.predicate, fact.object, fact.id)
+
+
 @app.command()
 def facts(
     db: DbOption = DEFAULT_DB,
     user: Annotated[str | None, typer.Option("--user", help="Only this user.")] = None,
     agent: Annotated[str | None, typer.Option("--agent", help="Only this agent.")] = None,
+    subject: Annotated[str | None, typer.Option("--subject", help="Only this subject.")] = None,
+    predicate: Annotated[
+        str | None, typer.Option("--predicate", help="Only this predicate.")
+    ] = None,
+    min_confidence: Annotated[
+        float | None,
+        typer.Option(
+            "--min-confidence",
+            callback=parse_confidence,
+            metavar="0..1",
+            help="Only facts with at least this confidence (a number from 0 to 1).",
+        ),
+    ] = None,
     as_of: Annotated[
         str | None, typer.Option("--as-of", help="What was believed at this ISO-8601 time.")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
 ) -> None:
-    """List current facts (or those current at --as-of)."""
+    """List current facts (or those current at --as-of), sorted by user, agent, subject,
+    predicate, object and id."""
     from stargraph_mem.model.facts import FactPattern
     from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
 
@@ -652,12 +861,18 @@ def facts(
 
     async def action() -> list[Fact]:
         async with SQLiteFactStore(existing(db)) as store:
-            pattern = FactPattern(user=user, agent=agent)
+            pattern = FactPattern(
+                user=user,
+                agent=agent,
+                subject=subject,
+                predicate=predicate,
+                min_confidence=min_confidence,
+            )
             if when is not None:
                 return await store.as_of(when, pattern)
             return await store.query(pattern)
 
-    found = run(action())
+    found = sorted(run(action()), key=fact_order)
     if as_json:
         for fact in found:
             typer.echo(fact.model_dump_json())
@@ -674,7 +889,9 @@ def facts(
 def explain(
     fact_id: Annotated[str, typer.Argument(help="Fact id (from `facts`).")],
     db: DbOption = DEFAULT_DB,
-    as_json: Annotated[bool, typer.Option("--json", help="The whole explanation as JSON.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="The whole explanation as one JSON document.")
+    ] = False,
 ) -> None:
     """Why a fact exists: rule, bindings, source episodes, what it replaced and what followed."""
     from stargraph_mem.authoring.trace import explanation_lines
@@ -686,69 +903,211 @@ def explain(
 
     why = run(action())
     if as_json:
-        typer.echo(why.model_dump_json(indent=2))
+        echo_json(why.model_dump(mode="json"))
         return
     echo_lines(explanation_lines(why))
 
 
-def read_jsonl(
-    path: Path, progress: Progress | None = None, lines: dict[str, list[int]] | None = None
-) -> list[Episode]:
-    """Episodes from a JSON-lines file; the first bad line is an error naming its number.
+INGEST_CHUNK = 5_000
+"""Lines ``ingest`` validates and then inserts at a time (one ``executemany`` each)."""
+STDIN_NAME = "<stdin>"
+"""What ``ingest -`` calls its input in messages (``<stdin>:3: …``)."""
 
-    ``lines`` is filled with each episode id's line number (and its repeats' numbers).
-    """
+
+def episode_line(line: bytes) -> Episode | str:
+    """The episode one JSON line holds, or what is wrong with it (one line of text)."""
     from stargraph_mem.model.episodes import Episode
 
-    episodes: list[Episode] = []
-    lines = {} if lines is None else lines
-    total = path.stat().st_size
-    done = 0
-    with path.open("rb") as fh:
-        for number, line in enumerate(fh, start=1):
-            done += len(line)
-            if progress is not None and number % 10_000 == 0:
-                progress("read bytes", done, total)
-            if not line.strip():
-                continue
-            try:
-                episode = Episode.model_validate_json(line)
-                episodes.append(episode)
-                lines.setdefault(episode.id, []).append(number)
-            except ValidationError as exc:
-                fail(f"{path}:{number}: {describe(exc)}")
-            except UnicodeDecodeError as exc:
-                fail(f"{path}:{number}: not UTF-8 text ({exc.reason} at byte {exc.start})")
-    return episodes
+    try:
+        return Episode.model_validate_json(line)
+    except ValidationError as exc:
+        return describe(exc)
+    except UnicodeDecodeError as exc:
+        return f"not UTF-8 text ({exc.reason} at byte {exc.start})"
+
+
+@dataclass
+class Chunk:
+    """Up to :data:`INGEST_CHUNK` lines of input: the good episodes with their line numbers,
+    the bad lines' numbers and problems, and the input's bytes read so far."""
+
+    episodes: list[Episode] = field(default_factory=list)
+    numbers: list[int] = field(default_factory=list)
+    problems: list[tuple[int, str]] = field(default_factory=list)
+    read: int = 0
+
+
+def read_chunks(source: BinaryIO, size: int | None = None) -> Iterator[Chunk]:
+    """Validate JSON lines ``size`` (default :data:`INGEST_CHUNK`) at a time; blank lines
+    are skipped. Only one chunk is held at a time, so memory does not grow with the input."""
+    size = size or INGEST_CHUNK
+    chunk, read = Chunk(), 0
+    for number, line in enumerate(source, start=1):
+        read += len(line)
+        if line.strip():
+            parsed = episode_line(line)
+            if isinstance(parsed, str):
+                chunk.problems.append((number, parsed))
+            else:
+                chunk.episodes.append(parsed)
+                chunk.numbers.append(number)
+        if number % size == 0:
+            chunk.read = read
+            yield chunk
+            chunk = Chunk()
+    chunk.read = read
+    yield chunk
+
+
+@dataclass
+class BadLines:
+    """The bad lines of an input: the first ``limit`` by line number, and how many."""
+
+    name: str
+    limit: int
+    shown: list[tuple[int, str]] = field(default_factory=list)
+    count: int = 0
+
+    def add(self, found: Sequence[tuple[int, str]]) -> None:
+        """Add one chunk's bad lines (any order; chunks come in input order)."""
+        self.count += len(found)
+        room = self.limit - len(self.shown)
+        if room > 0:
+            self.shown += sorted(found)[:room]
+
+    def lines(self) -> list[str]:
+        """``name:line: problem`` for each shown, then ``… and N more bad lines``."""
+        out = [f"{self.name}:{number}: {problem}" for number, problem in self.shown]
+        rest = self.count - len(self.shown)
+        if rest:
+            out.append(f"… and {rest} more bad line{'s' if rest > 1 else ''}")
+        return out
+
+
+def conflict_problem(conflict: DuplicateEpisodeError) -> tuple[int, str]:
+    """``(line, problem)`` for an episode whose id another episode took."""
+    first = conflict.context.get("first_tag")
+    where = f" (first on line {first})" if first is not None else ""
+    return int(conflict.context["tag"]), f"{describe(conflict)}{where}"
+
+
+async def ingest_stream(
+    source: BinaryIO, db: Path, bad: BadLines, total: int | None, progress: Progress | None
+) -> tuple[int, int]:
+    """Store every episode line of ``source`` in one transaction; ``(new rows, episode
+    lines)``. Every line is validated and inserted (ids repeated with other fields are
+    bad lines too); when ``bad`` holds any line at the end, the transaction is rolled back.
+
+    Chunks are pipelined: while SQLite's thread inserts one, this thread parses the next.
+    The store opens with the first chunk that has episodes. When a bad line came before
+    it and ``db`` does not exist yet, a scratch database in a temporary folder takes its
+    place, so a failed ingest creates no file (repeats are still checked across chunks).
+    """
+    import asyncio
+    import tempfile
+    from contextlib import AsyncExitStack
+
+    from stargraph_mem.stores.sqlite_memory import EpisodeWriter, SQLiteMemoryStore
+
+    Inserting = tuple[asyncio.Task[list[DuplicateEpisodeError]], list[tuple[int, str]]]
+    pending: Inserting | None = None
+
+    async def settle() -> None:
+        """Wait for the chunk being inserted; record its bad lines and repeated ids."""
+        nonlocal pending
+        if pending is not None:
+            task, found = pending
+            pending = None
+            bad.add(found + [conflict_problem(c) for c in await task])
+
+    lines = 0
+    async with AsyncExitStack() as stack:
+        writer: EpisodeWriter | None = None
+        try:
+            for chunk in read_chunks(source):  # parses while the last chunk is inserted
+                await settle()
+                lines += len(chunk.episodes)
+                if not chunk.episodes:
+                    bad.add(chunk.problems)
+                else:
+                    if writer is None:
+                        target = db
+                        if (bad.count or chunk.problems) and not db.exists():
+                            scratch = stack.enter_context(tempfile.TemporaryDirectory())
+                            target = Path(scratch) / "check.db"
+                        store = await stack.enter_async_context(SQLiteMemoryStore(target))
+                        writer = await stack.enter_async_context(store.writing())
+                    write = writer.write(chunk.episodes, chunk.numbers)
+                    pending = (asyncio.create_task(write), chunk.problems)
+                    await asyncio.sleep(0)  # the task hands its rows to SQLite's thread
+                if progress is not None:
+                    progress("read bytes", chunk.read, total)
+                    progress("write", lines, None)
+            await settle()
+        finally:
+            if pending is not None:  # reading failed: let the insert finish, then unwind
+                await asyncio.gather(pending[0], return_exceptions=True)
+        if progress is not None:
+            progress("write", lines, lines)
+        if writer is None:
+            return 0, lines
+        if bad.count:
+            writer.discard()
+            return 0, lines
+        return writer.written, lines
+
+
+def input_file(value: str) -> str:
+    """``ingest``'s FILE: ``-`` (standard input), or a file or pipe that exists."""
+    path = Path(value)
+    if value != "-" and (not path.exists() or path.is_dir()):
+        what = "is a directory" if path.exists() else "does not exist"
+        raise typer.BadParameter(f"{value!r} {what}")
+    return value
 
 
 @app.command()
 def ingest(
-    file: Annotated[Path, typer.Argument(help="Episodes, one JSON object per line.", exists=True)],
+    file: Annotated[
+        str,
+        typer.Argument(
+            help="Episodes, one JSON object per line; - reads them from standard input.",
+            callback=input_file,
+            show_default=False,
+        ),
+    ],
     db: DbOption = DEFAULT_DB,
+    max_errors: Annotated[
+        int,
+        typer.Option(
+            "--max-errors", min=1, help="List at most this many bad lines (then count the rest)."
+        ),
+    ] = 20,
 ) -> None:
-    """Store every episode of a JSON-lines file in one transaction (all or nothing).
+    """Store every episode of a JSON-lines file (or of standard input: -) in one
+    transaction: all or nothing.
 
-    A progress bar shows on stderr when it is a terminal.
+    The input is read, validated and written in chunks, so memory does not grow with it.
+    Every line is checked: each bad one is listed as FILE:LINE: problem (up to
+    --max-errors), an id repeated with other fields counts as bad, and when any line is
+    bad nothing is stored and the exit code is 1. A progress bar shows on stderr when it
+    is a terminal.
     """
-    import asyncio
-
-    with progress_bar() as progress, known_errors():
-        lines: dict[str, list[int]] = {}
-        episodes = read_jsonl(file, progress, lines)
-
-        def write(done: int, total: int) -> None:
-            if progress is not None:
-                progress("write", done, total)
-
-        try:
-            written = asyncio.run(using_store(db, lambda s: s.put_many(episodes, progress=write)))
-        except DuplicateEpisodeError as exc:
-            numbers = lines.get(str(exc.context.get("episode_id")), [])
-            where = f"{file}:{numbers[-1]}: " if numbers else ""
-            first = f" (first on line {numbers[0]})" if len(numbers) > 1 else ""
-            fail(f"{printable(where)}{describe(exc)}{first}")
-    typer.echo(f"ingested {written} new episodes ({len(episodes)} lines) into {printable(str(db))}")
+    stdin = file == "-"
+    bad = BadLines(STDIN_NAME if stdin else file, max_errors)
+    with progress_bar() as progress:
+        if stdin:
+            source = typer.get_binary_stream("stdin")
+            written, lines = run(ingest_stream(source, db, bad, None, progress))
+        else:
+            with known_errors(), open(file, "rb") as fh:
+                info = os.fstat(fh.fileno())
+                total = info.st_size if stat.S_ISREG(info.st_mode) else None  # not a pipe
+                written, lines = run(ingest_stream(fh, db, bad, total, progress))
+    if bad.count:
+        echo_lines([f"error: {line}" for line in bad.lines()], err=True)
+        raise typer.Exit(1)
+    typer.echo(f"ingested {written} new episodes ({lines} lines) into {printable(str(db))}")
 
 
 # Commands defined in sibling modules register themselves on ``app`` when imported.

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
-import orjson
 import typer
 
 from stargraph_mem.cli import (
     PackArg,
     aligned,
     app,
+    echo_json,
     echo_lines,
     fail,
     known_errors,
@@ -108,9 +108,7 @@ def test_pack(
         names = ", ".join(str(p) for p in paths)
         fail(f"-k {keyword!r} selects none of the {result.deselected} cases in {names}")
     if as_json:
-        option = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
-        document = result.document(coverage=coverage, trace=trace)
-        typer.echo(orjson.dumps(document, option=option).decode())
+        echo_json(result.document(coverage=coverage, trace=trace))
     else:
         echo_results(result, coverage=coverage, trace=trace)
     if result.failed or (coverage and not result.coverage_ok):
@@ -135,10 +133,26 @@ def echo_results(result: TestRun, *, coverage: bool, trace: bool) -> None:
 
 @dataclass
 class Extras:
-    """What ``consolidate --trace`` / ``--coverage`` print: trace lines per pass, coverage."""
+    """What ``consolidate --trace`` / ``--coverage`` print: trace lines per pass, coverage
+    (the table's lines, and per pack the figures, for ``--json``)."""
 
     traces: list[list[str]]
     coverage: list[str]
+    coverages: list[Coverage]
+
+
+def coverage_document(coverage: Coverage) -> dict[str, Any]:
+    """One pack's coverage as JSON-ready data (as in ``test --json``, without a minimum)."""
+    return {
+        "pack": coverage.pack,
+        "rules": [
+            {"rule": r.rule_id, "activations": r.activations, "status": r.status}
+            for r in coverage.rules
+        ],
+        "fired": coverage.fired,
+        "counted": coverage.counted,
+        "ratio": coverage.ratio,
+    }
 
 
 async def extras(
@@ -153,5 +167,6 @@ async def extras(
         for r in reports
     ]
     packs = [c.pack for c in mem.packs]
-    table = [line for c in reports_coverage(packs, reports) for line in coverage_lines(c)]
-    return Extras(traces, table if coverage else [])
+    found = reports_coverage(packs, reports) if coverage else []
+    table = [line for c in found for line in coverage_lines(c)]
+    return Extras(traces, table, found)

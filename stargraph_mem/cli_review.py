@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
-import orjson
 import typer
 
 from stargraph_mem.cli import (
     DEFAULT_DB,
     DbOption,
+    JsonOption,
     aligned,
     app,
+    echo_json,
     echo_lines,
     existing,
+    issue_document,
     known_errors,
     parse_aware,
     printable,
@@ -24,6 +26,7 @@ from stargraph_mem.cli import (
 from stargraph_mem.engine.limits import DEFAULT_MAX_EPISODES
 
 if TYPE_CHECKING:
+    from stargraph_mem.authoring.lint import LintReport, LintWarning
     from stargraph_mem.authoring.replay import FactChange, ReplayResult
 
 # --- replay -------------------------------------------------------------------------------
@@ -115,7 +118,7 @@ def replay(
             "--scratch", help="Keep the rebuilt database at this new path.", dir_okay=False
         ),
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON document.")] = False,
+    as_json: JsonOption = False,
     exit_code: Annotated[
         bool, typer.Option("--exit-code", help="Exit 1 when there are differences (as git diff).")
     ] = False,
@@ -144,8 +147,7 @@ def replay(
             )
         )
     if as_json:
-        option = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
-        typer.echo(orjson.dumps(result.document(), option=option).decode())
+        echo_json(result.document())
     else:
         typer.echo("\n".join(replay_lines(result)))
     if exit_code and result.changes:
@@ -155,28 +157,49 @@ def replay(
 # --- lint ---------------------------------------------------------------------------------
 
 
+def _warning_document(warning: LintWarning) -> dict[str, Any]:
+    return {"check": warning.check, **issue_document(warning.issue)}
+
+
+def lint_document(report: LintReport, *, strict: bool) -> dict[str, Any]:
+    """One pack's lint report as JSON-ready data (``ok`` as the exit code sees it)."""
+    return {
+        "file": report.file,
+        "ok": not report.errors and not (strict and report.warnings),
+        "errors": [issue_document(issue) for issue in report.errors],
+        "warnings": [_warning_document(w) for w in report.warnings],
+        "suppressed": [_warning_document(w) for w in report.suppressed],
+    }
+
+
 @app.command()
 def lint(
     packs: Annotated[list[Path], typer.Argument(help="Rule pack YAML files.", dir_okay=False)],
     strict: Annotated[
         bool, typer.Option("--strict", help="Report warnings as errors (exit 1).")
     ] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Warn about shadowed rules, select clauses that never match and rules that fight over
     the same facts on different cadences; exit 1 on invalid packs (and on warnings with
-    --strict). A rule silences a check with a reason: lint: {ignore: {CHECK: "why"}}."""
+    --strict). A rule silences a check with a reason: lint: {ignore: {CHECK: "why"}}.
+    --json prints {"ok", "strict", "packs": [{"file", "ok", "errors", "warnings",
+    "suppressed"}]}."""
     from stargraph_mem.authoring.lint import lint_file
 
-    failed = False
-    for pack in packs:
-        report = lint_file(pack)
-        for issue in report.errors:
-            echo_lines([issue.format()], err=True)
-        for warning in report.warnings:
-            echo_lines([warning.format(strict=strict)])
-        if not report.errors and not report.warnings:
-            typer.echo(f"ok: {printable(str(pack))}{_silenced(len(report.suppressed))}")
-        failed = failed or bool(report.errors) or (strict and bool(report.warnings))
+    reports = [lint_file(pack) for pack in packs]
+    documents = [lint_document(report, strict=strict) for report in reports]
+    failed = not all(doc["ok"] for doc in documents)
+    if as_json:
+        echo_json({"ok": not failed, "strict": strict, "packs": documents})
+    else:
+        for pack, report in zip(packs, reports, strict=True):
+            for issue in report.errors:
+                echo_lines([issue.format()], err=True)
+            for warning in report.warnings:
+                echo_lines([warning.format(strict=strict)])
+            if not report.errors and not report.warnings:
+                typer.echo(f"ok: {printable(str(pack))}{_silenced(len(report.suppressed))}")
     if failed:
         raise typer.Exit(1)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -14,9 +14,12 @@ from stargraph_mem.cli import (
     DbOption,
     aligned,
     app,
+    cadence_document,
     cadence_text,
+    echo_json,
     existing,
     parse_aware,
+    pass_document,
     printable,
     report_line,
     run,
@@ -27,7 +30,7 @@ if TYPE_CHECKING:
     from stargraph_mem.engine.api import Consolidator
     from stargraph_mem.engine.scheduler import ConsolidationReport, StatusRow
 
-__all__ = ["run_cmd", "status", "tick_lines"]
+__all__ = ["run_cmd", "status", "status_document", "tick_document", "tick_lines"]
 
 PacksOption = Annotated[
     list[Path], typer.Option("--pack", help="Rule pack YAML (repeatable).", dir_okay=False)
@@ -45,6 +48,26 @@ def tick_lines(report: ConsolidationReport) -> list[str]:
         for d in report.conflicts
     ]
     return lines
+
+
+def tick_document(report: ConsolidationReport) -> dict[str, Any]:
+    """A tick as JSON-ready data: the applied passes and the conflicts, as
+    :func:`tick_lines` shows them; ``ran`` is false when another scheduler held the lease."""
+    return {
+        "now": report.now.isoformat(),
+        "ran": report.ran,
+        "lease_holder": report.lease_holder,
+        "passes": [pass_document(p) for p in report.passes if p.applied],
+        "conflicts": [
+            {
+                "pack": d.pack,
+                "rule": d.rule_id,
+                "user": d.partition.user,
+                "agent": d.partition.agent,
+            }
+            for d in report.conflicts
+        ],
+    }
 
 
 def _emit(report: ConsolidationReport) -> None:
@@ -102,6 +125,14 @@ def run_cmd(
     interval: Annotated[
         float, typer.Option("--interval", min=0.01, help="Seconds between ticks.")
     ] = 1.0,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="With --once: print the tick as one JSON document (ran, lease_holder, "
+            "passes, conflicts).",
+        ),
+    ] = False,
 ) -> None:
     """Run the cadence scheduler: every N episodes, cron times; SIGINT/SIGTERM stop it."""
     from stargraph_mem.engine.api import Consolidator
@@ -109,6 +140,8 @@ def run_cmd(
     when = parse_aware(now, "--now")
     if when is not None and not once:
         raise typer.BadParameter("--now needs --once", param_hint="--now")
+    if as_json and not once:
+        raise typer.BadParameter("--json needs --once", param_hint="--json")
 
     async def once_action() -> ConsolidationReport:
         async with Consolidator.open(existing(db), packs) as mem:
@@ -122,6 +155,9 @@ def run_cmd(
         typer.echo(run(loop_action()))
         return
     report = run(once_action())
+    if as_json:
+        echo_json(tick_document(report))
+        return
     if not report.ran:
         typer.echo(f"lease held by {printable(str(report.lease_holder))}: nothing run")
         return
@@ -132,6 +168,31 @@ def run_cmd(
 
 def _when(value: datetime | None) -> str:
     return "-" if value is None else value.isoformat()
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def status_document(rows: list[StatusRow]) -> dict[str, Any]:
+    """The status table as JSON-ready data (``user``/``agent`` are ``null`` for a rule with
+    no partition yet; ``next_run`` is ``null`` for count cadences)."""
+    return {
+        "rules": [
+            {
+                "pack": row.pack,
+                "rule": row.rule_id,
+                "cadence": cadence_document(row.cadence),
+                "user": row.partition.user if row.partition else None,
+                "agent": row.partition.agent if row.partition else None,
+                "pending": row.pending,
+                "last_run": _iso(row.last_run),
+                "next_run": _iso(row.next_run),
+                "due": row.due,
+            }
+            for row in rows
+        ]
+    }
 
 
 def status_lines(rows: list[StatusRow]) -> list[str]:
@@ -172,6 +233,10 @@ def status(
     now: Annotated[
         str | None, typer.Option("--now", help="Status as of this ISO-8601 time.")
     ] = None,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help='Print one JSON document: {"rules": [...]} (empty when none).'),
+    ] = False,
 ) -> None:
     """Each rule's cadence, pending episodes, last and next run per partition."""
     from stargraph_mem.engine.api import Consolidator
@@ -185,6 +250,9 @@ def status(
             return await mem.status(registered=True)
 
     rows = run(action())
+    if as_json:
+        echo_json(status_document(rows))
+        return
     if not rows:
         typer.echo("no scheduled rules: run `stargraph-mem run --pack …` first")
         return

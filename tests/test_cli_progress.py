@@ -9,6 +9,7 @@ import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import IO
 
 CLI = [sys.executable, "-m", "stargraph_mem.cli"]
 
@@ -30,10 +31,10 @@ def write_episodes(path: Path, n: int) -> None:
             fh.write(json.dumps(row) + "\n")
 
 
-def run_with_tty_stderr(args: list[str]) -> tuple[int, str, str]:
+def run_with_tty_stderr(args: list[str], stdin: IO[bytes] | None = None) -> tuple[int, str, str]:
     """Run the CLI with stderr on a pseudo-terminal; return (code, stdout, terminal text)."""
     leader, follower = pty.openpty()
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=follower)
+    proc = subprocess.Popen(args, stdin=stdin, stdout=subprocess.PIPE, stderr=follower)
     os.close(follower)
     chunks: list[bytes] = []
     while True:

@@ -14,7 +14,10 @@ from __future__ import annotations
 import logging
 import re
 import sqlite3
-from collections.abc import Callable, Sequence
+from array import array
+from bisect import bisect_left
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import timedelta
 from functools import lru_cache
@@ -60,7 +63,7 @@ from stargraph_mem.stores.sqlite_base import (
 from stargraph_mem.stores.sqlite_base import to_us as to_us  # re-export
 from stargraph_mem.stores.sqlite_migration import Ledger, apply_plan, check_plan
 
-__all__ = ["BASELINE_MIGRATION", "SCHEMA_VERSION", "SQLiteMemoryStore"]
+__all__ = ["BASELINE_MIGRATION", "SCHEMA_VERSION", "EpisodeWriter", "SQLiteMemoryStore"]
 
 logger = logging.getLogger(__name__)
 
@@ -128,6 +131,10 @@ _INSERT_SQL: Final = (
 _STORED_SQL: Final = (
     f"SELECT {_WRITE_COLUMNS} FROM episodes WHERE id IN (SELECT value FROM json_each(?))"
 )
+_STORED_SEQ_SQL: Final = (
+    f"SELECT seq, {_WRITE_COLUMNS} FROM episodes WHERE id IN (SELECT value FROM json_each(?))"
+)
+_NEW_SEQS_SQL: Final = "SELECT seq FROM episodes WHERE seq > ? ORDER BY seq"
 _READ_COLUMNS: Final = (
     "seq, id, content, ts_us, tz_offset_s, source_node, user, session, agent, metadata, "
     "last_accessed_us, access_count"
@@ -632,6 +639,126 @@ def _partition_of(key: object) -> Partition | None:
         return None
 
 
+# --- streaming writes -----------------------------------------------------------------
+
+
+class _Discarded(Exception):
+    """Raised inside :meth:`SQLiteMemoryStore.writing` to roll its transaction back."""
+
+
+class EpisodeWriter:
+    """Writes chunks of episodes inside one open write transaction (see
+    :meth:`SQLiteMemoryStore.writing`); memory stays bounded by the chunk, not the stream.
+
+    Every chunk is inserted with one ``executemany``; the ``episodes`` table's unique id
+    index finds repeats, in the store and earlier in the stream alike, so the stream keeps
+    no set of ids. For each episode written it keeps its ``seq`` and the caller's tag (16
+    bytes), to name where a conflicting id first appeared.
+    """
+
+    def __init__(self, db: aiosqlite.Connection, start_seq: int) -> None:
+        self._db = db
+        self._start = start_seq
+        """The highest ``seq`` before the stream: rows above it were written by this stream."""
+        self._last = start_seq
+        self._seqs = array("q")
+        self._tags = array("q")
+        self._given = 0
+        self.written = 0
+        """How many new rows the stream has written so far."""
+        self.discarded = False
+
+    def discard(self) -> None:
+        """Roll the whole stream back when the ``writing`` block ends (nothing is stored)."""
+        self.discarded = True
+
+    async def write(
+        self, episodes: Sequence[Episode], tags: Sequence[int] | None = None
+    ) -> list[DuplicateEpisodeError]:
+        """Insert one chunk; return the episodes whose id is taken by a different episode.
+
+        ``tags`` (one int per episode, e.g. line numbers; default: the position in the
+        stream, from 1) name the episodes in the conflicts: ``context["tag"]`` is the
+        conflicting episode's, ``context["first_tag"]`` the first one's with that id when
+        it came earlier in this stream (``None`` when it was stored before). As in
+        :meth:`SQLiteMemoryStore.put_many`, an identical repeat is no conflict and is
+        stored once. Conflicting episodes are not written; the caller decides whether to
+        :meth:`discard` the stream. Returned in the chunk's order of first detection:
+        repeats inside the chunk, then ids stored before it.
+        """
+        if tags is None:
+            tags = range(self._given + 1, self._given + 1 + len(episodes))
+        elif len(tags) != len(episodes):
+            raise ValueError(f"{len(tags)} tags for {len(episodes)} episodes")
+        self._given += len(episodes)
+        conflicts: list[DuplicateEpisodeError] = []
+        index: dict[str, int] = {}
+        rows: list[Row] = []
+        row_tags: list[int] = []
+        for episode, tag in zip(episodes, tags, strict=True):
+            row = episode_row(episode)
+            at = index.get(row[0])
+            if at is None:
+                index[row[0]] = len(rows)
+                rows.append(row)
+                row_tags.append(tag)
+                continue
+            fields = row_differences(rows[at], row)
+            if fields:
+                conflicts.append(_stream_duplicate(row[0], fields, tag, row_tags[at], earlier=True))
+        if not rows:
+            return conflicts
+        db = self._db
+        before = db.total_changes
+        try:
+            await db.executemany(_INSERT_SQL, rows)
+        except UnicodeEncodeError as exc:  # models built without validation
+            raise _not_utf8(rows) from exc
+        inserted = db.total_changes - before
+        if inserted == len(rows):
+            # every row is new; seqs grow with each insert, so the n-th row has the n-th seq
+            seqs = [row[0] for row in await fetch(db, _NEW_SEQS_SQL, (self._last,))]
+            pairs = list(zip(seqs, row_tags, strict=True))
+        else:
+            pairs = []
+            stored = await _rows(db, _STORED_SEQ_SQL, (orjson.dumps(list(index)),))
+            for seq, *old in stored:
+                at = index[old[0]]
+                if seq > self._last:  # written by this chunk
+                    pairs.append((seq, row_tags[at]))
+                    continue
+                fields = row_differences(old, rows[at])
+                if fields:
+                    earlier = seq > self._start
+                    first = self._tag_of(seq) if earlier else None
+                    conflicts.append(
+                        _stream_duplicate(old[0], fields, row_tags[at], first, earlier=earlier)
+                    )
+            pairs.sort()
+        for seq, tag in pairs:
+            self._seqs.append(seq)
+            self._tags.append(tag)
+        if pairs:
+            self._last = pairs[-1][0]
+        self.written += inserted
+        return conflicts
+
+    def _tag_of(self, seq: int) -> int | None:
+        """The tag of the row this stream wrote as ``seq``."""
+        at = bisect_left(self._seqs, seq)
+        return self._tags[at] if at < len(self._seqs) and self._seqs[at] == seq else None
+
+
+def _stream_duplicate(
+    episode_id: str, fields: list[str], tag: int, first_tag: int | None, *, earlier: bool
+) -> DuplicateEpisodeError:
+    """A conflict of :meth:`EpisodeWriter.write`, with the tags in its context."""
+    where = "appears twice in the batch" if earlier else "already exists"
+    error = _duplicate(episode_id, fields, where)
+    error.context.update(tag=tag, first_tag=first_tag)
+    return error
+
+
 # --- the store ------------------------------------------------------------------------
 
 
@@ -707,6 +834,27 @@ class SQLiteMemoryStore(SQLiteStoreBase):
             if inserted != len(rows):
                 await self._check_conflicts(db, rows)
         return inserted
+
+    @asynccontextmanager
+    async def writing(self) -> AsyncIterator[EpisodeWriter]:
+        """One write transaction for a stream of chunks: ``await writer.write(chunk)`` as
+        often as needed; the block's end commits everything, or nothing when the block
+        raises or called :meth:`EpisodeWriter.discard`.
+
+        For inputs too large to hold at once (``stargraph-mem ingest``): duplicate ids are
+        handled as :meth:`put_many` handles them within one batch, across the whole
+        stream, but are returned by ``write`` instead of raised, so every one can be
+        reported. The transaction holds the write lock until the block ends.
+        """
+        try:
+            async with self._write() as db:
+                start = await scalar(db, "SELECT coalesce(max(seq), 0) FROM episodes")
+                writer = EpisodeWriter(db, int(start))
+                yield writer
+                if writer.discarded:
+                    raise _Discarded
+        except _Discarded:
+            pass
 
     @staticmethod
     async def _check_conflicts(db: aiosqlite.Connection, rows: list[Row]) -> None:
