@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from stargraph_mem.engine.scheduler import ConsolidationReport
     from stargraph_mem.model.cadence import Cadence
     from stargraph_mem.model.episodes import Episode
-    from stargraph_mem.model.facts import Fact
+    from stargraph_mem.model.facts import Fact, FactHit
     from stargraph_mem.stores.fact import Explanation
     from stargraph_mem.stores.sqlite_memory import SQLiteMemoryStore
 
@@ -850,14 +850,49 @@ def facts(
     as_of: Annotated[
         str | None, typer.Option("--as-of", help="What was believed at this ISO-8601 time.")
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
+    search: Annotated[
+        str | None,
+        typer.Option(
+            "--search",
+            metavar="WORDS",
+            help="Rank current facts by these words (any of them, in subject, predicate, "
+            "object or payload; case and accents ignored), best first, with a SCORE column.",
+        ),
+    ] = None,
+    limit: Annotated[
+        int,
+        typer.Option("--limit", min=1, max=1000, help="With --search: at most this many facts."),
+    ] = 10,
+    touch: Annotated[
+        bool,
+        typer.Option(
+            "--touch",
+            help="With --search: count an access to each fact shown, as an agent's search "
+            "does (by default this command reads without a trace).",
+        ),
+    ] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json", help="One JSON object per line (with --search: {fact, score} per line)."
+        ),
+    ] = False,
 ) -> None:
     """List current facts (or those current at --as-of), sorted by user, agent, subject,
-    predicate, object and id."""
+    predicate, object and id; or search them with --search."""
     from stargraph_mem.model.facts import FactPattern
     from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
 
     when = parse_aware(as_of, "--as-of")
+    if search is None and (touch or limit != 10):
+        usage_fail("--limit and --touch go with --search")
+    if search is not None and when is not None:
+        usage_fail("--search finds current facts; it cannot be combined with --as-of")
+    if search is not None:
+        search_facts(
+            db, search, user, agent, subject, predicate, min_confidence, limit, touch, as_json
+        )
+        return
 
     async def action() -> list[Fact]:
         async with SQLiteFactStore(existing(db)) as store:
@@ -881,6 +916,56 @@ def facts(
     rows += [
         (f.id, f.user, f.agent, f.subject, f.predicate, f"{f.confidence:g}", f.object)
         for f in found
+    ]
+    typer.echo("\n".join(aligned(rows)))
+
+
+def search_facts(
+    db: Path,
+    query: str,
+    user: str | None,
+    agent: str | None,
+    subject: str | None,
+    predicate: str | None,
+    min_confidence: float | None,
+    limit: int,
+    touch: bool,
+    as_json: bool,
+) -> None:
+    """``facts --search``: ranked hits as a table (with SCORE) or JSON lines."""
+    from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
+
+    async def action() -> list[FactHit]:
+        async with SQLiteFactStore(existing(db)) as store:
+            return await store.search(
+                query,
+                user=user,
+                agent=agent,
+                subject=subject,
+                predicate=predicate,
+                min_confidence=min_confidence,
+                limit=limit,
+                touch=touch,
+            )
+
+    hits = run(action())
+    if as_json:
+        for hit in hits:
+            typer.echo(hit.model_dump_json())
+        return
+    rows = [("ID", "USER", "AGENT", "SUBJECT", "PREDICATE", "CONFIDENCE", "SCORE", "OBJECT")]
+    rows += [
+        (
+            h.fact.id,
+            h.fact.user,
+            h.fact.agent,
+            h.fact.subject,
+            h.fact.predicate,
+            f"{h.fact.confidence:g}",
+            f"{h.score:.3f}",
+            h.fact.object,
+        )
+        for h in hits
     ]
     typer.echo("\n".join(aligned(rows)))
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import sqlite3
 import subprocess
 import sys
@@ -12,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner, Result
 
+from stargraph_mem.cli import app
 from stargraph_mem.engine.api import Consolidator
 from stargraph_mem.errors import FactNotFoundError, SearchError, StoreError
 from stargraph_mem.model.episodes import Episode
@@ -302,3 +306,79 @@ def test_the_readme_search_example_runs_verbatim(tmp_path: Path) -> None:
     )
     assert (done.returncode, done.stderr) == (0, "")
     assert done.stdout == output
+
+
+# --- the CLI: facts --search ------------------------------------------------------------------
+
+
+@pytest.fixture
+def searched_db(tmp_path: Path) -> Path:
+    """A database with alice's and bob's facts, written through the fact store."""
+    path = tmp_path / "cli.db"
+
+    async def fill() -> None:
+        async with SQLiteFactStore(path) as store:
+            await store.apply_deltas(
+                [
+                    add("alice", "drinks", "green tea", src="e1", confidence=0.9),
+                    add("alice", "likes", "jazz", src="e2"),
+                    add("bob", "drinks", "tea", user="bob", src="e3", confidence=0.5),
+                ]
+            )
+
+    asyncio.run(fill())
+    return path
+
+
+def invoke(*args: str) -> Result:
+    return CliRunner().invoke(app, list(args), prog_name="stargraph-mem")
+
+
+def test_cli_search_ranks_filters_and_reads_without_a_trace(searched_db: Path) -> None:
+    db = str(searched_db)
+    table = invoke("facts", "--db", db, "--search", "green tea")
+    assert table.exit_code == 0, table.output
+    lines = table.stdout.splitlines()
+    assert lines[0].split() == [
+        "ID", "USER", "AGENT", "SUBJECT", "PREDICATE", "CONFIDENCE", "SCORE", "OBJECT"
+    ]  # fmt: skip
+    assert [line.split()[1] for line in lines[1:]] == ["alice", "bob"]
+    assert lines[1].endswith("green tea") and lines[2].endswith("tea")
+    only = invoke("facts", "--db", db, "--search", "tea", "--user", "bob", "--json")
+    hits = [json.loads(line) for line in only.stdout.splitlines()]
+    assert [(h["fact"]["user"], h["fact"]["object"]) for h in hits] == [("bob", "tea")]
+    assert hits[0]["score"] > 0
+    limited = invoke("facts", "--db", db, "--search", "tea", "--limit", "1", "--json")
+    assert len(limited.stdout.splitlines()) == 1
+    fid = hits[0]["fact"]["id"]
+
+    async def accesses() -> int:
+        async with SQLiteFactStore(searched_db) as store:
+            return (await store.access(fid)).count
+
+    assert asyncio.run(accesses()) == 0  # the CLI reads without a trace by default
+    assert invoke("facts", "--db", db, "--search", "tea", "--user", "bob", "--touch").exit_code == 0
+    assert asyncio.run(accesses()) == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["--search", "!!!"], 1, "error: search query '!!!' has no words"),
+        (["--limit", "3"], 2, "error: --limit and --touch go with --search"),
+        (["--touch"], 2, "error: --limit and --touch go with --search"),
+        (
+            ["--search", "tea", "--as-of", "2026-01-01T00:00:00+00:00"],
+            2,
+            "error: --search finds current facts; it cannot be combined with --as-of",
+        ),
+    ],
+)
+def test_cli_search_refuses_bad_requests(
+    searched_db: Path, args: list[str], code: int, message: str
+) -> None:
+    before = searched_db.read_bytes()
+    result = invoke("facts", "--db", str(searched_db), *args)
+    assert result.exit_code == code
+    assert result.stderr.startswith(message)
+    assert searched_db.read_bytes() == before
