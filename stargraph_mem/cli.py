@@ -1086,7 +1086,8 @@ async def ingest_stream(
     Chunks are pipelined: while SQLite's thread inserts one, this thread parses the next.
     The store opens with the first chunk that has episodes. When a bad line came before
     it and ``db`` does not exist yet, a scratch database in a temporary folder takes its
-    place, so a failed ingest creates no file (repeats are still checked across chunks).
+    place (repeats are still checked across chunks); a file this ingest created is removed
+    when it fails, so a failed ingest leaves no file behind.
     """
     import asyncio
     import tempfile
@@ -1106,6 +1107,7 @@ async def ingest_stream(
             bad.add(found + [conflict_problem(c) for c in await task])
 
     lines = 0
+    created = False
     async with AsyncExitStack() as stack:
         writer: EpisodeWriter | None = None
         try:
@@ -1120,6 +1122,7 @@ async def ingest_stream(
                         if (bad.count or chunk.problems) and not db.exists():
                             scratch = stack.enter_context(tempfile.TemporaryDirectory())
                             target = Path(scratch) / "check.db"
+                        created = target == db and not db.exists()
                         store = await stack.enter_async_context(SQLiteMemoryStore(target))
                         writer = await stack.enter_async_context(store.writing())
                     write = writer.write(chunk.episodes, chunk.numbers)
@@ -1136,10 +1139,13 @@ async def ingest_stream(
             progress("write", lines, lines)
         if writer is None:
             return 0, lines
-        if bad.count:
-            writer.discard()
-            return 0, lines
-        return writer.written, lines
+        if not bad.count:
+            return writer.written, lines
+        writer.discard()
+    if created:  # the failed ingest made the file (its first bad line came late): remove it
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            Path(f"{db}{suffix}").unlink(missing_ok=True)
+    return 0, lines
 
 
 def input_file(value: str) -> str:

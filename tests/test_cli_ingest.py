@@ -217,7 +217,7 @@ def test_differing_repeats_across_chunks_name_both_lines(tmp_path: Path, small_c
         f"error: {data}:35: episode id 'e31' appears twice in the batch with different content "
         "(first on line 34)",
     ]
-    assert stored(db) == []
+    assert not db.exists()  # the failed ingest removed the file it made
 
 
 def test_repeats_of_stored_episodes(tmp_path: Path, small_chunks: int) -> None:
@@ -331,7 +331,7 @@ def test_real_chunks_bad_line_at_the_end(tmp_path: Path) -> None:
         f"error: {data}:{n + 1}: episode id 'e7' appears twice in the batch with different "
         "content (first on line 8)\n"
     )
-    assert stored(db) == []
+    assert not db.exists()  # the failed ingest removed the file it made
 
 
 def test_stdin_progress_has_no_total_until_the_end(tmp_path: Path) -> None:
@@ -404,3 +404,29 @@ def test_writer_refuses_mismatched_tags(tmp_path: Path) -> None:
 
     with pytest.raises(ValueError, match="2 tags for 1 episodes"):
         asyncio.run(scenario())
+
+
+def test_a_late_bad_line_into_a_new_path_leaves_no_file(tmp_path: Path, small_chunks: int) -> None:
+    """The first chunks are good (the new file is made and written); the last line is bad:
+    the transaction rolls back and the file this ingest created is removed."""
+    data, db = tmp_path / "eps.jsonl", tmp_path / "new.db"
+    rows: list[dict[str, Any] | str] = [episode(i) for i in range(30)]
+    rows[-1] = "nope"
+    data.write_text(jsonl(rows), encoding="utf-8")
+    result = invoke("ingest", str(data), "--db", str(db))
+    assert result.exit_code == 1
+    assert result.stderr.startswith(f"error: {data}:30: Episode: Invalid JSON")
+    assert list(tmp_path.iterdir()) == [data]
+
+
+def test_a_late_bad_line_into_an_existing_file_keeps_it_as_it_was(
+    tmp_path: Path, small_chunks: int
+) -> None:
+    data, db = tmp_path / "eps.jsonl", tmp_path / "m.db"
+    data.write_text(jsonl([episode(100)]), encoding="utf-8")
+    assert invoke("ingest", str(data), "--db", str(db)).exit_code == 0
+    rows: list[dict[str, Any] | str] = [episode(i) for i in range(30)]
+    rows[-1] = "nope"
+    data.write_text(jsonl(rows), encoding="utf-8")
+    assert invoke("ingest", str(data), "--db", str(db)).exit_code == 1
+    assert [eid for eid, _ in stored(db)] == ["e100"]
