@@ -824,6 +824,13 @@ def parse_confidence(value: float | None) -> float | None:
     return value
 
 
+def parse_limit(value: int) -> int:
+    """``--limit``: an integer from 1 to 1000."""
+    if not 1 <= value <= 1000:
+        raise typer.BadParameter(f"must be an integer from 1 to 1000, got {value}")
+    return value
+
+
 def fact_order(fact: Fact) -> tuple[str, str, str, str, str, str]:
     """How ``facts`` sorts: user, agent, subject, predicate, object, then id."""
     return (fact.user, fact.agent, fact.subject, fact.predicate, fact.object, fact.id)
@@ -861,7 +868,12 @@ def facts(
     ] = None,
     limit: Annotated[
         int,
-        typer.Option("--limit", min=1, max=1000, help="With --search: at most this many facts."),
+        typer.Option(
+            "--limit",
+            metavar="1..1000",
+            callback=parse_limit,
+            help="With --search: at most this many facts.",
+        ),
     ] = 10,
     touch: Annotated[
         bool,
