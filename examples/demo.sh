@@ -33,5 +33,5 @@ echo "== the schedule: each rule's cadence, pending episodes, last and next run"
 $SM status --db "$DB" --now 2026-11-03T03:00:00+00:00
 
 echo "== why the first fact exists: rule, reason, sources and the fact it replaced"
-FACT=$($SM facts --db "$DB" --json | head -n 1 | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+FACT=$($SM facts --db "$DB" --json | python3 -c 'import json,sys; print(json.loads(sys.stdin.read().splitlines()[0])["id"])')
 $SM explain --db "$DB" "$FACT"
