@@ -1165,7 +1165,7 @@ def input_file(value: str) -> str:
     path = Path(value)
     if value != "-" and (not path.exists() or path.is_dir()):
         what = "is a directory" if path.exists() else "does not exist"
-        raise typer.BadParameter(f"{value!r} {what}")
+        raise typer.BadParameter(f"{what}: {value!r}")  # the problem first: long paths wrap
     return value
 
 
