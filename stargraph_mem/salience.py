@@ -81,9 +81,10 @@ class SalienceContext:
     """What the scorer needs beyond the episode: the pass's ``now`` and access statistics.
 
     ``last_accessed`` None means never accessed: recency then runs from the episode's own
-    timestamp. ``rule_match`` is the fraction of the rule's ``when`` conditions the episode
-    could satisfy. ``query_embedding`` is carried for scorers that compute their own
-    relevance; :class:`RuleBasedScorer` reads the precomputed cosine ``relevance``.
+    timestamp. ``rule_match`` is the fraction of the conditions of the rule's ``episode``
+    pattern the episode could satisfy. ``query_embedding`` is carried for scorers that
+    compute their own relevance; :class:`RuleBasedScorer` reads the precomputed cosine
+    ``relevance``.
     ``tau_seconds`` (a rule gate's τ) overrides the scorer's own τ when given.
     """
 
@@ -106,7 +107,8 @@ class SalienceContext:
         _require_finite(self.rule_match, "rule_match", 0.0, 1.0)
         _require_finite(self.importance, "importance", 0.0, 1.0)
         tau = self.tau_seconds
-        if tau is not None and (not isinstance(tau, int | float) or not 0 < tau < math.inf):
+        usable = isinstance(tau, int | float) and not isinstance(tau, bool) and 0 < tau < math.inf
+        if tau is not None and not usable:
             raise ValueError(f"tau_seconds must be a finite number > 0 (got {tau!r})")
         if self.relevance is not None:
             _require_finite(self.relevance, "relevance", -1.0, 1.0)

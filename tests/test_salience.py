@@ -229,6 +229,7 @@ def test_zero_tau_and_all_zero_weights_are_rejected() -> None:
         ("tau_seconds", math.nan),
         ("tau_seconds", math.inf),
         ("tau_seconds", "3600"),
+        ("tau_seconds", True),
     ],
 )
 def test_bad_context_values_are_rejected(field: str, bad: object) -> None:
