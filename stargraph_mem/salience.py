@@ -11,13 +11,24 @@
     match = 0.5 + 0.5 · rule_match                  ∈ [0.5, 1]
     score = min(1, max(0, base · freq · match))
 
-Defaults: τ = 86400 s, k = 5 accesses, w_recency = 1, w_relevance = w_importance = 0
-(v1: only recency counts; the other terms stay in the formula for later weights).
-``relevance`` is a cosine similarity in [−1, 1] supplied by the caller; a negative one
-counts as 0. Both factors are at least 0.5, so with the v1 weights a fresh, never-accessed
-episode (Δt = 0, access_count = 0) scores 1 · 0.5 · (0.5 + 0.5 · rule_match) ≥ 0.25,
-and 0.5 when it satisfies every ``when`` condition. NaN or infinite inputs raise
-:class:`ValueError`; nothing non-finite is ever returned.
+Defaults: τ = 86400 s (a context's ``tau_seconds`` overrides it), k = 5 accesses,
+w_recency = 1, w_relevance = w_importance = 0 (v1: only recency counts). ``relevance`` is
+a cosine similarity in [−1, 1] supplied by the caller; a negative one counts as 0. Both
+factors are at least 0.5, so a fresh, never-accessed episode (Δt = 0, access_count = 0)
+never scores 0. NaN or infinite inputs raise :class:`ValueError`; nothing non-finite is
+ever returned.
+
+What a gate's ``min`` means. A rule's gate (``salience: {min, tau_seconds,
+importance_key}``) scores each episode with :func:`gate_scorer` (w_recency = 1,
+w_importance = :data:`GATE_W_IMPORTANCE` = 1) unless another scorer is passed, and tells
+it the rule's τ, the fraction of the rule's ``episode`` conditions the episode satisfies
+(``rule_match``) and the episode's importance (the ``importance_key`` field, 0 when the
+rule declares none or the episode lacks it). A fresh, never-accessed episode satisfying
+every condition therefore scores ``0.5 · (1 + importance)``: 1.0 at importance 1, 0.5 at
+importance 0. Age multiplies the recency term by exp(−Δt / τ), so such an episode of
+importance i passes ``min`` m while ``0.5 · (exp(−Δt / τ) + i) ≥ m``; without an
+importance, a gate above 0.5 drops every never-accessed episode, and accesses raise the
+frequency factor towards 1.
 """
 
 from __future__ import annotations
@@ -34,10 +45,12 @@ from stargraph_mem.stores.memory import EpisodeRecord
 __all__ = [
     "DEFAULT_FREQUENCY_SCALE",
     "DEFAULT_TAU_SECONDS",
+    "GATE_W_IMPORTANCE",
     "RuleBasedScorer",
     "SalienceContext",
     "SalienceScorer",
     "gate",
+    "gate_scorer",
 ]
 
 DEFAULT_TAU_SECONDS = 86400.0
@@ -45,6 +58,10 @@ DEFAULT_TAU_SECONDS = 86400.0
 
 DEFAULT_FREQUENCY_SCALE = 5.0
 """Frequency scale k: after k accesses the frequency factor is 1 − 0.5/e ≈ 0.82."""
+
+GATE_W_IMPORTANCE = 1.0
+"""Importance weight of a rule gate's default scorer: equal to recency, so a fresh episode
+of importance 1 reaches a score of 1 and one of importance 0 stays at 0.5."""
 
 _E = TypeVar("_E", Episode, EpisodeRecord)
 
@@ -64,9 +81,11 @@ class SalienceContext:
     """What the scorer needs beyond the episode: the pass's ``now`` and access statistics.
 
     ``last_accessed`` None means never accessed: recency then runs from the episode's own
-    timestamp. ``rule_match`` is the fraction of the rule's ``when`` conditions the episode
-    could satisfy. ``query_embedding`` is carried for scorers that compute their own
-    relevance; :class:`RuleBasedScorer` reads the precomputed cosine ``relevance``.
+    timestamp. ``rule_match`` is the fraction of the conditions of the rule's ``episode``
+    pattern the episode could satisfy. ``query_embedding`` is carried for scorers that
+    compute their own relevance; :class:`RuleBasedScorer` reads the precomputed cosine
+    ``relevance``.
+    ``tau_seconds`` (a rule gate's τ) overrides the scorer's own τ when given.
     """
 
     now: datetime
@@ -76,6 +95,7 @@ class SalienceContext:
     query_embedding: tuple[float, ...] | None = None
     relevance: float | None = None
     importance: float = 0.0
+    tau_seconds: float | None = None
 
     def __post_init__(self) -> None:
         _require_aware(self.now, "now")
@@ -86,6 +106,10 @@ class SalienceContext:
             raise ValueError(f"access_count must be an int >= 0 (got {count!r})")
         _require_finite(self.rule_match, "rule_match", 0.0, 1.0)
         _require_finite(self.importance, "importance", 0.0, 1.0)
+        tau = self.tau_seconds
+        usable = isinstance(tau, int | float) and not isinstance(tau, bool) and 0 < tau < math.inf
+        if tau is not None and not usable:
+            raise ValueError(f"tau_seconds must be a finite number > 0 (got {tau!r})")
         if self.relevance is not None:
             _require_finite(self.relevance, "relevance", -1.0, 1.0)
         if self.query_embedding is not None:
@@ -96,7 +120,13 @@ class SalienceContext:
 
     @classmethod
     def for_record(
-        cls, record: EpisodeRecord, *, now: datetime, rule_match: float = 1.0
+        cls,
+        record: EpisodeRecord,
+        *,
+        now: datetime,
+        rule_match: float = 1.0,
+        importance: float = 0.0,
+        tau_seconds: float | None = None,
     ) -> SalienceContext:
         """A context carrying the access statistics the store keeps on ``record``."""
         return cls(
@@ -104,6 +134,8 @@ class SalienceContext:
             last_accessed=record.last_accessed,
             access_count=record.access_count,
             rule_match=rule_match,
+            importance=importance,
+            tau_seconds=tau_seconds,
         )
 
 
@@ -164,7 +196,9 @@ class RuleBasedScorer:
             reference = episode.timestamp
             _require_aware(reference, "episode.timestamp")
         elapsed = (context.now - reference).total_seconds()
-        recency = math.exp(-elapsed * self._inv_tau) if elapsed > 0 else 1.0
+        tau = context.tau_seconds
+        inv_tau = self._inv_tau if tau is None else 1.0 / tau
+        recency = math.exp(-elapsed * inv_tau) if elapsed > 0 else 1.0
         w_rec, w_rel, w_imp = self.weights
         base = w_rec * recency
         if w_rel and context.relevance is not None and context.relevance > 0:
@@ -178,6 +212,11 @@ class RuleBasedScorer:
     async def score(self, episode: Episode | EpisodeRecord, context: SalienceContext) -> float:
         """:meth:`score_sync`, for callers that hold any :class:`SalienceScorer`."""
         return self.score_sync(episode, context)
+
+
+def gate_scorer() -> RuleBasedScorer:
+    """The scorer rule gates use by default: v1 recency plus the episode's importance."""
+    return RuleBasedScorer(w_recency=1.0, w_importance=GATE_W_IMPORTANCE)
 
 
 async def gate(

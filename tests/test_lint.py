@@ -141,6 +141,11 @@ def test_extra_patterns_cadence_gate_and_claim_prevent_shadowing() -> None:
     assert shadows(
         rule("a", "", head="salience: {min: 0.5}"), rule("b", "", head="salience: {min: 0.6}")
     )
+    weighed = "salience: {min: 0.5, importance_key: weight}"
+    assert not shadows(rule("a", "", head=weighed), rule("b", "", head="salience: {min: 0.6}"))
+    assert not shadows(rule("a", "", head="salience: {min: 0.5}"), rule("b", "", head=weighed))
+    stricter = weighed.replace("0.5", "0.6")
+    assert shadows(rule("a", "", head=weighed), rule("b", "", head=stricter))
     assert not shadows(rule("a", "", head="claim: false"), rule("b", ""))
     assert not shadows(rule("a", ""), rule("b", "", head="claim: false"))
     assert not shadows(rule("a", "", head="enabled: false"), rule("b", ""))

@@ -83,6 +83,7 @@ def contexts(draw: st.DrawFn) -> SalienceContext:
         rule_match=draw(unit),
         importance=draw(unit),
         relevance=draw(st.none() | st.floats(min_value=-1.0, max_value=1.0)),
+        tau_seconds=draw(st.none() | positive),
     )
 
 
@@ -151,6 +152,15 @@ def test_formula_at_a_known_point() -> None:
     )
 
 
+def test_context_tau_overrides_the_scorers_tau() -> None:
+    scorer = RuleBasedScorer(tau=DEFAULT_TAU_SECONDS)
+    hour_old = record(NOW - timedelta(hours=1))
+    own = scorer.score_sync(hour_old, SalienceContext(now=NOW))
+    given = scorer.score_sync(hour_old, SalienceContext(now=NOW, tau_seconds=3600))
+    assert own == pytest.approx(0.5 * math.exp(-1 / 24), rel=1e-12)
+    assert given == pytest.approx(0.5 * math.exp(-1), rel=1e-12)
+
+
 def test_last_accessed_is_used_instead_of_timestamp() -> None:
     scorer = RuleBasedScorer()
     old = record(NOW - timedelta(days=30))
@@ -214,6 +224,12 @@ def test_zero_tau_and_all_zero_weights_are_rejected() -> None:
         ("access_count", -1),
         ("access_count", True),
         ("query_embedding", (1.0, math.nan)),
+        ("tau_seconds", 0.0),
+        ("tau_seconds", -60.0),
+        ("tau_seconds", math.nan),
+        ("tau_seconds", math.inf),
+        ("tau_seconds", "3600"),
+        ("tau_seconds", True),
     ],
 )
 def test_bad_context_values_are_rejected(field: str, bad: object) -> None:

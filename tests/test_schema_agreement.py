@@ -98,6 +98,8 @@ VALIDATOR_ONLY = {
     "naive_timestamp_literal": "literals must suit the field's type (timestamp)",
     "operator_field_type": "operators must suit the field's type",
     "reinforces_earlier_alias": "reinforces must name a fact pattern's alias",
+    "salience_importance_key_not_number": "a field's type comes from 'fields'",
+    "salience_importance_key_undeclared": "fields are declared in the pack",
     "replaces_episode_alias": "replaces must name a fact or earlier pattern's alias",
     "sources_unknown_alias": "sources must name a pattern's alias",
     "unbound_condition_variable": "variables are bound in an earlier pattern",

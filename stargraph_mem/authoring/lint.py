@@ -435,6 +435,7 @@ class _Linter:
             b.salience is None
             or b.salience.tau_seconds != a.salience.tau_seconds
             or b.salience.min < a.salience.min
+            or b.salience.importance_key != a.salience.importance_key
         ):
             return False
         tests = list(_episode_where(upper).items())

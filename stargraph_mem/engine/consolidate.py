@@ -21,6 +21,7 @@ from typing import Literal
 
 from stargraph_mem.compiler.pack import CompiledPack, CompiledRule
 from stargraph_mem.engine.filters import select_seqs, when_filter_seqs
+from stargraph_mem.engine.gating import RuleGate, UnusableImportance
 from stargraph_mem.engine.limits import DEFAULT_MAX_EPISODES as DEFAULT_MAX_EPISODES  # re-export
 from stargraph_mem.engine.runtime import (
     PackRuntime,
@@ -33,7 +34,7 @@ from stargraph_mem.errors import StalePassError
 from stargraph_mem.gcpause import gc_paused
 from stargraph_mem.model.deltas import DELTA_ADAPTER, MemoryDelta
 from stargraph_mem.model.time import seconds_us, to_us, to_utc
-from stargraph_mem.salience import RuleBasedScorer, SalienceContext, SalienceScorer
+from stargraph_mem.salience import RuleBasedScorer, SalienceScorer, gate_scorer
 from stargraph_mem.stores.fact import EngineFact, Rejection, WatermarkAdvance
 from stargraph_mem.stores.memory import EpisodeRecord, QuarantinedRow
 from stargraph_mem.stores.scope import Partition
@@ -172,7 +173,7 @@ class Consolidation:
         self.keep_deltas = keep_deltas
         self.memory = memory
         self.facts = facts
-        self.scorer: SalienceScorer = scorer or RuleBasedScorer()
+        self.scorer: SalienceScorer = scorer or gate_scorer()
         self.max_episodes = max_episodes
         if worker not in ("auto", "always", "never"):
             raise ValueError(f"worker must be 'auto', 'always' or 'never' (got {worker!r})")
@@ -183,6 +184,13 @@ class Consolidation:
             )
         self.worker: WorkerMode = worker
         """Whether a run computes its passes in a worker process (see :meth:`run`)."""
+        fields = runtime.compiled.pack.fields
+        self._gates = {
+            r.index: RuleGate.of(r.program.info.rule, fields)
+            for r in runtime.compiled.rules
+            if r.program.info.rule.salience is not None
+        }
+        """Per rule index with a salience gate: what its scorer is told about an episode."""
         self._lock = asyncio.Lock()
         self._known: OrderedDict[str, tuple[int, list[EngineFact]]] = OrderedDict()
         """Per partition key: its facts version after this object's last pass there, and
@@ -465,6 +473,7 @@ class Consolidation:
         if self.keep_deltas:
             report.deltas = out.deltas
             report.matched = out.matched
+        out.rejected[:0] = report.rejected  # the gates' rejections, then the engine's
         report.rejected = out.rejected
         report.timings = {"read": t1 - t0, "engine": t2 - t1, "apply": 0.0, "total": t2 - t0}
         advances = self._advances(partition, rules, marks, high, stamp)
@@ -574,25 +583,38 @@ class Consolidation:
                 seqs &= await asyncio.to_thread(
                     when_filter_seqs, window, partition, legacy.sql, rule_id=rule.id
                 )
-            gate = rule.program.info.rule.salience
+            gate = self._gates.get(rule.index)
             if gate is not None and seqs:
-                seqs, dropped = await self._gate(records, seqs, gate.min, now)
+                seqs, dropped = await self._gate(records, seqs, gate, now, report.rejected)
                 gated |= dropped
             eligible[rule.index] = seqs
         report.gated = sorted(gated)
         return eligible
 
     async def _gate(
-        self, records: list[EpisodeRecord], seqs: set[int], minimum: float, now: datetime
+        self,
+        records: list[EpisodeRecord],
+        seqs: set[int],
+        gate: RuleGate,
+        now: datetime,
+        rejected: list[RejectedEpisode],
     ) -> tuple[set[int], set[str]]:
+        """Seqs scoring at least the gate's minimum, and ids of those below it.
+
+        An episode whose importance is unusable is neither: it is rejected for the rule.
+        """
         kept: set[int] = set()
         dropped: set[str] = set()
         for record in records:
             if record.seq not in seqs:
                 continue
-            context = SalienceContext.for_record(record, now=now)
+            try:
+                context = gate.context(record, now)
+            except UnusableImportance as exc:
+                rejected.append(RejectedEpisode(record.id, gate.rule_id, f"salience: {exc}"))
+                continue
             score = await self.scorer.score(record, context)
-            if score >= minimum:
+            if score >= gate.minimum:
                 kept.add(record.seq)
             else:
                 dropped.add(record.id)

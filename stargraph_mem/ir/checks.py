@@ -202,6 +202,8 @@ class _Checker:
             self.check_select(rule, (*path, "select"))
         if rule.salience is not None and info.episode_alias is None and episodes == []:
             self.err((*path, "salience"), "a salience gate needs an 'episode' pattern")
+        if rule.salience is not None and rule.salience.importance_key is not None:
+            self.check_importance_key(rule.salience.importance_key, (*path, "salience"))
         self.check_emit(info, (*path, "emit"))
         for name, var in info.variables.items():
             if name not in info.used_vars:
@@ -210,6 +212,18 @@ class _Checker:
                     f"variable '{name}' is bound but never used",
                 )
         return info
+
+    def check_importance_key(self, key: str, path: PathKey) -> None:
+        """An importance is read from a declared ``number`` field: a typo cannot read as 0."""
+        kpath = (*path, "importance_key")
+        if key not in self.pack.fields:
+            self.err(kpath, unknown_field_message(key, self.pack.fields))
+        elif self.pack.fields[key] != "number":
+            self.err(
+                kpath,
+                f"importance_key '{key}' is a {self.pack.fields[key]} field; "
+                "an importance is a number in [0, 1]: declare it 'number'",
+            )
 
     def _bind_path(self, info: RuleInfo, var: VarInfo) -> PathKey:
         for j, item in enumerate(info.rule.when):

@@ -366,10 +366,16 @@ class SelectClause(_IR):
 
 
 class SalienceGate(_IR):
-    """Drop episodes scoring below ``min`` before the rules see them."""
+    """Drop episodes scoring below ``min`` before the rules see them.
+
+    ``tau_seconds`` is this rule's recency time constant; ``importance_key`` names a
+    declared ``number`` field holding the episode's importance in [0, 1].
+    """
 
     min: float = Field(ge=0, le=1)
     tau_seconds: float = Field(default=86400.0, gt=0, allow_inf_nan=False)
+    importance_key: Name | None = Field(default=None, exclude_if=lambda v: v is None)
+    """Left out of dumps when absent, so packs that do not use it keep their hash."""
 
 
 def _reason(value: Any) -> Any:
