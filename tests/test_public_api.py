@@ -7,12 +7,11 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
-import subprocess
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from readme_helpers import readme_section_example, run_example
 from test_imports import fresh
 
 import stargraph_mem
@@ -146,27 +145,12 @@ async def test_every_consolidator_call_returns_one_report_type(tmp_path: Path) -
 
 def readme_example() -> tuple[str, str]:
     """The code block of the README's "Python API" section, and the output shown after it."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text.split("\n## Python API\n", 1)[1].split("\n## ", 1)[0]
-    code = section.split("```python\n", 1)[1].split("```\n", 1)[0]
-    output = section.split("prints\n\n```\n", 1)[1].split("```\n", 1)[0]
-    return code, output
+    return readme_section_example("Python API")
 
 
 def test_the_readme_example_runs_verbatim(tmp_path: Path) -> None:
     code, output = readme_example()
     assert "from stargraph_mem import " in code and "stargraph_mem." not in code
-    (tmp_path / "rules").mkdir()
-    pack = "rules/dedup_against_facts.yaml"
-    (tmp_path / pack).write_text((ROOT / pack).read_text(encoding="utf-8"), encoding="utf-8")
-    (tmp_path / "example.py").write_text(code, encoding="utf-8")
-    done = subprocess.run(
-        [sys.executable, "example.py"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    )
+    done = run_example(code, tmp_path, "rules/dedup_against_facts.yaml", timeout=60)
     assert (done.returncode, done.stderr) == (0, "")
     assert done.stdout == output

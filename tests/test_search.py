@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-import subprocess
-import sys
 from collections.abc import AsyncIterator
 from contextlib import closing
 from datetime import UTC, datetime, timedelta
@@ -14,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from readme_helpers import readme_section_example, run_example
 from typer.testing import CliRunner, Result
 
 from stargraph_mem.cli import app
@@ -288,22 +287,8 @@ async def test_consolidator_search_over_consolidated_episodes(tmp_path: Path) ->
 
 
 def test_the_readme_search_example_runs_verbatim(tmp_path: Path) -> None:
-    section = (ROOT / "README.md").read_text(encoding="utf-8").split("\n## Search\n", 1)[1]
-    section = section.split("\n## ", 1)[0]
-    code = section.split("```python\n", 1)[1].split("```\n", 1)[0]
-    output = section.split("prints\n\n```\n", 1)[1].split("```\n", 1)[0]
-    (tmp_path / "examples").mkdir()
-    pack = "examples/streaming_dedup.yaml"
-    (tmp_path / pack).write_text((ROOT / pack).read_text(encoding="utf-8"), encoding="utf-8")
-    (tmp_path / "example.py").write_text(code, encoding="utf-8")
-    done = subprocess.run(
-        [sys.executable, "example.py"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
+    code, output = readme_section_example("Search")
+    done = run_example(code, tmp_path, "examples/streaming_dedup.yaml", timeout=120)
     assert (done.returncode, done.stderr) == (0, "")
     assert done.stdout == output
 
