@@ -825,9 +825,11 @@ def parse_confidence(value: float | None) -> float | None:
 
 
 def parse_limit(value: int) -> int:
-    """``--limit``: an integer from 1 to 1000."""
-    if not 1 <= value <= 1000:
-        raise typer.BadParameter(f"must be an integer from 1 to 1000, got {value}")
+    """``--limit``: an integer from 1 to the most hits a search returns (1000)."""
+    from stargraph_mem.stores.sqlite_search import MAX_LIMIT
+
+    if not 1 <= value <= MAX_LIMIT:
+        raise typer.BadParameter(f"must be an integer from 1 to {MAX_LIMIT}, got {value}")
     return value
 
 
