@@ -8,23 +8,15 @@ transaction that applies it: they must all be stored and share one ``(user, agen
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Final
-
-import aiosqlite
-import orjson
 
 from stargraph_mem.errors import DeltaValidationError
 from stargraph_mem.model.deltas import AddDelta, DeleteDelta, NoopDelta, UpdateDelta
-from stargraph_mem.stores.sqlite_base import fetch
+from stargraph_mem.stores.fact_statements import FactStatements
+from stargraph_mem.stores.sql_conn import Conn
 
 __all__ = ["resolve_scopes"]
 
 Delta = AddDelta | UpdateDelta | DeleteDelta | NoopDelta
-
-_OWNERS: Final = "SELECT id, user, agent FROM episodes WHERE id IN (SELECT value FROM json_each(?))"
-_HAS_EPISODES: Final = (
-    "SELECT count(*) FROM pragma_table_info('episodes') WHERE name IN ('user', 'agent')"
-)
 
 
 def _unscoped(delta: Delta) -> bool:
@@ -54,7 +46,7 @@ def _scope_of(index: int, delta: Delta, owners: dict[str, tuple[str, str]]) -> t
     return user, agent
 
 
-async def resolve_scopes(db: aiosqlite.Connection, deltas: Sequence[Delta]) -> list[Delta]:
+async def resolve_scopes(db: Conn, sql: FactStatements, deltas: Sequence[Delta]) -> list[Delta]:
     """``deltas`` with every missing scope filled in from the stored source episodes.
 
     Scoped deltas pass unchanged (and cost no read). A resolved delta's id is the id of
@@ -62,11 +54,12 @@ async def resolve_scopes(db: aiosqlite.Connection, deltas: Sequence[Delta]) -> l
     """
     if not any(_unscoped(delta) for delta in deltas):
         return list(deltas)
-    if await fetch(db, _HAS_EPISODES) != [(2,)]:
+    columns = {str(row[0]) for row in await db.fetch(sql.episode_columns)}
+    if not {"user", "agent"} <= columns:
         index = next(i for i, delta in enumerate(deltas) if _unscoped(delta))
         raise _refuse(index, "this database holds no episodes to take it from")
     cited = sorted({eid for d in deltas if _unscoped(d) for eid in d.source_episode_ids})
-    rows = await fetch(db, _OWNERS, (orjson.dumps(cited).decode(),))
+    rows = await db.fetch(sql.episode_owners_in, (sql.ids(cited),))
     owners = {str(eid): (str(user), str(agent)) for eid, user, agent in rows}
     return [
         delta.scoped(*_scope_of(index, delta, owners)) if _unscoped(delta) else delta

@@ -40,6 +40,7 @@ __all__ = [
     "EPOCH",
     "EXIT_CLOSE_SECONDS",
     "ONE_US",
+    "SQLiteConn",
     "SQLiteStoreBase",
     "StoreConnection",
     "fetch",
@@ -225,6 +226,31 @@ async def scalar(db: aiosqlite.Connection, sql: str, params: Sequence[Any] = ())
     """The first column of the first row (``None`` when there is no row)."""
     rows = await fetch(db, sql, params)
     return rows[0][0] if rows else None
+
+
+class SQLiteConn:
+    """An aiosqlite connection seen through :class:`~stargraph_mem.stores.sql_conn.Conn`."""
+
+    __slots__ = ("db",)
+
+    def __init__(self, db: aiosqlite.Connection) -> None:
+        self.db = db
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        before = self.db.total_changes
+        await self.db.execute(sql, params)
+        return self.db.total_changes - before
+
+    async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> int:
+        before = self.db.total_changes
+        await self.db.executemany(sql, rows)
+        return self.db.total_changes - before
+
+    async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[Sequence[Any]]:
+        return list(await self.db.execute_fetchall(sql, params))
+
+    async def scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        return await scalar(self.db, sql, params)
 
 
 async def _enable_wal(db: aiosqlite.Connection) -> None:

@@ -11,17 +11,23 @@ holds one row per lease name: who holds it and until when.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Final
 
 import aiosqlite
 
-from stargraph_mem.errors import PassConflictError
 from stargraph_mem.model.time import seconds_us, to_us
+from stargraph_mem.stores.schedule_runs import (
+    LeaseState,
+    RuleRun,
+    RunState,
+    RunStatements,
+    run_states,
+)
+from stargraph_mem.stores.schedule_runs import record_runs as record_run_rows
 from stargraph_mem.stores.scope import Partition
-from stargraph_mem.stores.sqlite_base import SQLiteStoreBase, fetch, scalar, transaction
+from stargraph_mem.stores.sqlite_base import SQLiteConn, SQLiteStoreBase, fetch, scalar, transaction
 
 __all__ = ["LeaseState", "RuleRun", "RunState", "SQLiteScheduleStore", "record_runs"]
 
@@ -62,44 +68,11 @@ _RECORD: Final = (
     "runs = runs + (token <> excluded.token), token = excluded.token "
     "WHERE token = ? OR token = excluded.token"
 )
+RUNS: Final = RunStatements(
+    record=_RECORD,
+    token="SELECT token FROM rule_runs WHERE pack = ? AND rule_id = ? AND partition_key = ?",
+)
 _RUN_COLUMNS: Final = "rule_id, partition_key, anchor_us, last_run_us, runs, token"
-
-
-@dataclass(frozen=True, slots=True)
-class RuleRun:
-    """A pass of ``rule_id`` over ``partition`` applied at ``at`` by the scheduler run
-    ``token``, decided on the state whose token was ``expect`` ('' when none)."""
-
-    pack: str
-    rule_id: str
-    partition: Partition
-    at: datetime
-    token: str
-    expect: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class RunState:
-    """What is stored for one (pack, rule, partition)."""
-
-    anchor_us: int
-    last_run_us: int | None
-    runs: int
-    token: str
-
-    @property
-    def since_us(self) -> int:
-        """Where the cron clock runs from: the last run, else the anchor."""
-        return self.anchor_us if self.last_run_us is None else self.last_run_us
-
-
-@dataclass(frozen=True, slots=True)
-class LeaseState:
-    """The outcome of a lease attempt: who holds it now, until when, and whether we do."""
-
-    holder: str
-    expires_us: int
-    ours: bool
 
 
 _TABLE_NAMES: Final = ("rule_runs", "scheduler_lease", "schedule_rules")
@@ -125,43 +98,10 @@ async def ensure_schema(db: aiosqlite.Connection) -> None:
 
 
 async def record_runs(db: aiosqlite.Connection, runs: Sequence[RuleRun]) -> None:
-    """Record ``runs`` inside the caller's transaction; a changed token raises
-    :class:`PassConflictError` (the caller's transaction then rolls back)."""
-    if not runs:
-        return
-    await ensure_schema(db)
-    rows = []
-    for run in runs:
-        at_us = to_us(run.at, "run time")
-        rows.append((run.pack, run.rule_id, run.partition.key, at_us, at_us, run.token, run.expect))
-    before = db.total_changes
-    await db.executemany(_RECORD, rows)
-    if db.total_changes - before == len(rows):
-        return
-    for run in runs:  # a row another scheduler changed was left alone: name its rule
-        token = await scalar(
-            db,
-            "SELECT token FROM rule_runs WHERE pack = ? AND rule_id = ? AND partition_key = ?",
-            (run.pack, run.rule_id, run.partition.key),
-        )
-        if token != run.token:
-            raise PassConflictError(
-                f"rule '{run.rule_id}' of pack '{run.pack}' for user={run.partition.user} "
-                f"agent={run.partition.agent} was applied by another scheduler first",
-                rule_id=run.rule_id,
-                pack=run.pack,
-            )
-    raise PassConflictError(
-        f"pack '{runs[0].pack}': a run record was changed by another scheduler",
-        pack=runs[0].pack,
-    )
-
-
-def _states(rows: Iterable[Any]) -> dict[tuple[str, str], RunState]:
-    return {
-        (str(rule_id), str(key)): RunState(int(anchor), last, int(runs), str(token))
-        for rule_id, key, anchor, last, runs, token in rows
-    }
+    """Record ``runs`` inside the caller's transaction (see :func:`schedule_runs.record_runs`)."""
+    if runs:
+        await ensure_schema(db)
+        await record_run_rows(SQLiteConn(db), RUNS, runs)
 
 
 class SQLiteScheduleStore(SQLiteStoreBase):
@@ -186,7 +126,7 @@ class SQLiteScheduleStore(SQLiteStoreBase):
             sql += " AND partition_key = ?"
             params = (pack, partition.key)
         async with self._read() as db:
-            return _states(await fetch(db, sql, params))
+            return run_states(await fetch(db, sql, params))
 
     async def pending(
         self, pack: str, partition: Partition, rule_ids: Sequence[str]

@@ -17,12 +17,16 @@ fact) so recording a read never rewrites a fact's bitemporal row.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any, Final
 
-from stargraph_mem.errors import SearchError
-from stargraph_mem.model.facts import FactPattern
+from stargraph_mem.stores.search_common import (
+    MAX_LIMIT,
+    body_text,
+    check_limit,
+    query_words,
+    search_pattern,
+)
 
 __all__ = [
     "ACCESS_TABLE",
@@ -32,14 +36,11 @@ __all__ = [
     "SEARCH_TABLES",
     "TOUCH",
     "body_text",
+    "check_limit",
     "match_expression",
+    "search_pattern",
     "search_query",
 ]
-
-MAX_LIMIT: Final = 1000
-"""The most hits one search returns."""
-MAX_WORDS: Final = 64
-"""The most words a query may hold (each is one term of the full-text match)."""
 
 SEARCH_TABLE: Final = "fact_text"
 ACCESS_TABLE: Final = "fact_access"
@@ -72,42 +73,15 @@ TOUCH: Final = (
 )
 """Count one read of a fact at a time (the last access never moves backwards)."""
 
-_WORD: Final = re.compile(r"\w+")
-
 
 def match_expression(query: str) -> str | None:
     """The FTS5 match for ``query``: its words, each quoted, any of them (``None``: no query).
 
-    Words are runs of letters and digits; everything else separates them, so no text a
-    caller passes is ever read as FTS5 syntax. A query with text but no word is refused.
+    Words are runs of letters and digits (:func:`query_words`), so no text a caller passes
+    is ever read as FTS5 syntax.
     """
-    if not query.strip():
-        return None
-    words = _WORD.findall(query)
-    if not words:
-        raise SearchError(
-            f"search query {query!r} has no words to search for (letters or digits)",
-            query=query,
-        )
-    if len(words) > MAX_WORDS:
-        raise SearchError(
-            f"search query has {len(words)} words; at most {MAX_WORDS} are allowed",
-            query=query[:200],
-        )
-    unique = list(dict.fromkeys(word.casefold() for word in words))
-    return " OR ".join(f'"{word}"' for word in unique)
-
-
-def body_text(subject: str, predicate: str, obj: str, payload: bytes) -> str:
-    """A fact's indexed text: the same string :data:`BODY_SQL` computes from its row."""
-    return f"{subject} {predicate} {obj} {payload.decode()}"
-
-
-def check_limit(limit: int) -> int:
-    """``limit`` when it is an integer in 1..MAX_LIMIT; else :class:`SearchError`."""
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
-        raise SearchError(f"search limit must be an integer from 1 to {MAX_LIMIT} (got {limit!r})")
-    return limit
+    words = query_words(query)
+    return None if words is None else " OR ".join(f'"{word}"' for word in words)
 
 
 def search_query(
@@ -126,7 +100,7 @@ def search_query(
     a search without words scores 0 and ranks by confidence.
     """
     conditions = [*where] if include_history else [*where, "valid_until_us IS NULL"]
-    condition = " AND ".join(conditions) or "1"
+    condition = " AND ".join(conditions) or "TRUE"
     order = "confidence DESC, valid_from_us DESC, id"
     if match is None:
         sql = f"SELECT {columns}, 0.0 FROM facts WHERE {condition} ORDER BY {order} LIMIT ?"
@@ -138,20 +112,3 @@ def search_query(
         f"WHERE {condition} ORDER BY hit_rank, {order} LIMIT ?"
     )
     return sql, [match, *params, limit]
-
-
-def search_pattern(
-    user: str | None,
-    agent: str | None,
-    subject: str | None,
-    predicate: str | None,
-    min_confidence: float | None,
-) -> FactPattern:
-    """The structured part of a search as a validated :class:`FactPattern`."""
-    return FactPattern(
-        user=user,
-        agent=agent,
-        subject=subject,
-        predicate=predicate,
-        min_confidence=min_confidence,
-    )

@@ -1,0 +1,517 @@
+"""Applying a batch of deltas, backend-neutral: the state machine both fact stores share.
+
+:class:`Batch` runs inside the caller's open transaction on a
+:class:`~stargraph_mem.stores.sql_conn.Conn`, with the backend's
+:class:`~stargraph_mem.stores.fact_statements.FactStatements`: chunk by chunk it skips
+deltas applied before (exactly once by delta id), resolves what updates, deletes and noops
+name, stages facts for the provenance adapter and writes facts, lineage, index, closes,
+audit and reinforcements with one ``executemany`` per table; then watermarks and
+rejections. Fact states are mirrored in memory so later deltas see earlier ones' effects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from stargraph_mem.errors import DeltaValidationError, FactConflictError, StalePassError, StoreError
+from stargraph_mem.model.deltas import AddDelta, DeleteDelta, NoopDelta, UpdateDelta
+from stargraph_mem.model.facts import Fact
+from stargraph_mem.model.time import to_us
+from stargraph_mem.stores.fact import (
+    ApplyResult,
+    ProvenanceAdapter,
+    ProvenanceBundle,
+    Rejection,
+    WatermarkAdvance,
+    aware_utc,
+    sanitize_bundle,
+    trusted,
+)
+from stargraph_mem.stores.fact_rows import (
+    KINDS,
+    Delta,
+    PassBasis,
+    holder_is_dead,
+    key_of,
+    write_rows,
+)
+from stargraph_mem.stores.fact_statements import FactStatements
+from stargraph_mem.stores.scope import Partition
+from stargraph_mem.stores.search_common import body_text
+from stargraph_mem.stores.sql_conn import Conn
+
+__all__ = [
+    "Batch",
+    "check_basis",
+    "check_pass_scope",
+    "marks",
+    "other_claim",
+    "version",
+]
+
+_OPEN = (None, None, None)
+"""``valid_until_us, superseded_by, closed_by`` of a fact that is still current."""
+
+
+def _at(index: int, exc: DeltaValidationError) -> DeltaValidationError:
+    field = str(exc.context.get("field", ""))
+    return DeltaValidationError(f"deltas[{index}].{exc.message}", index=index, field=field)
+
+
+def check_pass_scope(deltas: Sequence[Delta], basis: PassBasis) -> None:
+    """A pass writes only its own partition."""
+    partition = basis.partition
+    for index, delta in enumerate(deltas):
+        if (delta.user, delta.agent) != (partition.user, partition.agent):
+            raise DeltaValidationError(
+                f"deltas[{index}]: a pass over {partition.key} emitted a delta for "
+                f"({delta.user!r}, {delta.agent!r})",
+                index=index,
+            )
+
+
+async def check_basis(db: Conn, sql: FactStatements, basis: PassBasis) -> None:
+    """Raise :class:`StalePassError` unless the stored state is what the pass read."""
+    stored = await marks(db, sql, basis.pack, basis.partition.key)
+    now = await version(db, sql, basis.partition)
+    if stored != basis.marks or now != basis.version:
+        raise StalePassError(
+            f"pack '{basis.pack}' at {basis.partition.key}: the partition changed while the "
+            f"pass was computed (version {basis.version} → {now})",
+            pack=basis.pack,
+            partition=basis.partition.key,
+        )
+    key = basis.partition.key
+    if not basis.holder:
+        other = await other_claim(db, sql, key, "", basis.now_us)
+        if other is not None:
+            raise StalePassError(
+                f"pack '{basis.pack}' at {key}: the partition is claimed by {other}",
+                pack=basis.pack,
+                partition=key,
+            )
+    elif basis.release:
+        await db.execute(sql.drop_claim, (key, basis.holder))
+    else:
+        await db.execute(sql.renew_claim, (basis.expires_us, key, basis.holder))
+
+
+async def other_claim(
+    db: Conn, sql: FactStatements, key: str, holder: str, now_us: int
+) -> str | None:
+    """Who else holds a live claim on partition ``key`` (None: nobody, or ``holder``).
+
+    A claim that expired, or whose holder ran on this host and no longer runs, is
+    cleared here (inside the caller's write transaction).
+    """
+    rows = await db.fetch(sql.claim_of, (key,))
+    if not rows or str(rows[0][0]) == holder:
+        return None
+    other = str(rows[0][0])
+    if int(rows[0][1]) > now_us and not holder_is_dead(other):
+        return other
+    await db.execute(sql.drop_claim, (key, other))
+    return None
+
+
+async def marks(db: Conn, sql: FactStatements, pack: str, partition_key: str) -> dict[str, int]:
+    """Every rule's watermark for (pack, partition), by rule id."""
+    rows = await db.fetch(sql.marks, (pack, partition_key))
+    return {str(rule_id): int(seq) for rule_id, seq in rows}
+
+
+async def version(db: Conn, sql: FactStatements, partition: Partition) -> int:
+    """The partition's facts version: its highest audit seq (0 when none)."""
+    value = await db.scalar(sql.version, (partition.key,))
+    return 0 if value is None else int(value)
+
+
+@dataclass(slots=True)
+class _State:
+    """What the batch needs to know about a fact it may close or reinforce."""
+
+    user: str
+    agent: str
+    valid_from_us: int
+    closed: bool
+
+
+class Batch:
+    """Applies validated deltas inside an open transaction, chunk by chunk.
+
+    Fact states (scope, validity) are mirrored in memory so later deltas see earlier
+    ones' effects and conflicts are found before each chunk's rows are written.
+    """
+
+    def __init__(
+        self,
+        db: Conn,
+        sql: FactStatements,
+        adapter: ProvenanceAdapter,
+        pack_hash: str,
+        now: datetime,
+    ) -> None:
+        self.db = db
+        self.sql = sql
+        self.adapter = adapter
+        self.pack_hash = pack_hash
+        self.now_us = to_us(now, "clock()")
+        self.now = now.astimezone(UTC)
+        self.known: dict[str, _State] = {}
+        self.closed_here: set[str] = set()
+        self.seen: set[str] = set()
+        self.counts = dict.fromkeys(KINDS, 0)
+        self.skipped = 0
+        self.reinforced = 0
+        self.created: list[str] = []
+        self.closed: list[str] = []
+        self._audit: list[tuple[Any, ...]] = []
+        self._closes: list[tuple[Any, ...]] = []
+        self._reinforcements: list[tuple[Any, ...]] = []
+        self._asserting: list[tuple[Fact, ProvenanceBundle]] = []
+        self._asserting_at: list[tuple[int, int]] = []
+        """The chunk's new (fact, bundle) pairs for the adapter, and for each the index and
+        audit seq of its delta."""
+        self._rowid = self._seq = -1
+        """Last facts rowid and audit seq used (read when the first chunk starts)."""
+        self.check_sources: bool | None = None
+        """Whether cited episodes are checked against the delta's scope (None: not yet
+        known whether this file has an episodes table)."""
+        self._last_ts, self._last_us = self.now, self.now_us
+
+    async def apply_chunk(self, start: int, deltas: Sequence[Delta]) -> None:
+        """Apply ``deltas`` (indices from ``start``) and write their rows."""
+        bodies = [delta.canonical_body() for delta in deltas]
+        ids = [delta.delta_id for delta in deltas]
+        if self._seq < 0:
+            self._rowid = int(await self.db.scalar(self.sql.last_rowid) or 0)
+            self._seq = int(await self.db.scalar(self.sql.last_seq) or 0)
+        stored = await self._stored(deltas, ids)
+        await self._load(deltas)
+        await self._check_sources(start, deltas)
+        for offset, (delta, did, body) in enumerate(zip(deltas, ids, bodies, strict=True)):
+            if did in stored or did in self.seen:
+                self.skipped += 1
+                continue
+            self.seen.add(did)
+            self._seq += 1
+            try:
+                self._apply(start + offset, delta, did)
+            except DeltaValidationError as exc:
+                raise _at(start + offset, exc) from exc
+            self._audit_row(delta, did, body)
+        pairs, at = self._asserting, self._asserting_at
+        self._asserting, self._asserting_at = [], []
+        try:
+            self.adapter.assert_many(pairs)
+        except DeltaValidationError as exc:
+            position = exc.context.get("position")
+            if position is None:
+                raise
+            raise _at(at[position][0], exc) from exc
+        await self._flush([seq for _, seq in at])
+
+    async def _stored(self, deltas: Sequence[Delta], ids: Sequence[str]) -> set[str]:
+        """Ids of ``deltas`` applied before: add and update deltas by the fact they made."""
+        made: list[str] = []
+        markers: list[str] = []
+        for delta, did in zip(deltas, ids, strict=True):
+            if isinstance(delta, AddDelta | UpdateDelta):
+                made.append("f" + did[1:])
+            else:
+                markers.append(did)
+        stored: set[str] = set()
+        if made:
+            rows = await self.db.fetch(self.sql.stored_facts_in, (self.sql.ids(made),))
+            stored.update("d" + str(row[0])[1:] for row in rows)
+        if markers:
+            rows = await self.db.fetch(self.sql.stored_markers_in, (self.sql.ids(markers),))
+            stored.update(str(row[0]) for row in rows)
+        return stored
+
+    async def _check_sources(self, start: int, deltas: Sequence[Delta]) -> None:
+        """Refuse a delta citing an episode of another (user, agent) as its source.
+
+        Ids the file does not hold pass (the fact store may stand alone); a pass's own
+        deltas are not checked here (it read them from its partition, see ``PassBasis``).
+        """
+        if self.check_sources is None:
+            columns = await self.db.fetch(self.sql.episode_columns)
+            self.check_sources = any(str(row[0]) == "partition_key" for row in columns)
+        if not self.check_sources:
+            return
+        cited = sorted({eid for delta in deltas for eid in delta.source_episode_ids})
+        if not cited:
+            return
+        rows = await self.db.fetch(self.sql.episode_partitions_in, (self.sql.ids(cited),))
+        owner = {str(eid): str(key) for eid, key in rows}
+        for offset, delta in enumerate(deltas):
+            key = key_of(delta.user, delta.agent)
+            for position, eid in enumerate(delta.source_episode_ids):
+                if owner.get(eid, key) != key:
+                    field = f"deltas[{start + offset}].source_episode_ids[{position}]"
+                    raise DeltaValidationError(
+                        f"{field}: episode {eid!r} belongs to another (user, agent) than "
+                        f"the delta's ({delta.user!r}, {delta.agent!r})",
+                        index=start + offset,
+                        field=field,
+                    )
+
+    async def _load(self, deltas: Sequence[Delta]) -> None:
+        """Read the states of referenced facts the batch has not seen yet."""
+        wanted: set[str] = set()
+        for delta in deltas:
+            if isinstance(delta, UpdateDelta | DeleteDelta):
+                wanted.update(delta.replaces)
+            elif isinstance(delta, NoopDelta):
+                wanted.update(delta.reinforces)
+        missing = sorted(wanted - self.known.keys())
+        if missing:
+            rows = await self.db.fetch(self.sql.fact_states_in, (self.sql.ids(missing),))
+            for fid, user, agent, valid_from_us, valid_until_us in rows:
+                self.known[fid] = _State(user, agent, valid_from_us, valid_until_us is not None)
+
+    def _apply(self, index: int, delta: Delta, did: str) -> None:
+        if isinstance(delta, AddDelta):
+            self._assert(index, delta, did, ())
+        elif isinstance(delta, UpdateDelta):
+            self._close(index, delta, did, "f" + did[1:])
+            self._assert(index, delta, did, tuple(delta.replaces))
+        elif isinstance(delta, DeleteDelta):
+            sanitize_bundle(self._bundle(delta, did, ()))
+            self._close(index, delta, did, None)
+        else:
+            sanitize_bundle(self._bundle(delta, did, ()))
+            self._reinforce(index, delta, did)
+        self.counts[delta.kind] += 1
+
+    def _bundle(self, delta: Delta, did: str, predecessors: tuple[str, ...]) -> ProvenanceBundle:
+        return trusted(
+            ProvenanceBundle,
+            {
+                "rule_id": delta.rule_id,
+                "pack_hash": self.pack_hash,
+                "delta_id": did,
+                "source_episode_ids": tuple(delta.source_episode_ids),
+                "promotion_ts": delta.promotion_ts,
+                "confidence": delta.confidence,
+                "reason": delta.reason,
+                "bindings": delta.bindings,
+                "predecessor_ids": predecessors,
+            },
+        )
+
+    def _assert(
+        self, index: int, delta: AddDelta | UpdateDelta, did: str, predecessors: tuple[str, ...]
+    ) -> None:
+        """Stage the delta's fact for the adapter (which checks the chunk's pairs at once)."""
+        fact_id = "f" + did[1:]
+        payload = delta.fact
+        fact = trusted(
+            Fact,
+            {
+                "id": fact_id,
+                "user": delta.user,
+                "agent": delta.agent,
+                "subject": payload.subject,
+                "predicate": payload.predicate,
+                "object": payload.object,
+                "payload": payload.payload,
+                "confidence": delta.confidence,
+                "valid_from": delta.promotion_ts,
+                "valid_until": None,
+                "superseded_by": None,
+                "recorded_at": self.now,
+                "rule_id": delta.rule_id,
+                "delta_id": did,
+            },
+        )
+        self._asserting.append((fact, self._bundle(delta, did, predecessors)))
+        self._asserting_at.append((index, self._seq))
+        user, agent = str(delta.user), str(delta.agent)  # resolved before the batch applies
+        self.known[fact_id] = _State(user, agent, self._us(delta.promotion_ts), False)
+        self.created.append(fact_id)
+
+    def _us(self, ts: datetime) -> int:
+        """``to_us`` for delta times: a pass stamps one time on all its deltas."""
+        if ts is not self._last_ts:
+            if ts != self._last_ts:
+                self._last_us = to_us(aware_utc(ts, "promotion_ts"))
+            self._last_ts = ts
+        return self._last_us
+
+    def _close(
+        self, index: int, delta: UpdateDelta | DeleteDelta, did: str, successor: str | None
+    ) -> None:
+        self._check_refs(index, delta, did, delta.replaces, "replace")
+        until_us = self._us(delta.promotion_ts)
+        for fid in delta.replaces:
+            state = self.known[fid]
+            state.closed = True
+            self.closed_here.add(fid)
+            self._closes.append((max(until_us, state.valid_from_us), successor, did, fid))
+            self.closed.append(fid)
+
+    def _reinforce(self, index: int, delta: NoopDelta, did: str) -> None:
+        self._check_refs(index, delta, did, delta.reinforces, "reinforce")
+        ts_us = to_us(delta.promotion_ts)
+        self._reinforcements.extend((fid, ts_us, did) for fid in delta.reinforces)
+        self.reinforced += len(delta.reinforces)
+
+    def _check_refs(
+        self, index: int, delta: Delta, did: str, ids: Sequence[str], verb: str
+    ) -> None:
+        """Raise :class:`FactConflictError` naming every fact ``ids`` cannot resolve to."""
+        problems: dict[str, str] = {}
+        for position, fid in enumerate(ids):
+            problem = self._problem(fid, delta)
+            if fid in ids[:position]:
+                problem = "named twice in this delta"
+            if problem is not None:
+                problems.setdefault(fid, problem)
+        if problems:
+            detail = "; ".join(f"{fid}: {why}" for fid, why in problems.items())
+            raise FactConflictError(
+                f"deltas[{index}] ({delta.kind} {did}) cannot {verb} {detail}",
+                fact_ids=list(problems),
+                problems=problems,
+                index=index,
+                delta_id=did,
+            )
+
+    def _problem(self, fid: str, delta: Delta) -> str | None:
+        state = self.known.get(fid)
+        if state is None:
+            return "unknown fact"
+        if (state.user, state.agent) != (delta.user, delta.agent):
+            return "fact belongs to another (user, agent)"
+        if fid in self.closed_here:
+            return "already closed earlier in this batch"
+        return "fact is already closed" if state.closed else None
+
+    def _audit_row(self, delta: Delta, did: str, body: bytes) -> None:
+        self._audit.append(
+            (
+                self._seq,
+                did,
+                delta.kind,
+                delta.rule_id,
+                self.pack_hash,
+                delta.user,
+                delta.agent,
+                key_of(delta.user, delta.agent),
+                self.now_us,
+                body.decode(),
+            )
+        )
+
+    async def _flush(self, seqs: list[int]) -> None:
+        """Write the chunk: new facts and lineage first, so closes can reach them
+        (``seqs``: the audit seq of each staged fact's delta).
+
+        A fact created and closed within the chunk is inserted already closed: same rows,
+        one write instead of an insert and an update.
+        """
+        sql = self.sql
+        staged = self.adapter.take_staged()
+        first = self._rowid + 1
+        self._rowid += len(staged)
+        rows = [
+            write_rows(
+                first + offset,
+                fact,
+                bundle,
+                seq,
+                self._recorded_us(fact),
+                self._us(bundle.promotion_ts),
+            )
+            for offset, ((fact, bundle), seq) in enumerate(zip(staged, seqs, strict=True))
+        ]
+        new_ids = {fact_row[1] for fact_row, _ in rows}
+        closing = {close[3]: close[:3] for close in self._closes if close[3] in new_ids}
+        closes = [close for close in self._closes if close[3] not in closing]
+        writes: tuple[tuple[str, Sequence[Sequence[Any]]], ...] = (
+            (sql.insert_fact, [fact_row + closing.get(fact_row[1], _OPEN) for fact_row, _ in rows]),
+            (sql.insert_lineage, [lineage_row for _, lineage_row in rows]),
+            (sql.index_fact, [self._indexed(fact_row) for fact_row, _ in rows]),
+            (sql.close, closes),
+            (sql.insert_audit, self._audit),
+            (sql.insert_reinforcement, self._reinforcements),
+        )
+        for statement, params in writes:
+            if params:
+                await self.db.executemany(statement, params)
+        self._audit, self._closes, self._reinforcements = [], [], []
+
+    def _indexed(self, fact_row: tuple[Any, ...]) -> tuple[int, str]:
+        """The search index row (rowid, text) of a ``facts`` row built by ``write_rows``."""
+        text = body_text(fact_row[5], fact_row[6], fact_row[7], fact_row[8])
+        return fact_row[0], self.sql.index_text(text)
+
+    def _recorded_us(self, fact: Fact) -> int:
+        return self.now_us if fact.recorded_at is self.now else to_us(fact.recorded_at)
+
+    async def advance(self, advances: Sequence[WatermarkAdvance]) -> tuple[WatermarkAdvance, ...]:
+        """Move watermarks forward (in order); any step backwards raises :class:`StoreError`."""
+        final: dict[tuple[str, str, str], WatermarkAdvance] = {}
+        stored: dict[tuple[str, str], dict[str, int]] = {}
+        for index, adv in enumerate(advances):
+            key = (adv.pack, adv.rule_id, adv.partition.key)
+            if key in final:
+                prior = final[key].last_seq
+            else:
+                group = (adv.pack, adv.partition.key)
+                if group not in stored:  # one read per (pack, partition), not per rule
+                    stored[group] = await marks(self.db, self.sql, *group)
+                prior = stored[group].get(adv.rule_id, 0)
+            if adv.last_seq < prior:
+                raise StoreError(
+                    f"watermarks[{index}]: {adv.pack}/{adv.rule_id} at {key[2]} would go "
+                    f"backwards from {prior} to {adv.last_seq}",
+                    index=index,
+                    stored=prior,
+                    requested=adv.last_seq,
+                )
+            final[key] = adv
+        rows = [(*key, adv.last_seq, self.now_us) for key, adv in final.items()]
+        if rows:
+            await self.db.executemany(self.sql.upsert_watermark, rows)
+        return tuple(final.values())
+
+    async def reject(self, rejections: Sequence[Rejection]) -> None:
+        """Record rejected episodes (a repeat of the same rejection is ignored)."""
+        rows = [
+            (
+                r.id,
+                r.pack,
+                r.rule_id,
+                r.partition.key,
+                r.partition.user,
+                r.partition.agent,
+                r.reason,
+                self.now_us if r.at is None else to_us(r.at),
+            )
+            for r in rejections
+        ]
+        if rows:
+            await self.db.executemany(self.sql.insert_rejection, rows)
+
+    def result(
+        self, watermarks: tuple[WatermarkAdvance, ...], rejections: int, version: int | None
+    ) -> ApplyResult:
+        return ApplyResult(
+            version=version,
+            added=self.counts["add"],
+            updated=self.counts["update"],
+            deleted=self.counts["delete"],
+            noops=self.counts["noop"],
+            skipped=self.skipped,
+            reinforced=self.reinforced,
+            rejections=rejections,
+            created_fact_ids=tuple(self.created),
+            closed_fact_ids=tuple(self.closed),
+            watermarks=watermarks,
+        )

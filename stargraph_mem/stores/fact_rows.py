@@ -1,0 +1,316 @@
+"""Fact store rows, backend-neutral: decoding, the rows a batch writes, validation, filters.
+
+Both backends store the same columns in the same order (times as UTC microseconds), so a
+row read from SQLite or PostgreSQL decodes here to equal models.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Final
+
+import orjson
+from pydantic import ValidationError
+
+from stargraph_mem.errors import CorruptRowError, DeltaValidationError
+from stargraph_mem.model.deltas import DELTA_ADAPTER, AddDelta, DeleteDelta, NoopDelta, UpdateDelta
+from stargraph_mem.model.facts import Fact, FactHit, FactPattern
+from stargraph_mem.model.time import from_us
+from stargraph_mem.stores.fact import (
+    AuditRow,
+    DeltaInput,
+    EngineFact,
+    ProvenanceBundle,
+)
+from stargraph_mem.stores.fact_statements import FactStatements
+from stargraph_mem.stores.scope import Partition, partition_key, prefix_upper_bound, user_prefix
+
+__all__ = [
+    "KINDS",
+    "Delta",
+    "PassBasis",
+    "audit_from_row",
+    "bundle_from_row",
+    "claim_holder",
+    "corrupt",
+    "engine_fact",
+    "fact_from_row",
+    "fact_query",
+    "hits",
+    "holder_is_dead",
+    "json_text",
+    "key_of",
+    "pattern_filter",
+    "validate_deltas",
+    "write_rows",
+]
+
+Delta = AddDelta | UpdateDelta | DeleteDelta | NoopDelta
+KINDS: Final = ("add", "update", "delete", "noop")
+_UNION_TAGS: Final = frozenset({"str", "bool", "int", "float", "none"})
+"""Union member names pydantic puts in error locations (binding values are a union)."""
+_EMPTY_OBJECT: Final = b"{}"
+
+_HOST: Final = socket.gethostname()
+
+
+def claim_holder() -> str:
+    """A new claim holder name: ``host/pid/token`` (a dead holder on this host is seen)."""
+    return f"{_HOST}/{os.getpid()}/{uuid.uuid4().hex}"
+
+
+def holder_is_dead(holder: str) -> bool:
+    """Whether ``holder`` names a process of this host that no longer runs."""
+    host, _, rest = holder.partition("/")
+    pid_text = rest.partition("/")[0]
+    if host != _HOST or not pid_text.isdigit():
+        return False
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # exists, owned by someone else
+        return False
+    return False
+
+
+@dataclass(frozen=True, slots=True)
+class PassBasis:
+    """What a pass read, checked again inside the transaction that applies it.
+
+    ``marks`` are the pack's stored watermarks for the partition and ``version`` the
+    partition's facts version (see ``FactStore.version``) the pass was computed
+    from; if either changed, :class:`StalePassError` rolls the batch back. ``holder`` names
+    the partition claim the pass runs under: the apply renews it until ``expires_us``, or
+    gives it up when ``release`` (a run's last pass). A pass without a claim is refused
+    the same way while someone else holds an unexpired claim (at ``now_us``).
+    """
+
+    pack: str
+    partition: Partition
+    marks: dict[str, int]
+    version: int
+    holder: str = ""
+    expires_us: int = 0
+    release: bool = False
+    now_us: int = 0
+
+
+# --- conversions ------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=8192)
+def key_of(user: str, agent: str) -> str:
+    """The partition key of ``(user, agent)`` (cached: batches repeat a few partitions)."""
+    return partition_key(user, agent)
+
+
+def json_text(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+def corrupt(table: str, row_id: object, exc: Exception) -> CorruptRowError:
+    return CorruptRowError(f"{table} row {row_id!r} is corrupt: {exc}", table=table, row_id=row_id)
+
+
+def fact_from_row(row: Sequence[Any]) -> Fact:
+    """A validated :class:`Fact` from a ``fact_columns`` row."""
+    try:
+        return Fact(
+            id=row[0],
+            user=row[1],
+            agent=row[2],
+            subject=row[3],
+            predicate=row[4],
+            object=row[5],
+            payload=orjson.loads(row[6]),
+            confidence=row[7],
+            valid_from=from_us(row[8]),
+            valid_until=None if row[9] is None else from_us(row[9]),
+            superseded_by=row[10],
+            recorded_at=from_us(row[11]),
+            rule_id=row[12],
+            delta_id=row[13],
+        )
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise corrupt("facts", row[0], exc) from exc
+
+
+def bundle_from_row(fact_id: str, row: Sequence[Any]) -> ProvenanceBundle:
+    """A :class:`ProvenanceBundle` from a ``lineage_columns`` row."""
+    try:
+        return ProvenanceBundle(
+            rule_id=row[0],
+            pack_hash=row[1],
+            delta_id=row[2],
+            source_episode_ids=orjson.loads(row[3]),
+            promotion_ts=from_us(row[4]),
+            confidence=row[5],
+            reason=row[6],
+            bindings=orjson.loads(row[7]),
+            predecessor_ids=orjson.loads(row[8]),
+        )
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise corrupt("lineage", fact_id, exc) from exc
+
+
+def audit_from_row(row: Sequence[Any]) -> AuditRow:
+    """An :class:`AuditRow` from an ``audit_columns`` row (the delta re-validated)."""
+    try:
+        return AuditRow(
+            seq=row[0],
+            delta_id=row[1],
+            kind=row[2],
+            rule_id=row[3],
+            pack_hash=row[4],
+            user=row[5],
+            agent=row[6],
+            applied_at=from_us(row[7]),
+            delta=DELTA_ADAPTER.validate_json(row[8]),
+        )
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise corrupt("audit", row[0], exc) from exc
+
+
+def engine_fact(row: Sequence[Any]) -> EngineFact:
+    """An :class:`EngineFact` from a current-facts row, without pydantic."""
+    try:
+        sources = tuple(orjson.loads(row[8]))
+    except orjson.JSONDecodeError as exc:
+        raise corrupt("lineage", row[0], exc) from exc
+    return EngineFact(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], sources)
+
+
+def hits(rows: Sequence[Sequence[Any]]) -> list[FactHit]:
+    """Search rows (fact columns, then the score) as hits."""
+    return [FactHit(fact=fact_from_row(row), score=float(row[-1])) for row in rows]
+
+
+def write_rows(
+    rowid: int,
+    fact: Fact,
+    bundle: ProvenanceBundle,
+    audit_seq: int,
+    recorded_us: int,
+    valid_from_us: int,
+) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """The ``facts`` and ``lineage`` rows (sharing ``rowid``) of one staged ``(fact,
+    bundle)`` pair (``valid_from_us``: the bundle's promotion time)."""
+    fact_row = (
+        rowid,
+        fact.id,
+        fact.user,
+        fact.agent,
+        key_of(fact.user, fact.agent),
+        fact.subject,
+        fact.predicate,
+        fact.object,
+        orjson.dumps(fact.payload) if fact.payload else _EMPTY_OBJECT,
+        fact.confidence,
+        valid_from_us,
+        recorded_us,
+        fact.rule_id,
+        fact.delta_id,
+    )
+    lineage_row = (
+        rowid,
+        fact.id,
+        bundle.rule_id,
+        bundle.pack_hash,
+        bundle.delta_id,
+        json_text(bundle.source_episode_ids),
+        valid_from_us,
+        bundle.confidence,
+        bundle.reason,
+        json_text(bundle.bindings),
+        json_text(bundle.predecessor_ids),
+        audit_seq,
+    )
+    return fact_row, lineage_row
+
+
+# --- validation ---------------------------------------------------------------------------
+
+
+def _validation_error(index: int, exc: ValidationError) -> DeltaValidationError:
+    """Name the index and the first failing field (the union's ``kind`` tag dropped)."""
+    first = exc.errors(include_url=False)[0]
+    loc = [str(part) for part in first["loc"]]
+    if loc and loc[0] in KINDS:
+        loc = loc[1:]
+    loc = [part for part in loc if part not in _UNION_TAGS and not part.startswith("list[")]
+    field = ".".join(loc) or "kind"
+    return DeltaValidationError(
+        f"deltas[{index}].{field}: {first['msg']}", index=index, field=field
+    )
+
+
+def validate_deltas(items: Iterable[DeltaInput]) -> list[Delta]:
+    """Validate every item through ``DELTA_ADAPTER`` (dicts or models), before any write."""
+    out: list[Delta] = []
+    for index, item in enumerate(items):
+        try:
+            out.append(DELTA_ADAPTER.validate_python(item))
+        except ValidationError as exc:
+            raise _validation_error(index, exc) from exc
+    return out
+
+
+# --- filters ------------------------------------------------------------------------------
+
+
+def pattern_filter(pattern: FactPattern, mark: str = "?") -> tuple[list[str], list[Any]]:
+    """SQL conditions and parameters for a :class:`FactPattern` (history aside); ``mark``
+    is the backend's parameter placeholder."""
+    where: list[str] = []
+    params: list[Any] = []
+    if pattern.user is not None and pattern.agent is not None:
+        where.append(f"partition_key = {mark}")
+        params.append(key_of(pattern.user, pattern.agent))
+    elif pattern.user is not None:
+        prefix = user_prefix(pattern.user)
+        where.append(f"partition_key >= {mark} AND partition_key < {mark}")
+        params += [prefix, prefix_upper_bound(prefix)]
+    elif pattern.agent is not None:
+        where.append(f"agent = {mark}")
+        params.append(pattern.agent)
+    for column in ("subject", "predicate", "object"):
+        value = getattr(pattern, column)
+        if value is not None:
+            where.append(f"{column} = {mark}")
+            params.append(value)
+    if pattern.min_confidence is not None:
+        where.append(f"confidence >= {mark}")
+        params.append(pattern.min_confidence)
+    return where, params
+
+
+def fact_query(
+    sql: FactStatements, pattern: FactPattern, *, as_of_us: int | None = None
+) -> tuple[str, list[Any]]:
+    """The SQL and parameters of ``query`` (or of ``as_of`` when ``as_of_us`` is given),
+    in the dialect of ``sql``."""
+    mark = sql.mark
+    where, params = pattern_filter(pattern, mark)
+    if as_of_us is not None:
+        where.append(
+            f"valid_from_us <= {mark} AND (valid_until_us IS NULL OR valid_until_us > {mark})"
+        )
+        params += [as_of_us, as_of_us]
+    elif not pattern.include_history:
+        where.append("valid_until_us IS NULL")
+    condition = " AND ".join(where) or "TRUE"
+    params.append(sql.no_limit if pattern.limit is None else pattern.limit)
+    text = (
+        f"SELECT {sql.fact_columns} FROM facts WHERE {condition} "
+        f"ORDER BY valid_from_us, id LIMIT {mark}"
+    )
+    return text, params

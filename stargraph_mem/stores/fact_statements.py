@@ -1,0 +1,64 @@
+"""The statements a fact store backend hands the shared apply and read code.
+
+Each backend (SQLite, PostgreSQL) builds one :class:`FactStatements` with its own SQL text;
+:mod:`~stargraph_mem.stores.fact_apply` and :mod:`~stargraph_mem.stores.fact_explain`
+run them through a :class:`~stargraph_mem.stores.sql_conn.Conn` and never write SQL.
+Parameters are positional; a parameter that carries a list of ids is passed through
+:attr:`FactStatements.ids` (SQLite: JSON text for ``json_each``; PostgreSQL: an array).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["FactStatements"]
+
+
+@dataclass(frozen=True, slots=True)
+class FactStatements:
+    """One backend's SQL for the fact store's shared code (columns in the shared order)."""
+
+    mark: str
+    """The positional parameter placeholder (``?`` or ``%s``)."""
+    ids: Callable[[Sequence[str]], Any]
+    """Encodes a list of ids as the one parameter the ``*_in`` statements take."""
+    no_limit: Any
+    """The ``LIMIT`` parameter that means no limit."""
+    fact_columns: str
+    """``id, user, agent, subject, …, delta_id`` of ``facts`` (see ``fact_from_row``)."""
+    lineage_columns: str
+    audit_columns: str
+    last_rowid: str
+    last_seq: str
+    stored_facts_in: str
+    stored_markers_in: str
+    fact_states_in: str
+    episode_columns: str
+    """Names of the ``episodes`` table's columns (no rows when there is no such table)."""
+    episode_partitions_in: str
+    episode_owners_in: str
+    insert_fact: str
+    insert_lineage: str
+    index_fact: str
+    close: str
+    insert_audit: str
+    insert_reinforcement: str
+    upsert_watermark: str
+    insert_rejection: str
+    marks: str
+    version: str
+    claim_of: str
+    drop_claim: str
+    renew_claim: str
+    predecessors_in: str
+    fact_by_id: str
+    lineage_of: str
+    """Parameters ``(fact_id,)``; :attr:`mark` in it stands for the one parameter."""
+    source_episodes_in: str
+    audit_by_fact_in: str
+    reinforcing_deltas: str
+    audit_markers_in: str
+    index_text: Callable[[str], str]
+    """What a fact's body text becomes before :attr:`index_fact` stores it."""

@@ -1,0 +1,101 @@
+"""Scheduler run records, backend-neutral: the records, and the compare-and-set that writes them.
+
+A pass records its runs inside the fact store's transaction with :func:`record_runs`, a
+compare-and-set on the token of the scheduler run that applied the previous pass: a second
+scheduler that decided on the same state finds the token changed and rolls its whole pass
+back. The backend gives the two statements (see :class:`RunStatements`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from stargraph_mem.errors import PassConflictError
+from stargraph_mem.model.time import to_us
+from stargraph_mem.stores.scope import Partition
+from stargraph_mem.stores.sql_conn import Conn
+
+__all__ = ["LeaseState", "RuleRun", "RunState", "RunStatements", "record_runs", "run_states"]
+
+
+@dataclass(frozen=True, slots=True)
+class RunStatements:
+    """``record``: the upsert ``(pack, rule, key, anchor, at, token, expect)`` that changes
+    a row only when its token is ``expect`` or ours; ``token``: a row's token by
+    ``(pack, rule, key)``."""
+
+    record: str
+    token: str
+
+
+@dataclass(frozen=True, slots=True)
+class RuleRun:
+    """A pass of ``rule_id`` over ``partition`` applied at ``at`` by the scheduler run
+    ``token``, decided on the state whose token was ``expect`` ('' when none)."""
+
+    pack: str
+    rule_id: str
+    partition: Partition
+    at: datetime
+    token: str
+    expect: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RunState:
+    """What is stored for one (pack, rule, partition)."""
+
+    anchor_us: int
+    last_run_us: int | None
+    runs: int
+    token: str
+
+    @property
+    def since_us(self) -> int:
+        """Where the cron clock runs from: the last run, else the anchor."""
+        return self.anchor_us if self.last_run_us is None else self.last_run_us
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseState:
+    """The outcome of a lease attempt: who holds it now, until when, and whether we do."""
+
+    holder: str
+    expires_us: int
+    ours: bool
+
+
+async def record_runs(db: Conn, sql: RunStatements, runs: Sequence[RuleRun]) -> None:
+    """Record ``runs`` inside the caller's transaction; a changed token raises
+    :class:`PassConflictError` (the caller's transaction then rolls back)."""
+    if not runs:
+        return
+    rows = []
+    for run in runs:
+        at_us = to_us(run.at, "run time")
+        rows.append((run.pack, run.rule_id, run.partition.key, at_us, at_us, run.token, run.expect))
+    if await db.executemany(sql.record, rows) == len(rows):
+        return
+    for run in runs:  # a row another scheduler changed was left alone: name its rule
+        token = await db.scalar(sql.token, (run.pack, run.rule_id, run.partition.key))
+        if token != run.token:
+            raise PassConflictError(
+                f"rule '{run.rule_id}' of pack '{run.pack}' for user={run.partition.user} "
+                f"agent={run.partition.agent} was applied by another scheduler first",
+                rule_id=run.rule_id,
+                pack=run.pack,
+            )
+    raise PassConflictError(
+        f"pack '{runs[0].pack}': a run record was changed by another scheduler",
+        pack=runs[0].pack,
+    )
+
+
+def run_states(rows: Iterable[Any]) -> dict[tuple[str, str], RunState]:
+    return {
+        (str(rule_id), str(key)): RunState(int(anchor), last, int(runs), str(token))
+        for rule_id, key, anchor, last, runs, token in rows
+    }

@@ -1,0 +1,29 @@
+"""The few connection operations backend-neutral store code needs, whatever the driver.
+
+Shared modules (:mod:`~stargraph_mem.stores.fact_apply`, :mod:`~stargraph_mem.stores.fact_explain`,
+…) run statements a backend hands them through this interface, so the SQL text stays in
+the backend's own modules and the logic exists once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+__all__ = ["Conn"]
+
+
+class Conn(Protocol):
+    """An open connection inside the caller's transaction (or autocommit, for reads)."""
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """Run one statement; return how many rows it changed."""
+
+    async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> int:
+        """Run one statement per row; return how many rows they changed in all."""
+
+    async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[Sequence[Any]]:
+        """Every row of one statement."""
+
+    async def scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        """The first column of the first row (``None`` when there is no row)."""

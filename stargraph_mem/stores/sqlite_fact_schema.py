@@ -1,0 +1,321 @@
+"""The SQLite fact store's schema, its migrations and its statements for the shared code.
+
+Versions 1 and 2 are migrated on open (:data:`MIGRATIONS`, in the bootstrap transaction).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import aiosqlite
+
+from stargraph_mem.stores.fact_rows import corrupt, json_text
+from stargraph_mem.stores.fact_statements import FactStatements
+from stargraph_mem.stores.sqlite_base import fetch, scalar
+from stargraph_mem.stores.sqlite_migration import Ledger
+from stargraph_mem.stores.sqlite_search import (
+    INDEX_FACT,
+    SEARCH_BACKFILL,
+    SEARCH_SCHEMA,
+    SEARCH_TABLES,
+)
+
+__all__ = [
+    "CACHE_KIB",
+    "CHUNK",
+    "LEDGER",
+    "MIGRATIONS",
+    "SCHEMA",
+    "SCHEMA_VERSION",
+    "SQLITE",
+    "TABLES",
+    "stored_version",
+]
+
+SCHEMA_VERSION: Final = 3
+"""2: lineage rows share their fact's rowid and name the creating audit row; audit delta
+ids are indexed for delete and noop deltas only. 3: the full-text index of facts and the
+access table (:mod:`~stargraph_mem.stores.sqlite_search`). Versions 1 and 2 are
+migrated on open."""
+LEDGER: Final = Ledger(
+    "fact_store_migrations",
+    "INSERT INTO fact_store_migrations (name, applied_at_us, plan) VALUES (?, ?, ?)",
+    "CREATE TABLE IF NOT EXISTS fact_store_migrations "
+    "(name TEXT PRIMARY KEY, applied_at_us INTEGER NOT NULL, plan BLOB NOT NULL)",
+)
+CHUNK: Final = 10_000
+"""Deltas handled per ``executemany`` round inside the one transaction of a batch."""
+
+CACHE_KIB: Final = -65536
+"""Page cache of this store's connection (negative: KiB): big batches touch large indexes."""
+
+
+_LINEAGE_TABLE: Final = """CREATE TABLE IF NOT EXISTS {name} (
+        fact_id TEXT NOT NULL,
+        delta_id TEXT NOT NULL,
+        rule_id TEXT NOT NULL,
+        pack_hash TEXT NOT NULL,
+        source_episode_ids TEXT NOT NULL,
+        promotion_ts_us INTEGER NOT NULL,
+        confidence REAL NOT NULL,
+        reason TEXT NOT NULL,
+        bindings TEXT NOT NULL,
+        predecessor_ids TEXT NOT NULL,
+        audit_seq INTEGER NOT NULL
+    )"""
+_AUDIT_TABLE: Final = """CREATE TABLE IF NOT EXISTS {name} (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        delta_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        rule_id TEXT NOT NULL,
+        pack_hash TEXT NOT NULL,
+        user TEXT NOT NULL,
+        agent TEXT NOT NULL,
+        partition_key TEXT NOT NULL,
+        applied_at_us INTEGER NOT NULL,
+        delta TEXT NOT NULL
+    )"""
+_MARKERS: Final = "kind IN ('delete', 'noop')"
+"""Deltas that create no fact: their ids are indexed in the audit table."""
+_AUDIT_INDEXES: Final = (
+    "CREATE INDEX IF NOT EXISTS audit_partition ON audit (partition_key, seq)",
+    f"CREATE UNIQUE INDEX IF NOT EXISTS audit_markers ON audit (delta_id) WHERE {_MARKERS}",
+)
+SCHEMA: Final = (
+    "CREATE TABLE IF NOT EXISTS fact_store_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    """CREATE TABLE IF NOT EXISTS facts (
+        id TEXT PRIMARY KEY,
+        user TEXT NOT NULL,
+        agent TEXT NOT NULL,
+        partition_key TEXT NOT NULL,
+        subject TEXT NOT NULL,
+        predicate TEXT NOT NULL,
+        object TEXT NOT NULL,
+        payload BLOB NOT NULL,
+        confidence REAL NOT NULL,
+        valid_from_us INTEGER NOT NULL,
+        valid_until_us INTEGER NULL,
+        superseded_by TEXT NULL,
+        closed_by TEXT NULL,
+        recorded_at_us INTEGER NOT NULL,
+        rule_id TEXT NOT NULL,
+        delta_id TEXT NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS facts_psp ON facts (partition_key, subject, predicate)",
+    """CREATE INDEX IF NOT EXISTS facts_current ON facts (partition_key, subject, predicate)
+        WHERE valid_until_us IS NULL""",
+    # Ids are content hashes, so every index keyed by one takes writes all over its pages:
+    # at a million facts, such indexes dominate a batch's page writes and checkpoints.
+    # Hence one such index per fact (facts.id): a lineage row has its fact's rowid, and
+    # names the audit row that created the fact (audit_seq); add and update deltas are
+    # found through the fact they create ("f" + delta id[1:]), so only delete and noop
+    # delta ids need an index of their own.
+    _LINEAGE_TABLE.format(name="lineage"),
+    _AUDIT_TABLE.format(name="audit"),
+    *_AUDIT_INDEXES,
+    """CREATE TABLE IF NOT EXISTS reinforcements (
+        fact_id TEXT NOT NULL,
+        ts_us INTEGER NOT NULL,
+        delta_id TEXT NOT NULL,
+        PRIMARY KEY (fact_id, ts_us, delta_id)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS watermarks (
+        pack TEXT NOT NULL,
+        rule_id TEXT NOT NULL,
+        partition_key TEXT NOT NULL,
+        last_seq INTEGER NOT NULL,
+        updated_at_us INTEGER NOT NULL,
+        PRIMARY KEY (pack, rule_id, partition_key)
+    )""",
+    # a pass reads every rule's watermark of one (pack, partition) at once
+    "CREATE INDEX IF NOT EXISTS watermarks_partition ON watermarks (pack, partition_key, rule_id)",
+    """CREATE TABLE IF NOT EXISTS rejections (
+        id TEXT NOT NULL,
+        pack TEXT NOT NULL,
+        rule_id TEXT NOT NULL,
+        partition_key TEXT NOT NULL,
+        user TEXT NOT NULL,
+        agent TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        at_us INTEGER NOT NULL,
+        PRIMARY KEY (id, pack, rule_id, partition_key)
+    )""",
+    "CREATE INDEX IF NOT EXISTS rejections_partition ON rejections (partition_key, at_us)",
+    # who consolidates a partition now (any pack): see SQLiteFactStore.claim_partition
+    """CREATE TABLE IF NOT EXISTS partition_claims (
+        partition_key TEXT PRIMARY KEY,
+        holder TEXT NOT NULL,
+        expires_us INTEGER NOT NULL
+    )""",
+    *SEARCH_SCHEMA,
+    f"INSERT OR IGNORE INTO fact_store_meta (key, value) VALUES ('schema_version', "
+    f"'{SCHEMA_VERSION}')",
+)
+_MIGRATE_V1: Final = (
+    _LINEAGE_TABLE.format(name="lineage_v2"),
+    # v1 audit delta ids are unique and indexed: the join finds each creating row
+    """INSERT INTO lineage_v2 (rowid, fact_id, delta_id, rule_id, pack_hash, source_episode_ids,
+        promotion_ts_us, confidence, reason, bindings, predecessor_ids, audit_seq)
+    SELECT f.rowid, l.fact_id, l.delta_id, l.rule_id, l.pack_hash, l.source_episode_ids,
+        l.promotion_ts_us, l.confidence, l.reason, l.bindings, l.predecessor_ids,
+        coalesce((SELECT a.seq FROM audit a WHERE a.delta_id = l.delta_id), 0)
+    FROM lineage l JOIN facts f ON f.id = l.fact_id ORDER BY f.rowid""",
+    "DROP TABLE lineage",
+    "ALTER TABLE lineage_v2 RENAME TO lineage",
+    _AUDIT_TABLE.format(name="audit_v2"),
+    "INSERT INTO audit_v2 SELECT * FROM audit ORDER BY seq",
+    "DROP TABLE audit",
+    "ALTER TABLE audit_v2 RENAME TO audit",
+    *_AUDIT_INDEXES,
+    "UPDATE fact_store_meta SET value = '2' WHERE key = 'schema_version'",
+)
+"""Version 1 → 2, in the bootstrap transaction: lineage re-keyed by fact rowid with the
+creating audit seq; audit rebuilt without the unique index over every delta id."""
+_MIGRATE_V2: Final = (
+    *SEARCH_SCHEMA,
+    SEARCH_BACKFILL,
+    "UPDATE fact_store_meta SET value = '3' WHERE key = 'schema_version'",
+)
+"""Version 2 → 3, in the bootstrap transaction: the current facts are indexed for search."""
+MIGRATIONS: Final = {1: (*_MIGRATE_V1, *_MIGRATE_V2), 2: _MIGRATE_V2}
+"""The statements that bring a file of each older version to :data:`SCHEMA_VERSION`."""
+TABLES: Final = (
+    "fact_store_meta",
+    "facts",
+    "lineage",
+    "audit",
+    "reinforcements",
+    "watermarks",
+    "rejections",
+    *SEARCH_TABLES,
+)
+
+_FACT_COLUMNS: Final = (
+    "id, user, agent, subject, predicate, object, payload, confidence, valid_from_us, "
+    "valid_until_us, superseded_by, recorded_at_us, rule_id, delta_id"
+)
+_LINEAGE_COLUMNS: Final = (
+    "rule_id, pack_hash, delta_id, source_episode_ids, promotion_ts_us, confidence, reason, "
+    "bindings, predecessor_ids"
+)
+_AUDIT_COLUMNS: Final = "seq, delta_id, kind, rule_id, pack_hash, user, agent, applied_at_us, delta"
+_INSERT_FACT: Final = (
+    "INSERT INTO facts (rowid, id, user, agent, partition_key, subject, predicate, object, "
+    "payload, confidence, valid_from_us, recorded_at_us, rule_id, delta_id, "
+    "valid_until_us, superseded_by, closed_by) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_INSERT_LINEAGE: Final = (
+    f"INSERT INTO lineage (rowid, fact_id, {_LINEAGE_COLUMNS}, audit_seq) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_INSERT_AUDIT: Final = (
+    "INSERT INTO audit (seq, delta_id, kind, rule_id, pack_hash, user, agent, partition_key, "
+    "applied_at_us, delta) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_PREFIXED: Final = ", ".join(f"f.{c.strip()}" for c in _FACT_COLUMNS.split(","))
+_LAST_ROWID: Final = "SELECT coalesce(max(rowid), 0) FROM facts"
+_LAST_SEQ: Final = (
+    "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'audit'), 0), "
+    "coalesce((SELECT max(seq) FROM audit), 0))"
+)
+_CLOSE: Final = (
+    "UPDATE facts SET valid_until_us = ?, superseded_by = ?, closed_by = ? "
+    "WHERE id = ? AND valid_until_us IS NULL"
+)
+_INSERT_REINFORCEMENT: Final = (
+    "INSERT INTO reinforcements (fact_id, ts_us, delta_id) VALUES (?, ?, ?)"
+)
+_UPSERT_WATERMARK: Final = (
+    "INSERT INTO watermarks (pack, rule_id, partition_key, last_seq, updated_at_us) "
+    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (pack, rule_id, partition_key) "
+    "DO UPDATE SET last_seq = excluded.last_seq, updated_at_us = excluded.updated_at_us"
+)
+_INSERT_REJECTION: Final = (
+    "INSERT OR IGNORE INTO rejections (id, pack, rule_id, partition_key, user, agent, reason, "
+    "at_us) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_IN_JSON: Final = "IN (SELECT value FROM json_each(?))"
+_STORED_FACTS: Final = f"SELECT id FROM facts WHERE id {_IN_JSON}"
+_STORED_MARKERS: Final = f"SELECT delta_id FROM audit WHERE {_MARKERS} AND delta_id {_IN_JSON}"
+_FACT_STATES: Final = (
+    f"SELECT id, user, agent, valid_from_us, valid_until_us FROM facts WHERE id {_IN_JSON}"
+)
+CURRENT: Final = """
+    SELECT f.id, f.subject, f.predicate, f.object, f.confidence, f.valid_from_us,
+        max(f.valid_from_us, coalesce(
+            (SELECT max(r.ts_us) FROM reinforcements r WHERE r.fact_id = f.id), f.valid_from_us)),
+        f.rule_id, l.source_episode_ids
+    FROM facts f JOIN lineage l ON l.rowid = f.rowid
+    WHERE f.partition_key = ? AND f.valid_until_us IS NULL
+    ORDER BY f.valid_from_us, f.id"""
+
+
+async def stored_version(db: aiosqlite.Connection) -> int | None:
+    """The file's fact store schema version; None before the first bootstrap."""
+    if not await fetch(db, "SELECT 1 FROM sqlite_master WHERE name = 'fact_store_meta'"):
+        return None
+    value = await scalar(db, "SELECT value FROM fact_store_meta WHERE key = 'schema_version'")
+    try:
+        return None if value is None else int(value)
+    except ValueError as exc:
+        raise corrupt("fact_store_meta", "schema_version", exc) from exc
+
+
+def _no_change(text: str) -> str:
+    return text
+
+
+SQLITE: Final = FactStatements(
+    mark="?",
+    ids=lambda ids: json_text(list(ids)),
+    no_limit=-1,
+    fact_columns=_FACT_COLUMNS,
+    lineage_columns=_LINEAGE_COLUMNS,
+    audit_columns=_AUDIT_COLUMNS,
+    last_rowid=_LAST_ROWID,
+    last_seq=_LAST_SEQ,
+    stored_facts_in=_STORED_FACTS,
+    stored_markers_in=_STORED_MARKERS,
+    fact_states_in=_FACT_STATES,
+    episode_columns="SELECT name FROM pragma_table_info('episodes')",
+    episode_partitions_in=f"SELECT id, partition_key FROM episodes WHERE id {_IN_JSON}",
+    episode_owners_in=f"SELECT id, user, agent FROM episodes WHERE id {_IN_JSON}",
+    insert_fact=_INSERT_FACT,
+    insert_lineage=_INSERT_LINEAGE,
+    index_fact=INDEX_FACT,
+    close=_CLOSE,
+    insert_audit=_INSERT_AUDIT,
+    insert_reinforcement=_INSERT_REINFORCEMENT,
+    upsert_watermark=_UPSERT_WATERMARK,
+    insert_rejection=_INSERT_REJECTION,
+    marks=(
+        "SELECT rule_id, last_seq FROM watermarks WHERE pack = ? AND partition_key = ? "
+        "ORDER BY rule_id"
+    ),
+    version="SELECT max(seq) FROM audit WHERE partition_key = ?",
+    claim_of="SELECT holder, expires_us FROM partition_claims WHERE partition_key = ?",
+    drop_claim="DELETE FROM partition_claims WHERE partition_key = ? AND holder = ?",
+    renew_claim="UPDATE partition_claims SET expires_us = ? WHERE partition_key = ? AND holder = ?",
+    predecessors_in=(
+        f"SELECT {_PREFIXED}, l.predecessor_ids FROM facts f "
+        f"LEFT JOIN lineage l ON l.rowid = f.rowid WHERE f.id {_IN_JSON}"
+    ),
+    fact_by_id=f"SELECT {_FACT_COLUMNS}, closed_by FROM facts WHERE id = ?",
+    lineage_of=(
+        f"SELECT {_LINEAGE_COLUMNS} FROM lineage "
+        "WHERE rowid = (SELECT rowid FROM facts WHERE id = ?1) AND fact_id = ?1"
+    ),
+    source_episodes_in=(
+        f"SELECT id, session, ts_us, content FROM episodes WHERE id {_IN_JSON} "
+        "AND partition_key = ?"
+    ),
+    audit_by_fact_in=(
+        f"SELECT {_AUDIT_COLUMNS} FROM audit WHERE seq IN (SELECT l.audit_seq FROM facts f "
+        f"JOIN lineage l ON l.rowid = f.rowid WHERE f.id {_IN_JSON})"
+    ),
+    reinforcing_deltas="SELECT delta_id FROM reinforcements WHERE fact_id = ?",
+    audit_markers_in=f"SELECT {_AUDIT_COLUMNS} FROM audit WHERE {_MARKERS} AND delta_id {_IN_JSON}",
+    index_text=_no_change,
+)
+"""The SQLite statements of the shared apply and read code."""
