@@ -1,116 +1,36 @@
-"""Schema migrations shared by the SQLite stores: nullable ``add_column`` only, all or nothing.
-
-A plan is checked whole before anything runs, applied in the caller's write transaction,
-and recorded by name in the store's ledger table: re-applying a recorded plan is a no-op,
-the same name with other operations is refused. Every refusal is a
-:class:`~stargraph_mem.errors.MigrationNotSupported` naming the store, the plan and the
-operation (its index and kind).
-"""
+"""Schema migrations of the SQLite stores (see :mod:`~stargraph_mem.stores.plan_migration`)."""
 
 from __future__ import annotations
 
-import re
-from collections.abc import Collection
-from dataclasses import dataclass
 from typing import Final
 
 import aiosqlite
 
-from stargraph_mem.errors import MigrationNotSupported
-from stargraph_mem.model.canonical import canonical_json
-from stargraph_mem.stores.models import MigrationOp, MigrationPlan
-from stargraph_mem.stores.sqlite_base import fetch, scalar
+from stargraph_mem.stores.models import MigrationPlan
+from stargraph_mem.stores.plan_migration import Ledger, PlanDialect, check_plan
+from stargraph_mem.stores.plan_migration import apply_plan as apply_dialect_plan
+from stargraph_mem.stores.sqlite_base import SQLiteConn
 
 __all__ = ["Ledger", "apply_plan", "check_plan"]
 
-_IDENTIFIER: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
-_COLUMN_TYPES: Final = frozenset({"TEXT", "INTEGER", "REAL", "BLOB", "NUMERIC"})
+
+def _same_type(name: str) -> str:
+    return name
 
 
-@dataclass(frozen=True, slots=True)
-class Ledger:
-    """Where a store records applied plans: a ``name``/``plan`` table and its insert."""
-
-    table: str
-    insert: str
-    """Parameters ``(name, applied_at_us, plan)``."""
-    create: str | None = None
-    """Run first (``CREATE TABLE IF NOT EXISTS``) when the store's bootstrap does not."""
-
-
-def _refuse(store: str, plan: MigrationPlan, index: int, detail: str) -> MigrationNotSupported:
-    op = plan.operations[index].op
-    return MigrationNotSupported(detail, store=store, plan=plan.name, index=index, op=op)
-
-
-def _operation_problem(op: MigrationOp, tables: Collection[str] | None) -> str | None:
-    """Why ``op`` cannot run (only nullable ``add_column`` with safe names and plain types)."""
-    if op.op != "add_column":
-        return f"operation {op.op!r} is not supported"
-    if not op.nullable:
-        return "only nullable columns can be added"
-    for what, name in (("table", op.table), ("column", op.column)):
-        if not _IDENTIFIER.match(name) or name.lower().startswith("sqlite_"):
-            return f"invalid {what} name {name!r}"
-    if tables is not None and op.table not in tables:
-        return f"table {op.table!r} is not one of this store's tables ({', '.join(tables)})"
-    if op.type.upper() not in _COLUMN_TYPES:
-        return f"column type {op.type!r} is not one of {', '.join(sorted(_COLUMN_TYPES))}"
-    return None
-
-
-def check_plan(plan: MigrationPlan, *, store: str, tables: Collection[str] | None = None) -> None:
-    """Refuse the first operation that cannot run, before any transaction opens."""
-    for index, op in enumerate(plan.operations):
-        problem = _operation_problem(op, tables)
-        if problem is not None:
-            raise _refuse(store, plan, index, problem)
-
-
-async def _columns(db: aiosqlite.Connection, table: str) -> set[str] | None:
-    """Column names of ``table`` (lower-cased), or ``None`` when the table does not exist."""
-    rows = await fetch(
-        db,
-        "SELECT name FROM pragma_table_info(?) WHERE ? IN "
-        "(SELECT name FROM sqlite_master WHERE type = 'table')",
-        (table, table),
-    )
-    names = {str(row[0]).lower() for row in rows}
-    return names or None
-
-
-async def _check_targets(db: aiosqlite.Connection, plan: MigrationPlan, store: str) -> None:
-    """Every target table exists and no column is added twice or already present."""
-    added: set[tuple[str, str]] = set()
-    for index, op in enumerate(plan.operations):
-        columns = await _columns(db, op.table)
-        if columns is None:
-            raise _refuse(store, plan, index, f"table {op.table!r} does not exist")
-        key = (op.table.lower(), op.column.lower())
-        if key[1] in columns or key in added:
-            raise _refuse(store, plan, index, f"column {op.table}.{op.column} already exists")
-        added.add(key)
+_SQLITE: Final = PlanDialect(
+    columns=(
+        "SELECT name FROM pragma_table_info(?1) WHERE ?1 IN "
+        "(SELECT name FROM sqlite_master WHERE type = 'table')"
+    ),
+    column_type=_same_type,
+)
 
 
 async def apply_plan(
     db: aiosqlite.Connection, plan: MigrationPlan, *, store: str, ledger: Ledger, now_us: int
 ) -> bool:
-    """Apply a checked ``plan`` inside the caller's write transaction and record it.
-
-    Returns False when the same plan was applied before (nothing done).
-    """
-    if ledger.create is not None:
-        await db.execute(ledger.create)
-    body = canonical_json(plan.model_dump(mode="json"))
-    applied = await scalar(db, f"SELECT plan FROM {ledger.table} WHERE name = ?", (plan.name,))
-    if applied is not None:
-        if bytes(applied) == body:
-            return False
-        raise MigrationNotSupported(
-            "already applied with different operations", store=store, plan=plan.name
-        )
-    await _check_targets(db, plan, store)
-    for op in plan.operations:
-        await db.execute(f'ALTER TABLE "{op.table}" ADD COLUMN "{op.column}" {op.type.upper()}')
-    await db.execute(ledger.insert, (plan.name, now_us, body))
-    return True
+    """Apply a checked ``plan`` inside the caller's write transaction and record it."""
+    return await apply_dialect_plan(
+        SQLiteConn(db), plan, store=store, ledger=ledger, now_us=now_us, dialect=_SQLITE
+    )
