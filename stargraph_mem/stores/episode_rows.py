@@ -12,8 +12,8 @@ import logging
 import re
 from array import array
 from bisect import bisect_left
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from functools import lru_cache
 from typing import Any, Final, TypeVar
@@ -59,6 +59,7 @@ __all__ = [
     "parse_partition_key",
     "partition_of",
     "put_rows",
+    "quarantine",
     "quarantined_row",
     "row_differences",
     "row_episode",
@@ -89,6 +90,10 @@ class EpisodeStatements:
     """Seqs above a given one, in order."""
     stored_seq_in: str
     """``seq`` and the ``Row`` columns of the stored episodes among the given ids."""
+    noted_in: str
+    """``quarantine`` rows of the given seqs."""
+    row_keys_in: str
+    """``seq, partition_key`` of the ``episodes`` rows of the given seqs."""
 
 
 PROGRESS_STEP: Final = 10_000
@@ -634,3 +639,44 @@ def stream_duplicate(
     error = duplicate_error(episode_id, fields, where)
     error.context.update(tag=tag, first_tag=first_tag)
     return error
+
+
+async def quarantine(
+    db: Conn,
+    sql: EpisodeStatements,
+    bad: list[tuple[Any, str]],
+    at_us: int,
+    note: Callable[[list[QuarantinedRow], int], Awaitable[bool]],
+    unreadable: type[Exception],
+) -> list[QuarantinedRow]:
+    """The quarantine entries of undecodable rows ``(row, reason)``, in the order given:
+    those noted before as they were, the others noted now at ``at_us`` through ``note``
+    (``recorded=False`` when it could not write them). A quarantine table that cannot be
+    read (``unreadable``, the backend's error) counts as holding nothing."""
+    if not bad:
+        return []
+    seqs = sql.ids([row[0] for row, _ in bad])
+    try:
+        noted = {
+            entry.seq: entry
+            for entry in map(quarantined_row, await db.fetch(sql.noted_in, (seqs,)))
+        }
+    except unreadable:
+        noted = {}
+    keys = {row[0]: row[1] for row in await db.fetch(sql.row_keys_in, (seqs,))}
+    at = from_us(at_us)
+    fresh = [
+        QuarantinedRow(
+            row[0],
+            row[1] if type(row[1]) is str else None,
+            key if type(key := keys.get(row[0])) is str else None,
+            reason,
+            at,
+        )
+        for row, reason in bad
+        if row[0] not in noted
+    ]
+    if fresh and not await note(fresh, at_us):
+        fresh = [replace(entry, recorded=False) for entry in fresh]
+    noted.update((entry.seq, entry) for entry in fresh)
+    return [noted[row[0]] for row, _ in bad]

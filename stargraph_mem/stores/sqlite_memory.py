@@ -15,7 +15,6 @@ import logging
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import replace
 from typing import Any, Final
 
 import aiosqlite
@@ -39,6 +38,7 @@ from stargraph_mem.stores.episode_rows import (
     key_of_partition,
     partition_of,
     put_rows,
+    quarantine,
     quarantined_row,
     row_differences,
     row_record,
@@ -60,7 +60,6 @@ from stargraph_mem.stores.sqlite_base import (
     SQLiteConn,
     SQLiteStoreBase,
     fetch,
-    from_us,
     scalar,
     transaction,
 )
@@ -135,15 +134,6 @@ _WRITE_COLUMNS: Final = (
 _STORED_SEQ_SQL: Final = (
     f"SELECT seq, {_WRITE_COLUMNS} FROM episodes WHERE id IN (SELECT value FROM json_each(?))"
 )
-_STATEMENTS: Final = EpisodeStatements(
-    ids=orjson.dumps,
-    insert=(
-        f"INSERT INTO episodes ({_WRITE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-        "ON CONFLICT (id) DO NOTHING"
-    ),
-    new_seqs="SELECT seq FROM episodes WHERE seq > ? ORDER BY seq",
-    stored_seq_in=_STORED_SEQ_SQL,
-)
 _STORED_SQL: Final = (
     f"SELECT {_WRITE_COLUMNS} FROM episodes WHERE id IN (SELECT value FROM json_each(?))"
 )
@@ -172,6 +162,17 @@ _NOTED_SQL: Final = (
 )
 _ROW_KEYS_SQL: Final = (
     "SELECT seq, partition_key FROM episodes WHERE seq IN (SELECT value FROM json_each(?))"
+)
+_STATEMENTS: Final = EpisodeStatements(
+    ids=orjson.dumps,
+    insert=(
+        f"INSERT INTO episodes ({_WRITE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT (id) DO NOTHING"
+    ),
+    new_seqs="SELECT seq FROM episodes WHERE seq > ? ORDER BY seq",
+    stored_seq_in=_STORED_SEQ_SQL,
+    noted_in=_NOTED_SQL,
+    row_keys_in=_ROW_KEYS_SQL,
 )
 _PARTITIONS_SQL: Final = """
     WITH RECURSIVE keys(k) AS (
@@ -488,34 +489,13 @@ class SQLiteMemoryStore(SQLiteStoreBase):
     ) -> list[QuarantinedRow]:
         """Note undecodable rows in the ``quarantine`` table (once per seq) and return their
         entries in the order given; never raises for a table it cannot read or write."""
-        if not bad:
-            return []
-        seqs = orjson.dumps([row[0] for row, _ in bad])
-        try:
-            noted = {
-                entry.seq: entry
-                for entry in map(quarantined_row, await fetch(db, _NOTED_SQL, (seqs,)))
-            }
-        except sqlite3.Error:
-            noted = {}
-        keys = {row[0]: row[1] for row in await _rows(db, _ROW_KEYS_SQL, (seqs,))}
-        at_us = self._now_us()
-        at = from_us(at_us)
-        fresh = [
-            QuarantinedRow(
-                row[0],
-                row[1] if type(row[1]) is str else None,
-                key if type(key := keys.get(row[0])) is str else None,
-                reason,
-                at,
-            )
-            for row, reason in bad
-            if row[0] not in noted
-        ]
-        if fresh and not await _note(db, fresh, at_us):
-            fresh = [replace(entry, recorded=False) for entry in fresh]
-        noted.update((entry.seq, entry) for entry in fresh)
-        return [noted[row[0]] for row, _ in bad]
+
+        async def note(entries: list[QuarantinedRow], at_us: int) -> bool:
+            return await _note(db, entries, at_us)
+
+        return await quarantine(
+            _MemoryConn(db), _STATEMENTS, bad, self._now_us(), note, sqlite3.Error
+        )
 
     async def max_seq(self, partition: Partition) -> int:
         """The partition's highest ``seq`` (0 when it has no episodes)."""

@@ -1,0 +1,197 @@
+"""The PostgreSQL schema, as versioned migrations (each applied in one transaction).
+
+Every table of the three stores lives in one PostgreSQL schema (``?schema=NAME``). Text
+that is compared or ordered (ids, keys, scope parts) uses the ``"C"`` collation, so rows
+sort by code point as in SQLite and range scans over scope keys mean the same. Times are
+UTC microseconds (``BIGINT``) as in SQLite; ``"user"`` is quoted (a reserved word).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = ["LEDGER_TABLE", "MIGRATIONS", "SCHEMA_VERSION", "TABLES"]
+
+LEDGER_TABLE: Final = "schema_ledger"
+"""One row per applied migration: ``version``, ``name``, ``applied_at_us``."""
+
+_K: Final = 'TEXT COLLATE "C"'
+
+_EPISODES: Final = (
+    f"""CREATE TABLE episodes (
+        seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        id {_K} NOT NULL UNIQUE,
+        scope_key {_K} NOT NULL,
+        partition_key {_K} NOT NULL,
+        "user" {_K} NOT NULL,
+        session {_K} NOT NULL,
+        agent {_K} NOT NULL,
+        ts_us BIGINT NOT NULL,
+        tz_offset_s INTEGER NOT NULL,
+        content TEXT NOT NULL,
+        source_node TEXT,
+        metadata BYTEA NOT NULL,
+        last_accessed_us BIGINT NULL,
+        access_count BIGINT NOT NULL DEFAULT 0
+    )""",
+    "CREATE INDEX episodes_scope_ts ON episodes (scope_key, ts_us, seq)",
+    "CREATE INDEX episodes_partition_seq ON episodes (partition_key, seq)",
+    "CREATE INDEX episodes_partition_ts ON episodes (partition_key, ts_us, seq)",
+    f"""CREATE TABLE schema_migrations (
+        version INTEGER PRIMARY KEY,
+        name {_K} NOT NULL UNIQUE,
+        applied_at_us BIGINT NOT NULL,
+        plan BYTEA NOT NULL
+    )""",
+    f"""CREATE TABLE quarantine (
+        seq BIGINT PRIMARY KEY,
+        episode_id TEXT,
+        partition_key {_K},
+        reason TEXT NOT NULL,
+        at_us BIGINT NOT NULL
+    )""",
+    "CREATE INDEX quarantine_partition_seq ON quarantine (partition_key, seq)",
+)
+
+_FACTS: Final = (
+    f"""CREATE TABLE facts (
+        rowid BIGINT PRIMARY KEY,
+        id {_K} NOT NULL UNIQUE,
+        "user" {_K} NOT NULL,
+        agent {_K} NOT NULL,
+        partition_key {_K} NOT NULL,
+        subject {_K} NOT NULL,
+        predicate {_K} NOT NULL,
+        object {_K} NOT NULL,
+        payload BYTEA NOT NULL,
+        confidence DOUBLE PRECISION NOT NULL,
+        valid_from_us BIGINT NOT NULL,
+        valid_until_us BIGINT NULL,
+        superseded_by {_K} NULL,
+        closed_by {_K} NULL,
+        recorded_at_us BIGINT NOT NULL,
+        rule_id {_K} NOT NULL,
+        delta_id {_K} NOT NULL
+    )""",
+    "CREATE INDEX facts_psp ON facts (partition_key, subject, predicate)",
+    "CREATE INDEX facts_current ON facts (partition_key, subject, predicate) "
+    "WHERE valid_until_us IS NULL",
+    f"""CREATE TABLE lineage (
+        rowid BIGINT PRIMARY KEY,
+        fact_id {_K} NOT NULL,
+        delta_id {_K} NOT NULL,
+        rule_id {_K} NOT NULL,
+        pack_hash {_K} NOT NULL,
+        source_episode_ids TEXT NOT NULL,
+        promotion_ts_us BIGINT NOT NULL,
+        confidence DOUBLE PRECISION NOT NULL,
+        reason TEXT NOT NULL,
+        bindings TEXT NOT NULL,
+        predecessor_ids TEXT NOT NULL,
+        audit_seq BIGINT NOT NULL
+    )""",
+    f"""CREATE TABLE audit (
+        seq BIGINT PRIMARY KEY,
+        delta_id {_K} NOT NULL,
+        kind {_K} NOT NULL,
+        rule_id {_K} NOT NULL,
+        pack_hash {_K} NOT NULL,
+        "user" {_K} NOT NULL,
+        agent {_K} NOT NULL,
+        partition_key {_K} NOT NULL,
+        applied_at_us BIGINT NOT NULL,
+        delta TEXT NOT NULL
+    )""",
+    "CREATE INDEX audit_partition ON audit (partition_key, seq)",
+    "CREATE UNIQUE INDEX audit_markers ON audit (delta_id) WHERE kind IN ('delete', 'noop')",
+    f"""CREATE TABLE reinforcements (
+        fact_id {_K} NOT NULL,
+        ts_us BIGINT NOT NULL,
+        delta_id {_K} NOT NULL,
+        PRIMARY KEY (fact_id, ts_us, delta_id)
+    )""",
+    f"""CREATE TABLE watermarks (
+        pack {_K} NOT NULL,
+        rule_id {_K} NOT NULL,
+        partition_key {_K} NOT NULL,
+        last_seq BIGINT NOT NULL,
+        updated_at_us BIGINT NOT NULL,
+        PRIMARY KEY (pack, rule_id, partition_key)
+    )""",
+    "CREATE INDEX watermarks_partition ON watermarks (pack, partition_key, rule_id)",
+    f"""CREATE TABLE rejections (
+        id {_K} NOT NULL,
+        pack {_K} NOT NULL,
+        rule_id {_K} NOT NULL,
+        partition_key {_K} NOT NULL,
+        "user" {_K} NOT NULL,
+        agent {_K} NOT NULL,
+        reason TEXT NOT NULL,
+        at_us BIGINT NOT NULL,
+        PRIMARY KEY (id, pack, rule_id, partition_key)
+    )""",
+    "CREATE INDEX rejections_partition ON rejections (partition_key, at_us)",
+    f"""CREATE TABLE partition_claims (
+        partition_key {_K} PRIMARY KEY,
+        holder TEXT NOT NULL,
+        expires_us BIGINT NOT NULL
+    )""",
+    # the search index: one tsvector per fact ('simple' words of text folded in Python)
+    "CREATE TABLE fact_text (rowid BIGINT PRIMARY KEY, body TSVECTOR NOT NULL)",
+    "CREATE INDEX fact_text_body ON fact_text USING GIN (body)",
+    f"""CREATE TABLE fact_access (
+        fact_id {_K} PRIMARY KEY,
+        count BIGINT NOT NULL,
+        last_access_us BIGINT NOT NULL
+    )""",
+    f"""CREATE TABLE fact_store_migrations (
+        name {_K} PRIMARY KEY,
+        applied_at_us BIGINT NOT NULL,
+        plan BYTEA NOT NULL
+    )""",
+)
+
+_SCHEDULE: Final = (
+    f"""CREATE TABLE rule_runs (
+        pack {_K} NOT NULL,
+        rule_id {_K} NOT NULL,
+        partition_key {_K} NOT NULL,
+        anchor_us BIGINT NOT NULL,
+        last_run_us BIGINT NULL,
+        runs BIGINT NOT NULL DEFAULT 0,
+        token TEXT NOT NULL DEFAULT '',
+        PRIMARY KEY (pack, rule_id, partition_key)
+    )""",
+    f"""CREATE TABLE scheduler_lease (
+        name {_K} PRIMARY KEY,
+        holder TEXT NOT NULL,
+        expires_us BIGINT NOT NULL
+    )""",
+    f"""CREATE TABLE schedule_rules (
+        pack {_K} NOT NULL,
+        rule_id {_K} NOT NULL,
+        rule_index INTEGER NOT NULL,
+        cadence TEXT NOT NULL,
+        PRIMARY KEY (pack, rule_id)
+    )""",
+)
+
+MIGRATIONS: Final = ((1, "0001_stores", (*_EPISODES, *_FACTS, *_SCHEDULE)),)
+"""``(version, name, statements)`` in order; a database at version n gets those above n."""
+SCHEMA_VERSION: Final = MIGRATIONS[-1][0]
+TABLES: Final = {
+    "memory": ("episodes", "schema_migrations", "quarantine"),
+    "fact": (
+        "facts",
+        "lineage",
+        "audit",
+        "reinforcements",
+        "watermarks",
+        "rejections",
+        "partition_claims",
+        "fact_text",
+        "fact_access",
+    ),
+    "schedule": ("rule_runs", "scheduler_lease", "schedule_rules"),
+}
+"""Each store's tables (a migration plan may only touch its own)."""

@@ -1,0 +1,191 @@
+"""The PostgreSQL statements of the shared store code (fact apply, explain, episodes, runs)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Final
+
+from stargraph_mem.stores.episode_rows import EpisodeStatements
+from stargraph_mem.stores.fact_statements import FactStatements
+from stargraph_mem.stores.plan_migration import PlanDialect
+from stargraph_mem.stores.schedule_runs import RunStatements
+from stargraph_mem.stores.search_common import fold
+
+__all__ = [
+    "CURRENT",
+    "EPISODES",
+    "FACTS",
+    "PLANS",
+    "READ_COLUMNS",
+    "RUNS",
+    "TOUCH",
+    "WRITE_COLUMNS",
+]
+
+
+def _as_list(values: Sequence[Any]) -> list[Any]:
+    return list(values)
+
+
+def _marks(count: int) -> str:
+    return ", ".join(["%s"] * count)
+
+
+FACT_COLUMNS: Final = (
+    'id, "user", agent, subject, predicate, object, payload, confidence, valid_from_us, '
+    "valid_until_us, superseded_by, recorded_at_us, rule_id, delta_id"
+)
+_PREFIXED: Final = ", ".join(f"f.{c.strip()}" for c in FACT_COLUMNS.split(","))
+_LINEAGE: Final = (
+    "rule_id, pack_hash, delta_id, source_episode_ids, promotion_ts_us, confidence, reason, "
+    "bindings, predecessor_ids"
+)
+_LINEAGE_PREFIXED: Final = ", ".join(f"l.{c.strip()}" for c in _LINEAGE.split(","))
+_AUDIT: Final = 'seq, delta_id, kind, rule_id, pack_hash, "user", agent, applied_at_us, delta'
+_MARKERS: Final = "kind IN ('delete', 'noop')"
+
+FACTS: Final = FactStatements(
+    mark="%s",
+    ids=_as_list,
+    no_limit=None,
+    fact_columns=FACT_COLUMNS,
+    lineage_columns=_LINEAGE,
+    audit_columns=_AUDIT,
+    last_rowid="SELECT coalesce(max(rowid), 0) FROM facts",
+    last_seq="SELECT coalesce(max(seq), 0) FROM audit",
+    stored_facts_in="SELECT id FROM facts WHERE id = ANY(%s)",
+    stored_markers_in=f"SELECT delta_id FROM audit WHERE {_MARKERS} AND delta_id = ANY(%s)",
+    fact_states_in=(
+        'SELECT id, "user", agent, valid_from_us, valid_until_us FROM facts WHERE id = ANY(%s)'
+    ),
+    # the episodes table is always in the schema (one migration creates every store)
+    episode_columns=(
+        "SELECT name FROM (VALUES ('id'), ('user'), ('session'), ('agent'), ('ts_us'), "
+        "('content'), ('partition_key')) AS c(name)"
+    ),
+    episode_partitions_in="SELECT id, partition_key FROM episodes WHERE id = ANY(%s)",
+    episode_owners_in='SELECT id, "user", agent FROM episodes WHERE id = ANY(%s)',
+    insert_fact=(
+        'INSERT INTO facts (rowid, id, "user", agent, partition_key, subject, predicate, '
+        "object, payload, confidence, valid_from_us, recorded_at_us, rule_id, delta_id, "
+        f"valid_until_us, superseded_by, closed_by) VALUES ({_marks(17)})"
+    ),
+    insert_lineage=(
+        f"INSERT INTO lineage (rowid, fact_id, {_LINEAGE}, audit_seq) VALUES ({_marks(12)})"
+    ),
+    index_fact="INSERT INTO fact_text (rowid, body) VALUES (%s, to_tsvector('simple', %s))",
+    close=(
+        "UPDATE facts SET valid_until_us = %s, superseded_by = %s, closed_by = %s "
+        "WHERE id = %s AND valid_until_us IS NULL"
+    ),
+    insert_audit=(
+        'INSERT INTO audit (seq, delta_id, kind, rule_id, pack_hash, "user", agent, '
+        f"partition_key, applied_at_us, delta) VALUES ({_marks(10)})"
+    ),
+    insert_reinforcement="INSERT INTO reinforcements (fact_id, ts_us, delta_id) VALUES (%s, %s, %s)",
+    upsert_watermark=(
+        "INSERT INTO watermarks (pack, rule_id, partition_key, last_seq, updated_at_us) "
+        "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (pack, rule_id, partition_key) "
+        "DO UPDATE SET last_seq = excluded.last_seq, updated_at_us = excluded.updated_at_us"
+    ),
+    insert_rejection=(
+        'INSERT INTO rejections (id, pack, rule_id, partition_key, "user", agent, reason, '
+        f"at_us) VALUES ({_marks(8)}) ON CONFLICT DO NOTHING"
+    ),
+    marks=(
+        "SELECT rule_id, last_seq FROM watermarks WHERE pack = %s AND partition_key = %s "
+        "ORDER BY rule_id"
+    ),
+    version="SELECT max(seq) FROM audit WHERE partition_key = %s",
+    claim_of="SELECT holder, expires_us FROM partition_claims WHERE partition_key = %s",
+    drop_claim="DELETE FROM partition_claims WHERE partition_key = %s AND holder = %s",
+    renew_claim=(
+        "UPDATE partition_claims SET expires_us = %s WHERE partition_key = %s AND holder = %s"
+    ),
+    predecessors_in=(
+        f"SELECT {_PREFIXED}, l.predecessor_ids FROM facts f "
+        "LEFT JOIN lineage l ON l.rowid = f.rowid WHERE f.id = ANY(%s)"
+    ),
+    fact_by_id=f"SELECT {FACT_COLUMNS}, closed_by FROM facts WHERE id = %s",
+    lineage_of=(
+        f"SELECT {_LINEAGE_PREFIXED} FROM lineage l JOIN facts f ON l.rowid = f.rowid "
+        "WHERE f.id = %s AND l.fact_id = f.id"
+    ),
+    source_episodes_in=(
+        "SELECT id, session, ts_us, content FROM episodes WHERE id = ANY(%s) AND partition_key = %s"
+    ),
+    audit_by_fact_in=(
+        f"SELECT {_AUDIT} FROM audit WHERE seq IN (SELECT l.audit_seq FROM facts f "
+        "JOIN lineage l ON l.rowid = f.rowid WHERE f.id = ANY(%s))"
+    ),
+    reinforcing_deltas="SELECT delta_id FROM reinforcements WHERE fact_id = %s",
+    audit_markers_in=f"SELECT {_AUDIT} FROM audit WHERE {_MARKERS} AND delta_id = ANY(%s)",
+    index_text=fold,
+)
+"""The fact store's statements (search text folded in Python: 'simple' keeps accents)."""
+
+CURRENT: Final = """
+    SELECT f.id, f.subject, f.predicate, f.object, f.confidence, f.valid_from_us,
+        greatest(f.valid_from_us, coalesce(
+            (SELECT max(r.ts_us) FROM reinforcements r WHERE r.fact_id = f.id), f.valid_from_us)),
+        f.rule_id, l.source_episode_ids
+    FROM facts f JOIN lineage l ON l.rowid = f.rowid
+    WHERE f.partition_key = %s AND f.valid_until_us IS NULL
+    ORDER BY f.valid_from_us, f.id"""
+"""The partition's current facts for the runtime (as SQLite's, reinforcements included)."""
+TOUCH: Final = (
+    "INSERT INTO fact_access (fact_id, count, last_access_us) VALUES (%s, 1, %s) "
+    "ON CONFLICT (fact_id) DO UPDATE SET count = fact_access.count + 1, "
+    "last_access_us = greatest(fact_access.last_access_us, excluded.last_access_us)"
+)
+
+WRITE_COLUMNS: Final = (
+    'id, scope_key, partition_key, "user", session, agent, ts_us, tz_offset_s, content, '
+    "source_node, metadata"
+)
+READ_COLUMNS: Final = (
+    'seq, id, content, ts_us, tz_offset_s, source_node, "user", session, agent, metadata, '
+    "last_accessed_us, access_count"
+)
+EPISODES: Final = EpisodeStatements(
+    ids=_as_list,
+    insert=(
+        f"INSERT INTO episodes ({WRITE_COLUMNS}) VALUES ({_marks(11)}) ON CONFLICT (id) DO NOTHING"
+    ),
+    new_seqs="SELECT seq FROM episodes WHERE seq > %s ORDER BY seq",
+    stored_seq_in=f"SELECT seq, {WRITE_COLUMNS} FROM episodes WHERE id = ANY(%s)",
+    noted_in=(
+        "SELECT seq, episode_id, partition_key, reason, at_us FROM quarantine "
+        "WHERE seq = ANY(%s) ORDER BY seq"
+    ),
+    row_keys_in="SELECT seq, partition_key FROM episodes WHERE seq = ANY(%s)",
+)
+
+RUNS: Final = RunStatements(
+    record=(
+        "INSERT INTO rule_runs (pack, rule_id, partition_key, anchor_us, last_run_us, runs, "
+        "token) VALUES (%s, %s, %s, %s, %s, 1, %s) "
+        "ON CONFLICT (pack, rule_id, partition_key) DO UPDATE SET "
+        "last_run_us = excluded.last_run_us, "
+        "runs = rule_runs.runs + (rule_runs.token <> excluded.token)::int, "
+        "token = excluded.token "
+        "WHERE rule_runs.token = %s OR rule_runs.token = excluded.token"
+    ),
+    token="SELECT token FROM rule_runs WHERE pack = %s AND rule_id = %s AND partition_key = %s",
+)
+
+_TYPES: Final = {
+    "TEXT": "TEXT",
+    "INTEGER": "BIGINT",
+    "REAL": "DOUBLE PRECISION",
+    "BLOB": "BYTEA",
+    "NUMERIC": "NUMERIC",
+}
+PLANS: Final = PlanDialect(
+    columns=(
+        "SELECT lower(column_name) FROM information_schema.columns "
+        "WHERE table_schema = current_schema() AND table_name = %s"
+    ),
+    column_type=_TYPES.__getitem__,
+)
+"""Migration plans: the column types of a plan, in PostgreSQL."""
