@@ -30,7 +30,7 @@ from stargraph_mem.errors import (
 from stargraph_mem.model.base import ID_PATTERN, unicode_problem
 from stargraph_mem.model.episodes import Episode
 from stargraph_mem.model.time import TimestampRangeError, from_us, to_us
-from stargraph_mem.stores.memory import EpisodeRecord, QuarantinedRow
+from stargraph_mem.stores.memory import CheckedRead, EpisodeRecord, QuarantinedRow
 from stargraph_mem.stores.scope import (
     Partition,
     escape_component,
@@ -61,6 +61,8 @@ __all__ = [
     "put_rows",
     "quarantine",
     "quarantined_row",
+    "read_recent",
+    "read_since",
     "row_differences",
     "row_episode",
     "row_problem",
@@ -680,3 +682,40 @@ async def quarantine(
         fresh = [replace(entry, recorded=False) for entry in fresh]
     noted.update((entry.seq, entry) for entry in fresh)
     return [noted[row[0]] for row, _ in bad]
+
+
+async def read_recent(
+    db: Conn, sql: str, params: tuple[Any, ...], limit: int, mark: str
+) -> tuple[list[tuple[int, Episode]], list[tuple[Any, str]]]:
+    """Run a ``recent`` query (last parameter: its limit) and, while undecodable rows took
+    places, read further (``OFFSET``) until ``limit`` good episodes or no more rows:
+    ``(seq, episode)`` pairs and ``(row, reason)`` for the rows that do not decode."""
+    rows = await db.fetch(sql, params)
+    found, bad = split_rows(rows, seq_episode)
+    offset, wanted = len(rows), limit
+    while len(rows) == wanted and len(found) < limit:
+        wanted = limit - len(found)
+        rows = await db.fetch(f"{sql} OFFSET {mark}", (*params[:-1], wanted, offset))
+        good, worse = split_rows(rows, seq_episode)
+        found += good
+        bad += worse
+        offset += len(rows)
+    return found, bad
+
+
+async def read_since(
+    read: Callable[[int, int | None], Awaitable[CheckedRead]], after_seq: int, limit: int | None
+) -> list[EpisodeRecord]:
+    """The first ``limit`` decodable episodes after ``after_seq`` through ``read(after,
+    limit)`` (a ``since_checked``), reading past quarantined rows and logging them."""
+    check_limit(limit, optional=True)
+    records: list[EpisodeRecord] = []
+    after = after_seq
+    while True:
+        want = None if limit is None else limit - len(records)
+        checked = await read(after, want)
+        records += checked.records
+        warn_quarantined(checked.quarantined)
+        if not checked.quarantined or want is None or checked.scanned < want:
+            return records
+        after = checked.last_seq(after)

@@ -26,6 +26,7 @@ from stargraph_mem.stores.fact import (
     DeltaInput,
     EngineFact,
     ProvenanceBundle,
+    Rejection,
 )
 from stargraph_mem.stores.fact_statements import FactStatements
 from stargraph_mem.stores.scope import Partition, partition_key, prefix_upper_bound, user_prefix
@@ -46,6 +47,7 @@ __all__ = [
     "json_text",
     "key_of",
     "pattern_filter",
+    "rejection_from_row",
     "validate_deltas",
     "write_rows",
 ]
@@ -187,6 +189,15 @@ def engine_fact(row: Sequence[Any]) -> EngineFact:
     except orjson.JSONDecodeError as exc:
         raise corrupt("lineage", row[0], exc) from exc
     return EngineFact(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], sources)
+
+
+def rejection_from_row(row: Sequence[Any]) -> Rejection:
+    """A :class:`Rejection` from an ``id, pack, rule_id, user, agent, reason, at_us`` row."""
+    rid, pack, rule_id, user, agent, reason, at_us = row
+    partition = Partition(user, agent)
+    return Rejection(
+        id=rid, pack=pack, rule_id=rule_id, partition=partition, reason=reason, at=from_us(at_us)
+    )
 
 
 def hits(rows: Sequence[Sequence[Any]]) -> list[FactHit]:

@@ -18,7 +18,17 @@ from stargraph_mem.model.time import to_us
 from stargraph_mem.stores.scope import Partition
 from stargraph_mem.stores.sql_conn import Conn
 
-__all__ = ["LeaseState", "RuleRun", "RunState", "RunStatements", "record_runs", "run_states"]
+__all__ = [
+    "LeaseState",
+    "RuleRun",
+    "RunState",
+    "RunStatements",
+    "pending_states",
+    "record_runs",
+    "registered_rules",
+    "run_states",
+    "take_lease",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +39,10 @@ class RunStatements:
 
     record: str
     token: str
+    lease: str
+    """A lease's ``holder, expires_us`` by name."""
+    upsert_lease: str
+    """Set a lease's ``(name, holder, expires_us)``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,3 +113,34 @@ def run_states(rows: Iterable[Any]) -> dict[tuple[str, str], RunState]:
         (str(rule_id), str(key)): RunState(int(anchor), last, int(runs), str(token))
         for rule_id, key, anchor, last, runs, token in rows
     }
+
+
+def pending_states(rows: Iterable[Any]) -> dict[str, tuple[int, RunState | None]]:
+    """``pending`` rows (rule id, run columns, pending count) by rule id."""
+    return {
+        str(rule_id): (
+            int(count),
+            None if anchor is None else RunState(int(anchor), last, int(runs), str(token)),
+        )
+        for rule_id, anchor, last, runs, token, count in rows
+    }
+
+
+def registered_rules(rows: Iterable[Any]) -> dict[str, list[tuple[str, int, str]]]:
+    """``schedule_rules`` rows (pack, rule id, index, cadence) grouped by pack, in order."""
+    out: dict[str, list[tuple[str, int, str]]] = {}
+    for pack, rule_id, index, cadence in rows:
+        out.setdefault(str(pack), []).append((str(rule_id), int(index), str(cadence)))
+    return out
+
+
+async def take_lease(
+    db: Conn, sql: RunStatements, name: str, holder: str, now_us: int, expires_us: int
+) -> LeaseState:
+    """Take or renew lease ``name`` for ``holder`` (inside the caller's write transaction)
+    unless someone else holds it unexpired at ``now_us``."""
+    rows = await db.fetch(sql.lease, (name,))
+    if rows and rows[0][0] != holder and rows[0][1] > now_us:
+        return LeaseState(str(rows[0][0]), int(rows[0][1]), ours=False)
+    await db.execute(sql.upsert_lease, (name, holder, expires_us))
+    return LeaseState(holder, expires_us, ours=True)

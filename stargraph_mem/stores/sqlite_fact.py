@@ -53,6 +53,7 @@ from stargraph_mem.stores.fact_rows import (
     fact_from_row,
     hits,
     pattern_filter,
+    rejection_from_row,
     validate_deltas,
 )
 from stargraph_mem.stores.fact_rows import fact_query as dialect_query
@@ -481,17 +482,7 @@ class SQLiteFactStore(SQLiteStoreBase):
                 f"{where} ORDER BY at_us, id, pack, rule_id, partition_key",
                 params,
             )
-        return [
-            Rejection(
-                id=rid,
-                pack=pack,
-                rule_id=rule_id,
-                partition=Partition(user, agent),
-                reason=reason,
-                at=from_us(at_us),
-            )
-            for rid, pack, rule_id, user, agent, reason, at_us in rows
-        ]
+        return [rejection_from_row(row) for row in rows]
 
     async def explain(self, fact_id: str) -> Explanation:
         """Rule, pack hash, reason, bindings, source episodes, supersession chain, audit."""

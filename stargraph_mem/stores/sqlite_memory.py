@@ -40,10 +40,11 @@ from stargraph_mem.stores.episode_rows import (
     put_rows,
     quarantine,
     quarantined_row,
+    read_recent,
+    read_since,
     row_differences,
     row_record,
     scope_filter,
-    seq_episode,
     split_rows,
     warn_quarantined,
 )
@@ -393,16 +394,7 @@ class SQLiteMemoryStore(SQLiteStoreBase):
         sql, params = recent_query(user, session, agent, limit)
         now_us = self._now_us()
         async with self._write() as db:
-            rows = await _rows(db, sql, params)
-            found, bad = split_rows(rows, seq_episode)
-            offset, wanted = len(rows), limit
-            while len(rows) == wanted and len(found) < limit:  # bad rows took places: refill
-                wanted = limit - len(found)
-                rows = await _rows(db, f"{sql} OFFSET ?", (*params[:-1], wanted, offset))
-                good, worse = split_rows(rows, seq_episode)
-                found += good
-                bad += worse
-                offset += len(rows)
+            found, bad = await read_recent(_MemoryConn(db), sql, params, limit, "?")
             await db.executemany(_TOUCH_SQL, [(now_us, seq) for seq, _ in found])
             quarantined = await self._quarantine(db, bad)
         return [episode for _, episode in found], quarantined
@@ -417,17 +409,11 @@ class SQLiteMemoryStore(SQLiteStoreBase):
         rows are quarantined and logged as one warning each; a consumer that keeps a
         watermark should use :meth:`since_checked`, which also returns them.
         """
-        check_limit(limit, optional=True)
-        records: list[EpisodeRecord] = []
-        after = after_seq
-        while True:
-            want = None if limit is None else limit - len(records)
-            read = await self.since_checked(partition, after, limit=want)
-            records += read.records
-            warn_quarantined(read.quarantined)
-            if not read.quarantined or want is None or read.scanned < want:
-                return records
-            after = read.last_seq(after)
+
+        async def read(after: int, want: int | None) -> CheckedRead:
+            return await self.since_checked(partition, after, limit=want)
+
+        return await read_since(read, after_seq, limit)
 
     async def since_checked(
         self, partition: Partition, after_seq: int, *, limit: int | None = None

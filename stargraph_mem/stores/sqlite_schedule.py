@@ -23,7 +23,10 @@ from stargraph_mem.stores.schedule_runs import (
     RuleRun,
     RunState,
     RunStatements,
+    pending_states,
+    registered_rules,
     run_states,
+    take_lease,
 )
 from stargraph_mem.stores.schedule_runs import record_runs as record_run_rows
 from stargraph_mem.stores.scope import Partition
@@ -71,6 +74,12 @@ _RECORD: Final = (
 RUNS: Final = RunStatements(
     record=_RECORD,
     token="SELECT token FROM rule_runs WHERE pack = ? AND rule_id = ? AND partition_key = ?",
+    lease="SELECT holder, expires_us FROM scheduler_lease WHERE name = ?",
+    upsert_lease=(
+        "INSERT INTO scheduler_lease (name, holder, expires_us) VALUES (?, ?, ?) "
+        "ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, "
+        "expires_us = excluded.expires_us"
+    ),
 )
 _RUN_COLUMNS: Final = "rule_id, partition_key, anchor_us, last_run_us, runs, token"
 
@@ -150,13 +159,7 @@ class SQLiteScheduleStore(SQLiteStoreBase):
         key = partition.key
         async with self._read() as db:
             rows = await fetch(db, sql, (*rule_ids, key, pack, key, pack, key))
-        return {
-            str(rule_id): (
-                int(count),
-                None if anchor is None else RunState(int(anchor), last, int(runs), str(token)),
-            )
-            for rule_id, anchor, last, runs, token, count in rows
-        }
+        return pending_states(rows)
 
     async def anchor(self, pack: str, anchors: Sequence[tuple[str, Partition, int]]) -> None:
         """Start the cron clocks of (rule id, partition, anchor µs) that have none yet."""
@@ -194,10 +197,7 @@ class SQLiteScheduleStore(SQLiteStoreBase):
                 "SELECT pack, rule_id, rule_index, cadence FROM schedule_rules "
                 "ORDER BY pack, rule_index",
             )
-        out: dict[str, list[tuple[str, int, str]]] = {}
-        for pack, rule_id, index, cadence in rows:
-            out.setdefault(str(pack), []).append((str(rule_id), int(index), str(cadence)))
-        return out
+        return registered_rules(rows)
 
     async def take_lease(
         self, name: str, holder: str, now: datetime, ttl_seconds: float
@@ -206,18 +206,7 @@ class SQLiteScheduleStore(SQLiteStoreBase):
         now_us = to_us(now, "lease time")
         expires = now_us + seconds_us(ttl_seconds)
         async with self._write() as db:
-            rows = await fetch(
-                db, "SELECT holder, expires_us FROM scheduler_lease WHERE name = ?", (name,)
-            )
-            if rows and rows[0][0] != holder and rows[0][1] > now_us:
-                return LeaseState(str(rows[0][0]), int(rows[0][1]), ours=False)
-            await db.execute(
-                "INSERT INTO scheduler_lease (name, holder, expires_us) VALUES (?, ?, ?) "
-                "ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, "
-                "expires_us = excluded.expires_us",
-                (name, holder, expires),
-            )
-        return LeaseState(holder, expires, ours=True)
+            return await take_lease(SQLiteConn(db), RUNS, name, holder, now_us, expires)
 
     async def release_lease(self, name: str, holder: str) -> None:
         """Give the lease up if ``holder`` holds it."""
@@ -229,9 +218,7 @@ class SQLiteScheduleStore(SQLiteStoreBase):
     async def lease(self, name: str) -> LeaseState | None:
         """The lease row as stored (``ours`` is False: no holder is asking)."""
         async with self._read() as db:
-            rows = await fetch(
-                db, "SELECT holder, expires_us FROM scheduler_lease WHERE name = ?", (name,)
-            )
+            rows = await fetch(db, RUNS.lease, (name,))
         return LeaseState(str(rows[0][0]), int(rows[0][1]), ours=False) if rows else None
 
     async def total_runs(self) -> int:

@@ -48,6 +48,11 @@ _LEDGER: Final = (
     "name TEXT NOT NULL, applied_at_us BIGINT NOT NULL)"
 )
 
+_BASELINE: Final = (
+    "INSERT INTO schema_migrations (version, name, applied_at_us, plan) "
+    "VALUES (1, '0001_episodes', %s, '{\"baseline\":true}'::bytea)"
+)
+
 
 def split_url(url: str) -> tuple[str, str]:
     """``(conninfo, schema)``: the URL without our ``schema`` parameter, and that schema
@@ -196,6 +201,8 @@ class PostgresDatabase(AsyncResource):
                     "VALUES (%s, %s, %s)",
                     (number, title, self.now_us()),
                 )
+                if number == 1:  # the memory store's plan ledger starts at its baseline
+                    await conn.execute(_BASELINE, (self.now_us(),))
 
     @staticmethod
     async def _version(conn: PgConn) -> int:

@@ -82,7 +82,9 @@ FACTS: Final = FactStatements(
         'INSERT INTO audit (seq, delta_id, kind, rule_id, pack_hash, "user", agent, '
         f"partition_key, applied_at_us, delta) VALUES ({_marks(10)})"
     ),
-    insert_reinforcement="INSERT INTO reinforcements (fact_id, ts_us, delta_id) VALUES (%s, %s, %s)",
+    insert_reinforcement=(
+        "INSERT INTO reinforcements (fact_id, ts_us, delta_id) VALUES (%s, %s, %s)"
+    ),
     upsert_watermark=(
         "INSERT INTO watermarks (pack, rule_id, partition_key, last_seq, updated_at_us) "
         "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (pack, rule_id, partition_key) "
@@ -172,6 +174,12 @@ RUNS: Final = RunStatements(
         "WHERE rule_runs.token = %s OR rule_runs.token = excluded.token"
     ),
     token="SELECT token FROM rule_runs WHERE pack = %s AND rule_id = %s AND partition_key = %s",
+    lease="SELECT holder, expires_us FROM scheduler_lease WHERE name = %s",
+    upsert_lease=(
+        "INSERT INTO scheduler_lease (name, holder, expires_us) VALUES (%s, %s, %s) "
+        "ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, "
+        "expires_us = excluded.expires_us"
+    ),
 )
 
 _TYPES: Final = {

@@ -1,0 +1,351 @@
+"""Promoted facts over PostgreSQL: the same behaviour as the SQLite fact store.
+
+The apply state machine, row encoding, validation, filters and explain walks are the
+shared code (:mod:`~stargraph_mem.stores.fact_apply`, :mod:`~stargraph_mem.stores.fact_rows`,
+:mod:`~stargraph_mem.stores.fact_explain`); this module holds the transactions and the
+search. A batch runs in one transaction holding the schema's ``facts`` advisory lock, so
+its fact rowids and audit seqs follow the stored ones and a pass's basis check and its
+writes see no other writer in between, as with SQLite's one writer.
+
+Search uses PostgreSQL full-text search: a ``tsvector`` per fact ('simple' configuration,
+text case folded and without accents, as SQLite's index), a GIN index, the query's words
+(never its syntax) joined with OR, ranked by ``ts_rank``, then confidence and recency.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Final
+
+from stargraph_mem.errors import FactNotFoundError
+from stargraph_mem.gcpause import gc_paused
+from stargraph_mem.model.facts import Fact, FactAccess, FactHit, FactPattern
+from stargraph_mem.model.time import from_us, seconds_us, to_us, utc_now
+from stargraph_mem.stores.delta_scope import resolve_scopes
+from stargraph_mem.stores.fact import (
+    ApplyResult,
+    AuditRow,
+    DeltaInput,
+    EngineFact,
+    Explanation,
+    ProvenanceAdapter,
+    ProvenanceBundle,
+    Rejection,
+    WatermarkAdvance,
+    check_pack_hash,
+)
+from stargraph_mem.stores.fact_apply import (
+    Batch,
+    check_basis,
+    check_pass_scope,
+    marks,
+    other_claim,
+    version,
+)
+from stargraph_mem.stores.fact_explain import explain, lineage_of
+from stargraph_mem.stores.fact_rows import (
+    Delta,
+    PassBasis,
+    audit_from_row,
+    engine_fact,
+    fact_from_row,
+    fact_query,
+    hits,
+    pattern_filter,
+    rejection_from_row,
+    validate_deltas,
+)
+from stargraph_mem.stores.models import MigrationPlan
+from stargraph_mem.stores.plan_migration import Ledger, apply_plan, check_plan
+from stargraph_mem.stores.postgres.repository import PostgresRepository
+from stargraph_mem.stores.postgres.schema import TABLES
+from stargraph_mem.stores.postgres.statements import CURRENT, FACTS, PLANS, RUNS, TOUCH
+from stargraph_mem.stores.schedule_runs import RuleRun, record_runs
+from stargraph_mem.stores.scope import Partition
+from stargraph_mem.stores.search_common import check_limit, fold, query_words, search_pattern
+
+if TYPE_CHECKING:
+    from stargraph_mem.stores.postgres.database import PostgresDatabase
+
+__all__ = ["CHUNK", "PostgresFactStore", "search_query"]
+
+CHUNK: Final = 10_000
+"""Deltas handled per ``executemany`` round inside the one transaction of a batch."""
+_LOCK: Final = "facts"
+_LEDGER: Final = Ledger(
+    "fact_store_migrations",
+    "INSERT INTO fact_store_migrations (name, applied_at_us, plan) VALUES (%s, %s, %s)",
+    applied="SELECT plan FROM fact_store_migrations WHERE name = %s",
+)
+
+
+def search_query(
+    words: list[str] | None,
+    where: Sequence[str],
+    params: Sequence[Any],
+    limit: int,
+    *,
+    include_history: bool = False,
+) -> tuple[str, list[Any]]:
+    """SQL and parameters of a search: fact columns plus a score (higher is better)."""
+    conditions = [*where] if include_history else [*where, "valid_until_us IS NULL"]
+    condition = " AND ".join(conditions) or "TRUE"
+    order = "confidence DESC, valid_from_us DESC, id"
+    columns = FACTS.fact_columns
+    if words is None:
+        sql = f"SELECT {columns}, 0.0 FROM facts WHERE {condition} ORDER BY {order} LIMIT %s"
+        return sql, [*params, limit]
+    # each word quoted as one tsquery operand: words are letters, digits and _ only
+    match = " | ".join(f"'{fold(word)}'" for word in words)
+    sql = (
+        f"SELECT {columns}, ts_rank(t.body, q.query) AS score "
+        "FROM to_tsquery('simple', %s) AS q(query) "
+        "JOIN fact_text t ON t.body @@ q.query JOIN facts ON facts.rowid = t.rowid "
+        f"WHERE {condition} ORDER BY score DESC, {order} LIMIT %s"
+    )
+    return sql, [match, *params, limit]
+
+
+class PostgresFactStore(PostgresRepository):
+    """The fact store of a :class:`PostgresDatabase` (its pool, its schema).
+
+    ``adapter`` carries listeners for new facts; the database's clock stamps
+    ``recorded_at`` and audit rows.
+    """
+
+    def __init__(self, database: PostgresDatabase, *, adapter: ProvenanceAdapter | None = None):
+        super().__init__(database)
+        self.adapter = adapter if adapter is not None else ProvenanceAdapter()
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def background_checkpoints(self) -> AsyncIterator[None]:
+        """Nothing to do: the server checkpoints by itself (kept for the SQLite API)."""
+        yield
+
+    async def migrate(self, plan: MigrationPlan) -> None:
+        """Apply nullable ``add_column`` operations to this store's tables (one transaction,
+        recorded by name in ``fact_store_migrations``)."""
+        check_plan(plan, store="fact", tables=TABLES["fact"])
+        now_us = self.database.now_us()
+        async with self.database.transaction("schema") as db:
+            await apply_plan(db, plan, store="fact", ledger=_LEDGER, now_us=now_us, dialect=PLANS)
+
+    # --- writes -------------------------------------------------------------------------
+
+    async def apply_delta(self, delta: DeltaInput, *, pack_hash: str = "") -> ApplyResult:
+        """Apply one delta (see :meth:`apply_deltas`)."""
+        return await self.apply_deltas([delta], pack_hash=pack_hash)
+
+    async def apply_deltas(
+        self,
+        deltas: Sequence[DeltaInput],
+        *,
+        pack_hash: str = "",
+        watermarks: Sequence[WatermarkAdvance] = (),
+        rejections: Sequence[Rejection] = (),
+        runs: Sequence[RuleRun] = (),
+        version_of: Partition | None = None,
+        basis: PassBasis | None = None,
+    ) -> ApplyResult:
+        """Apply a batch in order, in one transaction, with its watermarks and rejections
+        (the semantics of :meth:`SQLiteFactStore.apply_deltas`)."""
+        check_pack_hash(pack_hash)
+        with gc_paused():
+            return await self._apply(
+                validate_deltas(deltas),
+                pack_hash,
+                tuple(watermarks),
+                tuple(rejections),
+                runs,
+                version_of,
+                basis,
+            )
+
+    async def _apply(
+        self,
+        deltas: list[Delta],
+        pack_hash: str,
+        watermarks: tuple[WatermarkAdvance, ...],
+        rejections: tuple[Rejection, ...],
+        runs: Sequence[RuleRun],
+        version_of: Partition | None,
+        basis: PassBasis | None,
+    ) -> ApplyResult:
+        now = self.database.clock()
+        try:
+            async with self.database.transaction(_LOCK) as db:
+                batch = Batch(db, FACTS, self.adapter, pack_hash, now)
+                if basis is not None:
+                    check_pass_scope(deltas, basis)
+                    batch.check_sources = False
+                    await check_basis(db, FACTS, basis)
+                await record_runs(db, RUNS, runs)
+                deltas = await resolve_scopes(db, FACTS, deltas)
+                for start in range(0, len(deltas), CHUNK):
+                    await batch.apply_chunk(start, deltas[start : start + CHUNK])
+                advanced = await batch.advance(watermarks)
+                await batch.reject(rejections)
+                now_version = None if version_of is None else await version(db, FACTS, version_of)
+        finally:
+            self.adapter.discard()
+        return batch.result(advanced, len(rejections), now_version)
+
+    async def claim_partition(
+        self, partition: Partition, holder: str, seconds: float
+    ) -> str | None:
+        """Claim ``partition`` for ``holder`` for ``seconds`` (renewing a claim it holds);
+        None when the claim is ours, else the other holder's name."""
+        now_us = to_us(utc_now(), "claim time")
+        async with self.database.transaction(_LOCK) as db:
+            other = await other_claim(db, FACTS, partition.key, holder, now_us)
+            if other is not None:
+                return other
+            await db.execute(
+                "INSERT INTO partition_claims (partition_key, holder, expires_us) "
+                "VALUES (%s, %s, %s) ON CONFLICT (partition_key) DO UPDATE SET "
+                "holder = excluded.holder, expires_us = excluded.expires_us",
+                (partition.key, holder, now_us + seconds_us(seconds)),
+            )
+        return None
+
+    async def release_partition(self, partition: Partition, holder: str) -> None:
+        """Give up ``holder``'s claim on ``partition`` (nothing if it holds none)."""
+        async with self.database.transaction(_LOCK) as db:
+            await db.execute(FACTS.drop_claim, (partition.key, holder))
+
+    async def basis(self, pack: str, partition: Partition) -> tuple[dict[str, int], int]:
+        """The pack's watermarks for ``partition`` and the partition's facts version."""
+        async with self.database.connection() as db:
+            now = await version(db, FACTS, partition)
+            return await marks(db, FACTS, pack, partition.key), now
+
+    async def version(self, partition: Partition) -> int:
+        """A number that changes whenever ``partition``'s facts do (its highest audit seq)."""
+        async with self.database.connection() as db:
+            return await version(db, FACTS, partition)
+
+    # --- reads --------------------------------------------------------------------------
+
+    async def _facts(self, sql: str, params: Sequence[Any]) -> list[Fact]:
+        async with self.database.connection() as db:
+            rows = await db.fetch(sql, params)
+        return [fact_from_row(row) for row in rows]
+
+    async def query(self, pattern: FactPattern) -> list[Fact]:
+        """Facts matching ``pattern`` (current only unless ``include_history``)."""
+        return await self._facts(*fact_query(FACTS, pattern))
+
+    async def as_of(self, t: datetime, pattern: FactPattern | None = None) -> list[Fact]:
+        """Facts valid at ``t`` (``valid_from <= t < valid_until``); naive ``t`` is refused."""
+        as_of_us = to_us(t, "as_of time")
+        return await self._facts(*fact_query(FACTS, pattern or FactPattern(), as_of_us=as_of_us))
+
+    async def search(
+        self,
+        query: str = "",
+        *,
+        user: str | None = None,
+        agent: str | None = None,
+        subject: str | None = None,
+        predicate: str | None = None,
+        min_confidence: float | None = None,
+        limit: int = 10,
+        touch: bool = True,
+        include_history: bool = False,
+    ) -> list[FactHit]:
+        """Current facts matching any word of ``query``, best first, and the filters (see
+        :meth:`SQLiteFactStore.search`); ``touch`` records each returned fact's access."""
+        words = query_words(query)
+        pattern = search_pattern(user, agent, subject, predicate, min_confidence)
+        where, params = pattern_filter(pattern, "%s")
+        sql, args = search_query(
+            words, where, params, check_limit(limit), include_history=include_history
+        )
+        if not touch:
+            async with self.database.connection() as db:
+                return hits(await db.fetch(sql, args))
+        async with self.database.transaction() as db:
+            rows = await db.fetch(sql, args)
+            if rows:
+                now_us = self.database.now_us()
+                await db.executemany(TOUCH, [(row[0], now_us) for row in rows])
+        return hits(rows)
+
+    async def access(self, fact_id: str) -> FactAccess:
+        """How often ``fact_id`` was read by access-recording reads, and when last."""
+        async with self.database.connection() as db:
+            rows = await db.fetch(
+                "SELECT f.id, a.count, a.last_access_us FROM facts f "
+                "LEFT JOIN fact_access a ON a.fact_id = f.id WHERE f.id = %s",
+                (fact_id,),
+            )
+        if not rows:
+            raise FactNotFoundError(f"no fact with id {fact_id!r}", fact_id=fact_id)
+        _, count, last_us = rows[0]
+        return FactAccess(
+            fact_id=fact_id,
+            count=count or 0,
+            last_access=None if last_us is None else from_us(last_us),
+        )
+
+    async def get(self, fact_id: str) -> Fact:
+        """One fact by id, current or closed; :class:`FactNotFoundError` if unknown."""
+        found = await self._facts(FACTS.fact_by_id, (fact_id,))
+        if not found:
+            raise FactNotFoundError(f"no fact with id {fact_id!r}", fact_id=fact_id)
+        return found[0]
+
+    async def lineage(self, fact_id: str) -> ProvenanceBundle:
+        """The provenance bundle recorded with a fact."""
+        async with self.database.connection() as db:
+            return await lineage_of(db, FACTS, fact_id)
+
+    async def current_facts(self, partition: Partition) -> list[EngineFact]:
+        """The partition's current facts for the consolidation runtime (no pydantic)."""
+        async with self.database.connection() as db:
+            rows = await db.fetch(CURRENT, (partition.key,))
+        return [engine_fact(row) for row in rows]
+
+    async def watermark(self, pack: str, rule_id: str, partition: Partition) -> int:
+        """Last consolidated episode seq for (pack, rule, partition); 0 when none."""
+        async with self.database.connection() as db:
+            seq = await db.scalar(
+                "SELECT last_seq FROM watermarks WHERE pack = %s AND rule_id = %s "
+                "AND partition_key = %s",
+                (pack, rule_id, partition.key),
+            )
+        return 0 if seq is None else int(seq)
+
+    async def watermarks(self, pack: str, partition: Partition) -> dict[str, int]:
+        """Every rule's watermark for (pack, partition), by rule id."""
+        async with self.database.connection() as db:
+            return await marks(db, FACTS, pack, partition.key)
+
+    async def audit_rows(self, partition: Partition | None = None) -> list[AuditRow]:
+        """Applied deltas in application order, optionally for one partition."""
+        where, params = ("WHERE partition_key = %s", (partition.key,)) if partition else ("", ())
+        async with self.database.connection() as db:
+            rows = await db.fetch(
+                f"SELECT {FACTS.audit_columns} FROM audit {where} ORDER BY seq", params
+            )
+        return [audit_from_row(row) for row in rows]
+
+    async def rejections(self, partition: Partition | None = None) -> list[Rejection]:
+        """Recorded rejections, oldest first, optionally for one partition."""
+        where, params = ("WHERE partition_key = %s", (partition.key,)) if partition else ("", ())
+        async with self.database.connection() as db:
+            rows = await db.fetch(
+                'SELECT id, pack, rule_id, "user", agent, reason, at_us FROM rejections '
+                f"{where} ORDER BY at_us, id, pack, rule_id, partition_key",
+                params,
+            )
+        return [rejection_from_row(row) for row in rows]
+
+    async def explain(self, fact_id: str) -> Explanation:
+        """Rule, pack hash, reason, bindings, source episodes, supersession chain, audit."""
+        async with self.database.connection() as db:
+            return await explain(db, FACTS, fact_id)
