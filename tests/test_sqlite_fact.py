@@ -1,4 +1,5 @@
-"""SQLiteFactStore: delta semantics, history, provenance, audit, watermarks, atomicity."""
+"""Fact stores (SQLite and PostgreSQL): delta semantics, history, provenance, audit,
+watermarks, atomicity; and the SQLite file's own concerns (health, migrations, checkpoints)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from backends import BACKENDS, AnyFactStore, open_backend, raw_rows, snapshot
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -96,8 +98,15 @@ def dump(path: Path) -> str:
         return "\n".join(db.iterdump())
 
 
+@pytest.fixture(params=BACKENDS)
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[AnyFactStore]:
+    """A fresh fact store of each backend in turn."""
+    async with open_backend(request.param, tmp_path, clock=lambda: RECORDED) as opened:
+        yield opened.facts
+
+
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SQLiteFactStore]:
+async def sqlite_store(tmp_path: Path) -> AsyncIterator[SQLiteFactStore]:
     async with SQLiteFactStore(tmp_path / "memory.db", clock=lambda: RECORDED) as opened:
         yield opened
 
@@ -105,7 +114,7 @@ async def store(tmp_path: Path) -> AsyncIterator[SQLiteFactStore]:
 # --- add / update / delete / noop ----------------------------------------------------------
 
 
-async def test_add_records_fact_and_lineage(store: SQLiteFactStore) -> None:
+async def test_add_records_fact_and_lineage(store: AnyFactStore) -> None:
     delta = add("tea", reason="said so", bindings={"e": "e1", "n": 3, "tags": ["x", "y"]})
     result = await store.apply_deltas([delta], pack_hash="sha256:abc")
     fid = delta.new_fact_id
@@ -129,7 +138,7 @@ async def test_add_records_fact_and_lineage(store: SQLiteFactStore) -> None:
     assert isinstance(store, FactStore)
 
 
-async def test_update_closes_the_old_fact_and_keeps_it(store: SQLiteFactStore) -> None:
+async def test_update_closes_the_old_fact_and_keeps_it(store: AnyFactStore) -> None:
     first = add("tea")
     await store.apply_delta(first)
     second = update([first.new_fact_id], "coffee", ts=T0 + DAY)
@@ -145,7 +154,7 @@ async def test_update_closes_the_old_fact_and_keeps_it(store: SQLiteFactStore) -
     assert [f.id for f in history] == [old.id, new.id]
 
 
-async def test_delete_closes_without_successor(store: SQLiteFactStore) -> None:
+async def test_delete_closes_without_successor(store: AnyFactStore) -> None:
     first = add("tea")
     gone = delete([first.new_fact_id], ts=T0 + DAY)
     result = await store.apply_deltas([first, gone])
@@ -156,7 +165,7 @@ async def test_delete_closes_without_successor(store: SQLiteFactStore) -> None:
     assert await store.query(FactPattern()) == []
 
 
-async def test_noop_writes_audit_and_reinforcements_only(store: SQLiteFactStore) -> None:
+async def test_noop_writes_audit_and_reinforcements_only(store: AnyFactStore) -> None:
     first = add("tea")
     await store.apply_delta(first)
     before = await store.query(FactPattern(include_history=True))
@@ -173,14 +182,14 @@ async def test_noop_writes_audit_and_reinforcements_only(store: SQLiteFactStore)
     assert [row.kind for row in await store.audit_rows()] == ["add", "noop"]
 
 
-async def test_reinforced_at_never_precedes_valid_from(store: SQLiteFactStore) -> None:
+async def test_reinforced_at_never_precedes_valid_from(store: AnyFactStore) -> None:
     first = add("tea", ts=T0 + DAY)
     await store.apply_deltas([first, noop([first.new_fact_id], ts=T0)])
     [engine] = await store.current_facts(ALICE)
     assert engine.reinforced_at_us == engine.valid_from_us
 
 
-async def test_audit_has_one_row_per_delta_with_the_full_delta(store: SQLiteFactStore) -> None:
+async def test_audit_has_one_row_per_delta_with_the_full_delta(store: AnyFactStore) -> None:
     first = add("tea")
     second = update([first.new_fact_id], "coffee", ts=T0 + DAY)
     deltas: list[Delta] = [first, second, noop([second.new_fact_id], ts=T0 + DAY)]
@@ -193,15 +202,14 @@ async def test_audit_has_one_row_per_delta_with_the_full_delta(store: SQLiteFact
     assert {(r.pack_hash, r.applied_at, r.user, r.agent) for r in rows} == {
         ("p1", RECORDED, "alice", "a1")
     }
-    with closing(sqlite3.connect(store.path)) as db:
-        bodies = db.execute("SELECT delta_id, delta FROM audit ORDER BY seq").fetchall()
+    bodies = await raw_rows(store, "SELECT delta_id, delta FROM audit ORDER BY seq")
     for delta_id, body in bodies:
         assert "d" + hashlib.sha256(body.encode()).hexdigest()[:31] == delta_id
     assert await store.audit_rows(Partition("bob", "a1")) == []
     assert len(await store.audit_rows(ALICE)) == 4
 
 
-async def test_later_deltas_see_earlier_ones_in_the_same_batch(store: SQLiteFactStore) -> None:
+async def test_later_deltas_see_earlier_ones_in_the_same_batch(store: AnyFactStore) -> None:
     a = add("tea")
     b = update([a.new_fact_id], "coffee", ts=T0 + DAY)
     c = update([b.new_fact_id], "water", ts=T0 + 2 * DAY)
@@ -211,7 +219,7 @@ async def test_later_deltas_see_earlier_ones_in_the_same_batch(store: SQLiteFact
     assert [f.object for f in await store.query(FactPattern())] == ["water"]
 
 
-async def test_batches_larger_than_a_chunk_resolve_across_chunks(store: SQLiteFactStore) -> None:
+async def test_batches_larger_than_a_chunk_resolve_across_chunks(store: AnyFactStore) -> None:
     adds = [add(f"o{n}", src=f"e{n}") for n in range(CHUNK + 5)]
     replace_first = update([adds[0].new_fact_id], "late", ts=T0 + DAY)
     result = await store.apply_deltas([*adds, replace_first])
@@ -220,7 +228,7 @@ async def test_batches_larger_than_a_chunk_resolve_across_chunks(store: SQLiteFa
 
 
 async def test_update_dated_before_its_predecessor_closes_at_valid_from(
-    store: SQLiteFactStore,
+    store: AnyFactStore,
 ) -> None:
     first = add("tea", ts=T0 + DAY)
     second = update([first.new_fact_id], "coffee", ts=T0)
@@ -233,7 +241,7 @@ async def test_update_dated_before_its_predecessor_closes_at_valid_from(
 # --- reads ------------------------------------------------------------------------------------
 
 
-async def test_as_of_answers_what_was_believed_at_each_instant(store: SQLiteFactStore) -> None:
+async def test_as_of_answers_what_was_believed_at_each_instant(store: AnyFactStore) -> None:
     a = add("tea")
     b = update([a.new_fact_id], "coffee", ts=T0 + DAY)
     await store.apply_deltas([a, b, delete([b.new_fact_id], ts=T0 + 3 * DAY)])
@@ -253,12 +261,12 @@ async def test_as_of_answers_what_was_believed_at_each_instant(store: SQLiteFact
     assert await store.as_of(T0, only_bob) == []
 
 
-async def test_as_of_rejects_naive_datetimes(store: SQLiteFactStore) -> None:
+async def test_as_of_rejects_naive_datetimes(store: AnyFactStore) -> None:
     with pytest.raises(ValueError, match="naive"):
         await store.as_of(datetime(2026, 3, 1))
 
 
-async def test_query_filters_scope_fields_confidence_and_limit(store: SQLiteFactStore) -> None:
+async def test_query_filters_scope_fields_confidence_and_limit(store: AnyFactStore) -> None:
     deltas = [
         add("tea", user="alice"),
         add("tea", user="alice2", src="e2"),
@@ -277,14 +285,14 @@ async def test_query_filters_scope_fields_confidence_and_limit(store: SQLiteFact
     assert [(f.valid_from, f.id) for f in ordered] == sorted((f.valid_from, f.id) for f in ordered)
 
 
-async def test_unknown_ids_raise_fact_not_found(store: SQLiteFactStore) -> None:
+async def test_unknown_ids_raise_fact_not_found(store: AnyFactStore) -> None:
     for call in (store.get, store.lineage, store.explain):
         with pytest.raises(FactNotFoundError, match="f-missing") as info:
             await call("f-missing")
         assert info.value.context["fact_id"] == "f-missing"
 
 
-async def test_times_come_back_as_utc(store: SQLiteFactStore) -> None:
+async def test_times_come_back_as_utc(store: AnyFactStore) -> None:
     tokyo = timezone(timedelta(hours=9))
     delta = add("tea", ts=T0.astimezone(tokyo))
     await store.apply_delta(delta)
@@ -296,7 +304,7 @@ async def test_times_come_back_as_utc(store: SQLiteFactStore) -> None:
 # --- explain ----------------------------------------------------------------------------------
 
 
-async def test_explain_walks_the_chain_both_ways(store: SQLiteFactStore) -> None:
+async def test_explain_walks_the_chain_both_ways(store: AnyFactStore) -> None:
     a = add("tea")
     b = update([a.new_fact_id], "coffee", ts=T0 + DAY)
     c = update([b.new_fact_id], "water", ts=T0 + 2 * DAY)
@@ -320,7 +328,7 @@ async def test_explain_walks_the_chain_both_ways(store: SQLiteFactStore) -> None
     assert last.pack_hash == "p2"
 
 
-async def test_explain_audit_names_the_deleting_delta(store: SQLiteFactStore) -> None:
+async def test_explain_audit_names_the_deleting_delta(store: AnyFactStore) -> None:
     a, b = add("tea"), add("coffee", src="e9")
     gone = delete([a.new_fact_id], ts=T0 + DAY)
     confirm = noop([a.new_fact_id], ts=T0)
@@ -336,7 +344,7 @@ async def test_explain_audit_names_the_deleting_delta(store: SQLiteFactStore) ->
     assert [r.delta_id for r in (await store.explain(b.new_fact_id)).audit] == [b.delta_id]
 
 
-async def test_explain_follows_merges_back_to_every_predecessor(store: SQLiteFactStore) -> None:
+async def test_explain_follows_merges_back_to_every_predecessor(store: AnyFactStore) -> None:
     a, b = add("tea"), add("coffee", src="e9")
     merged = update([a.new_fact_id, b.new_fact_id], "tea and coffee", ts=T0 + DAY)
     again = update([merged.new_fact_id], "water", ts=T0 + 2 * DAY)
@@ -364,7 +372,7 @@ async def test_explain_reads_source_episodes_from_the_episode_store(tmp_path: Pa
         assert (await memory.health()).ok and (await facts.health()).ok
 
 
-async def test_explain_without_an_episodes_table_degrades(store: SQLiteFactStore) -> None:
+async def test_explain_without_an_episodes_table_degrades(store: AnyFactStore) -> None:
     delta = add("tea")
     await store.apply_delta(delta)
     [source] = (await store.explain(delta.new_fact_id)).source_episodes
@@ -374,19 +382,19 @@ async def test_explain_without_an_episodes_table_degrades(store: SQLiteFactStore
 # --- idempotence, watermarks, rejections ---------------------------------------------------
 
 
-async def test_reapplying_a_batch_skips_every_delta(store: SQLiteFactStore) -> None:
+async def test_reapplying_a_batch_skips_every_delta(store: AnyFactStore) -> None:
     a = add("tea")
     batch: list[Delta] = [a, update([a.new_fact_id], "coffee", ts=T0 + DAY)]
     await store.apply_deltas(batch)
-    before = dump(store.path)
+    before = await snapshot(store)
     again = await store.apply_deltas(batch)
     assert (again.skipped, again.applied, again.created_fact_ids) == (2, 0, ())
-    assert dump(store.path) == before
+    assert await snapshot(store) == before
     twice = await store.apply_deltas([add("juice"), add("juice")])
     assert (twice.added, twice.skipped) == (1, 1)
 
 
-async def test_reapplying_skips_every_kind_across_batches(store: SQLiteFactStore) -> None:
+async def test_reapplying_skips_every_kind_across_batches(store: AnyFactStore) -> None:
     a, b = add("tea"), add("coffee", src="e9")
     first: list[Delta] = [a, b]
     second: list[Delta] = [
@@ -396,13 +404,13 @@ async def test_reapplying_skips_every_kind_across_batches(store: SQLiteFactStore
     ]
     await store.apply_deltas(first)
     await store.apply_deltas(second)
-    before = dump(store.path)
+    before = await snapshot(store)
     again = await store.apply_deltas([*second, *first])
     assert (again.skipped, again.applied) == (5, 0)
-    assert dump(store.path) == before
+    assert await snapshot(store) == before
 
 
-async def test_watermarks_advance_with_the_batch(store: SQLiteFactStore) -> None:
+async def test_watermarks_advance_with_the_batch(store: AnyFactStore) -> None:
     advance = WatermarkAdvance(pack="p", rule_id="r1", partition=ALICE, last_seq=5)
     other = WatermarkAdvance(pack="p", rule_id="r2", partition=ALICE, last_seq=2)
     result = await store.apply_deltas([add("tea")], watermarks=[advance, other])
@@ -419,20 +427,20 @@ async def test_watermarks_advance_with_the_batch(store: SQLiteFactStore) -> None
 
 @pytest.mark.parametrize("stored", [True, False])
 async def test_watermark_going_backwards_rolls_back_the_batch(
-    store: SQLiteFactStore, stored: bool
+    store: AnyFactStore, stored: bool
 ) -> None:
     ahead = WatermarkAdvance(pack="p", rule_id="r1", partition=ALICE, last_seq=7)
     if stored:
         await store.apply_deltas([], watermarks=[ahead])
-    before = dump(store.path)
+    before = await snapshot(store)
     behind = ahead.model_copy(update={"last_seq": 3})
     marks = [behind] if stored else [ahead, behind]
     with pytest.raises(StoreError, match="backwards from 7 to 3"):
         await store.apply_deltas([add("tea")], watermarks=marks)
-    assert dump(store.path) == before
+    assert await snapshot(store) == before
 
 
-async def test_rejections_are_recorded_once(store: SQLiteFactStore) -> None:
+async def test_rejections_are_recorded_once(store: AnyFactStore) -> None:
     rejection = Rejection(id="e7", pack="p", rule_id="r1", partition=ALICE, reason="bad intent")
     dated = Rejection(id="e8", pack="p", rule_id="r1", partition=ALICE, reason="no subject", at=T0)
     result = await store.apply_deltas([], rejections=[rejection, dated])
@@ -447,7 +455,7 @@ async def test_rejections_are_recorded_once(store: SQLiteFactStore) -> None:
 # --- conflicts and validation: nothing applied ------------------------------------------------
 
 
-async def conflict_setup(store: SQLiteFactStore) -> dict[str, str]:
+async def conflict_setup(store: AnyFactStore) -> dict[str, str]:
     """Stored facts: alice's open tea, alice's closed juice, bob's open tea."""
     tea, juice, bobs = add("tea"), add("juice", src="e5"), add("tea", user="bob")
     await store.apply_deltas([tea, juice, bobs, delete([juice.new_fact_id], ts=T0 + DAY)])
@@ -494,15 +502,15 @@ CONFLICTS: dict[str, Callable[[dict[str, str]], tuple[list[Delta], str, str]]] =
 
 
 @pytest.mark.parametrize("case", sorted(CONFLICTS))
-async def test_conflicts_leave_the_store_unchanged(store: SQLiteFactStore, case: str) -> None:
+async def test_conflicts_leave_the_store_unchanged(store: AnyFactStore, case: str) -> None:
     ids = await conflict_setup(store)
     deltas, culprit, why = CONFLICTS[case](ids)
-    before = dump(store.path)
+    before = await snapshot(store)
     with pytest.raises(FactConflictError) as info:
         await store.apply_deltas([add("fresh", src="e6"), *deltas])
     assert culprit in str(info.value) and why in str(info.value)
     assert info.value.context["fact_ids"] == [culprit]
-    assert dump(store.path) == before
+    assert await snapshot(store) == before
 
 
 def good() -> dict[str, Any]:
@@ -527,18 +535,18 @@ BAD_DICTS: dict[str, tuple[dict[str, Any], str]] = {
 
 
 @pytest.mark.parametrize("case", sorted(BAD_DICTS))
-async def test_invalid_deltas_leave_the_store_unchanged(store: SQLiteFactStore, case: str) -> None:
+async def test_invalid_deltas_leave_the_store_unchanged(store: AnyFactStore, case: str) -> None:
     await store.apply_delta(add("before", src="e0"))
-    before = dump(store.path)
+    before = await snapshot(store)
     bad, field = BAD_DICTS[case]
     with pytest.raises(DeltaValidationError) as info:
         await store.apply_deltas([add("fresh", src="e6").model_dump(), bad])
     assert (info.value.context["index"], info.value.context["field"]) == (1, field)
     assert str(info.value).startswith(f"deltas[1].{field}")
-    assert dump(store.path) == before
+    assert await snapshot(store) == before
 
 
-async def test_bad_pack_hash_is_refused(store: SQLiteFactStore) -> None:
+async def test_bad_pack_hash_is_refused(store: AnyFactStore) -> None:
     with pytest.raises(DeltaValidationError, match="pack_hash"):
         await store.apply_deltas([add("tea")], pack_hash="a\x00b")
 
@@ -555,13 +563,13 @@ async def test_a_listener_failing_mid_batch_applies_nothing(tmp_path: Path) -> N
     async with SQLiteFactStore(tmp_path / "m.db", adapter=adapter) as store:
         kept = add("kept", src="e0")
         await store.apply_delta(kept)
-        before = dump(store.path)
+        before = await snapshot(store)
         batch: list[Delta] = [add(f"o{n}", src=f"e{n + 1}") for n in range(5)]
         batch.insert(1, noop([kept.new_fact_id], ts=T0))
         mark = WatermarkAdvance(pack="p", rule_id="r1", partition=ALICE, last_seq=4)
         with pytest.raises(RuntimeError, match="working memory full"):
             await store.apply_deltas(batch, watermarks=[mark])
-        assert dump(store.path) == before
+        assert await snapshot(store) == before
         adapter.listeners.clear()
         result = await store.apply_deltas(batch)
         assert (result.added, result.noops) == (5, 1)
@@ -662,15 +670,15 @@ def test_clean_pairs_sends_anything_unusual_one_by_one(pair: tuple[str, dict[str
     assert not clean_pairs([(fact_for(good), good), odd, (fact_for(good), good)])
 
 
-async def test_a_bad_pair_mid_chunk_names_its_delta(store: SQLiteFactStore) -> None:
+async def test_a_bad_pair_mid_chunk_names_its_delta(store: AnyFactStore) -> None:
     await store.apply_delta(add("tea", src="e0"))
-    before = dump(store.path)
+    before = await snapshot(store)
     batch: list[Delta] = [add(f"o{n}", src=f"e{n + 1}") for n in range(6)]
     batch[4] = batch[4].model_copy(update={"reason": "a\x00b"})
     with pytest.raises(DeltaValidationError, match=r"^deltas\[4\]\.reason: ") as info:
         await store.apply_deltas(batch)
     assert (info.value.context["index"], info.value.context["field"]) == (4, "reason")
-    assert dump(store.path) == before
+    assert await snapshot(store) == before
 
 
 def test_sanitize_bundle_normalises_time_and_caps_reason() -> None:
@@ -684,7 +692,7 @@ def test_sanitize_bundle_normalises_time_and_caps_reason() -> None:
     assert sanitize_bundle(zero) is zero  # a zero offset is UTC already
 
 
-async def test_long_reasons_are_capped_in_lineage_not_in_audit(store: SQLiteFactStore) -> None:
+async def test_long_reasons_are_capped_in_lineage_not_in_audit(store: AnyFactStore) -> None:
     delta = add("tea", reason="why " * 1000)
     await store.apply_delta(delta)
     assert len((await store.lineage(delta.new_fact_id)).reason) == MAX_REASON_CHARS
@@ -727,7 +735,8 @@ async def test_health_of_episode_only_file_is_not_bootstrapped(tmp_path: Path) -
     assert health.reason.startswith("not bootstrapped: missing table(s) fact_store_meta, facts")
 
 
-async def test_health_reports_real_figures(store: SQLiteFactStore) -> None:
+async def test_health_reports_real_figures(sqlite_store: SQLiteFactStore) -> None:
+    store = sqlite_store
     await store.apply_deltas([add(f"o{n}", src=f"e{n}") for n in range(3)])
     await store.bootstrap()
     health = await store.health()
@@ -816,7 +825,8 @@ def test_rejection_reasons_are_capped_and_nul_free() -> None:
         Rejection(id="e1", pack="p", rule_id="r1", partition=ALICE, reason="a\x00")
 
 
-async def test_corrupt_rows_name_table_and_id(store: SQLiteFactStore) -> None:
+async def test_corrupt_rows_name_table_and_id(sqlite_store: SQLiteFactStore) -> None:
+    store = sqlite_store
     delta = add("tea")
     await store.apply_delta(delta)
     with closing(sqlite3.connect(store.path)) as db, db:
@@ -914,8 +924,9 @@ async def _autocheckpoint(store: SQLiteFactStore) -> int:
 
 
 async def test_background_checkpoints_copy_each_batch_and_restore_the_default(
-    store: SQLiteFactStore,
+    sqlite_store: SQLiteFactStore,
 ) -> None:
+    store = sqlite_store
     await store.apply_delta(add("tea", src="e0"))
     assert await _autocheckpoint(store) == 100
     assert store._db is not None
