@@ -40,7 +40,9 @@ __all__ = [
     "Backend",
     "open_backend",
     "pg_schema",
+    "raw_execute",
     "raw_rows",
+    "schema_snapshot",
     "snapshot",
 ]
 
@@ -141,3 +143,29 @@ async def raw_rows(
             return [tuple(row) for row in db.execute(sql).fetchall()]
     async with store.database.connection() as conn:
         return [tuple(row) for row in await conn.fetch(sql)]
+
+
+async def raw_execute(
+    store: AnyFactStore | AnyMemoryStore | AnyScheduleStore, sql: str, params: tuple[Any, ...]
+) -> None:
+    """Run one write behind the store's back (``?`` placeholders; both backends' SQL)."""
+    if isinstance(store, SQLiteFactStore | SQLiteMemoryStore | SQLiteScheduleStore):
+        with closing(sqlite3.connect(store.path)) as db, db:
+            db.execute(sql, params)
+        return
+    async with store.database.connection() as conn:
+        await conn.execute(sql.replace("?", "%s"), params)
+
+
+async def schema_snapshot(store: AnyFactStore | AnyMemoryStore | AnyScheduleStore) -> str:
+    """The tables and columns of the store's database and its recorded migrations."""
+    if isinstance(store, SQLiteFactStore | SQLiteMemoryStore | SQLiteScheduleStore):
+        tables = await raw_rows(store, "SELECT name, sql FROM sqlite_master ORDER BY name")
+    else:
+        tables = await raw_rows(
+            store,
+            "SELECT table_name, column_name, data_type FROM information_schema.columns "
+            "WHERE table_schema = current_schema() ORDER BY 1, 2",
+        )
+    migrations = await raw_rows(store, "SELECT version, name FROM schema_migrations ORDER BY 1")
+    return repr([*tables, *migrations])

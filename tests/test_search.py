@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from backends import BACKENDS, AnyFactStore, open_backend
 from readme_helpers import readme_section_example, run_example
 from typer.testing import CliRunner, Result
 
@@ -59,18 +60,19 @@ def add(
     return AddDelta(fact=fact, **{**_common(user, src, agent), "confidence": confidence})
 
 
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SQLiteFactStore]:
+@pytest.fixture(params=BACKENDS)
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[AnyFactStore]:
+    """A fresh fact store of each backend in turn, its clock a minute later at each call."""
     clock = iter(T0 + timedelta(minutes=i) for i in range(10_000))
-    async with SQLiteFactStore(tmp_path / "facts.db", clock=lambda: next(clock)) as s:
-        yield s
+    async with open_backend(request.param, tmp_path, clock=lambda: next(clock)) as opened:
+        yield opened.facts
 
 
 def objects(hits: list[Any]) -> list[str]:
     return [hit.fact.object for hit in hits]
 
 
-async def test_words_rank_facts_and_filters_narrow_them(store: SQLiteFactStore) -> None:
+async def test_words_rank_facts_and_filters_narrow_them(store: AnyFactStore) -> None:
     await store.apply_deltas(
         [
             add("alice", "likes", "green tea", src="e1"),
@@ -95,7 +97,7 @@ async def test_words_rank_facts_and_filters_narrow_them(store: SQLiteFactStore) 
     assert await store.search("tea", agent="other") == []
 
 
-async def test_payload_text_is_searched_and_accents_ignored(store: SQLiteFactStore) -> None:
+async def test_payload_text_is_searched_and_accents_ignored(store: AnyFactStore) -> None:
     await store.apply_deltas(
         [
             add("alice", "visited", "a city", payload={"note": "Café in Zürich"}, src="e1"),
@@ -105,7 +107,7 @@ async def test_payload_text_is_searched_and_accents_ignored(store: SQLiteFactSto
     assert objects(await store.search("zurich cafe")) == ["a city"]
 
 
-async def test_closed_facts_leave_the_index(store: SQLiteFactStore) -> None:
+async def test_closed_facts_leave_the_index(store: AnyFactStore) -> None:
     first = add("alice", "drinks", "tea", src="e1")
     await store.apply_deltas([first])
     assert objects(await store.search("tea")) == ["tea"]
@@ -165,7 +167,7 @@ async def test_every_fact_is_indexed_and_only_current_ones_are_found(tmp_path: P
     assert index == facts and len(facts) == 31
 
 
-async def test_filter_only_search_ranks_by_confidence(store: SQLiteFactStore) -> None:
+async def test_filter_only_search_ranks_by_confidence(store: AnyFactStore) -> None:
     await store.apply_deltas(
         [
             add("alice", "likes", "tea", confidence=0.4, src="e1"),
@@ -179,7 +181,7 @@ async def test_filter_only_search_ranks_by_confidence(store: SQLiteFactStore) ->
     assert objects(await store.search(min_confidence=0.5)) == ["jazz", "rain"]
 
 
-async def test_search_records_access_unless_told_not_to(store: SQLiteFactStore) -> None:
+async def test_search_records_access_unless_told_not_to(store: AnyFactStore) -> None:
     tea = add("alice", "likes", "tea", src="e1")
     await store.apply_deltas([tea, add("alice", "likes", "jazz", src="e2")])
     fid = tea.new_fact_id
@@ -207,7 +209,7 @@ async def test_search_records_access_unless_told_not_to(store: SQLiteFactStore) 
     ],
 )
 async def test_unusable_queries_are_refused(
-    store: SQLiteFactStore, query: str, limit: int, message: str
+    store: AnyFactStore, query: str, limit: int, message: str
 ) -> None:
     with pytest.raises(SearchError, match=message):
         await store.search(query, limit=limit)
@@ -216,7 +218,7 @@ async def test_unusable_queries_are_refused(
 @pytest.mark.parametrize(
     "query", ['tea" OR "x', "tea*", "subject:alice", "NEAR(a b)", "a AND", "(tea", "-tea", "^tea"]
 )
-async def test_query_syntax_is_text_never_fts_syntax(store: SQLiteFactStore, query: str) -> None:
+async def test_query_syntax_is_text_never_fts_syntax(store: AnyFactStore, query: str) -> None:
     await store.apply_deltas([add("alice", "likes", "tea", src="e1")])
     hits = await store.search(query)
     # words only: each query above either contains the word "tea" or matches nothing

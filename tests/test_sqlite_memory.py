@@ -1,4 +1,5 @@
-"""SQLiteMemoryStore: scoped writes, widening reads, ordering, duplicates, health, migrations."""
+"""Memory stores (SQLite and PostgreSQL): scoped writes, widening reads, ordering,
+duplicates, quarantine, health, migrations; and the SQLite file's own concerns."""
 
 from __future__ import annotations
 
@@ -6,12 +7,20 @@ import asyncio
 import os
 import sqlite3
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
+from backends import (
+    BACKENDS,
+    AnyMemoryStore,
+    open_backend,
+    raw_execute,
+    raw_rows,
+    schema_snapshot,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -31,7 +40,9 @@ from stargraph_mem.stores import (
     Partition,
     SQLiteMemoryStore,
 )
-from stargraph_mem.stores.sqlite_memory import _READ_COLUMNS, recent_query, row_record
+from stargraph_mem.stores.postgres import PostgresDatabase
+from stargraph_mem.stores.postgres.statements import READ_COLUMNS
+from stargraph_mem.stores.sqlite_memory import recent_query, row_record
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 Scope = tuple[str, str, str]
@@ -58,7 +69,7 @@ def ep(
     )
 
 
-async def put(store: SQLiteMemoryStore, episode: Episode) -> None:
+async def put(store: AnyMemoryStore, episode: Episode) -> None:
     """``put`` with the episode's own scope restated, as callers must."""
     await store.put(episode, user=episode.user, session=episode.session, agent=episode.agent)
 
@@ -67,23 +78,38 @@ def ids(episodes: list[Episode]) -> list[str]:
     return [e.id for e in episodes]
 
 
+@pytest.fixture(params=BACKENDS)
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[AnyMemoryStore]:
+    """A fresh memory store of each backend in turn."""
+    async with open_backend(request.param, tmp_path) as opened:
+        yield opened.memory
+
+
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SQLiteMemoryStore]:
+async def sqlite_store(tmp_path: Path) -> AsyncIterator[SQLiteMemoryStore]:
     async with SQLiteMemoryStore(tmp_path / "memory.db") as opened:
         yield opened
 
 
-def count_rows(path: Path) -> int:
-    with sqlite3.connect(path) as db:
-        return int(db.execute("SELECT count(*) FROM episodes").fetchone()[0])
+def with_clock(store: AnyMemoryStore, clock: Callable[[], datetime]) -> AnyMemoryStore:
+    """A second memory store over the same database as ``store``, with ``clock``."""
+    if isinstance(store, SQLiteMemoryStore):
+        return SQLiteMemoryStore(store.path, clock=clock)
+    return PostgresDatabase(store.database.url, clock=clock).memory
+
+
+async def count_rows(store: AnyMemoryStore) -> int:
+    [(count,)] = await raw_rows(store, "SELECT count(*) FROM episodes")
+    return int(count)
 
 
 # --- lifecycle ---------------------------------------------------------------------------
 
 
 async def test_store_satisfies_protocol_and_consolidate_runs_the_runtime(
-    store: SQLiteMemoryStore,
+    sqlite_store: SQLiteMemoryStore,
 ) -> None:
+    store = sqlite_store
     assert isinstance(store, MemoryStore)
     episode = Episode(
         id="c1",
@@ -152,7 +178,7 @@ WIDEN_DATA = [
     ],
 )
 async def test_recent_widens_by_omitted_components(
-    store: SQLiteMemoryStore, session: str | None, agent: str | None, expected: list[str]
+    store: AnyMemoryStore, session: str | None, agent: str | None, expected: list[str]
 ) -> None:
     await store.put_many(
         [ep(i, scope, ts=T0 + timedelta(minutes=n)) for n, (i, scope) in enumerate(WIDEN_DATA)]
@@ -162,12 +188,13 @@ async def test_recent_widens_by_omitted_components(
 
 
 @pytest.mark.parametrize("limit", [0, -1, True, 1.5])
-async def test_recent_limit_must_be_positive_int(store: SQLiteMemoryStore, limit: Any) -> None:
+async def test_recent_limit_must_be_positive_int(store: AnyMemoryStore, limit: Any) -> None:
     with pytest.raises(ValueError, match="limit"):
         await store.recent("alice", limit=limit)
 
 
-async def test_session_read_uses_index_without_sort(store: SQLiteMemoryStore) -> None:
+async def test_session_read_uses_index_without_sort(sqlite_store: SQLiteMemoryStore) -> None:
+    store = sqlite_store
     sql, params = recent_query("alice", "s1", "a1", 20)
     with sqlite3.connect(store.path) as db:
         plan = " | ".join(r[3] for r in db.execute(f"EXPLAIN QUERY PLAN {sql}", params))
@@ -178,8 +205,9 @@ async def test_session_read_uses_index_without_sort(store: SQLiteMemoryStore) ->
 
 @pytest.mark.parametrize(("session", "agent"), [(None, "a1"), ("s1", None), (None, None)])
 async def test_wider_reads_never_scan_the_table(
-    store: SQLiteMemoryStore, session: str | None, agent: str | None
+    sqlite_store: SQLiteMemoryStore, session: str | None, agent: str | None
 ) -> None:
+    store = sqlite_store
     sql, params = recent_query("alice", session, agent, 20)
     assert "LIKE" not in sql
     with sqlite3.connect(store.path) as db:
@@ -250,13 +278,13 @@ def test_distinct_scopes_never_see_each_other(
 
 
 @pytest.mark.parametrize("other", ["ALICE", "Alice", "a_ice", "alice2", "alice/session/x", "al%"])
-async def test_lookalike_users_are_isolated(store: SQLiteMemoryStore, other: str) -> None:
+async def test_lookalike_users_are_isolated(store: AnyMemoryStore, other: str) -> None:
     await store.put_many([ep("mine"), ep("theirs", (other, "s1", "a1"))])
     assert ids(await store.recent("alice", limit=10)) == ["mine"]
     assert ids(await store.recent(other, limit=10)) == ["theirs"]
 
 
-async def test_session_component_cannot_forge_agent_segment(store: SQLiteMemoryStore) -> None:
+async def test_session_component_cannot_forge_agent_segment(store: AnyMemoryStore) -> None:
     await store.put_many([ep("x", ("alice", "s1/agent/a1", "a9")), ep("y", ("alice", "s1", "a1"))])
     assert ids(await store.recent("alice", "s1", "a1", limit=10)) == ["y"]
     assert ids(await store.recent("alice", "s1", limit=10)) == ["y"]
@@ -265,7 +293,7 @@ async def test_session_component_cannot_forge_agent_segment(store: SQLiteMemoryS
 # --- ordering and time -------------------------------------------------------------------
 
 
-async def test_order_uses_utc_instant_across_offsets(store: SQLiteMemoryStore) -> None:
+async def test_order_uses_utc_instant_across_offsets(store: AnyMemoryStore) -> None:
     plus2 = timezone(timedelta(hours=2))
     minus5 = timezone(timedelta(hours=-5))
     await store.put_many(
@@ -285,7 +313,7 @@ async def test_order_uses_utc_instant_across_offsets(store: SQLiteMemoryStore) -
     assert got[2].timestamp == datetime(2026, 11, 22, 10, 0, tzinfo=plus2)
 
 
-async def test_equal_instants_break_ties_by_insertion(store: SQLiteMemoryStore) -> None:
+async def test_equal_instants_break_ties_by_insertion(store: AnyMemoryStore) -> None:
     same = [T0, T0.astimezone(timezone(timedelta(hours=5))), T0]
     for n, ts in enumerate(same):
         await put(store, ep(f"e{n}", ts=ts))
@@ -294,14 +322,14 @@ async def test_equal_instants_break_ties_by_insertion(store: SQLiteMemoryStore) 
     assert [r.id for r in records] == ["e0", "e1", "e2"]
 
 
-async def test_naive_datetimes_are_refused(store: SQLiteMemoryStore) -> None:
+async def test_naive_datetimes_are_refused(store: AnyMemoryStore) -> None:
     with pytest.raises(ValueError, match="timezone"):
         ep("naive", ts=datetime(2026, 1, 1))
     forged = Episode.model_construct(**{**ep("forged").__dict__, "timestamp": datetime(2026, 1, 1)})
     with pytest.raises(ValueError, match="naive"):
         await store.put_many([ep("fine"), forged])
     await put(store, ep("e1"))
-    naive_clock = SQLiteMemoryStore(store.path, clock=lambda: datetime(2026, 1, 1))
+    naive_clock = with_clock(store, lambda: datetime(2026, 1, 1))
     with pytest.raises(ValueError, match="clock"):
         await naive_clock.recent("alice", limit=1)
     with pytest.raises(ValueError, match="naive"):
@@ -314,11 +342,11 @@ async def test_naive_datetimes_are_refused(store: SQLiteMemoryStore) -> None:
 # --- duplicates and scope checks ----------------------------------------------------------
 
 
-async def test_identical_reput_is_a_noop(store: SQLiteMemoryStore) -> None:
+async def test_identical_reput_is_a_noop(store: AnyMemoryStore) -> None:
     await put(store, ep("e1", metadata={"a": 1, "b": [1, 2]}))
     await put(store, ep("e1", metadata={"b": [1, 2], "a": 1}))
     assert await store.put_many([ep("e1", metadata={"a": 1, "b": [1, 2]}), ep("e2")]) == 1
-    assert count_rows(store.path) == 2
+    assert await count_rows(store) == 2
 
 
 @pytest.mark.parametrize(
@@ -331,20 +359,20 @@ async def test_identical_reput_is_a_noop(store: SQLiteMemoryStore) -> None:
     ],
 )
 async def test_same_id_different_fields_is_rejected(
-    store: SQLiteMemoryStore, changed: Episode, field: str
+    store: AnyMemoryStore, changed: Episode, field: str
 ) -> None:
     await put(store, ep("e1", metadata={"a": 1}))
     with pytest.raises(DuplicateEpisodeError, match=f"'e1' already exists.*{field}"):
         await put(store, changed)
     with pytest.raises(DuplicateEpisodeError):
         await store.put_many([ep("new1"), changed, ep("new2")])
-    assert count_rows(store.path) == 1
+    assert await count_rows(store) == 1
 
 
-async def test_duplicates_within_a_batch(store: SQLiteMemoryStore) -> None:
+async def test_duplicates_within_a_batch(store: AnyMemoryStore) -> None:
     with pytest.raises(DuplicateEpisodeError, match="'d' appears twice in the batch"):
         await store.put_many([ep("x"), ep("d"), ep("d", content="changed")])
-    assert count_rows(store.path) == 0
+    assert await count_rows(store) == 0
     assert await store.put_many([ep("d"), ep("d"), ep("y")]) == 2
     assert await store.put_many([]) == 0
 
@@ -357,17 +385,15 @@ async def test_duplicates_within_a_batch(store: SQLiteMemoryStore) -> None:
         (("alice", "s1", "x"), "agent"),
     ],
 )
-async def test_put_scope_must_match_episode(
-    store: SQLiteMemoryStore, scope: Scope, part: str
-) -> None:
+async def test_put_scope_must_match_episode(store: AnyMemoryStore, scope: Scope, part: str) -> None:
     user, session, agent = scope
     with pytest.raises(MemoryScopeError, match=f"scope mismatch on {part}") as caught:
         await store.put(ep("e1"), user=user, session=session, agent=agent)
     assert caught.value.context["part"] == part
-    assert count_rows(store.path) == 0
+    assert await count_rows(store) == 0
 
 
-async def test_empty_scope_components_are_rejected(store: SQLiteMemoryStore) -> None:
+async def test_empty_scope_components_are_rejected(store: AnyMemoryStore) -> None:
     with pytest.raises(MemoryScopeError, match="'session'"):
         await store.put(ep("e1"), user="alice", session="", agent="a1")
     with pytest.raises(MemoryScopeError, match="'user'"):
@@ -391,7 +417,7 @@ METADATA: dict[str, Any] = {
 }
 
 
-async def test_metadata_round_trips_exactly(store: SQLiteMemoryStore) -> None:
+async def test_metadata_round_trips_exactly(store: AnyMemoryStore) -> None:
     await put(store, ep("m", metadata=METADATA))
     [back] = await store.recent("alice", limit=1)
     [record] = await store.since(Partition("alice", "a1"), 0)
@@ -426,7 +452,7 @@ async def test_recent_touches_only_returned_rows(tmp_path: Path) -> None:
     assert records["e2"].access_count == 2
 
 
-async def test_since_and_partition_bookkeeping(store: SQLiteMemoryStore) -> None:
+async def test_since_and_partition_bookkeeping(store: AnyMemoryStore) -> None:
     bob, alice = Partition("bob", "a1"), Partition("alice", "a1")
     assert await store.max_seq(alice) == 0
     assert await store.partitions() == []
@@ -455,14 +481,13 @@ async def test_since_and_partition_bookkeeping(store: SQLiteMemoryStore) -> None
     ("column", "value"), [("metadata", b"{not json"), ("metadata", b"[1]"), ("tz_offset_s", 10**6)]
 )
 async def test_corrupt_rows_name_table_and_seq(
-    store: SQLiteMemoryStore, column: str, value: object
+    store: AnyMemoryStore, column: str, value: object
 ) -> None:
     """A row that does not decode is skipped by reads and quarantined, naming its column;
     decoding it directly still raises :class:`CorruptRowError` with table, seq and reason."""
     await store.put_many([ep("ok"), ep("bad")])
-    with sqlite3.connect(store.path) as db:
-        db.execute(f"UPDATE episodes SET {column} = ? WHERE id = 'bad'", (value,))
-        raw = db.execute(f"SELECT {_READ_COLUMNS} FROM episodes WHERE id = 'bad'").fetchone()
+    await raw_execute(store, f"UPDATE episodes SET {column} = ? WHERE id = 'bad'", (value,))
+    [raw] = await raw_rows(store, f"SELECT {READ_COLUMNS} FROM episodes WHERE id = 'bad'")
     read = await store.since_checked(Partition("alice", "a1"), 0)
     assert [r.id for r in read.records] == ["ok"]
     assert [(q.seq, q.episode_id) for q in read.quarantined] == [(2, "bad")]
@@ -557,7 +582,8 @@ async def test_health_of_corrupt_file(tmp_path: Path) -> None:
     assert health.file_size == 8192
 
 
-async def test_health_reports_real_figures(store: SQLiteMemoryStore) -> None:
+async def test_health_reports_real_figures(sqlite_store: SQLiteMemoryStore) -> None:
+    store = sqlite_store
     await store.put_many([ep(f"e{n}") for n in range(7)])
     health = await store.health()
     assert health.ok and health.reason is None
@@ -586,7 +612,8 @@ def schema_of(path: Path) -> list[Any]:
         return [*tables, *db.execute("SELECT version, name FROM schema_migrations")]
 
 
-async def test_migrate_adds_a_nullable_column_once(store: SQLiteMemoryStore) -> None:
+async def test_migrate_adds_a_nullable_column_once(sqlite_store: SQLiteMemoryStore) -> None:
+    store = sqlite_store
     await put(store, ep("before"))
     await store.migrate(add_column(type="integer"))
     await store.migrate(add_column(type="integer"))
@@ -615,20 +642,20 @@ async def test_migrate_adds_a_nullable_column_once(store: SQLiteMemoryStore) -> 
     ],
 )
 async def test_migrate_rejects_with_nothing_changed(
-    store: SQLiteMemoryStore, plan: MigrationPlan, message: str
+    store: AnyMemoryStore, plan: MigrationPlan, message: str
 ) -> None:
-    before = schema_of(store.path)
+    before = await schema_snapshot(store)
     with pytest.raises(MigrationNotSupported, match=message):
         await store.migrate(plan)
-    assert schema_of(store.path) == before
+    assert await schema_snapshot(store) == before
 
 
-async def test_migrate_is_all_or_nothing(store: SQLiteMemoryStore) -> None:
+async def test_migrate_is_all_or_nothing(store: AnyMemoryStore) -> None:
     ops = [
         MigrationOp(op="add_column", table="episodes", column="one"),
         MigrationOp(op="add_column", table="episodes", column="One"),
     ]
-    before = schema_of(store.path)
+    before = await schema_snapshot(store)
     with pytest.raises(MigrationNotSupported, match=r"operations\[1\].*already exists"):
         await store.migrate(MigrationPlan(name="twice", operations=ops))
-    assert schema_of(store.path) == before
+    assert await schema_snapshot(store) == before

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import psycopg
 
+from stargraph_mem.errors import StoreError
 from stargraph_mem.model.deltas import MemoryDelta
 from stargraph_mem.model.episodes import Episode
 from stargraph_mem.stores.episode_rows import (
@@ -44,13 +45,11 @@ from stargraph_mem.stores.memory import (
     CheckedRead,
     EpisodeRecord,
     QuarantinedRow,
-    consolidation_hook,
 )
-from stargraph_mem.stores.models import ConsolidationRule, MigrationPlan
+from stargraph_mem.stores.models import ConsolidationRule, MigrationPlan, StoreHealth
 from stargraph_mem.stores.plan_migration import Ledger, apply_plan, check_plan
 from stargraph_mem.stores.postgres.connection import PgConn
 from stargraph_mem.stores.postgres.repository import PostgresRepository
-from stargraph_mem.stores.postgres.schema import TABLES
 from stargraph_mem.stores.postgres.statements import EPISODES, PLANS, READ_COLUMNS
 from stargraph_mem.stores.scope import Partition
 
@@ -116,15 +115,21 @@ class PostgresMemoryStore(PostgresRepository):
 
     async def migrate(self, plan: MigrationPlan) -> None:
         """Apply nullable ``add_column`` operations in one transaction and record the plan."""
-        check_plan(plan, store="memory", tables=TABLES["memory"])
-        await self.bootstrap()
+        check_plan(plan, store="memory")
         now_us = self._now_us()
         async with self.database.transaction("schema") as db:
             await apply_plan(db, plan, store="memory", ledger=_LEDGER, now_us=now_us, dialect=PLANS)
 
+    async def health(self) -> StoreHealth:
+        """Figures from the server; ``schema_version`` is the highest applied migration
+        plan of this store, as SQLite's memory store reports it."""
+        found = await super().health()
+        if not found.ok:
+            return found
+        return found.model_copy(update={"schema_version": await self.schema_version()})
+
     async def schema_version(self) -> int:
         """The highest applied migration version."""
-        await self.bootstrap()
         async with self.database.connection() as db:
             return int(await db.scalar("SELECT max(version) FROM schema_migrations"))
 
@@ -287,5 +292,13 @@ class PostgresMemoryStore(PostgresRepository):
         return sorted(found, key=lambda p: (p.user, p.agent))
 
     async def consolidate(self, rule: ConsolidationRule) -> list[MemoryDelta]:
-        """Run ``rule`` through the consolidation runtime (looked up when this runs)."""
-        return await consolidation_hook()(self, rule)
+        """Not available yet: the consolidation runtime opens SQLite stores by path.
+
+        Raises :class:`StoreError` (nothing read or written) instead of letting the runtime
+        create a SQLite file named after this database's URL.
+        """
+        raise StoreError(
+            f"consolidate() of rule {rule.id!r}: the consolidation runtime does not run on "
+            f"PostgreSQL stores yet ({self.database.where})",
+            rule_id=rule.id,
+        )
