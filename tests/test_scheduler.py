@@ -9,6 +9,7 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
+from backends import Backend
 from croniter import croniter
 from e2e_helpers import episode, spo
 
@@ -285,41 +286,39 @@ async def test_the_lease_lets_one_scheduler_tick_until_it_expires(tmp_path: Path
         assert (await c.tick(t + timedelta(seconds=62))).ran
 
 
-async def test_a_pass_decided_on_stale_run_state_rolls_back(tmp_path: Path) -> None:
-    db = tmp_path / "m.db"
+async def test_a_pass_decided_on_stale_run_state_rolls_back(backend: Backend) -> None:
     at = datetime(2026, 5, 1, tzinfo=UTC)
-    async with SQLiteScheduleStore(db) as runs, SQLiteFactStore(db) as facts:
-        advance = [WatermarkAdvance(pack="p", rule_id="r", partition=ALICE, last_seq=3)]
-        first = RuleRun("p", "r", ALICE, at, token="t1", expect="")
-        await facts.apply_deltas([], watermarks=advance, runs=[first])
-        again = RuleRun("p", "r", ALICE, at + timedelta(seconds=1), token="t1", expect="")
-        await facts.apply_deltas([], runs=[again])  # the same run's next pass: fine
-        stale = RuleRun("p", "r", ALICE, at, token="t2", expect="")
-        later = [WatermarkAdvance(pack="p", rule_id="r", partition=ALICE, last_seq=9)]
-        with pytest.raises(PassConflictError, match="applied by another scheduler first"):
-            await facts.apply_deltas([], watermarks=later, runs=[stale])
-        assert await facts.watermark("p", "r", ALICE) == 3
-        state = (await runs.runs("p"))[("r", ALICE.key)]
-        assert (state.token, state.runs, state.last_run_us) == ("t1", 1, 1777593601000000)
-        fresh = RuleRun("p", "r", ALICE, at, token="t3", expect="t1")
-        await facts.apply_deltas([], watermarks=later, runs=[fresh])
-        assert await facts.watermark("p", "r", ALICE) == 9
-        assert (await runs.runs("p"))[("r", ALICE.key)].runs == 2
+    runs, facts = backend.schedule, backend.facts
+    advance = [WatermarkAdvance(pack="p", rule_id="r", partition=ALICE, last_seq=3)]
+    first = RuleRun("p", "r", ALICE, at, token="t1", expect="")
+    await facts.apply_deltas([], watermarks=advance, runs=[first])
+    again = RuleRun("p", "r", ALICE, at + timedelta(seconds=1), token="t1", expect="")
+    await facts.apply_deltas([], runs=[again])  # the same run's next pass: fine
+    stale = RuleRun("p", "r", ALICE, at, token="t2", expect="")
+    later = [WatermarkAdvance(pack="p", rule_id="r", partition=ALICE, last_seq=9)]
+    with pytest.raises(PassConflictError, match="applied by another scheduler first"):
+        await facts.apply_deltas([], watermarks=later, runs=[stale])
+    assert await facts.watermark("p", "r", ALICE) == 3
+    state = (await runs.runs("p"))[("r", ALICE.key)]
+    assert (state.token, state.runs, state.last_run_us) == ("t1", 1, 1777593601000000)
+    fresh = RuleRun("p", "r", ALICE, at, token="t3", expect="t1")
+    await facts.apply_deltas([], watermarks=later, runs=[fresh])
+    assert await facts.watermark("p", "r", ALICE) == 9
+    assert (await runs.runs("p"))[("r", ALICE.key)].runs == 2
 
 
-async def test_a_conflict_among_several_runs_names_its_rule(tmp_path: Path) -> None:
-    db = tmp_path / "m.db"
+async def test_a_conflict_among_several_runs_names_its_rule(backend: Backend) -> None:
     at = datetime(2026, 5, 1, tzinfo=UTC)
-    async with SQLiteScheduleStore(db) as runs, SQLiteFactStore(db) as facts:
-        await facts.apply_deltas([], runs=[RuleRun("p", r, ALICE, at, token="t1") for r in "abc"])
-        other = [RuleRun("p", "b", ALICE, at, token="t9", expect="t1")]
-        await facts.apply_deltas([], runs=other)  # another scheduler ran b
-        stale = [RuleRun("p", r, ALICE, at, token="t2", expect="t1") for r in "abc"]
-        with pytest.raises(PassConflictError, match="rule 'b' of pack 'p'") as caught:
-            await facts.apply_deltas([], runs=stale)
-        assert caught.value.context["rule_id"] == "b"
-        tokens = {rule: state.token for (rule, _), state in (await runs.runs("p")).items()}
-        assert tokens == {"a": "t1", "b": "t9", "c": "t1"}  # the whole pass rolled back
+    runs, facts = backend.schedule, backend.facts
+    await facts.apply_deltas([], runs=[RuleRun("p", r, ALICE, at, token="t1") for r in "abc"])
+    other = [RuleRun("p", "b", ALICE, at, token="t9", expect="t1")]
+    await facts.apply_deltas([], runs=other)  # another scheduler ran b
+    stale = [RuleRun("p", r, ALICE, at, token="t2", expect="t1") for r in "abc"]
+    with pytest.raises(PassConflictError, match="rule 'b' of pack 'p'") as caught:
+        await facts.apply_deltas([], runs=stale)
+    assert caught.value.context["rule_id"] == "b"
+    tokens = {rule: state.token for (rule, _), state in (await runs.runs("p")).items()}
+    assert tokens == {"a": "t1", "b": "t9", "c": "t1"}  # the whole pass rolled back
 
 
 async def test_scheduler_tables_made_in_a_rolled_back_pass_are_made_again(
