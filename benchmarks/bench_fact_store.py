@@ -1,8 +1,9 @@
-"""Throughput of the SQLite fact store: ``apply_deltas`` for adds, then for updates.
+"""Throughput of the fact store: ``apply_deltas`` for adds, then for updates.
 
-Run: ``python benchmarks/bench_fact_store.py`` (``--help`` for sizes). Deltas are built
-(and validated) before timing starts, so the figures measure the store: validation pass,
-conflict resolution, provenance, ``executemany`` writes and the one commit.
+Run: ``python benchmarks/bench_fact_store.py`` (``--help`` for sizes); ``--postgres URL``
+measures the PostgreSQL store instead (a fresh schema of that database, dropped after).
+Deltas are built (and validated) before timing starts, so the figures measure the store:
+validation pass, conflict resolution, provenance, ``executemany`` writes and the one commit.
 """
 
 from __future__ import annotations
@@ -12,10 +13,16 @@ import asyncio
 import platform
 import tempfile
 import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import psycopg
+
 from stargraph_mem.stores import AddDelta, FactPayload, SQLiteFactStore, UpdateDelta
+from stargraph_mem.stores.postgres import PostgresDatabase, PostgresFactStore
 
 USERS = 20
 AGENTS = 3
@@ -54,18 +61,34 @@ def make_updates(adds: list[AddDelta]) -> list[UpdateDelta]:
     ]
 
 
-async def run(size: int, batch: int) -> None:
+async def run(size: int, batch: int, postgres: str | None = None) -> None:
     """Apply ``size`` adds then ``size`` updates in batches; print deltas per second."""
     adds = make_adds(size)
     updates = make_updates(adds)
-    with tempfile.TemporaryDirectory() as tmp:
-        async with SQLiteFactStore(Path(tmp) / "facts.db") as store:
-            for name, deltas in (("add", adds), ("update", updates)):
-                start = time.perf_counter()
-                for offset in range(0, size, batch):
-                    await store.apply_deltas(deltas[offset : offset + batch], pack_hash="bench")
-                seconds = time.perf_counter() - start
-                print(f"{name:<7} {size:>9,} batch {batch:>9,}  {size / seconds:>10,.0f} deltas/s")
+    async with open_store(postgres) as store:
+        for name, deltas in (("add", adds), ("update", updates)):
+            start = time.perf_counter()
+            for offset in range(0, size, batch):
+                await store.apply_deltas(deltas[offset : offset + batch], pack_hash="bench")
+            seconds = time.perf_counter() - start
+            print(f"{name:<7} {size:>9,} batch {batch:>9,}  {size / seconds:>10,.0f} deltas/s")
+
+
+@asynccontextmanager
+async def open_store(postgres: str | None) -> AsyncIterator[SQLiteFactStore | PostgresFactStore]:
+    """A fresh SQLite file, or a fresh schema of the ``postgres`` database (dropped after)."""
+    if postgres is None:
+        with tempfile.TemporaryDirectory() as tmp:
+            async with SQLiteFactStore(Path(tmp) / "facts.db") as store:
+                yield store
+        return
+    schema = f"bench_{uuid.uuid4().hex[:12]}"
+    try:
+        async with PostgresDatabase(f"{postgres}?schema={schema}") as db:
+            yield db.facts
+    finally:
+        async with await psycopg.AsyncConnection.connect(postgres, autocommit=True) as conn:
+            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 def main() -> None:
@@ -73,10 +96,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000])
     parser.add_argument("--batch", type=int, default=100_000)
+    parser.add_argument("--postgres", metavar="URL", help="measure PostgreSQL at this URL")
     args = parser.parse_args()
     print(f"# python {platform.python_version()}, {platform.machine()}")
     for size in args.sizes:
-        asyncio.run(run(size, min(args.batch, size)))
+        asyncio.run(run(size, min(args.batch, size), args.postgres))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,247 @@
+"""psycopg 3 (pool) against asyncpg on the PostgreSQL fact store's apply-path statement mix.
+
+Run: ``python benchmarks/bench_pg_drivers.py [--url postgresql://…] [--deltas N --batch B]``
+(needs the ``bench`` extra for asyncpg). Each driver gets a fresh schema (created by the
+store's own migrations, dropped afterwards) and the same rows, built before timing; the
+drivers alternate over ``--rounds`` and the best round of each is printed, with the ratio.
+
+One pass (``--batch`` deltas) is one transaction: the reads a pass makes (watermarks,
+version, last rowid and seq, stored ids, fact states), ``executemany`` inserts of facts,
+lineage, search index and audit rows, closes (the update passes) and a watermark upsert.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import platform
+import re
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import asyncpg
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from stargraph_mem.stores.postgres import PostgresDatabase
+from stargraph_mem.stores.postgres.statements import FACTS
+from stargraph_mem.stores.scope import partition_key
+
+PARTITIONS = 60
+Rows = list[tuple[Any, ...]]
+Pass = tuple[str, list[str], Rows, Rows, Rows, Rows, Rows, Rows]
+"""partition key, ids read back, then fact, lineage, index, audit, close, watermark rows."""
+
+
+def make_passes(deltas: int, batch: int, *, update: bool) -> list[Pass]:
+    """The rows of ``deltas`` adds (or updates of them) cut into passes of ``batch``."""
+    passes: list[Pass] = []
+    offset = deltas if update else 0
+    for start in range(0, deltas, batch):
+        index = range(start, min(start + batch, deltas))
+        key = partition_key(f"user{start % PARTITIONS}", "agent")
+        ids = [f"f{'u' if update else 'a'}{i:031d}" for i in index]
+        facts = [
+            (
+                offset + i + 1,
+                ids[n],
+                f"user{start % PARTITIONS}",
+                "agent",
+                key,
+                f"s{i}",
+                "likes",
+                f"o{i}",
+                b"{}",
+                0.9,
+                1_000_000 + i,
+                2_000_000,
+                "promote",
+                "d" + ids[n][1:],
+                None,
+                None,
+                None,
+            )
+            for n, i in enumerate(index)
+        ]
+        lineage = [
+            (
+                offset + i + 1,
+                ids[n],
+                "promote",
+                "bench",
+                "d" + ids[n][1:],
+                f'["ep-{i}"]',
+                1_000_000 + i,
+                0.9,
+                f"episode ep-{i} states it",
+                f'{{"e": "ep-{i}", "n": {i}}}',
+                "[]",
+                offset + i + 1,
+            )
+            for n, i in enumerate(index)
+        ]
+        text = [(offset + i + 1, f"s{i} likes o{i} {{}}") for i in index]
+        audit = [
+            (
+                offset + i + 1,
+                "d" + ids[n][1:],
+                "update" if update else "add",
+                "promote",
+                "bench",
+                f"user{start % PARTITIONS}",
+                "agent",
+                key,
+                2_000_000,
+                f'{{"kind": "add", "n": {i}}}',
+            )
+            for n, i in enumerate(index)
+        ]
+        closes = (
+            [(3_000_000, ids[n], "d" + ids[n][1:], f"fa{i:031d}") for n, i in enumerate(index)]
+            if update
+            else []
+        )
+        marks = [("bench", "promote", key, start + batch, 2_000_000)]
+        passes.append((key, ids, facts, lineage, text, audit, closes, marks))
+    return passes
+
+
+def dollar(sql: str) -> str:
+    """``%s`` placeholders as asyncpg's ``$1, $2, …``."""
+    counter = iter(range(1, 1_000))
+    return re.sub("%s", lambda _: f"${next(counter)}", sql)
+
+
+READS = (FACTS.marks, FACTS.version, FACTS.last_rowid, FACTS.last_seq)
+
+
+def read_params(key: str) -> Sequence[Sequence[Any]]:
+    return (("bench", key), (key,), (), ())
+
+
+async def psycopg_pass(pool: AsyncConnectionPool[Any], one: Pass) -> None:
+    key, ids, facts, lineage, text, audit, closes, marks = one
+    async with pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+        for sql, params in zip(READS, read_params(key), strict=True):
+            await (await cur.execute(sql, params or None)).fetchall()
+        await (await cur.execute(FACTS.stored_facts_in, (ids,))).fetchall()
+        if closes:
+            olds = [close[3] for close in closes]
+            await (await cur.execute(FACTS.fact_states_in, (olds,))).fetchall()
+        for sql, rows in (
+            (FACTS.insert_fact, facts),
+            (FACTS.insert_lineage, lineage),
+            (FACTS.index_fact, text),
+            (FACTS.close, closes),
+            (FACTS.insert_audit, audit),
+            (FACTS.upsert_watermark, marks),
+        ):
+            if rows:
+                await cur.executemany(sql, rows)
+
+
+async def asyncpg_pass(pool: asyncpg.Pool, one: Pass) -> None:
+    key, ids, facts, lineage, text, audit, closes, marks = one
+    async with pool.acquire() as conn, conn.transaction():
+        for sql, params in zip(READS, read_params(key), strict=True):
+            await conn.fetch(dollar(sql), *params)
+        await conn.fetch(dollar(FACTS.stored_facts_in), ids)
+        if closes:
+            await conn.fetch(dollar(FACTS.fact_states_in), [close[3] for close in closes])
+        for sql, rows in (
+            (FACTS.insert_fact, facts),
+            (FACTS.insert_lineage, lineage),
+            (FACTS.index_fact, text),
+            (FACTS.close, closes),
+            (FACTS.insert_audit, audit),
+            (FACTS.upsert_watermark, marks),
+        ):
+            if rows:
+                await conn.executemany(dollar(sql), rows)
+
+
+async def fresh_schema(url: str) -> str:
+    """A new schema with the stores' tables, made by the stores' own migrations."""
+    name = f"bench_{uuid.uuid4().hex[:12]}"
+    async with PostgresDatabase(f"{url}?schema={name}"):
+        pass
+    return name
+
+
+async def drop(url: str, schema: str) -> None:
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        await conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+async def timed(run: Callable[[Pass], Awaitable[None]], passes: list[list[Pass]]) -> float:
+    start = time.perf_counter()
+    for group in passes:
+        for one in group:
+            await run(one)
+    return time.perf_counter() - start
+
+
+async def one_round(url: str, passes: list[list[Pass]], deltas: int) -> dict[str, float]:
+    """Both drivers over the same rows, each on a fresh schema: deltas per second."""
+    rates: dict[str, float] = {}
+    schema = await fresh_schema(url)
+    try:
+        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+            url,
+            min_size=1,
+            max_size=2,
+            open=False,
+            kwargs={"autocommit": True, "options": f"-c search_path={schema}"},
+        )
+        await pool.open(wait=True)
+        try:
+            rates["psycopg"] = 2 * deltas / await timed(lambda p: psycopg_pass(pool, p), passes)
+        finally:
+            await pool.close()
+    finally:
+        await drop(url, schema)
+    schema = await fresh_schema(url)
+    try:
+        apool = await asyncpg.create_pool(
+            url, min_size=1, max_size=2, server_settings={"search_path": schema}
+        )
+        try:
+            rates["asyncpg"] = 2 * deltas / await timed(lambda p: asyncpg_pass(apool, p), passes)
+        finally:
+            await apool.close()
+    finally:
+        await drop(url, schema)
+    return rates
+
+
+async def run(url: str, deltas: int, batch: int, rounds: int) -> None:
+    passes = [make_passes(deltas, batch, update=False), make_passes(deltas, batch, update=True)]
+    best: dict[str, float] = {}
+    for number in range(rounds):
+        rates = await one_round(url, passes, deltas)
+        print(f"round {number + 1}: " + ", ".join(f"{k} {v:,.0f}" for k, v in rates.items()))
+        for name, rate in rates.items():
+            best[name] = max(best.get(name, 0.0), rate)
+    for name, rate in best.items():
+        print(f"{name:<8} {deltas:>8,} adds + updates, batch {batch:>6,}  {rate:>10,.0f} deltas/s")
+    print(f"asyncpg / psycopg: {best['asyncpg'] / best['psycopg']:.2f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--url", default="postgresql://postgres@127.0.0.1:5432/test")
+    parser.add_argument("--deltas", type=int, default=20_000)
+    parser.add_argument("--batch", type=int, default=2_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    print(
+        f"# python {platform.python_version()}, psycopg {psycopg.__version__}, "
+        f"asyncpg {asyncpg.__version__}"
+    )
+    asyncio.run(run(args.url, args.deltas, args.batch, args.rounds))
+
+
+if __name__ == "__main__":
+    main()
