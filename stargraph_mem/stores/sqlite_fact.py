@@ -57,6 +57,7 @@ from stargraph_mem.stores.models import MigrationPlan
 from stargraph_mem.stores.scope import Partition, partition_key, prefix_upper_bound, user_prefix
 from stargraph_mem.stores.sqlite_base import (
     WAL_AUTOCHECKPOINT_PAGES,
+    SharedConnection,
     SQLiteStoreBase,
     fetch,
     open_connection,
@@ -1166,8 +1167,9 @@ class SQLiteFactStore(SQLiteStoreBase):
         *,
         clock: Callable[[], datetime] = utc_now,
         adapter: ProvenanceAdapter | None = None,
+        shared: SharedConnection | None = None,
     ) -> None:
-        super().__init__(path, clock=clock)
+        super().__init__(path, clock=clock, shared=shared)
         self.adapter = adapter if adapter is not None else ProvenanceAdapter()
         self._checkpointer: aiosqlite.Connection | None = None
         self._checkpointing: asyncio.Task[None] | None = None
