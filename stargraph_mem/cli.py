@@ -1004,6 +1004,43 @@ def search_facts(
     typer.echo("\n".join(aligned(rows)))
 
 
+@app.command("copy")
+def copy_command(
+    source: Annotated[
+        str,
+        typer.Option(
+            "--from",
+            help="The memory to copy: a SQLite file (path or sqlite:///path) or postgresql://…",
+            show_default=False,
+        ),
+    ],
+    target: Annotated[
+        str,
+        typer.Option(
+            "--to",
+            help="An empty database to copy it into (a new SQLite file is created).",
+            show_default=False,
+        ),
+    ],
+    as_json: JsonOption = False,
+) -> None:
+    """Copy a whole memory into an empty database, SQLite to PostgreSQL or back: episodes,
+    facts with their history and lineage, audit, watermarks, rejections and schedule.
+
+    All or nothing: the rows go in one transaction of the target, and every table is
+    compared with the source (row counts and a digest of its rows) before it commits.
+    """
+    from stargraph_mem.stores.copy import copy_database
+
+    report = run(copy_database(source, target))
+    if as_json:
+        echo_json({"source": report.source, "target": report.target, "rows": report.rows})
+        return
+    typer.echo(f"copied {report.source} → {report.target}")
+    rows = [("TABLE", "ROWS")] + [(name, str(n)) for name, n in report.rows.items()]
+    typer.echo("\n".join(aligned(rows)))
+
+
 @app.command()
 def explain(
     fact_id: Annotated[str, typer.Argument(help="Fact id (from `facts`).")],

@@ -11,12 +11,12 @@ the repositories' Protocols (:mod:`stargraph_mem.stores.protocols`).
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 import aiosqlite
@@ -25,10 +25,14 @@ from stargraph_mem.errors import StoreConfigError
 from stargraph_mem.model.time import utc_now
 from stargraph_mem.stores.lifecycle import AsyncResource, closed_on_failure
 from stargraph_mem.stores.protocols import Database
-from stargraph_mem.stores.sqlite_base import SharedConnection, transaction
+from stargraph_mem.stores.sqlite_base import SharedConnection, scalar, transaction
 from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
 from stargraph_mem.stores.sqlite_memory import SQLiteMemoryStore
 from stargraph_mem.stores.sqlite_schedule import SQLiteScheduleStore
+from stargraph_mem.stores.sqlite_search import SEARCH_BACKFILL
+
+if TYPE_CHECKING:
+    from stargraph_mem.stores.copy import Table
 
 __all__ = [
     "DatabaseURL",
@@ -144,6 +148,16 @@ class SQLiteDatabase(AsyncResource):
         finally:
             await self.connection.close()
 
+    def source(self) -> _SQLiteTables:
+        """Whole-table reads for a copy from this database."""
+        return _SQLiteTables(self)
+
+    @asynccontextmanager
+    async def loading(self) -> AsyncIterator[_SQLiteTables]:
+        """Whole-table writes for a copy into this database, in one transaction."""
+        async with self.transaction() as db:
+            yield _SQLiteTables(self, db)
+
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
         """The shared connection inside one write transaction, held by this coroutine."""
@@ -151,6 +165,49 @@ class SQLiteDatabase(AsyncResource):
             db = await self.connection.open()
             async with transaction(db):
                 yield db
+
+
+def _columns(table: Table) -> str:
+    return ", ".join(f'"{column}"' for column in table.columns)
+
+
+class _SQLiteTables:
+    """A copy's reads and writes of whole tables on one SQLite connection (see
+    :mod:`stargraph_mem.stores.copy`)."""
+
+    def __init__(self, database: SQLiteDatabase, db: aiosqlite.Connection | None = None) -> None:
+        self.database = database
+        self.db = db
+        """The connection inside the loading transaction (``None``: read through the lock)."""
+
+    async def rows(self, table: Table, chunk: int) -> AsyncIterator[list[tuple[Any, ...]]]:
+        order = ", ".join(f'"{column}"' for column in table.order)
+        sql = f'SELECT {_columns(table)} FROM "{table.name}" ORDER BY {order}'
+        if self.db is not None:
+            async with self.db.execute(sql) as cursor:
+                while batch := await cursor.fetchmany(chunk):
+                    yield [tuple(row) for row in batch]
+            return
+        async with self.database.connection.lock:
+            db = await self.database.connection.open()
+            async with db.execute(sql) as cursor:
+                while batch := await cursor.fetchmany(chunk):
+                    yield [tuple(row) for row in batch]
+
+    async def count(self, table: str) -> int:
+        assert self.db is not None
+        return int(await scalar(self.db, f'SELECT count(*) FROM "{table}"') or 0)
+
+    async def insert(self, table: Table, rows: Sequence[tuple[Any, ...]]) -> None:
+        assert self.db is not None
+        marks = ", ".join("?" for _ in table.columns)
+        sql = f'INSERT INTO "{table.name}" ({_columns(table)}) VALUES ({marks})'
+        await self.db.executemany(sql, rows)
+
+    async def finish(self) -> None:
+        """Index the copied facts for search."""
+        assert self.db is not None
+        await self.db.execute(SEARCH_BACKFILL)
 
 
 def open_database(
