@@ -161,6 +161,13 @@ def _source_exists(url: DatabaseURL) -> None:
         raise StoreError(f"{url.path}: database file does not exist", source=str(url))
 
 
+def _same(a: DatabaseURL, b: DatabaseURL) -> bool:
+    """Whether two locations name one database (one file, or one server URL)."""
+    if a.path is not None and b.path is not None:
+        return a.path.resolve() == b.path.resolve()
+    return a.url == b.url
+
+
 async def copy_database(
     source: str | Path,
     target: str | Path,
@@ -174,7 +181,7 @@ async def copy_database(
     """
     src_url, dst_url = parse_database_url(source), parse_database_url(target)
     _source_exists(src_url)
-    if str(src_url) == str(dst_url):
+    if _same(src_url, dst_url):
         raise StoreError(f"copy: source and target are the same database ({src_url})")
     created = dst_url.path is not None and not dst_url.path.exists()
     try:

@@ -101,8 +101,8 @@ def parse_database_url(value: str | Path) -> DatabaseURL:
     if rest.startswith("//"):
         if not rest.startswith("///"):
             raise _bad(value, "a host is not supported for SQLite: write 'sqlite:///abs/path'")
-        rest = rest[2:]
-    if not rest:
+        rest = "/" + rest.lstrip("/")  # sqlite:///abs and sqlite:////abs: the same file
+    if not rest.strip("/"):
         raise _bad(value, "no path after 'sqlite:'")
     return DatabaseURL("sqlite", value, Path(rest).expanduser())
 
