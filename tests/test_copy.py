@@ -7,6 +7,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from e2e_helpers import DEDUP, DEFAULT, NOW, T0, episode
 from typer.testing import CliRunner
 
 from stargraph_mem.cli import app
@@ -16,7 +17,6 @@ from stargraph_mem.model.facts import FactPattern
 from stargraph_mem.stores import copy as copy_module
 from stargraph_mem.stores.copy import COPIED_TABLES, Table, copy_database
 from stargraph_mem.stores.database import open_database
-from tests.e2e_helpers import DEDUP, DEFAULT, NOW, T0, episode
 
 PACKS = [DEFAULT, DEDUP]
 
