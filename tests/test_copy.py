@@ -8,11 +8,13 @@ from pathlib import Path
 
 import pytest
 from e2e_helpers import DEDUP, DEFAULT, NOW, T0, episode
+from pydantic import JsonValue
 from typer.testing import CliRunner
 
 from stargraph_mem.cli import app
 from stargraph_mem.engine.api import Consolidator
 from stargraph_mem.errors import StoreError
+from stargraph_mem.model.episodes import Episode
 from stargraph_mem.model.facts import FactPattern
 from stargraph_mem.stores import copy as copy_module
 from stargraph_mem.stores.copy import COPIED_TABLES, Table, copy_database
@@ -21,15 +23,15 @@ from stargraph_mem.stores.database import open_database
 PACKS = [DEFAULT, DEDUP]
 
 
-def nights() -> list[list[object]]:
+def nights() -> list[list[Episode]]:
     """Three nights of episodes over four partitions: adds, repeats, updates and deletes."""
-    out: list[list[object]] = []
+    out: list[list[Episode]] = []
     for night in range(3):
-        eps = []
+        eps: list[Episode] = []
         for n in range(12):
             user = f"u{n % 4}"
             obj = ["tea", "coffee", "water"][(n + night) % 3]
-            meta: dict[str, object] = {"subject": user, "predicate": "likes", "object": obj}
+            meta: dict[str, JsonValue] = {"subject": user, "predicate": "likes", "object": obj}
             if night == 2 and n == 5:
                 meta["intent"] = "noop"
             eps.append(
@@ -38,7 +40,7 @@ def nights() -> list[list[object]]:
                     at=T0 + timedelta(days=night, minutes=n),
                     user=user,
                     session=f"s{night}",
-                    meta=meta,  # type: ignore[arg-type]
+                    meta=meta,
                 )
             )
         out.append(eps)
@@ -49,7 +51,7 @@ async def build(path: Path) -> None:
     """A memory after three nights of passes, with history and an accessed fact."""
     for night, eps in enumerate(nights()):
         async with Consolidator.open(path, PACKS) as mem:
-            await mem.memory.put_many(eps)  # type: ignore[arg-type]
+            await mem.memory.put_many(eps)
             await mem.consolidate(now=NOW + timedelta(days=night))
             hits = await mem.search("tea", limit=2)
             assert hits
