@@ -1569,3 +1569,178 @@ class SQLiteFactStore(SQLiteStoreBase):
                 closed_by=closed_by,
                 audit=tuple(await _audit_touching(db, fact, closed_by)),
             )
+
+    # --- many partitions at once (batched passes) ----------------------------------------
+
+    async def pass_bases(
+        self, pack: str, partitions: Sequence[Partition]
+    ) -> list[tuple[dict[str, int], int]]:
+        """:meth:`basis` of every partition (in the order given), in two statements."""
+        keys = [p.key for p in partitions]
+        async with self._read() as db:
+            versions = await _versions_of(db, keys)
+            marks = await _marks_of(db, pack, keys)
+        return [(marks.get(key, {}), versions[key]) for key in keys]
+
+    async def current_facts_of(self, partitions: Sequence[Partition]) -> list[list[EngineFact]]:
+        """:meth:`current_facts` of every partition (in the order given), in one statement."""
+        keys = [p.key for p in partitions]
+        found: dict[str, list[EngineFact]] = {key: [] for key in keys}
+        async with self._read() as db:
+            rows = await fetch(db, _CURRENT_OF, (orjson.dumps(keys),))
+        for row in rows:
+            found[row[-1]].append(engine_fact(row))
+        return [found[key] for key in keys]
+
+    async def apply_passes(
+        self, passes: Sequence[PassWrite], *, pack_hash: str = ""
+    ) -> list[int | None]:
+        """Apply many partitions' passes in one transaction (group commit).
+
+        Each pass's basis is checked as :meth:`apply_deltas` does; a pass whose partition
+        changed, or that another holder claims, is left out (``None``: compute it again),
+        the others are applied. Returns each applied partition's facts version after it.
+        Any other error (validation, conflict, a run another scheduler applied first) rolls
+        every pass back.
+        """
+        check_pack_hash(pack_hash)
+        with gc_paused():
+            checked = [_checked_deltas(p) for p in passes]
+            now = self._clock()
+            async with self._lock:
+                db = await self._ready()
+                await self._settle()
+                await self._checkpoint_mode(db)
+                batch = _Batch(db, self.adapter, pack_hash, now)
+                batch.check_sources = False
+                try:
+                    async with transaction(db):
+                        fresh = await _fresh_passes(db, passes)
+                        kept = [p for p, ok in zip(passes, fresh, strict=True) if ok]
+                        await record_runs(db, [run for p in kept for run in p.runs])
+                        deltas = await resolve_scopes(
+                            db, [d for ds, ok in zip(checked, fresh, strict=True) if ok for d in ds]
+                        )
+                        for start in range(0, len(deltas), CHUNK):
+                            await batch.apply_chunk(start, deltas[start : start + CHUNK])
+                        await _advance_passes(db, kept, batch.now_us)
+                        await batch.reject([r for p in kept for r in p.rejections])
+                        versions = await _versions_of(db, [p.basis.partition.key for p in kept])
+                finally:
+                    self.adapter.discard()
+                if self._deferred and self._checkpointer is not None:
+                    self._checkpointing = asyncio.create_task(self._checkpoint(self._checkpointer))
+        return [
+            versions[p.basis.partition.key] if ok else None
+            for p, ok in zip(passes, fresh, strict=True)
+        ]
+
+
+def _checked_deltas(write: PassWrite) -> list[Delta]:
+    """``write``'s deltas validated, all within its own partition."""
+    deltas = validate_deltas(write.deltas)
+    _check_pass_scope(deltas, write.basis)
+    return deltas
+
+
+@dataclass(frozen=True, slots=True)
+class PassWrite:
+    """One computed pass for :meth:`SQLiteFactStore.apply_passes`: what it read (``basis``,
+    without a claim holder) and what it writes."""
+
+    basis: PassBasis
+    deltas: Sequence[DeltaInput] = ()
+    watermarks: Sequence[WatermarkAdvance] = ()
+    rejections: Sequence[Rejection] = ()
+    runs: Sequence[RuleRun] = ()
+
+
+_CURRENT_OF: Final = """
+    SELECT f.id, f.subject, f.predicate, f.object, f.confidence, f.valid_from_us,
+        max(f.valid_from_us, coalesce(
+            (SELECT max(r.ts_us) FROM reinforcements r WHERE r.fact_id = f.id), f.valid_from_us)),
+        f.rule_id, l.source_episode_ids, f.partition_key
+    FROM facts f JOIN lineage l ON l.rowid = f.rowid
+    WHERE f.partition_key IN (SELECT value FROM json_each(?)) AND f.valid_until_us IS NULL
+    ORDER BY f.partition_key, f.valid_from_us, f.id"""
+_VERSIONS_OF: Final = """
+    SELECT j.value, (SELECT max(a.seq) FROM audit a WHERE a.partition_key = j.value)
+    FROM json_each(?) j"""
+_MARKS_OF: Final = (
+    "SELECT partition_key, rule_id, last_seq FROM watermarks WHERE pack = ? "
+    "AND partition_key IN (SELECT value FROM json_each(?)) ORDER BY partition_key, rule_id"
+)
+_CLAIMS_OF: Final = (
+    "SELECT partition_key, holder, expires_us FROM partition_claims "
+    "WHERE partition_key IN (SELECT value FROM json_each(?))"
+)
+
+
+async def _versions_of(db: aiosqlite.Connection, keys: Sequence[str]) -> dict[str, int]:
+    """Facts version (see :meth:`SQLiteFactStore.version`) of each partition key."""
+    rows = await fetch(db, _VERSIONS_OF, (orjson.dumps(list(keys)),))
+    return {str(key): 0 if seq is None else int(seq) for key, seq in rows}
+
+
+async def _marks_of(
+    db: aiosqlite.Connection, pack: str, keys: Sequence[str]
+) -> dict[str, dict[str, int]]:
+    """Every rule's watermark for (pack, partition) of each partition key that has one."""
+    found: dict[str, dict[str, int]] = {}
+    for key, rule_id, seq in await fetch(db, _MARKS_OF, (pack, orjson.dumps(list(keys)))):
+        found.setdefault(str(key), {})[str(rule_id)] = int(seq)
+    return found
+
+
+async def _fresh_passes(db: aiosqlite.Connection, passes: Sequence[PassWrite]) -> list[bool]:
+    """Per pass: whether its partition is as it read it and nobody else claims it (an
+    expired or dead claim is cleared, as :func:`_other_claim` does)."""
+    if not passes:
+        return []
+    keys = [p.basis.partition.key for p in passes]
+    packs = {p.basis.pack for p in passes}
+    marks = {pack: await _marks_of(db, pack, keys) for pack in packs}
+    versions = await _versions_of(db, keys)
+    claimed: set[str] = set()
+    for key, holder, expires_us in await fetch(db, _CLAIMS_OF, (orjson.dumps(keys),)):
+        now_us = next(p.basis.now_us for p in passes if p.basis.partition.key == key)
+        if int(expires_us) > now_us and not _holder_is_dead(str(holder)):
+            claimed.add(str(key))
+        else:
+            await db.execute(_DROP_CLAIM, (key, holder))
+    return [
+        p.basis.partition.key not in claimed
+        and versions[p.basis.partition.key] == p.basis.version
+        and marks[p.basis.pack].get(p.basis.partition.key, {}) == p.basis.marks
+        for p in passes
+    ]
+
+
+async def _advance_passes(
+    db: aiosqlite.Connection, passes: Sequence[PassWrite], now_us: int
+) -> None:
+    """Move the passes' watermarks forward from the marks their bases checked; a step
+    backwards raises :class:`StoreError`."""
+    final: dict[tuple[str, str, str], int] = {}
+    for write in passes:
+        for index, adv in enumerate(write.watermarks):
+            key = (adv.pack, adv.rule_id, adv.partition.key)
+            prior = final.get(key, write.basis.marks.get(adv.rule_id, 0))
+            if adv.pack != write.basis.pack or adv.partition != write.basis.partition:
+                raise StoreError(
+                    f"watermarks[{index}]: {adv.pack}/{adv.rule_id} at {key[2]} is outside "
+                    f"the pass over {write.basis.pack} at {write.basis.partition.key}",
+                    index=index,
+                )
+            if adv.last_seq < prior:
+                raise StoreError(
+                    f"watermarks[{index}]: {adv.pack}/{adv.rule_id} at {key[2]} would go "
+                    f"backwards from {prior} to {adv.last_seq}",
+                    index=index,
+                    stored=prior,
+                    requested=adv.last_seq,
+                )
+            final[key] = adv.last_seq
+    rows = [(*key, seq, now_us) for key, seq in final.items()]
+    if rows:
+        await db.executemany(_UPSERT_WATERMARK, rows)
