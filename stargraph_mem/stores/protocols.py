@@ -30,7 +30,7 @@ from stargraph_mem.stores.memory import (
     QuarantinedRow,
 )
 from stargraph_mem.stores.scope import Partition
-from stargraph_mem.stores.sqlite_fact import PassBasis
+from stargraph_mem.stores.sqlite_fact import PassBasis, PassWrite
 from stargraph_mem.stores.sqlite_schedule import LeaseState, RuleRun, RunState
 
 __all__ = ["Database", "EpisodeRepository", "FactRepository", "ScheduleRepository"]
@@ -63,6 +63,12 @@ class EpisodeRepository(IncrementalMemoryStore, Protocol):
     async def count_since(self, partition: Partition, after_seq: int) -> int: ...
 
     async def partitions(self) -> list[Partition]: ...
+
+    async def since_checked_of(
+        self, reads: Sequence[tuple[Partition, int]], *, limit: int | None = None
+    ) -> list[CheckedRead]: ...
+
+    async def count_since_of(self, reads: Sequence[tuple[Partition, int]]) -> list[int]: ...
 
 
 class FactRepository(FactStore, Protocol):
@@ -112,6 +118,16 @@ class FactRepository(FactStore, Protocol):
     async def current_facts(self, partition: Partition) -> list[EngineFact]: ...
 
     def background_checkpoints(self) -> AbstractAsyncContextManager[None]: ...
+
+    async def pass_bases(
+        self, pack: str, partitions: Sequence[Partition]
+    ) -> list[tuple[dict[str, int], int]]: ...
+
+    async def current_facts_of(self, partitions: Sequence[Partition]) -> list[list[EngineFact]]: ...
+
+    async def apply_passes(
+        self, passes: Sequence[PassWrite], *, pack_hash: str = ""
+    ) -> list[int | None]: ...
 
 
 class ScheduleRepository(Protocol):
