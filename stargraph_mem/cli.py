@@ -26,13 +26,13 @@ import re
 import sqlite3
 import stat
 import sys
-from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, Literal, NoReturn, TypeVar
 
 import orjson
 import typer
@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from stargraph_mem.model.episodes import Episode
     from stargraph_mem.model.facts import Fact, FactHit
     from stargraph_mem.stores.fact import Explanation
-    from stargraph_mem.stores.sqlite_memory import SQLiteMemoryStore
+    from stargraph_mem.stores.protocols import Database, EpisodeRepository
 
 T = TypeVar("T")
 
@@ -218,18 +218,20 @@ KNOWN_ERRORS: tuple[type[Exception], ...] = (
 )
 """Errors reported as one line and exit code 1; anything else is a bug and keeps its traceback."""
 
-DEFAULT_DB = Path("stargraph_mem.db")
+DEFAULT_DB = "stargraph_mem.db"
 DB_ENV = "STARGRAPH_MEM_DB"
 """The environment variable ``--db`` falls back to (before :data:`DEFAULT_DB`)."""
 
 DbOption = Annotated[
-    Path,
+    str,
     typer.Option(
         "--db",
-        help="SQLite database file.",
+        help=(
+            "Where the memory lives: a SQLite file (a path or sqlite:///path) or a "
+            "PostgreSQL server (postgresql://user@host/dbname)."
+        ),
         envvar=DB_ENV,
         show_envvar=True,
-        dir_okay=False,
         show_default=True,
     ),
 ]
@@ -311,18 +313,37 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
     raise AssertionError("unreachable")  # pragma: no cover - known_errors always re-raises
 
 
-async def using_store(db: Path, action: Callable[[SQLiteMemoryStore], Awaitable[T]]) -> T:
-    """Open (and bootstrap) the episodic store at ``db``, run ``action``, close it."""
-    from stargraph_mem.stores.sqlite_memory import SQLiteMemoryStore
-
-    async with SQLiteMemoryStore(db) as store:
-        return await action(store)
+async def using_store(db: str, action: Callable[[EpisodeRepository], Awaitable[T]]) -> T:
+    """Open the database at ``db`` with its episodes bootstrapped, run ``action``, close it."""
+    async with opened(db, "memory", create=True) as database:
+        return await action(database.memory)
 
 
-def existing(db: Path) -> Path:
-    """Read commands refuse to create a database: a missing file is an error."""
-    if not db.exists():
-        fail(f"{db}: database file does not exist")
+@asynccontextmanager
+async def opened(
+    db: str, part: Literal["memory", "facts"], *, create: bool = False
+) -> AsyncIterator[Database]:
+    """The database at ``db`` with one repository's schema bootstrapped (the others are
+    created by the first command that needs them, and a read changes nothing); unless
+    ``create``, a SQLite file must exist already."""
+    from stargraph_mem.stores.database import open_database
+
+    database = open_database(db if create else existing(db))
+    try:
+        await getattr(database, part).bootstrap()
+        yield database
+    finally:
+        await database.close()
+
+
+def existing(db: str) -> str:
+    """Read commands refuse to create a database: a missing SQLite file is an error."""
+    from stargraph_mem.stores.database import parse_database_url
+
+    with known_errors():
+        path = parse_database_url(db).path
+    if path is not None and not path.exists():
+        fail(f"{path}: database file does not exist")
     return db
 
 
@@ -895,7 +916,6 @@ def facts(
     """List current facts (or those current at --as-of), sorted by user, agent, subject,
     predicate, object and id; or search them with --search."""
     from stargraph_mem.model.facts import FactPattern
-    from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
 
     when = parse_aware(as_of, "--as-of")
     if search is None and (touch or limit != 10):
@@ -909,7 +929,8 @@ def facts(
         return
 
     async def action() -> list[Fact]:
-        async with SQLiteFactStore(existing(db)) as store:
+        async with opened(db, "facts") as database:
+            store = database.facts
             pattern = FactPattern(
                 user=user,
                 agent=agent,
@@ -935,7 +956,7 @@ def facts(
 
 
 def search_facts(
-    db: Path,
+    db: str,
     query: str,
     user: str | None,
     agent: str | None,
@@ -947,11 +968,10 @@ def search_facts(
     as_json: bool,
 ) -> None:
     """``facts --search``: ranked hits as a table (with SCORE) or JSON lines."""
-    from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
 
     async def action() -> list[FactHit]:
-        async with SQLiteFactStore(existing(db)) as store:
-            return await store.search(
+        async with opened(db, "facts") as database:
+            return await database.facts.search(
                 query,
                 user=user,
                 agent=agent,
@@ -984,6 +1004,43 @@ def search_facts(
     typer.echo("\n".join(aligned(rows)))
 
 
+@app.command("copy")
+def copy_command(
+    source: Annotated[
+        str,
+        typer.Option(
+            "--from",
+            help="The memory to copy: a SQLite file (path or sqlite:///path) or postgresql://…",
+            show_default=False,
+        ),
+    ],
+    target: Annotated[
+        str,
+        typer.Option(
+            "--to",
+            help="An empty database to copy it into (a new SQLite file is created).",
+            show_default=False,
+        ),
+    ],
+    as_json: JsonOption = False,
+) -> None:
+    """Copy a whole memory into an empty database, SQLite to PostgreSQL or back: episodes,
+    facts with their history and lineage, audit, watermarks, rejections and schedule.
+
+    All or nothing: the rows go in one transaction of the target, and every table is
+    compared with the source (row counts and a digest of its rows) before it commits.
+    """
+    from stargraph_mem.stores.copy import copy_database
+
+    report = run(copy_database(source, target))
+    if as_json:
+        echo_json({"source": report.source, "target": report.target, "rows": report.rows})
+        return
+    typer.echo(f"copied {report.source} → {report.target}")
+    rows = [("TABLE", "ROWS")] + [(name, str(n)) for name, n in report.rows.items()]
+    typer.echo("\n".join(aligned(rows)))
+
+
 @app.command()
 def explain(
     fact_id: Annotated[str, typer.Argument(help="Fact id (from `facts`).")],
@@ -994,11 +1051,10 @@ def explain(
 ) -> None:
     """Why a fact exists: rule, bindings, source episodes, what it replaced and what followed."""
     from stargraph_mem.authoring.trace import explanation_lines
-    from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
 
     async def action() -> Explanation:
-        async with SQLiteFactStore(existing(db)) as store:
-            return await store.explain(fact_id)
+        async with opened(db, "facts") as database:
+            return await database.facts.explain(fact_id)
 
     why = run(action())
     if as_json:
@@ -1091,7 +1147,7 @@ def conflict_problem(conflict: DuplicateEpisodeError) -> tuple[int, str]:
 
 
 async def ingest_stream(
-    source: BinaryIO, db: Path, bad: BadLines, total: int | None, progress: Progress | None
+    source: BinaryIO, db: str, bad: BadLines, total: int | None, progress: Progress | None
 ) -> tuple[int, int]:
     """Store every episode line of ``source`` in one transaction; ``(new rows, episode
     lines)``. Every line is validated and inserted (ids repeated with other fields are
@@ -1099,15 +1155,16 @@ async def ingest_stream(
 
     Chunks are pipelined: while SQLite's thread inserts one, this thread parses the next.
     The store opens with the first chunk that has episodes. When a bad line came before
-    it and ``db`` does not exist yet, a scratch database in a temporary folder takes its
-    place (repeats are still checked across chunks); a file this ingest created is removed
-    when it fails, so a failed ingest leaves no file behind.
+    it and a SQLite ``db`` does not exist yet, a scratch database in a temporary folder
+    takes its place (repeats are still checked across chunks); a file this ingest created
+    is removed when it fails, so a failed ingest leaves no file behind. On a server the
+    rolled-back transaction leaves nothing either.
     """
     import asyncio
     import tempfile
     from contextlib import AsyncExitStack
 
-    from stargraph_mem.stores.sqlite_memory import EpisodeWriter, SQLiteMemoryStore
+    from stargraph_mem.stores.database import open_database, parse_database_url
 
     Inserting = tuple[asyncio.Task[list[DuplicateEpisodeError]], list[tuple[int, str]]]
     pending: Inserting | None = None
@@ -1122,8 +1179,9 @@ async def ingest_stream(
 
     lines = 0
     created = False
+    path = parse_database_url(db).path
     async with AsyncExitStack() as stack:
-        writer: EpisodeWriter | None = None
+        writer: Any = None
         try:
             for chunk in read_chunks(source):  # parses while the last chunk is inserted
                 await settle()
@@ -1133,12 +1191,14 @@ async def ingest_stream(
                 else:
                     if writer is None:
                         target = db
-                        if (bad.count or chunk.problems) and not db.exists():
-                            scratch = stack.enter_context(tempfile.TemporaryDirectory())
-                            target = Path(scratch) / "check.db"
-                        created = target == db and not db.exists()
-                        store = await stack.enter_async_context(SQLiteMemoryStore(target))
-                        writer = await stack.enter_async_context(store.writing())
+                        if path is not None and not path.exists():
+                            if bad.count or chunk.problems:
+                                scratch = stack.enter_context(tempfile.TemporaryDirectory())
+                                target = str(Path(scratch) / "check.db")
+                            else:
+                                created = True
+                        database = await stack.enter_async_context(open_database(target))
+                        writer = await stack.enter_async_context(database.memory.writing())
                     write = writer.write(chunk.episodes, chunk.numbers)
                     pending = (asyncio.create_task(write), chunk.problems)
                     await asyncio.sleep(0)  # the task hands its rows to SQLite's thread
@@ -1158,7 +1218,7 @@ async def ingest_stream(
         writer.discard()
     if created:  # the failed ingest made the file (its first bad line came late): remove it
         for suffix in ("", "-wal", "-shm", "-journal"):
-            Path(f"{db}{suffix}").unlink(missing_ok=True)
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
     return 0, lines
 
 

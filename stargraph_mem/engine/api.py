@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from contextlib import AsyncExitStack
 from datetime import datetime
 from pathlib import Path
 
@@ -27,12 +26,10 @@ from stargraph_mem.model.episodes import Episode
 from stargraph_mem.model.facts import Fact, FactAccess, FactHit, FactPattern
 from stargraph_mem.model.time import to_utc, utc_now
 from stargraph_mem.salience import SalienceScorer
+from stargraph_mem.stores.database import SQLiteDatabase, open_database
 from stargraph_mem.stores.fact import Explanation
 from stargraph_mem.stores.lifecycle import AsyncResource, closed_on_failure
 from stargraph_mem.stores.scope import Partition
-from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
-from stargraph_mem.stores.sqlite_memory import SQLiteMemoryStore
-from stargraph_mem.stores.sqlite_schedule import SQLiteScheduleStore
 
 _RUNTIMES: dict[str, PackRuntime] = {}
 
@@ -73,12 +70,15 @@ class Consolidator(AsyncResource):
         worker: WorkerMode = "auto",
         read_only: bool | None = None,
     ) -> None:
-        self.path = Path(path)
-        self.memory = SQLiteMemoryStore(self.path)
-        self.fact_store = SQLiteFactStore(self.path)
-        self.schedule_store = SQLiteScheduleStore(self.path)
-        for store in (self.memory, self.fact_store, self.schedule_store):
-            store.read_only = read_only
+        database = open_database(path, read_only=read_only)
+        assert isinstance(database, SQLiteDatabase)  # the engine's types follow the backend
+        self.database = database
+        """The owner of the connections; ``memory``, ``fact_store`` and ``schedule_store``
+        are its repositories."""
+        self.path = database.path
+        self.memory = self.database.memory
+        self.fact_store = self.database.facts
+        self.schedule_store = self.database.schedule
         self.packs = list(packs)
         self.max_episodes = max_episodes
         self.keep_deltas = keep_deltas
@@ -143,7 +143,7 @@ class Consolidator(AsyncResource):
     @property
     def read_only_reason(self) -> str | None:
         """Why the open stores are read-only (``None`` when writable or not open)."""
-        return self.memory.read_only_reason or self.fact_store.read_only_reason
+        return self.database.read_only_reason
 
     async def bootstrap(self) -> None:
         """Create the stores' schemas (idempotent) and register the packs' cadences.
@@ -153,9 +153,7 @@ class Consolidator(AsyncResource):
         not changed, and the packs are not registered.
         """
         async with closed_on_failure(self._close_stores):
-            await self.memory.bootstrap()
-            await self.fact_store.bootstrap()
-            await self.schedule_store.bootstrap()
+            await self.database.bootstrap()
             if self.schedule_store.read_only_reason is None:
                 await self.scheduler.register()
 
@@ -168,11 +166,8 @@ class Consolidator(AsyncResource):
             await self._close_stores()
 
     async def _close_stores(self) -> None:
-        """Close every store, even when closing one of them fails (that error is raised)."""
-        async with AsyncExitStack() as stack:
-            stack.push_async_callback(self.memory.close)
-            stack.push_async_callback(self.fact_store.close)
-            stack.push_async_callback(self.schedule_store.close)
+        """Close the database (every repository's connection)."""
+        await self.database.close()
 
     async def record(self, episode: Episode) -> ConsolidationReport:
         """Store one episode under its own scope, then check the partition's count

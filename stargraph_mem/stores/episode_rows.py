@@ -50,9 +50,11 @@ __all__ = [
     "Row",
     "check_limit",
     "check_scope",
+    "checked_reads",
     "dedupe_batch",
     "duplicate_error",
     "episode_row",
+    "group_reads",
     "insert_rows",
     "key_of_partition",
     "not_utf8_error",
@@ -719,3 +721,24 @@ async def read_since(
         if not checked.quarantined or want is None or checked.scanned < want:
             return records
         after = checked.last_seq(after)
+
+
+Split = list[tuple[list[EpisodeRecord], list[tuple[Any, str]]]]
+"""Per read: the records that decode and ``(row, reason)`` for those that do not."""
+
+
+def group_reads(rows: Sequence[Sequence[Any]], count: int) -> tuple[Split, list[tuple[Any, str]]]:
+    """Rows of ``count`` reads (each row: the read's index, then the read columns) decoded
+    per read, and every undecodable row in order (to quarantine at once)."""
+    found: list[list[Any]] = [[] for _ in range(count)]
+    for row in rows:
+        found[row[0]].append(row[1:])
+    split = [split_rows(part, row_record) for part in found]
+    return split, [entry for _, worse in split for entry in worse]
+
+
+def checked_reads(split: Split, noted: Sequence[QuarantinedRow]) -> list[CheckedRead]:
+    """One :class:`CheckedRead` per read, its quarantine entries taken from ``noted`` (the
+    entries of every read's bad rows, in order)."""
+    entries = iter(noted)
+    return [CheckedRead(good, [next(entries) for _ in worse]) for good, worse in split]

@@ -27,14 +27,17 @@ from stargraph_mem.stores.fact import (
     EngineFact,
     ProvenanceBundle,
     Rejection,
+    WatermarkAdvance,
 )
 from stargraph_mem.stores.fact_statements import FactStatements
+from stargraph_mem.stores.schedule_runs import RuleRun
 from stargraph_mem.stores.scope import Partition, partition_key, prefix_upper_bound, user_prefix
 
 __all__ = [
     "KINDS",
     "Delta",
     "PassBasis",
+    "PassWrite",
     "audit_from_row",
     "bundle_from_row",
     "claim_holder",
@@ -104,6 +107,18 @@ class PassBasis:
     expires_us: int = 0
     release: bool = False
     now_us: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PassWrite:
+    """One computed pass for ``apply_passes``: what it read (``basis``, without a claim
+    holder) and what it writes."""
+
+    basis: PassBasis
+    deltas: Sequence[DeltaInput] = ()
+    watermarks: Sequence[WatermarkAdvance] = ()
+    rejections: Sequence[Rejection] = ()
+    runs: Sequence[RuleRun] = ()
 
 
 # --- conversions ------------------------------------------------------------------------

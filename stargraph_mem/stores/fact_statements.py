@@ -49,6 +49,14 @@ class FactStatements:
     insert_rejection: str
     marks: str
     version: str
+    marks_of: str
+    """``partition_key, rule_id, last_seq`` of a pack (``(pack, keys)``), by key and rule."""
+    versions_of: str
+    """``key, max audit seq`` of each of the given keys (``(keys,)``)."""
+    claims_of: str
+    """``partition_key, holder, expires_us`` of the claims on the given keys."""
+    current_of: str
+    """Current facts (the current-facts columns, then ``partition_key``) of the given keys."""
     claim_of: str
     drop_claim: str
     renew_claim: str

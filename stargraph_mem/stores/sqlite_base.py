@@ -42,6 +42,7 @@ __all__ = [
     "ONE_US",
     "SQLiteConn",
     "SQLiteStoreBase",
+    "SharedConnection",
     "StoreConnection",
     "fetch",
     "file_size",
@@ -348,6 +349,55 @@ def file_size(path: Path) -> int | None:
         return None
 
 
+async def _nothing() -> None:
+    """A close with nothing to close (a shared connection that was already open)."""
+
+
+class SharedConnection:
+    """One SQLite file's connection, opened on first use, with the lock that serialises
+    its users: a store's own, or one shared by the repositories of a database
+    (:class:`~stargraph_mem.stores.database.SQLiteDatabase`), so they can work inside
+    one transaction."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.db: aiosqlite.Connection | None = None
+        self.lock = asyncio.Lock()
+        self.read_only: bool | None = None
+        self.read_only_reason: str | None = None
+        self.ready: weakref.WeakSet[SQLiteStoreBase] = weakref.WeakSet()
+        """The stores whose schema was bootstrapped (or checked) on the open connection."""
+
+    def _why(self) -> str | None:
+        """Why the next connection opens read-only (``None``: read-write)."""
+        if self.read_only is None:
+            return read_only_reason(self.path)
+        return "opened read-only" if self.read_only else None
+
+    async def open(self) -> aiosqlite.Connection:
+        """The connection, opened now if it is not (call with :attr:`lock` held)."""
+        if self.db is None:
+            why = self._why()
+            self.db = await (
+                open_connection(self.path) if why is None else open_read_only(self.path, why)
+            )
+            self.read_only_reason = why
+        return self.db
+
+    async def close_now(self) -> None:
+        """Close the connection (call with :attr:`lock` held, or when nobody else uses it)."""
+        db, self.db = self.db, None
+        self.read_only_reason = None
+        self.ready = weakref.WeakSet()
+        if db is not None:
+            await db.close()
+
+    async def close(self) -> None:
+        """Close the connection once its current user is done (a later use reopens it)."""
+        async with self.lock:
+            await self.close_now()
+
+
 # --- the store lifecycle --------------------------------------------------------------
 
 
@@ -365,55 +415,74 @@ class SQLiteStoreBase(AsyncResource):
     _tables: ClassVar[tuple[str, ...]] = ()
     """The tables a bootstrapped file has; :meth:`health` names those missing, in this order."""
 
-    def __init__(self, path: str | Path, *, clock: Callable[[], datetime] = utc_now) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        clock: Callable[[], datetime] = utc_now,
+        shared: SharedConnection | None = None,
+    ) -> None:
         self.path = Path(path)
         self._clock = clock
-        self._db: aiosqlite.Connection | None = None
-        self._lock = asyncio.Lock()
-        self.read_only: bool | None = None
+        self._slot = shared if shared is not None else SharedConnection(self.path)
+        """The connection this store uses: its own, or its database's (see
+        :class:`SharedConnection`)."""
+        self._owned = shared is None
+
+    @property
+    def _db(self) -> aiosqlite.Connection | None:
+        return self._slot.db
+
+    @property
+    def _lock(self) -> asyncio.Lock:
+        return self._slot.lock
+
+    @property
+    def read_only(self) -> bool | None:
         """``True`` opens the file read-only, ``False`` read-write; ``None`` (the default)
         opens it read-only when it cannot be written (:func:`read_only_reason`)."""
-        self.read_only_reason: str | None = None
+        return self._slot.read_only
+
+    @read_only.setter
+    def read_only(self, value: bool | None) -> None:
+        self._slot.read_only = value
+
+    @property
+    def read_only_reason(self) -> str | None:
         """Why the open connection is read-only; ``None`` when it is writable or closed."""
+        return self._slot.read_only_reason
 
     async def close(self) -> None:
-        """Close the connection (a later call reopens it)."""
-        async with self._lock:
-            if self._db is not None:
-                db, self._db = self._db, None
-                self.read_only_reason = None
-                await db.close()
+        """Close the connection (a later call reopens it); a shared connection is closed
+        by its owner instead."""
+        if self._owned:
+            await self._slot.close()
 
     def _now_us(self) -> int:
         """The injected clock as UTC microseconds; a naive clock value raises."""
         return to_us(self._clock(), "clock()")
 
-    def _read_only_why(self) -> str | None:
-        """Why the next connection opens read-only (``None``: read-write)."""
-        if self.read_only is None:
-            return read_only_reason(self.path)
-        return "opened read-only" if self.read_only else None
-
     async def _ready(self) -> aiosqlite.Connection:
-        """The open, bootstrapped connection (opened on first use). Call with the lock held.
+        """The open connection, with this store's schema bootstrapped (opened on first
+        use). Call with the lock held.
 
         A read-only file is not bootstrapped: its schema must be there already. Whatever
         fails after the connection opened closes it before the error propagates.
         """
-        if self._db is None:
-            why = self._read_only_why()
-            db = await (
-                open_connection(self.path) if why is None else open_read_only(self.path, why)
-            )
-            async with closed_on_failure(db.close):
+        slot = self._slot
+        opened = slot.db is None
+        db = await slot.open()
+        if self not in slot.ready:
+            async with closed_on_failure(slot.close_now if opened else _nothing):
                 for pragma in self._pragmas:
                     await db.execute(pragma)
+                why = slot.read_only_reason
                 if why is None:
                     await self._bootstrap(db)
                 else:
                     await self._check_schema(db, why)
-            self._db, self.read_only_reason = db, why
-        return self._db
+            slot.ready.add(self)
+        return db
 
     async def _check_schema(self, db: aiosqlite.Connection, why: str) -> None:
         """A read-only file must hold the store's tables: they cannot be created."""
@@ -448,7 +517,7 @@ class SQLiteStoreBase(AsyncResource):
         and only checked: every table must exist.
         """
         async with self._lock:
-            if self._db is None:
+            if self._db is None or self not in self._slot.ready:
                 await self._ready()
             elif self.read_only_reason is None:
                 await self._bootstrap(self._db)

@@ -13,6 +13,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,6 @@ from stargraph_mem.errors import FactNotFoundError, StoreError
 from stargraph_mem.gcpause import gc_paused
 from stargraph_mem.model.facts import Fact, FactAccess, FactHit, FactPattern
 from stargraph_mem.model.time import from_us, seconds_us, to_us, utc_now
-from stargraph_mem.stores.delta_scope import resolve_scopes
 from stargraph_mem.stores.fact import (
     ApplyResult,
     AuditRow,
@@ -36,17 +36,23 @@ from stargraph_mem.stores.fact import (
     check_pack_hash,
 )
 from stargraph_mem.stores.fact_apply import (
+    CHUNK,
     Batch,
-    check_basis,
-    check_pass_scope,
+    apply_batch,
+    apply_passes_in,
+    checked_deltas,
+    group_current,
     marks,
+    marks_of,
     other_claim,
     version,
+    versions_of,
 )
 from stargraph_mem.stores.fact_explain import explain, lineage_of
 from stargraph_mem.stores.fact_rows import (
     Delta,
     PassBasis,
+    PassWrite,
     audit_from_row,
     claim_holder,
     engine_fact,
@@ -61,6 +67,7 @@ from stargraph_mem.stores.models import MigrationPlan
 from stargraph_mem.stores.scope import Partition
 from stargraph_mem.stores.sqlite_base import (
     WAL_AUTOCHECKPOINT_PAGES,
+    SharedConnection,
     SQLiteConn,
     SQLiteStoreBase,
     fetch,
@@ -70,7 +77,6 @@ from stargraph_mem.stores.sqlite_base import (
 )
 from stargraph_mem.stores.sqlite_fact_schema import (
     CACHE_KIB,
-    CHUNK,
     CURRENT,
     LEDGER,
     MIGRATIONS,
@@ -94,6 +100,7 @@ __all__ = [
     "CHUNK",
     "SCHEMA_VERSION",
     "PassBasis",
+    "PassWrite",
     "SQLiteFactStore",
     "claim_holder",
     "fact_from_row",
@@ -123,8 +130,9 @@ class SQLiteFactStore(SQLiteStoreBase):
         *,
         clock: Callable[[], datetime] = utc_now,
         adapter: ProvenanceAdapter | None = None,
+        shared: SharedConnection | None = None,
     ) -> None:
-        super().__init__(path, clock=clock)
+        super().__init__(path, clock=clock, shared=shared)
         self.adapter = adapter if adapter is not None else ProvenanceAdapter()
         self._checkpointer: aiosqlite.Connection | None = None
         self._checkpointing: asyncio.Task[None] | None = None
@@ -288,27 +296,25 @@ class SQLiteFactStore(SQLiteStoreBase):
             await self._checkpoint_mode(db)
             conn = SQLiteConn(db)
             batch = Batch(conn, SQLITE, self.adapter, pack_hash, now)
-            if basis is not None:
-                check_pass_scope(deltas, basis)
-                batch.check_sources = False
             try:
                 async with transaction(db):
-                    if basis is not None:
-                        await check_basis(conn, SQLITE, basis)
-                    await record_runs(db, runs)
-                    deltas = await resolve_scopes(conn, SQLITE, deltas)
-                    for start in range(0, len(deltas), CHUNK):
-                        await batch.apply_chunk(start, deltas[start : start + CHUNK])
-                    advanced = await batch.advance(watermarks)
-                    await batch.reject(rejections)
-                    now_version = (
-                        None if version_of is None else await version(conn, SQLITE, version_of)
+                    result = await apply_batch(
+                        conn,
+                        SQLITE,
+                        batch,
+                        deltas,
+                        watermarks=watermarks,
+                        rejections=rejections,
+                        runs=runs,
+                        version_of=version_of,
+                        basis=basis,
+                        record=partial(record_runs, db),
                     )
             finally:
                 self.adapter.discard()
             if self._deferred and self._checkpointer is not None:
                 self._checkpointing = asyncio.create_task(self._checkpoint(self._checkpointer))
-        return batch.result(advanced, len(rejections), now_version)
+        return result
 
     async def claim_partition(
         self, partition: Partition, holder: str, seconds: float
@@ -488,3 +494,55 @@ class SQLiteFactStore(SQLiteStoreBase):
         """Rule, pack hash, reason, bindings, source episodes, supersession chain, audit."""
         async with self._read() as db:
             return await explain(SQLiteConn(db), SQLITE, fact_id)
+
+    # --- many partitions at once (batched passes) ----------------------------------------
+
+    async def pass_bases(
+        self, pack: str, partitions: Sequence[Partition]
+    ) -> list[tuple[dict[str, int], int]]:
+        """:meth:`basis` of every partition (in the order given), in two statements."""
+        keys = [p.key for p in partitions]
+        async with self._read() as db:
+            conn = SQLiteConn(db)
+            versions = await versions_of(conn, SQLITE, keys)
+            marks = await marks_of(conn, SQLITE, pack, keys)
+        return [(marks.get(key, {}), versions[key]) for key in keys]
+
+    async def current_facts_of(self, partitions: Sequence[Partition]) -> list[list[EngineFact]]:
+        """:meth:`current_facts` of every partition (in the order given), in one statement."""
+        keys = [p.key for p in partitions]
+        async with self._read() as db:
+            rows = await fetch(db, SQLITE.current_of, (SQLITE.ids(keys),))
+        return group_current(rows, keys)
+
+    async def apply_passes(
+        self, passes: Sequence[PassWrite], *, pack_hash: str = ""
+    ) -> list[int | None]:
+        """Apply many partitions' passes in one transaction (group commit).
+
+        Each pass's basis is checked as :meth:`apply_deltas` does; a pass whose partition
+        changed, or that another holder claims, is left out (``None``: compute it again),
+        the others are applied. Returns each applied partition's facts version after it.
+        Any other error (validation, conflict, a run another scheduler applied first) rolls
+        every pass back.
+        """
+        check_pack_hash(pack_hash)
+        with gc_paused():
+            checked = [checked_deltas(p) for p in passes]
+            now = self._clock()
+            async with self._lock:
+                db = await self._ready()
+                await self._settle()
+                await self._checkpoint_mode(db)
+                conn = SQLiteConn(db)
+                batch = Batch(conn, SQLITE, self.adapter, pack_hash, now)
+                try:
+                    async with transaction(db):
+                        versions = await apply_passes_in(
+                            conn, SQLITE, batch, passes, checked, partial(record_runs, db)
+                        )
+                finally:
+                    self.adapter.discard()
+                if self._deferred and self._checkpointer is not None:
+                    self._checkpointing = asyncio.create_task(self._checkpoint(self._checkpointer))
+        return versions

@@ -22,7 +22,6 @@ from stargraph_mem.stores.sqlite_search import (
 
 __all__ = [
     "CACHE_KIB",
-    "CHUNK",
     "LEDGER",
     "MIGRATIONS",
     "SCHEMA",
@@ -43,8 +42,6 @@ LEDGER: Final = Ledger(
     "CREATE TABLE IF NOT EXISTS fact_store_migrations "
     "(name TEXT PRIMARY KEY, applied_at_us INTEGER NOT NULL, plan BLOB NOT NULL)",
 )
-CHUNK: Final = 10_000
-"""Deltas handled per ``executemany`` round inside the one transaction of a batch."""
 
 CACHE_KIB: Final = -65536
 """Page cache of this store's connection (negative: KiB): big batches touch large indexes."""
@@ -241,6 +238,14 @@ _STORED_MARKERS: Final = f"SELECT delta_id FROM audit WHERE {_MARKERS} AND delta
 _FACT_STATES: Final = (
     f"SELECT id, user, agent, valid_from_us, valid_until_us FROM facts WHERE id {_IN_JSON}"
 )
+_CURRENT_OF: Final = """
+    SELECT f.id, f.subject, f.predicate, f.object, f.confidence, f.valid_from_us,
+        max(f.valid_from_us, coalesce(
+            (SELECT max(r.ts_us) FROM reinforcements r WHERE r.fact_id = f.id), f.valid_from_us)),
+        f.rule_id, l.source_episode_ids, f.partition_key
+    FROM facts f JOIN lineage l ON l.rowid = f.rowid
+    WHERE f.partition_key IN (SELECT value FROM json_each(?)) AND f.valid_until_us IS NULL
+    ORDER BY f.partition_key, f.valid_from_us, f.id"""
 CURRENT: Final = """
     SELECT f.id, f.subject, f.predicate, f.object, f.confidence, f.valid_from_us,
         max(f.valid_from_us, coalesce(
@@ -294,6 +299,19 @@ SQLITE: Final = FactStatements(
         "ORDER BY rule_id"
     ),
     version="SELECT max(seq) FROM audit WHERE partition_key = ?",
+    marks_of=(
+        "SELECT partition_key, rule_id, last_seq FROM watermarks WHERE pack = ? "
+        f"AND partition_key {_IN_JSON} ORDER BY partition_key, rule_id"
+    ),
+    versions_of=(
+        "SELECT j.value, (SELECT max(a.seq) FROM audit a WHERE a.partition_key = j.value) "
+        "FROM json_each(?) j"
+    ),
+    claims_of=(
+        f"SELECT partition_key, holder, expires_us FROM partition_claims "
+        f"WHERE partition_key {_IN_JSON}"
+    ),
+    current_of=_CURRENT_OF,
     claim_of="SELECT holder, expires_us FROM partition_claims WHERE partition_key = ?",
     drop_claim="DELETE FROM partition_claims WHERE partition_key = ? AND holder = ?",
     renew_claim="UPDATE partition_claims SET expires_us = ? WHERE partition_key = ? AND holder = ?",

@@ -32,9 +32,11 @@ from stargraph_mem.stores.episode_rows import (
     Row,
     check_limit,
     check_scope,
+    checked_reads,
     dedupe_batch,
     duplicate_error,
     episode_row,
+    group_reads,
     key_of_partition,
     partition_of,
     put_rows,
@@ -529,3 +531,37 @@ class SQLiteMemoryStore(SQLiteStoreBase):
         importing the store loads neither the engine nor CLIPS.
         """
         return await consolidation_hook()(self, rule)
+
+    # --- many partitions at once (batched passes) ----------------------------------------
+
+    async def since_checked_of(
+        self, reads: Sequence[tuple[Partition, int]], *, limit: int | None = None
+    ) -> list[CheckedRead]:
+        """:meth:`since_checked` of many ``(partition, after_seq)`` pairs (results in the
+        order given), in one statement; ``limit`` applies to each partition."""
+        check_limit(limit, optional=True)
+        wanted = orjson.dumps([[key_of_partition(p), after] for p, after in reads])
+        async with self._read() as db:
+            rows = await _rows(db, _SINCE_OF_SQL, (wanted, -1 if limit is None else limit))
+            split, bad = group_reads(rows, len(reads))
+            noted = await self._quarantine(db, bad) if bad else []
+        return checked_reads(split, noted)
+
+    async def count_since_of(self, reads: Sequence[tuple[Partition, int]]) -> list[int]:
+        """:meth:`count_since` of many ``(partition, after_seq)`` pairs, in one statement."""
+        wanted = orjson.dumps([[key_of_partition(p), after] for p, after in reads])
+        async with self._read() as db:
+            rows = await fetch(db, _COUNT_OF_SQL, (wanted,))
+        return [int(count) for _, count in sorted(rows)]
+
+
+_SINCE_OF_SQL: Final = f"""
+    SELECT j.key, {", ".join("e." + c.strip() for c in _READ_COLUMNS.split(","))}
+    FROM json_each(?1) j JOIN episodes e ON e.seq IN (
+        SELECT seq FROM episodes WHERE partition_key = j.value ->> 0 AND seq > j.value ->> 1
+        ORDER BY seq LIMIT ?2)
+    ORDER BY j.key, e.seq"""
+_COUNT_OF_SQL: Final = """
+    SELECT j.key, (SELECT count(*) FROM episodes e
+        WHERE e.partition_key = j.value ->> 0 AND e.seq > j.value ->> 1)
+    FROM json_each(?) j"""

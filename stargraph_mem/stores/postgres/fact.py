@@ -17,13 +17,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
 from stargraph_mem.errors import FactNotFoundError
 from stargraph_mem.gcpause import gc_paused
 from stargraph_mem.model.facts import Fact, FactAccess, FactHit, FactPattern
 from stargraph_mem.model.time import from_us, seconds_us, to_us, utc_now
-from stargraph_mem.stores.delta_scope import resolve_scopes
 from stargraph_mem.stores.fact import (
     ApplyResult,
     AuditRow,
@@ -37,17 +37,23 @@ from stargraph_mem.stores.fact import (
     check_pack_hash,
 )
 from stargraph_mem.stores.fact_apply import (
+    CHUNK,
     Batch,
-    check_basis,
-    check_pass_scope,
+    apply_batch,
+    apply_passes_in,
+    checked_deltas,
+    group_current,
     marks,
+    marks_of,
     other_claim,
     version,
+    versions_of,
 )
 from stargraph_mem.stores.fact_explain import explain, lineage_of
 from stargraph_mem.stores.fact_rows import (
     Delta,
     PassBasis,
+    PassWrite,
     audit_from_row,
     engine_fact,
     fact_from_row,
@@ -71,8 +77,6 @@ if TYPE_CHECKING:
 
 __all__ = ["CHUNK", "PostgresFactStore", "search_query"]
 
-CHUNK: Final = 10_000
-"""Deltas handled per ``executemany`` round inside the one transaction of a batch."""
 _LOCK: Final = "facts"
 _LEDGER: Final = Ledger(
     "fact_store_migrations",
@@ -179,20 +183,20 @@ class PostgresFactStore(PostgresRepository):
         try:
             async with self.database.transaction(_LOCK) as db:
                 batch = Batch(db, FACTS, self.adapter, pack_hash, now)
-                if basis is not None:
-                    check_pass_scope(deltas, basis)
-                    batch.check_sources = False
-                    await check_basis(db, FACTS, basis)
-                await record_runs(db, RUNS, runs)
-                deltas = await resolve_scopes(db, FACTS, deltas)
-                for start in range(0, len(deltas), CHUNK):
-                    await batch.apply_chunk(start, deltas[start : start + CHUNK])
-                advanced = await batch.advance(watermarks)
-                await batch.reject(rejections)
-                now_version = None if version_of is None else await version(db, FACTS, version_of)
+                return await apply_batch(
+                    db,
+                    FACTS,
+                    batch,
+                    deltas,
+                    watermarks=watermarks,
+                    rejections=rejections,
+                    runs=runs,
+                    version_of=version_of,
+                    basis=basis,
+                    record=partial(record_runs, db, RUNS),
+                )
         finally:
             self.adapter.discard()
-        return batch.result(advanced, len(rejections), now_version)
 
     async def claim_partition(
         self, partition: Partition, holder: str, seconds: float
@@ -349,3 +353,40 @@ class PostgresFactStore(PostgresRepository):
         """Rule, pack hash, reason, bindings, source episodes, supersession chain, audit."""
         async with self.database.connection() as db:
             return await explain(db, FACTS, fact_id)
+
+    # --- many partitions at once (batched passes) ----------------------------------------
+
+    async def pass_bases(
+        self, pack: str, partitions: Sequence[Partition]
+    ) -> list[tuple[dict[str, int], int]]:
+        """:meth:`basis` of every partition (in the order given), in two statements."""
+        keys = [p.key for p in partitions]
+        async with self.database.connection() as db:
+            versions = await versions_of(db, FACTS, keys)
+            marks = await marks_of(db, FACTS, pack, keys)
+        return [(marks.get(key, {}), versions[key]) for key in keys]
+
+    async def current_facts_of(self, partitions: Sequence[Partition]) -> list[list[EngineFact]]:
+        """:meth:`current_facts` of every partition (in the order given), in one statement."""
+        keys = [p.key for p in partitions]
+        async with self.database.connection() as db:
+            rows = await db.fetch(FACTS.current_of, (keys,))
+        return group_current(rows, keys)
+
+    async def apply_passes(
+        self, passes: Sequence[PassWrite], *, pack_hash: str = ""
+    ) -> list[int | None]:
+        """Apply many partitions' passes in one transaction (see
+        :meth:`SQLiteFactStore.apply_passes`): stale or claimed passes are left out
+        (``None``), any other error rolls every pass back."""
+        check_pack_hash(pack_hash)
+        with gc_paused():
+            checked = [checked_deltas(p) for p in passes]
+            now = self.database.clock()
+            try:
+                async with self.database.transaction(_LOCK) as db:
+                    batch = Batch(db, FACTS, self.adapter, pack_hash, now)
+                    record = partial(record_runs, db, RUNS)
+                    return await apply_passes_in(db, FACTS, batch, passes, checked, record)
+            finally:
+                self.adapter.discard()

@@ -25,9 +25,11 @@ from stargraph_mem.stores.episode_rows import (
     Row,
     check_limit,
     check_scope,
+    checked_reads,
     dedupe_batch,
     duplicate_error,
     episode_row,
+    group_reads,
     key_of_partition,
     partition_of,
     put_rows,
@@ -50,7 +52,13 @@ from stargraph_mem.stores.models import ConsolidationRule, MigrationPlan, StoreH
 from stargraph_mem.stores.plan_migration import Ledger, apply_plan, check_plan
 from stargraph_mem.stores.postgres.connection import PgConn
 from stargraph_mem.stores.postgres.repository import PostgresRepository
-from stargraph_mem.stores.postgres.statements import EPISODES, PLANS, READ_COLUMNS
+from stargraph_mem.stores.postgres.statements import (
+    COUNT_OF,
+    EPISODES,
+    PLANS,
+    READ_COLUMNS,
+    SINCE_OF,
+)
 from stargraph_mem.stores.scope import Partition
 
 if TYPE_CHECKING:
@@ -302,3 +310,28 @@ class PostgresMemoryStore(PostgresRepository):
             f"PostgreSQL stores yet ({self.database.where})",
             rule_id=rule.id,
         )
+
+    # --- many partitions at once (batched passes) ----------------------------------------
+
+    async def since_checked_of(
+        self, reads: Sequence[tuple[Partition, int]], *, limit: int | None = None
+    ) -> list[CheckedRead]:
+        """:meth:`since_checked` of many ``(partition, after_seq)`` pairs (results in the
+        order given), in one statement; ``limit`` applies to each partition."""
+        check_limit(limit, optional=True)
+        keys, afters = _reads(reads)
+        async with self.database.connection() as db:
+            rows = await db.fetch(SINCE_OF, (keys, afters, limit))
+        split, bad = group_reads(rows, len(reads))
+        return checked_reads(split, await self._quarantine(bad))
+
+    async def count_since_of(self, reads: Sequence[tuple[Partition, int]]) -> list[int]:
+        """:meth:`count_since` of many ``(partition, after_seq)`` pairs, in one statement."""
+        async with self.database.connection() as db:
+            rows = await db.fetch(COUNT_OF, _reads(reads))
+        return [int(count) for (count,) in rows]
+
+
+def _reads(reads: Sequence[tuple[Partition, int]]) -> tuple[list[str], list[int]]:
+    """The partition keys and seqs of ``(partition, after_seq)`` reads, as two arrays."""
+    return [key_of_partition(p) for p, _ in reads], [after for _, after in reads]

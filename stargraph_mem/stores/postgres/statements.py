@@ -12,12 +12,14 @@ from stargraph_mem.stores.schedule_runs import RunStatements
 from stargraph_mem.stores.search_common import fold
 
 __all__ = [
+    "COUNT_OF",
     "CURRENT",
     "EPISODES",
     "FACTS",
     "PLANS",
     "READ_COLUMNS",
     "RUNS",
+    "SINCE_OF",
     "TOUCH",
     "WRITE_COLUMNS",
 ]
@@ -44,6 +46,15 @@ _LINEAGE_PREFIXED: Final = ", ".join(f"l.{c.strip()}" for c in _LINEAGE.split(",
 _AUDIT: Final = 'seq, delta_id, kind, rule_id, pack_hash, "user", agent, applied_at_us, delta'
 _MARKERS: Final = "kind IN ('delete', 'noop')"
 
+_CURRENT_COLUMNS: Final = """
+    SELECT f.id, f.subject, f.predicate, f.object, f.confidence, f.valid_from_us,
+        greatest(f.valid_from_us, coalesce(
+            (SELECT max(r.ts_us) FROM reinforcements r WHERE r.fact_id = f.id), f.valid_from_us)),
+        f.rule_id, l.source_episode_ids"""
+_CURRENT_OF: Final = f"""{_CURRENT_COLUMNS}, f.partition_key
+    FROM facts f JOIN lineage l ON l.rowid = f.rowid
+    WHERE f.partition_key = ANY(%s) AND f.valid_until_us IS NULL
+    ORDER BY f.partition_key, f.valid_from_us, f.id"""
 FACTS: Final = FactStatements(
     mark="%s",
     ids=_as_list,
@@ -99,6 +110,19 @@ FACTS: Final = FactStatements(
         "ORDER BY rule_id"
     ),
     version="SELECT max(seq) FROM audit WHERE partition_key = %s",
+    marks_of=(
+        "SELECT partition_key, rule_id, last_seq FROM watermarks WHERE pack = %s "
+        "AND partition_key = ANY(%s) ORDER BY partition_key, rule_id"
+    ),
+    versions_of=(
+        "SELECT k, (SELECT max(a.seq) FROM audit a WHERE a.partition_key = k) "
+        "FROM unnest(%s::text[]) AS k"
+    ),
+    claims_of=(
+        "SELECT partition_key, holder, expires_us FROM partition_claims "
+        "WHERE partition_key = ANY(%s)"
+    ),
+    current_of=_CURRENT_OF,
     claim_of="SELECT holder, expires_us FROM partition_claims WHERE partition_key = %s",
     drop_claim="DELETE FROM partition_claims WHERE partition_key = %s AND holder = %s",
     renew_claim=(
@@ -126,11 +150,7 @@ FACTS: Final = FactStatements(
 )
 """The fact store's statements (search text folded in Python: 'simple' keeps accents)."""
 
-CURRENT: Final = """
-    SELECT f.id, f.subject, f.predicate, f.object, f.confidence, f.valid_from_us,
-        greatest(f.valid_from_us, coalesce(
-            (SELECT max(r.ts_us) FROM reinforcements r WHERE r.fact_id = f.id), f.valid_from_us)),
-        f.rule_id, l.source_episode_ids
+CURRENT: Final = f"""{_CURRENT_COLUMNS}
     FROM facts f JOIN lineage l ON l.rowid = f.rowid
     WHERE f.partition_key = %s AND f.valid_until_us IS NULL
     ORDER BY f.valid_from_us, f.id"""
@@ -149,6 +169,15 @@ READ_COLUMNS: Final = (
     'seq, id, content, ts_us, tz_offset_s, source_node, "user", session, agent, metadata, '
     "last_accessed_us, access_count"
 )
+SINCE_OF: Final = f"""
+    SELECT r.i - 1, e.* FROM unnest(%s::text[], %s::bigint[]) WITH ORDINALITY AS r(k, after, i)
+    CROSS JOIN LATERAL (SELECT {READ_COLUMNS} FROM episodes
+        WHERE partition_key = r.k AND seq > r.after ORDER BY seq LIMIT %s) AS e
+    ORDER BY r.i, e.seq"""
+"""Episodes after each of several (partition key, seq) reads: the read's index first."""
+COUNT_OF: Final = """
+    SELECT (SELECT count(*) FROM episodes e WHERE e.partition_key = r.k AND e.seq > r.after)
+    FROM unnest(%s::text[], %s::bigint[]) WITH ORDINALITY AS r(k, after, i) ORDER BY r.i"""
 EPISODES: Final = EpisodeStatements(
     ids=_as_list,
     insert=(

@@ -1,0 +1,225 @@
+"""The database owner: one object per memory that owns connections and transactions.
+
+A memory lives in one database, named by a URL: a plain path or ``sqlite:///…`` (the
+embedded default, one SQLite file) or ``postgresql://…`` (a server shared by many
+workers). :func:`open_database` returns its owner, whose three repositories (``memory``
+for episodes, ``facts`` for facts, lineage, audit and watermarks, ``schedule`` for
+cadence state and leases) work on the owner's connections; the engine only ever sees
+the repositories' Protocols (:mod:`stargraph_mem.stores.protocols`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, Literal
+from urllib.parse import urlsplit, urlunsplit
+
+import aiosqlite
+
+from stargraph_mem.errors import StoreConfigError
+from stargraph_mem.model.time import utc_now
+from stargraph_mem.stores.lifecycle import AsyncResource, closed_on_failure
+from stargraph_mem.stores.protocols import Database
+from stargraph_mem.stores.sqlite_base import SharedConnection, scalar, transaction
+from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
+from stargraph_mem.stores.sqlite_memory import SQLiteMemoryStore
+from stargraph_mem.stores.sqlite_schedule import SQLiteScheduleStore
+from stargraph_mem.stores.sqlite_search import SEARCH_BACKFILL
+
+if TYPE_CHECKING:
+    from stargraph_mem.stores.copy import Table
+
+__all__ = [
+    "DatabaseURL",
+    "SQLiteDatabase",
+    "open_database",
+    "parse_database_url",
+]
+
+Backend = Literal["sqlite", "postgresql"]
+
+_SCHEME: Final = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):")
+_POSTGRES_SCHEMES: Final = frozenset({"postgresql", "postgres"})
+EXAMPLES: Final = "a path, 'sqlite:///abs/path.db', 'sqlite:rel/path.db' or 'postgresql://host/db'"
+
+
+@dataclass(frozen=True, slots=True)
+class DatabaseURL:
+    """Where a memory lives: ``backend`` and, for SQLite, the file ``path``; ``url`` is
+    what the user wrote (PostgreSQL: the connection URL)."""
+
+    backend: Backend
+    url: str
+    path: Path | None = None
+
+    def __str__(self) -> str:
+        """The location for messages: the path, or the URL without its password."""
+        if self.path is not None:
+            return str(self.path)
+        return redact(self.url)
+
+
+def redact(url: str) -> str:
+    """``url`` with any password replaced by ``***`` (for messages and logs)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rpartition("@")
+    user = netloc[0].partition(":")[0]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[2]}"))
+
+
+def _bad(value: object, why: str) -> StoreConfigError:
+    return StoreConfigError(f"database {value!r}: {why}", key="db", value=str(value))
+
+
+def parse_database_url(value: str | Path) -> DatabaseURL:
+    """Read a database location: a plain path, ``sqlite:``/``sqlite:///`` or
+    ``postgresql://``/``postgres://``; anything else raises :class:`StoreConfigError`."""
+    if isinstance(value, Path):
+        return DatabaseURL("sqlite", str(value), value)
+    if not isinstance(value, str) or not value.strip():
+        raise _bad(value, f"expected {EXAMPLES}")
+    scheme = _SCHEME.match(value)
+    if scheme is None:
+        path = Path(value).expanduser()
+        return DatabaseURL("sqlite", value, path)
+    name = scheme.group(1).lower()
+    if name in _POSTGRES_SCHEMES:
+        parts = urlsplit(value)
+        if not parts.netloc and not parts.path.strip("/") and not parts.query:
+            raise _bad(value, "no server or database after 'postgresql://'")
+        return DatabaseURL("postgresql", value)
+    if name != "sqlite":
+        raise _bad(value, f"unsupported scheme {scheme.group(1)!r} (use {EXAMPLES})")
+    rest = value[scheme.end() :]
+    if rest.startswith("//"):
+        if not rest.startswith("///"):
+            raise _bad(value, "a host is not supported for SQLite: write 'sqlite:///abs/path'")
+        rest = "/" + rest.lstrip("/")  # sqlite:///abs and sqlite:////abs: the same file
+    if not rest.strip("/"):
+        raise _bad(value, "no path after 'sqlite:'")
+    return DatabaseURL("sqlite", value, Path(rest).expanduser())
+
+
+class SQLiteDatabase(AsyncResource):
+    """One SQLite file: one connection shared by the three repositories (so they can
+    work inside one transaction, :meth:`transaction`), plus the fact store's background
+    checkpointer while a long run asks for one."""
+
+    backend: str = "sqlite"
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        clock: Callable[[], datetime] = utc_now,
+        read_only: bool | None = None,
+    ) -> None:
+        self.path = Path(path)
+        self.location = DatabaseURL("sqlite", str(path), self.path)
+        self.connection = SharedConnection(self.path)
+        self.connection.read_only = read_only
+        self.memory = SQLiteMemoryStore(self.path, clock=clock, shared=self.connection)
+        self.facts = SQLiteFactStore(self.path, clock=clock, shared=self.connection)
+        self.schedule = SQLiteScheduleStore(self.path, clock=clock, shared=self.connection)
+
+    @property
+    def read_only_reason(self) -> str | None:
+        """Why the open database is read-only (``None`` when writable or not open)."""
+        return self.connection.read_only_reason
+
+    async def bootstrap(self) -> None:
+        """Create (or migrate) every repository's schema; a read-only file is checked."""
+        async with closed_on_failure(self.close):
+            await self.memory.bootstrap()
+            await self.facts.bootstrap()
+            await self.schedule.bootstrap()
+
+    async def close(self) -> None:
+        """Finish the fact store's background work, then close the connection."""
+        try:
+            await self.facts.close()
+        finally:
+            await self.connection.close()
+
+    def source(self) -> _SQLiteTables:
+        """Whole-table reads for a copy from this database."""
+        return _SQLiteTables(self)
+
+    @asynccontextmanager
+    async def loading(self) -> AsyncIterator[_SQLiteTables]:
+        """Whole-table writes for a copy into this database, in one transaction."""
+        async with self.transaction() as db:
+            yield _SQLiteTables(self, db)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
+        """The shared connection inside one write transaction, held by this coroutine."""
+        async with self.connection.lock:
+            db = await self.connection.open()
+            async with transaction(db):
+                yield db
+
+
+def _columns(table: Table) -> str:
+    return ", ".join(f'"{column}"' for column in table.columns)
+
+
+class _SQLiteTables:
+    """A copy's reads and writes of whole tables on one SQLite connection (see
+    :mod:`stargraph_mem.stores.copy`)."""
+
+    def __init__(self, database: SQLiteDatabase, db: aiosqlite.Connection | None = None) -> None:
+        self.database = database
+        self.db = db
+        """The connection inside the loading transaction (``None``: read through the lock)."""
+
+    async def rows(self, table: Table, chunk: int) -> AsyncIterator[list[tuple[Any, ...]]]:
+        order = ", ".join(f'"{column}"' for column in table.order)
+        sql = f'SELECT {_columns(table)} FROM "{table.name}" ORDER BY {order}'
+        if self.db is not None:
+            async with self.db.execute(sql) as cursor:
+                while batch := await cursor.fetchmany(chunk):
+                    yield [tuple(row) for row in batch]
+            return
+        async with self.database.connection.lock:
+            db = await self.database.connection.open()
+            async with db.execute(sql) as cursor:
+                while batch := await cursor.fetchmany(chunk):
+                    yield [tuple(row) for row in batch]
+
+    async def count(self, table: str) -> int:
+        assert self.db is not None
+        return int(await scalar(self.db, f'SELECT count(*) FROM "{table}"') or 0)
+
+    async def insert(self, table: Table, rows: Sequence[tuple[Any, ...]]) -> None:
+        assert self.db is not None
+        marks = ", ".join("?" for _ in table.columns)
+        sql = f'INSERT INTO "{table.name}" ({_columns(table)}) VALUES ({marks})'
+        await self.db.executemany(sql, rows)
+
+    async def finish(self) -> None:
+        """Index the copied facts for search."""
+        assert self.db is not None
+        await self.db.execute(SEARCH_BACKFILL)
+
+
+def open_database(
+    location: str | Path | DatabaseURL,
+    *,
+    clock: Callable[[], datetime] = utc_now,
+    read_only: bool | None = None,
+) -> Database:
+    """The owner of the database at ``location`` (nothing is opened until
+    ``async with`` or ``bootstrap``)."""
+    url = location if isinstance(location, DatabaseURL) else parse_database_url(location)
+    if url.backend == "sqlite":
+        assert url.path is not None
+        return SQLiteDatabase(url.path, clock=clock, read_only=read_only)
+    raise _bad(str(url), "PostgreSQL support is not available in this build")

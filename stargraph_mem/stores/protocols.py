@@ -1,0 +1,194 @@
+"""What the engine needs of a database: three repositories and their owner.
+
+Every backend (SQLite, PostgreSQL) provides these; the engine, the CLI and the
+integrations are typed against them, never against a backend's classes. The
+specification's :class:`~stargraph_mem.stores.memory.MemoryStore` and
+:class:`~stargraph_mem.stores.fact.FactStore` are the contract's subsets of the first two.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from datetime import datetime
+from types import TracebackType
+from typing import Any, Protocol, Self
+
+from stargraph_mem.model.facts import FactAccess, FactHit
+from stargraph_mem.stores.fact import (
+    ApplyResult,
+    DeltaInput,
+    EngineFact,
+    FactStore,
+    Rejection,
+    WatermarkAdvance,
+)
+from stargraph_mem.stores.memory import (
+    CheckedRead,
+    EpisodeRecord,
+    IncrementalMemoryStore,
+    QuarantinedRow,
+)
+from stargraph_mem.stores.scope import Partition
+from stargraph_mem.stores.sqlite_fact import PassBasis, PassWrite
+from stargraph_mem.stores.sqlite_schedule import LeaseState, RuleRun, RunState
+
+__all__ = ["Database", "EpisodeRepository", "FactRepository", "ScheduleRepository"]
+
+
+class EpisodeRepository(IncrementalMemoryStore, Protocol):
+    """Episodes: the contract's store plus the reads a consolidation pass makes."""
+
+    @property
+    def read_only_reason(self) -> str | None: ...
+
+    async def close(self) -> None: ...
+
+    async def put_many(
+        self, episodes: Sequence[Any], *, progress: Callable[[int, int], None] | None = None
+    ) -> int: ...
+
+    def writing(self) -> AbstractAsyncContextManager[Any]: ...
+
+    async def since_checked(
+        self, partition: Partition, after_seq: int, *, limit: int | None = None
+    ) -> CheckedRead: ...
+
+    async def by_ids(self, ids: Sequence[str]) -> list[EpisodeRecord]: ...
+
+    async def quarantined(self, partition: Partition | None = None) -> list[QuarantinedRow]: ...
+
+    async def max_seq(self, partition: Partition) -> int: ...
+
+    async def count_since(self, partition: Partition, after_seq: int) -> int: ...
+
+    async def partitions(self) -> list[Partition]: ...
+
+    async def since_checked_of(
+        self, reads: Sequence[tuple[Partition, int]], *, limit: int | None = None
+    ) -> list[CheckedRead]: ...
+
+    async def count_since_of(self, reads: Sequence[tuple[Partition, int]]) -> list[int]: ...
+
+
+class FactRepository(FactStore, Protocol):
+    """Facts, lineage, audit, watermarks, rejections and partition claims."""
+
+    @property
+    def read_only_reason(self) -> str | None: ...
+
+    async def apply_deltas(
+        self,
+        deltas: Sequence[DeltaInput],
+        *,
+        pack_hash: str = "",
+        watermarks: Sequence[WatermarkAdvance] = (),
+        rejections: Sequence[Rejection] = (),
+        runs: Sequence[RuleRun] = (),
+        version_of: Partition | None = None,
+        basis: PassBasis | None = None,
+    ) -> ApplyResult: ...
+
+    async def claim_partition(
+        self, partition: Partition, holder: str, seconds: float
+    ) -> str | None: ...
+
+    async def release_partition(self, partition: Partition, holder: str) -> None: ...
+
+    async def basis(self, pack: str, partition: Partition) -> tuple[dict[str, int], int]: ...
+
+    async def version(self, partition: Partition) -> int: ...
+
+    async def search(
+        self,
+        query: str = "",
+        *,
+        user: str | None = None,
+        agent: str | None = None,
+        subject: str | None = None,
+        predicate: str | None = None,
+        min_confidence: float | None = None,
+        limit: int = 10,
+        touch: bool = True,
+        include_history: bool = False,
+    ) -> list[FactHit]: ...
+
+    async def access(self, fact_id: str) -> FactAccess: ...
+
+    async def current_facts(self, partition: Partition) -> list[EngineFact]: ...
+
+    def background_checkpoints(self) -> AbstractAsyncContextManager[None]: ...
+
+    async def pass_bases(
+        self, pack: str, partitions: Sequence[Partition]
+    ) -> list[tuple[dict[str, int], int]]: ...
+
+    async def current_facts_of(self, partitions: Sequence[Partition]) -> list[list[EngineFact]]: ...
+
+    async def apply_passes(
+        self, passes: Sequence[PassWrite], *, pack_hash: str = ""
+    ) -> list[int | None]: ...
+
+
+class ScheduleRepository(Protocol):
+    """Cadence state: registered rules, rule runs, cron anchors and the scheduler lease."""
+
+    @property
+    def read_only_reason(self) -> str | None: ...
+
+    async def bootstrap(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def runs(
+        self, pack: str, partition: Partition | None = None
+    ) -> dict[tuple[str, str], RunState]: ...
+
+    async def pending(
+        self, pack: str, partition: Partition, rule_ids: Sequence[str]
+    ) -> dict[str, tuple[int, RunState | None]]: ...
+
+    async def anchor(self, pack: str, anchors: Sequence[tuple[str, Partition, int]]) -> None: ...
+
+    async def register(self, pack: str, rules: Sequence[tuple[str, int, str]]) -> None: ...
+
+    async def registered(self) -> dict[str, list[tuple[str, int, str]]]: ...
+
+    async def take_lease(
+        self, name: str, holder: str, now: datetime, ttl_seconds: float
+    ) -> LeaseState: ...
+
+    async def release_lease(self, name: str, holder: str) -> None: ...
+
+
+class Database(Protocol):
+    """The owner of one memory's connections and transactions (see
+    :func:`~stargraph_mem.stores.database.open_database`)."""
+
+    @property
+    def backend(self) -> str: ...
+
+    @property
+    def memory(self) -> EpisodeRepository: ...
+
+    @property
+    def facts(self) -> FactRepository: ...
+
+    @property
+    def schedule(self) -> ScheduleRepository: ...
+
+    @property
+    def read_only_reason(self) -> str | None: ...
+
+    async def bootstrap(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
