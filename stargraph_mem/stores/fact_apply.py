@@ -75,6 +75,18 @@ _OPEN = (None, None, None)
 """``valid_until_us, superseded_by, closed_by`` of a fact that is still current."""
 
 
+def _check_forward(index: int, adv: WatermarkAdvance, prior: int) -> None:
+    """A watermark never moves backwards: :class:`StoreError` naming it otherwise."""
+    if adv.last_seq < prior:
+        raise StoreError(
+            f"watermarks[{index}]: {adv.pack}/{adv.rule_id} at {adv.partition.key} would go "
+            f"backwards from {prior} to {adv.last_seq}",
+            index=index,
+            stored=prior,
+            requested=adv.last_seq,
+        )
+
+
 def _at(index: int, exc: DeltaValidationError) -> DeltaValidationError:
     field = str(exc.context.get("field", ""))
     return DeltaValidationError(f"deltas[{index}].{exc.message}", index=index, field=field)
@@ -486,14 +498,7 @@ class Batch:
                 if group not in stored:  # one read per (pack, partition), not per rule
                     stored[group] = await marks(self.db, self.sql, *group)
                 prior = stored[group].get(adv.rule_id, 0)
-            if adv.last_seq < prior:
-                raise StoreError(
-                    f"watermarks[{index}]: {adv.pack}/{adv.rule_id} at {key[2]} would go "
-                    f"backwards from {prior} to {adv.last_seq}",
-                    index=index,
-                    stored=prior,
-                    requested=adv.last_seq,
-                )
+            _check_forward(index, adv, prior)
             final[key] = adv
         rows = [(*key, adv.last_seq, self.now_us) for key, adv in final.items()]
         if rows:
@@ -666,14 +671,7 @@ async def advance_passes(
                     f"the pass over {write.basis.pack} at {write.basis.partition.key}",
                     index=index,
                 )
-            if adv.last_seq < prior:
-                raise StoreError(
-                    f"watermarks[{index}]: {adv.pack}/{adv.rule_id} at {key[2]} would go "
-                    f"backwards from {prior} to {adv.last_seq}",
-                    index=index,
-                    stored=prior,
-                    requested=adv.last_seq,
-                )
+            _check_forward(index, adv, prior)
             final[key] = adv.last_seq
     rows = [(*key, seq, now_us) for key, seq in final.items()]
     if rows:

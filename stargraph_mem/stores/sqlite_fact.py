@@ -38,6 +38,7 @@ from stargraph_mem.stores.fact import (
 from stargraph_mem.stores.fact_apply import (
     CHUNK,
     Batch,
+    RecordRuns,
     apply_batch,
     apply_passes_in,
     checked_deltas,
@@ -289,32 +290,44 @@ class SQLiteFactStore(SQLiteStoreBase):
         version_of: Partition | None = None,
         basis: PassBasis | None = None,
     ) -> ApplyResult:
+        async with self._applying(pack_hash) as (conn, batch, record):
+            return await apply_batch(
+                conn,
+                SQLITE,
+                batch,
+                deltas,
+                watermarks=watermarks,
+                rejections=rejections,
+                runs=runs,
+                version_of=version_of,
+                basis=basis,
+                record=record,
+            )
+
+    @asynccontextmanager
+    async def _applying(
+        self, pack_hash: str
+    ) -> AsyncIterator[tuple[SQLiteConn, Batch, RecordRuns]]:
+        """The connection in a write transaction, a batch on it and the run recorder; the
+        adapter's staged facts are dropped afterwards, and a background checkpoint starts
+        when one is wanted."""
         now = self._clock()
         async with self._lock:
             db = await self._ready()
             await self._settle()
             await self._checkpoint_mode(db)
             conn = SQLiteConn(db)
-            batch = Batch(conn, SQLITE, self.adapter, pack_hash, now)
             try:
                 async with transaction(db):
-                    result = await apply_batch(
+                    yield (
                         conn,
-                        SQLITE,
-                        batch,
-                        deltas,
-                        watermarks=watermarks,
-                        rejections=rejections,
-                        runs=runs,
-                        version_of=version_of,
-                        basis=basis,
-                        record=partial(record_runs, db),
+                        Batch(conn, SQLITE, self.adapter, pack_hash, now),
+                        partial(record_runs, db),
                     )
             finally:
                 self.adapter.discard()
             if self._deferred and self._checkpointer is not None:
                 self._checkpointing = asyncio.create_task(self._checkpoint(self._checkpointer))
-        return result
 
     async def claim_partition(
         self, partition: Partition, holder: str, seconds: float
@@ -529,20 +542,5 @@ class SQLiteFactStore(SQLiteStoreBase):
         check_pack_hash(pack_hash)
         with gc_paused():
             checked = [checked_deltas(p) for p in passes]
-            now = self._clock()
-            async with self._lock:
-                db = await self._ready()
-                await self._settle()
-                await self._checkpoint_mode(db)
-                conn = SQLiteConn(db)
-                batch = Batch(conn, SQLITE, self.adapter, pack_hash, now)
-                try:
-                    async with transaction(db):
-                        versions = await apply_passes_in(
-                            conn, SQLITE, batch, passes, checked, partial(record_runs, db)
-                        )
-                finally:
-                    self.adapter.discard()
-                if self._deferred and self._checkpointer is not None:
-                    self._checkpointing = asyncio.create_task(self._checkpoint(self._checkpointer))
-        return versions
+            async with self._applying(pack_hash) as (conn, batch, record):
+                return await apply_passes_in(conn, SQLITE, batch, passes, checked, record)

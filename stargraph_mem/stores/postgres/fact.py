@@ -39,6 +39,7 @@ from stargraph_mem.stores.fact import (
 from stargraph_mem.stores.fact_apply import (
     CHUNK,
     Batch,
+    RecordRuns,
     apply_batch,
     apply_passes_in,
     checked_deltas,
@@ -65,6 +66,7 @@ from stargraph_mem.stores.fact_rows import (
 )
 from stargraph_mem.stores.models import MigrationPlan
 from stargraph_mem.stores.plan_migration import Ledger, apply_plan, check_plan
+from stargraph_mem.stores.postgres.connection import PgConn
 from stargraph_mem.stores.postgres.repository import PostgresRepository
 from stargraph_mem.stores.postgres.schema import TABLES
 from stargraph_mem.stores.postgres.statements import CURRENT, FACTS, PLANS, RUNS, TOUCH
@@ -179,21 +181,31 @@ class PostgresFactStore(PostgresRepository):
         version_of: Partition | None,
         basis: PassBasis | None,
     ) -> ApplyResult:
+        async with self._applying(pack_hash) as (db, batch, record):
+            return await apply_batch(
+                db,
+                FACTS,
+                batch,
+                deltas,
+                watermarks=watermarks,
+                rejections=rejections,
+                runs=runs,
+                version_of=version_of,
+                basis=basis,
+                record=record,
+            )
+
+    @asynccontextmanager
+    async def _applying(self, pack_hash: str) -> AsyncIterator[tuple[PgConn, Batch, RecordRuns]]:
+        """A transaction holding the ``facts`` lock, a batch on it and the run recorder;
+        the adapter's staged facts are dropped afterwards."""
         now = self.database.clock()
         try:
             async with self.database.transaction(_LOCK) as db:
-                batch = Batch(db, FACTS, self.adapter, pack_hash, now)
-                return await apply_batch(
+                yield (
                     db,
-                    FACTS,
-                    batch,
-                    deltas,
-                    watermarks=watermarks,
-                    rejections=rejections,
-                    runs=runs,
-                    version_of=version_of,
-                    basis=basis,
-                    record=partial(record_runs, db, RUNS),
+                    Batch(db, FACTS, self.adapter, pack_hash, now),
+                    partial(record_runs, db, RUNS),
                 )
         finally:
             self.adapter.discard()
@@ -382,11 +394,5 @@ class PostgresFactStore(PostgresRepository):
         check_pack_hash(pack_hash)
         with gc_paused():
             checked = [checked_deltas(p) for p in passes]
-            now = self.database.clock()
-            try:
-                async with self.database.transaction(_LOCK) as db:
-                    batch = Batch(db, FACTS, self.adapter, pack_hash, now)
-                    record = partial(record_runs, db, RUNS)
-                    return await apply_passes_in(db, FACTS, batch, passes, checked, record)
-            finally:
-                self.adapter.discard()
+            async with self._applying(pack_hash) as (db, batch, record):
+                return await apply_passes_in(db, FACTS, batch, passes, checked, record)
