@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -29,11 +30,21 @@ from stargraph_mem.stores import (
     NoopDelta,
     Partition,
     Rejection,
+    SQLiteFactStore,
+    SQLiteMemoryStore,
     WatermarkAdvance,
 )
+from stargraph_mem.stores import copy as copy_module
+from stargraph_mem.stores.database import DatabaseURL, open_database, parse_database_url
 from stargraph_mem.stores.postgres import PostgresDatabase
 from stargraph_mem.stores.postgres.database import split_url
 from stargraph_mem.stores.postgres.schema import LEDGER_TABLE, SCHEMA_VERSION
+from stargraph_mem.stores.protocols import (
+    Database,
+    EpisodeRepository,
+    FactRepository,
+    ScheduleRepository,
+)
 from stargraph_mem.stores.sqlite_fact import PassBasis
 
 T0 = datetime(2026, 5, 1, 9, 0, tzinfo=UTC)
@@ -304,3 +315,62 @@ def test_an_unclosed_database_does_not_keep_the_interpreter_alive(tmp_path: Path
 
     done = asyncio.run(run())
     assert (done.returncode, done.stdout) == (0, "0\n"), done.stderr
+
+
+# --- the owner's Protocol and copies ---------------------------------------------------------
+
+
+def as_database(db: PostgresDatabase) -> Database:
+    """The PostgreSQL owner is a :class:`Database` (checked by mypy, here and below)."""
+    return db
+
+
+async def test_the_postgres_owner_serves_the_store_protocols() -> None:
+    async with pg_schema() as name, PostgresDatabase(f"{PG_URL}?schema={name}") as db:
+        owner = as_database(db)
+        assert (owner.backend, owner.read_only_reason) == ("postgresql", None)
+        memory: EpisodeRepository = owner.memory
+        facts: FactRepository = owner.facts
+        schedule: ScheduleRepository = owner.schedule
+        assert memory.read_only_reason is facts.read_only_reason is schedule.read_only_reason
+        await memory.put_many([episode("e1")])
+        assert await memory.count_since_of([(ALICE, 0), (Partition("bob", "a1"), 0)]) == [1, 0]
+
+
+def _opening_postgres(
+    original: Callable[..., Any],
+) -> Callable[..., Any]:
+    """``open_database`` that also opens ``postgresql://`` URLs (as PostgresDatabase)."""
+
+    def open_any(location: Any, **kwargs: Any) -> Any:
+        url = location if isinstance(location, DatabaseURL) else parse_database_url(location)
+        if url.backend == "postgresql":
+            return PostgresDatabase(url.url)
+        return original(location, **kwargs)
+
+    return open_any
+
+
+async def test_a_memory_copies_into_postgresql_and_back_unchanged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("stargraph_mem.stores.copy.open_database", _opening_postgres(open_database))
+    source, back = tmp_path / "a.db", tmp_path / "back.db"
+    async with SQLiteMemoryStore(source) as memory, SQLiteFactStore(source) as facts:
+        await memory.put_many([episode(f"e{n}", minutes=n) for n in range(5)])
+        tea, coffee = add("tea", "e0"), add("Crème brûlée", "e1")
+        await facts.apply_deltas([tea, coffee])
+        await facts.search("creme")
+    async with pg_schema() as name:
+        url = f"{PG_URL}?schema={name}"
+        there = await copy_module.copy_database(source, url)
+        assert (there.rows["episodes"], there.rows["facts"]) == (5, 2)
+        async with PostgresDatabase(url) as db:
+            [hit] = await db.facts.search("CREME", touch=False)
+            assert hit.fact.id == coffee.new_fact_id
+            await db.memory.put_many([episode("later", minutes=9)])
+            assert [r.seq for r in await db.memory.since(ALICE, 4)] == [5, 6]
+        again = await copy_module.copy_database(url, back)
+        assert again.digests["facts"] == there.digests["facts"]
+        assert again.digests["fact_access"] == there.digests["fact_access"]
+        assert again.rows["episodes"] == 6

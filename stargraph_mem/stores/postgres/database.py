@@ -33,6 +33,7 @@ from stargraph_mem.stores.lifecycle import AsyncResource
 from stargraph_mem.stores.models import StoreHealth
 from stargraph_mem.stores.postgres.connection import PgConn
 from stargraph_mem.stores.postgres.schema import LEDGER_TABLE, MIGRATIONS, SCHEMA_VERSION
+from stargraph_mem.stores.postgres.tables import PostgresTables
 
 __all__ = ["CLOSE_TIMEOUT_S", "CONNECT_TIMEOUT_S", "PostgresDatabase", "split_url"]
 
@@ -111,6 +112,13 @@ class PostgresDatabase(AsyncResource):
         self.memory = PostgresMemoryStore(self)
         self.facts = PostgresFactStore(self, adapter=adapter)
         self.schedule = PostgresScheduleStore(self)
+
+    backend: Final = "postgresql"
+
+    @property
+    def read_only_reason(self) -> str | None:
+        """Always ``None``: a PostgreSQL memory is written through the server."""
+        return None
 
     @property
     def where(self) -> str:
@@ -234,6 +242,20 @@ class PostgresDatabase(AsyncResource):
             if lock is not None:
                 await self._lock(db, lock)
             yield db
+
+    # --- copies ------------------------------------------------------------------------
+
+    def source(self) -> PostgresTables:
+        """Whole-table reads for a copy from this database."""
+        return PostgresTables(self)
+
+    @asynccontextmanager
+    async def loading(self) -> AsyncIterator[PostgresTables]:
+        """Whole-table writes for a copy into this database, in one transaction that holds
+        the episode and fact locks (no other writer meanwhile)."""
+        async with self.transaction("episodes") as db:
+            await self._lock(db, "facts")
+            yield PostgresTables(self, db)
 
     # --- health -------------------------------------------------------------------------
 

@@ -25,6 +25,11 @@ class PostgresRepository(AsyncResource):
         """Where the store lives (the URL without password), as SQLite's ``path``."""
         return self.database.where
 
+    @property
+    def read_only_reason(self) -> str | None:
+        """Always ``None`` (see :attr:`PostgresDatabase.read_only_reason`)."""
+        return None
+
     async def bootstrap(self) -> None:
         """Create or migrate the database's schema; idempotent."""
         await self.database.bootstrap()
