@@ -74,6 +74,33 @@ def add(obj: str, src: str = "e1", *, user: str = "alice") -> AddDelta:
     )
 
 
+# --- streaming writes ------------------------------------------------------------------------
+
+
+async def test_a_stream_reports_conflicts_by_tag_and_commits_or_discards(
+    backend: Backend,
+) -> None:
+    memory = backend.memory
+    other = episode("e1").model_copy(update={"content": "other"})
+    async with memory.writing() as writer:
+        conflicts = await writer.write([episode("e1"), episode("e2")])
+        conflicts += await writer.write([episode("e3"), other, episode("e2")])
+    assert conflicts[0].context["tag"] == 4 and conflicts[0].context["first_tag"] == 1
+    assert len(conflicts) == 1 and writer.written == 3
+    async with memory.writing() as writer:
+        [stored] = await writer.write([episode("e4"), other], tags=[10, 11])
+        writer.discard()
+    assert (stored.context["tag"], stored.context["first_tag"]) == (11, None)
+    with pytest.raises(RuntimeError, match="stop"):
+        async with memory.writing() as writer:
+            await writer.write([episode("e5")])
+            raise RuntimeError("stop")
+    records = await memory.since(ALICE, 0)
+    assert [(r.seq, r.id) for r in records] == [(1, "e1"), (2, "e2"), (3, "e3")]
+    assert await memory.put_many([episode("e6")]) == 1
+    assert await memory.max_seq(ALICE) > 3
+
+
 # --- the schedule store ------------------------------------------------------------------
 
 
