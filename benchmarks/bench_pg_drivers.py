@@ -1,13 +1,19 @@
 """psycopg 3 (pool) against asyncpg on the PostgreSQL fact store's apply-path statement mix.
 
+Four variants over the same rows: each driver with ``executemany`` for every write, and
+each loading the new rows (facts, lineage, search text, audit) with ``COPY`` as the store
+does (psycopg through the store's own connection wrapper; asyncpg's
+``copy_records_to_table``); closes and the watermark upsert stay ``executemany``.
+
 Run: ``python benchmarks/bench_pg_drivers.py [--url postgresql://…] [--deltas N --batch B]``
-(needs the ``bench`` extra for asyncpg). Each driver gets a fresh schema (created by the
+(needs the ``bench`` extra for asyncpg). Each variant gets a fresh schema (created by the
 store's own migrations, dropped afterwards) and the same rows, built before timing; the
-drivers alternate over ``--rounds`` and the best round of each is printed, with the ratio.
+variants alternate over ``--rounds`` and the best round of each is printed, with its ratio
+to the first.
 
 One pass (``--batch`` deltas) is one transaction: the reads a pass makes (watermarks,
-version, last rowid and seq, stored ids, fact states), ``executemany`` inserts of facts,
-lineage, search index and audit rows, closes (the update passes) and a watermark upsert.
+version, last rowid and seq, stored ids, fact states), the inserts of facts, lineage,
+search text and audit rows, closes (the update passes) and a watermark upsert.
 """
 
 from __future__ import annotations
@@ -26,8 +32,10 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from stargraph_mem.stores.postgres import PostgresDatabase
+from stargraph_mem.stores.postgres.connection import PgConn
 from stargraph_mem.stores.postgres.statements import FACTS
 from stargraph_mem.stores.scope import partition_key
+from stargraph_mem.stores.sql_conn import Insert
 
 PARTITIONS = 60
 Rows = list[tuple[Any, ...]]
@@ -121,45 +129,60 @@ def read_params(key: str) -> Sequence[Sequence[Any]]:
     return (("bench", key), (key,), (), ())
 
 
-async def psycopg_pass(pool: AsyncConnectionPool[Any], one: Pass) -> None:
-    key, ids, facts, lineage, text, audit, closes, marks = one
-    async with pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+def writes(one: Pass) -> list[tuple[Insert | str, Rows]]:
+    """The pass's writes in the order the store makes them."""
+    _, _, facts, lineage, text, audit, closes, marks = one
+    return [
+        (FACTS.insert_fact, facts),
+        (FACTS.insert_lineage, lineage),
+        (FACTS.index_fact, text),
+        (FACTS.close, closes),
+        (FACTS.insert_audit, audit),
+        (FACTS.upsert_watermark, marks),
+    ]
+
+
+async def psycopg_pass(pool: AsyncConnectionPool[Any], one: Pass, *, copy: bool) -> None:
+    """One pass on a pooled psycopg connection, through the store's own ``PgConn``; the
+    new rows by ``COPY`` (as the store writes them) or by ``executemany``."""
+    key, ids, *_, closes, _ = one
+    async with pool.connection() as conn, conn.transaction():
+        db = PgConn(conn)
         for sql, params in zip(READS, read_params(key), strict=True):
-            await (await cur.execute(sql, params or None)).fetchall()
-        await (await cur.execute(FACTS.stored_facts_in, (ids,))).fetchall()
+            await db.fetch(sql, params)
+        await db.fetch(FACTS.stored_facts_in, (ids,))
         if closes:
-            olds = [close[3] for close in closes]
-            await (await cur.execute(FACTS.fact_states_in, (olds,))).fetchall()
-        for sql, rows in (
-            (FACTS.insert_fact, facts),
-            (FACTS.insert_lineage, lineage),
-            (FACTS.index_fact, text),
-            (FACTS.close, closes),
-            (FACTS.insert_audit, audit),
-            (FACTS.upsert_watermark, marks),
-        ):
-            if rows:
-                await cur.executemany(sql, rows)
+            await db.fetch(FACTS.fact_states_in, ([close[3] for close in closes],))
+        for statement, rows in writes(one):
+            if not rows:
+                continue
+            if isinstance(statement, str):
+                await db.executemany(statement, rows)
+            elif copy:
+                await db.insert_many(statement, rows)
+            else:
+                await db.executemany(statement.sql, rows)
 
 
-async def asyncpg_pass(pool: asyncpg.Pool, one: Pass) -> None:
-    key, ids, facts, lineage, text, audit, closes, marks = one
+async def asyncpg_pass(pool: asyncpg.Pool, one: Pass, *, copy: bool) -> None:
+    """The same pass on asyncpg: ``executemany``, or ``copy_records_to_table``."""
+    key, ids, *_, closes, _ = one
     async with pool.acquire() as conn, conn.transaction():
         for sql, params in zip(READS, read_params(key), strict=True):
             await conn.fetch(dollar(sql), *params)
         await conn.fetch(dollar(FACTS.stored_facts_in), ids)
         if closes:
             await conn.fetch(dollar(FACTS.fact_states_in), [close[3] for close in closes])
-        for sql, rows in (
-            (FACTS.insert_fact, facts),
-            (FACTS.insert_lineage, lineage),
-            (FACTS.index_fact, text),
-            (FACTS.close, closes),
-            (FACTS.insert_audit, audit),
-            (FACTS.upsert_watermark, marks),
-        ):
-            if rows:
-                await conn.executemany(dollar(sql), rows)
+        for statement, rows in writes(one):
+            if not rows:
+                continue
+            if isinstance(statement, str):
+                await conn.executemany(dollar(statement), rows)
+            elif copy:
+                columns = list(statement.columns)
+                await conn.copy_records_to_table(statement.table, records=rows, columns=columns)
+            else:
+                await conn.executemany(dollar(statement.sql), rows)
 
 
 async def fresh_schema(url: str) -> str:
@@ -183,36 +206,54 @@ async def timed(run: Callable[[Pass], Awaitable[None]], passes: list[list[Pass]]
     return time.perf_counter() - start
 
 
+VARIANTS = (
+    "psycopg executemany",
+    "psycopg COPY (the store)",
+    "asyncpg executemany",
+    "asyncpg COPY",
+)
+
+
+async def _psycopg(url: str, schema: str, passes: list[list[Pass]], copy: bool) -> float:
+    pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+        url,
+        min_size=1,
+        max_size=2,
+        open=False,
+        kwargs={"autocommit": True, "options": f"-c search_path={schema}"},
+    )
+    await pool.open(wait=True)
+    try:
+        return await timed(lambda p: psycopg_pass(pool, p, copy=copy), passes)
+    finally:
+        await pool.close()
+
+
+async def _asyncpg(url: str, schema: str, passes: list[list[Pass]], copy: bool) -> float:
+    pool = await asyncpg.create_pool(
+        url, min_size=1, max_size=2, server_settings={"search_path": schema}
+    )
+    try:
+        return await timed(lambda p: asyncpg_pass(pool, p, copy=copy), passes)
+    finally:
+        await pool.close()
+
+
 async def one_round(url: str, passes: list[list[Pass]], deltas: int) -> dict[str, float]:
-    """Both drivers over the same rows, each on a fresh schema: deltas per second."""
+    """Every variant over the same rows, each on a fresh schema: deltas per second."""
+    runs = (
+        (_psycopg, False),
+        (_psycopg, True),
+        (_asyncpg, False),
+        (_asyncpg, True),
+    )
     rates: dict[str, float] = {}
-    schema = await fresh_schema(url)
-    try:
-        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-            url,
-            min_size=1,
-            max_size=2,
-            open=False,
-            kwargs={"autocommit": True, "options": f"-c search_path={schema}"},
-        )
-        await pool.open(wait=True)
+    for name, (driver, copy) in zip(VARIANTS, runs, strict=True):
+        schema = await fresh_schema(url)
         try:
-            rates["psycopg"] = 2 * deltas / await timed(lambda p: psycopg_pass(pool, p), passes)
+            rates[name] = 2 * deltas / await driver(url, schema, passes, copy)
         finally:
-            await pool.close()
-    finally:
-        await drop(url, schema)
-    schema = await fresh_schema(url)
-    try:
-        apool = await asyncpg.create_pool(
-            url, min_size=1, max_size=2, server_settings={"search_path": schema}
-        )
-        try:
-            rates["asyncpg"] = 2 * deltas / await timed(lambda p: asyncpg_pass(apool, p), passes)
-        finally:
-            await apool.close()
-    finally:
-        await drop(url, schema)
+            await drop(url, schema)
     return rates
 
 
@@ -224,9 +265,12 @@ async def run(url: str, deltas: int, batch: int, rounds: int) -> None:
         print(f"round {number + 1}: " + ", ".join(f"{k} {v:,.0f}" for k, v in rates.items()))
         for name, rate in rates.items():
             best[name] = max(best.get(name, 0.0), rate)
+    base = best[VARIANTS[0]]
     for name, rate in best.items():
-        print(f"{name:<8} {deltas:>8,} adds + updates, batch {batch:>6,}  {rate:>10,.0f} deltas/s")
-    print(f"asyncpg / psycopg: {best['asyncpg'] / best['psycopg']:.2f}")
+        print(
+            f"{name:<26} {deltas:>7,} adds + updates, batch {batch:>6,}  "
+            f"{rate:>8,.0f} deltas/s  ×{rate / base:.2f}"
+        )
 
 
 def main() -> None:

@@ -34,7 +34,10 @@ from stargraph_mem.stores.schedule_runs import RuleRun
 from stargraph_mem.stores.scope import Partition, partition_key, prefix_upper_bound, user_prefix
 
 __all__ = [
+    "AUDIT_INSERT_COLUMNS",
+    "FACT_INSERT_COLUMNS",
     "KINDS",
+    "LINEAGE_INSERT_COLUMNS",
     "Delta",
     "PassBasis",
     "PassWrite",
@@ -60,6 +63,55 @@ KINDS: Final = ("add", "update", "delete", "noop")
 _UNION_TAGS: Final = frozenset({"str", "bool", "int", "float", "none"})
 """Union member names pydantic puts in error locations (binding values are a union)."""
 _EMPTY_OBJECT: Final = b"{}"
+
+FACT_INSERT_COLUMNS: Final = (
+    "rowid",
+    "id",
+    "user",
+    "agent",
+    "partition_key",
+    "subject",
+    "predicate",
+    "object",
+    "payload",
+    "confidence",
+    "valid_from_us",
+    "recorded_at_us",
+    "rule_id",
+    "delta_id",
+    "valid_until_us",
+    "superseded_by",
+    "closed_by",
+)
+"""The columns of the rows a batch inserts into ``facts`` (``fact_rows.write_rows`` and
+the closing triple), in order."""
+LINEAGE_INSERT_COLUMNS: Final = (
+    "rowid",
+    "fact_id",
+    "rule_id",
+    "pack_hash",
+    "delta_id",
+    "source_episode_ids",
+    "promotion_ts_us",
+    "confidence",
+    "reason",
+    "bindings",
+    "predecessor_ids",
+    "audit_seq",
+)
+AUDIT_INSERT_COLUMNS: Final = (
+    "seq",
+    "delta_id",
+    "kind",
+    "rule_id",
+    "pack_hash",
+    "user",
+    "agent",
+    "partition_key",
+    "applied_at_us",
+    "delta",
+)
+"""The columns of the rows a batch inserts into ``lineage`` and ``audit``, in order."""
 
 _HOST: Final = socket.gethostname()
 

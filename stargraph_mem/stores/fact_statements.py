@@ -13,6 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from stargraph_mem.stores.sql_conn import Insert
+
 __all__ = ["FactStatements"]
 
 
@@ -39,11 +41,11 @@ class FactStatements:
     """Names of the ``episodes`` table's columns (no rows when there is no such table)."""
     episode_partitions_in: str
     episode_owners_in: str
-    insert_fact: str
-    insert_lineage: str
-    index_fact: str
+    insert_fact: Insert
+    insert_lineage: Insert
+    index_fact: Insert
     close: str
-    insert_audit: str
+    insert_audit: Insert
     insert_reinforcement: str
     upsert_watermark: str
     insert_rejection: str

@@ -8,9 +8,20 @@ the backend's own modules and the logic exists once.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
-__all__ = ["Conn"]
+__all__ = ["Conn", "Insert"]
+
+
+@dataclass(frozen=True, slots=True)
+class Insert:
+    """Rows into one table: ``sql`` inserts one row (its parameters in ``columns`` order);
+    ``table`` and ``columns`` let a backend load many rows at once (PostgreSQL: ``COPY``)."""
+
+    table: str
+    columns: tuple[str, ...]
+    sql: str
 
 
 class Conn(Protocol):
@@ -21,6 +32,9 @@ class Conn(Protocol):
 
     async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> int:
         """Run one statement per row; return how many rows they changed in all."""
+
+    async def insert_many(self, insert: Insert, rows: Sequence[Sequence[Any]]) -> None:
+        """Insert every row (all new: no conflict handling) the backend's fastest way."""
 
     async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[Sequence[Any]]:
         """Every row of one statement."""

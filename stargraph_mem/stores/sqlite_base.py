@@ -34,6 +34,7 @@ from stargraph_mem.model.time import EPOCH, ONE_US, from_us, to_us, utc_now
 from stargraph_mem.stores.lifecycle import AsyncResource, closed_on_failure
 from stargraph_mem.stores.models import StoreHealth
 from stargraph_mem.stores.mounts import network_filesystem_warning
+from stargraph_mem.stores.sql_conn import Insert
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
@@ -246,6 +247,9 @@ class SQLiteConn:
         before = self.db.total_changes
         await self.db.executemany(sql, rows)
         return self.db.total_changes - before
+
+    async def insert_many(self, insert: Insert, rows: Sequence[Sequence[Any]]) -> None:
+        await self.db.executemany(insert.sql, rows)
 
     async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[Sequence[Any]]:
         return list(await self.db.execute_fetchall(sql, params))

@@ -9,8 +9,15 @@ from typing import Final
 
 import aiosqlite
 
-from stargraph_mem.stores.fact_rows import corrupt, json_text
+from stargraph_mem.stores.fact_rows import (
+    AUDIT_INSERT_COLUMNS,
+    FACT_INSERT_COLUMNS,
+    LINEAGE_INSERT_COLUMNS,
+    corrupt,
+    json_text,
+)
 from stargraph_mem.stores.fact_statements import FactStatements
+from stargraph_mem.stores.sql_conn import Insert
 from stargraph_mem.stores.sqlite_base import fetch, scalar
 from stargraph_mem.stores.sqlite_migration import Ledger
 from stargraph_mem.stores.sqlite_search import (
@@ -21,8 +28,11 @@ from stargraph_mem.stores.sqlite_search import (
 )
 
 __all__ = [
+    "AUDIT_INSERT_COLUMNS",
     "CACHE_KIB",
+    "FACT_INSERT_COLUMNS",
     "LEDGER",
+    "LINEAGE_INSERT_COLUMNS",
     "MIGRATIONS",
     "SCHEMA",
     "SCHEMA_VERSION",
@@ -286,11 +296,11 @@ SQLITE: Final = FactStatements(
     episode_columns="SELECT name FROM pragma_table_info('episodes')",
     episode_partitions_in=f"SELECT id, partition_key FROM episodes WHERE id {_IN_JSON}",
     episode_owners_in=f"SELECT id, user, agent FROM episodes WHERE id {_IN_JSON}",
-    insert_fact=_INSERT_FACT,
-    insert_lineage=_INSERT_LINEAGE,
-    index_fact=INDEX_FACT,
+    insert_fact=Insert("facts", FACT_INSERT_COLUMNS, _INSERT_FACT),
+    insert_lineage=Insert("lineage", LINEAGE_INSERT_COLUMNS, _INSERT_LINEAGE),
+    index_fact=Insert("fact_text", ("rowid", "body"), INDEX_FACT),
     close=_CLOSE,
-    insert_audit=_INSERT_AUDIT,
+    insert_audit=Insert("audit", AUDIT_INSERT_COLUMNS, _INSERT_AUDIT),
     insert_reinforcement=_INSERT_REINFORCEMENT,
     upsert_watermark=_UPSERT_WATERMARK,
     insert_rejection=_INSERT_REJECTION,

@@ -7,6 +7,8 @@ from typing import Any
 
 from psycopg import AsyncConnection
 
+from stargraph_mem.stores.sql_conn import Insert
+
 __all__ = ["PgConn"]
 
 
@@ -26,6 +28,14 @@ class PgConn:
         async with self.conn.cursor() as cursor:
             await cursor.executemany(sql, rows)
             return max(cursor.rowcount, 0)
+
+    async def insert_many(self, insert: Insert, rows: Sequence[Sequence[Any]]) -> None:
+        """``COPY`` the rows in (several times faster than one ``INSERT`` per row)."""
+        names = ", ".join(f'"{column}"' for column in insert.columns)
+        statement = f"COPY {insert.table} ({names}) FROM STDIN"
+        async with self.conn.cursor() as cursor, cursor.copy(statement) as copy:
+            for row in rows:
+                await copy.write_row(row)
 
     async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[Sequence[Any]]:
         cursor = await self.conn.execute(sql, params or None)

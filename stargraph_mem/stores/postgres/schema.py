@@ -136,8 +136,12 @@ _FACTS: Final = (
         holder TEXT NOT NULL,
         expires_us BIGINT NOT NULL
     )""",
-    # the search index: one tsvector per fact ('simple' words of text folded in Python)
-    "CREATE TABLE fact_text (rowid BIGINT PRIMARY KEY, body TSVECTOR NOT NULL)",
+    # the search index: a fact's text (folded in Python) and its 'simple' tsvector
+    """CREATE TABLE fact_text (
+        rowid BIGINT PRIMARY KEY,
+        text TEXT NOT NULL,
+        body TSVECTOR GENERATED ALWAYS AS (to_tsvector('simple', text)) STORED
+    )""",
     "CREATE INDEX fact_text_body ON fact_text USING GIN (body)",
     f"""CREATE TABLE fact_access (
         fact_id {_K} PRIMARY KEY,

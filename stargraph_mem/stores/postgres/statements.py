@@ -6,10 +6,16 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from stargraph_mem.stores.episode_rows import EpisodeStatements
+from stargraph_mem.stores.fact_rows import (
+    AUDIT_INSERT_COLUMNS,
+    FACT_INSERT_COLUMNS,
+    LINEAGE_INSERT_COLUMNS,
+)
 from stargraph_mem.stores.fact_statements import FactStatements
 from stargraph_mem.stores.plan_migration import PlanDialect
 from stargraph_mem.stores.schedule_runs import RunStatements
 from stargraph_mem.stores.search_common import fold
+from stargraph_mem.stores.sql_conn import Insert
 
 __all__ = [
     "COUNT_OF",
@@ -31,6 +37,13 @@ def _as_list(values: Sequence[Any]) -> list[Any]:
 
 def _marks(count: int) -> str:
     return ", ".join(["%s"] * count)
+
+
+def _insert(table: str, columns: tuple[str, ...]) -> Insert:
+    """Rows into ``table`` (loaded with ``COPY`` by :class:`PgConn`)."""
+    names = ", ".join(f'"{column}"' for column in columns)
+    sql = f"INSERT INTO {table} ({names}) VALUES ({_marks(len(columns))})"
+    return Insert(table, columns, sql)
 
 
 FACT_COLUMNS: Final = (
@@ -76,23 +89,14 @@ FACTS: Final = FactStatements(
     ),
     episode_partitions_in="SELECT id, partition_key FROM episodes WHERE id = ANY(%s)",
     episode_owners_in='SELECT id, "user", agent FROM episodes WHERE id = ANY(%s)',
-    insert_fact=(
-        'INSERT INTO facts (rowid, id, "user", agent, partition_key, subject, predicate, '
-        "object, payload, confidence, valid_from_us, recorded_at_us, rule_id, delta_id, "
-        f"valid_until_us, superseded_by, closed_by) VALUES ({_marks(17)})"
-    ),
-    insert_lineage=(
-        f"INSERT INTO lineage (rowid, fact_id, {_LINEAGE}, audit_seq) VALUES ({_marks(12)})"
-    ),
-    index_fact="INSERT INTO fact_text (rowid, body) VALUES (%s, to_tsvector('simple', %s))",
+    insert_fact=_insert("facts", FACT_INSERT_COLUMNS),
+    insert_lineage=_insert("lineage", LINEAGE_INSERT_COLUMNS),
+    index_fact=_insert("fact_text", ("rowid", "text")),
     close=(
         "UPDATE facts SET valid_until_us = %s, superseded_by = %s, closed_by = %s "
         "WHERE id = %s AND valid_until_us IS NULL"
     ),
-    insert_audit=(
-        'INSERT INTO audit (seq, delta_id, kind, rule_id, pack_hash, "user", agent, '
-        f"partition_key, applied_at_us, delta) VALUES ({_marks(10)})"
-    ),
+    insert_audit=_insert("audit", AUDIT_INSERT_COLUMNS),
     insert_reinforcement=(
         "INSERT INTO reinforcements (fact_id, ts_us, delta_id) VALUES (%s, %s, %s)"
     ),

@@ -75,7 +75,7 @@ class PostgresTables:
         ]
         await self.db.execute("DELETE FROM fact_text")
         if rows:
-            await self.db.executemany(FACTS.index_fact, rows)
+            await self.db.insert_many(FACTS.index_fact, rows)
         await self.db.execute(_RESTART_SEQ)
 
 
