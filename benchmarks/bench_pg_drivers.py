@@ -1,9 +1,9 @@
 """psycopg 3 (pool) against asyncpg on the PostgreSQL fact store's apply-path statement mix.
 
 Four variants over the same rows: each driver with ``executemany`` for every write, and
-each loading the new rows (facts, lineage, search text, audit) with ``COPY`` as the store
-does (psycopg through the store's own connection wrapper; asyncpg's
-``copy_records_to_table``); closes and the watermark upsert stay ``executemany``.
+each writing as the store does: the new rows (facts, lineage, search text, audit) with
+``COPY`` (psycopg through the store's own connection wrapper; asyncpg's
+``copy_records_to_table``) and the closes as one ``UPDATE`` over column arrays.
 
 Run: ``python benchmarks/bench_pg_drivers.py [--url postgresql://…] [--deltas N --batch B]``
 (needs the ``bench`` extra for asyncpg). Each variant gets a fresh schema (created by the
@@ -35,7 +35,7 @@ from stargraph_mem.stores.postgres import PostgresDatabase
 from stargraph_mem.stores.postgres.connection import PgConn
 from stargraph_mem.stores.postgres.statements import FACTS
 from stargraph_mem.stores.scope import partition_key
-from stargraph_mem.stores.sql_conn import Insert
+from stargraph_mem.stores.sql_conn import Insert, Many
 
 PARTITIONS = 60
 Rows = list[tuple[Any, ...]]
@@ -129,7 +129,7 @@ def read_params(key: str) -> Sequence[Sequence[Any]]:
     return (("bench", key), (key,), (), ())
 
 
-def writes(one: Pass) -> list[tuple[Insert | str, Rows]]:
+def writes(one: Pass) -> list[tuple[Insert | Many | str, Rows]]:
     """The pass's writes in the order the store makes them."""
     _, _, facts, lineage, text, audit, closes, marks = one
     return [
@@ -158,10 +158,12 @@ async def psycopg_pass(pool: AsyncConnectionPool[Any], one: Pass, *, copy: bool)
                 continue
             if isinstance(statement, str):
                 await db.executemany(statement, rows)
-            elif copy:
+            elif not copy:
+                await db.executemany(statement.sql, rows)
+            elif isinstance(statement, Insert):
                 await db.insert_many(statement, rows)
             else:
-                await db.executemany(statement.sql, rows)
+                await db.run_many(statement, rows)
 
 
 async def asyncpg_pass(pool: asyncpg.Pool, one: Pass, *, copy: bool) -> None:
@@ -178,11 +180,14 @@ async def asyncpg_pass(pool: asyncpg.Pool, one: Pass, *, copy: bool) -> None:
                 continue
             if isinstance(statement, str):
                 await conn.executemany(dollar(statement), rows)
-            elif copy:
+            elif not copy:
+                await conn.executemany(dollar(statement.sql), rows)
+            elif isinstance(statement, Insert):
                 columns = list(statement.columns)
                 await conn.copy_records_to_table(statement.table, records=rows, columns=columns)
             else:
-                await conn.executemany(dollar(statement.sql), rows)
+                arrays = [list(column) for column in zip(*rows, strict=True)]
+                await conn.execute(dollar(statement.arrays), *arrays)
 
 
 async def fresh_schema(url: str) -> str:

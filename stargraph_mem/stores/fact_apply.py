@@ -47,7 +47,7 @@ from stargraph_mem.stores.fact_statements import FactStatements
 from stargraph_mem.stores.schedule_runs import RuleRun
 from stargraph_mem.stores.scope import Partition
 from stargraph_mem.stores.search_common import body_text
-from stargraph_mem.stores.sql_conn import Conn, Insert
+from stargraph_mem.stores.sql_conn import Conn, Insert, Many
 
 __all__ = [
     "CHUNK",
@@ -464,7 +464,7 @@ class Batch:
         new_ids = {fact_row[1] for fact_row, _ in rows}
         closing = {close[3]: close[:3] for close in self._closes if close[3] in new_ids}
         closes = [close for close in self._closes if close[3] not in closing]
-        writes: tuple[tuple[Insert | str, Sequence[Sequence[Any]]], ...] = (
+        writes: tuple[tuple[Insert | Many, Sequence[Sequence[Any]]], ...] = (
             (sql.insert_fact, [fact_row + closing.get(fact_row[1], _OPEN) for fact_row, _ in rows]),
             (sql.insert_lineage, [lineage_row for _, lineage_row in rows]),
             (sql.index_fact, [self._indexed(fact_row) for fact_row, _ in rows]),
@@ -478,7 +478,7 @@ class Batch:
             if isinstance(statement, Insert):
                 await self.db.insert_many(statement, params)
             else:
-                await self.db.executemany(statement, params)
+                await self.db.run_many(statement, params)
         self._audit, self._closes, self._reinforcements = [], [], []
 
     def _indexed(self, fact_row: tuple[Any, ...]) -> tuple[int, str]:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from stargraph_mem.stores.sql_conn import Insert
+from stargraph_mem.stores.sql_conn import Insert, Many
 
 __all__ = ["FactStatements"]
 
@@ -44,9 +44,9 @@ class FactStatements:
     insert_fact: Insert
     insert_lineage: Insert
     index_fact: Insert
-    close: str
+    close: Many
     insert_audit: Insert
-    insert_reinforcement: str
+    insert_reinforcement: Insert
     upsert_watermark: str
     insert_rejection: str
     marks: str

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-__all__ = ["Conn", "Insert"]
+__all__ = ["Conn", "Insert", "Many"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +22,15 @@ class Insert:
     table: str
     columns: tuple[str, ...]
     sql: str
+
+
+@dataclass(frozen=True, slots=True)
+class Many:
+    """One statement for many rows: ``sql`` runs once per row; ``arrays`` (when the backend
+    has one) runs once, each parameter the array of one column of the rows."""
+
+    sql: str
+    arrays: str = ""
 
 
 class Conn(Protocol):
@@ -35,6 +44,9 @@ class Conn(Protocol):
 
     async def insert_many(self, insert: Insert, rows: Sequence[Sequence[Any]]) -> None:
         """Insert every row (all new: no conflict handling) the backend's fastest way."""
+
+    async def run_many(self, statement: Many, rows: Sequence[Sequence[Any]]) -> None:
+        """Run ``statement`` for every row, in one round trip where the backend can."""
 
     async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[Sequence[Any]]:
         """Every row of one statement."""

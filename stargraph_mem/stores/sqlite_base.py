@@ -34,7 +34,7 @@ from stargraph_mem.model.time import EPOCH, ONE_US, from_us, to_us, utc_now
 from stargraph_mem.stores.lifecycle import AsyncResource, closed_on_failure
 from stargraph_mem.stores.models import StoreHealth
 from stargraph_mem.stores.mounts import network_filesystem_warning
-from stargraph_mem.stores.sql_conn import Insert
+from stargraph_mem.stores.sql_conn import Insert, Many
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
@@ -250,6 +250,9 @@ class SQLiteConn:
 
     async def insert_many(self, insert: Insert, rows: Sequence[Sequence[Any]]) -> None:
         await self.db.executemany(insert.sql, rows)
+
+    async def run_many(self, statement: Many, rows: Sequence[Sequence[Any]]) -> None:
+        await self.db.executemany(statement.sql, rows)
 
     async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[Sequence[Any]]:
         return list(await self.db.execute_fetchall(sql, params))

@@ -17,7 +17,7 @@ from stargraph_mem.stores.fact_rows import (
     json_text,
 )
 from stargraph_mem.stores.fact_statements import FactStatements
-from stargraph_mem.stores.sql_conn import Insert
+from stargraph_mem.stores.sql_conn import Insert, Many
 from stargraph_mem.stores.sqlite_base import fetch, scalar
 from stargraph_mem.stores.sqlite_migration import Ledger
 from stargraph_mem.stores.sqlite_search import (
@@ -299,9 +299,11 @@ SQLITE: Final = FactStatements(
     insert_fact=Insert("facts", FACT_INSERT_COLUMNS, _INSERT_FACT),
     insert_lineage=Insert("lineage", LINEAGE_INSERT_COLUMNS, _INSERT_LINEAGE),
     index_fact=Insert("fact_text", ("rowid", "body"), INDEX_FACT),
-    close=_CLOSE,
+    close=Many(_CLOSE),
     insert_audit=Insert("audit", AUDIT_INSERT_COLUMNS, _INSERT_AUDIT),
-    insert_reinforcement=_INSERT_REINFORCEMENT,
+    insert_reinforcement=Insert(
+        "reinforcements", ("fact_id", "ts_us", "delta_id"), _INSERT_REINFORCEMENT
+    ),
     upsert_watermark=_UPSERT_WATERMARK,
     insert_rejection=_INSERT_REJECTION,
     marks=(

@@ -7,7 +7,7 @@ from typing import Any
 
 from psycopg import AsyncConnection
 
-from stargraph_mem.stores.sql_conn import Insert
+from stargraph_mem.stores.sql_conn import Insert, Many
 
 __all__ = ["PgConn"]
 
@@ -36,6 +36,14 @@ class PgConn:
         async with self.conn.cursor() as cursor, cursor.copy(statement) as copy:
             for row in rows:
                 await copy.write_row(row)
+
+    async def run_many(self, statement: Many, rows: Sequence[Sequence[Any]]) -> None:
+        """One statement over column arrays when ``statement`` has one, else one per row."""
+        if not statement.arrays:
+            await self.executemany(statement.sql, rows)
+            return
+        columns = [list(column) for column in zip(*rows, strict=True)]
+        await self.conn.execute(statement.arrays, columns)
 
     async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[Sequence[Any]]:
         cursor = await self.conn.execute(sql, params or None)

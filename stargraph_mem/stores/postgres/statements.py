@@ -15,7 +15,7 @@ from stargraph_mem.stores.fact_statements import FactStatements
 from stargraph_mem.stores.plan_migration import PlanDialect
 from stargraph_mem.stores.schedule_runs import RunStatements
 from stargraph_mem.stores.search_common import fold
-from stargraph_mem.stores.sql_conn import Insert
+from stargraph_mem.stores.sql_conn import Insert, Many
 
 __all__ = [
     "COUNT_OF",
@@ -92,14 +92,16 @@ FACTS: Final = FactStatements(
     insert_fact=_insert("facts", FACT_INSERT_COLUMNS),
     insert_lineage=_insert("lineage", LINEAGE_INSERT_COLUMNS),
     index_fact=_insert("fact_text", ("rowid", "text")),
-    close=(
+    close=Many(
         "UPDATE facts SET valid_until_us = %s, superseded_by = %s, closed_by = %s "
-        "WHERE id = %s AND valid_until_us IS NULL"
+        "WHERE id = %s AND valid_until_us IS NULL",
+        "UPDATE facts AS f SET valid_until_us = c.until_us, superseded_by = c.successor, "
+        "closed_by = c.closer FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[]) "
+        "AS c(until_us, successor, closer, id) "
+        "WHERE f.id = c.id AND f.valid_until_us IS NULL",
     ),
     insert_audit=_insert("audit", AUDIT_INSERT_COLUMNS),
-    insert_reinforcement=(
-        "INSERT INTO reinforcements (fact_id, ts_us, delta_id) VALUES (%s, %s, %s)"
-    ),
+    insert_reinforcement=_insert("reinforcements", ("fact_id", "ts_us", "delta_id")),
     upsert_watermark=(
         "INSERT INTO watermarks (pack, rule_id, partition_key, last_seq, updated_at_us) "
         "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (pack, rule_id, partition_key) "
