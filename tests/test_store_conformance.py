@@ -18,6 +18,7 @@ from typing import Any
 import psycopg
 import pytest
 from backends import PG_URL, Backend, pg_schema, raw_rows, snapshot
+from readme_helpers import readme_section_example
 
 from stargraph_mem.errors import StalePassError, StoreError
 from stargraph_mem.stores import (
@@ -401,3 +402,24 @@ async def test_a_memory_copies_into_postgresql_and_back_unchanged(
         assert again.digests["facts"] == there.digests["facts"]
         assert again.digests["fact_access"] == there.digests["fact_access"]
         assert again.rows["episodes"] == 6
+
+
+def test_the_readme_postgresql_example_runs(tmp_path: Path) -> None:
+    code, output = readme_section_example("PostgreSQL store")
+
+    async def run() -> subprocess.CompletedProcess[str]:
+        async with pg_schema() as name:
+            fresh = code.replace("?schema=readme_example", f"?schema={name}")
+            assert fresh != code
+            (tmp_path / "example.py").write_text(fresh, encoding="utf-8")
+            return await asyncio.to_thread(
+                subprocess.run,
+                [sys.executable, "example.py"],
+                cwd=tmp_path,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+
+    done = asyncio.run(run())
+    assert (done.returncode, done.stdout) == (0, output), done.stderr
