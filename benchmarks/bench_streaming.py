@@ -25,7 +25,7 @@ from pathlib import Path
 
 from stargraph_mem.compiler.pack import CompiledPack, compile_text
 from stargraph_mem.engine.api import Consolidator
-from stargraph_mem.engine.consolidate import rejections_of
+from stargraph_mem.engine.report import rejections_of
 from stargraph_mem.stores.fact import WatermarkAdvance
 from stargraph_mem.stores.memory import EpisodeRecord
 from stargraph_mem.stores.models import Episode
@@ -125,8 +125,8 @@ async def baseline(db: Path, pack: CompiledPack, count: int) -> list[float]:
     rng = random.Random(13)
     out: list[float] = []
     async with Consolidator(db, [pack], keep_deltas=False) as mem:
-        consolidation = mem.consolidations[0]
-        runtime = consolidation.runtime
+        runner = mem.runners[0]
+        runtime = runner.runtime
         done = await mem.fact_store.watermark(pack.name, pack.rules[0].id, PARTITION)
         for k in range(count):
             episode = observation(2 * 10**7 + k, PARTITION.user, PARTITION.agent, rng)

@@ -20,6 +20,7 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
@@ -28,7 +29,8 @@ import clips
 
 from stargraph_mem.compiler.cadence import CadenceRule, next_fire, schedule_program
 from stargraph_mem.compiler.clips_env import load_constructs, new_environment
-from stargraph_mem.engine.consolidate import Consolidation, PassReport
+from stargraph_mem.engine.report import PassReport
+from stargraph_mem.engine.runner import PassRunner
 from stargraph_mem.engine.runtime import RejectedEpisode
 from stargraph_mem.errors import CompileError, PassConflictError, ScheduleError
 from stargraph_mem.model.cadence import Cadence
@@ -214,12 +216,12 @@ class ScheduledRule:
 @dataclass
 class _Pack:
     """One pack as the scheduler sees it: program, rules by cadence, and (when it can run
-    passes) its consolidation."""
+    passes) its runner."""
 
     name: str
     program: ScheduleProgram
     all_rules: list[CadenceRule]
-    consolidation: Consolidation | None = None
+    runner: PassRunner | None = None
 
     @property
     def count_rules(self) -> list[CadenceRule]:
@@ -254,7 +256,7 @@ class Scheduler:
 
     def __init__(
         self,
-        consolidations: Sequence[Consolidation],
+        runners: Sequence[PassRunner],
         memory: SQLiteMemoryStore,
         facts: SQLiteFactStore,
         store: SQLiteScheduleStore,
@@ -267,14 +269,14 @@ class Scheduler:
         self.store = store
         self.holder = holder or f"scheduler-{uuid.uuid4().hex[:12]}"
         self.lease_seconds = lease_seconds
-        self.packs = [self._pack(c) for c in consolidations]
+        self.packs = [self._pack(c) for c in runners]
         self._locks: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
 
     @staticmethod
-    def _pack(consolidation: Consolidation) -> _Pack:
-        compiled = consolidation.runtime.compiled
+    def _pack(runner: PassRunner) -> _Pack:
+        compiled = runner.runtime.compiled
         program = ScheduleProgram(compiled.name, compiled.schedule)
-        return _Pack(compiled.name, program, list(compiled.rules), consolidation)
+        return _Pack(compiled.name, program, list(compiled.rules), runner)
 
     async def register(self) -> None:
         """Record each pack's rule cadences, so ``status`` can run without the pack files."""
@@ -379,19 +381,17 @@ class Scheduler:
 
     # --- running ---------------------------------------------------------------------
 
-    async def _run(
+    def _runs(
         self,
         pack: _Pack,
         partition: Partition,
-        rules: list[CadenceRule],
+        rules: Sequence[CadenceRule],
         states: dict[tuple[str, str], RunState],
         now: datetime,
-        report: ConsolidationReport,
-    ) -> bool:
-        """One scheduled run of ``rules`` over ``partition``; False if another scheduler
-        applied it first (nothing of ours was applied)."""
+    ) -> list[RuleRun]:
+        """The run records of one scheduled run (compare-and-set on the tokens seen)."""
         token = uuid.uuid4().hex
-        runs = [
+        return [
             RuleRun(
                 pack.name,
                 rule.id,
@@ -404,17 +404,58 @@ class Scheduler:
             )
             for rule in rules
         ]
+
+    async def _run(
+        self,
+        pack: _Pack,
+        partition: Partition,
+        rules: list[CadenceRule],
+        states: dict[tuple[str, str], RunState],
+        now: datetime,
+        report: ConsolidationReport,
+    ) -> bool:
+        """One scheduled run of ``rules`` over ``partition``; False if another scheduler
+        applied it first (nothing of ours was applied)."""
+        runs = self._runs(pack, partition, rules, states, now)
         dues = [Due(pack.name, rule.id, partition) for rule in rules]
         report.due += dues
         try:
-            assert pack.consolidation is not None
-            report.passes += await pack.consolidation.run(
+            assert pack.runner is not None
+            report.passes += await pack.runner.run(
                 partition, now=now, rule_ids=[r.id for r in rules], runs=runs
             )
         except PassConflictError:
             report.conflicts += dues
             return False
         return True
+
+    async def _run_many(
+        self,
+        pack: _Pack,
+        partitions: list[Partition],
+        rules: list[CadenceRule],
+        states: dict[tuple[str, str], RunState],
+        now: datetime,
+        report: ConsolidationReport,
+    ) -> None:
+        """Scheduled runs of the same ``rules`` over many partitions, in batches; those
+        another scheduler applied first are noted as conflicts."""
+        assert pack.runner is not None
+        runs = {p: self._runs(pack, p, rules, states, now) for p in partitions}
+        dues = {p: [Due(pack.name, rule.id, p) for rule in rules] for p in partitions}
+        report.due += [due for p in partitions for due in dues[p]]
+        conflicts: list[Partition] = []
+        async with AsyncExitStack() as stack:
+            for key in sorted({p.key for p in partitions}):
+                await stack.enter_async_context(self._locks[key])
+            report.passes += await pack.runner.run_many(
+                partitions,
+                now=now,
+                rule_ids=[r.id for r in rules],
+                runs=dict(runs),
+                conflicts=conflicts,
+            )
+        report.conflicts += [due for p in conflicts for due in dues[p]]
 
     async def _decide_counts(
         self, pack: _Pack, partition: Partition, now: datetime
@@ -470,9 +511,8 @@ class Scheduler:
             d0 = time.perf_counter()
             due, facts = await self._decide(pack, partitions, now)
             decide += time.perf_counter() - d0
-            for partition, rules in due.items():
-                async with self._locks[partition.key]:
-                    await self._run(pack, partition, rules, facts.states, now, report)
+            for rules, group in _same_rules(due):
+                await self._run_many(pack, group, rules, facts.states, now, report)
         t2 = time.perf_counter()
         report.timings = {"lease": t1 - t0, "decide": decide, "total": t2 - t0}
         return report
@@ -545,3 +585,17 @@ class Scheduler:
             None if nxt is None else from_us(nxt),
             due,
         )
+
+
+def _same_rules(
+    due: dict[Partition, list[CadenceRule]],
+) -> list[tuple[list[CadenceRule], list[Partition]]]:
+    """Runs of consecutive partitions due for the same rules (their order kept)."""
+    groups: list[tuple[list[CadenceRule], list[Partition]]] = []
+    for partition, rules in due.items():
+        ids = [r.id for r in rules]
+        if groups and [r.id for r in groups[-1][0]] == ids:
+            groups[-1][1].append(partition)
+        else:
+            groups.append((rules, [partition]))
+    return groups
