@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 from stargraph_mem.compiler.pack import CompiledRule
+from stargraph_mem.engine.inflight import Behind
 from stargraph_mem.engine.report import LegacyFilter, PassReport
-from stargraph_mem.engine.runtime import PassOutput
+from stargraph_mem.engine.runtime import PassInput, PassOutput
 from stargraph_mem.errors import PassConflictError
 from stargraph_mem.stores.fact import EngineFact
 from stargraph_mem.stores.memory import EpisodeRecord
@@ -32,17 +33,21 @@ if TYPE_CHECKING:
     from stargraph_mem.engine.runner import PassRunner
 
 BATCH_PARTITIONS = 512
-"""At most this many partitions per batch (and per read of their bases)."""
+"""Partitions whose bases, backlogs and facts are read together (then batched)."""
+BATCH_EPISODES = 5_000
+"""A batch holds partitions until their backlogs reach this many episodes (or
+``max_episodes``): small enough that one batch commits while the next is computed."""
 
 
 @dataclass
 class _Planned:
-    """A partition of a batch: its stored watermarks and facts version, read together."""
+    """A partition of a batch: its stored watermarks, facts version and current facts."""
 
     partition: Partition
     marks: dict[str, int]
     version: int
     low: int
+    facts: list[EngineFact] | None = None
 
 
 @dataclass
@@ -71,17 +76,31 @@ class BatchRun:
 
     async def run(self, partitions: Sequence[Partition]) -> list[PassReport]:
         """Consolidate each of ``partitions`` until caught up, many per batch; the reports
-        come partition by partition, in the order given."""
+        come partition by partition, in the order given.
+
+        Batch k+1 is read and run through the pack while batch k commits.
+        """
         wanted = list(dict.fromkeys(partitions))
         self.reports = {p: [] for p in wanted}
-        for start in range(0, len(wanted), BATCH_PARTITIONS):
-            for group in await self.plan(wanted[start : start + BATCH_PARTITIONS]):
-                await self.batch(group)
+        applying: Behind[None] = Behind()
+        try:
+            for start in range(0, len(wanted), BATCH_PARTITIONS):
+                for group in await self.plan(wanted[start : start + BATCH_PARTITIONS]):
+                    if len(group) == 1:
+                        await self.alone(group[0].partition)
+                        continue
+                    reports = await self.compute(group)
+                    await applying.wait()
+                    if not self.dry_run:
+                        applying.start(self._apply(reports))
+            await applying.wait()
+        finally:
+            await applying.settle()
         return [report for p in wanted for report in self.reports[p]]
 
-    async def plan(self, partitions: Sequence[Partition]) -> Iterator[list[_Planned]]:
-        """Bases and backlogs of ``partitions``; those whose backlog fits one pass are
-        grouped into batches of at most ``max_episodes`` episodes, the others run alone."""
+    async def plan(self, partitions: Sequence[Partition]) -> list[list[_Planned]]:
+        """Bases, backlogs and current facts of ``partitions``; those whose backlog fits
+        one pass are grouped into batches, the others run alone (groups of one)."""
         runner = self.runner
         bases = await runner.facts.pass_bases(runner.pack, partitions)
         planned = [
@@ -89,23 +108,35 @@ class BatchRun:
             for p, (marks, version) in zip(partitions, bases, strict=True)
         ]
         counts = await runner.memory.count_since_of([(p.partition, p.low) for p in planned])
-        return self._groups(planned, counts)
+        groups = self._groups(planned, counts)
+        batched = [item for group in groups if len(group) > 1 for item in group]
+        for item in batched:
+            item.facts = runner.known_facts(item.partition, item.version)
+        missing = [item for item in batched if item.facts is None]
+        if missing:
+            stored = await runner.facts.current_facts_of([item.partition for item in missing])
+            for item, facts in zip(missing, stored, strict=True):
+                item.facts = facts
+        return groups
 
-    def _groups(self, planned: list[_Planned], counts: list[int]) -> Iterator[list[_Planned]]:
+    def _groups(self, planned: list[_Planned], counts: list[int]) -> list[list[_Planned]]:
         limit = self.runner.max_episodes
+        budget = min(limit, BATCH_EPISODES)
+        groups: list[list[_Planned]] = []
         group: list[_Planned] = []
         size = 0
         for item, count in zip(planned, counts, strict=True):
             if count >= limit:
-                yield [item]
+                groups.append([item])
                 continue
-            if group and size + count > limit:
-                yield group
+            if group and size + count > budget:
+                groups.append(group)
                 group, size = [], 0
             group.append(item)
             size += count
         if group:
-            yield group
+            groups.append(group)
+        return groups
 
     async def alone(self, partition: Partition) -> None:
         """Run ``partition`` by itself (paging, claims and retries as :meth:`PassRunner.run`)."""
@@ -125,65 +156,50 @@ class BatchRun:
                 raise
             self.conflicts.append(partition)
 
-    async def batch(self, group: list[_Planned]) -> None:
-        """Compute and apply one batch (a batch of one runs alone)."""
-        if len(group) == 1:
-            await self.alone(group[0].partition)
-            return
+    async def compute(self, group: list[_Planned]) -> list[PassReport]:
+        """Read and run one batch through the pack; nothing is written."""
         t0 = time.perf_counter()
         jobs = await self._read(group)
         t1 = time.perf_counter()
         outs = await asyncio.to_thread(self._run_pack, jobs)
         runner = self.runner
-        share = (t1 - t0) / len(jobs)
-        for job, (out, seconds) in zip(jobs, outs, strict=True):
+        read, engine = (t1 - t0) / len(jobs), (time.perf_counter() - t1) / len(jobs)
+        for job, out in zip(jobs, outs, strict=True):
             job.report.take(out, runner.keep_deltas)
-            job.report.timings = {"read": share, "engine": seconds, "apply": 0.0}
-            job.report.timings["total"] = share + seconds
+            job.report.timings = {"read": read, "engine": engine, "apply": 0.0}
+            job.report.timings["total"] = read + engine
             if self.on_pass is not None:
                 self.on_pass(job.report)
+        reports = [job.report for job in jobs]
         if self.dry_run:
-            for job in jobs:
-                job.report.facts_after = None
-                self.reports[job.report.partition].append(job.report)
-            return
-        await self._apply([job.report for job in jobs])
+            for report in reports:
+                report.facts_after = None
+                self.reports[report.partition].append(report)
+        return reports
 
     async def _read(self, group: list[_Planned]) -> list[_Job]:
         runner = self.runner
         reads = await runner.memory.since_checked_of(
             [(p.partition, p.low) for p in group], limit=runner.max_episodes
         )
-        known = [runner.known_facts(p.partition, p.version) for p in group]
-        missing = [p.partition for p, facts in zip(group, known, strict=True) if facts is None]
-        stored = iter(await runner.facts.current_facts_of(missing) if missing else [])
         jobs: list[_Job] = []
-        for item, read, facts in zip(group, reads, known, strict=True):
+        for item, read in zip(group, reads, strict=True):
             report = runner.started(item.partition, self.now, self.rules, None, item.marks, read)
             report.read_version = item.version
             eligible = await runner.eligibility.of(
                 report, self.rules, read.records, item.marks, self.legacy
             )
-            jobs.append(
-                _Job(report, read.records, next(stored) if facts is None else facts, eligible)
-            )
+            assert item.facts is not None
+            jobs.append(_Job(report, read.records, item.facts, eligible))
         return jobs
 
-    def _run_pack(self, jobs: list[_Job]) -> list[tuple[PassOutput, float]]:
-        """Each job through the pack, one partition at a time (in a worker thread)."""
-        outs: list[tuple[PassOutput, float]] = []
-        for job in jobs:
-            t0 = time.perf_counter()
-            out = self.runner.runtime.run_pass(
-                partition=job.report.partition,
-                now=self.now,
-                episodes=job.records,
-                facts=job.facts,
-                eligible=job.eligible,
-                matched=self.runner.keep_deltas,
-            )
-            outs.append((out, time.perf_counter() - t0))
-        return outs
+    def _run_pack(self, jobs: list[_Job]) -> list[PassOutput]:
+        """Every job through the pack, one partition after the other (in a worker thread)."""
+        return self.runner.runtime.run_passes(
+            [PassInput(j.report.partition, j.records, j.facts, j.eligible) for j in jobs],
+            now=self.now,
+            matched=self.runner.keep_deltas,
+        )
 
     async def _apply(self, reports: list[PassReport]) -> None:
         """Apply the batch in one transaction; stale partitions, and every partition when

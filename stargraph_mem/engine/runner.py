@@ -22,6 +22,7 @@ from typing import Literal
 from stargraph_mem.compiler.pack import CompiledPack, CompiledRule
 from stargraph_mem.engine.batch import BatchRun
 from stargraph_mem.engine.eligibility import Eligibility
+from stargraph_mem.engine.inflight import Behind
 from stargraph_mem.engine.limits import DEFAULT_MAX_EPISODES
 from stargraph_mem.engine.report import LegacyFilter, PassReport
 from stargraph_mem.engine.runtime import PackRuntime, Stamp
@@ -244,7 +245,7 @@ class PassRunner:
         pass gave the claim up (:class:`StalePassError` when the partition changed)."""
         async with AsyncExitStack() as stack:
             previous: PassReport | None = None
-            applying: asyncio.Task[int] | None = None
+            applying: Behind[int] = Behind()
             worker: WorkerProcess | None = None
             version: int | None = None
             try:
@@ -261,15 +262,14 @@ class PassRunner:
                     reports.append(report)
                     if on_pass is not None:
                         on_pass(report)
-                    if applying is not None:
+                    if applying.task is not None:
                         # the previous pass commits while this one is computed
-                        version = await applying
-                        applying = None
+                        version = await applying.wait()
                     last = report.scanned < self.max_episodes or dry_run
                     if not dry_run:
                         if report.read_version is None:  # carried from the previous pass
                             report.read_version = version
-                        applying = asyncio.create_task(self._apply(report, runs, holder, last))
+                        applying.start(self._apply(report, runs, holder, last))
                     if last:
                         break
                     previous = None  # a worker carries its own passes
@@ -280,12 +280,9 @@ class PassRunner:
                             if worker is not None:  # a long run: see background_checkpoints
                                 await stack.enter_async_context(self.facts.background_checkpoints())
                                 previous = replace(report, deltas=[], matched=[])
-                if applying is not None:
-                    await applying
-                    applying = None
+                await applying.wait()
             finally:
-                if applying is not None:
-                    await asyncio.gather(applying, return_exceptions=True)
+                await applying.settle()
                 if worker is not None:
                     await asyncio.to_thread(worker.close)
                 for report in reports:
