@@ -231,7 +231,7 @@ class BatchRun:
             if version is None:  # the partition changed since the batch read it
                 await self.alone(report.partition)
                 continue
-            runner.remember(report.partition, version, facts)
+            runner.remember(report, version, facts)
             runner.applied(report, share)
             self.reports[report.partition].append(report)
             if report.scanned >= runner.max_episodes:  # written to meanwhile: go on alone

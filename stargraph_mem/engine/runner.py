@@ -35,7 +35,7 @@ from stargraph_mem.salience import RuleBasedScorer, SalienceScorer, gate_scorer
 from stargraph_mem.stores.fact import EngineFact, WatermarkAdvance
 from stargraph_mem.stores.memory import CheckedRead
 from stargraph_mem.stores.scope import Partition
-from stargraph_mem.stores.sqlite_fact import PassBasis, SQLiteFactStore, claim_holder
+from stargraph_mem.stores.sqlite_fact import PassBasis, PassWrite, SQLiteFactStore, claim_holder
 from stargraph_mem.stores.sqlite_memory import SQLiteMemoryStore
 from stargraph_mem.stores.sqlite_schedule import RuleRun
 
@@ -93,9 +93,9 @@ class PassRunner:
         """Whether a run computes its passes in a worker process (see :meth:`run`)."""
         self.eligibility = Eligibility(runtime.compiled, self.scorer, memory.path)
         self._lock = asyncio.Lock()
-        self._known: OrderedDict[str, tuple[int, list[EngineFact]]] = OrderedDict()
-        """Per partition key: its facts version after this object's last pass there, and
-        the facts that pass left current (reused while the version has not moved)."""
+        self._known: OrderedDict[str, _Known] = OrderedDict()
+        """Per partition key: what this object's last pass there left (reused while the
+        partition has not moved; every apply checks that it has not)."""
 
     @property
     def pack(self) -> str:
@@ -391,8 +391,12 @@ class PassRunner:
         t0 = time.perf_counter()
         version: int | None = None
         facts: list[EngineFact] | None = None
+        known = self._known.get(partition.key)
         if previous is not None:
             stored, facts = previous.marks_after(), previous.facts_after
+        elif known is not None:  # as our last apply left it: the apply checks it still is
+            self._known.move_to_end(partition.key)
+            stored, version, facts = dict(known.marks), known.version, known.facts
         else:  # read before the episodes and facts: the apply checks nothing moved since
             stored, version = await self.facts.basis(self.pack, partition)
         low = self.low(stored, rules, stamp)
@@ -427,16 +431,16 @@ class PassRunner:
         """The facts our last pass over ``partition`` left, while the store's version for
         it (read just before) shows nobody changed them; else None."""
         known = self._known.get(partition.key)
-        if known is None or version != known[0]:
+        if known is None or version != known.version:
             return None
         self._known.move_to_end(partition.key)
-        return known[1]
+        return known.facts
 
-    def remember(self, partition: Partition, version: int, facts: list[EngineFact] | None) -> None:
-        """Keep the facts an applied pass left (and the version they are at) for reuse."""
+    def remember(self, report: PassReport, version: int, facts: list[EngineFact] | None) -> None:
+        """Keep what an applied pass left (facts, watermarks, version) for the next one."""
         if facts is None or len(facts) > KNOWN_FACTS_MAX:
             return
-        self._known[partition.key] = (version, facts)
+        self._known[report.partition.key] = _Known(version, facts, report.marks_after())
         while len(self._known) > KNOWN_PARTITIONS_MAX:
             self._known.popitem(last=False)
 
@@ -483,19 +487,32 @@ class PassRunner:
         self.decode(report)  # while the store checkpoints the previous pass
         partition, facts = report.partition, report.facts_after
         self.forget(partition)
-        result = await self.facts.apply_deltas(
-            report.deltas,
-            pack_hash=self.runtime.sha256,
-            watermarks=report.advances,
-            rejections=report.rejections(),
-            runs=runs,
-            version_of=partition,
-            basis=self.basis(report, holder, last),
-        )
-        assert result.version is not None
-        self.remember(partition, result.version, facts)
+        basis = self.basis(report, holder, last)
+        if holder is None:  # the common case: one statement checks what the pass read
+            write = PassWrite(basis, report.deltas, report.advances, report.rejections(), runs)
+            (version,) = await self.facts.apply_passes([write], pack_hash=self.runtime.sha256)
+            if version is None:
+                raise StalePassError(
+                    f"pack '{self.pack}' at {partition.key}: the partition changed while "
+                    "the pass was computed, or another run claims it",
+                    pack=self.pack,
+                    partition=partition.key,
+                )
+        else:
+            result = await self.facts.apply_deltas(
+                report.deltas,
+                pack_hash=self.runtime.sha256,
+                watermarks=report.advances,
+                rejections=report.rejections(),
+                runs=runs,
+                version_of=partition,
+                basis=basis,
+            )
+            assert result.version is not None
+            version = result.version
+        self.remember(report, version, facts)
         self.applied(report, time.perf_counter() - t0)
-        return result.version
+        return version
 
     def _advances(
         self,
@@ -513,6 +530,15 @@ class PassRunner:
             if high
             > (marks.get(rules[0].id, 0) if stamp is not None and rules else marks.get(key, 0))
         ]
+
+
+@dataclass(frozen=True, slots=True)
+class _Known:
+    """What a runner's last applied pass over a partition left there."""
+
+    version: int
+    facts: list[EngineFact]
+    marks: dict[str, int]
 
 
 # --- the worker process's protocol --------------------------------------------------------

@@ -304,24 +304,27 @@ class Scheduler:
     async def _pending(
         self,
         pack: _Pack,
-        partition: Partition,
-        part: int,
+        partitions: Sequence[Partition],
         facts: _Facts,
         rules: Sequence[CadenceRule],
     ) -> None:
-        """Episodes after each rule's watermark (one count per distinct watermark); count
-        rules also get their counter fact."""
-        if not rules:
+        """Episodes after each rule's watermark in every partition (one count per distinct
+        watermark, all in two statements); count rules also get their counter fact."""
+        if not rules or not partitions:
             return
-        marks = await self.facts.watermarks(pack.name, partition)
-        by_mark: dict[int, int] = {}
-        for rule in rules:
-            mark = marks.get(rule.id, 0)
-            if mark not in by_mark:
-                by_mark[mark] = await self.memory.count_since(partition, mark)
-            facts.pending[(rule.id, part)] = by_mark[mark]
-            if rule.cadence.every is not None:
-                facts.counts.append((rule.index, part, by_mark[mark]))
+        bases = await self.facts.pass_bases(pack.name, partitions)
+        wanted = {
+            (part, marks.get(rule.id, 0)) for part, (marks, _) in enumerate(bases) for rule in rules
+        }
+        pairs = sorted(wanted)
+        counts = await self.memory.count_since_of([(partitions[p], mark) for p, mark in pairs])
+        by_mark = dict(zip(pairs, counts, strict=True))
+        for part, (marks, _) in enumerate(bases):
+            for rule in rules:
+                count = by_mark[(part, marks.get(rule.id, 0))]
+                facts.pending[(rule.id, part)] = count
+                if rule.cadence.every is not None:
+                    facts.counts.append((rule.index, part, count))
 
     async def _anchor_missing(
         self, pack: _Pack, partitions: Sequence[Partition], now: datetime, facts: _Facts
@@ -329,14 +332,13 @@ class Scheduler:
         """Start the cron clocks of (rule, partition) pairs never seen: at the earliest
         unconsolidated episode's time (never later than now), else now."""
         now_us = to_us(now)
-        anchors: list[tuple[str, Partition, int]] = []
-        for partition in partitions:
-            for rule in pack.cron_rules:
-                if (rule.id, partition.key) in facts.states:
-                    continue
-                anchors.append(
-                    (rule.id, partition, await self._anchor_us(pack, rule, partition, now_us))
-                )
+        missing = [
+            (rule, partition)
+            for partition in partitions
+            for rule in pack.cron_rules
+            if (rule.id, partition.key) not in facts.states
+        ]
+        anchors = await self._anchors_us(pack, missing, now_us)
         if anchors:
             await self.store.anchor(pack.name, anchors)
             facts.states.update(
@@ -345,12 +347,26 @@ class Scheduler:
                 if key[1] in {p.key for p in partitions}
             )
 
-    async def _anchor_us(
-        self, pack: _Pack, rule: CadenceRule, partition: Partition, now_us: int
-    ) -> int:
-        mark = (await self.facts.watermarks(pack.name, partition)).get(rule.id, 0)
-        first = await self.memory.since(partition, mark, limit=1)
-        return min(now_us, to_us(first[0].timestamp)) if first else now_us
+    async def _anchors_us(
+        self, pack: _Pack, missing: Sequence[tuple[CadenceRule, Partition]], now_us: int
+    ) -> list[tuple[str, Partition, int]]:
+        """Each pair's anchor: its first unconsolidated episode's time (never later than
+        now), else now; read for all pairs at once."""
+        if not missing:
+            return []
+        parts = list(dict.fromkeys(partition for _, partition in missing))
+        marks = dict(zip(parts, await self.facts.pass_bases(pack.name, parts), strict=True))
+        after = [(p, marks[p][0].get(rule.id, 0)) for rule, p in missing]
+        reads = await self.memory.since_checked_of(after, limit=1)
+        anchors: list[tuple[str, Partition, int]] = []
+        for (rule, partition), (_, mark), read in zip(missing, after, reads, strict=True):
+            if read.quarantined:  # the first row is unreadable: look past it
+                first = await self.memory.since(partition, mark, limit=1)
+            else:
+                first = read.records
+            at = min(now_us, to_us(first[0].timestamp)) if first else now_us
+            anchors.append((rule.id, partition, at))
+        return anchors
 
     def _clocks(self, pack: _Pack, partitions: Sequence[Partition], facts: _Facts) -> None:
         for part, partition in enumerate(partitions):
@@ -368,8 +384,7 @@ class Scheduler:
         facts = _Facts()
         one = partitions[0] if len(partitions) == 1 else None
         facts.states = await self.store.runs(pack.name, one)
-        for part, partition in enumerate(partitions):
-            await self._pending(pack, partition, part, facts, pack.count_rules)
+        await self._pending(pack, partitions, facts, pack.count_rules)
         if pack.cron_rules:
             await self._anchor_missing(pack, partitions, now, facts)
             self._clocks(pack, partitions, facts)
@@ -539,8 +554,7 @@ class Scheduler:
             facts = _Facts()
             facts.states = await self.store.runs(pack.name)
             rules = pack.all_rules
-            for part, partition in enumerate(partitions):
-                await self._pending(pack, partition, part, facts, rules)
+            await self._pending(pack, partitions, facts, rules)
             for rule in rules:
                 if not partitions:
                     rows.append(
@@ -567,7 +581,7 @@ class Scheduler:
             since = (
                 state.since_us
                 if state is not None
-                else await self._anchor_us(pack, rule, partition, now_us)
+                else (await self._anchors_us(pack, [(rule, partition)], now_us))[0][2]
             )
             nxt = _next_fire_us(rule.cadence, since, rule.id)
             counts: list[tuple[int, int, int]] = []

@@ -1573,12 +1573,10 @@ class SQLiteFactStore(SQLiteStoreBase):
     async def pass_bases(
         self, pack: str, partitions: Sequence[Partition]
     ) -> list[tuple[dict[str, int], int]]:
-        """:meth:`basis` of every partition (in the order given), in two statements."""
-        keys = [p.key for p in partitions]
+        """:meth:`basis` of every partition (in the order given), in one statement."""
         async with self._read() as db:
-            versions = await _versions_of(db, keys)
-            marks = await _marks_of(db, pack, keys)
-        return [(marks.get(key, {}), versions[key]) for key in keys]
+            states = await _states_of(db, pack, [p.key for p in partitions])
+        return [(marks, version) for marks, version, _, _ in states]
 
     async def current_facts_of(self, partitions: Sequence[Partition]) -> list[list[EngineFact]]:
         """:meth:`current_facts` of every partition (in the order given), in one statement."""
@@ -1623,7 +1621,7 @@ class SQLiteFactStore(SQLiteStoreBase):
                             await batch.apply_chunk(start, deltas[start : start + CHUNK])
                         await _advance_passes(db, kept, batch.now_us)
                         await batch.reject([r for p in kept for r in p.rejections])
-                        versions = await _versions_of(db, [p.basis.partition.key for p in kept])
+                        versions = await _versions_after(db, kept, batch, len(deltas))
                 finally:
                     self.adapter.discard()
                 if self._deferred and self._checkpointer is not None:
@@ -1664,14 +1662,13 @@ _CURRENT_OF: Final = """
 _VERSIONS_OF: Final = """
     SELECT j.value, (SELECT max(a.seq) FROM audit a WHERE a.partition_key = j.value)
     FROM json_each(?) j"""
-_MARKS_OF: Final = (
-    "SELECT partition_key, rule_id, last_seq FROM watermarks WHERE pack = ? "
-    "AND partition_key IN (SELECT value FROM json_each(?)) ORDER BY partition_key, rule_id"
-)
-_CLAIMS_OF: Final = (
-    "SELECT partition_key, holder, expires_us FROM partition_claims "
-    "WHERE partition_key IN (SELECT value FROM json_each(?))"
-)
+_STATES_OF: Final = """
+    SELECT (SELECT max(a.seq) FROM audit a WHERE a.partition_key = j.value),
+        (SELECT json_group_object(w.rule_id, w.last_seq) FROM watermarks w
+            WHERE w.pack = ?1 AND w.partition_key = j.value),
+        c.holder, c.expires_us
+    FROM json_each(?2) j LEFT JOIN partition_claims c ON c.partition_key = j.value
+    ORDER BY j.key"""
 
 
 async def _versions_of(db: aiosqlite.Connection, keys: Sequence[str]) -> dict[str, int]:
@@ -1680,38 +1677,52 @@ async def _versions_of(db: aiosqlite.Connection, keys: Sequence[str]) -> dict[st
     return {str(key): 0 if seq is None else int(seq) for key, seq in rows}
 
 
-async def _marks_of(
+async def _states_of(
     db: aiosqlite.Connection, pack: str, keys: Sequence[str]
-) -> dict[str, dict[str, int]]:
-    """Every rule's watermark for (pack, partition) of each partition key that has one."""
-    found: dict[str, dict[str, int]] = {}
-    for key, rule_id, seq in await fetch(db, _MARKS_OF, (pack, orjson.dumps(list(keys)))):
-        found.setdefault(str(key), {})[str(rule_id)] = int(seq)
-    return found
+) -> list[tuple[dict[str, int], int, str | None, int]]:
+    """Per partition key (in order): the pack's watermarks, the facts version, and the
+    partition's claim holder and expiry (None, 0: unclaimed), in one statement."""
+    rows = await fetch(db, _STATES_OF, (pack, orjson.dumps(list(keys))))
+    return [
+        (
+            {str(k): int(v) for k, v in orjson.loads(marks).items()},
+            0 if version is None else int(version),
+            None if holder is None else str(holder),
+            0 if expires_us is None else int(expires_us),
+        )
+        for version, marks, holder, expires_us in rows
+    ]
 
 
 async def _fresh_passes(db: aiosqlite.Connection, passes: Sequence[PassWrite]) -> list[bool]:
     """Per pass: whether its partition is as it read it and nobody else claims it (an
-    expired or dead claim is cleared, as :func:`_other_claim` does)."""
-    if not passes:
-        return []
-    keys = [p.basis.partition.key for p in passes]
-    packs = {p.basis.pack for p in passes}
-    marks = {pack: await _marks_of(db, pack, keys) for pack in packs}
-    versions = await _versions_of(db, keys)
-    claimed: set[str] = set()
-    for key, holder, expires_us in await fetch(db, _CLAIMS_OF, (orjson.dumps(keys),)):
-        now_us = next(p.basis.now_us for p in passes if p.basis.partition.key == key)
-        if int(expires_us) > now_us and not _holder_is_dead(str(holder)):
-            claimed.add(str(key))
-        else:
-            await db.execute(_DROP_CLAIM, (key, holder))
-    return [
-        p.basis.partition.key not in claimed
-        and versions[p.basis.partition.key] == p.basis.version
-        and marks[p.basis.pack].get(p.basis.partition.key, {}) == p.basis.marks
-        for p in passes
-    ]
+    expired or dead claim is cleared, as :func:`_other_claim` does); one statement per
+    pack."""
+    fresh = [False] * len(passes)
+    for pack in dict.fromkeys(p.basis.pack for p in passes):
+        mine = [i for i, p in enumerate(passes) if p.basis.pack == pack]
+        keys = [passes[i].basis.partition.key for i in mine]
+        for i, (marks, version, holder, expires_us) in zip(
+            mine, await _states_of(db, pack, keys), strict=True
+        ):
+            basis = passes[i].basis
+            claimed = holder not in (None, basis.holder) and expires_us > basis.now_us
+            if holder is not None and (not claimed or _holder_is_dead(holder)):
+                await db.execute(_DROP_CLAIM, (basis.partition.key, holder))
+                claimed = False
+            fresh[i] = not claimed and version == basis.version and marks == basis.marks
+    return fresh
+
+
+async def _versions_after(
+    db: aiosqlite.Connection, kept: Sequence[PassWrite], batch: _Batch, deltas: int
+) -> dict[str, int]:
+    """Facts version of each applied pass's partition; for a single pass it is known
+    without a read: the last audit seq the batch wrote, or the basis version if none."""
+    if len(kept) != 1:
+        return await _versions_of(db, [p.basis.partition.key for p in kept])
+    basis = kept[0].basis
+    return {basis.partition.key: batch._seq if deltas > batch.skipped else basis.version}
 
 
 async def _advance_passes(
