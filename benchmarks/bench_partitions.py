@@ -64,9 +64,10 @@ def timed(python: str, args: list[str]) -> float:
     return time.perf_counter() - t0
 
 
-def measure(python: str, episodes: Path, db: Path) -> tuple[float, float]:
-    """Seconds of ``ingest`` and of ``consolidate`` on a fresh database."""
-    db.unlink(missing_ok=True)
+def measure(python: str, episodes: Path, tmp: Path) -> tuple[float, float]:
+    """Seconds of ``ingest`` and of ``consolidate`` on a fresh database (a new folder:
+    no write-ahead log of an earlier run is left beside it)."""
+    db = Path(tempfile.mkdtemp(dir=tmp)) / "m.db"
     ingest = timed(python, ["ingest", str(episodes), "--db", str(db)])
     consolidate = timed(python, ["consolidate", "--pack", str(PACK), "--db", str(db), "--now", NOW])
     return ingest, consolidate
@@ -93,7 +94,7 @@ def main() -> None:
                 results: dict[tuple[str, int], float] = {}
                 for python in pythons:
                     for p in (parts, 1):
-                        ingest, consolidate = measure(python, files[p], Path(tmp) / "m.db")
+                        ingest, consolidate = measure(python, files[p], Path(tmp))
                         results[(python, p)] = ingest + consolidate
                         print(
                             f"{python[-40:]:<40} {total:>9,} {p:>10,} {ingest:>9.2f} "
