@@ -58,9 +58,11 @@ def write_episodes(path: Path, total: int, partitions: int) -> None:
                 )
 
 
-def timed(python: str, args: list[str]) -> float:
+def timed(python: str, args: list[str], cwd: Path) -> float:
+    """Seconds of one CLI process. It runs outside the checkout, so ``python`` imports its
+    own installed package, not this folder's."""
     t0 = time.perf_counter()
-    subprocess.run([python, "-c", CLI, *args], check=True, capture_output=True, cwd=ROOT)
+    subprocess.run([python, "-c", CLI, *args], check=True, capture_output=True, cwd=cwd)
     return time.perf_counter() - t0
 
 
@@ -68,8 +70,10 @@ def measure(python: str, episodes: Path, tmp: Path) -> tuple[float, float]:
     """Seconds of ``ingest`` and of ``consolidate`` on a fresh database (a new folder:
     no write-ahead log of an earlier run is left beside it)."""
     db = Path(tempfile.mkdtemp(dir=tmp)) / "m.db"
-    ingest = timed(python, ["ingest", str(episodes), "--db", str(db)])
-    consolidate = timed(python, ["consolidate", "--pack", str(PACK), "--db", str(db), "--now", NOW])
+    ingest = timed(python, ["ingest", str(episodes), "--db", str(db)], tmp)
+    consolidate = timed(
+        python, ["consolidate", "--pack", str(PACK), "--db", str(db), "--now", NOW], tmp
+    )
     return ingest, consolidate
 
 
