@@ -8,13 +8,9 @@ from datetime import datetime
 from pathlib import Path
 
 from stargraph_mem.compiler.pack import CompiledPack, compile_file
-from stargraph_mem.engine.consolidate import (
-    DEFAULT_MAX_EPISODES,
-    Consolidation,
-    LegacyFilter,
-    PassReport,
-    WorkerMode,
-)
+from stargraph_mem.engine.limits import DEFAULT_MAX_EPISODES
+from stargraph_mem.engine.report import LegacyFilter, PassReport
+from stargraph_mem.engine.runner import PassRunner, WorkerMode
 from stargraph_mem.engine.runtime import PackRuntime
 from stargraph_mem.engine.scheduler import (
     DEFAULT_LEASE_SECONDS,
@@ -85,8 +81,8 @@ class Consolidator(AsyncResource):
         """Whether pass reports keep their deltas (counts are always kept); large runs
         turn this off so a million deltas are not held in memory."""
         self.clock = clock
-        self.consolidations = [
-            Consolidation(
+        self.runners = [
+            PassRunner(
                 runtime_for(compiled),
                 self.memory,
                 self.fact_store,
@@ -100,7 +96,7 @@ class Consolidator(AsyncResource):
         """One per pack, shared by ``record``, ``tick`` and ``consolidate`` (passes of a
         pack are serialised: they share one CLIPS environment)."""
         self.scheduler = Scheduler(
-            self.consolidations,
+            self.runners,
             self.memory,
             self.fact_store,
             self.schedule_store,
@@ -228,9 +224,8 @@ class Consolidator(AsyncResource):
         on_pass: Callable[[PassReport], None] | None = None
         if progress is not None:
             total = 0
-            for consolidation in self.consolidations:
-                for partition in partitions:
-                    total += await consolidation.pending(partition, rule_ids)
+            for runner in self.runners:
+                total += sum(await runner.pending_of(partitions, rule_ids))
             done = 0
 
             def on_pass(done_pass: PassReport) -> None:
@@ -239,16 +234,15 @@ class Consolidator(AsyncResource):
                 progress(done, max(total, done))
 
             progress(0, total)
-        for consolidation in self.consolidations:
-            for partition in partitions:
-                report.passes += await consolidation.run(
-                    partition,
-                    now=when,
-                    rule_ids=rule_ids,
-                    dry_run=dry_run,
-                    legacy=legacy,
-                    on_pass=on_pass,
-                )
+        for runner in self.runners:
+            report.passes += await runner.run_many(
+                partitions,
+                now=when,
+                rule_ids=rule_ids,
+                dry_run=dry_run,
+                legacy=legacy,
+                on_pass=on_pass,
+            )
         report.timings["total"] = time.perf_counter() - t0
         return report
 
