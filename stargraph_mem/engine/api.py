@@ -22,7 +22,7 @@ from stargraph_mem.model.episodes import Episode
 from stargraph_mem.model.facts import Fact, FactAccess, FactHit, FactPattern
 from stargraph_mem.model.time import to_utc, utc_now
 from stargraph_mem.salience import SalienceScorer
-from stargraph_mem.stores.database import SQLiteDatabase, open_database
+from stargraph_mem.stores.database import open_database
 from stargraph_mem.stores.fact import Explanation
 from stargraph_mem.stores.lifecycle import AsyncResource, closed_on_failure
 from stargraph_mem.stores.scope import Partition
@@ -66,12 +66,11 @@ class Consolidator(AsyncResource):
         worker: WorkerMode = "auto",
         read_only: bool | None = None,
     ) -> None:
-        database = open_database(path, read_only=read_only)
-        assert isinstance(database, SQLiteDatabase)  # the engine's types follow the backend
-        self.database = database
+        self.database = open_database(path, read_only=read_only)
         """The owner of the connections; ``memory``, ``fact_store`` and ``schedule_store``
         are its repositories."""
-        self.path = database.path
+        self.location = self.memory_location = self.database.memory.location
+        """Where the memory lives: a SQLite file's path or a server URL."""
         self.memory = self.database.memory
         self.fact_store = self.database.facts
         self.schedule_store = self.database.schedule

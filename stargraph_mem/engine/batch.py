@@ -24,10 +24,10 @@ from stargraph_mem.engine.report import LegacyFilter, PassReport
 from stargraph_mem.engine.runtime import PassInput, PassOutput
 from stargraph_mem.errors import PassConflictError
 from stargraph_mem.stores.fact import EngineFact
+from stargraph_mem.stores.fact_rows import PassWrite
 from stargraph_mem.stores.memory import EpisodeRecord
+from stargraph_mem.stores.schedule_runs import RuleRun
 from stargraph_mem.stores.scope import Partition
-from stargraph_mem.stores.sqlite_fact import PassWrite
-from stargraph_mem.stores.sqlite_schedule import RuleRun
 
 if TYPE_CHECKING:
     from stargraph_mem.engine.runner import PassRunner

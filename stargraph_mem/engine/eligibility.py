@@ -8,7 +8,7 @@ from datetime import datetime
 from pathlib import Path
 
 from stargraph_mem.compiler.pack import CompiledPack, CompiledRule
-from stargraph_mem.engine.filters import select_seqs, when_filter_seqs
+from stargraph_mem.engine.filters import select_seqs, select_seqs_in, when_filter_seqs
 from stargraph_mem.engine.gating import RuleGate, UnusableImportance
 from stargraph_mem.engine.report import LegacyFilter, PassReport
 from stargraph_mem.engine.runtime import RejectedEpisode
@@ -20,9 +20,11 @@ from stargraph_mem.stores.memory import EpisodeRecord
 class Eligibility:
     """Works out, per rule, the seqs of a pass's episodes the rule may see."""
 
-    def __init__(self, compiled: CompiledPack, scorer: SalienceScorer, path: Path) -> None:
+    def __init__(self, compiled: CompiledPack, scorer: SalienceScorer, path: Path | None) -> None:
         self.scorer = scorer
         self.path = path
+        """The SQLite file ``select`` clauses read (``None``: another backend; they run
+        over a private copy of the pass's episodes)."""
         fields = compiled.pack.fields
         self.gates = {
             r.index: RuleGate.of(r.program.info.rule, fields)
@@ -50,16 +52,12 @@ class Eligibility:
                 after_sets[after] = {r.seq for r in records if r.seq > after}
             seqs = set(after_sets[after])
             if rule.select is not None and seqs:
-                seqs &= await asyncio.to_thread(
-                    select_seqs,
-                    self.path,
-                    partition,
-                    after,
-                    high,
-                    rule.select.sql,
-                    rule.select.params(to_us(now)),
-                    rule_id=rule.id,
-                )
+                args = (partition, after, high, rule.select.sql, rule.select.params(to_us(now)))
+                if self.path is not None:
+                    found = await asyncio.to_thread(select_seqs, self.path, *args, rule_id=rule.id)
+                else:
+                    found = await asyncio.to_thread(select_seqs_in, records, *args, rule_id=rule.id)
+                seqs &= found
             if legacy is not None and seqs and legacy.rule_id in (rule.id, "*"):
                 window = [r for r in records if r.seq in seqs]
                 seqs &= await asyncio.to_thread(

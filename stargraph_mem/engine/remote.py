@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
-from pathlib import Path
 
 from stargraph_mem.engine.report import PassReport
 from stargraph_mem.engine.runner import PassRunner, WorkerPass, WorkerSetup
 from stargraph_mem.engine.runtime import PackRuntime
-from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
-from stargraph_mem.stores.sqlite_memory import SQLiteMemoryStore
+from stargraph_mem.stores.database import open_database
+from stargraph_mem.stores.protocols import Database
 
 
 class PassServer:
@@ -20,6 +19,7 @@ class PassServer:
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
         self.runner: PassRunner | None = None
+        self.database: Database | None = None
         self.previous: PassReport | None = None
 
     def handle(self, message: object) -> object:
@@ -28,10 +28,11 @@ class PassServer:
     async def _handle(self, message: object) -> object:
         if isinstance(message, WorkerSetup):
             await self._close()
+            self.database = open_database(message.location)
             self.runner = PassRunner(
                 PackRuntime(message.compiled),
-                SQLiteMemoryStore(Path(message.memory_path)),
-                SQLiteFactStore(Path(message.facts_path)),
+                self.database.memory,
+                self.database.facts,
                 scorer=message.scorer,
                 max_episodes=message.max_episodes,
                 keep_deltas=message.keep_deltas,
@@ -60,10 +61,11 @@ class PassServer:
 
     async def _close(self) -> None:
         runner, self.runner = self.runner, None
+        database, self.database = self.database, None
         if runner is not None:
-            await runner.facts.close()
-            await runner.memory.close()
             runner.runtime.close()
+        if database is not None:
+            await database.close()
 
     def close(self) -> None:
         self.loop.run_until_complete(self._close())

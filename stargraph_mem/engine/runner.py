@@ -33,11 +33,11 @@ from stargraph_mem.model.deltas import DELTA_ADAPTER, MemoryDelta
 from stargraph_mem.model.time import seconds_us, to_us, to_utc
 from stargraph_mem.salience import RuleBasedScorer, SalienceScorer, gate_scorer
 from stargraph_mem.stores.fact import EngineFact, WatermarkAdvance
+from stargraph_mem.stores.fact_rows import PassBasis, PassWrite, claim_holder
 from stargraph_mem.stores.memory import CheckedRead
+from stargraph_mem.stores.protocols import EpisodeRepository, FactRepository
+from stargraph_mem.stores.schedule_runs import RuleRun
 from stargraph_mem.stores.scope import Partition
-from stargraph_mem.stores.sqlite_fact import PassBasis, PassWrite, SQLiteFactStore, claim_holder
-from stargraph_mem.stores.sqlite_memory import SQLiteMemoryStore
-from stargraph_mem.stores.sqlite_schedule import RuleRun
 
 WORKER_MIN_EPISODES = 50_000
 """With ``worker="auto"``, a run uses a worker process when at least this many episodes
@@ -66,8 +66,8 @@ class PassRunner:
     def __init__(
         self,
         runtime: PackRuntime,
-        memory: SQLiteMemoryStore,
-        facts: SQLiteFactStore,
+        memory: EpisodeRepository,
+        facts: FactRepository,
         *,
         scorer: SalienceScorer | None = None,
         max_episodes: int = DEFAULT_MAX_EPISODES,
@@ -91,7 +91,7 @@ class PassRunner:
             )
         self.worker: WorkerMode = worker
         """Whether a run computes its passes in a worker process (see :meth:`run`)."""
-        self.eligibility = Eligibility(runtime.compiled, self.scorer, memory.path)
+        self.eligibility = Eligibility(runtime.compiled, self.scorer, memory.file)
         self._lock = asyncio.Lock()
         self._known: OrderedDict[str, _Known] = OrderedDict()
         """Per partition key: what this object's last pass there left (reused while the
@@ -301,8 +301,7 @@ class PassRunner:
             return None
         worker = await asyncio.to_thread(WorkerProcess)
         setup = WorkerSetup(
-            memory_path=str(self.memory.path),
-            facts_path=str(self.facts.path),
+            location=self.memory.location,
             compiled=replace(self.runtime.compiled, _built=[]),
             max_episodes=self.max_episodes,
             keep_deltas=self.keep_deltas,
@@ -559,8 +558,8 @@ def from_body(body: bytes) -> MemoryDelta:
 class WorkerSetup:
     """Tells a worker process which pack and stores its passes use."""
 
-    memory_path: str
-    facts_path: str
+    location: str
+    """The database (a SQLite path or a server URL) the worker opens."""
     compiled: CompiledPack
     max_episodes: int
     keep_deltas: bool

@@ -35,10 +35,9 @@ from stargraph_mem.engine.runtime import RejectedEpisode
 from stargraph_mem.errors import CompileError, PassConflictError, ScheduleError
 from stargraph_mem.model.cadence import Cadence
 from stargraph_mem.model.time import from_us, to_us, to_utc
+from stargraph_mem.stores.protocols import EpisodeRepository, FactRepository, ScheduleRepository
+from stargraph_mem.stores.schedule_runs import RuleRun, RunState
 from stargraph_mem.stores.scope import Partition
-from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
-from stargraph_mem.stores.sqlite_memory import SQLiteMemoryStore
-from stargraph_mem.stores.sqlite_schedule import RuleRun, RunState, SQLiteScheduleStore
 
 __all__ = [
     "DEFAULT_LEASE_SECONDS",
@@ -257,9 +256,9 @@ class Scheduler:
     def __init__(
         self,
         runners: Sequence[PassRunner],
-        memory: SQLiteMemoryStore,
-        facts: SQLiteFactStore,
-        store: SQLiteScheduleStore,
+        memory: EpisodeRepository,
+        facts: FactRepository,
+        store: ScheduleRepository,
         *,
         holder: str | None = None,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
