@@ -353,10 +353,11 @@ class Scheduler:
         anchors = await self._anchors_us(pack, missing, now_us)
         if anchors:
             await self.store.anchor(pack.name, anchors)
+            keys = {p.key for p in partitions}
             facts.states.update(
                 (key, value)
                 for key, value in (await self.store.runs(pack.name)).items()
-                if key[1] in {p.key for p in partitions}
+                if key[1] in keys
             )
 
     async def _anchors_us(
