@@ -37,20 +37,22 @@ from stargraph_mem.stores.fact import (
     check_pack_hash,
 )
 from stargraph_mem.stores.fact_apply import (
-    CHUNK,
     Batch,
+    marks,
+    other_claim,
+    version,
+)
+from stargraph_mem.stores.fact_explain import explain, lineage_of
+from stargraph_mem.stores.fact_passes import (
+    CHUNK,
     RecordRuns,
     apply_batch,
     apply_passes_in,
     checked_deltas,
     group_current,
-    marks,
     marks_of,
-    other_claim,
-    version,
     versions_of,
 )
-from stargraph_mem.stores.fact_explain import explain, lineage_of
 from stargraph_mem.stores.fact_rows import (
     Delta,
     PassBasis,
