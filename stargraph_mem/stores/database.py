@@ -222,4 +222,13 @@ def open_database(
     if url.backend == "sqlite":
         assert url.path is not None
         return SQLiteDatabase(url.path, clock=clock, read_only=read_only)
-    raise _bad(str(url), "PostgreSQL support is not available in this build")
+    try:
+        from stargraph_mem.stores.postgres import PostgresDatabase
+    except ImportError as exc:  # the optional extra is not installed
+        raise _bad(
+            str(url),
+            f"PostgreSQL needs the postgres extra: pip install 'stargraph_mem[postgres]' ({exc})",
+        ) from exc
+    if read_only:
+        raise _bad(str(url), "a PostgreSQL memory cannot be opened read-only")
+    return PostgresDatabase(url.url, clock=clock)

@@ -28,6 +28,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from stargraph_mem.errors import StoreError
 from stargraph_mem.model.time import to_us, utc_now
+from stargraph_mem.stores.database import redact
 from stargraph_mem.stores.fact import ProvenanceAdapter
 from stargraph_mem.stores.lifecycle import AsyncResource
 from stargraph_mem.stores.models import StoreHealth
@@ -72,15 +73,6 @@ def split_url(url: str) -> tuple[str, str]:
             schema=schema,
         )
     return urlunsplit(parts._replace(query=urlencode(rest))), schema
-
-
-def redact(url: str) -> str:
-    """``url`` without its password (for messages and health)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 class PostgresDatabase(AsyncResource):
