@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,6 @@ from stargraph_mem.stores import (
     WatermarkAdvance,
 )
 from stargraph_mem.stores import copy as copy_module
-from stargraph_mem.stores.database import DatabaseURL, open_database, parse_database_url
 from stargraph_mem.stores.postgres import PostgresDatabase
 from stargraph_mem.stores.postgres.database import split_url
 from stargraph_mem.stores.postgres.schema import LEDGER_TABLE, SCHEMA_VERSION
@@ -365,24 +363,7 @@ async def test_the_postgres_owner_serves_the_store_protocols() -> None:
         assert await memory.count_since_of([(ALICE, 0), (Partition("bob", "a1"), 0)]) == [1, 0]
 
 
-def _opening_postgres(
-    original: Callable[..., Any],
-) -> Callable[..., Any]:
-    """``open_database`` that also opens ``postgresql://`` URLs (as PostgresDatabase)."""
-
-    def open_any(location: Any, **kwargs: Any) -> Any:
-        url = location if isinstance(location, DatabaseURL) else parse_database_url(location)
-        if url.backend == "postgresql":
-            return PostgresDatabase(url.url)
-        return original(location, **kwargs)
-
-    return open_any
-
-
-async def test_a_memory_copies_into_postgresql_and_back_unchanged(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr("stargraph_mem.stores.copy.open_database", _opening_postgres(open_database))
+async def test_a_memory_copies_into_postgresql_and_back_unchanged(tmp_path: Path) -> None:
     source, back = tmp_path / "a.db", tmp_path / "back.db"
     async with SQLiteMemoryStore(source) as memory, SQLiteFactStore(source) as facts:
         await memory.put_many([episode(f"e{n}", minutes=n) for n in range(5)])
