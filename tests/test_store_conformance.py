@@ -246,6 +246,23 @@ async def _rows_of(schema: str, sql: str) -> list[tuple[Any, ...]]:
         return [tuple(row) for row in await (await conn.execute(sql)).fetchall()]
 
 
+async def test_schema_names_keep_their_case() -> None:
+    async with pg_schema() as lower:
+        name = "Mixed_" + lower
+        try:
+            async with PostgresDatabase(f"{PG_URL}?schema={name}") as db:
+                await db.memory.put_many([episode("e1")])
+                assert [r.id for r in await db.memory.since(ALICE, 0)] == ["e1"]
+            schemas = await _rows_of(
+                "public",
+                f"SELECT schema_name FROM information_schema.schemata WHERE schema_name = '{name}'",
+            )
+            assert schemas == [(name,)]
+        finally:
+            async with await psycopg.AsyncConnection.connect(PG_URL, autocommit=True) as conn:
+                await conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
 async def test_a_newer_schema_version_is_refused_and_left_untouched() -> None:
     async with pg_schema() as name:
         url = f"{PG_URL}?schema={name}"

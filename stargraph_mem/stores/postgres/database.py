@@ -166,7 +166,7 @@ class PostgresDatabase(AsyncResource):
             kwargs={
                 "autocommit": True,
                 "connect_timeout": CONNECT_TIMEOUT_S,
-                "options": f"-c search_path={self.schema}",
+                "options": f'-c search_path="{self.schema}"',
             },
         )
         await pool.open(wait=True, timeout=CONNECT_TIMEOUT_S)
