@@ -49,7 +49,7 @@ from stargraph_mem.model.time import NaiveTimestampError, parse_iso, utc_now
 if TYPE_CHECKING:
     from pydantic import JsonValue
 
-    from stargraph_mem.engine.consolidate import PassReport
+    from stargraph_mem.engine.report import PassReport
     from stargraph_mem.engine.scheduler import ConsolidationReport
     from stargraph_mem.model.cadence import Cadence
     from stargraph_mem.model.episodes import Episode

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from stargraph_mem.authoring.coverage import Coverage
     from stargraph_mem.authoring.packtest import TestRun
     from stargraph_mem.engine.api import Consolidator
-    from stargraph_mem.engine.consolidate import PassReport
+    from stargraph_mem.engine.report import PassReport
 
 
 def coverage_lines(coverage: Coverage, minimum: float | None = None) -> list[str]:

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from pydantic import JsonValue
 
 from stargraph_mem.engine.api import Consolidator
-from stargraph_mem.engine.consolidate import DEFAULT_MAX_EPISODES
+from stargraph_mem.engine.limits import DEFAULT_MAX_EPISODES
 from stargraph_mem.stores.models import Episode
 
 SETTINGS = settings(max_examples=25, deadline=None)

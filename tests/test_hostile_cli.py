@@ -30,6 +30,7 @@ from stargraph_mem.compiler import compile_file
 from stargraph_mem.engine.api import Consolidator
 from stargraph_mem.errors import StoreError
 from stargraph_mem.stores import Episode
+from stargraph_mem.stores.database import SQLiteDatabase
 from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -258,8 +259,9 @@ def test_a_failed_bootstrap_leaves_no_connection_open(tmp_path: Path) -> None:
                 pass
 
     asyncio.run(scenario())
-    for store in (mem.memory, mem.fact_store, mem.schedule_store):
-        assert store._db is None
+    database = mem.database
+    assert isinstance(database, SQLiteDatabase)
+    assert database.connection.db is None
 
 
 # --- arguments that are not UTF-8 -------------------------------------------------------

@@ -16,7 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stargraph_mem.engine.api import Consolidator
-from stargraph_mem.engine.consolidate import Consolidation, PassReport
+from stargraph_mem.engine.report import PassReport
+from stargraph_mem.engine.runner import PassRunner
 from stargraph_mem.engine.runtime import PackRuntime
 from stargraph_mem.stores.fact import EngineFact
 from stargraph_mem.stores.scope import Partition
@@ -38,20 +39,21 @@ items = st.tuples(
 async def check(db: Path, stream: Sequence[tuple[str, str, str, str, str | None]]) -> list[str]:
     """Run with 3-episode passes; return every difference between carried and stored facts."""
     problems: list[str] = []
-    original = Consolidation._apply
+    original = PassRunner._apply
 
-    async def checked_apply(self: Consolidation, report: PassReport, work: Any, *args: Any) -> int:
-        version = await original(self, report, work, *args)
+    async def checked_apply(self: PassRunner, report: PassReport, *args: Any) -> int:
+        facts_after, marks_after = report.facts_after, report.marks_after()
+        version = await original(self, report, *args)
         stored: list[EngineFact] = await self.facts.current_facts(report.partition)
-        if stored != work.out.facts_after:
+        if stored != facts_after:
             problems.append(f"{self.pack} pass {report.first_seq}-{report.last_seq}")
         marks = await self.facts.watermarks(self.pack, report.partition)
-        if marks != work.carry().marks:
-            problems.append(f"{self.pack} marks {marks} != {work.carry().marks}")
+        if marks != marks_after:
+            problems.append(f"{self.pack} marks {marks} != {marks_after}")
         return version
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(Consolidation, "_apply", checked_apply)
+        mp.setattr(PassRunner, "_apply", checked_apply)
         async with Consolidator.open(db, PACKS, max_episodes=3) as c:
             for n, (s, p, o, session, intent) in enumerate(stream):
                 meta: dict[str, Any] = {"subject": s, "predicate": p, "object": o}

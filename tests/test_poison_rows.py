@@ -698,8 +698,8 @@ async def test_consolidation_goes_past_quarantined_rows(tmp_path: Path) -> None:
         assert checksum(path) == facts_before
         assert [e.id for e in await mem.memory.recent("alice", limit=10)] == ["e6", "e5", "e1"]
         # every row, the quarantined ones included, has been consumed
-        assert [await c.pending(ALICE) for c in mem.consolidations] == [0]
-        assert [await c.pending(BOB) for c in mem.consolidations] == [0]
+        assert [await c.pending(ALICE) for c in mem.runners] == [0]
+        assert [await c.pending(BOB) for c in mem.runners] == [0]
 
 
 async def test_replay_skips_and_lists_rows_it_cannot_use(tmp_path: Path) -> None:

@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 from e2e_helpers import DEDUP, DEFAULT, EXPIRE, FREQUENCY, NOW, dump_tables, episode, spo
 
-from stargraph_mem.engine import consolidate as consolidate_module
+from stargraph_mem.engine import runner as runner_module
 from stargraph_mem.engine.api import Consolidator
-from stargraph_mem.engine.consolidate import Consolidation, PassReport, WorkerMode
+from stargraph_mem.engine.report import PassReport
+from stargraph_mem.engine.runner import PassRunner, WorkerMode
 from stargraph_mem.engine.worker import WorkerProcess
 from stargraph_mem.errors import EngineError, FactConflictError, IRError, IRIssue
 from stargraph_mem.salience import RuleBasedScorer
@@ -94,7 +95,7 @@ def test_auto_uses_a_worker_only_for_a_backlog_of_several_passes(
     monkeypatch.setattr(WorkerProcess, "__init__", counting)
     asyncio.run(run(tmp_path / "small.db", "auto"))  # 40 episodes: below the minimum
     assert started == []
-    monkeypatch.setattr(consolidate_module, "WORKER_MIN_EPISODES", 10)
+    monkeypatch.setattr(runner_module, "WORKER_MIN_EPISODES", 10)
     asyncio.run(run(tmp_path / "backlog.db", "auto"))
     # one per (pack, partition) whose backlog spans several passes: alice has 32 episodes
     assert len(started) == len(PACKS)
@@ -104,7 +105,7 @@ def test_auto_uses_a_worker_only_for_a_backlog_of_several_passes(
 def test_a_failing_apply_stops_the_run_and_the_worker(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    original = Consolidation._apply
+    original = PassRunner._apply
     applied: list[int] = []
     started: list[WorkerProcess] = []
     init = WorkerProcess.__init__
@@ -113,14 +114,14 @@ def test_a_failing_apply_stops_the_run_and_the_worker(
         init(self)
         started.append(self)
 
-    async def failing(self: Consolidation, report: PassReport, work: Any, *args: Any) -> int:
+    async def failing(self: PassRunner, report: PassReport, *args: Any) -> int:
         if len(applied) == 2:
             raise FactConflictError("apply failed", fact_ids=["f1"])
-        version = await original(self, report, work, *args)
+        version = await original(self, report, *args)
         applied.append(report.last_seq)
         return version
 
-    monkeypatch.setattr(Consolidation, "_apply", failing)
+    monkeypatch.setattr(PassRunner, "_apply", failing)
     monkeypatch.setattr(WorkerProcess, "__init__", tracking)
 
     async def scenario() -> tuple[dict[str, int], int]:
@@ -147,7 +148,7 @@ def test_an_error_in_the_worker_comes_back_with_its_type() -> None:
             worker.request("not a request")
         with pytest.raises(RuntimeError, match="before the worker was set up"):
             worker.request(
-                consolidate_module._WorkerPass(
+                runner_module.WorkerPass(
                     partition=None,  # type: ignore[arg-type]
                     now=NOW,
                     rule_ids=[],

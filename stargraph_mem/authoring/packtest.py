@@ -41,7 +41,7 @@ from stargraph_mem.authoring.trace import (
 )
 from stargraph_mem.compiler.pack import CompiledPack
 from stargraph_mem.engine.api import Consolidator
-from stargraph_mem.engine.consolidate import PassReport
+from stargraph_mem.engine.report import PassReport
 from stargraph_mem.engine.runtime import RejectedEpisode
 from stargraph_mem.errors import IRError
 from stargraph_mem.ir.loader import (

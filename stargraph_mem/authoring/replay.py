@@ -26,7 +26,9 @@ from typing import Any, Literal
 
 from stargraph_mem.compiler.pack import CompiledPack
 from stargraph_mem.engine.api import Consolidator, runtime_for
-from stargraph_mem.engine.consolidate import DEFAULT_MAX_EPISODES, Consolidation, PassReport
+from stargraph_mem.engine.limits import DEFAULT_MAX_EPISODES
+from stargraph_mem.engine.report import PassReport
+from stargraph_mem.engine.runner import PassRunner
 from stargraph_mem.errors import StoreError
 from stargraph_mem.model.facts import Fact, FactPattern
 from stargraph_mem.model.time import to_us, to_utc, utc_now
@@ -400,7 +402,7 @@ async def _consolidate(
     rows the scratch store quarantined."""
     async with Consolidator(path, packs, max_episodes=max_episodes) as mem:
         runs = [
-            Consolidation(
+            PassRunner(
                 runtime_for(p),
                 mem.memory,
                 mem.fact_store,

@@ -8,13 +8,9 @@ from datetime import datetime
 from pathlib import Path
 
 from stargraph_mem.compiler.pack import CompiledPack, compile_file
-from stargraph_mem.engine.consolidate import (
-    DEFAULT_MAX_EPISODES,
-    Consolidation,
-    LegacyFilter,
-    PassReport,
-    WorkerMode,
-)
+from stargraph_mem.engine.limits import DEFAULT_MAX_EPISODES
+from stargraph_mem.engine.report import LegacyFilter, PassReport
+from stargraph_mem.engine.runner import PassRunner, WorkerMode
 from stargraph_mem.engine.runtime import PackRuntime
 from stargraph_mem.engine.scheduler import (
     DEFAULT_LEASE_SECONDS,
@@ -26,7 +22,7 @@ from stargraph_mem.model.episodes import Episode
 from stargraph_mem.model.facts import Fact, FactAccess, FactHit, FactPattern
 from stargraph_mem.model.time import to_utc, utc_now
 from stargraph_mem.salience import SalienceScorer
-from stargraph_mem.stores.database import SQLiteDatabase, open_database
+from stargraph_mem.stores.database import open_database
 from stargraph_mem.stores.fact import Explanation
 from stargraph_mem.stores.lifecycle import AsyncResource, closed_on_failure
 from stargraph_mem.stores.scope import Partition
@@ -70,12 +66,11 @@ class Consolidator(AsyncResource):
         worker: WorkerMode = "auto",
         read_only: bool | None = None,
     ) -> None:
-        database = open_database(path, read_only=read_only)
-        assert isinstance(database, SQLiteDatabase)  # the engine's types follow the backend
-        self.database = database
+        self.database = open_database(path, read_only=read_only)
         """The owner of the connections; ``memory``, ``fact_store`` and ``schedule_store``
         are its repositories."""
-        self.path = database.path
+        self.location = self.memory_location = self.database.memory.location
+        """Where the memory lives: a SQLite file's path or a server URL."""
         self.memory = self.database.memory
         self.fact_store = self.database.facts
         self.schedule_store = self.database.schedule
@@ -85,8 +80,8 @@ class Consolidator(AsyncResource):
         """Whether pass reports keep their deltas (counts are always kept); large runs
         turn this off so a million deltas are not held in memory."""
         self.clock = clock
-        self.consolidations = [
-            Consolidation(
+        self.runners = [
+            PassRunner(
                 runtime_for(compiled),
                 self.memory,
                 self.fact_store,
@@ -100,7 +95,7 @@ class Consolidator(AsyncResource):
         """One per pack, shared by ``record``, ``tick`` and ``consolidate`` (passes of a
         pack are serialised: they share one CLIPS environment)."""
         self.scheduler = Scheduler(
-            self.consolidations,
+            self.runners,
             self.memory,
             self.fact_store,
             self.schedule_store,
@@ -228,9 +223,8 @@ class Consolidator(AsyncResource):
         on_pass: Callable[[PassReport], None] | None = None
         if progress is not None:
             total = 0
-            for consolidation in self.consolidations:
-                for partition in partitions:
-                    total += await consolidation.pending(partition, rule_ids)
+            for runner in self.runners:
+                total += sum(await runner.pending_of(partitions, rule_ids))
             done = 0
 
             def on_pass(done_pass: PassReport) -> None:
@@ -239,16 +233,15 @@ class Consolidator(AsyncResource):
                 progress(done, max(total, done))
 
             progress(0, total)
-        for consolidation in self.consolidations:
-            for partition in partitions:
-                report.passes += await consolidation.run(
-                    partition,
-                    now=when,
-                    rule_ids=rule_ids,
-                    dry_run=dry_run,
-                    legacy=legacy,
-                    on_pass=on_pass,
-                )
+        for runner in self.runners:
+            report.passes += await runner.run_many(
+                partitions,
+                now=when,
+                rule_ids=rule_ids,
+                dry_run=dry_run,
+                legacy=legacy,
+                on_pass=on_pass,
+            )
         report.timings["total"] = time.perf_counter() - t0
         return report
 

@@ -39,7 +39,7 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -47,8 +47,10 @@ from stargraph_mem.compiler.select_sql import TIMESTAMP_FUNCTION
 from stargraph_mem.errors import ConsolidationRuleError
 from stargraph_mem.ir.reference import timestamp_micros
 from stargraph_mem.model.time import to_us
+from stargraph_mem.stores.episode_rows import episode_row
 from stargraph_mem.stores.memory import EpisodeRecord
 from stargraph_mem.stores.scope import Partition, scope_key
+from stargraph_mem.stores.sqlite_memory import EPISODES_TABLE
 
 ALLOWED_FUNCTIONS = frozenset(
     {
@@ -811,6 +813,15 @@ _select_authorizer = _authorizer_for(SELECT_TABLES, SELECT_FUNCTIONS, table_func
 """Compiled ``select`` SQL is parameterised, yet it too reads only what it needs."""
 
 
+_SELECT_SQL: Final = (
+    # rows whose metadata is not JSON (quarantined by the pass's read) never reach the
+    # clause's json_extract, which would fail the whole query
+    "WITH readable AS MATERIALIZED (SELECT * FROM episodes WHERE partition_key = ? "
+    "AND seq > ? AND seq <= ? AND json_valid(CAST(metadata AS TEXT))) "
+    "SELECT seq FROM readable WHERE ({where_sql})"
+)
+
+
 def select_seqs(
     path: str | Path,
     partition: Partition,
@@ -822,19 +833,67 @@ def select_seqs(
     rule_id: str,
 ) -> set[int]:
     """Seqs matching a compiled ``select`` clause (parameterised SQL from the compiler)."""
-    # rows whose metadata is not JSON (quarantined by the pass's read) never reach the
-    # clause's json_extract, which would fail the whole query
-    sql = (
-        "WITH readable AS MATERIALIZED (SELECT * FROM episodes WHERE partition_key = ? "
-        "AND seq > ? AND seq <= ? AND json_valid(CAST(metadata AS TEXT))) "
-        f"SELECT seq FROM readable WHERE ({where_sql})"
+    return _select_on(
+        _connect_read_only(path), partition, after_seq, upto_seq, where_sql, params, rule_id
     )
-    conn = _connect_read_only(path)
+
+
+def select_seqs_in(
+    records: Sequence[EpisodeRecord],
+    partition: Partition,
+    after_seq: int,
+    upto_seq: int,
+    where_sql: str,
+    params: Sequence[Any],
+    *,
+    rule_id: str,
+) -> set[int]:
+    """:func:`select_seqs` over a private in-memory SQLite copy of ``records`` (stored as
+    the SQLite episode store stores them), for backends without a SQLite file: a
+    ``select`` clause means the same on every backend."""
+    conn = sqlite3.connect(":memory:")
+    try:
+        conn.execute(EPISODES_TABLE)
+        rows = [
+            (
+                r.seq,
+                *episode_row(r.to_episode(validate=False)),
+                None if r.last_accessed is None else to_us(r.last_accessed),
+                r.access_count,
+            )
+            for r in records
+            if after_seq < r.seq <= upto_seq
+        ]
+        conn.executemany(_COPY_EPISODE, rows)
+        conn.execute("PRAGMA query_only = ON")
+    except BaseException:
+        conn.close()
+        raise
+    return _select_on(conn, partition, after_seq, upto_seq, where_sql, params, rule_id)
+
+
+_COPY_EPISODE: Final = (
+    "INSERT INTO episodes (seq, id, scope_key, partition_key, user, session, agent, ts_us, "
+    "tz_offset_s, content, source_node, metadata, last_accessed_us, access_count) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+def _select_on(
+    conn: sqlite3.Connection,
+    partition: Partition,
+    after_seq: int,
+    upto_seq: int,
+    where_sql: str,
+    params: Sequence[Any],
+    rule_id: str,
+) -> set[int]:
+    """Run a compiled ``select`` on ``conn`` (closed afterwards) under its authorizer."""
     try:
         conn.create_function(TIMESTAMP_FUNCTION, 1, timestamp_micros, deterministic=True)
         return _guarded(
             conn,
-            sql,
+            _SELECT_SQL.format(where_sql=where_sql),
             (partition.key, after_seq, upto_seq, *params),
             rule_id,
             "select",

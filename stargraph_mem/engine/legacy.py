@@ -28,8 +28,9 @@ from typing import Final
 from stargraph_mem.compiler.cadence import next_fire
 from stargraph_mem.compiler.pack import CompiledPack, compile_file
 from stargraph_mem.engine.api import runtime_for
-from stargraph_mem.engine.consolidate import Consolidation, LegacyFilter
 from stargraph_mem.engine.filters import check_when_filter
+from stargraph_mem.engine.report import LegacyFilter
+from stargraph_mem.engine.runner import PassRunner
 from stargraph_mem.engine.runtime import Stamp
 from stargraph_mem.errors import ConsolidationRuleError
 from stargraph_mem.model.deltas import MemoryDelta
@@ -75,16 +76,14 @@ async def consolidate_rule(store: SQLiteMemoryStore, rule: ConsolidationRule) ->
     now = utc_now()
     deltas: list[MemoryDelta] = []
     async with SQLiteFactStore(store.path) as facts:
-        consolidation = Consolidation(runtime_for(compiled), store, facts)
+        runner = PassRunner(runtime_for(compiled), store, facts)
         runs = await _run_states(store, rule)
         for partition in await store.partitions():
-            due = await _due(consolidation, rule, partition, runs, now)
+            due = await _due(runner, rule, partition, runs, now)
             if due is None:
                 continue
             try:
-                reports = await consolidation.run(
-                    partition, now=now, legacy=legacy, stamp=stamp, runs=due
-                )
+                reports = await runner.run(partition, now=now, legacy=legacy, stamp=stamp, runs=due)
             except ConsolidationRuleError as exc:
                 restated = _as_rule(exc, rule.id)
                 if restated is exc:
@@ -106,7 +105,7 @@ async def _run_states(
 
 
 async def _due(
-    consolidation: Consolidation,
+    runner: PassRunner,
     rule: ConsolidationRule,
     partition: Partition,
     runs: dict[tuple[str, str], RunState],
@@ -115,8 +114,8 @@ async def _due(
     """The run records to write when ``partition`` is due under ``rule``, else ``None``."""
     every = rule.cadence.every
     if every is not None:
-        mark = await consolidation.facts.watermark(consolidation.pack, rule.id, partition)
-        pending = await consolidation.memory.count_since(partition, mark)
+        mark = await runner.facts.watermark(runner.pack, rule.id, partition)
+        pending = await runner.memory.count_since(partition, mark)
         return [] if pending >= every else None
     state = runs.get((rule.id, partition.key))
     if state is not None and next_fire(rule.cadence, from_us(state.since_us), rule.id) > now:

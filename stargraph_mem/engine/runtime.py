@@ -10,12 +10,13 @@ from __future__ import annotations
 import math
 import tempfile
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Final, cast
+from typing import Any, Final, TextIO, cast
 
 import clips
 from clips._clips import ffi, lib
@@ -173,6 +174,10 @@ class _FactBuilder:
         lib.FBDispose(self._fb)
 
 
+_BUILT: Final = ("sm-pass", "sm-cursor", "sm-elig", "sm-fact", "sm-episode", "sm-end")
+"""The deftemplates a pass asserts facts of."""
+
+
 class PackRuntime:
     """A compiled pack loaded into one CLIPS environment, reused across passes."""
 
@@ -236,16 +241,31 @@ class PackRuntime:
             fb.put(slot, value)
         fb.assert_fact()
 
-    def _run(self, budget: int) -> None:
-        # clipspy's Python error router would be asked about every write a rule makes
-        # (each delta line): a callback per write. It captures nothing during a run (run
-        # raises no CLIPSError), and CLIPS still reports a rule's runtime error on stderr.
+    @contextmanager
+    def _unrouted(self) -> Iterator[None]:
+        """clipspy's Python error router off: it would be asked about every write a rule
+        makes (each delta line), a callback per write. It captures nothing during a run
+        (run raises no CLIPSError), and CLIPS still reports a rule's runtime error on
+        stderr."""
         envp = self.env._env
         lib.DeactivateRouter(envp, ERROR_ROUTER)
         try:
-            fired = self.env.run(budget)
+            yield
         finally:
             lib.ActivateRouter(envp, ERROR_ROUTER)
+
+    def _output(self, function: str, *args: Any) -> None:
+        """Open or close the deltas file, called directly (parsing a command asks every
+        router about every character); a failure raises, so a stale file is never read."""
+        if self.env.call(function, *args) != TRUE:
+            raise EngineError(
+                f"pack '{self.compiled.name}': {function} of the deltas file failed",
+                pack=self.compiled.name,
+            )
+
+    def _run(self, budget: int) -> None:
+        with self._unrouted():
+            fired = self.env.run(budget)
         if fired >= budget and next(iter(self.env.activations()), None) is not None:
             raise EngineError(
                 f"pack '{self.compiled.name}' fired more than {budget} rules in one step; "
@@ -272,44 +292,81 @@ class PackRuntime:
         ``eligible`` maps a rule index to the seqs it may see (after its watermark, select
         and salience gate); ``None`` means every rule sees every episode.
         """
+        job = PassInput(partition, episodes, list(facts), eligible)
+        return self.run_passes([job], now=now, chunk=chunk, stamp=stamp, matched=matched)[0]
+
+    def run_passes(
+        self,
+        jobs: Sequence[PassInput],
+        *,
+        now: datetime,
+        chunk: int = DEFAULT_CHUNK,
+        stamp: Stamp | None = None,
+        matched: bool = False,
+    ) -> list[PassOutput]:
+        """:meth:`run_pass` over each job in turn, the environment reset before each (a
+        job's rules see its own episodes and facts only). Every job's deltas go through one
+        open file, so many small partitions cost one file open, not one each."""
         with self._lock:  # CLIPS environments are not thread-safe; one pass at a time
-            now_us = to_us(to_utc(now))
-            fact_list = list(facts)
-            out = PassOutput(episodes=len(episodes))
-            ok_sets, groups = self._eligibility(episodes, eligible)
-            self.env.reset()
-            self.env.eval(f'(open "{self._out.as_posix()}" {OUT} "w")')
-            episode_fb = _FactBuilder(self.env, "sm-episode")
-            fact_fb = _FactBuilder(self.env, "sm-fact")
+            self._output("open", self._out.as_posix(), clips.Symbol(OUT), "w")
+            builders = {name: _FactBuilder(self.env, name) for name in _BUILT}
             try:
-                self.env.find_template("sm-pass").assert_fact(now=now_us)
-                self.env.find_template("sm-cursor").assert_fact(n=1)
-                elig = self.env.find_template("sm-elig")
-                for set_id, members in groups.items():
-                    for idx in members:
-                        elig.assert_fact(set=set_id, r=clips.Symbol(self.rules[idx].program.symbol))
-                if self.compiled.matches_facts:
-                    for fact in fact_list:
-                        self._assert_fact(fact_fb, fact)
-                budget = 50 * (chunk + len(fact_list)) + 10_000
-                for start in range(0, len(episodes), chunk):
-                    for i in range(start, min(start + chunk, len(episodes))):
-                        self._assert_episode(episode_fb, i + 1, episodes[i], ok_sets[i], out)
-                    self._run(budget)
-                self.env.find_template("sm-end").assert_fact()
-                self._run(budget)
+                with self._out.open(encoding="utf-8", newline="") as reader:
+                    return [
+                        self._one(job, now, chunk, stamp, matched, reader, builders) for job in jobs
+                    ]
             finally:
-                episode_fb.dispose()
-                fact_fb.dispose()
-                self.env.eval(f"(close {OUT})")
-            lines = self._out.read_text(encoding="utf-8").splitlines()
-            with gc_paused():
-                collector = _Collector(self, partition, now, episodes, fact_list, out, stamp)
-                collector.keep_matched = matched
-                collector.collect(lines)
-                out.facts_after = collector.facts_after()
-            self.env.reset()
-            return out
+                for builder in builders.values():
+                    builder.dispose()
+                self._output("close", clips.Symbol(OUT))
+                self.env.reset()
+
+    def _one(
+        self,
+        job: PassInput,
+        now: datetime,
+        chunk: int,
+        stamp: Stamp | None,
+        matched: bool,
+        reader: TextIO,
+        builders: dict[str, _FactBuilder],
+    ) -> PassOutput:
+        """One job's pass; its deltas are what the file gained since the previous job."""
+        episodes, fact_list = job.episodes, job.facts
+        out = PassOutput(episodes=len(episodes))
+        ok_sets, groups = self._eligibility(episodes, job.eligible)
+        self.env.reset()
+        fb = builders["sm-pass"]
+        fb.put(b"now", to_us(to_utc(now)))
+        fb.assert_fact()
+        fb = builders["sm-cursor"]
+        fb.put(b"n", 1)
+        fb.assert_fact()
+        fb = builders["sm-elig"]
+        for set_id, members in groups.items():
+            for idx in members:
+                fb.put(b"set", set_id)
+                fb.put(b"r", clips.Symbol(self.rules[idx].program.symbol))
+                fb.assert_fact()
+        if self.compiled.matches_facts:
+            for fact in fact_list:
+                self._assert_fact(builders["sm-fact"], fact)
+        budget = 50 * (chunk + len(fact_list)) + 10_000
+        episode_fb = builders["sm-episode"]
+        for start in range(0, len(episodes), chunk):
+            for i in range(start, min(start + chunk, len(episodes))):
+                self._assert_episode(episode_fb, i + 1, episodes[i], ok_sets[i], out)
+            self._run(budget)
+        builders["sm-end"].assert_fact()
+        self._run(budget)
+        self._output("flush", clips.Symbol(OUT))
+        lines = reader.read().splitlines()
+        with gc_paused():
+            collector = _Collector(self, job.partition, now, episodes, fact_list, out, stamp)
+            collector.keep_matched = matched
+            collector.collect(lines)
+            out.facts_after = collector.facts_after()
+        return out
 
     def _eligibility(
         self, episodes: Sequence[EpisodeRecord], eligible: Mapping[int, Iterable[int]] | None
@@ -332,6 +389,16 @@ class PackRuntime:
     def close(self) -> None:
         self._out.unlink(missing_ok=True)
         Path(self._dir).rmdir()
+
+
+@dataclass(frozen=True, slots=True)
+class PassInput:
+    """One partition's input to :meth:`PackRuntime.run_passes`."""
+
+    partition: Partition
+    episodes: Sequence[EpisodeRecord]
+    facts: list[EngineFact]
+    eligible: Mapping[int, Iterable[int]] | None = None
 
 
 @dataclass(frozen=True)

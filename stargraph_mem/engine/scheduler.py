@@ -20,6 +20,7 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
@@ -28,15 +29,15 @@ import clips
 
 from stargraph_mem.compiler.cadence import CadenceRule, next_fire, schedule_program
 from stargraph_mem.compiler.clips_env import load_constructs, new_environment
-from stargraph_mem.engine.consolidate import Consolidation, PassReport
+from stargraph_mem.engine.report import PassReport
+from stargraph_mem.engine.runner import PassRunner
 from stargraph_mem.engine.runtime import RejectedEpisode
 from stargraph_mem.errors import CompileError, PassConflictError, ScheduleError
 from stargraph_mem.model.cadence import Cadence
 from stargraph_mem.model.time import from_us, to_us, to_utc
+from stargraph_mem.stores.protocols import EpisodeRepository, FactRepository, ScheduleRepository
+from stargraph_mem.stores.schedule_runs import RuleRun, RunState
 from stargraph_mem.stores.scope import Partition
-from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
-from stargraph_mem.stores.sqlite_memory import SQLiteMemoryStore
-from stargraph_mem.stores.sqlite_schedule import RuleRun, RunState, SQLiteScheduleStore
 
 __all__ = [
     "DEFAULT_LEASE_SECONDS",
@@ -214,12 +215,12 @@ class ScheduledRule:
 @dataclass
 class _Pack:
     """One pack as the scheduler sees it: program, rules by cadence, and (when it can run
-    passes) its consolidation."""
+    passes) its runner."""
 
     name: str
     program: ScheduleProgram
     all_rules: list[CadenceRule]
-    consolidation: Consolidation | None = None
+    runner: PassRunner | None = None
 
     @property
     def count_rules(self) -> list[CadenceRule]:
@@ -254,10 +255,10 @@ class Scheduler:
 
     def __init__(
         self,
-        consolidations: Sequence[Consolidation],
-        memory: SQLiteMemoryStore,
-        facts: SQLiteFactStore,
-        store: SQLiteScheduleStore,
+        runners: Sequence[PassRunner],
+        memory: EpisodeRepository,
+        facts: FactRepository,
+        store: ScheduleRepository,
         *,
         holder: str | None = None,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
@@ -267,14 +268,14 @@ class Scheduler:
         self.store = store
         self.holder = holder or f"scheduler-{uuid.uuid4().hex[:12]}"
         self.lease_seconds = lease_seconds
-        self.packs = [self._pack(c) for c in consolidations]
+        self.packs = [self._pack(c) for c in runners]
         self._locks: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
 
     @staticmethod
-    def _pack(consolidation: Consolidation) -> _Pack:
-        compiled = consolidation.runtime.compiled
+    def _pack(runner: PassRunner) -> _Pack:
+        compiled = runner.runtime.compiled
         program = ScheduleProgram(compiled.name, compiled.schedule)
-        return _Pack(compiled.name, program, list(compiled.rules), consolidation)
+        return _Pack(compiled.name, program, list(compiled.rules), runner)
 
     async def register(self) -> None:
         """Record each pack's rule cadences, so ``status`` can run without the pack files."""
@@ -302,24 +303,27 @@ class Scheduler:
     async def _pending(
         self,
         pack: _Pack,
-        partition: Partition,
-        part: int,
+        partitions: Sequence[Partition],
         facts: _Facts,
         rules: Sequence[CadenceRule],
     ) -> None:
-        """Episodes after each rule's watermark (one count per distinct watermark); count
-        rules also get their counter fact."""
-        if not rules:
+        """Episodes after each rule's watermark in every partition (one count per distinct
+        watermark, all in two statements); count rules also get their counter fact."""
+        if not rules or not partitions:
             return
-        marks = await self.facts.watermarks(pack.name, partition)
-        by_mark: dict[int, int] = {}
-        for rule in rules:
-            mark = marks.get(rule.id, 0)
-            if mark not in by_mark:
-                by_mark[mark] = await self.memory.count_since(partition, mark)
-            facts.pending[(rule.id, part)] = by_mark[mark]
-            if rule.cadence.every is not None:
-                facts.counts.append((rule.index, part, by_mark[mark]))
+        bases = await self.facts.pass_bases(pack.name, partitions)
+        wanted = {
+            (part, marks.get(rule.id, 0)) for part, (marks, _) in enumerate(bases) for rule in rules
+        }
+        pairs = sorted(wanted)
+        counts = await self.memory.count_since_of([(partitions[p], mark) for p, mark in pairs])
+        by_mark = dict(zip(pairs, counts, strict=True))
+        for part, (marks, _) in enumerate(bases):
+            for rule in rules:
+                count = by_mark[(part, marks.get(rule.id, 0))]
+                facts.pending[(rule.id, part)] = count
+                if rule.cadence.every is not None:
+                    facts.counts.append((rule.index, part, count))
 
     async def _anchor_missing(
         self, pack: _Pack, partitions: Sequence[Partition], now: datetime, facts: _Facts
@@ -327,14 +331,13 @@ class Scheduler:
         """Start the cron clocks of (rule, partition) pairs never seen: at the earliest
         unconsolidated episode's time (never later than now), else now."""
         now_us = to_us(now)
-        anchors: list[tuple[str, Partition, int]] = []
-        for partition in partitions:
-            for rule in pack.cron_rules:
-                if (rule.id, partition.key) in facts.states:
-                    continue
-                anchors.append(
-                    (rule.id, partition, await self._anchor_us(pack, rule, partition, now_us))
-                )
+        missing = [
+            (rule, partition)
+            for partition in partitions
+            for rule in pack.cron_rules
+            if (rule.id, partition.key) not in facts.states
+        ]
+        anchors = await self._anchors_us(pack, missing, now_us)
         if anchors:
             await self.store.anchor(pack.name, anchors)
             facts.states.update(
@@ -343,12 +346,26 @@ class Scheduler:
                 if key[1] in {p.key for p in partitions}
             )
 
-    async def _anchor_us(
-        self, pack: _Pack, rule: CadenceRule, partition: Partition, now_us: int
-    ) -> int:
-        mark = (await self.facts.watermarks(pack.name, partition)).get(rule.id, 0)
-        first = await self.memory.since(partition, mark, limit=1)
-        return min(now_us, to_us(first[0].timestamp)) if first else now_us
+    async def _anchors_us(
+        self, pack: _Pack, missing: Sequence[tuple[CadenceRule, Partition]], now_us: int
+    ) -> list[tuple[str, Partition, int]]:
+        """Each pair's anchor: its first unconsolidated episode's time (never later than
+        now), else now; read for all pairs at once."""
+        if not missing:
+            return []
+        parts = list(dict.fromkeys(partition for _, partition in missing))
+        marks = dict(zip(parts, await self.facts.pass_bases(pack.name, parts), strict=True))
+        after = [(p, marks[p][0].get(rule.id, 0)) for rule, p in missing]
+        reads = await self.memory.since_checked_of(after, limit=1)
+        anchors: list[tuple[str, Partition, int]] = []
+        for (rule, partition), (_, mark), read in zip(missing, after, reads, strict=True):
+            if read.quarantined:  # the first row is unreadable: look past it
+                first = await self.memory.since(partition, mark, limit=1)
+            else:
+                first = read.records
+            at = min(now_us, to_us(first[0].timestamp)) if first else now_us
+            anchors.append((rule.id, partition, at))
+        return anchors
 
     def _clocks(self, pack: _Pack, partitions: Sequence[Partition], facts: _Facts) -> None:
         for part, partition in enumerate(partitions):
@@ -366,8 +383,7 @@ class Scheduler:
         facts = _Facts()
         one = partitions[0] if len(partitions) == 1 else None
         facts.states = await self.store.runs(pack.name, one)
-        for part, partition in enumerate(partitions):
-            await self._pending(pack, partition, part, facts, pack.count_rules)
+        await self._pending(pack, partitions, facts, pack.count_rules)
         if pack.cron_rules:
             await self._anchor_missing(pack, partitions, now, facts)
             self._clocks(pack, partitions, facts)
@@ -379,19 +395,17 @@ class Scheduler:
 
     # --- running ---------------------------------------------------------------------
 
-    async def _run(
+    def _runs(
         self,
         pack: _Pack,
         partition: Partition,
-        rules: list[CadenceRule],
+        rules: Sequence[CadenceRule],
         states: dict[tuple[str, str], RunState],
         now: datetime,
-        report: ConsolidationReport,
-    ) -> bool:
-        """One scheduled run of ``rules`` over ``partition``; False if another scheduler
-        applied it first (nothing of ours was applied)."""
+    ) -> list[RuleRun]:
+        """The run records of one scheduled run (compare-and-set on the tokens seen)."""
         token = uuid.uuid4().hex
-        runs = [
+        return [
             RuleRun(
                 pack.name,
                 rule.id,
@@ -404,17 +418,58 @@ class Scheduler:
             )
             for rule in rules
         ]
+
+    async def _run(
+        self,
+        pack: _Pack,
+        partition: Partition,
+        rules: list[CadenceRule],
+        states: dict[tuple[str, str], RunState],
+        now: datetime,
+        report: ConsolidationReport,
+    ) -> bool:
+        """One scheduled run of ``rules`` over ``partition``; False if another scheduler
+        applied it first (nothing of ours was applied)."""
+        runs = self._runs(pack, partition, rules, states, now)
         dues = [Due(pack.name, rule.id, partition) for rule in rules]
         report.due += dues
         try:
-            assert pack.consolidation is not None
-            report.passes += await pack.consolidation.run(
+            assert pack.runner is not None
+            report.passes += await pack.runner.run(
                 partition, now=now, rule_ids=[r.id for r in rules], runs=runs
             )
         except PassConflictError:
             report.conflicts += dues
             return False
         return True
+
+    async def _run_many(
+        self,
+        pack: _Pack,
+        partitions: list[Partition],
+        rules: list[CadenceRule],
+        states: dict[tuple[str, str], RunState],
+        now: datetime,
+        report: ConsolidationReport,
+    ) -> None:
+        """Scheduled runs of the same ``rules`` over many partitions, in batches; those
+        another scheduler applied first are noted as conflicts."""
+        assert pack.runner is not None
+        runs = {p: self._runs(pack, p, rules, states, now) for p in partitions}
+        dues = {p: [Due(pack.name, rule.id, p) for rule in rules] for p in partitions}
+        report.due += [due for p in partitions for due in dues[p]]
+        conflicts: list[Partition] = []
+        async with AsyncExitStack() as stack:
+            for key in sorted({p.key for p in partitions}):
+                await stack.enter_async_context(self._locks[key])
+            report.passes += await pack.runner.run_many(
+                partitions,
+                now=now,
+                rule_ids=[r.id for r in rules],
+                runs=dict(runs),
+                conflicts=conflicts,
+            )
+        report.conflicts += [due for p in conflicts for due in dues[p]]
 
     async def _decide_counts(
         self, pack: _Pack, partition: Partition, now: datetime
@@ -470,9 +525,8 @@ class Scheduler:
             d0 = time.perf_counter()
             due, facts = await self._decide(pack, partitions, now)
             decide += time.perf_counter() - d0
-            for partition, rules in due.items():
-                async with self._locks[partition.key]:
-                    await self._run(pack, partition, rules, facts.states, now, report)
+            for rules, group in _same_rules(due):
+                await self._run_many(pack, group, rules, facts.states, now, report)
         t2 = time.perf_counter()
         report.timings = {"lease": t1 - t0, "decide": decide, "total": t2 - t0}
         return report
@@ -499,8 +553,7 @@ class Scheduler:
             facts = _Facts()
             facts.states = await self.store.runs(pack.name)
             rules = pack.all_rules
-            for part, partition in enumerate(partitions):
-                await self._pending(pack, partition, part, facts, rules)
+            await self._pending(pack, partitions, facts, rules)
             for rule in rules:
                 if not partitions:
                     rows.append(
@@ -527,7 +580,7 @@ class Scheduler:
             since = (
                 state.since_us
                 if state is not None
-                else await self._anchor_us(pack, rule, partition, now_us)
+                else (await self._anchors_us(pack, [(rule, partition)], now_us))[0][2]
             )
             nxt = _next_fire_us(rule.cadence, since, rule.id)
             counts: list[tuple[int, int, int]] = []
@@ -545,3 +598,17 @@ class Scheduler:
             None if nxt is None else from_us(nxt),
             due,
         )
+
+
+def _same_rules(
+    due: dict[Partition, list[CadenceRule]],
+) -> list[tuple[list[CadenceRule], list[Partition]]]:
+    """Runs of consecutive partitions due for the same rules (their order kept)."""
+    groups: list[tuple[list[CadenceRule], list[Partition]]] = []
+    for partition, rules in due.items():
+        ids = [r.id for r in rules]
+        if groups and [r.id for r in groups[-1][0]] == ids:
+            groups[-1][1].append(partition)
+        else:
+            groups.append((rules, [partition]))
+    return groups

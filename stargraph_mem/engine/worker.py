@@ -4,7 +4,7 @@ A long run is bound by Python work on both sides of a pass: turning what CLIPS p
 validated deltas, and turning deltas into rows. In one process both halves need the GIL,
 so overlapping them gains little. With a worker, the child reads episodes, runs the pack
 and builds the deltas of pass k+1 while the parent commits pass k
-(see :meth:`~stargraph_mem.engine.consolidate.Consolidation.run`).
+(see :meth:`~stargraph_mem.engine.runner.PassRunner.run`).
 
 The child runs :func:`main` with two pipe descriptors: the pipes carry
 pickled requests and replies. It is not started through ``multiprocessing``, so the
@@ -103,7 +103,7 @@ class WorkerProcess:
 
 def serve(requests: Connection, replies: Connection) -> None:
     """The child's loop: hand each request to the pass server until told to stop."""
-    from stargraph_mem.engine.consolidate import PassServer
+    from stargraph_mem.engine.remote import PassServer
 
     server = PassServer()
     try:

@@ -33,7 +33,7 @@ from mcp.types import ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
 from stargraph_mem.engine.api import Consolidator
-from stargraph_mem.engine.consolidate import PassReport
+from stargraph_mem.engine.report import PassReport
 from stargraph_mem.errors import StargraphMemError
 from stargraph_mem.model.base import ID_PATTERN
 from stargraph_mem.model.canonical import default_episode_id

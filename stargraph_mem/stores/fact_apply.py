@@ -197,6 +197,11 @@ class Batch:
         known whether this file has an episodes table)."""
         self._last_ts, self._last_us = self.now, self.now_us
 
+    @property
+    def last_seq(self) -> int:
+        """The audit seq of the last delta this batch wrote (-1: none yet)."""
+        return self._seq
+
     async def apply_chunk(self, start: int, deltas: Sequence[Delta]) -> None:
         """Apply ``deltas`` (indices from ``start``) and write their rows."""
         bodies = [delta.canonical_body() for delta in deltas]

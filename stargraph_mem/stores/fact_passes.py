@@ -109,10 +109,21 @@ async def apply_passes_in(
         await batch.apply_chunk(start, deltas[start : start + CHUNK])
     await advance_passes(db, sql, kept, batch.now_us)
     await batch.reject([r for p in kept for r in p.rejections])
-    versions = await versions_of(db, sql, [p.basis.partition.key for p in kept])
+    versions = await versions_after(db, sql, kept, batch, len(deltas))
     return [
         versions[p.basis.partition.key] if ok else None for p, ok in zip(passes, fresh, strict=True)
     ]
+
+
+async def versions_after(
+    db: Conn, sql: FactStatements, kept: Sequence[PassWrite], batch: Batch, deltas: int
+) -> dict[str, int]:
+    """Facts version of each applied pass's partition; for a single pass it is known
+    without a read: the last audit seq the batch wrote, or the basis version if none."""
+    if len(kept) != 1:
+        return await versions_of(db, sql, [p.basis.partition.key for p in kept])
+    basis = kept[0].basis
+    return {basis.partition.key: batch.last_seq if deltas > batch.skipped else basis.version}
 
 
 async def versions_of(db: Conn, sql: FactStatements, keys: Sequence[str]) -> dict[str, int]:
@@ -150,8 +161,10 @@ async def fresh_passes(db: Conn, sql: FactStatements, passes: Sequence[PassWrite
     versions = await versions_of(db, sql, keys)
     claimed: set[str] = set()
     for key, holder, expires_us in await db.fetch(sql.claims_of, (sql.ids(keys),)):
-        now_us = next(p.basis.now_us for p in passes if p.basis.partition.key == key)
-        if int(expires_us) > now_us and not holder_is_dead(str(holder)):
+        basis = next(p.basis for p in passes if p.basis.partition.key == key)
+        if holder == basis.holder:  # the claim the pass runs under
+            continue
+        if int(expires_us) > basis.now_us and not holder_is_dead(str(holder)):
             claimed.add(str(key))
         else:
             await db.execute(sql.drop_claim, (key, holder))

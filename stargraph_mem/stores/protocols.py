@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol, Self
 
@@ -23,21 +24,27 @@ from stargraph_mem.stores.fact import (
     Rejection,
     WatermarkAdvance,
 )
+from stargraph_mem.stores.fact_rows import PassBasis, PassWrite
 from stargraph_mem.stores.memory import (
     CheckedRead,
     EpisodeRecord,
     IncrementalMemoryStore,
     QuarantinedRow,
 )
+from stargraph_mem.stores.schedule_runs import LeaseState, RuleRun, RunState
 from stargraph_mem.stores.scope import Partition
-from stargraph_mem.stores.sqlite_fact import PassBasis, PassWrite
-from stargraph_mem.stores.sqlite_schedule import LeaseState, RuleRun, RunState
 
 __all__ = ["Database", "EpisodeRepository", "FactRepository", "ScheduleRepository"]
 
 
 class EpisodeRepository(IncrementalMemoryStore, Protocol):
     """Episodes: the contract's store plus the reads a consolidation pass makes."""
+
+    @property
+    def location(self) -> str: ...
+
+    @property
+    def file(self) -> Path | None: ...
 
     @property
     def read_only_reason(self) -> str | None: ...
@@ -73,6 +80,9 @@ class EpisodeRepository(IncrementalMemoryStore, Protocol):
 
 class FactRepository(FactStore, Protocol):
     """Facts, lineage, audit, watermarks, rejections and partition claims."""
+
+    @property
+    def location(self) -> str: ...
 
     @property
     def read_only_reason(self) -> str | None: ...

@@ -8,6 +8,7 @@ the BINARY collation (case-sensitive), never ``LIKE``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from urllib.parse import quote
 
 from stargraph_mem.errors import MemoryScopeError
@@ -54,6 +55,7 @@ class Partition:
     user: str
     agent: str
 
-    @property
+    @cached_property
     def key(self) -> str:
+        """The partition key (escaped once per instance: passes ask for it often)."""
         return partition_key(self.user, self.agent)

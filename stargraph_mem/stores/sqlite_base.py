@@ -437,6 +437,17 @@ class SQLiteStoreBase(AsyncResource):
         self._owned = shared is None
 
     @property
+    def location(self) -> str:
+        """What :func:`~stargraph_mem.stores.database.open_database` reopens this
+        database from (the file's path)."""
+        return str(self.path)
+
+    @property
+    def file(self) -> Path:
+        """The SQLite file (``select`` clauses read the episodes from it directly)."""
+        return self.path
+
+    @property
     def _db(self) -> aiosqlite.Connection | None:
         return self._slot.db
 

@@ -26,6 +26,17 @@ class PostgresRepository(AsyncResource):
         return self.database.where
 
     @property
+    def location(self) -> str:
+        """What :func:`~stargraph_mem.stores.database.open_database` reopens this
+        database from (another process's view of it: the full URL)."""
+        return self.database.url
+
+    @property
+    def file(self) -> None:
+        """No SQLite file: ``select`` clauses run over a copy of a pass's episodes."""
+        return None
+
+    @property
     def read_only_reason(self) -> str | None:
         """Always ``None`` (see :attr:`PostgresDatabase.read_only_reason`)."""
         return None

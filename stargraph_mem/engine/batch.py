@@ -1,0 +1,238 @@
+"""Batched passes: many small partitions per CLIPS call and per transaction.
+
+A batch reads its partitions' watermarks, facts versions, episodes and current facts with
+a constant number of statements, runs the pack once per partition (the loaded environment
+is reset between partitions, so a partition's rules only ever see its own episodes and
+facts) in one trip to a thread, and applies every pass in one transaction (group commit).
+Each pass keeps its own basis: a partition that changed meanwhile is computed again alone,
+as is one whose backlog needs more than one pass. When the batch's transaction fails, each
+of its partitions is run alone, so an error surfaces exactly as without batching.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from stargraph_mem.compiler.pack import CompiledRule
+from stargraph_mem.engine.inflight import Behind
+from stargraph_mem.engine.report import LegacyFilter, PassReport
+from stargraph_mem.engine.runtime import PassInput, PassOutput
+from stargraph_mem.errors import PassConflictError
+from stargraph_mem.stores.fact import EngineFact
+from stargraph_mem.stores.fact_rows import PassWrite
+from stargraph_mem.stores.memory import EpisodeRecord
+from stargraph_mem.stores.schedule_runs import RuleRun
+from stargraph_mem.stores.scope import Partition
+
+if TYPE_CHECKING:
+    from stargraph_mem.engine.runner import PassRunner
+
+BATCH_PARTITIONS = 512
+"""Partitions whose bases, backlogs and facts are read together (then batched)."""
+BATCH_EPISODES = 5_000
+"""A batch holds partitions until their backlogs reach this many episodes (or
+``max_episodes``): small enough that one batch commits while the next is computed."""
+
+
+@dataclass
+class _Planned:
+    """A partition of a batch: its stored watermarks, facts version and current facts."""
+
+    partition: Partition
+    marks: dict[str, int]
+    version: int
+    low: int
+    facts: list[EngineFact] | None = None
+
+
+@dataclass
+class _Job:
+    """One partition's pass inside a batch, ready for the pack."""
+
+    report: PassReport
+    records: list[EpisodeRecord]
+    facts: list[EngineFact]
+    eligible: dict[int, set[int]]
+
+
+@dataclass
+class BatchRun:
+    """One batched run of a pack's rules over many partitions (see the module)."""
+
+    runner: PassRunner
+    now: datetime
+    rules: list[CompiledRule]
+    dry_run: bool = False
+    legacy: LegacyFilter | None = None
+    runs: dict[Partition, Sequence[RuleRun]] = field(default_factory=dict)
+    on_pass: Callable[[PassReport], None] | None = None
+    conflicts: list[Partition] | None = None
+    reports: dict[Partition, list[PassReport]] = field(default_factory=dict)
+
+    async def run(self, partitions: Sequence[Partition]) -> list[PassReport]:
+        """Consolidate each of ``partitions`` until caught up, many per batch; the reports
+        come partition by partition, in the order given.
+
+        Batch k+1 is read and run through the pack while batch k commits.
+        """
+        wanted = list(dict.fromkeys(partitions))
+        self.reports = {p: [] for p in wanted}
+        applying: Behind[None] = Behind()
+        try:
+            for start in range(0, len(wanted), BATCH_PARTITIONS):
+                for group in await self.plan(wanted[start : start + BATCH_PARTITIONS]):
+                    if len(group) == 1:
+                        await self.alone(group[0].partition)
+                        continue
+                    reports = await self.compute(group)
+                    await applying.wait()
+                    if not self.dry_run:
+                        applying.start(self._apply(reports))
+            await applying.wait()
+        finally:
+            await applying.settle()
+        return [report for p in wanted for report in self.reports[p]]
+
+    async def plan(self, partitions: Sequence[Partition]) -> list[list[_Planned]]:
+        """Bases, backlogs and current facts of ``partitions``; those whose backlog fits
+        one pass are grouped into batches, the others run alone (groups of one)."""
+        runner = self.runner
+        bases = await runner.facts.pass_bases(runner.pack, partitions)
+        planned = [
+            _Planned(p, marks, version, runner.low(marks, self.rules, None))
+            for p, (marks, version) in zip(partitions, bases, strict=True)
+        ]
+        counts = await runner.memory.count_since_of([(p.partition, p.low) for p in planned])
+        groups = self._groups(planned, counts)
+        batched = [item for group in groups if len(group) > 1 for item in group]
+        for item in batched:
+            item.facts = runner.known_facts(item.partition, item.version)
+        missing = [item for item in batched if item.facts is None]
+        if missing:
+            stored = await runner.facts.current_facts_of([item.partition for item in missing])
+            for item, facts in zip(missing, stored, strict=True):
+                item.facts = facts
+        return groups
+
+    def _groups(self, planned: list[_Planned], counts: list[int]) -> list[list[_Planned]]:
+        limit = self.runner.max_episodes
+        budget = min(limit, BATCH_EPISODES)
+        groups: list[list[_Planned]] = []
+        group: list[_Planned] = []
+        size = 0
+        for item, count in zip(planned, counts, strict=True):
+            if count >= limit:
+                groups.append([item])
+                continue
+            if group and size + count > budget:
+                groups.append(group)
+                group, size = [], 0
+            group.append(item)
+            size += count
+        if group:
+            groups.append(group)
+        return groups
+
+    async def alone(self, partition: Partition) -> None:
+        """Run ``partition`` by itself (paging, claims and retries as :meth:`PassRunner.run`)."""
+        try:
+            self.reports[partition] += await self.runner.run_alone(
+                partition,
+                self.now,
+                self.rules,
+                self.dry_run,
+                self.legacy,
+                None,
+                self.runs.get(partition, ()),
+                self.on_pass,
+            )
+        except PassConflictError:
+            if self.conflicts is None:
+                raise
+            self.conflicts.append(partition)
+
+    async def compute(self, group: list[_Planned]) -> list[PassReport]:
+        """Read and run one batch through the pack; nothing is written."""
+        t0 = time.perf_counter()
+        jobs = await self._read(group)
+        t1 = time.perf_counter()
+        outs = await asyncio.to_thread(self._run_pack, jobs)
+        runner = self.runner
+        read, engine = (t1 - t0) / len(jobs), (time.perf_counter() - t1) / len(jobs)
+        for job, out in zip(jobs, outs, strict=True):
+            job.report.take(out, runner.keep_deltas)
+            job.report.timings = {"read": read, "engine": engine, "apply": 0.0}
+            job.report.timings["total"] = read + engine
+            if self.on_pass is not None:
+                self.on_pass(job.report)
+        reports = [job.report for job in jobs]
+        if self.dry_run:
+            for report in reports:
+                report.facts_after = None
+                self.reports[report.partition].append(report)
+        return reports
+
+    async def _read(self, group: list[_Planned]) -> list[_Job]:
+        runner = self.runner
+        reads = await runner.memory.since_checked_of(
+            [(p.partition, p.low) for p in group], limit=runner.max_episodes
+        )
+        jobs: list[_Job] = []
+        for item, read in zip(group, reads, strict=True):
+            report = runner.started(item.partition, self.now, self.rules, None, item.marks, read)
+            report.read_version = item.version
+            eligible = await runner.eligibility.of(
+                report, self.rules, read.records, item.marks, self.legacy
+            )
+            assert item.facts is not None
+            jobs.append(_Job(report, read.records, item.facts, eligible))
+        return jobs
+
+    def _run_pack(self, jobs: list[_Job]) -> list[PassOutput]:
+        """Every job through the pack, one partition after the other (in a worker thread)."""
+        return self.runner.runtime.run_passes(
+            [PassInput(j.report.partition, j.records, j.facts, j.eligible) for j in jobs],
+            now=self.now,
+            matched=self.runner.keep_deltas,
+        )
+
+    async def _apply(self, reports: list[PassReport]) -> None:
+        """Apply the batch in one transaction; stale partitions, and every partition when
+        the transaction fails, are run again alone."""
+        runner = self.runner
+        t0 = time.perf_counter()
+        facts_after = [r.facts_after for r in reports]
+        writes = [
+            PassWrite(
+                runner.basis(r),
+                r.deltas,
+                r.advances,
+                r.rejections(),
+                self.runs.get(r.partition, ()),
+            )
+            for r in reports
+        ]
+        for report in reports:
+            runner.forget(report.partition)
+            report.facts_after = None
+        try:
+            versions = await runner.facts.apply_passes(writes, pack_hash=runner.runtime.sha256)
+        except Exception:
+            for report in reports:
+                await self.alone(report.partition)
+            return
+        share = (time.perf_counter() - t0) / len(reports)
+        for report, version, facts in zip(reports, versions, facts_after, strict=True):
+            if version is None:  # the partition changed since the batch read it
+                await self.alone(report.partition)
+                continue
+            runner.remember(report, version, facts)
+            runner.applied(report, share)
+            self.reports[report.partition].append(report)
+            if report.scanned >= runner.max_episodes:  # written to meanwhile: go on alone
+                await self.alone(report.partition)

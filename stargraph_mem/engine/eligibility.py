@@ -1,0 +1,101 @@
+"""Which rule may see which episode of a pass: its watermark, ``select``, legacy
+``when_filter`` and salience gate."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+from pathlib import Path
+
+from stargraph_mem.compiler.pack import CompiledPack, CompiledRule
+from stargraph_mem.engine.filters import select_seqs, select_seqs_in, when_filter_seqs
+from stargraph_mem.engine.gating import RuleGate, UnusableImportance
+from stargraph_mem.engine.report import LegacyFilter, PassReport
+from stargraph_mem.engine.runtime import RejectedEpisode
+from stargraph_mem.model.time import to_us
+from stargraph_mem.salience import SalienceScorer
+from stargraph_mem.stores.memory import EpisodeRecord
+
+
+class Eligibility:
+    """Works out, per rule, the seqs of a pass's episodes the rule may see."""
+
+    def __init__(self, compiled: CompiledPack, scorer: SalienceScorer, path: Path | None) -> None:
+        self.scorer = scorer
+        self.path = path
+        """The SQLite file ``select`` clauses read (``None``: another backend; they run
+        over a private copy of the pass's episodes)."""
+        fields = compiled.pack.fields
+        self.gates = {
+            r.index: RuleGate.of(r.program.info.rule, fields)
+            for r in compiled.rules
+            if r.program.info.rule.salience is not None
+        }
+        """Per rule index with a salience gate: what its scorer is told about an episode."""
+
+    async def of(
+        self,
+        report: PassReport,
+        rules: list[CompiledRule],
+        records: list[EpisodeRecord],
+        marks: dict[str, int],
+        legacy: LegacyFilter | None,
+    ) -> dict[int, set[int]]:
+        """Per rule index, the seqs it may see; gated ids and rejections go to ``report``."""
+        partition, now, high = report.partition, report.now, report.last_seq
+        eligible: dict[int, set[int]] = {}
+        gated: set[str] = set()
+        after_sets: dict[int, set[int]] = {}
+        for rule in rules:
+            after = marks.get(rule.id, 0)
+            if after not in after_sets:
+                after_sets[after] = {r.seq for r in records if r.seq > after}
+            seqs = set(after_sets[after])
+            if rule.select is not None and seqs:
+                args = (partition, after, high, rule.select.sql, rule.select.params(to_us(now)))
+                if self.path is not None:
+                    found = await asyncio.to_thread(select_seqs, self.path, *args, rule_id=rule.id)
+                else:
+                    found = await asyncio.to_thread(select_seqs_in, records, *args, rule_id=rule.id)
+                seqs &= found
+            if legacy is not None and seqs and legacy.rule_id in (rule.id, "*"):
+                window = [r for r in records if r.seq in seqs]
+                seqs &= await asyncio.to_thread(
+                    when_filter_seqs, window, partition, legacy.sql, rule_id=rule.id
+                )
+            gate = self.gates.get(rule.index)
+            if gate is not None and seqs:
+                seqs, dropped = await self._gate(records, seqs, gate, now, report.rejected)
+                gated |= dropped
+            eligible[rule.index] = seqs
+        report.gated = sorted(gated)
+        return eligible
+
+    async def _gate(
+        self,
+        records: list[EpisodeRecord],
+        seqs: set[int],
+        gate: RuleGate,
+        now: datetime,
+        rejected: list[RejectedEpisode],
+    ) -> tuple[set[int], set[str]]:
+        """Seqs scoring at least the gate's minimum, and ids of those below it.
+
+        An episode whose importance is unusable is neither: it is rejected for the rule.
+        """
+        kept: set[int] = set()
+        dropped: set[str] = set()
+        for record in records:
+            if record.seq not in seqs:
+                continue
+            try:
+                context = gate.context(record, now)
+            except UnusableImportance as exc:
+                rejected.append(RejectedEpisode(record.id, gate.rule_id, f"salience: {exc}"))
+                continue
+            score = await self.scorer.score(record, context)
+            if score >= gate.minimum:
+                kept.add(record.seq)
+            else:
+                dropped.add(record.id)
+        return kept, dropped

@@ -1,0 +1,72 @@
+"""The worker process's side of a run: one pack's passes, each carrying state to the next
+(see :class:`~stargraph_mem.engine.worker.WorkerProcess`)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+
+from stargraph_mem.engine.report import PassReport
+from stargraph_mem.engine.runner import PassRunner, WorkerPass, WorkerSetup
+from stargraph_mem.engine.runtime import PackRuntime
+from stargraph_mem.stores.database import open_database
+from stargraph_mem.stores.protocols import Database
+
+
+class PassServer:
+    """Computes the passes a parent asks for; deltas go back as canonical JSON bodies."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.runner: PassRunner | None = None
+        self.database: Database | None = None
+        self.previous: PassReport | None = None
+
+    def handle(self, message: object) -> object:
+        return self.loop.run_until_complete(self._handle(message))
+
+    async def _handle(self, message: object) -> object:
+        if isinstance(message, WorkerSetup):
+            await self._close()
+            self.database = open_database(message.location)
+            self.runner = PassRunner(
+                PackRuntime(message.compiled),
+                self.database.memory,
+                self.database.facts,
+                scorer=message.scorer,
+                max_episodes=message.max_episodes,
+                keep_deltas=message.keep_deltas,
+                worker="never",
+            )
+            return None
+        if not isinstance(message, WorkerPass):
+            raise TypeError(f"unexpected request: {type(message).__name__}")
+        runner = self.runner
+        if runner is None:
+            raise RuntimeError("a pass was requested before the worker was set up")
+        if message.previous is not None:
+            self.previous = message.previous
+        report = await runner.compute(
+            message.partition,
+            message.now,
+            runner.rules_of(message.rule_ids),
+            message.legacy,
+            message.stamp,
+            self.previous,
+        )
+        bodies = [delta.canonical_body() for delta in report.deltas]
+        report.deltas = []
+        self.previous = report
+        return replace(report, facts_after=None, bodies=bodies)
+
+    async def _close(self) -> None:
+        runner, self.runner = self.runner, None
+        database, self.database = self.database, None
+        if runner is not None:
+            runner.runtime.close()
+        if database is not None:
+            await database.close()
+
+    def close(self) -> None:
+        self.loop.run_until_complete(self._close())
+        self.loop.close()

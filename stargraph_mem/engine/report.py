@@ -1,0 +1,111 @@
+"""One pass's result, from computed to applied, and what a pass is told about its input."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from stargraph_mem.engine.runtime import PassOutput, RejectedEpisode
+from stargraph_mem.model.deltas import MemoryDelta
+from stargraph_mem.stores.fact import EngineFact, Rejection, WatermarkAdvance
+from stargraph_mem.stores.memory import QuarantinedRow
+from stargraph_mem.stores.scope import Partition
+
+
+@dataclass
+class PassReport:
+    """What one pass did: rules, counts of deltas by kind, rejected and gated episodes.
+
+    A computed pass also carries what its apply writes and what it read (watermarks and
+    facts version, checked again by the apply); the runner keeps the deltas only when
+    asked to (``keep_deltas``) once the pass is applied.
+    """
+
+    pack: str
+    pack_hash: str
+    partition: Partition
+    now: datetime
+    rules: list[str]
+    episodes: int = 0
+    scanned: int = 0
+    """Rows read: the episodes and the quarantined rows (a full page means more may follow)."""
+    quarantined: list[QuarantinedRow] = field(default_factory=list)
+    """Rows of the partition that could not be decoded: skipped, noted in the quarantine
+    table, passed by the watermark."""
+    first_seq: int = 0
+    last_seq: int = 0
+    deltas: list[MemoryDelta] = field(default_factory=list)
+    """The pass's deltas, in order (empty when the run was told not to keep them)."""
+    matched: list[dict[str, list[str]]] = field(default_factory=list)
+    """Per kept delta: the ids each pattern of its rule matched (see ``PassOutput``)."""
+    delta_counts: dict[str, int] = field(default_factory=dict)
+    rejected: list[RejectedEpisode] = field(default_factory=list)
+    gated: list[str] = field(default_factory=list)
+    fired: dict[str, int] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    applied: bool = False
+    advances: list[WatermarkAdvance] = field(default_factory=list, repr=False, compare=False)
+    """The watermarks the pass moves forward."""
+    read_marks: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
+    """The pack's stored watermarks for the partition when the pass read it."""
+    read_version: int | None = field(default=None, repr=False, compare=False)
+    """The partition's facts version the pass read (None: the previous pass of the run was
+    not applied yet; its apply tells it)."""
+    facts_after: list[EngineFact] | None = field(default=None, repr=False, compare=False)
+    """The partition's current facts once the pass is applied (None: computed elsewhere)."""
+    bodies: list[bytes] | None = field(default=None, repr=False, compare=False)
+    """Deltas computed by a worker process, as canonical JSON, decoded when applied."""
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Deltas of the pass by kind (kept even when the deltas themselves are not)."""
+        return {
+            kind: self.delta_counts.get(kind, 0) for kind in ("add", "update", "delete", "noop")
+        }
+
+    def marks_after(self) -> dict[str, int]:
+        """The stored watermarks once this pass is applied (the next pass's basis)."""
+        marks = dict(self.read_marks)
+        for adv in self.advances:
+            marks[adv.rule_id] = adv.last_seq
+        return marks
+
+    def take(self, out: PassOutput, keep_matched: bool) -> None:
+        """Record what the pack's run produced (its rejections after the gates' ones)."""
+        self.fired = out.fired
+        self.deltas = out.deltas
+        for delta in out.deltas:
+            self.delta_counts[delta.kind] = self.delta_counts.get(delta.kind, 0) + 1
+        if keep_matched:
+            self.matched = out.matched
+        self.rejected += out.rejected
+        self.facts_after = out.facts_after
+
+    def rejections(self) -> list[Rejection]:
+        """The fact store's rejection records for the pass's rejected episodes."""
+        return rejections_of(self.rejected, self.pack, self.partition)
+
+
+def rejections_of(
+    rejected: Sequence[RejectedEpisode], pack: str, partition: Partition
+) -> list[Rejection]:
+    """The fact store's rejection records for a pass's rejected episodes."""
+    return [
+        Rejection(
+            id=r.episode_id or "no-episode",
+            pack=pack,
+            rule_id=r.rule_id or "episode-metadata",
+            partition=partition,
+            reason=r.reason,
+        )
+        for r in rejected
+    ]
+
+
+@dataclass
+class LegacyFilter:
+    """A specification-style ``when_filter`` attached to one pack rule (or all of them)."""
+
+    sql: str
+    rule_id: str

@@ -1,0 +1,586 @@
+"""Consolidation passes: episodes after the watermarks → CLIPS → deltas → one transaction.
+
+A pass covers one partition and a set of rules. It reads the partition's episodes after
+the lowest watermark of those rules (at most ``max_episodes`` of them), works out which
+rule may see which episode (see :mod:`~stargraph_mem.engine.eligibility`), runs the pack,
+and applies deltas, rejections and the watermark advance in one fact-store transaction.
+Passes repeat until the partition is caught up. Many small partitions are consolidated in
+batches (see :mod:`~stargraph_mem.engine.batch`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from contextlib import AsyncExitStack, suppress
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Literal
+
+from stargraph_mem.compiler.pack import CompiledPack, CompiledRule
+from stargraph_mem.engine.batch import BatchRun
+from stargraph_mem.engine.eligibility import Eligibility
+from stargraph_mem.engine.inflight import Behind
+from stargraph_mem.engine.limits import DEFAULT_MAX_EPISODES
+from stargraph_mem.engine.report import LegacyFilter, PassReport
+from stargraph_mem.engine.runtime import PackRuntime, Stamp
+from stargraph_mem.engine.worker import WorkerProcess
+from stargraph_mem.errors import StalePassError
+from stargraph_mem.gcpause import gc_paused
+from stargraph_mem.model.deltas import DELTA_ADAPTER, MemoryDelta
+from stargraph_mem.model.time import seconds_us, to_us, to_utc
+from stargraph_mem.salience import RuleBasedScorer, SalienceScorer, gate_scorer
+from stargraph_mem.stores.fact import EngineFact, WatermarkAdvance
+from stargraph_mem.stores.fact_rows import PassBasis, PassWrite, claim_holder
+from stargraph_mem.stores.memory import CheckedRead
+from stargraph_mem.stores.protocols import EpisodeRepository, FactRepository
+from stargraph_mem.stores.schedule_runs import RuleRun
+from stargraph_mem.stores.scope import Partition
+
+WORKER_MIN_EPISODES = 50_000
+"""With ``worker="auto"``, a run uses a worker process when at least this many episodes
+remain after its first (full) pass."""
+
+WorkerMode = Literal["auto", "always", "never"]
+
+CLAIM_SECONDS = 60.0
+"""A run that lost a race claims its partition for this long, renewed by every pass it
+applies; passes of every pack over that partition wait for it, and an unclaimed pass is
+not applied while another holds a claim. A claim whose holder died is taken over once it
+expires, or at once when the holder ran on this host."""
+STALE_RETRIES = 100
+"""How often a run computes a pass again because the partition changed under it (another
+writer's apply) before giving up with :class:`StalePassError`."""
+
+KNOWN_PARTITIONS_MAX = 256
+KNOWN_FACTS_MAX = 10_000
+"""Passes reuse the facts their previous pass left for up to this many recent partitions
+(of at most this many facts each) instead of reading them again."""
+
+
+class PassRunner:
+    """Runs passes of one compiled pack against a memory store and a fact store."""
+
+    def __init__(
+        self,
+        runtime: PackRuntime,
+        memory: EpisodeRepository,
+        facts: FactRepository,
+        *,
+        scorer: SalienceScorer | None = None,
+        max_episodes: int = DEFAULT_MAX_EPISODES,
+        keep_deltas: bool = True,
+        worker: WorkerMode = "auto",
+        claim_seconds: float = CLAIM_SECONDS,
+    ) -> None:
+        self.runtime = runtime
+        self.claim_seconds = claim_seconds
+        self.keep_deltas = keep_deltas
+        self.memory = memory
+        self.facts = facts
+        self.scorer: SalienceScorer = scorer or gate_scorer()
+        self.max_episodes = max_episodes
+        if worker not in ("auto", "always", "never"):
+            raise ValueError(f"worker must be 'auto', 'always' or 'never' (got {worker!r})")
+        if worker == "always" and type(self.scorer) is not RuleBasedScorer:
+            raise ValueError(
+                "worker='always' needs the built-in RuleBasedScorer: a worker process "
+                f"cannot call a {type(self.scorer).__name__} living in this process"
+            )
+        self.worker: WorkerMode = worker
+        """Whether a run computes its passes in a worker process (see :meth:`run`)."""
+        self.eligibility = Eligibility(runtime.compiled, self.scorer, memory.file)
+        self._lock = asyncio.Lock()
+        self._known: OrderedDict[str, _Known] = OrderedDict()
+        """Per partition key: what this object's last pass there left (reused while the
+        partition has not moved; every apply checks that it has not)."""
+
+    @property
+    def pack(self) -> str:
+        return self.runtime.compiled.name
+
+    def rules_of(self, rule_ids: Sequence[str] | None) -> list[CompiledRule]:
+        """The pack's rules named by ``rule_ids`` (all of them for None)."""
+        rules = self.runtime.compiled.rules
+        if rule_ids is None:
+            return list(rules)
+        wanted = set(rule_ids)
+        unknown = wanted - {r.id for r in rules}
+        if unknown:
+            raise KeyError(f"unknown rule(s) in pack '{self.pack}': {', '.join(sorted(unknown))}")
+        return [r for r in rules if r.id in wanted]
+
+    # --- runs ------------------------------------------------------------------------
+
+    async def run(
+        self,
+        partition: Partition,
+        *,
+        now: datetime,
+        rule_ids: Sequence[str] | None = None,
+        dry_run: bool = False,
+        legacy: LegacyFilter | None = None,
+        stamp: Stamp | None = None,
+        runs: Sequence[RuleRun] = (),
+        on_pass: Callable[[PassReport], None] | None = None,
+    ) -> list[PassReport]:
+        """Consolidate ``partition`` until caught up; one report per pass.
+
+        ``runs`` are a scheduler's run records, written with every pass's transaction.
+        ``on_pass`` is told of each pass once it is computed (progress display).
+
+        With ``stamp``, every rule shares one watermark stored under ``stamp.rule_id``.
+
+        Pass k+1 is computed while pass k commits. The first pass is computed here; when
+        more follow, a worker process (``worker``: "always", or "auto" when at least
+        ``WORKER_MIN_EPISODES`` episodes remain) reads and computes the rest while this
+        process applies, so the two halves do not share one interpreter lock. Deltas are
+        the same either way.
+        """
+        now = to_utc(now)
+        rules = self.rules_of(rule_ids)
+        async with self._lock:
+            return await self.run_alone(
+                partition, now, rules, dry_run, legacy, stamp, runs, on_pass
+            )
+
+    async def run_many(
+        self,
+        partitions: Sequence[Partition],
+        *,
+        now: datetime,
+        rule_ids: Sequence[str] | None = None,
+        dry_run: bool = False,
+        legacy: LegacyFilter | None = None,
+        runs: dict[Partition, Sequence[RuleRun]] | None = None,
+        on_pass: Callable[[PassReport], None] | None = None,
+        conflicts: list[Partition] | None = None,
+    ) -> list[PassReport]:
+        """:meth:`run` over each of ``partitions``, the small ones many per CLIPS call and
+        per transaction; the reports come partition by partition, in the order given.
+
+        ``runs`` maps a partition to its scheduler run records; with ``conflicts``, a
+        partition another scheduler applied first is noted there instead of raising
+        :class:`~stargraph_mem.errors.PassConflictError`.
+        """
+        now = to_utc(now)
+        rules = self.rules_of(rule_ids)
+        async with self._lock:
+            batch = BatchRun(self, now, rules, dry_run, legacy, runs or {}, on_pass, conflicts)
+            return await batch.run(partitions)
+
+    async def run_alone(
+        self,
+        partition: Partition,
+        now: datetime,
+        rules: list[CompiledRule],
+        dry_run: bool = False,
+        legacy: LegacyFilter | None = None,
+        stamp: Stamp | None = None,
+        runs: Sequence[RuleRun] = (),
+        on_pass: Callable[[PassReport], None] | None = None,
+    ) -> list[PassReport]:
+        """:meth:`run` for a caller holding the runner's lock."""
+        reports: list[PassReport] = []
+        holder: str | None = None
+        held = False
+        try:
+            for attempt in range(STALE_RETRIES):
+                # optimistic first: the apply checks nothing moved and nobody else holds a
+                # claim; after a lost race, the run claims the partition
+                if attempt > 0 and not dry_run:
+                    holder = holder or claim_holder()
+                    await self._claim(partition, holder)
+                    held = True
+                try:
+                    held = not await self._passes(
+                        partition,
+                        now,
+                        rules,
+                        dry_run,
+                        legacy,
+                        stamp,
+                        runs,
+                        on_pass,
+                        holder,
+                        reports,
+                    )
+                    return reports
+                except StalePassError:
+                    # another writer changed the partition: what was not applied is
+                    # computed again from the stored state
+                    self.forget(partition)
+                    reports[:] = [r for r in reports if r.applied]
+                    if attempt == STALE_RETRIES - 1:
+                        raise
+        finally:
+            if holder is not None and held:
+                with suppress(Exception):
+                    await self.facts.release_partition(partition, holder)
+        return reports
+
+    async def _claim(self, partition: Partition, holder: str) -> None:
+        """Wait until ``partition`` is claimed for ``holder`` (see :data:`CLAIM_SECONDS`)."""
+        delay = 0.001
+        while await self.facts.claim_partition(partition, holder, self.claim_seconds):
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.05)
+
+    async def _passes(
+        self,
+        partition: Partition,
+        now: datetime,
+        rules: list[CompiledRule],
+        dry_run: bool,
+        legacy: LegacyFilter | None,
+        stamp: Stamp | None,
+        runs: Sequence[RuleRun],
+        on_pass: Callable[[PassReport], None] | None,
+        holder: str | None,
+        reports: list[PassReport],
+    ) -> bool:
+        """Passes until caught up, appended to ``reports``; True when the last applied
+        pass gave the claim up (:class:`StalePassError` when the partition changed)."""
+        async with AsyncExitStack() as stack:
+            previous: PassReport | None = None
+            applying: Behind[int] = Behind()
+            worker: WorkerProcess | None = None
+            version: int | None = None
+            try:
+                while True:
+                    if worker is not None:
+                        job = WorkerPass(
+                            partition, now, [r.id for r in rules], legacy, stamp, previous
+                        )
+                        report = await asyncio.to_thread(_remote, worker, job)
+                    else:
+                        report = await self.compute(partition, now, rules, legacy, stamp, previous)
+                    if previous is not None:
+                        previous.facts_after = None  # carried into this pass already
+                    reports.append(report)
+                    if on_pass is not None:
+                        on_pass(report)
+                    if applying.task is not None:
+                        # the previous pass commits while this one is computed
+                        version = await applying.wait()
+                    last = report.scanned < self.max_episodes or dry_run
+                    if not dry_run:
+                        if report.read_version is None:  # carried from the previous pass
+                            report.read_version = version
+                        applying.start(self._apply(report, runs, holder, last))
+                    if last:
+                        break
+                    previous = None  # a worker carries its own passes
+                    if worker is None:
+                        previous = report
+                        if len(reports) == 1:
+                            worker = await self._worker_for(partition, report.last_seq)
+                            if worker is not None:  # a long run: see background_checkpoints
+                                await stack.enter_async_context(self.facts.background_checkpoints())
+                                previous = replace(report, deltas=[], matched=[])
+                await applying.wait()
+            finally:
+                await applying.settle()
+                if worker is not None:
+                    await asyncio.to_thread(worker.close)
+                for report in reports:
+                    report.facts_after = None
+        return not dry_run and holder is not None
+
+    async def _worker_for(self, partition: Partition, after: int) -> WorkerProcess | None:
+        """A started worker process for the rest of a run whose first pass ended at seq
+        ``after``, or None to go on in this process."""
+        if self.worker == "never" or type(self.scorer) is not RuleBasedScorer:
+            return None
+        if (
+            self.worker == "auto"
+            and await self.memory.count_since(partition, after) < WORKER_MIN_EPISODES
+        ):
+            return None
+        worker = await asyncio.to_thread(WorkerProcess)
+        setup = WorkerSetup(
+            location=self.memory.location,
+            compiled=replace(self.runtime.compiled, _built=[]),
+            max_episodes=self.max_episodes,
+            keep_deltas=self.keep_deltas,
+            scorer=self.scorer,
+        )
+        try:
+            await worker.call(setup)
+        except BaseException:
+            await asyncio.to_thread(worker.close)
+            raise
+        return worker
+
+    async def pending(self, partition: Partition, rule_ids: Sequence[str] | None = None) -> int:
+        """Episodes of ``partition`` a run would read (after the lowest watermark)."""
+        return (await self.pending_of([partition], rule_ids))[0]
+
+    async def pending_of(
+        self, partitions: Sequence[Partition], rule_ids: Sequence[str] | None = None
+    ) -> list[int]:
+        """:meth:`pending` of each of ``partitions`` (a constant number of reads)."""
+        rules = self.rules_of(rule_ids)
+        bases = await self.facts.pass_bases(self.pack, partitions)
+        lows = [self.low(marks, rules, None) for marks, _ in bases]
+        return await self.memory.count_since_of(list(zip(partitions, lows, strict=True)))
+
+    # --- one pass --------------------------------------------------------------------
+
+    @staticmethod
+    def low(marks: dict[str, int], rules: list[CompiledRule], stamp: Stamp | None) -> int:
+        """The watermark a pass of ``rules`` reads after: the lowest of theirs."""
+        if stamp is not None:
+            return marks.get(stamp.rule_id, 0)
+        return min((marks.get(r.id, 0) for r in rules), default=0)
+
+    def started(
+        self,
+        partition: Partition,
+        now: datetime,
+        rules: list[CompiledRule],
+        stamp: Stamp | None,
+        marks: dict[str, int],
+        read: CheckedRead,
+    ) -> PassReport:
+        """The report of a pass that read ``read`` after the stored watermarks ``marks``."""
+        low = self.low(marks, rules, stamp)
+        records = read.records
+        high = read.last_seq(low)
+        return PassReport(
+            pack=self.pack,
+            pack_hash=self.runtime.sha256,
+            partition=partition,
+            now=now,
+            rules=[r.id for r in rules],
+            episodes=len(records),
+            scanned=read.scanned,
+            quarantined=read.quarantined,
+            first_seq=records[0].seq if records else 0,
+            last_seq=high,
+            read_marks=marks,
+            advances=self._advances(partition, rules, marks, high, stamp),
+        )
+
+    def effective_marks(
+        self, marks: dict[str, int], rules: list[CompiledRule], stamp: Stamp | None
+    ) -> dict[str, int]:
+        """Each rule's watermark (with ``stamp``, the one they share)."""
+        if stamp is None:
+            return marks
+        shared = marks.get(stamp.rule_id, 0)
+        return {r.id: shared for r in rules}
+
+    async def compute(
+        self,
+        partition: Partition,
+        now: datetime,
+        rules: list[CompiledRule],
+        legacy: LegacyFilter | None,
+        stamp: Stamp | None,
+        previous: PassReport | None,
+    ) -> PassReport:
+        """Read, gate and run one pass; nothing is written.
+
+        ``previous`` is the previous pass of the same run (not committed yet): its
+        watermarks and resulting facts stand in for reads of the stores.
+        """
+        t0 = time.perf_counter()
+        version: int | None = None
+        facts: list[EngineFact] | None = None
+        known = self._known.get(partition.key)
+        if previous is not None:
+            stored, facts = previous.marks_after(), previous.facts_after
+        elif known is not None:  # as our last apply left it: the apply checks it still is
+            self._known.move_to_end(partition.key)
+            stored, version, facts = dict(known.marks), known.version, known.facts
+        else:  # read before the episodes and facts: the apply checks nothing moved since
+            stored, version = await self.facts.basis(self.pack, partition)
+        low = self.low(stored, rules, stamp)
+        # rows that cannot be decoded are quarantined by the read; the watermark passes them
+        read = await self.memory.since_checked(partition, low, limit=self.max_episodes)
+        report = self.started(partition, now, rules, stamp, stored, read)
+        report.read_version = version
+        marks = self.effective_marks(stored, rules, stamp)
+        eligible = await self.eligibility.of(report, rules, read.records, marks, legacy)
+        if facts is None:
+            assert version is not None
+            facts = self.known_facts(partition, version)
+            if facts is None:
+                facts = await self.facts.current_facts(partition)
+        t1 = time.perf_counter()
+        out = await asyncio.to_thread(
+            self.runtime.run_pass,
+            partition=partition,
+            now=now,
+            episodes=read.records,
+            facts=facts,
+            eligible=eligible,
+            stamp=stamp,
+            matched=self.keep_deltas,
+        )
+        t2 = time.perf_counter()
+        report.take(out, self.keep_deltas)
+        report.timings = {"read": t1 - t0, "engine": t2 - t1, "apply": 0.0, "total": t2 - t0}
+        return report
+
+    def known_facts(self, partition: Partition, version: int) -> list[EngineFact] | None:
+        """The facts our last pass over ``partition`` left, while the store's version for
+        it (read just before) shows nobody changed them; else None."""
+        known = self._known.get(partition.key)
+        if known is None or version != known.version:
+            return None
+        self._known.move_to_end(partition.key)
+        return known.facts
+
+    def remember(self, report: PassReport, version: int, facts: list[EngineFact] | None) -> None:
+        """Keep what an applied pass left (facts, watermarks, version) for the next one."""
+        if facts is None or len(facts) > KNOWN_FACTS_MAX:
+            return
+        self._known[report.partition.key] = _Known(version, facts, report.marks_after())
+        while len(self._known) > KNOWN_PARTITIONS_MAX:
+            self._known.popitem(last=False)
+
+    def forget(self, partition: Partition) -> None:
+        """Drop the facts kept for ``partition`` (a pass over it is being applied)."""
+        self._known.pop(partition.key, None)
+
+    def basis(self, report: PassReport, holder: str | None = None, last: bool = True) -> PassBasis:
+        """What the apply of ``report`` checks it read (and the claim it runs under)."""
+        assert report.read_version is not None
+        now_us = to_us(datetime.now(UTC))
+        return PassBasis(
+            self.pack,
+            report.partition,
+            report.read_marks,
+            report.read_version,
+            holder or "",
+            now_us + seconds_us(self.claim_seconds),
+            last,
+            now_us,
+        )
+
+    def decode(self, report: PassReport) -> None:
+        """Rebuild a worker's deltas from their bodies (validated again)."""
+        if report.bodies is not None:
+            with gc_paused():
+                report.deltas = [from_body(body) for body in report.bodies]
+            report.bodies = None
+
+    def applied(self, report: PassReport, seconds: float) -> None:
+        """Mark ``report`` applied; drop its deltas unless they are kept."""
+        report.applied = True
+        if not self.keep_deltas:
+            report.deltas = []
+        report.timings["apply"] = seconds
+        report.timings["total"] = report.timings.get("total", 0.0) + seconds
+
+    async def _apply(
+        self, report: PassReport, runs: Sequence[RuleRun], holder: str | None, last: bool
+    ) -> int:
+        """Commit one computed pass: deltas, rejections and watermarks in one transaction,
+        if the partition is still as the pass read it; the partition's version after it."""
+        t0 = time.perf_counter()
+        self.decode(report)  # while the store checkpoints the previous pass
+        partition, facts = report.partition, report.facts_after
+        self.forget(partition)
+        basis = self.basis(report, holder, last)
+        if holder is None:  # the common case: one statement checks what the pass read
+            write = PassWrite(basis, report.deltas, report.advances, report.rejections(), runs)
+            (version,) = await self.facts.apply_passes([write], pack_hash=self.runtime.sha256)
+            if version is None:
+                raise StalePassError(
+                    f"pack '{self.pack}' at {partition.key}: the partition changed while "
+                    "the pass was computed, or another run claims it",
+                    pack=self.pack,
+                    partition=partition.key,
+                )
+        else:
+            result = await self.facts.apply_deltas(
+                report.deltas,
+                pack_hash=self.runtime.sha256,
+                watermarks=report.advances,
+                rejections=report.rejections(),
+                runs=runs,
+                version_of=partition,
+                basis=basis,
+            )
+            assert result.version is not None
+            version = result.version
+        self.remember(report, version, facts)
+        self.applied(report, time.perf_counter() - t0)
+        return version
+
+    def _advances(
+        self,
+        partition: Partition,
+        rules: list[CompiledRule],
+        marks: dict[str, int],
+        high: int,
+        stamp: Stamp | None,
+    ) -> list[WatermarkAdvance]:
+        keys = [stamp.rule_id] if stamp is not None else [r.id for r in rules]
+        marks = self.effective_marks(marks, rules, stamp)
+        return [
+            WatermarkAdvance(pack=self.pack, rule_id=key, partition=partition, last_seq=high)
+            for key in keys
+            if high
+            > (marks.get(rules[0].id, 0) if stamp is not None and rules else marks.get(key, 0))
+        ]
+
+
+@dataclass(frozen=True, slots=True)
+class _Known:
+    """What a runner's last applied pass over a partition left there."""
+
+    version: int
+    facts: list[EngineFact]
+    marks: dict[str, int]
+
+
+# --- the worker process's protocol --------------------------------------------------------
+
+
+def from_body(body: bytes) -> MemoryDelta:
+    """A delta rebuilt from its canonical JSON body and validated again.
+
+    The body is the delta's canonical form already (canonical JSON of a validated delta
+    dumps back to the same bytes), so it is kept as such and the id is not hashed twice.
+    """
+    delta = DELTA_ADAPTER.validate_json(body)
+    delta.__dict__["_canonical"] = body
+    return delta
+
+
+@dataclass
+class WorkerSetup:
+    """Tells a worker process which pack and stores its passes use."""
+
+    location: str
+    """The database (a SQLite path or a server URL) the worker opens."""
+    compiled: CompiledPack
+    max_episodes: int
+    keep_deltas: bool
+    scorer: SalienceScorer
+
+
+@dataclass
+class WorkerPass:
+    """Asks a worker process for the next pass of a run."""
+
+    partition: Partition
+    now: datetime
+    rule_ids: list[str]
+    legacy: LegacyFilter | None
+    stamp: Stamp | None
+    previous: PassReport | None = None
+    """The previous pass (with the facts it left), when it was computed in the parent (a
+    run's first pass)."""
+
+
+def _remote(worker: WorkerProcess, job: WorkerPass) -> PassReport:
+    """Have the worker compute one pass (its deltas come as bodies, decoded when applied)."""
+    report: PassReport = worker.request(job)
+    return report
