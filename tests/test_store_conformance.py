@@ -19,6 +19,7 @@ import pytest
 from backends import PG_URL, Backend, pg_schema, raw_rows, snapshot
 from readme_helpers import readme_section_example
 
+from stargraph_mem import Consolidator
 from stargraph_mem.errors import StalePassError, StoreError
 from stargraph_mem.stores import (
     AddDelta,
@@ -35,6 +36,7 @@ from stargraph_mem.stores import (
     WatermarkAdvance,
 )
 from stargraph_mem.stores import copy as copy_module
+from stargraph_mem.stores.database import open_database
 from stargraph_mem.stores.postgres import PostgresDatabase
 from stargraph_mem.stores.postgres.database import split_url
 from stargraph_mem.stores.postgres.schema import LEDGER_TABLE, SCHEMA_VERSION
@@ -421,3 +423,44 @@ def test_the_readme_postgresql_example_runs(tmp_path: Path) -> None:
 
     done = asyncio.run(run())
     assert (done.returncode, done.stdout) == (0, output), done.stderr
+
+
+# --- end to end ----------------------------------------------------------------------------
+
+
+async def _consolidated(location: str) -> list[tuple[Any, ...]]:
+    """Two nights of the default pack over ``location``: every fact with its history."""
+    async with Consolidator.open(location, ["rules/default.yaml"]) as mem:
+        for night, objects in enumerate((["tea", "coffee"], ["water"])):
+            await mem.memory.put_many(
+                [
+                    Episode(
+                        id=f"n{night}-{n}",
+                        content=f"alice drinks {obj}",
+                        timestamp=T0 + timedelta(days=night, minutes=n),
+                        user="alice",
+                        session=f"s{night}",
+                        agent="a1",
+                        metadata={"subject": "alice", "predicate": "drinks", "object": obj},
+                    )
+                    for n, obj in enumerate(objects)
+                ]
+            )
+            await mem.consolidate(now=T0 + timedelta(days=night, hours=12))
+    async with open_database(location) as db:
+        facts = await db.facts.query(FactPattern(include_history=True))
+        audit = await db.facts.audit_rows()
+    return [
+        *((f.id, f.object, f.valid_from, f.valid_until, f.superseded_by) for f in facts),
+        *((a.seq, a.kind, a.delta_id) for a in audit),
+    ]
+
+
+async def test_consolidation_gives_the_same_facts_and_audit_on_both_backends(
+    tmp_path: Path,
+) -> None:
+    on_sqlite = await _consolidated(str(tmp_path / "m.db"))
+    async with pg_schema() as name:
+        on_postgres = await _consolidated(f"{PG_URL}?schema={name}")
+    assert on_postgres == on_sqlite
+    assert len(on_sqlite) == 6  # three facts (two superseded), three audit rows

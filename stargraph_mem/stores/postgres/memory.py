@@ -302,14 +302,15 @@ class PostgresMemoryStore(PostgresRepository):
         return sorted(found, key=lambda p: (p.user, p.agent))
 
     async def consolidate(self, rule: ConsolidationRule) -> list[MemoryDelta]:
-        """Not available yet: the consolidation runtime opens SQLite stores by path.
+        """Not available: this legacy entry point opens SQLite stores by path (use
+        ``Consolidator.open(url, packs)``).
 
-        Raises :class:`StoreError` (nothing read or written) instead of letting the runtime
-        create a SQLite file named after this database's URL.
+        Raises :class:`StoreError` (nothing read or written) instead of letting it create a
+        SQLite file named after this database's URL.
         """
         raise StoreError(
-            f"consolidate() of rule {rule.id!r}: the consolidation runtime does not run on "
-            f"PostgreSQL stores yet ({self.database.where})",
+            f"consolidate() of rule {rule.id!r} runs on SQLite files only; consolidate "
+            f"{self.database.where} with Consolidator.open(url, packs)",
             rule_id=rule.id,
         )
 
