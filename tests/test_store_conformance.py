@@ -23,6 +23,7 @@ from stargraph_mem import Consolidator
 from stargraph_mem.errors import StalePassError, StoreError
 from stargraph_mem.stores import (
     AddDelta,
+    ConsolidationRule,
     Episode,
     FactPattern,
     FactPayload,
@@ -464,3 +465,16 @@ async def test_consolidation_gives_the_same_facts_and_audit_on_both_backends(
         on_postgres = await _consolidated(f"{PG_URL}?schema={name}")
     assert on_postgres == on_sqlite
     assert len(on_sqlite) == 6  # three facts (two superseded), three audit rows
+
+
+async def test_the_legacy_consolidate_refuses_on_postgresql(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    async with pg_schema() as name, PostgresDatabase(f"{PG_URL}?schema={name}") as db:
+        await db.memory.put_many([episode("e1")])
+        with pytest.raises(StoreError, match="runs on SQLite files only") as caught:
+            await db.memory.consolidate(ConsolidationRule(id="r1"))
+        assert caught.value.context["rule_id"] == "r1"
+        assert await db.facts.audit_rows() == []
+    assert list(tmp_path.iterdir()) == []
