@@ -227,8 +227,8 @@ DbOption = Annotated[
     typer.Option(
         "--db",
         help=(
-            "Where the memory lives: a SQLite file (a path or sqlite:///path) or a "
-            "PostgreSQL server (postgresql://user@host/dbname)."
+            "Where the memory lives: a SQLite file (a path, or sqlite:///path) or a "
+            "PostgreSQL server (a postgresql:// URL)."
         ),
         envvar=DB_ENV,
         show_envvar=True,

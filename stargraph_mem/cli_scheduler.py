@@ -28,7 +28,7 @@ from stargraph_mem.model.time import utc_now
 
 if TYPE_CHECKING:
     from stargraph_mem.engine.api import Consolidator
-    from stargraph_mem.engine.scheduler import ConsolidationReport, StatusRow
+    from stargraph_mem.engine.scheduler import ConsolidationReport, Due, StatusRow
 
 __all__ = ["run_cmd", "status", "status_document", "tick_document", "tick_lines"]
 
@@ -47,26 +47,32 @@ def tick_lines(report: ConsolidationReport) -> list[str]:
         f"agent={printable(d.partition.agent)}: applied by another scheduler first"
         for d in report.conflicts
     ]
+    lines += [
+        f"held {printable(d.pack)}/{printable(d.rule_id)} user={printable(d.partition.user)} "
+        f"agent={printable(d.partition.agent)}: another scheduler holds the partition's lease"
+        for d in report.held
+    ]
     return lines
 
 
+def _dues(dues: list[Due]) -> list[dict[str, str]]:
+    return [
+        {"pack": d.pack, "rule": d.rule_id, "user": d.partition.user, "agent": d.partition.agent}
+        for d in dues
+    ]
+
+
 def tick_document(report: ConsolidationReport) -> dict[str, Any]:
-    """A tick as JSON-ready data: the applied passes and the conflicts, as
-    :func:`tick_lines` shows them; ``ran`` is false when another scheduler held the lease."""
+    """A tick as JSON-ready data: the applied passes, the conflicts and the due pairs left
+    to another scheduler's lease, as :func:`tick_lines` shows them (``ran`` and
+    ``lease_holder`` stay for compatibility: ticks lease partitions, not the database)."""
     return {
         "now": report.now.isoformat(),
         "ran": report.ran,
         "lease_holder": report.lease_holder,
         "passes": [pass_document(p) for p in report.passes if p.applied],
-        "conflicts": [
-            {
-                "pack": d.pack,
-                "rule": d.rule_id,
-                "user": d.partition.user,
-                "agent": d.partition.agent,
-            }
-            for d in report.conflicts
-        ],
+        "conflicts": _dues(report.conflicts),
+        "held": _dues(report.held),
     }
 
 
@@ -125,6 +131,16 @@ def run_cmd(
     interval: Annotated[
         float, typer.Option("--interval", min=0.01, help="Seconds between ticks.")
     ] = 1.0,
+    lease_seconds: Annotated[
+        float,
+        typer.Option(
+            "--lease-seconds",
+            min=0.1,
+            help="How long a partition stays leased to this worker without a pass applied: "
+            "a worker that dies holds its partitions this long (one of this host: until "
+            "another worker sees it is gone).",
+        ),
+    ] = 30.0,
     as_json: Annotated[
         bool,
         typer.Option(
@@ -134,7 +150,12 @@ def run_cmd(
         ),
     ] = False,
 ) -> None:
-    """Run the cadence scheduler: every N episodes, cron times; SIGINT/SIGTERM stop it."""
+    """Run the cadence scheduler: every N episodes, cron times; SIGINT/SIGTERM stop it.
+
+    Any number of these may run on one memory (on PostgreSQL, on any number of machines):
+    each leases the due partitions it consolidates, so they share the work and no pass is
+    applied twice.
+    """
     from stargraph_mem.engine.api import Consolidator
 
     when = parse_aware(now, "--now")
@@ -144,11 +165,11 @@ def run_cmd(
         raise typer.BadParameter("--json needs --once", param_hint="--json")
 
     async def once_action() -> ConsolidationReport:
-        async with Consolidator.open(existing(db), packs) as mem:
+        async with Consolidator.open(existing(db), packs, lease_seconds=lease_seconds) as mem:
             return await mem.tick(when or utc_now())
 
     async def loop_action() -> str:
-        async with Consolidator.open(existing(db), packs) as mem:
+        async with Consolidator.open(existing(db), packs, lease_seconds=lease_seconds) as mem:
             return await _loop(mem, interval)
 
     if not once:
@@ -157,9 +178,6 @@ def run_cmd(
     report = run(once_action())
     if as_json:
         echo_json(tick_document(report))
-        return
-    if not report.ran:
-        typer.echo(f"lease held by {printable(str(report.lease_holder))}: nothing run")
         return
     _emit(report)
     passes = sum(1 for p in report.passes if p.applied)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -124,9 +125,8 @@ def test_run_stops_cleanly_on_sigterm_and_releases_the_lease(tmp_path: Path) -> 
     )  # fmt: skip
     assert proc.stdout is not None
     first = proc.stdout.readline()
-    assert first.startswith("scheduler scheduler-") and first.endswith(
-        "running (interval 0.05 s)\n"
-    )
+    holder = f"{socket.gethostname()}/{proc.pid}/"
+    assert first.startswith(f"scheduler {holder}") and first.endswith("running (interval 0.05 s)\n")
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=60)
     assert (proc.returncode, err) == (0, "")
@@ -138,5 +138,6 @@ def test_run_stops_cleanly_on_sigterm_and_releases_the_lease(tmp_path: Path) -> 
     ]
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT count(*) FROM scheduler_lease").fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM partition_claims").fetchone() == (0,)
         assert conn.execute("SELECT count(*) FROM facts").fetchone() == (1,)
     conn.close()

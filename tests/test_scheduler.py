@@ -3,6 +3,7 @@ time zones and DST as croniter defines them, restart durability, leases, compare
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -267,23 +268,26 @@ async def test_pending_counts_and_last_runs_survive_reopening(tmp_path: Path) ->
 # --- two schedulers ------------------------------------------------------------------
 
 
-async def test_the_lease_lets_one_scheduler_tick_until_it_expires(tmp_path: Path) -> None:
+async def test_a_partition_leased_elsewhere_waits_for_its_lease(tmp_path: Path) -> None:
+    """Schedulers lease partitions, not the database: b consolidates what a does not hold,
+    and a partition a holds (as if a died mid-pass on another machine) once it expires."""
     db = tmp_path / "m.db"
-    t = datetime(2026, 5, 1, tzinfo=UTC)
-    clock = Clock(t)
-    a = opened(db, "{every: 1}", clock, holder="a", lease_seconds=30)
-    b = opened(db, "{every: 1}", clock, holder="b", lease_seconds=30)
+    clock = Clock(datetime(2026, 5, 1, tzinfo=UTC))
+    bob = Partition("bob", "rag")
+    a = opened(db, "{every: 1}", clock, holder="a", lease_seconds=0.5)
+    b = opened(db, "{every: 1}", clock, holder="b", lease_seconds=0.5)
     async with a, b:
-        assert (await a.tick()).ran
-        held = await b.tick(t + timedelta(seconds=29))
-        assert (held.ran, held.lease_holder) == (False, "a")
-        assert (await a.tick(t + timedelta(seconds=29))).ran  # renews until 00:00:59
-        assert not (await b.tick(t + timedelta(seconds=58))).ran
-        assert (await b.tick(t + timedelta(seconds=60))).ran
-        assert (await a.tick(t + timedelta(seconds=61))).lease_holder == "b"
-    # closing b gave the lease up: a third scheduler takes it at once
-    async with opened(db, "{every: 1}", clock, holder="c") as c:
-        assert (await c.tick(t + timedelta(seconds=62))).ran
+        await a.memory.put_many([obs(1), obs(2, user="bob")])
+        assert await a.fact_store.claim_partitions([ALICE, bob], "a", 0.5) == [ALICE, bob]
+        await a.fact_store.release_partitions([bob], "a")
+        first = await b.tick()
+        assert fired(first) == [("bob", 1)]
+        assert [(d.partition.user, d.rule_id) for d in first.held] == [("alice", "add_all")]
+        assert first.ran and first.lease_holder is None
+        await asyncio.sleep(0.6)
+        second = await b.tick()
+        assert (fired(second), second.held) == ([("alice", 1)], [])
+        assert await a.fact_store.claim_partitions([ALICE, bob], "a", 5) == [ALICE, bob]
 
 
 async def test_a_pass_decided_on_stale_run_state_rolls_back(backend: Backend) -> None:

@@ -180,6 +180,18 @@ async def test_a_claimed_partition_refuses_other_holders_and_unclaimed_passes(
     assert await facts.claim_partition(ALICE, "host/1/c", 60) is None
 
 
+async def test_many_partitions_are_claimed_at_once_where_free(backend: Backend) -> None:
+    facts = backend.facts
+    bob, carol = Partition("bob", "a1"), Partition("carol", "a1")
+    assert await facts.claim_partition(bob, "host/1/other", 60) is None
+    held = await facts.claim_partitions([ALICE, bob, carol, ALICE], "host/1/me", 60)
+    assert held == [ALICE, carol, ALICE]
+    assert await facts.claim_partition(carol, "host/1/other", 60) == "host/1/me"
+    await facts.release_partitions([ALICE, bob, carol], "host/1/me")
+    assert await facts.claim_partition(carol, "host/1/other", 60) is None
+    assert await facts.claim_partition(bob, "host/1/me", 60) == "host/1/other"
+
+
 async def test_rejections_and_current_facts_read_back_alike(backend: Backend) -> None:
     facts = backend.facts
     rejection = Rejection(id="e9", pack="p", rule_id="r1", partition=ALICE, reason="bad", at=T0)

@@ -77,6 +77,10 @@ class PassRunner:
     ) -> None:
         self.runtime = runtime
         self.claim_seconds = claim_seconds
+        self.leases: dict[str, tuple[str, float]] = {}
+        """Partition key → (holder, seconds) of a lease the caller (a scheduler) took on it:
+        passes over the partition run under that lease, renew it for that long, and leave
+        giving it up to the caller."""
         self.keep_deltas = keep_deltas
         self.memory = memory
         self.facts = facts
@@ -191,7 +195,7 @@ class PassRunner:
                 # optimistic first: the apply checks nothing moved and nobody else holds a
                 # claim; after a lost race, the run claims the partition
                 if attempt > 0 and not dry_run:
-                    holder = holder or claim_holder()
+                    holder = holder or self._leased(partition) or claim_holder()
                     await self._claim(partition, holder)
                     held = True
                 try:
@@ -216,7 +220,7 @@ class PassRunner:
                     if attempt == STALE_RETRIES - 1:
                         raise
         finally:
-            if holder is not None and held:
+            if holder is not None and held and holder != self._leased(partition):
                 with suppress(Exception):
                     await self.facts.release_partition(partition, holder)
         return reports
@@ -447,9 +451,19 @@ class PassRunner:
         """Drop the facts kept for ``partition`` (a pass over it is being applied)."""
         self._known.pop(partition.key, None)
 
+    def _leased(self, partition: Partition) -> str | None:
+        """The holder of the caller's lease on ``partition``, if it took one."""
+        lease = self.leases.get(partition.key)
+        return None if lease is None else lease[0]
+
     def basis(self, report: PassReport, holder: str | None = None, last: bool = True) -> PassBasis:
-        """What the apply of ``report`` checks it read (and the claim it runs under)."""
+        """What the apply of ``report`` checks it read (and the claim it runs under: a
+        lease the caller holds on the partition is kept, never given up here)."""
         assert report.read_version is not None
+        seconds = self.claim_seconds
+        lease = self.leases.get(report.partition.key)
+        if lease is not None and holder in (None, lease[0]):
+            (holder, seconds), last = lease, False
         now_us = to_us(datetime.now(UTC))
         return PassBasis(
             self.pack,
@@ -457,7 +471,7 @@ class PassRunner:
             report.read_marks,
             report.read_version,
             holder or "",
-            now_us + seconds_us(self.claim_seconds),
+            now_us + seconds_us(seconds),
             last,
             now_us,
         )

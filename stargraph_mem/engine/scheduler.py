@@ -35,6 +35,7 @@ from stargraph_mem.engine.runtime import RejectedEpisode
 from stargraph_mem.errors import CompileError, PassConflictError, ScheduleError
 from stargraph_mem.model.cadence import Cadence
 from stargraph_mem.model.time import from_us, to_us, to_utc
+from stargraph_mem.stores.fact_rows import claim_holder
 from stargraph_mem.stores.protocols import EpisodeRepository, FactRepository, ScheduleRepository
 from stargraph_mem.stores.schedule_runs import RuleRun, RunState
 from stargraph_mem.stores.scope import Partition
@@ -50,9 +51,12 @@ __all__ = [
     "StatusRow",
 ]
 
+LEASE_BATCH = 512
+"""Due partitions a tick leases at once (then consolidates in batches, then gives up)."""
 LEASE_NAME = "scheduler"
 DEFAULT_LEASE_SECONDS = 30.0
-"""A tick takes or renews the lease for this long; another holder waits until it expires."""
+"""A tick leases a partition for this long (renewed by each pass it applies); another
+scheduler takes it over once it expires."""
 RETRIES = 8
 """Times a record's streaming check re-decides after another scheduler applied first."""
 
@@ -78,20 +82,23 @@ class ConsolidationReport:
     ``passes`` are the pass reports in the order they ran (rules fired per partition,
     deltas by kind, rejected and gated episodes, timings); ``counts``, ``fired``,
     ``rejected`` and ``gated`` sum them up. Scheduled calls (``record*``, ``tick``) also
-    say which (rule, partition) pairs were ``due``; ``lease_holder`` names who held the
-    lease when a tick ran nothing; ``conflicts`` are passes another scheduler applied first.
+    say which (rule, partition) pairs were ``due``; ``held`` lists the due ones a tick left
+    to another worker holding their partition's lease; ``conflicts`` are passes another
+    scheduler applied first.
     """
 
     now: datetime
     due: list[Due] = field(default_factory=list)
     passes: list[PassReport] = field(default_factory=list)
     conflicts: list[Due] = field(default_factory=list)
+    held: list[Due] = field(default_factory=list)
     lease_holder: str | None = None
+    """Kept for compatibility: ticks no longer wait for a database-wide lease (``None``)."""
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
     def ran(self) -> bool:
-        """False when another scheduler held the lease and this tick did nothing."""
+        """Whether the call ran (always, since ticks lease partitions, not the database)."""
         return self.lease_holder is None
 
     @property
@@ -132,6 +139,7 @@ class ConsolidationReport:
         self.due += other.due
         self.passes += other.passes
         self.conflicts += other.conflicts
+        self.held += other.held
         for name, seconds in other.timings.items():
             self.timings[name] = self.timings.get(name, 0.0) + seconds
 
@@ -266,7 +274,10 @@ class Scheduler:
         self.memory = memory
         self.facts = facts
         self.store = store
-        self.holder = holder or f"scheduler-{uuid.uuid4().hex[:12]}"
+        self.holder = holder or claim_holder()
+        """Who this scheduler's partition leases name: ``host/pid/token`` by default (a
+        lease of a process of this host that died is taken over at once; one from
+        elsewhere once it expires)."""
         self.lease_seconds = lease_seconds
         self.packs = [self._pack(c) for c in runners]
         self._locks: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
@@ -505,17 +516,18 @@ class Scheduler:
         return report
 
     async def tick(self, now: datetime) -> ConsolidationReport:
-        """Take (or renew) the lease, then run every due (rule, partition) of every pack.
+        """Run every due (rule, partition) of every pack whose partition this scheduler can
+        lease: any number of schedulers, in any number of processes or machines, share the
+        work, each partition consolidated by one of them at a time.
 
-        Another holder's unexpired lease makes this a no-op (``report.lease_holder``).
+        Due partitions are leased :data:`LEASE_BATCH` at a time for ``lease_seconds``
+        (renewed by each pass applied, given up when they are done); those another
+        scheduler holds are left to it (``report.held``). A scheduler that dies keeps its
+        leases until they expire, or until another process of its host sees it is gone.
         """
         now = to_utc(now)
         report = ConsolidationReport(now=now)
         t0 = time.perf_counter()
-        lease = await self.store.take_lease(LEASE_NAME, self.holder, now, self.lease_seconds)
-        if not lease.ours:
-            report.lease_holder = lease.holder
-            return report
         partitions = await self.memory.partitions()
         t1 = time.perf_counter()
         decide = 0.0
@@ -526,10 +538,39 @@ class Scheduler:
             due, facts = await self._decide(pack, partitions, now)
             decide += time.perf_counter() - d0
             for rules, group in _same_rules(due):
-                await self._run_many(pack, group, rules, facts.states, now, report)
+                for start in range(0, len(group), LEASE_BATCH):
+                    chunk = group[start : start + LEASE_BATCH]
+                    await self._leased(pack, chunk, rules, facts.states, now, report)
         t2 = time.perf_counter()
-        report.timings = {"lease": t1 - t0, "decide": decide, "total": t2 - t0}
+        report.timings = {"partitions": t1 - t0, "decide": decide, "total": t2 - t0}
         return report
+
+    async def _leased(
+        self,
+        pack: _Pack,
+        partitions: list[Partition],
+        rules: list[CadenceRule],
+        states: dict[tuple[str, str], RunState],
+        now: datetime,
+        report: ConsolidationReport,
+    ) -> None:
+        """Lease ``partitions``, run ``rules`` over those leased, give the leases up."""
+        runner = pack.runner
+        assert runner is not None
+        mine = await self.facts.claim_partitions(partitions, self.holder, self.lease_seconds)
+        leased = {p.key for p in mine}
+        report.held += [
+            Due(pack.name, rule.id, p) for p in partitions if p.key not in leased for rule in rules
+        ]
+        if not mine:
+            return
+        runner.leases.update(dict.fromkeys(leased, (self.holder, self.lease_seconds)))
+        try:
+            await self._run_many(pack, mine, rules, states, now, report)
+        finally:
+            for key in leased:
+                runner.leases.pop(key, None)
+            await self.facts.release_partitions(mine, self.holder)
 
     async def release(self) -> None:
         """Give up the lease (on shutdown) so another scheduler can take over at once."""

@@ -40,6 +40,7 @@ __all__ = [
     "apply_batch",
     "apply_passes_in",
     "checked_deltas",
+    "claim_many",
     "group_current",
     "marks_of",
     "versions_of",
@@ -101,6 +102,9 @@ async def apply_passes_in(
     batch.check_sources = False
     fresh = await fresh_passes(db, sql, passes)
     kept = [p for p, ok in zip(passes, fresh, strict=True) if ok]
+    renewed = [(p.basis.expires_us, p.basis.partition.key, p.basis.holder) for p in kept]
+    if any(holder for _, _, holder in renewed):  # passes under a lease keep it alive
+        await db.executemany(sql.renew_claim, [r for r in renewed if r[2]])
     await record([run for p in kept for run in p.runs])
     deltas = await resolve_scopes(
         db, sql, [d for ds, ok in zip(checked, fresh, strict=True) if ok for d in ds]
@@ -113,6 +117,23 @@ async def apply_passes_in(
     return [
         versions[p.basis.partition.key] if ok else None for p, ok in zip(passes, fresh, strict=True)
     ]
+
+
+async def claim_many(
+    db: Conn, sql: FactStatements, keys: Sequence[str], holder: str, now_us: int, until_us: int
+) -> set[str]:
+    """Claim each of ``keys`` for ``holder`` until ``until_us`` (renewing its own claims)
+    unless another holder's live claim is there; returns the keys now held. Expired
+    claims, and claims of processes of this host that no longer run, are taken over."""
+    if not keys:
+        return set()
+    taken: set[str] = set()
+    for key, other, expires_us in await db.fetch(sql.claims_of, (sql.ids(list(keys)),)):
+        if other != holder and int(expires_us) > now_us and not holder_is_dead(str(other)):
+            taken.add(str(key))
+    mine = [key for key in dict.fromkeys(keys) if key not in taken]
+    await db.executemany(sql.put_claim, [(key, holder, until_us) for key in mine])
+    return set(mine)
 
 
 async def versions_after(

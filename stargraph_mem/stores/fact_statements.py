@@ -62,6 +62,8 @@ class FactStatements:
     claim_of: str
     drop_claim: str
     renew_claim: str
+    put_claim: str
+    """Claim ``(partition_key, holder, expires_us)``, replacing whatever claim was there."""
     predecessors_in: str
     fact_by_id: str
     lineage_of: str

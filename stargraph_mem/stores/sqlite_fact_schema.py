@@ -327,6 +327,11 @@ SQLITE: Final = FactStatements(
     claim_of="SELECT holder, expires_us FROM partition_claims WHERE partition_key = ?",
     drop_claim="DELETE FROM partition_claims WHERE partition_key = ? AND holder = ?",
     renew_claim="UPDATE partition_claims SET expires_us = ? WHERE partition_key = ? AND holder = ?",
+    put_claim=(
+        "INSERT INTO partition_claims (partition_key, holder, expires_us) VALUES (?, ?, ?) "
+        "ON CONFLICT (partition_key) DO UPDATE SET "
+        "holder = excluded.holder, expires_us = excluded.expires_us"
+    ),
     predecessors_in=(
         f"SELECT {_PREFIXED}, l.predecessor_ids FROM facts f "
         f"LEFT JOIN lineage l ON l.rowid = f.rowid WHERE f.id {_IN_JSON}"

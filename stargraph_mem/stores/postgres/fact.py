@@ -49,6 +49,7 @@ from stargraph_mem.stores.fact_passes import (
     apply_batch,
     apply_passes_in,
     checked_deltas,
+    claim_many,
     group_current,
     marks_of,
     versions_of,
@@ -222,13 +223,24 @@ class PostgresFactStore(PostgresRepository):
             other = await other_claim(db, FACTS, partition.key, holder, now_us)
             if other is not None:
                 return other
-            await db.execute(
-                "INSERT INTO partition_claims (partition_key, holder, expires_us) "
-                "VALUES (%s, %s, %s) ON CONFLICT (partition_key) DO UPDATE SET "
-                "holder = excluded.holder, expires_us = excluded.expires_us",
-                (partition.key, holder, now_us + seconds_us(seconds)),
-            )
+            await db.execute(FACTS.put_claim, (partition.key, holder, now_us + seconds_us(seconds)))
         return None
+
+    async def claim_partitions(
+        self, partitions: Sequence[Partition], holder: str, seconds: float
+    ) -> list[Partition]:
+        """Claim each of ``partitions`` for ``holder`` for ``seconds`` in one transaction;
+        the ones now held (see :meth:`claim_partition`), in the order given."""
+        now_us = to_us(utc_now(), "claim time")
+        keys = [p.key for p in partitions]
+        async with self.database.transaction(_LOCK) as db:
+            held = await claim_many(db, FACTS, keys, holder, now_us, now_us + seconds_us(seconds))
+        return [p for p in partitions if p.key in held]
+
+    async def release_partitions(self, partitions: Sequence[Partition], holder: str) -> None:
+        """Give up ``holder``'s claims on ``partitions`` (those it holds)."""
+        async with self.database.transaction(_LOCK) as db:
+            await db.executemany(FACTS.drop_claim, [(p.key, holder) for p in partitions])
 
     async def release_partition(self, partition: Partition, holder: str) -> None:
         """Give up ``holder``'s claim on ``partition`` (nothing if it holds none)."""

@@ -136,6 +136,11 @@ FACTS: Final = FactStatements(
     renew_claim=(
         "UPDATE partition_claims SET expires_us = %s WHERE partition_key = %s AND holder = %s"
     ),
+    put_claim=(
+        "INSERT INTO partition_claims (partition_key, holder, expires_us) VALUES (%s, %s, %s) "
+        "ON CONFLICT (partition_key) DO UPDATE SET "
+        "holder = excluded.holder, expires_us = excluded.expires_us"
+    ),
     predecessors_in=(
         f"SELECT {_PREFIXED}, l.predecessor_ids FROM facts f "
         "LEFT JOIN lineage l ON l.rowid = f.rowid WHERE f.id = ANY(%s)"
