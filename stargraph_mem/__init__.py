@@ -61,7 +61,7 @@ _LAZY: dict[str, str] = {
     # the Consolidator and what its calls return
     "Consolidator": "stargraph_mem.engine.api",
     "ConsolidationReport": "stargraph_mem.engine.scheduler",
-    "PassReport": "stargraph_mem.engine.consolidate",
+    "PassReport": "stargraph_mem.engine.report",
     "Partition": "stargraph_mem.stores.scope",
     # models
     "Episode": "stargraph_mem.model.episodes",

@@ -38,6 +38,7 @@ __all__ = [
     "AnyMemoryStore",
     "AnyScheduleStore",
     "Backend",
+    "NewLocation",
     "open_backend",
     "pg_schema",
     "raw_execute",
@@ -47,6 +48,8 @@ __all__ = [
 ]
 
 BACKENDS = ("sqlite", "postgresql")
+NewLocation = Callable[[], str]
+"""The ``new_location`` fixture: each call gives where a fresh memory lives."""
 PG_URL = os.environ.get("STARGRAPH_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 
 AnyMemoryStore = SQLiteMemoryStore | PostgresMemoryStore

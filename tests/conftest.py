@@ -7,11 +7,13 @@ backend in turn (see ``backends.py``); its PostgreSQL runs never skip either.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack
 from pathlib import Path
 
 import pytest
-from backends import BACKENDS, Backend, open_backend
+from backends import BACKENDS, PG_URL, Backend, open_backend
 
 
 @pytest.fixture(params=BACKENDS)
@@ -19,3 +21,37 @@ async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
     """Fresh stores of each backend in turn (PostgreSQL: a fresh schema, dropped after)."""
     async with open_backend(request.param, tmp_path) as opened:
         yield opened
+
+
+@pytest.fixture(params=BACKENDS)
+async def new_location(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[Callable[[], str]]:
+    """Each call: where a fresh memory of the backend lives (a new SQLite file, or a
+    PostgreSQL URL with a new schema, dropped after the test): the engine and scheduler
+    tests run on both backends through it."""
+    async with AsyncExitStack() as stack:
+        made: list[str] = []
+
+        def make() -> str:
+            if request.param == "sqlite":
+                location = str(tmp_path / f"memory-{uuid.uuid4().hex[:8]}.db")
+            else:
+                name = f"t_{uuid.uuid4().hex[:16]}"
+                location = f"{PG_URL}?schema={name}"
+                made.append(name)
+            return location
+
+        yield make
+        for name in made:
+            stack.push_async_callback(_drop, name)
+
+
+async def _drop(name: str) -> None:
+    from backends import _admin
+
+    admin = await _admin()
+    try:
+        await admin.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+    finally:
+        await admin.close()

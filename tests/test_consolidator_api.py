@@ -4,8 +4,8 @@ through a swapped-in scorer, facts and explanations."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 from e2e_helpers import episode, spo
@@ -51,7 +51,7 @@ rules:
 """
 
 
-def open_streaming(db: Path, **kw: object) -> Consolidator:
+def open_streaming(db: str, **kw: object) -> Consolidator:
     return Consolidator(db, [compile_text(STREAMING)], clock=lambda: NOW, **kw)  # type: ignore[arg-type]
 
 
@@ -62,8 +62,8 @@ def obs(
     return episode(eid, at=at, user=user, weight=weight, **spo(user, "likes", obj))
 
 
-async def test_record_is_safe_from_many_concurrent_tasks(tmp_path: Path) -> None:
-    async with open_streaming(tmp_path / "m.db") as mem:
+async def test_record_is_safe_from_many_concurrent_tasks(new_location: Callable[[], str]) -> None:
+    async with open_streaming(new_location()) as mem:
         users = [f"u{n}" for n in range(4)]
         batch = [
             obs(f"{u}-{k}", f"o{k % 3}", user=u, minute=100 - k) for u in users for k in range(25)
@@ -80,9 +80,9 @@ async def test_record_is_safe_from_many_concurrent_tasks(tmp_path: Path) -> None
 
 
 async def test_a_report_says_what_fired_counts_rejections_gating_and_timings(
-    tmp_path: Path,
+    new_location: Callable[[], str],
 ) -> None:
-    async with open_streaming(tmp_path / "m.db") as mem:
+    async with open_streaming(new_location()) as mem:
         first = await mem.record(obs("e1", "tea"))
         assert first.fired == {
             "streaming/known_noop": [Partition("alice", "rag")],
@@ -127,10 +127,12 @@ class Favourites:
         return 1.0 if episode.metadata.get("object") in self.favourites else 0.0
 
 
-async def test_a_swapped_in_scorer_is_honoured_through_the_protocol(tmp_path: Path) -> None:
+async def test_a_swapped_in_scorer_is_honoured_through_the_protocol(
+    new_location: Callable[[], str],
+) -> None:
     scorer = Favourites({"tea"})
     assert isinstance(scorer, SalienceScorer)
-    async with open_streaming(tmp_path / "m.db", scorer=scorer) as mem:
+    async with open_streaming(new_location(), scorer=scorer) as mem:
         kept = await mem.record(obs("e1", "tea", minute=10 * 24 * 60))  # old, but a favourite
         dropped = await mem.record(obs("e2", "jam", user="bob"))  # fresh, but not
         assert (kept.gated, kept.counts["add"]) == ([], 1)
@@ -155,12 +157,14 @@ def fact_rows(facts: list[Fact]) -> list[dict[str, object]]:
     return [f.model_dump(exclude={"recorded_at"}) for f in facts]
 
 
-async def test_record_many_gives_the_facts_recording_one_by_one_gives(tmp_path: Path) -> None:
-    async with open_streaming(tmp_path / "one.db") as mem:
+async def test_record_many_gives_the_facts_recording_one_by_one_gives(
+    new_location: Callable[[], str],
+) -> None:
+    async with open_streaming(new_location()) as mem:
         for e in STREAM:
             await mem.record(e)
         one_by_one = fact_rows(await mem.facts())
-    async with open_streaming(tmp_path / "batch.db") as mem:
+    async with open_streaming(new_location()) as mem:
         report = await mem.record_many(STREAM[:10])
         report.merge(await mem.record_many(STREAM[10:]))
         batched = fact_rows(await mem.facts())
@@ -170,8 +174,10 @@ async def test_record_many_gives_the_facts_recording_one_by_one_gives(tmp_path: 
     assert sum(report.counts.values()) == len(STREAM)
 
 
-async def test_record_many_checks_each_touched_partition_once(tmp_path: Path) -> None:
-    async with open_streaming(tmp_path / "m.db") as mem:
+async def test_record_many_checks_each_touched_partition_once(
+    new_location: Callable[[], str],
+) -> None:
+    async with open_streaming(new_location()) as mem:
         report = await mem.record_many(STREAM)
         assert [p.partition.user for p in report.passes] == ["alice", "bob", "carol"]
         assert [p.episodes for p in report.passes] == [7, 7, 7]
@@ -183,11 +189,11 @@ async def test_record_many_checks_each_touched_partition_once(tmp_path: Path) ->
         assert (empty.passes, empty.due) == ([], [])
 
 
-async def test_record_many_is_one_transaction(tmp_path: Path) -> None:
+async def test_record_many_is_one_transaction(new_location: Callable[[], str]) -> None:
     """An episode id repeated with other content fails the batch: nothing is stored, and no
     rule runs."""
     clash = obs("alice-0", "rum")  # same id as STREAM's first episode, other object
-    async with open_streaming(tmp_path / "m.db") as mem:
+    async with open_streaming(new_location()) as mem:
         with pytest.raises(DuplicateEpisodeError, match="alice-0"):
             await mem.record_many([*STREAM, clash])
         assert await mem.memory.partitions() == []

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from e2e_helpers import DEDUP, DEFAULT, NOW, T0, episode
+from e2e_helpers import DEDUP, DEFAULT, NOW, ROOT, T0, episode
 from pydantic import JsonValue
 from typer.testing import CliRunner
 
@@ -183,3 +184,44 @@ def test_cli_copy_prints_the_rows_and_refuses_a_second_time(tmp_path: Path) -> N
     bad = runner.invoke(app, ["copy", "--from", str(source), "--to", "mysql://x/y"])
     assert bad.exit_code == 1
     assert "unsupported scheme 'mysql'" in bad.stderr
+
+
+def test_the_readme_database_commands_on_postgresql_and_back(tmp_path: Path) -> None:
+    """The README's commands on a server, then ``copy`` to a SQLite file and to another
+    schema: ``facts`` prints the same table from all three."""
+    import asyncio
+
+    from backends import PG_URL, pg_schema
+
+    runner = CliRunner()
+    readme = (ROOT / "README.md").read_text("utf-8")
+    section = readme.split("\n## Databases: SQLite or PostgreSQL\n", 1)[1]
+    commands = section.split("```\n", 2)[1].splitlines()
+    assert commands[0] == "pip install -e '.[postgres]'"
+
+    async def scenario() -> None:
+        async with pg_schema() as first, pg_schema() as second:
+            env = {"STARGRAPH_MEM_DB": f"{PG_URL}?schema={first}"}
+            for line in commands[2:]:
+                args = shlex.split(line)[1:]
+                args = [str(ROOT / a) if a.startswith(("examples/", "rules/")) else a for a in args]
+                result = await asyncio.to_thread(runner.invoke, app, args, env=env)
+                assert result.exit_code == 0, (line, result.output)
+            assert "alice    likes      0.8" in result.stdout
+
+            async def facts(where: str) -> str:
+                done = await asyncio.to_thread(runner.invoke, app, ["facts", "--db", where])
+                assert done.exit_code == 0, done.output
+                return done.stdout
+
+            listed = await facts(env["STARGRAPH_MEM_DB"])
+            assert "alice    likes      0.8         tea" in listed
+            local, other = str(tmp_path / "local.db"), f"{PG_URL}?schema={second}"
+            for source, target in ((env["STARGRAPH_MEM_DB"], local), (local, other)):
+                args = ["copy", "--from", source, "--to", target]
+                copied = await asyncio.to_thread(runner.invoke, app, args)
+                assert copied.exit_code == 0, copied.output
+            assert await facts(local) == listed
+            assert await facts(other) == listed
+
+    asyncio.run(scenario())

@@ -10,7 +10,7 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
-from backends import Backend
+from backends import Backend, NewLocation
 from croniter import croniter
 from e2e_helpers import episode, spo
 
@@ -54,7 +54,7 @@ class Clock:
         return self.at
 
 
-def opened(db: Path, cadence: str, clock: Callable[[], datetime], **kw: object) -> Consolidator:
+def opened(db: str, cadence: str, clock: Callable[[], datetime], **kw: object) -> Consolidator:
     return Consolidator(db, [compile_text(pack_text(cadence))], clock=clock, **kw)  # type: ignore[arg-type]
 
 
@@ -70,9 +70,11 @@ def fired(report: ConsolidationReport) -> list[tuple[str, int]]:
 # --- every N / every 1 -------------------------------------------------------------------
 
 
-async def test_every_100_fires_at_exactly_the_100th_episode_per_partition(tmp_path: Path) -> None:
+async def test_every_100_fires_at_exactly_the_100th_episode_per_partition(
+    new_location: NewLocation,
+) -> None:
     clock = Clock(datetime(2026, 5, 1, tzinfo=UTC))
-    async with opened(tmp_path / "m.db", "{every: 100}", clock) as mem:
+    async with opened(new_location(), "{every: 100}", clock) as mem:
         for n in range(1, 100):
             assert fired(await mem.record(obs(n))) == []
             if n <= 60:
@@ -93,9 +95,11 @@ async def test_every_100_fires_at_exactly_the_100th_episode_per_partition(tmp_pa
         assert fired(await mem.record(obs(200))) == [("alice", 100)]
 
 
-async def test_every_n_counts_episodes_put_by_other_means_at_the_next_tick(tmp_path: Path) -> None:
+async def test_every_n_counts_episodes_put_by_other_means_at_the_next_tick(
+    new_location: NewLocation,
+) -> None:
     clock = Clock(datetime(2026, 5, 1, tzinfo=UTC))
-    async with opened(tmp_path / "m.db", "{every: 3}", clock) as mem:
+    async with opened(new_location(), "{every: 3}", clock) as mem:
         await mem.memory.put_many([obs(1), obs(2)])
         assert fired(await mem.tick()) == []
         await mem.memory.put_many([obs(3), obs(4)])
@@ -103,9 +107,9 @@ async def test_every_n_counts_episodes_put_by_other_means_at_the_next_tick(tmp_p
         assert fired(await mem.tick()) == []
 
 
-async def test_every_1_fires_on_each_put(tmp_path: Path) -> None:
+async def test_every_1_fires_on_each_put(new_location: NewLocation) -> None:
     clock = Clock(datetime(2026, 5, 1, tzinfo=UTC))
-    async with opened(tmp_path / "m.db", "{every: 1}", clock) as mem:
+    async with opened(new_location(), "{every: 1}", clock) as mem:
         for n in range(1, 6):
             report = await mem.record(obs(n, "alice" if n % 2 else "bob"))
             assert fired(report) == [("alice" if n % 2 else "bob", 1)]
@@ -115,9 +119,9 @@ async def test_every_1_fires_on_each_put(tmp_path: Path) -> None:
         assert fired(again) == []
 
 
-async def test_cron_rules_do_not_fire_on_record(tmp_path: Path) -> None:
+async def test_cron_rules_do_not_fire_on_record(new_location: NewLocation) -> None:
     clock = Clock(datetime(2026, 5, 1, 10, tzinfo=UTC))
-    async with opened(tmp_path / "m.db", '{cron: "* * * * *"}', clock) as mem:
+    async with opened(new_location(), '{cron: "* * * * *"}', clock) as mem:
         assert fired(await mem.record(obs(1))) == []
         assert fired(await mem.tick(clock.at + timedelta(minutes=1))) == [("alice", 1)]
 
@@ -125,10 +129,10 @@ async def test_cron_rules_do_not_fire_on_record(tmp_path: Path) -> None:
 # --- cron ------------------------------------------------------------------------------
 
 
-async def test_cron_fires_at_the_declared_times(tmp_path: Path) -> None:
+async def test_cron_fires_at_the_declared_times(new_location: NewLocation) -> None:
     day = datetime(2026, 5, 1, tzinfo=UTC)
     clock = Clock(day + timedelta(hours=10))
-    async with opened(tmp_path / "m.db", '{cron: "0 3 * * *"}', clock) as mem:
+    async with opened(new_location(), '{cron: "0 3 * * *"}', clock) as mem:
         await mem.record(obs(1, at=clock.at))
         assert fired(await mem.tick()) == []
         next_day = day + timedelta(days=1)
@@ -142,10 +146,10 @@ async def test_cron_fires_at_the_declared_times(tmp_path: Path) -> None:
         assert fired(await mem.tick(next_day + timedelta(days=1, hours=3))) == [("alice", 1)]
 
 
-async def test_cron_catches_up_with_one_pass_after_downtime(tmp_path: Path) -> None:
+async def test_cron_catches_up_with_one_pass_after_downtime(new_location: NewLocation) -> None:
     day = datetime(2026, 5, 1, tzinfo=UTC)
     clock = Clock(day + timedelta(hours=1))
-    async with opened(tmp_path / "m.db", '{cron: "0 * * * *"}', clock) as mem:
+    async with opened(new_location(), '{cron: "0 * * * *"}', clock) as mem:
         await mem.record(obs(1, at=clock.at))
         await mem.tick()
         assert fired(await mem.tick(day + timedelta(hours=2))) == [("alice", 1)]
@@ -162,21 +166,23 @@ async def test_cron_catches_up_with_one_pass_after_downtime(tmp_path: Path) -> N
         assert rows["add_all"].next_run == day + timedelta(hours=11)
 
 
-async def test_a_cron_clock_starts_at_the_first_unconsolidated_episode(tmp_path: Path) -> None:
+async def test_a_cron_clock_starts_at_the_first_unconsolidated_episode(
+    new_location: NewLocation,
+) -> None:
     """Episodes put before the scheduler ever ran fire at the first slot after them."""
     day = datetime(2026, 5, 1, tzinfo=UTC)
     clock = Clock(day + timedelta(days=3))
-    async with opened(tmp_path / "m.db", '{cron: "0 3 * * *"}', clock) as mem:
+    async with opened(new_location(), '{cron: "0 3 * * *"}', clock) as mem:
         await mem.memory.put_many([obs(1, at=day + timedelta(hours=20))])
         assert fired(await mem.tick()) == [("alice", 1)]
         assert fired(await mem.tick(clock.at + timedelta(hours=1))) == []
 
 
-async def test_cron_honours_the_rule_time_zone(tmp_path: Path) -> None:
+async def test_cron_honours_the_rule_time_zone(new_location: NewLocation) -> None:
     # 09:00 in Tokyo (UTC+9, no DST) is 00:00 UTC
     clock = Clock(datetime(2026, 5, 1, 12, tzinfo=UTC))
     cadence = '{cron: "0 9 * * *", tz: "Asia/Tokyo"}'
-    async with opened(tmp_path / "m.db", cadence, clock) as mem:
+    async with opened(new_location(), cadence, clock) as mem:
         await mem.record(obs(1, at=clock.at))
         assert fired(await mem.tick()) == []
         assert fired(await mem.tick(datetime(2026, 5, 1, 23, 59, 59, tzinfo=UTC))) == []
@@ -223,12 +229,12 @@ async def fire_times(mem: Consolidator, probes: list[datetime]) -> list[datetime
     ],
 )
 async def test_dst_transitions_follow_croniter(
-    tmp_path: Path, cron: str, start: datetime, expected: list[datetime]
+    new_location: NewLocation, cron: str, start: datetime, expected: list[datetime]
 ) -> None:
     tz = "America/New_York"
     assert croniter_times(cron, tz, start, len(expected)) == expected
     clock = Clock(start)
-    async with opened(tmp_path / "m.db", f'{{cron: "{cron}", tz: "{tz}"}}', clock) as mem:
+    async with opened(new_location(), f'{{cron: "{cron}", tz: "{tz}"}}', clock) as mem:
         await mem.record(obs(1, at=start))
         await mem.tick()
         probes = sorted(
@@ -238,9 +244,9 @@ async def test_dst_transitions_follow_croniter(
         assert await fire_times(mem, probes) == expected
 
 
-async def test_an_impossible_cron_date_names_the_rule(tmp_path: Path) -> None:
+async def test_an_impossible_cron_date_names_the_rule(new_location: NewLocation) -> None:
     clock = Clock(datetime(2026, 5, 1, tzinfo=UTC))
-    async with opened(tmp_path / "m.db", '{cron: "0 0 31 2 *"}', clock) as mem:
+    async with opened(new_location(), '{cron: "0 0 31 2 *"}', clock) as mem:
         await mem.record(obs(1))
         with pytest.raises(ScheduleError, match="rule 'add_all': cron '0 0 31 2 \\*'"):
             await mem.tick()
@@ -249,8 +255,8 @@ async def test_an_impossible_cron_date_names_the_rule(tmp_path: Path) -> None:
 # --- durability ----------------------------------------------------------------------
 
 
-async def test_pending_counts_and_last_runs_survive_reopening(tmp_path: Path) -> None:
-    db = tmp_path / "m.db"
+async def test_pending_counts_and_last_runs_survive_reopening(new_location: NewLocation) -> None:
+    db = new_location()
     clock = Clock(datetime(2026, 5, 1, 10, tzinfo=UTC))
     async with opened(db, "{every: 10}", clock) as mem:
         for n in range(1, 8):
@@ -268,10 +274,10 @@ async def test_pending_counts_and_last_runs_survive_reopening(tmp_path: Path) ->
 # --- two schedulers ------------------------------------------------------------------
 
 
-async def test_a_partition_leased_elsewhere_waits_for_its_lease(tmp_path: Path) -> None:
+async def test_a_partition_leased_elsewhere_waits_for_its_lease(new_location: NewLocation) -> None:
     """Schedulers lease partitions, not the database: b consolidates what a does not hold,
     and a partition a holds (as if a died mid-pass on another machine) once it expires."""
-    db = tmp_path / "m.db"
+    db = new_location()
     clock = Clock(datetime(2026, 5, 1, tzinfo=UTC))
     bob = Partition("bob", "rag")
     a = opened(db, "{every: 1}", clock, holder="a", lease_seconds=0.5)

@@ -418,7 +418,7 @@ async def test_a_memory_copies_into_postgresql_and_back_unchanged(tmp_path: Path
 
 
 def test_the_readme_postgresql_example_runs(tmp_path: Path) -> None:
-    code, output = readme_section_example("PostgreSQL store")
+    code, output = readme_section_example("Databases: SQLite or PostgreSQL")
 
     async def run() -> subprocess.CompletedProcess[str]:
         async with pg_schema() as name:

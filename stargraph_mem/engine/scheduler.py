@@ -279,6 +279,8 @@ class Scheduler:
         lease of a process of this host that died is taken over at once; one from
         elsewhere once it expires)."""
         self.lease_seconds = lease_seconds
+        self.lease_batch = LEASE_BATCH
+        """Due partitions a tick leases at once."""
         self.packs = [self._pack(c) for c in runners]
         self._locks: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
 
@@ -538,8 +540,8 @@ class Scheduler:
             due, facts = await self._decide(pack, partitions, now)
             decide += time.perf_counter() - d0
             for rules, group in _same_rules(due):
-                for start in range(0, len(group), LEASE_BATCH):
-                    chunk = group[start : start + LEASE_BATCH]
+                for start in range(0, len(group), self.lease_batch):
+                    chunk = group[start : start + self.lease_batch]
                     await self._leased(pack, chunk, rules, facts.states, now, report)
         t2 = time.perf_counter()
         report.timings = {"partitions": t1 - t0, "decide": decide, "total": t2 - t0}

@@ -1,0 +1,141 @@
+"""Several scheduler processes consolidating one memory: PostgreSQL with 1, 2 and 4 worker
+processes, and SQLite with one, over the same episodes.
+
+Each run starts from a fresh database (PostgreSQL: a fresh schema of the server at
+``--url``) holding P partitions of E episodes (``stargraph-mem ingest``), then launches
+the workers at once: each ticks ``rules/default.yaml`` (its nightly cron is due for every
+partition) until a tick finds nothing due, leasing partitions as it goes. The figure is
+the wall time from launch until the last worker exits; afterwards the run checks that
+every partition was consolidated and that no delta was applied twice.
+
+    python benchmarks/bench_workers.py --partitions 10000 --each 4 --workers 1 2 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import orjson
+
+ROOT = Path(__file__).resolve().parents[1]
+PACK = ROOT / "rules" / "default.yaml"
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+CLI = "from stargraph_mem.cli import main; main()"
+
+
+def write_episodes(path: Path, partitions: int, each: int) -> None:
+    """``each`` episodes for each of ``partitions`` users of agent ``rag``, as JSON lines."""
+    with path.open("wb") as out:
+        for p in range(partitions):
+            for n in range(each):
+                doc = {
+                    "id": f"e{p}-{n}",
+                    "content": f"user{p} likes thing{n % 3}",
+                    "timestamp": (T0 + timedelta(seconds=n)).isoformat(),
+                    "user": f"user{p}",
+                    "session": "s1",
+                    "agent": "rag",
+                    "metadata": {
+                        "subject": f"user{p}",
+                        "predicate": "likes",
+                        "object": f"thing{n % 3}",
+                    },
+                }
+                out.write(orjson.dumps(doc) + b"\n")
+
+
+async def work(location: str) -> None:
+    """One worker: tick until nothing is due (partitions leased by others included)."""
+    from stargraph_mem.engine.api import Consolidator
+
+    async with Consolidator.open(location, [PACK], keep_deltas=False) as mem:
+        while True:
+            report = await mem.tick()
+            if not report.due:
+                return
+            if not any(p.applied for p in report.passes):
+                await asyncio.sleep(0.05)  # everything left is leased by other workers
+
+
+async def check(location: str, partitions: int) -> None:
+    """Every partition has a current fact, and no delta was applied twice."""
+    from stargraph_mem.engine.api import Consolidator
+    from stargraph_mem.model.facts import FactPattern
+
+    async with Consolidator.open(location, []) as mem:
+        users = {f.user for f in await mem.fact_store.query(FactPattern())}
+        ids = Counter(row.delta_id for row in await mem.fact_store.audit_rows())
+    assert len(users) == partitions, f"{len(users)} of {partitions} partitions consolidated"
+    assert max(ids.values()) == 1, "a delta was applied twice"
+
+
+def drop(url: str, schema: str) -> None:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def one_run(location: str, episodes: Path, workers: int, partitions: int) -> float:
+    """Ingest, then time ``workers`` processes consolidating everything."""
+    subprocess.run(
+        [sys.executable, "-c", CLI, "ingest", "--db", location, str(episodes)],
+        check=True,
+        capture_output=True,
+    )
+    t0 = time.perf_counter()
+    procs = [
+        subprocess.Popen([sys.executable, __file__, "--worker", location]) for _ in range(workers)
+    ]
+    for proc in procs:
+        if proc.wait() != 0:
+            raise SystemExit(f"a worker failed with exit code {proc.returncode}")
+    seconds = time.perf_counter() - t0
+    asyncio.run(check(location, partitions))
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--partitions", type=int, default=10_000)
+    parser.add_argument("--each", type=int, default=4)
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--url", default="postgresql://postgres@127.0.0.1:5432/test")
+    parser.add_argument("--no-sqlite", action="store_true", help="Skip the SQLite run.")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        asyncio.run(work(args.worker))
+        return
+    total = args.partitions * args.each
+    print(f"{total:,} episodes over {args.partitions:,} partitions, rules/default.yaml")
+    print(f"{'backend':<12} {'workers':>7} {'seconds':>9} {'episodes/s':>11}")
+    with tempfile.TemporaryDirectory() as tmp:
+        episodes = Path(tmp) / "episodes.jsonl"
+        write_episodes(episodes, args.partitions, args.each)
+        runs: list[tuple[str, int, str]] = []
+        if not args.no_sqlite:
+            runs.append(("sqlite", 1, str(Path(tmp) / "memory.db")))
+        for workers in args.workers:
+            schema = f"bench_{uuid.uuid4().hex[:12]}"
+            runs.append(("postgresql", workers, f"{args.url}?schema={schema}"))
+        for backend, workers, location in runs:
+            try:
+                seconds = one_run(location, episodes, workers, args.partitions)
+            finally:
+                if backend == "postgresql":
+                    drop(args.url, location.rpartition("=")[2])
+            print(f"{backend:<12} {workers:>7} {seconds:>9.2f} {total / seconds:>11,.0f}")
+
+
+if __name__ == "__main__":
+    main()
