@@ -60,7 +60,7 @@ async def work(location: str) -> None:
     async with Consolidator.open(location, [PACK], keep_deltas=False) as mem:
         while True:
             report = await mem.tick()
-            if not report.due:
+            if not report.due and not report.held:
                 return
             if not any(p.applied for p in report.passes):
                 await asyncio.sleep(0.05)  # everything left is leased by other workers

@@ -4,8 +4,9 @@ Usage::
 
     python tests/lease_worker.py URL PACK HOLDER LEASE_SECONDS LEASE_BATCH STOP_FILE [STALL_FILE]
 
-Ticks until STOP_FILE exists and a tick finds nothing left to do, then prints one JSON
-line: the partitions whose passes this process applied. With STALL_FILE, the process
+Ticks until STOP_FILE exists and a tick finds nothing due (not even partitions another
+worker holds), then prints one JSON line: the partitions whose passes this process
+applied. With STALL_FILE, the process
 stands for one that dies mid-pass: the first time it is about to apply passes it writes
 STALL_FILE (with the partitions it holds) and waits forever, holding its leases.
 """
@@ -39,7 +40,7 @@ async def work(
         while True:
             report = await mem.tick()
             applied += [[p.partition.user, p.partition.agent] for p in report.passes if p.applied]
-            if stop.exists() and not report.due:
+            if stop.exists() and not report.due and not report.held:
                 return applied
             await asyncio.sleep(0.05)
 

@@ -225,3 +225,29 @@ def test_the_readme_database_commands_on_postgresql_and_back(tmp_path: Path) -> 
             assert await facts(other) == listed
 
     asyncio.run(scenario())
+
+
+def test_replay_reads_a_postgresql_memory_through_a_copy(tmp_path: Path) -> None:
+    """``replay`` of a server's memory says what it says of the same memory in a file."""
+    import asyncio
+
+    from backends import PG_URL, pg_schema
+
+    from stargraph_mem.authoring.replay import replay
+    from stargraph_mem.compiler import compile_file
+
+    async def scenario() -> None:
+        source = tmp_path / "a.db"
+        await build(source)
+        async with pg_schema() as schema:
+            url = f"{PG_URL}?schema={schema}"
+            await copy_database(source, url)
+            packs = [compile_file(DEDUP)]
+            later = NOW + timedelta(days=5)
+            on_file = await replay(source, packs, now=later)
+            on_server = await replay(url, packs, now=later)
+            assert on_server.db == url and on_file.db == source
+            assert (on_server.changes, on_server.unchanged) == (on_file.changes, on_file.unchanged)
+            assert on_server.episodes == on_file.episodes == 36
+
+    asyncio.run(scenario())

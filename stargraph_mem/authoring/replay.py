@@ -2,7 +2,9 @@
 
 The real database is only ever read, through a read-only SQLite URI (``immutable=1``
 when no ``-wal`` file exists, so not even side files appear; ``mode=ro`` when a writer
-has one open). Its episodes are copied, in one read transaction together with its
+has one open); a PostgreSQL memory is first copied whole into a temporary SQLite file
+(:func:`~stargraph_mem.stores.copy.copy_database`, which only reads the server). Its
+episodes are copied, in one read transaction together with its
 current facts, into a scratch database; the engine consolidates the scratch copy with
 the given packs; the scratch facts are then compared with the real ones, keyed by
 ``(user, agent, subject, predicate)``.
@@ -32,6 +34,8 @@ from stargraph_mem.engine.runner import PassRunner
 from stargraph_mem.errors import StoreError
 from stargraph_mem.model.facts import Fact, FactPattern
 from stargraph_mem.model.time import to_us, to_utc, utc_now
+from stargraph_mem.stores.copy import copy_database
+from stargraph_mem.stores.database import parse_database_url
 from stargraph_mem.stores.memory import QuarantinedRow
 from stargraph_mem.stores.sqlite_fact import fact_from_row, fact_query
 from stargraph_mem.stores.sqlite_memory import scope_filter
@@ -98,7 +102,8 @@ class FactChange:
 class ReplayResult:
     """What a replay compared: inputs, counts, the differences (sorted) and timings."""
 
-    db: Path
+    db: Path | str
+    """The database replayed: a SQLite file, or a server URL (without its password)."""
     packs: list[CompiledPack]
     now: datetime
     as_of: datetime | None
@@ -455,14 +460,18 @@ async def replay(
     ``scratch`` keeps the rebuilt database at that path (which must not exist); otherwise
     it lives in a temporary directory that is removed afterwards.
     """
-    real = Path(db)
-    if not real.is_file():
+    location = parse_database_url(db)
+    real = location.path if location.path is not None else Path()
+    if location.path is not None and not real.is_file():
         raise StoreError(f"{real}: database file does not exist")
     when = to_utc(now or as_of or utc_now())
     as_of_us = None if as_of is None else to_us(as_of, "as_of time")
     if scratch is not None and Path(scratch).exists():
         raise StoreError(f"{scratch}: scratch database already exists")
     with tempfile.TemporaryDirectory(prefix="stargraph-replay-") as tmp:
+        if location.path is None:  # a server: read through a copy (the server is only read)
+            real = Path(tmp) / "source.db"
+            await copy_database(location.url, real)
         path = Path(scratch) if scratch is not None else Path(tmp) / "replay.db"
         clock = asyncio.get_running_loop().time
         t0 = clock()
@@ -480,7 +489,7 @@ async def replay(
         changes, unchanged = diff_facts(real_facts, new_facts)
         t3 = clock()
     return ReplayResult(
-        db=real,
+        db=location.path if location.path is not None else str(location),
         packs=list(packs),
         now=when,
         as_of=as_of,
