@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -20,9 +19,11 @@ import pytest
 from backends import PG_URL, Backend, pg_schema, raw_rows, snapshot
 from readme_helpers import readme_section_example
 
+from stargraph_mem import Consolidator
 from stargraph_mem.errors import StalePassError, StoreError
 from stargraph_mem.stores import (
     AddDelta,
+    ConsolidationRule,
     Episode,
     FactPattern,
     FactPayload,
@@ -36,7 +37,7 @@ from stargraph_mem.stores import (
     WatermarkAdvance,
 )
 from stargraph_mem.stores import copy as copy_module
-from stargraph_mem.stores.database import DatabaseURL, open_database, parse_database_url
+from stargraph_mem.stores.database import open_database
 from stargraph_mem.stores.postgres import PostgresDatabase
 from stargraph_mem.stores.postgres.database import split_url
 from stargraph_mem.stores.postgres.schema import LEDGER_TABLE, SCHEMA_VERSION
@@ -179,6 +180,18 @@ async def test_a_claimed_partition_refuses_other_holders_and_unclaimed_passes(
     assert await facts.claim_partition(ALICE, "host/1/c", 60) is None
 
 
+async def test_many_partitions_are_claimed_at_once_where_free(backend: Backend) -> None:
+    facts = backend.facts
+    bob, carol = Partition("bob", "a1"), Partition("carol", "a1")
+    assert await facts.claim_partition(bob, "host/1/other", 60) is None
+    held = await facts.claim_partitions([ALICE, bob, carol, ALICE], "host/1/me", 60)
+    assert held == [ALICE, carol, ALICE]
+    assert await facts.claim_partition(carol, "host/1/other", 60) == "host/1/me"
+    await facts.release_partitions([ALICE, bob, carol], "host/1/me")
+    assert await facts.claim_partition(carol, "host/1/other", 60) is None
+    assert await facts.claim_partition(bob, "host/1/me", 60) == "host/1/other"
+
+
 async def test_rejections_and_current_facts_read_back_alike(backend: Backend) -> None:
     facts = backend.facts
     rejection = Rejection(id="e9", pack="p", rule_id="r1", partition=ALICE, reason="bad", at=T0)
@@ -246,6 +259,23 @@ async def _rows_of(schema: str, sql: str) -> list[tuple[Any, ...]]:
         PG_URL, autocommit=True, options=f"-c search_path={schema}"
     ) as conn:
         return [tuple(row) for row in await (await conn.execute(sql)).fetchall()]
+
+
+async def test_schema_names_keep_their_case() -> None:
+    async with pg_schema() as lower:
+        name = "Mixed_" + lower
+        try:
+            async with PostgresDatabase(f"{PG_URL}?schema={name}") as db:
+                await db.memory.put_many([episode("e1")])
+                assert [r.id for r in await db.memory.since(ALICE, 0)] == ["e1"]
+            schemas = await _rows_of(
+                "public",
+                f"SELECT schema_name FROM information_schema.schemata WHERE schema_name = '{name}'",
+            )
+            assert schemas == [(name,)]
+        finally:
+            async with await psycopg.AsyncConnection.connect(PG_URL, autocommit=True) as conn:
+                await conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
 
 
 async def test_a_newer_schema_version_is_refused_and_left_untouched() -> None:
@@ -365,24 +395,7 @@ async def test_the_postgres_owner_serves_the_store_protocols() -> None:
         assert await memory.count_since_of([(ALICE, 0), (Partition("bob", "a1"), 0)]) == [1, 0]
 
 
-def _opening_postgres(
-    original: Callable[..., Any],
-) -> Callable[..., Any]:
-    """``open_database`` that also opens ``postgresql://`` URLs (as PostgresDatabase)."""
-
-    def open_any(location: Any, **kwargs: Any) -> Any:
-        url = location if isinstance(location, DatabaseURL) else parse_database_url(location)
-        if url.backend == "postgresql":
-            return PostgresDatabase(url.url)
-        return original(location, **kwargs)
-
-    return open_any
-
-
-async def test_a_memory_copies_into_postgresql_and_back_unchanged(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr("stargraph_mem.stores.copy.open_database", _opening_postgres(open_database))
+async def test_a_memory_copies_into_postgresql_and_back_unchanged(tmp_path: Path) -> None:
     source, back = tmp_path / "a.db", tmp_path / "back.db"
     async with SQLiteMemoryStore(source) as memory, SQLiteFactStore(source) as facts:
         await memory.put_many([episode(f"e{n}", minutes=n) for n in range(5)])
@@ -423,3 +436,57 @@ def test_the_readme_postgresql_example_runs(tmp_path: Path) -> None:
 
     done = asyncio.run(run())
     assert (done.returncode, done.stdout) == (0, output), done.stderr
+
+
+# --- end to end ----------------------------------------------------------------------------
+
+
+async def _consolidated(location: str) -> list[tuple[Any, ...]]:
+    """Two nights of the default pack over ``location``: every fact with its history."""
+    async with Consolidator.open(location, ["rules/default.yaml"]) as mem:
+        for night, objects in enumerate((["tea", "coffee"], ["water"])):
+            await mem.memory.put_many(
+                [
+                    Episode(
+                        id=f"n{night}-{n}",
+                        content=f"alice drinks {obj}",
+                        timestamp=T0 + timedelta(days=night, minutes=n),
+                        user="alice",
+                        session=f"s{night}",
+                        agent="a1",
+                        metadata={"subject": "alice", "predicate": "drinks", "object": obj},
+                    )
+                    for n, obj in enumerate(objects)
+                ]
+            )
+            await mem.consolidate(now=T0 + timedelta(days=night, hours=12))
+    async with open_database(location) as db:
+        facts = await db.facts.query(FactPattern(include_history=True))
+        audit = await db.facts.audit_rows()
+    return [
+        *((f.id, f.object, f.valid_from, f.valid_until, f.superseded_by) for f in facts),
+        *((a.seq, a.kind, a.delta_id) for a in audit),
+    ]
+
+
+async def test_consolidation_gives_the_same_facts_and_audit_on_both_backends(
+    tmp_path: Path,
+) -> None:
+    on_sqlite = await _consolidated(str(tmp_path / "m.db"))
+    async with pg_schema() as name:
+        on_postgres = await _consolidated(f"{PG_URL}?schema={name}")
+    assert on_postgres == on_sqlite
+    assert len(on_sqlite) == 6  # three facts (two superseded), three audit rows
+
+
+async def test_the_legacy_consolidate_refuses_on_postgresql(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    async with pg_schema() as name, PostgresDatabase(f"{PG_URL}?schema={name}") as db:
+        await db.memory.put_many([episode("e1")])
+        with pytest.raises(StoreError, match="runs on SQLite files only") as caught:
+            await db.memory.consolidate(ConsolidationRule(id="r1"))
+        assert caught.value.context["rule_id"] == "r1"
+        assert await db.facts.audit_rows() == []
+    assert list(tmp_path.iterdir()) == []

@@ -5,25 +5,25 @@
 :class:`~stargraph_mem.stores.fact_statements.FactStatements`: chunk by chunk it skips
 deltas applied before (exactly once by delta id), resolves what updates, deletes and noops
 name, stages facts for the provenance adapter and writes facts, lineage, index, closes,
-audit and reinforcements with one ``executemany`` per table; then watermarks and
-rejections. Fact states are mirrored in memory so later deltas see earlier ones' effects.
+audit and reinforcements with one bulk write per table (``Conn.insert_many`` and
+``Conn.run_many``: ``executemany`` on SQLite, ``COPY`` and array updates on PostgreSQL);
+then watermarks and rejections. Fact states are mirrored in memory so later deltas see
+earlier ones' effects. :mod:`~stargraph_mem.stores.fact_passes` runs it in a transaction.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any
 
 from stargraph_mem.errors import DeltaValidationError, FactConflictError, StalePassError, StoreError
 from stargraph_mem.model.deltas import AddDelta, DeleteDelta, NoopDelta, UpdateDelta
 from stargraph_mem.model.facts import Fact
 from stargraph_mem.model.time import to_us
-from stargraph_mem.stores.delta_scope import resolve_scopes
 from stargraph_mem.stores.fact import (
     ApplyResult,
-    EngineFact,
     ProvenanceAdapter,
     ProvenanceBundle,
     Rejection,
@@ -36,47 +36,30 @@ from stargraph_mem.stores.fact_rows import (
     KINDS,
     Delta,
     PassBasis,
-    PassWrite,
-    engine_fact,
     holder_is_dead,
     key_of,
-    validate_deltas,
     write_rows,
 )
 from stargraph_mem.stores.fact_statements import FactStatements
-from stargraph_mem.stores.schedule_runs import RuleRun
 from stargraph_mem.stores.scope import Partition
 from stargraph_mem.stores.search_common import body_text
 from stargraph_mem.stores.sql_conn import Conn, Insert, Many
 
 __all__ = [
-    "CHUNK",
     "Batch",
-    "apply_batch",
-    "apply_passes_in",
     "check_basis",
+    "check_forward",
     "check_pass_scope",
-    "checked_deltas",
-    "claim_many",
-    "group_current",
     "marks",
-    "marks_of",
     "other_claim",
     "version",
-    "versions_of",
 ]
-
-CHUNK: Final = 10_000
-"""Deltas handled per ``executemany`` round inside the one transaction of a batch."""
-
-RecordRuns = Callable[[Sequence[RuleRun]], Awaitable[None]]
-"""Writes a pass's run records inside the batch's transaction (the backend's compare-and-set)."""
 
 _OPEN = (None, None, None)
 """``valid_until_us, superseded_by, closed_by`` of a fact that is still current."""
 
 
-def _check_forward(index: int, adv: WatermarkAdvance, prior: int) -> None:
+def check_forward(index: int, adv: WatermarkAdvance, prior: int) -> None:
     """A watermark never moves backwards: :class:`StoreError` naming it otherwise."""
     if adv.last_seq < prior:
         raise StoreError(
@@ -508,7 +491,7 @@ class Batch:
                 if group not in stored:  # one read per (pack, partition), not per rule
                     stored[group] = await marks(self.db, self.sql, *group)
                 prior = stored[group].get(adv.rule_id, 0)
-            _check_forward(index, adv, prior)
+            check_forward(index, adv, prior)
             final[key] = adv
         rows = [(*key, adv.last_seq, self.now_us) for key, adv in final.items()]
         if rows:
@@ -549,173 +532,3 @@ class Batch:
             closed_fact_ids=tuple(self.closed),
             watermarks=watermarks,
         )
-
-
-# --- one batch, many passes -------------------------------------------------------------
-
-
-async def apply_batch(
-    db: Conn,
-    sql: FactStatements,
-    batch: Batch,
-    deltas: list[Delta],
-    *,
-    watermarks: tuple[WatermarkAdvance, ...],
-    rejections: tuple[Rejection, ...],
-    runs: Sequence[RuleRun],
-    version_of: Partition | None,
-    basis: PassBasis | None,
-    record: RecordRuns,
-) -> ApplyResult:
-    """The body of ``apply_deltas`` inside the caller's write transaction: the pass's basis
-    (and claim), run records, scopes, the deltas chunk by chunk, watermarks, rejections."""
-    if basis is not None:
-        check_pass_scope(deltas, basis)
-        batch.check_sources = False
-        await check_basis(db, sql, basis)
-    await record(runs)
-    deltas = await resolve_scopes(db, sql, deltas)
-    for start in range(0, len(deltas), CHUNK):
-        await batch.apply_chunk(start, deltas[start : start + CHUNK])
-    advanced = await batch.advance(watermarks)
-    await batch.reject(rejections)
-    now_version = None if version_of is None else await version(db, sql, version_of)
-    return batch.result(advanced, len(rejections), now_version)
-
-
-def checked_deltas(write: PassWrite) -> list[Delta]:
-    """``write``'s deltas validated, all within its own partition."""
-    deltas = validate_deltas(write.deltas)
-    check_pass_scope(deltas, write.basis)
-    return deltas
-
-
-async def apply_passes_in(
-    db: Conn,
-    sql: FactStatements,
-    batch: Batch,
-    passes: Sequence[PassWrite],
-    checked: Sequence[list[Delta]],
-    record: RecordRuns,
-) -> list[int | None]:
-    """The body of ``apply_passes`` inside the caller's write transaction: the passes still
-    fresh are applied, the others left out (``None``); each applied partition's version."""
-    batch.check_sources = False
-    fresh = await fresh_passes(db, sql, passes)
-    kept = [p for p, ok in zip(passes, fresh, strict=True) if ok]
-    renewed = [(p.basis.expires_us, p.basis.partition.key, p.basis.holder) for p in kept]
-    if any(holder for _, _, holder in renewed):  # passes under a lease keep it alive
-        await db.executemany(sql.renew_claim, [r for r in renewed if r[2]])
-    await record([run for p in kept for run in p.runs])
-    deltas = await resolve_scopes(
-        db, sql, [d for ds, ok in zip(checked, fresh, strict=True) if ok for d in ds]
-    )
-    for start in range(0, len(deltas), CHUNK):
-        await batch.apply_chunk(start, deltas[start : start + CHUNK])
-    await advance_passes(db, sql, kept, batch.now_us)
-    await batch.reject([r for p in kept for r in p.rejections])
-    versions = await versions_after(db, sql, kept, batch, len(deltas))
-    return [
-        versions[p.basis.partition.key] if ok else None for p, ok in zip(passes, fresh, strict=True)
-    ]
-
-
-async def claim_many(
-    db: Conn, sql: FactStatements, keys: Sequence[str], holder: str, now_us: int, until_us: int
-) -> set[str]:
-    """Claim each of ``keys`` for ``holder`` until ``until_us`` (renewing its own claims)
-    unless another holder's live claim is there; returns the keys now held. Expired
-    claims, and claims of processes of this host that no longer run, are taken over."""
-    if not keys:
-        return set()
-    taken: set[str] = set()
-    for key, other, expires_us in await db.fetch(sql.claims_of, (sql.ids(list(keys)),)):
-        if other != holder and int(expires_us) > now_us and not holder_is_dead(str(other)):
-            taken.add(str(key))
-    mine = [key for key in dict.fromkeys(keys) if key not in taken]
-    await db.executemany(sql.put_claim, [(key, holder, until_us) for key in mine])
-    return set(mine)
-
-
-async def versions_after(
-    db: Conn, sql: FactStatements, kept: Sequence[PassWrite], batch: Batch, deltas: int
-) -> dict[str, int]:
-    """Facts version of each applied pass's partition; for a single pass it is known
-    without a read: the last audit seq the batch wrote, or the basis version if none."""
-    if len(kept) != 1:
-        return await versions_of(db, sql, [p.basis.partition.key for p in kept])
-    basis = kept[0].basis
-    return {basis.partition.key: batch.last_seq if deltas > batch.skipped else basis.version}
-
-
-async def versions_of(db: Conn, sql: FactStatements, keys: Sequence[str]) -> dict[str, int]:
-    """Facts version (see ``FactStore.version``) of each partition key."""
-    rows = await db.fetch(sql.versions_of, (sql.ids(list(keys)),))
-    return {str(key): 0 if seq is None else int(seq) for key, seq in rows}
-
-
-async def marks_of(
-    db: Conn, sql: FactStatements, pack: str, keys: Sequence[str]
-) -> dict[str, dict[str, int]]:
-    """Every rule's watermark for (pack, partition) of each partition key that has one."""
-    found: dict[str, dict[str, int]] = {}
-    for key, rule_id, seq in await db.fetch(sql.marks_of, (pack, sql.ids(list(keys)))):
-        found.setdefault(str(key), {})[str(rule_id)] = int(seq)
-    return found
-
-
-def group_current(rows: Sequence[Sequence[Any]], keys: Sequence[str]) -> list[list[EngineFact]]:
-    """Current-facts rows (``partition_key`` last) as one list per key, in ``keys`` order."""
-    found: dict[str, list[EngineFact]] = {key: [] for key in keys}
-    for row in rows:
-        found[row[-1]].append(engine_fact(row))
-    return [found[key] for key in keys]
-
-
-async def fresh_passes(db: Conn, sql: FactStatements, passes: Sequence[PassWrite]) -> list[bool]:
-    """Per pass: whether its partition is as it read it and nobody else claims it (an
-    expired or dead claim is cleared, as :func:`other_claim` does)."""
-    if not passes:
-        return []
-    keys = [p.basis.partition.key for p in passes]
-    packs = {p.basis.pack for p in passes}
-    marks = {pack: await marks_of(db, sql, pack, keys) for pack in packs}
-    versions = await versions_of(db, sql, keys)
-    claimed: set[str] = set()
-    for key, holder, expires_us in await db.fetch(sql.claims_of, (sql.ids(keys),)):
-        basis = next(p.basis for p in passes if p.basis.partition.key == key)
-        if holder == basis.holder:  # the claim the pass runs under
-            continue
-        if int(expires_us) > basis.now_us and not holder_is_dead(str(holder)):
-            claimed.add(str(key))
-        else:
-            await db.execute(sql.drop_claim, (key, holder))
-    return [
-        p.basis.partition.key not in claimed
-        and versions[p.basis.partition.key] == p.basis.version
-        and marks[p.basis.pack].get(p.basis.partition.key, {}) == p.basis.marks
-        for p in passes
-    ]
-
-
-async def advance_passes(
-    db: Conn, sql: FactStatements, passes: Sequence[PassWrite], now_us: int
-) -> None:
-    """Move the passes' watermarks forward from the marks their bases checked; a step
-    backwards raises :class:`StoreError`."""
-    final: dict[tuple[str, str, str], int] = {}
-    for write in passes:
-        for index, adv in enumerate(write.watermarks):
-            key = (adv.pack, adv.rule_id, adv.partition.key)
-            prior = final.get(key, write.basis.marks.get(adv.rule_id, 0))
-            if adv.pack != write.basis.pack or adv.partition != write.basis.partition:
-                raise StoreError(
-                    f"watermarks[{index}]: {adv.pack}/{adv.rule_id} at {key[2]} is outside "
-                    f"the pass over {write.basis.pack} at {write.basis.partition.key}",
-                    index=index,
-                )
-            _check_forward(index, adv, prior)
-            final[key] = adv.last_seq
-    rows = [(*key, seq, now_us) for key, seq in final.items()]
-    if rows:
-        await db.executemany(sql.upsert_watermark, rows)

@@ -36,21 +36,23 @@ from stargraph_mem.stores.fact import (
     check_pack_hash,
 )
 from stargraph_mem.stores.fact_apply import (
-    CHUNK,
     Batch,
+    marks,
+    other_claim,
+    version,
+)
+from stargraph_mem.stores.fact_explain import explain, lineage_of
+from stargraph_mem.stores.fact_passes import (
+    CHUNK,
     RecordRuns,
     apply_batch,
     apply_passes_in,
     checked_deltas,
     claim_many,
     group_current,
-    marks,
     marks_of,
-    other_claim,
-    version,
     versions_of,
 )
-from stargraph_mem.stores.fact_explain import explain, lineage_of
 from stargraph_mem.stores.fact_rows import (
     Delta,
     PassBasis,
@@ -344,10 +346,7 @@ class SQLiteFactStore(SQLiteStoreBase):
             if other is not None:
                 return other
             await db.execute(
-                "INSERT INTO partition_claims (partition_key, holder, expires_us) "
-                "VALUES (?, ?, ?) ON CONFLICT (partition_key) DO UPDATE SET "
-                "holder = excluded.holder, expires_us = excluded.expires_us",
-                (partition.key, holder, now_us + seconds_us(seconds)),
+                SQLITE.put_claim, (partition.key, holder, now_us + seconds_us(seconds))
             )
         return None
 

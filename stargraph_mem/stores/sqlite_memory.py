@@ -23,27 +23,29 @@ import orjson
 from stargraph_mem.errors import StoreError
 from stargraph_mem.model.deltas import MemoryDelta
 from stargraph_mem.model.episodes import Episode
-from stargraph_mem.stores.episode_rows import (
-    TABLE,
+from stargraph_mem.stores.episode_io import (
     Discarded,
     EpisodeStatements,
     EpisodeWriter,
+    checked_reads,
+    group_reads,
+    put_rows,
+    quarantine,
+    read_recent,
+    read_since,
+)
+from stargraph_mem.stores.episode_rows import (
+    TABLE,
     NotUtf8,
     Row,
     check_limit,
     check_scope,
-    checked_reads,
     dedupe_batch,
     duplicate_error,
     episode_row,
-    group_reads,
     key_of_partition,
     partition_of,
-    put_rows,
-    quarantine,
     quarantined_row,
-    read_recent,
-    read_since,
     row_differences,
     row_record,
     scope_filter,

@@ -33,6 +33,9 @@ from stargraph_mem.stores.fact import ProvenanceAdapter
 from stargraph_mem.stores.lifecycle import AsyncResource
 from stargraph_mem.stores.models import StoreHealth
 from stargraph_mem.stores.postgres.connection import PgConn
+from stargraph_mem.stores.postgres.fact import PostgresFactStore
+from stargraph_mem.stores.postgres.memory import PostgresMemoryStore
+from stargraph_mem.stores.postgres.schedule import PostgresScheduleStore
 from stargraph_mem.stores.postgres.schema import LEDGER_TABLE, MIGRATIONS, SCHEMA_VERSION
 from stargraph_mem.stores.postgres.tables import PostgresTables
 
@@ -91,10 +94,6 @@ class PostgresDatabase(AsyncResource):
         adapter: ProvenanceAdapter | None = None,
         max_connections: int = 4,
     ) -> None:
-        from stargraph_mem.stores.postgres.fact import PostgresFactStore
-        from stargraph_mem.stores.postgres.memory import PostgresMemoryStore
-        from stargraph_mem.stores.postgres.schedule import PostgresScheduleStore
-
         self.url = url
         self.conninfo, self.schema = split_url(url)
         self.clock = clock
@@ -166,7 +165,7 @@ class PostgresDatabase(AsyncResource):
             kwargs={
                 "autocommit": True,
                 "connect_timeout": CONNECT_TIMEOUT_S,
-                "options": f"-c search_path={self.schema}",
+                "options": f'-c search_path="{self.schema}"',
             },
         )
         await pool.open(wait=True, timeout=CONNECT_TIMEOUT_S)

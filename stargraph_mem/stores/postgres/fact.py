@@ -37,21 +37,23 @@ from stargraph_mem.stores.fact import (
     check_pack_hash,
 )
 from stargraph_mem.stores.fact_apply import (
-    CHUNK,
     Batch,
+    marks,
+    other_claim,
+    version,
+)
+from stargraph_mem.stores.fact_explain import explain, lineage_of
+from stargraph_mem.stores.fact_passes import (
+    CHUNK,
     RecordRuns,
     apply_batch,
     apply_passes_in,
     checked_deltas,
     claim_many,
     group_current,
-    marks,
     marks_of,
-    other_claim,
-    version,
     versions_of,
 )
-from stargraph_mem.stores.fact_explain import explain, lineage_of
 from stargraph_mem.stores.fact_rows import (
     Delta,
     PassBasis,
@@ -221,12 +223,7 @@ class PostgresFactStore(PostgresRepository):
             other = await other_claim(db, FACTS, partition.key, holder, now_us)
             if other is not None:
                 return other
-            await db.execute(
-                "INSERT INTO partition_claims (partition_key, holder, expires_us) "
-                "VALUES (%s, %s, %s) ON CONFLICT (partition_key) DO UPDATE SET "
-                "holder = excluded.holder, expires_us = excluded.expires_us",
-                (partition.key, holder, now_us + seconds_us(seconds)),
-            )
+            await db.execute(FACTS.put_claim, (partition.key, holder, now_us + seconds_us(seconds)))
         return None
 
     async def claim_partitions(

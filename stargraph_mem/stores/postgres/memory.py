@@ -19,24 +19,26 @@ import psycopg
 from stargraph_mem.errors import StoreError
 from stargraph_mem.model.deltas import MemoryDelta
 from stargraph_mem.model.episodes import Episode
-from stargraph_mem.stores.episode_rows import (
+from stargraph_mem.stores.episode_io import (
     Discarded,
     EpisodeWriter,
+    checked_reads,
+    group_reads,
+    put_rows,
+    quarantine,
+    read_recent,
+    read_since,
+)
+from stargraph_mem.stores.episode_rows import (
     Row,
     check_limit,
     check_scope,
-    checked_reads,
     dedupe_batch,
     duplicate_error,
     episode_row,
-    group_reads,
     key_of_partition,
     partition_of,
-    put_rows,
-    quarantine,
     quarantined_row,
-    read_recent,
-    read_since,
     row_differences,
     row_record,
     scope_filter,
@@ -300,14 +302,15 @@ class PostgresMemoryStore(PostgresRepository):
         return sorted(found, key=lambda p: (p.user, p.agent))
 
     async def consolidate(self, rule: ConsolidationRule) -> list[MemoryDelta]:
-        """Not available yet: the consolidation runtime opens SQLite stores by path.
+        """Not available: this legacy entry point opens SQLite stores by path (use
+        ``Consolidator.open(url, packs)``).
 
-        Raises :class:`StoreError` (nothing read or written) instead of letting the runtime
-        create a SQLite file named after this database's URL.
+        Raises :class:`StoreError` (nothing read or written) instead of letting it create a
+        SQLite file named after this database's URL.
         """
         raise StoreError(
-            f"consolidate() of rule {rule.id!r}: the consolidation runtime does not run on "
-            f"PostgreSQL stores yet ({self.database.where})",
+            f"consolidate() of rule {rule.id!r} runs on SQLite files only; consolidate "
+            f"{self.database.where} with Consolidator.open(url, packs)",
             rule_id=rule.id,
         )
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
-from stargraph_mem.stores.episode_rows import EpisodeStatements
+from stargraph_mem.stores.episode_io import (
+    EpisodeStatements,
+)
 from stargraph_mem.stores.fact_rows import (
     AUDIT_INSERT_COLUMNS,
     FACT_INSERT_COLUMNS,
