@@ -63,7 +63,7 @@ async def work(location: str) -> None:
             if not report.due and not report.held:
                 return
             if not any(p.applied for p in report.passes):
-                await asyncio.sleep(0.05)  # everything left is leased by other workers
+                await asyncio.sleep(0.5)  # everything left is leased by other workers
 
 
 async def check(location: str, partitions: int) -> None:

@@ -490,3 +490,19 @@ async def test_the_legacy_consolidate_refuses_on_postgresql(
         assert caught.value.context["rule_id"] == "r1"
         assert await db.facts.audit_rows() == []
     assert list(tmp_path.iterdir()) == []
+
+
+async def test_run_states_of_some_partitions(backend: Backend) -> None:
+    """``runs_of`` reads the run states of the partitions asked for, and only those."""
+    from stargraph_mem.stores.schedule_runs import RuleRun
+    from stargraph_mem.stores.scope import Partition
+
+    at = datetime(2026, 5, 1, tzinfo=UTC)
+    parts = [Partition(user, "rag") for user in ("ann", "bo", "cy")]
+    runs = [RuleRun("p", rule, part, at, f"t-{part.user}") for part in parts for rule in "ab"]
+    await backend.facts.apply_deltas([], runs=runs)
+    found = await backend.schedule.runs_of("p", parts[:2])
+    assert sorted(found) == sorted((rule, p.key) for p in parts[:2] for rule in "ab")
+    assert found[("a", parts[1].key)].token == "t-bo"
+    assert await backend.schedule.runs_of("other", parts) == {}
+    assert set(found.items()) <= set((await backend.schedule.runs("p")).items())

@@ -395,8 +395,12 @@ class Scheduler:
         """Gather every partition's counter and clock facts, run the schedule program,
         group the due rules by partition."""
         facts = _Facts()
-        one = partitions[0] if len(partitions) == 1 else None
-        facts.states = await self.store.runs(pack.name, one)
+        if len(partitions) == 1:
+            facts.states = await self.store.runs(pack.name, partitions[0])
+        elif len(partitions) <= self.lease_batch:  # a leased chunk: its own states only
+            facts.states = await self.store.runs_of(pack.name, partitions)
+        else:
+            facts.states = await self.store.runs(pack.name)
         await self._pending(pack, partitions, facts, pack.count_rules)
         if pack.cron_rules:
             await self._anchor_missing(pack, partitions, now, facts)
@@ -538,12 +542,11 @@ class Scheduler:
             if not partitions:
                 break
             d0 = time.perf_counter()
-            due, facts = await self._decide(pack, partitions, now)
+            due, _ = await self._decide(pack, partitions, now)
             decide += time.perf_counter() - d0
-            for rules, group in _same_rules(due):
-                for start in range(0, len(group), self.lease_batch):
-                    chunk = group[start : start + self.lease_batch]
-                    await self._leased(pack, chunk, rules, facts.states, now, report)
+            wanted = list(due)
+            for start in range(0, len(wanted), self.lease_batch):
+                await self._leased(pack, wanted[start : start + self.lease_batch], due, now, report)
         t2 = time.perf_counter()
         report.timings = {"partitions": t1 - t0, "decide": decide, "total": t2 - t0}
         return report
@@ -552,24 +555,26 @@ class Scheduler:
         self,
         pack: _Pack,
         partitions: list[Partition],
-        rules: list[CadenceRule],
-        states: dict[tuple[str, str], RunState],
+        due: dict[Partition, list[CadenceRule]],
         now: datetime,
         report: ConsolidationReport,
     ) -> None:
-        """Lease ``partitions``, run ``rules`` over those leased, give the leases up."""
+        """Lease ``partitions``, decide again for those leased (another scheduler may have
+        run them since the tick decided), run what is still due, give the leases up."""
         runner = pack.runner
         assert runner is not None
         mine = await self.facts.claim_partitions(partitions, self.holder, self.lease_seconds)
         leased = {p.key for p in mine}
         report.held += [
-            Due(pack.name, rule.id, p) for p in partitions if p.key not in leased for rule in rules
+            Due(pack.name, rule.id, p) for p in partitions if p.key not in leased for rule in due[p]
         ]
         if not mine:
             return
         runner.leases.update(dict.fromkeys(leased, (self.holder, self.lease_seconds)))
         try:
-            await self._run_many(pack, mine, rules, states, now, report)
+            still, facts = await self._decide(pack, mine, now)
+            for rules, group in _same_rules(still):
+                await self._run_many(pack, group, rules, facts.states, now, report)
         finally:
             for key in leased:
                 runner.leases.pop(key, None)

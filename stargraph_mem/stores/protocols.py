@@ -160,6 +160,10 @@ class ScheduleRepository(Protocol):
         self, pack: str, partition: Partition | None = None
     ) -> dict[tuple[str, str], RunState]: ...
 
+    async def runs_of(
+        self, pack: str, partitions: Sequence[Partition]
+    ) -> dict[tuple[str, str], RunState]: ...
+
     async def pending(
         self, pack: str, partition: Partition, rule_ids: Sequence[str]
     ) -> dict[str, tuple[int, RunState | None]]: ...

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any, Final
 
 import aiosqlite
+import orjson
 
 from stargraph_mem.model.time import seconds_us, to_us
 from stargraph_mem.stores.schedule_runs import (
@@ -136,6 +137,18 @@ class SQLiteScheduleStore(SQLiteStoreBase):
             params = (pack, partition.key)
         async with self._read() as db:
             return run_states(await fetch(db, sql, params))
+
+    async def runs_of(
+        self, pack: str, partitions: Sequence[Partition]
+    ) -> dict[tuple[str, str], RunState]:
+        """:meth:`runs` of the given partitions only (one statement)."""
+        sql = (
+            f"SELECT {_RUN_COLUMNS} FROM rule_runs WHERE pack = ? "
+            "AND partition_key IN (SELECT value FROM json_each(?))"
+        )
+        keys = orjson.dumps([p.key for p in partitions]).decode()
+        async with self._read() as db:
+            return run_states(await fetch(db, sql, (pack, keys)))
 
     async def pending(
         self, pack: str, partition: Partition, rule_ids: Sequence[str]

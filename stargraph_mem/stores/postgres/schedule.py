@@ -53,6 +53,17 @@ class PostgresScheduleStore(PostgresRepository):
         async with self.database.connection() as db:
             return run_states(await db.fetch(sql, params))
 
+    async def runs_of(
+        self, pack: str, partitions: Sequence[Partition]
+    ) -> dict[tuple[str, str], RunState]:
+        """:meth:`runs` of the given partitions only (one statement)."""
+        sql = (
+            f"SELECT {_RUN_COLUMNS} FROM rule_runs WHERE pack = %s "
+            "AND partition_key = ANY(%s::text[])"
+        )
+        async with self.database.connection() as db:
+            return run_states(await db.fetch(sql, (pack, [p.key for p in partitions])))
+
     async def pending(
         self, pack: str, partition: Partition, rule_ids: Sequence[str]
     ) -> dict[str, tuple[int, RunState | None]]:
