@@ -4,6 +4,9 @@ Usage::
 
     python tests/lease_worker.py URL PACK HOLDER LEASE_SECONDS LEASE_BATCH STOP_FILE [STALL_FILE]
 
+It prints ``ready`` once the pack is loaded, and starts ticking when GO_FILE (STOP_FILE's
+name with ``.go``) exists, so several workers start together.
+
 Ticks until STOP_FILE exists and a tick finds nothing due (not even partitions another
 worker holds), then prints one JSON line: the partitions whose passes this process
 applied. With STALL_FILE, the process
@@ -37,6 +40,10 @@ async def work(
                 await asyncio.Event().wait()  # never applies; killed here
 
             facts.apply_passes = stalled  # type: ignore[method-assign]
+        print("ready", flush=True)
+        go = stop.with_suffix(".go")
+        while not go.exists():
+            await asyncio.sleep(0.01)
         while True:
             report = await mem.tick()
             applied += [[p.partition.user, p.partition.agent] for p in report.passes if p.applied]

@@ -92,7 +92,9 @@ def test_workers_share_a_memory_and_finish_what_a_killed_one_held(tmp_path: Path
             async with Consolidator.open(url, [pack]) as mem:
                 await mem.memory.put_many(episodes())
             # a worker that dies mid-pass: it leased partitions and computed their passes
-            dying = start(url, pack, "far-away-machine", stop, stall)
+            never = tmp_path / "never"  # the dying worker's stop file: never made
+            dying = start(url, pack, "far-away-machine", never, stall)
+            never.with_suffix(".go").touch()
             await asyncio.to_thread(wait_for, stall, dying)
             held = json.loads(stall.read_text("utf-8"))
             dying.send_signal(signal.SIGKILL)
@@ -100,7 +102,11 @@ def test_workers_share_a_memory_and_finish_what_a_killed_one_held(tmp_path: Path
             assert held, "the dying worker held no partition"
             killed_at = time.monotonic()
             workers = [start(url, pack, f"worker-{n}", stop) for n in range(2)]
+            for worker in workers:  # both loaded, then both start at once
+                assert worker.stdout is not None
+                assert await asyncio.to_thread(worker.stdout.readline) == "ready\n"
             stop.touch()
+            stop.with_suffix(".go").touch()
             results = [await asyncio.to_thread(finish, w) for w in workers]
             # every partition was consolidated once, the dying worker's after its lease
             done = [p for result in results for p in result]
