@@ -409,7 +409,8 @@ class Scheduler:
         rules = pack.rules
         for index, part in pack.program.due(to_us(now), facts.counts, facts.nexts):
             due[partitions[part]].append(rules[index])
-        return dict(due), facts
+        # in rule order, so partitions due for the same rules run as one batch
+        return {p: sorted(found, key=lambda r: r.index) for p, found in due.items()}, facts
 
     # --- running ---------------------------------------------------------------------
 
