@@ -69,7 +69,7 @@ class Consolidator(AsyncResource):
         self.database = open_database(path, read_only=read_only)
         """The owner of the connections; ``memory``, ``fact_store`` and ``schedule_store``
         are its repositories."""
-        self.location = self.memory_location = self.database.memory.location
+        self.location = self.database.memory.location
         """Where the memory lives: a SQLite file's path or a server URL."""
         self.memory = self.database.memory
         self.fact_store = self.database.facts

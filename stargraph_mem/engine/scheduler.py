@@ -395,12 +395,7 @@ class Scheduler:
         """Gather every partition's counter and clock facts, run the schedule program,
         group the due rules by partition."""
         facts = _Facts()
-        if len(partitions) == 1:
-            facts.states = await self.store.runs(pack.name, partitions[0])
-        elif len(partitions) <= self.lease_batch:  # a leased chunk: its own states only
-            facts.states = await self.store.runs_of(pack.name, partitions)
-        else:
-            facts.states = await self.store.runs(pack.name)
+        facts.states = await self.store.runs_of(pack.name, partitions)
         await self._pending(pack, partitions, facts, pack.count_rules)
         if pack.cron_rules:
             await self._anchor_missing(pack, partitions, now, facts)

@@ -171,6 +171,15 @@ def _columns(table: Table) -> str:
     return ", ".join(f'"{column}"' for column in table.columns)
 
 
+async def _batches(
+    db: aiosqlite.Connection, sql: str, chunk: int
+) -> AsyncIterator[list[tuple[Any, ...]]]:
+    """The rows of ``sql``, ``chunk`` at a time."""
+    async with db.execute(sql) as cursor:
+        while batch := await cursor.fetchmany(chunk):
+            yield [tuple(row) for row in batch]
+
+
 class _SQLiteTables:
     """A copy's reads and writes of whole tables on one SQLite connection (see
     :mod:`stargraph_mem.stores.copy`)."""
@@ -183,16 +192,13 @@ class _SQLiteTables:
     async def rows(self, table: Table, chunk: int) -> AsyncIterator[list[tuple[Any, ...]]]:
         order = ", ".join(f'"{column}"' for column in table.order)
         sql = f'SELECT {_columns(table)} FROM "{table.name}" ORDER BY {order}'
-        if self.db is not None:
-            async with self.db.execute(sql) as cursor:
-                while batch := await cursor.fetchmany(chunk):
-                    yield [tuple(row) for row in batch]
+        if self.db is not None:  # inside the loading transaction
+            async for batch in _batches(self.db, sql, chunk):
+                yield batch
             return
         async with self.database.connection.lock:
-            db = await self.database.connection.open()
-            async with db.execute(sql) as cursor:
-                while batch := await cursor.fetchmany(chunk):
-                    yield [tuple(row) for row in batch]
+            async for batch in _batches(await self.database.connection.open(), sql, chunk):
+                yield batch
 
     async def count(self, table: str) -> int:
         assert self.db is not None
