@@ -7,7 +7,11 @@ matching linear in the number of episodes even with hot keys:
 
 * ``earlier`` compiles to a ``sm-latest-<i>`` fact per key, moved forward after the
   rules of each episode ran (never the quadratic earlier/later/``not``-between form);
-* ``count`` compiles to a ``sm-count-<i>`` tally per key, updated before the rules run.
+* ``count`` compiles to a ``sm-count-<i>`` tally per key, updated before the rules run;
+* ``over: history`` patterns compile to a ``sm-hist-<i>`` fact per episode that the
+  runtime computes in Python from the durable aggregates (:mod:`stargraph_mem.engine.history`):
+  the count (and whether it grew) or the ordinal of the latest earlier episode, which is
+  negative for one consumed by an earlier pass.
 
 Rule right-hand sides print only integers and identifiers (ordinals, fact ids) to the
 ``sm-out`` router; the runtime resolves bindings from its own copy of the data, so no
@@ -16,6 +20,8 @@ user text is ever parsed back out of CLIPS.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -127,12 +133,46 @@ class Relation:
         return f"sm-{'latest' if self.kind == 'earlier' else 'count'}-{self.index}"
 
 
+@dataclass(frozen=True)
+class HistoryRelation:
+    """An ``over: history`` pattern of one rule: computed per episode by the runtime from
+    the durable aggregates of the rule's partition, and asserted as a ``sm-hist-<i>`` fact."""
+
+    index: int
+    kind: str  # "earlier" | "count"
+    rule_index: int
+    rule_id: str
+    keys: tuple[str, ...]
+    filter: tuple[tuple[str, str], ...]  # (field, canonical condition json) literal tests only
+    types: tuple[tuple[str, FieldType], ...]
+    """The type of every field the relation reads (keys, filter, distinct, carried)."""
+    distinct: str | None = None
+    within_us: int | None = None
+    carried: tuple[str, ...] = ()
+    """``earlier``: the fields its ``bind``/``var`` conditions test, kept with the episode."""
+
+    @property
+    def template(self) -> str:
+        return f"sm-hist-{self.index}"
+
+    @property
+    def name(self) -> str:
+        """A stable name of what the relation keeps: another definition starts afresh."""
+        text = json.dumps(
+            [self.kind, self.keys, self.filter, self.distinct, self.within_us, self.carried],
+            sort_keys=True,
+        )
+        return f"{self.kind}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+
+
 @dataclass
 class EmitToken:
     """One token a rule prints after ``<rule> <n>``: which alias and what it is."""
 
     alias: str
-    what: str  # "fact_id" | "episode_n" | "would_be" | "count" | "temp_id"
+    what: str  # "fact_id" | "episode_n" | "would_be" | "count" | "hcount" | "temp_id"
+    rel: int = -1
+    """``hcount``: the index of its :class:`HistoryRelation`."""
 
 
 @dataclass
@@ -176,6 +216,8 @@ class Generator:
         self.latest_fields: dict[int, dict[str, FieldType]] = {}
         self.used_fields: dict[str, FieldType] = {}
         self.programs: list[RuleProgram] = []
+        self.history: list[HistoryRelation] = []
+        self.history_at: dict[tuple[int, int], HistoryRelation] = {}
 
     # --- relations and used fields -------------------------------------------------
 
@@ -201,6 +243,38 @@ class Generator:
         self.latest_fields[rel.index] = {}
         return rel
 
+    def history_for(
+        self, info: RuleInfo, j: int, kind: str, pattern: EarlierPattern | CountPattern
+    ) -> HistoryRelation:
+        literal = tuple(
+            sorted(
+                (name, cond.model_dump_json(by_alias=True, exclude_none=True))
+                for name, cond in pattern.where.items()
+                if cond.bind is None and not any(isinstance(v, VarRef) for _, v in cond.tests())
+            )
+        )
+        carried = tuple(
+            sorted(name for name, _ in pattern.where.items() if name not in dict(literal))
+        )
+        distinct = pattern.distinct if isinstance(pattern, CountPattern) else None
+        within = pattern.within if isinstance(pattern, CountPattern) else None
+        names = {*pattern.keys, *pattern.where, *([distinct] if distinct else [])}
+        rel = HistoryRelation(
+            index=len(self.history),
+            kind=kind,
+            rule_index=info.index,
+            rule_id=info.rule.id,
+            keys=tuple(pattern.keys),
+            filter=literal,
+            types=tuple(sorted((n, self.episode_types[n]) for n in names)),
+            distinct=distinct,
+            within_us=None if within is None else within.total_microseconds(),
+            carried=carried if kind == "earlier" else (),
+        )
+        self.history.append(rel)
+        self.history_at[(info.index, j)] = rel
+        return rel
+
     def use_field(self, fname: str) -> None:
         self.used_fields[fname] = self.episode_types[fname]
 
@@ -209,11 +283,13 @@ class Generator:
         for info in self.analysis.rules:
             if not info.rule.enabled:
                 continue
-            for item in info.rule.when:
+            for j, item in enumerate(info.rule.when):
                 kind, pattern = pattern_of(item)
                 if kind == "episode":
                     for fname in pattern.where:
                         self.use_field(fname)
+                elif kind in ("earlier", "count") and pattern.over == "history":
+                    self.history_for(info, j, kind, pattern)
                 elif kind in ("earlier", "count"):
                     rel = self.relation_for(kind, pattern)
                     for fname in (*rel.keys, *pattern.where):
@@ -242,6 +318,16 @@ class Generator:
             "  (slot ok (type INTEGER))",
         ]
         lines += [self.slot_decl(f, t) for f, t in sorted(self.used_fields.items())]
+        return "\n".join(lines) + ")\n"
+
+    def history_template(self, rel: HistoryRelation) -> str:
+        lines = [f"(deftemplate {rel.template}", "  (slot n (type INTEGER))"]
+        if rel.kind == "earlier":
+            types = dict(rel.types)
+            lines.append("  (slot pn (type INTEGER))")
+            lines += [self.slot_decl(f, types[f]) for f in rel.carried]
+        else:
+            lines += ["  (slot count (type INTEGER))", "  (slot grew (type SYMBOL))"]
         return "\n".join(lines) + ")\n"
 
     def relation_template(self, rel: Relation) -> str:
@@ -362,7 +448,7 @@ class Generator:
         keys: list[str] = []
         for item in info.rule.when:
             kind, pattern = pattern_of(item)
-            if kind in ("earlier", "count"):
+            if kind in ("earlier", "count") and pattern.over == "pass":
                 keys += [k for k in pattern.keys if k not in keys]
         return tuple(keys)
 
@@ -398,6 +484,29 @@ class Generator:
         if alias in self.would_be_aliases(ctx.info):
             out.append(f"?i_wb_{alias} <- (sm-fact (anchor ?i_pn_{alias}) (f_id ?i_wbid_{alias}))")
         return out
+
+    def history_earlier(
+        self, ctx: _Ctx, pattern: EarlierPattern, alias: str, rel: HistoryRelation
+    ) -> list[str]:
+        dynamic = {f: c for f, c in pattern.where.items() if f in rel.carried}
+        parts = ["(n ?i_n)", f"(pn ?i_pn_{alias})"]
+        parts += self.slots(ctx, dynamic, self.episode_types, alias)
+        out = [f"({rel.template} " + " ".join(parts) + ")"]
+        if alias in self.would_be_aliases(ctx.info):
+            out.append(f"?i_wb_{alias} <- (sm-fact (anchor ?i_pn_{alias}) (f_id ?i_wbid_{alias}))")
+        return out
+
+    def history_count(self, pattern: CountPattern, alias: str, rel: HistoryRelation) -> str:
+        var = count_var(alias)
+        tests = []
+        if pattern.at_least is not None:
+            tests.append(f":(>= {var} {pattern.at_least})")
+        if pattern.at_most is not None:
+            tests.append(f":(<= {var} {pattern.at_most})")
+        parts = ["(n ?i_n)", "(count " + "&".join([var, *tests]) + ")"]
+        if pattern.grows:
+            parts.append("(grew TRUE)")
+        return f"({rel.template} " + " ".join(parts) + ")"
 
     def count_pattern(self, ctx: _Ctx, pattern: CountPattern, alias: str) -> str:
         rel = self.relation_for("count", pattern)
@@ -442,6 +551,12 @@ class Generator:
                 out.append(self.episode_pattern(ctx, pattern.where))
             elif kind == "fact":
                 out.append(self.fact_pattern(ctx, pattern.where, alias))
+            elif (info.index, j) in self.history_at:
+                hist = self.history_at[(info.index, j)]
+                if kind == "earlier":
+                    out.extend(self.history_earlier(ctx, pattern, alias, hist))
+                else:
+                    out.append(self.history_count(pattern, alias, hist))
             elif kind == "earlier":
                 out.extend(self.earlier_pattern(ctx, pattern, alias))
             elif kind == "count":
@@ -547,6 +662,9 @@ class Generator:
                 program.tokens.append(EmitToken(alias, "episode_n"))
                 if alias in self.would_be_aliases(info):
                     program.tokens.append(EmitToken(alias, "would_be"))
+            elif kind == "count" and pattern.over == "history":
+                rel = self.history_at[(info.index, j)].index
+                program.tokens.append(EmitToken(alias, "hcount", rel))
             elif kind == "count":
                 program.tokens.append(EmitToken(alias, "count"))
                 program.count_aliases.append(alias)
@@ -619,12 +737,21 @@ class Generator:
         )
 
     def matches_facts(self) -> bool:
-        """Whether any enabled rule matches stored facts."""
+        """Whether any enabled rule matches stored facts (or replaces the fact made from
+        an episode an earlier pass consumed)."""
         return any(
             pattern_of(item)[0] in ("fact", "not", "exists")
             for info in self.analysis.rules
             if info.rule.enabled
             for item in info.rule.when
+        ) or any(self.replaces_history(info) for info in self.analysis.rules)
+
+    def replaces_history(self, info: RuleInfo) -> bool:
+        """Whether ``info`` replaces the fact made from an ``over: history`` earlier episode."""
+        wanted = self.would_be_aliases(info)
+        return any(
+            (info.index, j) in self.history_at and item_alias(*pattern_of(item), j) in wanted
+            for j, item in enumerate(info.rule.when)
         )
 
     # --- program ------------------------------------------------------------------------
@@ -642,6 +769,7 @@ class Generator:
             self.episode_template(),
         ]
         parts += [self.relation_template(rel) for rel in self.relations]
+        parts += [self.history_template(rel) for rel in self.history]
         parts.append(CONTROL_RULES)
         parts += [self.relation_rules(rel) for rel in self.relations]
         parts += [p.clips for p in self.programs]

@@ -14,7 +14,13 @@ import clips
 
 from stargraph_mem.compiler.cadence import schedule_program
 from stargraph_mem.compiler.clips_env import load_constructs, new_environment
-from stargraph_mem.compiler.generator import Generator, Relation, RuleProgram, item_alias
+from stargraph_mem.compiler.generator import (
+    Generator,
+    HistoryRelation,
+    Relation,
+    RuleProgram,
+    item_alias,
+)
 from stargraph_mem.compiler.select_sql import SelectSQL, compile_select
 from stargraph_mem.errors import CompileError, IRError, IRIssue
 from stargraph_mem.ir.checks import Analysis, check_or_raise
@@ -59,6 +65,8 @@ class CompiledPack:
     """Whether any rule has a ``fact``/``not``/``exists`` pattern: stored facts enter
     CLIPS only then (facts a pass promotes are always there, for ``earlier`` replaces)."""
     file: str = "<string>"
+    history: list[HistoryRelation] = field(default_factory=list)
+    """The ``over: history`` patterns, in ``sm-hist-<i>`` order."""
     manifest: dict[str, Any] = field(default_factory=dict)
     schedule: str = ""
     """The schedule program (:mod:`~stargraph_mem.compiler.cadence`): CLIPS rules deciding
@@ -137,6 +145,7 @@ def compile_analysis(analysis: Analysis, source: SourceMap) -> CompiledPack:
         sha256=sha,
         rules=rules,
         relations=list(gen.relations),
+        history=list(gen.history),
         episode_fields=dict(sorted(gen.used_fields.items())),
         matches_facts=gen.matches_facts(),
         file=source.file,

@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from stargraph_mem.compiler.pack import CompiledRule
+from stargraph_mem.engine.history import HistoryInput, HistoryRead
 from stargraph_mem.engine.inflight import Behind
 from stargraph_mem.engine.report import LegacyFilter, PassReport
 from stargraph_mem.engine.runtime import PassInput, PassOutput
@@ -58,6 +59,7 @@ class _Job:
     records: list[EpisodeRecord]
     facts: list[EngineFact]
     eligible: dict[int, set[int]]
+    history: HistoryInput | None = None
 
 
 @dataclass
@@ -191,12 +193,27 @@ class BatchRun:
             )
             assert item.facts is not None
             jobs.append(_Job(report, read.records, item.facts, eligible))
+        loaded = await runner.history(
+            [
+                HistoryRead(
+                    j.report.partition, j.records, runner.effective_marks(i.marks, self.rules, None)
+                )
+                for j, i in zip(jobs, group, strict=True)
+            ],
+            self.now,
+            self.rules,
+        )
+        for job, history in zip(jobs, loaded, strict=True):
+            job.history = history
         return jobs
 
     def _run_pack(self, jobs: list[_Job]) -> list[PassOutput]:
         """Every job through the pack, one partition after the other (in a worker thread)."""
         return self.runner.runtime.run_passes(
-            [PassInput(j.report.partition, j.records, j.facts, j.eligible) for j in jobs],
+            [
+                PassInput(j.report.partition, j.records, j.facts, j.eligible, j.history)
+                for j in jobs
+            ],
             now=self.now,
             matched=self.runner.keep_deltas,
         )
@@ -214,6 +231,7 @@ class BatchRun:
                 r.advances,
                 r.rejections(),
                 self.runs.get(r.partition, ()),
+                r.aggregates,
             )
             for r in reports
         ]

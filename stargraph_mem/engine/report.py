@@ -8,6 +8,7 @@ from datetime import datetime
 
 from stargraph_mem.engine.runtime import PassOutput, RejectedEpisode
 from stargraph_mem.model.deltas import MemoryDelta
+from stargraph_mem.stores.aggregates import AggregateWrite
 from stargraph_mem.stores.fact import EngineFact, Rejection, WatermarkAdvance
 from stargraph_mem.stores.memory import QuarantinedRow
 from stargraph_mem.stores.scope import Partition
@@ -53,6 +54,8 @@ class PassReport:
     """The partition's facts version the pass read (None: the previous pass of the run was
     not applied yet; its apply tells it)."""
     facts_after: list[EngineFact] | None = field(default=None, repr=False, compare=False)
+    aggregates: AggregateWrite | None = field(default=None, repr=False, compare=False)
+    """What the pass changes in its partition's durable aggregates (applied with it)."""
     """The partition's current facts once the pass is applied (None: computed elsewhere)."""
     bodies: list[bytes] | None = field(default=None, repr=False, compare=False)
     """Deltas computed by a worker process, as canonical JSON, decoded when applied."""
@@ -81,6 +84,7 @@ class PassReport:
             self.matched = out.matched
         self.rejected += out.rejected
         self.facts_after = out.facts_after
+        self.aggregates = out.aggregates
 
     def rejections(self) -> list[Rejection]:
         """The fact store's rejection records for the pass's rejected episodes."""

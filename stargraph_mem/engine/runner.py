@@ -22,6 +22,7 @@ from typing import Literal
 from stargraph_mem.compiler.pack import CompiledPack, CompiledRule
 from stargraph_mem.engine.batch import BatchRun
 from stargraph_mem.engine.eligibility import Eligibility
+from stargraph_mem.engine.history import HistoryInput, HistoryRead, load_history
 from stargraph_mem.engine.inflight import Behind
 from stargraph_mem.engine.limits import DEFAULT_MAX_EPISODES
 from stargraph_mem.engine.report import LegacyFilter, PassReport
@@ -298,6 +299,8 @@ class PassRunner:
         ``after``, or None to go on in this process."""
         if self.worker == "never" or type(self.scorer) is not RuleBasedScorer:
             return None
+        if self.runtime.compiled.history:  # its aggregates are carried pass to pass here
+            return None
         if (
             self.worker == "auto"
             and await self.memory.count_since(partition, after) < WORKER_MIN_EPISODES
@@ -414,6 +417,9 @@ class PassRunner:
             facts = self.known_facts(partition, version)
             if facts is None:
                 facts = await self.facts.current_facts(partition)
+        overlay = [previous.aggregates] if previous is not None and previous.aggregates else []
+        read_history = HistoryRead(partition, read.records, marks, overlay)
+        (history,) = await self.history([read_history], now, rules)
         t1 = time.perf_counter()
         out = await asyncio.to_thread(
             self.runtime.run_pass,
@@ -424,11 +430,31 @@ class PassRunner:
             eligible=eligible,
             stamp=stamp,
             matched=self.keep_deltas,
+            history=history,
         )
         t2 = time.perf_counter()
         report.take(out, self.keep_deltas)
         report.timings = {"read": t1 - t0, "engine": t2 - t1, "apply": 0.0, "total": t2 - t0}
         return report
+
+    async def history(
+        self, reads: Sequence[HistoryRead], now: datetime, rules: list[CompiledRule]
+    ) -> list[HistoryInput | None]:
+        """The stored aggregates of each read's ``over: history`` patterns (None: the pack
+        has none)."""
+        compiled = self.runtime.compiled
+        if not compiled.history:
+            return [None] * len(reads)
+        loaded = await load_history(
+            compiled.history,
+            [r.id for r in rules],
+            compiled.name,
+            self.facts,
+            self.memory,
+            to_us(to_utc(now)),
+            reads,
+        )
+        return list(loaded)
 
     def known_facts(self, partition: Partition, version: int) -> list[EngineFact] | None:
         """The facts our last pass over ``partition`` left, while the store's version for
@@ -502,7 +528,14 @@ class PassRunner:
         self.forget(partition)
         basis = self.basis(report, holder, last)
         if holder is None:  # the common case: one statement checks what the pass read
-            write = PassWrite(basis, report.deltas, report.advances, report.rejections(), runs)
+            write = PassWrite(
+                basis,
+                report.deltas,
+                report.advances,
+                report.rejections(),
+                runs,
+                report.aggregates,
+            )
             (version,) = await self.facts.apply_passes([write], pack_hash=self.runtime.sha256)
             if version is None:
                 raise StalePassError(
@@ -520,6 +553,7 @@ class PassRunner:
                 runs=runs,
                 version_of=partition,
                 basis=basis,
+                aggregates=[report.aggregates] if report.aggregates else [],
             )
             assert result.version is not None
             version = result.version

@@ -25,6 +25,9 @@ from pydantic import ValidationError
 from stargraph_mem.compiler.clips_env import load_constructs, new_environment
 from stargraph_mem.compiler.generator import OUT, RuleProgram, slot_name
 from stargraph_mem.compiler.pack import CompiledPack, CompiledRule
+from stargraph_mem.engine.history import HistoryFacts, HistoryInput
+from stargraph_mem.engine.history import compute as compute_history
+from stargraph_mem.engine.history import raw_value as raw_history
 from stargraph_mem.errors import EngineError
 from stargraph_mem.gcpause import gc_paused
 from stargraph_mem.ir.checks import VarInfo, parse_template
@@ -33,6 +36,7 @@ from stargraph_mem.ir.reference import ILL_TYPED, MISSING, read_value
 from stargraph_mem.model.deltas import AddDelta, DeleteDelta, MemoryDelta, NoopDelta, UpdateDelta
 from stargraph_mem.model.time import EPOCH as EPOCH  # re-export
 from stargraph_mem.model.time import from_us, to_us, to_utc
+from stargraph_mem.stores.aggregates import AggregateWrite
 from stargraph_mem.stores.fact import EngineFact
 from stargraph_mem.stores.memory import EpisodeRecord
 from stargraph_mem.stores.scope import Partition
@@ -76,6 +80,8 @@ class PassOutput:
     facts_after: list[EngineFact] = field(default_factory=list)
     """The partition's current facts once these deltas are applied, in the order the fact
     store lists them (``valid_from``, then id): the next pass's input without a read."""
+    aggregates: AggregateWrite | None = None
+    """What the pass changes in the partition's durable aggregates (``over: history``)."""
 
 
 class _BadValue(Exception):
@@ -216,7 +222,9 @@ class PackRuntime:
         ]
 
     @staticmethod
-    def _assert_fact(fb: _FactBuilder, fact: EngineFact) -> None:
+    def _assert_fact(fb: _FactBuilder, fact: EngineFact, anchor: int = 0) -> None:
+        if anchor:
+            fb.put(b"anchor", anchor)
         fb.put(b"f_id", fact.id)
         fb.put(b"f_subject", fact.subject)
         fb.put(b"f_predicate", fact.predicate)
@@ -286,13 +294,14 @@ class PackRuntime:
         chunk: int = DEFAULT_CHUNK,
         stamp: Stamp | None = None,
         matched: bool = False,
+        history: HistoryInput | None = None,
     ) -> PassOutput:
         """Run every compiled rule once over ``episodes`` (in order) and collect deltas.
 
         ``eligible`` maps a rule index to the seqs it may see (after its watermark, select
         and salience gate); ``None`` means every rule sees every episode.
         """
-        job = PassInput(partition, episodes, list(facts), eligible)
+        job = PassInput(partition, episodes, list(facts), eligible, history)
         return self.run_passes([job], now=now, chunk=chunk, stamp=stamp, matched=matched)[0]
 
     def run_passes(
@@ -309,7 +318,8 @@ class PackRuntime:
         open file, so many small partitions cost one file open, not one each."""
         with self._lock:  # CLIPS environments are not thread-safe; one pass at a time
             self._output("open", self._out.as_posix(), clips.Symbol(OUT), "w")
-            builders = {name: _FactBuilder(self.env, name) for name in _BUILT}
+            names = [*_BUILT, *(rel.template for rel in self.compiled.history)]
+            builders = {name: _FactBuilder(self.env, name) for name in names}
             try:
                 with self._out.open(encoding="utf-8", newline="") as reader:
                     return [
@@ -335,6 +345,19 @@ class PackRuntime:
         episodes, fact_list = job.episodes, job.facts
         out = PassOutput(episodes=len(episodes))
         ok_sets, groups = self._eligibility(episodes, job.eligible)
+        hist: HistoryFacts | None = None
+        anchors: dict[str, int] = {}
+        if self.compiled.history:
+            hist = compute_history(
+                self.compiled.history,
+                self.compiled.name,
+                job.partition,
+                to_us(to_utc(now)),
+                episodes,
+                job.history,
+            )
+            out.aggregates = hist.write
+            anchors = {record.id: seed for seed, record in hist.seeds.items()}
         self.env.reset()
         fb = builders["sm-pass"]
         fb.put(b"now", to_us(to_utc(now)))
@@ -350,12 +373,15 @@ class PackRuntime:
                 fb.assert_fact()
         if self.compiled.matches_facts:
             for fact in fact_list:
-                self._assert_fact(builders["sm-fact"], fact)
+                first = fact.source_episode_ids[0] if fact.source_episode_ids else ""
+                self._assert_fact(builders["sm-fact"], fact, anchors.get(first, 0))
         budget = 50 * (chunk + len(fact_list)) + 10_000
         episode_fb = builders["sm-episode"]
         for start in range(0, len(episodes), chunk):
             for i in range(start, min(start + chunk, len(episodes))):
                 self._assert_episode(episode_fb, i + 1, episodes[i], ok_sets[i], out)
+                if hist is not None:
+                    self._assert_history(builders, i + 1, hist)
             self._run(budget)
         builders["sm-end"].assert_fact()
         self._run(budget)
@@ -363,10 +389,33 @@ class PackRuntime:
         lines = reader.read().splitlines()
         with gc_paused():
             collector = _Collector(self, job.partition, now, episodes, fact_list, out, stamp)
+            collector.history = hist
             collector.keep_matched = matched
             collector.collect(lines)
             out.facts_after = collector.facts_after()
         return out
+
+    @staticmethod
+    def _assert_history(builders: dict[str, _FactBuilder], n: int, hist: HistoryFacts) -> None:
+        """The ``sm-hist-<i>`` facts of episode ``n``."""
+        for rel, count, grew in hist.counts.get(n, ()):
+            fb = builders[rel.template]
+            fb.put(b"n", n)
+            fb.put(b"count", count)
+            fb.put(b"grew", TRUE if grew else FALSE)
+            fb.assert_fact()
+        for rel, prev, record in hist.earlier.get(n, ()):
+            fb = builders[rel.template]
+            fb.put(b"n", n)
+            fb.put(b"pn", prev)
+            types = dict(rel.types)
+            for name in rel.carried:
+                try:
+                    value = _normalise(raw_history(record, name), types[name])
+                except _BadValue:
+                    value = "" if types[name] == "list" else NIL
+                fb.put(slot_name(name).encode(), value)
+            fb.assert_fact()
 
     def _eligibility(
         self, episodes: Sequence[EpisodeRecord], eligible: Mapping[int, Iterable[int]] | None
@@ -399,6 +448,9 @@ class PassInput:
     episodes: Sequence[EpisodeRecord]
     facts: list[EngineFact]
     eligible: Mapping[int, Iterable[int]] | None = None
+    history: HistoryInput | None = None
+    """The partition's stored aggregates for ``over: history`` patterns (None: none kept,
+    as in a pass over a fresh partition)."""
 
 
 @dataclass(frozen=True)
@@ -455,6 +507,7 @@ class _Collector:
         self.temp: dict[str, str | None] = {}
         self.plans: dict[str, _Plan] = {}
         self.keep_matched = False
+        self.history: HistoryFacts | None = None
 
     @staticmethod
     def _from_engine(f: EngineFact) -> _PassFact:
@@ -509,11 +562,15 @@ class _Collector:
                 if tok.what == "temp_id":
                     temp_id = value
                 elif tok.what == "episode_n":
-                    refs[tok.alias] = self.episodes[int(value) - 1]
+                    refs[tok.alias] = self.episode(int(value))
                 elif tok.what == "fact_id":
                     refs[tok.alias] = self.fact(value)
                 elif tok.what == "would_be":
                     refs[tok.alias + "#fact"] = self.fact(value)
+                elif tok.what == "hcount":
+                    assert self.history is not None
+                    ids = self.history.sources[(tok.rel, n)]
+                    refs[tok.alias] = (int(value), [_Seen(i) for i in ids])
                 else:
                     refs[tok.alias] = (
                         int(value),
@@ -553,6 +610,14 @@ class _Collector:
                 known = self.facts.get(fid)
                 if known is not None:
                     known.reinforced_at_us = max(known.reinforced_at_us, self.now_us)
+
+    def episode(self, n: int) -> EpisodeRecord:
+        """The episode of ordinal ``n``: of this pass, or (``n < 0``) of an earlier one."""
+        if n > 0:
+            return self.episodes[n - 1]
+        if self.history is None or n not in self.history.seeds:
+            raise _Unresolved(f"episode ordinal {n}")
+        return self.history.seeds[n]
 
     def close_replaced(self, delta: MemoryDelta) -> None:
         """Replaced facts must be current facts of this partition, each named once; they
@@ -758,6 +823,13 @@ def _matched(anchor: EpisodeRecord | None, refs: Mapping[str, Any]) -> dict[str,
 
 class _Unresolved(Exception):
     pass
+
+
+@dataclass(frozen=True, slots=True)
+class _Seen:
+    """An episode a history count counted, known by its id only."""
+
+    id: str
 
 
 def _json_value(value: Any) -> Any:

@@ -214,26 +214,35 @@ class FactPattern(_FieldsPattern):
     """A current fact of the partition (from the store or promoted earlier in the pass)."""
 
 
+Over = Literal["pass", "history"]
+"""Where ``earlier`` and ``count`` look: the pass's episodes only, or the partition's whole
+history (durable aggregates kept in the fact store, updated by each pass)."""
+
+
 class EarlierPattern(_FieldsPattern):
-    """The latest earlier episode of the pass with equal ``keys`` (and matching conditions).
+    """The latest earlier episode with equal ``keys`` (and matching conditions).
 
     Literal conditions select which episodes the relation tracks; ``bind`` and ``var``
-    conditions are tested on the one it finds.
+    conditions are tested on the one it finds. ``over: pass`` (the default) looks in the
+    pass only; ``over: history`` also finds one consumed by an earlier pass.
     """
 
     keys: list[Name] = Field(min_length=1, max_length=4)
+    over: Over = "pass"
 
     @classmethod
     def _own_keys(cls) -> frozenset[str]:
-        return frozenset({"as", "keys"})
+        return frozenset({"as", "keys", "over"})
 
 
 class CountPattern(_FieldsPattern):
-    """How many episodes of the pass so far (this one included) share ``keys``.
+    """How many episodes so far (this one included) share ``keys``.
 
     ``distinct`` counts distinct values of a field instead (e.g. sessions);
     ``at_least`` / ``at_most`` bound the count; ``grows: true`` matches only when this
-    episode raised the count; ``as`` binds it as an integer.
+    episode raised the count; ``as`` binds it as an integer. ``over: pass`` (the default)
+    counts the pass's episodes; ``over: history`` the partition's whole history, and
+    ``within`` (history only) keeps the episodes stamped at most that long before this one.
     """
 
     keys: list[Name] = Field(min_length=1, max_length=4)
@@ -241,10 +250,20 @@ class CountPattern(_FieldsPattern):
     at_least: int | None = Field(default=None, ge=0)
     at_most: int | None = Field(default=None, ge=0)
     grows: bool = False
+    over: Over = "pass"
+    within: Duration | None = None
+
+    @model_validator(mode="after")
+    def _window_over_history(self) -> CountPattern:
+        if self.within is not None and self.over != "history":
+            raise ValueError("'within' needs 'over: history' (a pass has no window of its own)")
+        return self
 
     @classmethod
     def _own_keys(cls) -> frozenset[str]:
-        return frozenset({"as", "keys", "distinct", "at_least", "at_most", "grows"})
+        return frozenset(
+            {"as", "keys", "distinct", "at_least", "at_most", "grows", "over", "within"}
+        )
 
 
 class EpisodeItem(_IR):

@@ -77,6 +77,11 @@ COPIED_TABLES: Final = (
     ),
     _table("fact_access", "fact_id count last_access_us", "fact_id"),
     _table(
+        "aggregates",
+        "pack ref value partition_key n last_us last_id data",
+        "pack ref value",
+    ),
+    _table(
         "rule_runs",
         "pack rule_id partition_key anchor_us last_run_us runs token",
         "pack rule_id partition_key",

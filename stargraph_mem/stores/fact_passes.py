@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
 from stargraph_mem.errors import StoreError
+from stargraph_mem.stores.aggregates import AggregateRow, AggregateWrite
 from stargraph_mem.stores.delta_scope import resolve_scopes
 from stargraph_mem.stores.fact import ApplyResult, EngineFact, Rejection, WatermarkAdvance
 from stargraph_mem.stores.fact_apply import (
@@ -37,6 +38,7 @@ from stargraph_mem.stores.sql_conn import Conn
 __all__ = [
     "CHUNK",
     "RecordRuns",
+    "aggregates_in",
     "apply_batch",
     "apply_passes_in",
     "checked_deltas",
@@ -65,6 +67,7 @@ async def apply_batch(
     version_of: Partition | None,
     basis: PassBasis | None,
     record: RecordRuns,
+    aggregates: Sequence[AggregateWrite] = (),
 ) -> ApplyResult:
     """The body of ``apply_deltas`` inside the caller's write transaction: the pass's basis
     (and claim), run records, scopes, the deltas chunk by chunk, watermarks, rejections."""
@@ -77,6 +80,7 @@ async def apply_batch(
     for start in range(0, len(deltas), CHUNK):
         await batch.apply_chunk(start, deltas[start : start + CHUNK])
     advanced = await batch.advance(watermarks)
+    await write_aggregates(db, sql, aggregates)
     await batch.reject(rejections)
     now_version = None if version_of is None else await version(db, sql, version_of)
     return batch.result(advanced, len(rejections), now_version)
@@ -112,6 +116,7 @@ async def apply_passes_in(
     for start in range(0, len(deltas), CHUNK):
         await batch.apply_chunk(start, deltas[start : start + CHUNK])
     await advance_passes(db, sql, kept, batch.now_us)
+    await write_aggregates(db, sql, [p.aggregates for p in kept if p.aggregates is not None])
     await batch.reject([r for p in kept for r in p.rejections])
     versions = await versions_after(db, sql, kept, batch, len(deltas))
     return [
@@ -145,6 +150,29 @@ async def versions_after(
         return await versions_of(db, sql, [p.basis.partition.key for p in kept])
     basis = kept[0].basis
     return {basis.partition.key: batch.last_seq if deltas > batch.skipped else basis.version}
+
+
+async def write_aggregates(db: Conn, sql: FactStatements, writes: Sequence[AggregateWrite]) -> None:
+    """Passes' changes to their partitions' durable aggregates (inside their transaction)."""
+    gone = [row for write in writes for row in write.gone()]
+    rows = [row for write in writes for row in write.rows()]
+    if gone:
+        await db.executemany(sql.delete_aggregate, gone)
+    if rows:
+        await db.executemany(sql.upsert_aggregate, rows)
+
+
+async def aggregates_in(
+    db: Conn, sql: FactStatements, pack: str, refs: Sequence[str]
+) -> list[AggregateRow]:
+    """The pack's stored aggregate rows with any of ``refs``."""
+    if not refs:
+        return []
+    rows = await db.fetch(sql.aggregates_in, (pack, sql.ids(list(refs))))
+    return [
+        AggregateRow(str(ref), str(value), int(n), int(last_us), str(last_id), str(data))
+        for ref, value, n, last_us, last_id, data in rows
+    ]
 
 
 async def versions_of(db: Conn, sql: FactStatements, keys: Sequence[str]) -> dict[str, int]:

@@ -21,6 +21,7 @@ from stargraph_mem.errors import CorruptRowError, DeltaValidationError
 from stargraph_mem.model.deltas import DELTA_ADAPTER, AddDelta, DeleteDelta, NoopDelta, UpdateDelta
 from stargraph_mem.model.facts import Fact, FactHit, FactPattern
 from stargraph_mem.model.time import from_us
+from stargraph_mem.stores.aggregates import AggregateWrite
 from stargraph_mem.stores.fact import (
     AuditRow,
     DeltaInput,
@@ -171,6 +172,7 @@ class PassWrite:
     watermarks: Sequence[WatermarkAdvance] = ()
     rejections: Sequence[Rejection] = ()
     runs: Sequence[RuleRun] = ()
+    aggregates: AggregateWrite | None = None
 
 
 # --- conversions ------------------------------------------------------------------------

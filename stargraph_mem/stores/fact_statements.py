@@ -72,5 +72,12 @@ class FactStatements:
     audit_by_fact_in: str
     reinforcing_deltas: str
     audit_markers_in: str
+    aggregates_in: str
+    """``ref, value, n, last_us, last_id, data`` of a pack's aggregate rows with the given
+    refs (``(pack, refs)``)."""
+    upsert_aggregate: str
+    """``(pack, ref, value, partition_key, n, last_us, last_id, data)``, replacing the row."""
+    delete_aggregate: str
+    """``(pack, ref, value)``."""
     index_text: Callable[[str], str]
     """What a fact's body text becomes before :attr:`index_fact` stores it."""

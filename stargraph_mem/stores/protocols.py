@@ -16,6 +16,7 @@ from types import TracebackType
 from typing import Any, Protocol, Self
 
 from stargraph_mem.model.facts import FactAccess, FactHit
+from stargraph_mem.stores.aggregates import AggregateRow, AggregateWrite
 from stargraph_mem.stores.fact import (
     ApplyResult,
     DeltaInput,
@@ -97,6 +98,7 @@ class FactRepository(FactStore, Protocol):
         runs: Sequence[RuleRun] = (),
         version_of: Partition | None = None,
         basis: PassBasis | None = None,
+        aggregates: Sequence[AggregateWrite] = (),
     ) -> ApplyResult: ...
 
     async def claim_partition(
@@ -140,6 +142,8 @@ class FactRepository(FactStore, Protocol):
     ) -> list[tuple[dict[str, int], int]]: ...
 
     async def current_facts_of(self, partitions: Sequence[Partition]) -> list[list[EngineFact]]: ...
+
+    async def aggregates_of(self, pack: str, refs: Sequence[str]) -> list[AggregateRow]: ...
 
     async def apply_passes(
         self, passes: Sequence[PassWrite], *, pack_hash: str = ""

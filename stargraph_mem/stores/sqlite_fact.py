@@ -23,6 +23,7 @@ from stargraph_mem.errors import FactNotFoundError, StoreError
 from stargraph_mem.gcpause import gc_paused
 from stargraph_mem.model.facts import Fact, FactAccess, FactHit, FactPattern
 from stargraph_mem.model.time import from_us, seconds_us, to_us, utc_now
+from stargraph_mem.stores.aggregates import AggregateRow, AggregateWrite
 from stargraph_mem.stores.fact import (
     ApplyResult,
     AuditRow,
@@ -45,6 +46,7 @@ from stargraph_mem.stores.fact_explain import explain, lineage_of
 from stargraph_mem.stores.fact_passes import (
     CHUNK,
     RecordRuns,
+    aggregates_in,
     apply_batch,
     apply_passes_in,
     checked_deltas,
@@ -261,6 +263,7 @@ class SQLiteFactStore(SQLiteStoreBase):
         runs: Sequence[RuleRun] = (),
         version_of: Partition | None = None,
         basis: PassBasis | None = None,
+        aggregates: Sequence[AggregateWrite] = (),
     ) -> ApplyResult:
         """Apply a batch in order, in one transaction, with its watermarks and rejections.
 
@@ -281,6 +284,7 @@ class SQLiteFactStore(SQLiteStoreBase):
                 runs,
                 version_of,
                 basis,
+                aggregates,
             )
 
     async def _apply(
@@ -292,6 +296,7 @@ class SQLiteFactStore(SQLiteStoreBase):
         runs: Sequence[RuleRun] = (),
         version_of: Partition | None = None,
         basis: PassBasis | None = None,
+        aggregates: Sequence[AggregateWrite] = (),
     ) -> ApplyResult:
         async with self._applying(pack_hash) as (conn, batch, record):
             return await apply_batch(
@@ -305,6 +310,7 @@ class SQLiteFactStore(SQLiteStoreBase):
                 version_of=version_of,
                 basis=basis,
                 record=record,
+                aggregates=aggregates,
             )
 
     @asynccontextmanager
@@ -538,6 +544,11 @@ class SQLiteFactStore(SQLiteStoreBase):
             versions = await versions_of(conn, SQLITE, keys)
             marks = await marks_of(conn, SQLITE, pack, keys)
         return [(marks.get(key, {}), versions[key]) for key in keys]
+
+    async def aggregates_of(self, pack: str, refs: Sequence[str]) -> list[AggregateRow]:
+        """The pack's durable aggregate rows with any of ``refs`` (one statement)."""
+        async with self._read() as db:
+            return await aggregates_in(SQLiteConn(db), SQLITE, pack, refs)
 
     async def current_facts_of(self, partitions: Sequence[Partition]) -> list[list[EngineFact]]:
         """:meth:`current_facts` of every partition (in the order given), in one statement."""

@@ -41,10 +41,11 @@ __all__ = [
     "stored_version",
 ]
 
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 """2: lineage rows share their fact's rowid and name the creating audit row; audit delta
 ids are indexed for delete and noop deltas only. 3: the full-text index of facts and the
-access table (:mod:`~stargraph_mem.stores.sqlite_search`). Versions 1 and 2 are
+access table (:mod:`~stargraph_mem.stores.sqlite_search`). 4: the durable aggregates of
+``over: history`` patterns (:mod:`~stargraph_mem.stores.aggregates`). Older versions are
 migrated on open."""
 LEDGER: Final = Ledger(
     "fact_store_migrations",
@@ -56,6 +57,19 @@ LEDGER: Final = Ledger(
 CACHE_KIB: Final = -65536
 """Page cache of this store's connection (negative: KiB): big batches touch large indexes."""
 
+
+AGGREGATES_TABLE: Final = """CREATE TABLE IF NOT EXISTS aggregates (
+    pack TEXT NOT NULL,
+    ref TEXT NOT NULL,
+    value TEXT NOT NULL,
+    partition_key TEXT NOT NULL,
+    n INTEGER NOT NULL,
+    last_us INTEGER NOT NULL,
+    last_id TEXT NOT NULL,
+    data TEXT NOT NULL,
+    PRIMARY KEY (pack, ref, value)
+) WITHOUT ROWID"""
+"""Durable aggregates (derived data: a partition without them is rebuilt from episodes)."""
 
 _LINEAGE_TABLE: Final = """CREATE TABLE IF NOT EXISTS {name} (
         fact_id TEXT NOT NULL,
@@ -155,6 +169,7 @@ SCHEMA: Final = (
         expires_us INTEGER NOT NULL
     )""",
     *SEARCH_SCHEMA,
+    AGGREGATES_TABLE,
     f"INSERT OR IGNORE INTO fact_store_meta (key, value) VALUES ('schema_version', "
     f"'{SCHEMA_VERSION}')",
 )
@@ -184,7 +199,17 @@ _MIGRATE_V2: Final = (
     "UPDATE fact_store_meta SET value = '3' WHERE key = 'schema_version'",
 )
 """Version 2 → 3, in the bootstrap transaction: the current facts are indexed for search."""
-MIGRATIONS: Final = {1: (*_MIGRATE_V1, *_MIGRATE_V2), 2: _MIGRATE_V2}
+_MIGRATE_V3: Final = (
+    AGGREGATES_TABLE,
+    "UPDATE fact_store_meta SET value = '4' WHERE key = 'schema_version'",
+)
+"""Version 3 → 4: the aggregates table, empty (each relation's state is rebuilt from the
+episodes by the first pass that needs it)."""
+MIGRATIONS: Final = {
+    1: (*_MIGRATE_V1, *_MIGRATE_V2, *_MIGRATE_V3),
+    2: (*_MIGRATE_V2, *_MIGRATE_V3),
+    3: _MIGRATE_V3,
+}
 """The statements that bring a file of each older version to :data:`SCHEMA_VERSION`."""
 TABLES: Final = (
     "fact_store_meta",
@@ -195,6 +220,7 @@ TABLES: Final = (
     "watermarks",
     "rejections",
     *SEARCH_TABLES,
+    "aggregates",
 )
 
 _FACT_COLUMNS: Final = (
@@ -351,6 +377,17 @@ SQLITE: Final = FactStatements(
     ),
     reinforcing_deltas="SELECT delta_id FROM reinforcements WHERE fact_id = ?",
     audit_markers_in=f"SELECT {_AUDIT_COLUMNS} FROM audit WHERE {_MARKERS} AND delta_id {_IN_JSON}",
+    aggregates_in=(
+        "SELECT ref, value, n, last_us, last_id, data FROM aggregates "
+        f"WHERE pack = ? AND ref {_IN_JSON}"
+    ),
+    upsert_aggregate=(
+        "INSERT INTO aggregates (pack, ref, value, partition_key, n, last_us, last_id, data) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (pack, ref, value) DO UPDATE SET "
+        "n = excluded.n, last_us = excluded.last_us, last_id = excluded.last_id, "
+        "data = excluded.data"
+    ),
+    delete_aggregate="DELETE FROM aggregates WHERE pack = ? AND ref = ? AND value = ?",
     index_text=_no_change,
 )
 """The SQLite statements of the shared apply and read code."""

@@ -24,6 +24,7 @@ from stargraph_mem.errors import FactNotFoundError
 from stargraph_mem.gcpause import gc_paused
 from stargraph_mem.model.facts import Fact, FactAccess, FactHit, FactPattern
 from stargraph_mem.model.time import from_us, seconds_us, to_us, utc_now
+from stargraph_mem.stores.aggregates import AggregateRow, AggregateWrite
 from stargraph_mem.stores.fact import (
     ApplyResult,
     AuditRow,
@@ -46,6 +47,7 @@ from stargraph_mem.stores.fact_explain import explain, lineage_of
 from stargraph_mem.stores.fact_passes import (
     CHUNK,
     RecordRuns,
+    aggregates_in,
     apply_batch,
     apply_passes_in,
     checked_deltas,
@@ -159,6 +161,7 @@ class PostgresFactStore(PostgresRepository):
         runs: Sequence[RuleRun] = (),
         version_of: Partition | None = None,
         basis: PassBasis | None = None,
+        aggregates: Sequence[AggregateWrite] = (),
     ) -> ApplyResult:
         """Apply a batch in order, in one transaction, with its watermarks and rejections
         (the semantics of :meth:`SQLiteFactStore.apply_deltas`)."""
@@ -172,6 +175,7 @@ class PostgresFactStore(PostgresRepository):
                 runs,
                 version_of,
                 basis,
+                aggregates,
             )
 
     async def _apply(
@@ -183,6 +187,7 @@ class PostgresFactStore(PostgresRepository):
         runs: Sequence[RuleRun],
         version_of: Partition | None,
         basis: PassBasis | None,
+        aggregates: Sequence[AggregateWrite] = (),
     ) -> ApplyResult:
         async with self._applying(pack_hash) as (db, batch, record):
             return await apply_batch(
@@ -196,6 +201,7 @@ class PostgresFactStore(PostgresRepository):
                 version_of=version_of,
                 basis=basis,
                 record=record,
+                aggregates=aggregates,
             )
 
     @asynccontextmanager
@@ -391,6 +397,11 @@ class PostgresFactStore(PostgresRepository):
             versions = await versions_of(db, FACTS, keys)
             marks = await marks_of(db, FACTS, pack, keys)
         return [(marks.get(key, {}), versions[key]) for key in keys]
+
+    async def aggregates_of(self, pack: str, refs: Sequence[str]) -> list[AggregateRow]:
+        """The pack's durable aggregate rows with any of ``refs`` (one statement)."""
+        async with self.database.connection() as db:
+            return await aggregates_in(db, FACTS, pack, refs)
 
     async def current_facts_of(self, partitions: Sequence[Partition]) -> list[list[EngineFact]]:
         """:meth:`current_facts` of every partition (in the order given), in one statement."""

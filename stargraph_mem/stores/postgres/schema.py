@@ -180,7 +180,25 @@ _SCHEDULE: Final = (
     )""",
 )
 
-MIGRATIONS: Final = ((1, "0001_stores", (*_EPISODES, *_FACTS, *_SCHEDULE)),)
+_AGGREGATES: Final = (
+    f"""CREATE TABLE aggregates (
+        pack {_K} NOT NULL,
+        ref {_K} NOT NULL,
+        value {_K} NOT NULL,
+        partition_key {_K} NOT NULL,
+        n BIGINT NOT NULL,
+        last_us BIGINT NOT NULL,
+        last_id {_K} NOT NULL,
+        data TEXT NOT NULL,
+        PRIMARY KEY (pack, ref, value)
+    )""",
+)
+"""Durable aggregates of ``over: history`` patterns (derived data, rebuilt when missing)."""
+
+MIGRATIONS: Final = (
+    (1, "0001_stores", (*_EPISODES, *_FACTS, *_SCHEDULE)),
+    (2, "0002_aggregates", _AGGREGATES),
+)
 """``(version, name, statements)`` in order; a database at version n gets those above n."""
 SCHEMA_VERSION: Final = MIGRATIONS[-1][0]
 TABLES: Final = {
@@ -195,6 +213,7 @@ TABLES: Final = {
         "partition_claims",
         "fact_text",
         "fact_access",
+        "aggregates",
     ),
     "schedule": ("rule_runs", "scheduler_lease", "schedule_rules"),
 }

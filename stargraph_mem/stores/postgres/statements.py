@@ -160,6 +160,17 @@ FACTS: Final = FactStatements(
     reinforcing_deltas="SELECT delta_id FROM reinforcements WHERE fact_id = %s",
     audit_markers_in=f"SELECT {_AUDIT} FROM audit WHERE {_MARKERS} AND delta_id = ANY(%s)",
     index_text=fold,
+    aggregates_in=(
+        "SELECT ref, value, n, last_us, last_id, data FROM aggregates "
+        "WHERE pack = %s AND ref = ANY(%s)"
+    ),
+    upsert_aggregate=(
+        "INSERT INTO aggregates (pack, ref, value, partition_key, n, last_us, last_id, data) "
+        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (pack, ref, value) DO UPDATE SET "
+        "n = excluded.n, last_us = excluded.last_us, last_id = excluded.last_id, "
+        "data = excluded.data"
+    ),
+    delete_aggregate="DELETE FROM aggregates WHERE pack = %s AND ref = %s AND value = %s",
 )
 """The fact store's statements (search text folded in Python: 'simple' keeps accents)."""
 

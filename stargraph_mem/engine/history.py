@@ -1,0 +1,393 @@
+"""``over: history`` patterns: evidence that spans passes, from durable aggregates.
+
+For each such pattern (a :class:`~stargraph_mem.compiler.generator.HistoryRelation`) the
+runtime walks the pass's episodes in pass order and, for each episode the owning rule has
+not consumed yet, works out what the pattern sees *before and including* it:
+
+* ``count``: the tally for the episode's key over everything consumed so far (distinct
+  values with ``distinct``; with ``within``, only what was stamped at most that long
+  before this episode), and whether this episode raised it;
+* ``earlier``: the latest episode consumed before this one with the same key (from this
+  pass, or from an earlier pass through the stored row, given a negative ordinal).
+
+The result enters CLIPS as one ``sm-hist-<i>`` fact per episode, an equality join on the
+episode's ordinal; the changed rows go back to the store in the pass's transaction
+(:mod:`stargraph_mem.stores.aggregates`). Cost: O(episodes of the pass + keys they touch).
+
+Sequential semantics: consuming episodes one pass at a time gives the same tallies as one
+pass over all of them, since the stored rows carry exactly what a longer pass would have
+kept in memory. Time conditions inside the pattern (``newer_than``…) are relative to the
+time of the pass that consumed the episode; ``within`` is relative to the episode itself,
+so no cut of the stream into passes changes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import orjson
+
+from stargraph_mem.compiler.generator import HistoryRelation
+from stargraph_mem.ir.models import Condition, FieldType
+from stargraph_mem.ir.reference import ILL_TYPED, MISSING, evaluate, read_value
+from stargraph_mem.model.time import from_us, to_us
+from stargraph_mem.stores.aggregates import (
+    MARKER,
+    AggregateRow,
+    AggregateWrite,
+    marker_ref,
+    overlay,
+    relation_ref,
+)
+from stargraph_mem.stores.memory import CheckedRead, EpisodeRecord
+from stargraph_mem.stores.scope import Partition
+
+
+class AggregateSource(Protocol):
+    async def aggregates_of(self, pack: str, refs: Sequence[str]) -> list[AggregateRow]: ...
+
+
+class EpisodeSource(Protocol):
+    async def since_checked(
+        self, partition: Partition, after_seq: int, *, limit: int | None = None
+    ) -> CheckedRead: ...
+
+
+BUILTINS = frozenset({"id", "session", "source_node", "content", "timestamp"})
+
+
+def raw_value(record: EpisodeRecord, name: str) -> Any:
+    """An episode field as the reference evaluator reads it (metadata, or a builtin)."""
+    if name == "timestamp":
+        return record.timestamp.isoformat()
+    if name in BUILTINS:
+        return getattr(record, name)
+    return record.metadata.get(name)
+
+
+def _typed(record: EpisodeRecord, name: str, ftype: FieldType) -> Any:
+    value = read_value(ftype, raw_value(record, name))
+    return None if value is MISSING or value is ILL_TYPED else value
+
+
+@dataclass
+class HistoryInput:
+    """A partition's stored aggregates for one pass, and the rule watermarks they follow."""
+
+    rows: list[AggregateRow] = field(default_factory=list)
+    marks: Mapping[str, int] = field(default_factory=dict)
+    """Per rule id, the last seq its relations already hold: later episodes are fed."""
+    backfill: Mapping[str, Sequence[EpisodeRecord]] = field(default_factory=dict)
+    """Per relation name, consumed episodes to fold in first (state not kept yet)."""
+    rule_ids: frozenset[str] | None = None
+    """The rules of the pass (None: all): another rule's relations wait for its passes."""
+
+
+class _Relation:
+    """One relation's state for one partition during a pass."""
+
+    def __init__(self, rel: HistoryRelation, partition: Partition, now_us: int) -> None:
+        self.rel = rel
+        self.partition = partition
+        self.now_us = now_us
+        self.types: dict[str, FieldType] = dict(rel.types)
+        self.filter = [
+            (name, Condition.model_validate_json(text), self.types[name])
+            for name, text in rel.filter
+        ]
+        self.rows: dict[str, dict[str, AggregateRow]] = {}
+        self.touched: set[str] = set()
+        self.gone: set[tuple[str, str]] = set()
+        self.in_pass: dict[str, list[str]] = {}
+        self.ordinal: dict[str, int] = {}
+        """``earlier``: per key, the ordinal of its latest episode in this pass."""
+
+    def key(self, record: EpisodeRecord) -> str | None:
+        """The episode's key text, or None when the relation does not track it."""
+        values = []
+        for name in self.rel.keys:
+            value = _typed(record, name, self.types[name])
+            if value is None:
+                return None
+            values.append(value)
+        for name, cond, ftype in self.filter:
+            if not evaluate(cond, ftype, raw_value(record, name), now_us=self.now_us):
+                return None
+        return orjson.dumps(values).decode()
+
+    def ref(self, key: str) -> str:
+        return relation_ref(self.partition, self.rel.rule_id, self.rel.name, key)
+
+    def load(self, row: AggregateRow) -> None:
+        self.rows.setdefault(row.ref, {})[row.value] = row
+
+    def writes(self) -> tuple[list[AggregateRow], list[tuple[str, str]]]:
+        upserts = [row for ref in sorted(self.touched) for row in self.rows.get(ref, {}).values()]
+        return upserts, sorted(self.gone)
+
+
+class _Count(_Relation):
+    def feed(self, record: EpisodeRecord) -> tuple[int, bool, list[str]] | None:
+        """Fold ``record`` in: (count, grew, source episode ids), or None if not counted."""
+        key = self.key(record)
+        if key is None:
+            return None
+        rel = self.rel
+        if rel.distinct is not None:
+            distinct = _typed(record, rel.distinct, self.types[rel.distinct])
+            if distinct is None:
+                return None
+            value = orjson.dumps(distinct).decode()
+        else:
+            value = record.id if rel.within_us is not None else ""
+        ref = self.ref(key)
+        self.touched.add(ref)
+        rows = self.rows.setdefault(ref, {})
+        at = to_us(record.timestamp)
+        low = None if rel.within_us is None else at - rel.within_us
+        before = rows.get(value)
+        grew = before is None or (low is not None and before.last_us < low)
+        newer = before is None or at >= before.last_us
+        rows[value] = AggregateRow(
+            ref,
+            value,
+            (before.n if before else 0) + 1,
+            at if newer else before.last_us,  # type: ignore[union-attr]
+            record.id if newer else before.last_id,  # type: ignore[union-attr]
+        )
+        self.gone.discard((ref, value))
+        counted = [r for r in rows.values() if low is None or r.last_us >= low]
+        if rel.distinct is None and rel.within_us is None:
+            sources = self.in_pass.setdefault(ref, [])
+            sources.append(record.id)
+            return rows[value].n, True, list(sources)
+        counted.sort(key=lambda r: (r.last_us, r.last_id))
+        return len(counted), grew, [r.last_id for r in counted]
+
+    def writes(self) -> tuple[list[AggregateRow], list[tuple[str, str]]]:
+        if self.rel.within_us is not None:  # rows out of the window never count again
+            for ref in self.touched:
+                rows = self.rows.get(ref, {})
+                if not rows:
+                    continue
+                low = max(r.last_us for r in rows.values()) - self.rel.within_us
+                for value in [v for v, r in rows.items() if r.last_us < low]:
+                    del rows[value]
+                    self.gone.add((ref, value))
+        return super().writes()
+
+
+class _Earlier(_Relation):
+    def __init__(
+        self,
+        rel: HistoryRelation,
+        partition: Partition,
+        now_us: int,
+        seeds: dict[int, EpisodeRecord],
+    ) -> None:
+        super().__init__(rel, partition, now_us)
+        self.seeds = seeds
+        """Shared by a pass's relations: negative ordinal → episode of an earlier pass."""
+        self.latest: dict[str, tuple[int, EpisodeRecord]] = {}
+
+    def feed(self, record: EpisodeRecord, ordinal: int | None) -> tuple[int, EpisodeRecord] | None:
+        """Fold ``record`` (pass ordinal ``ordinal``; None while backfilling) in: the ordinal
+        and record of the latest earlier episode with its key, or None when there is none."""
+        key = self.key(record)
+        if key is None:
+            return None
+        ref = self.ref(key)
+        self.touched.add(ref)
+        rows = self.rows.setdefault(ref, {})
+        found = self.latest.get(ref)
+        if found is None and "" in rows and ordinal is not None:
+            seed = -(len(self.seeds) + 1)
+            self.seeds[seed] = self.record_of(rows[""])
+            found = (seed, self.seeds[seed])
+        carried = {name: raw_value(record, name) for name in self.rel.carried}
+        data = orjson.dumps(carried, option=orjson.OPT_SORT_KEYS).decode()
+        before = rows.get("")
+        rows[""] = AggregateRow(
+            ref, "", (before.n if before else 0) + 1, to_us(record.timestamp), record.id, data
+        )
+        if ordinal is not None:
+            self.latest[ref] = (ordinal, record)
+        return found
+
+    def record_of(self, row: AggregateRow) -> EpisodeRecord:
+        """A stand-in for an episode of an earlier pass: its id, time and carried fields."""
+        carried = orjson.loads(row.data) if row.data else {}
+        return EpisodeRecord(
+            seq=0,
+            id=row.last_id,
+            content=carried.get("content") or "",
+            timestamp=from_us(row.last_us),
+            source_node=carried.get("source_node"),
+            user=self.partition.user,
+            session=carried.get("session") or "",
+            agent=self.partition.agent,
+            metadata={k: v for k, v in carried.items() if k not in BUILTINS},
+        )
+
+
+@dataclass
+class HistoryFacts:
+    """What a pass's history patterns contribute, per episode ordinal."""
+
+    counts: dict[int, list[tuple[HistoryRelation, int, bool]]] = field(default_factory=dict)
+    earlier: dict[int, list[tuple[HistoryRelation, int, EpisodeRecord]]] = field(
+        default_factory=dict
+    )
+    sources: dict[tuple[int, int], list[str]] = field(default_factory=dict)
+    """``(relation index, ordinal)`` → the episode ids a count counted."""
+    seeds: dict[int, EpisodeRecord] = field(default_factory=dict)
+    """Negative ordinals → episodes of earlier passes found by ``earlier``."""
+    write: AggregateWrite | None = None
+
+
+def compute(
+    relations: Sequence[HistoryRelation],
+    pack: str,
+    partition: Partition,
+    now_us: int,
+    episodes: Sequence[EpisodeRecord],
+    given: HistoryInput | None,
+) -> HistoryFacts:
+    """Walk ``episodes`` (pass order) through every history relation (see the module)."""
+    given = given or HistoryInput()
+    out = HistoryFacts(write=AggregateWrite(pack, partition))
+    states: list[_Count | _Earlier] = [
+        _Count(rel, partition, now_us)
+        if rel.kind == "count"
+        else _Earlier(rel, partition, now_us, out.seeds)
+        for rel in relations
+        if given.rule_ids is None or rel.rule_id in given.rule_ids
+    ]
+    by_name = {(s.rel.rule_id, s.rel.name): s for s in states}
+    kept: set[tuple[str, str]] = set()
+    for row in given.rows:
+        user, agent, rule_id, name, *_ = orjson.loads(row.ref)
+        if (user, agent) != (partition.user, partition.agent):
+            continue
+        if row.value == MARKER:
+            kept.add((rule_id, name))
+        elif (rule_id, name) in by_name:
+            by_name[(rule_id, name)].load(row)
+    for state in states:
+        for record in given.backfill.get(state.rel.name, ()):
+            if isinstance(state, _Count):
+                state.feed(record)
+            else:
+                state.feed(record, None)
+        if isinstance(state, _Count):
+            state.in_pass = {}
+    for ordinal, record in enumerate(episodes, start=1):
+        for state in states:
+            rel = state.rel
+            if record.seq <= given.marks.get(rel.rule_id, 0):
+                continue  # folded in by the pass that consumed it
+            if isinstance(state, _Count):
+                counted = state.feed(record)
+                if counted is not None:
+                    count, grew, ids = counted
+                    out.counts.setdefault(ordinal, []).append((rel, count, grew))
+                    out.sources[(rel.index, ordinal)] = ids
+            else:
+                found = state.feed(record, ordinal)
+                if found is not None:
+                    out.earlier.setdefault(ordinal, []).append((rel, *found))
+    write = out.write
+    assert write is not None
+    for state in states:
+        upserts, gone = state.writes()
+        write.upserts += upserts
+        write.deletes += gone
+        if (state.rel.rule_id, state.rel.name) not in kept:
+            marker = marker_ref(partition, state.rel.rule_id, state.rel.name)
+            write.upserts.append(AggregateRow(marker, MARKER, 0, 0, ""))
+    return out
+
+
+def wanted_refs(
+    relations: Sequence[HistoryRelation],
+    partition: Partition,
+    now_us: int,
+    episodes: Iterable[EpisodeRecord],
+) -> list[str]:
+    """The aggregate rows a pass over ``episodes`` reads: the markers of its relations and
+    the rows of every key the episodes touch."""
+    refs: set[str] = set()
+    records = list(episodes)
+    for rel in relations:
+        refs.add(marker_ref(partition, rel.rule_id, rel.name))
+        state = _Relation(rel, partition, now_us)
+        for record in records:
+            key = state.key(record)
+            if key is not None:
+                refs.add(state.ref(key))
+    return sorted(refs)
+
+
+def missing_markers(
+    relations: Sequence[HistoryRelation], partition: Partition, rows: Sequence[AggregateRow]
+) -> list[HistoryRelation]:
+    """The relations whose state is not kept for ``partition`` yet."""
+    kept = {row.ref for row in rows if row.value == MARKER}
+    return [r for r in relations if marker_ref(partition, r.rule_id, r.name) not in kept]
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryRead:
+    """One partition's part of :func:`load_history`."""
+
+    partition: Partition
+    episodes: Sequence[EpisodeRecord]
+    marks: Mapping[str, int]
+    """Each rule's watermark as the pass read it."""
+    overlay: Sequence[AggregateWrite] = ()
+    """Writes of passes not committed yet (a run's previous pass)."""
+
+
+async def load_history(
+    relations: Sequence[HistoryRelation],
+    rule_ids: Iterable[str],
+    pack: str,
+    facts: AggregateSource,
+    memory: EpisodeSource,
+    now_us: int,
+    reads: Sequence[HistoryRead],
+) -> list[HistoryInput]:
+    """The stored aggregates each pass of ``reads`` needs, in one statement; a partition
+    whose relation is not kept yet gets the episodes its rule already consumed, to fold in
+    first (read once per partition, only then)."""
+    wanted = frozenset(rule_ids)
+    mine = [rel for rel in relations if rel.rule_id in wanted]
+    if not mine:
+        return [HistoryInput(marks=r.marks, rule_ids=wanted) for r in reads]
+    refs = sorted(
+        {ref for r in reads for ref in wanted_refs(mine, r.partition, now_us, r.episodes)}
+    )
+    stored = await facts.aggregates_of(pack, refs)
+    by_partition: dict[tuple[str, str], list[AggregateRow]] = {}
+    for row in stored:
+        user, agent = orjson.loads(row.ref)[:2]
+        by_partition.setdefault((user, agent), []).append(row)
+    out: list[HistoryInput] = []
+    for r in reads:
+        rows = by_partition.get((r.partition.user, r.partition.agent), [])
+        if r.overlay:
+            rows = overlay(rows, r.overlay)
+        backfill: dict[str, list[EpisodeRecord]] = {}
+        consumed: list[EpisodeRecord] | None = None
+        for rel in missing_markers(mine, r.partition, rows):
+            mark = r.marks.get(rel.rule_id, 0)
+            if mark <= 0:
+                continue
+            if consumed is None:
+                read = await memory.since_checked(r.partition, 0)
+                consumed = sorted(read.records, key=lambda e: (e.timestamp, e.seq))
+            backfill[rel.name] = [e for e in consumed if e.seq <= mark]
+        out.append(HistoryInput(rows=rows, marks=r.marks, backfill=backfill, rule_ids=wanted))
+    return out
