@@ -7,8 +7,11 @@ migrated and rebuilt from its episodes; a window keeps the state bounded.
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import json
 import sqlite3
+import tempfile
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -147,12 +150,9 @@ def test_history_packs_give_the_same_facts_however_the_stream_is_cut(
 ) -> None:
     """Each pack by itself (two packs writing the same facts run one after the other over
     a pass, so together they are not cut-invariant: see the README)."""
-    import asyncio
-    import tempfile
-
     episodes = stream(drawn)
     bounds = [0, *sorted(c for c in cuts if c < len(episodes)), len(episodes)]
-    groups = [episodes[a:b] for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
+    groups = [episodes[a:b] for a, b in itertools.pairwise(bounds) if b > a]
     with tempfile.TemporaryDirectory() as tmp:
         packs = [pack]
         cut = asyncio.run(consolidated(str(Path(tmp) / "cut.db"), packs, groups))
