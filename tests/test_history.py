@@ -242,9 +242,11 @@ async def test_earlier_over_history_finds_the_episode_of_an_earlier_pass(
 
 
 def downgrade(path: Path) -> None:
-    """Make ``path`` look like a fact store of schema 3: no aggregates table."""
+    """Make ``path`` look like a fact store of schema 3: no aggregates table, no time of
+    the newest observation on facts."""
     with sqlite3.connect(path) as db:
         db.execute("DROP TABLE aggregates")
+        db.execute("ALTER TABLE facts DROP COLUMN observed_us")
         db.execute("UPDATE fact_store_meta SET value = '3' WHERE key = 'schema_version'")
 
 
@@ -319,3 +321,52 @@ def test_bad_history_options_are_refused_with_a_position(
         compile_file(path)
     shown = str(caught.value)
     assert "bad.yaml:" in shown and message in shown
+
+
+# --- insertion order -----------------------------------------------------------------------
+
+DEDUP = RULES / "dedup_against_facts.yaml"
+observations = st.lists(
+    st.tuples(
+        st.sampled_from(["ann", "bo"]),
+        st.sampled_from(["tea", "gin", "rum"]),
+        st.integers(min_value=0, max_value=3),  # session
+        st.integers(min_value=0, max_value=20),  # day
+    ),
+    min_size=1,
+    max_size=20,
+    unique_by=lambda item: (item[0], item[3]),  # one observation per user and day
+)
+
+
+@pytest.mark.parametrize("pack", [DEDUP, FREQUENCY, WEEKLY], ids=lambda p: p.stem)
+@settings(max_examples=25, deadline=None)
+@given(drawn=observations, data=st.data())
+def test_packs_give_the_same_facts_whatever_the_insertion_order(
+    pack: Path, drawn: list[tuple[str, str, int, int]], data: st.DataObject
+) -> None:
+    """The same episodes inserted in a random order and consolidated in random passes
+    (each at the time of its newest episode) end with the facts of one pass over them in
+    timestamp order: a late episode never overrides what newer ones established."""
+    episodes = stream(drawn)
+    shuffled = data.draw(st.permutations(episodes))
+    cuts = data.draw(st.sets(st.integers(min_value=1, max_value=len(episodes))))
+    bounds = [0, *sorted(c for c in cuts if c < len(episodes)), len(episodes)]
+    groups = [list(shuffled[a:b]) for a, b in itertools.pairwise(bounds) if b > a]
+    latest = max(e.timestamp for e in episodes)
+    with tempfile.TemporaryDirectory() as tmp:
+        mixed = asyncio.run(consolidated_at(str(Path(tmp) / "mixed.db"), [pack], groups, latest))
+        ordered = asyncio.run(consolidated(str(Path(tmp) / "ordered.db"), [pack], [episodes]))
+    assert mixed == ordered
+
+
+async def consolidated_at(
+    location: str, packs: Sequence[Path], passes: Sequence[Sequence[Episode]], latest: datetime
+) -> list[Spoc]:
+    """Each group stored, then consolidated at the latest time of the whole stream (so no
+    pass leaves an episode pending)."""
+    for group in passes:
+        async with Consolidator.open(location, packs) as c:
+            await c.memory.put_many(list(group))
+            await c.consolidate(now=latest)
+    return await current(location)

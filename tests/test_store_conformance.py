@@ -40,7 +40,7 @@ from stargraph_mem.stores import copy as copy_module
 from stargraph_mem.stores.database import open_database
 from stargraph_mem.stores.postgres import PostgresDatabase
 from stargraph_mem.stores.postgres.database import split_url
-from stargraph_mem.stores.postgres.schema import LEDGER_TABLE, SCHEMA_VERSION
+from stargraph_mem.stores.postgres.schema import LEDGER_TABLE, MIGRATIONS, SCHEMA_VERSION
 from stargraph_mem.stores.protocols import (
     Database,
     EpisodeRepository,
@@ -245,9 +245,14 @@ async def test_bootstrap_records_versions_and_schemas_are_isolated() -> None:
             await first.bootstrap()  # idempotent
             await first.memory.put_many([episode("e1")])
             ledger = await raw_rows(first.memory, f"SELECT version, name FROM {LEDGER_TABLE}")
-            assert ledger == [(SCHEMA_VERSION, "0001_stores")]
+            assert ledger == [(version, name) for version, name, _ in MIGRATIONS]
+            assert ledger[-1][0] == SCHEMA_VERSION
             health = await first.health()
-            assert (health.ok, health.schema_version, health.episode_count) == (True, 1, 1)
+            assert (health.ok, health.schema_version, health.episode_count) == (
+                True,
+                SCHEMA_VERSION,
+                1,
+            )
         async with PostgresDatabase(f"{PG_URL}?schema={two}") as second:
             assert await second.memory.partitions() == []
             assert (await second.health()).episode_count == 0

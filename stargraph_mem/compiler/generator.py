@@ -74,6 +74,7 @@ FIXED_TEMPLATES = """\
   (slot f_valid_from (type INTEGER))
   (slot f_reinforced_at (type INTEGER))
   (slot f_rule_id (type STRING))
+  (slot f_observed_at (type INTEGER))
   (slot anchor (type INTEGER) (default 0)))
 """
 
@@ -194,6 +195,8 @@ class _Ctx:
         self.info = info
         self.program = program
         self.fresh = 0
+        self.observed: dict[str, str] = {}
+        """Alias (``""``: the episode) → the variable holding its observation time."""
 
     def var(self, name: str) -> str:
         if self.info.aliases.get(name) == "count":
@@ -217,6 +220,14 @@ class Generator:
         self.used_fields: dict[str, FieldType] = {}
         self.programs: list[RuleProgram] = []
         self.history: list[HistoryRelation] = []
+        self.observes = any(
+            "observed_at" in pattern_of(item)[1].where
+            for info in analysis.rules
+            if info.rule.enabled
+            for item in info.rule.when
+            if pattern_of(item)[0] in ("fact", "not", "exists")
+        )
+        """Whether a rule tests ``observed_at``: then facts made in a pass carry it in CLIPS."""
         self.history_at: dict[tuple[int, int], HistoryRelation] = {}
 
     # --- relations and used fields -------------------------------------------------
@@ -288,6 +299,8 @@ class Generator:
                 if kind == "episode":
                     for fname in pattern.where:
                         self.use_field(fname)
+                    if self.observes:
+                        self.use_field("timestamp")
                 elif kind in ("earlier", "count") and pattern.over == "history":
                     self.history_for(info, j, kind, pattern)
                 elif kind in ("earlier", "count"):
@@ -325,9 +338,14 @@ class Generator:
         if rel.kind == "earlier":
             types = dict(rel.types)
             lines.append("  (slot pn (type INTEGER))")
+            lines.append("  (slot pts (type INTEGER))")
             lines += [self.slot_decl(f, types[f]) for f in rel.carried]
         else:
-            lines += ["  (slot count (type INTEGER))", "  (slot grew (type SYMBOL))"]
+            lines += [
+                "  (slot count (type INTEGER))",
+                "  (slot grew (type SYMBOL))",
+                "  (slot newest (type INTEGER))",
+            ]
         return "\n".join(lines) + ")\n"
 
     def relation_template(self, rel: Relation) -> str:
@@ -454,6 +472,14 @@ class Generator:
 
     def episode_pattern(self, ctx: _Ctx, where: dict[str, Condition]) -> str:
         forced = {k: self.key_var(ctx.info, k) for k in self.rule_keys(ctx.info)}
+        if self.observes:
+            if "timestamp" in where:
+                ctx.observed[""] = forced.get("timestamp") or self.slot_var(
+                    where["timestamp"], "timestamp", "e"
+                )
+            else:
+                forced.setdefault("timestamp", "?i_ts")
+                ctx.observed[""] = forced["timestamp"]
         parts = ["(n ?i_n)", "(ok ?i_ok)"]
         parts += self.slots(ctx, where, self.episode_types, "e", forced=forced)
         elig = f"(sm-elig (set ?i_ok) (r {ctx.program.symbol}))"
@@ -465,7 +491,19 @@ class Generator:
             parts = self.slots(ctx, where, FACT_FIELDS, alias, forced={"id": fid})
         else:
             parts = [f"(f_id {fid})", *self.slots(ctx, where, FACT_FIELDS, alias)]
+        if self.observes:
+            cond = where.get("observed_at")
+            if cond is None:
+                parts.append(f"(f_observed_at ?i_ob_{alias})")
+                ctx.observed[alias] = f"?i_ob_{alias}"
+            else:
+                ctx.observed[alias] = self.slot_var(cond, "observed_at", alias)
         return f"?i_fa_{alias} <- (sm-fact " + " ".join(parts) + ")"
+
+    @staticmethod
+    def slot_var(cond: Condition, fname: str, prefix: str) -> str:
+        """The variable :meth:`slots` gives a field's value under ``cond``."""
+        return f"?v_{cond.bind}" if cond.bind is not None else f"?i_{prefix}_{fname}"
 
     def plain_fact(self, ctx: _Ctx, where: dict[str, Condition], tag: str) -> str:
         return "(sm-fact " + " ".join(self.slots(ctx, where, FACT_FIELDS, tag)) + ")"
@@ -489,7 +527,7 @@ class Generator:
         self, ctx: _Ctx, pattern: EarlierPattern, alias: str, rel: HistoryRelation
     ) -> list[str]:
         dynamic = {f: c for f, c in pattern.where.items() if f in rel.carried}
-        parts = ["(n ?i_n)", f"(pn ?i_pn_{alias})"]
+        parts = ["(n ?i_n)", f"(pn ?i_pn_{alias})", f"(pts ?i_ob_{alias})"]
         parts += self.slots(ctx, dynamic, self.episode_types, alias)
         out = [f"({rel.template} " + " ".join(parts) + ")"]
         if alias in self.would_be_aliases(ctx.info):
@@ -503,7 +541,7 @@ class Generator:
             tests.append(f":(>= {var} {pattern.at_least})")
         if pattern.at_most is not None:
             tests.append(f":(<= {var} {pattern.at_most})")
-        parts = ["(n ?i_n)", "(count " + "&".join([var, *tests]) + ")"]
+        parts = ["(n ?i_n)", "(count " + "&".join([var, *tests]) + ")", f"(newest ?i_ob_{alias})"]
         if pattern.grows:
             parts.append("(grew TRUE)")
         return f"({rel.template} " + " ".join(parts) + ")"
@@ -631,6 +669,7 @@ class Generator:
                 f" (f_object {self.template_expr(ctx, emit.object)})"
                 f" (f_confidence {self.confidence_expr(ctx)})"
                 " (f_valid_from ?i_now) (f_reinforced_at ?i_now)"
+                f" (f_observed_at {self.observed_expr(ctx)})"
                 f" (f_rule_id {clips_string(info.rule.id)}) (anchor {anchor})))"
             )
         printed = [str(info.index), "0" if info.fact_only else "?i_n"]
@@ -642,6 +681,27 @@ class Generator:
         # one write per delta: every write queries the routers, and clipspy's are Python
         out.append(f"(printout {OUT} (str-cat {line}) crlf)")
         return out
+
+    def observed_expr(self, ctx: _Ctx) -> str:
+        """The time of the newest episode a new fact comes from: the episode's own, or a
+        newer one among its sources (a fact's, or one from an earlier pass)."""
+        info = ctx.info
+        if not self.observes:
+            return "?i_now"
+        terms = [] if info.fact_only else [ctx.observed[""]]
+        history = {
+            item_alias(*pattern_of(item), j)
+            for j, item in enumerate(info.rule.when)
+            if (info.index, j) in self.history_at
+        }
+        for alias in info.rule.emit.sources:
+            if info.aliases.get(alias) == "fact":
+                terms.append(ctx.observed[alias])
+            elif alias in history:
+                terms.append(f"?i_ob_{alias}")
+        if not terms:
+            return "?i_now"
+        return terms[0] if len(terms) == 1 else f"(max {' '.join(terms)})"
 
     def token_expr(self, tok: EmitToken) -> str:
         return {

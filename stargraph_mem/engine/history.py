@@ -100,7 +100,7 @@ class _Relation:
         self.rows: dict[str, dict[str, AggregateRow]] = {}
         self.touched: set[str] = set()
         self.gone: set[tuple[str, str]] = set()
-        self.in_pass: dict[str, list[str]] = {}
+        self.in_pass: dict[str, list[AggregateRow]] = {}
         self.ordinal: dict[str, int] = {}
         """``earlier``: per key, the ordinal of its latest episode in this pass."""
 
@@ -129,8 +129,9 @@ class _Relation:
 
 
 class _Count(_Relation):
-    def feed(self, record: EpisodeRecord) -> tuple[int, bool, list[str]] | None:
-        """Fold ``record`` in: (count, grew, source episode ids), or None if not counted."""
+    def feed(self, record: EpisodeRecord) -> tuple[int, bool, list[AggregateRow]] | None:
+        """Fold ``record`` in: (count, grew, the rows of the source episodes), or None if
+        not counted."""
         key = self.key(record)
         if key is None:
             return None
@@ -160,11 +161,12 @@ class _Count(_Relation):
         self.gone.discard((ref, value))
         counted = [r for r in rows.values() if low is None or r.last_us >= low]
         if rel.distinct is None and rel.within_us is None:
+            seen = AggregateRow(ref, value, 1, at, record.id)
             sources = self.in_pass.setdefault(ref, [])
-            sources.append(record.id)
+            sources.append(seen)
             return rows[value].n, True, list(sources)
         counted.sort(key=lambda r: (r.last_us, r.last_id))
-        return len(counted), grew, [r.last_id for r in counted]
+        return len(counted), grew, counted
 
     def writes(self) -> tuple[list[AggregateRow], list[tuple[str, str]]]:
         if self.rel.within_us is not None:  # rows out of the window never count again
@@ -236,12 +238,15 @@ class _Earlier(_Relation):
 class HistoryFacts:
     """What a pass's history patterns contribute, per episode ordinal."""
 
-    counts: dict[int, list[tuple[HistoryRelation, int, bool]]] = field(default_factory=dict)
+    counts: dict[int, list[tuple[HistoryRelation, int, bool, int]]] = field(default_factory=dict)
+    """Per ordinal: (relation, count, grew, time of the newest episode counted)."""
     earlier: dict[int, list[tuple[HistoryRelation, int, EpisodeRecord]]] = field(
         default_factory=dict
     )
     sources: dict[tuple[int, int], list[str]] = field(default_factory=dict)
     """``(relation index, ordinal)`` → the episode ids a count counted."""
+    times: dict[str, int] = field(default_factory=dict)
+    """Episode id → its time (µs), for the episodes counts cite."""
     seeds: dict[int, EpisodeRecord] = field(default_factory=dict)
     """Negative ordinals → episodes of earlier passes found by ``earlier``."""
     write: AggregateWrite | None = None
@@ -291,9 +296,11 @@ def compute(
             if isinstance(state, _Count):
                 counted = state.feed(record)
                 if counted is not None:
-                    count, grew, ids = counted
-                    out.counts.setdefault(ordinal, []).append((rel, count, grew))
-                    out.sources[(rel.index, ordinal)] = ids
+                    count, grew, rows = counted
+                    newest = max(r.last_us for r in rows)
+                    out.counts.setdefault(ordinal, []).append((rel, count, grew, newest))
+                    out.sources[(rel.index, ordinal)] = [r.last_id for r in rows]
+                    out.times.update((r.last_id, r.last_us) for r in rows)
             else:
                 found = state.feed(record, ordinal)
                 if found is not None:

@@ -233,6 +233,7 @@ class PackRuntime:
         fb.put(b"f_valid_from", fact.valid_from_us)
         fb.put(b"f_reinforced_at", fact.reinforced_at_us)
         fb.put(b"f_rule_id", fact.rule_id)
+        fb.put(b"f_observed_at", fact.observed_us or fact.valid_from_us)
         fb.assert_fact()
 
     def _assert_episode(
@@ -398,16 +399,18 @@ class PackRuntime:
     @staticmethod
     def _assert_history(builders: dict[str, _FactBuilder], n: int, hist: HistoryFacts) -> None:
         """The ``sm-hist-<i>`` facts of episode ``n``."""
-        for rel, count, grew in hist.counts.get(n, ()):
+        for rel, count, grew, newest in hist.counts.get(n, ()):
             fb = builders[rel.template]
             fb.put(b"n", n)
             fb.put(b"count", count)
             fb.put(b"grew", TRUE if grew else FALSE)
+            fb.put(b"newest", newest)
             fb.assert_fact()
         for rel, prev, record in hist.earlier.get(n, ()):
             fb = builders[rel.template]
             fb.put(b"n", n)
             fb.put(b"pn", prev)
+            fb.put(b"pts", to_us(record.timestamp))
             types = dict(rel.types)
             for name in rel.carried:
                 try:
@@ -473,10 +476,15 @@ class _PassFact:
     valid_from_us: int
     reinforced_at_us: int
     source_episode_ids: tuple[str, ...]
+    observed_us: int
 
     @property
     def valid_from(self) -> datetime:
         return from_us(self.valid_from_us)
+
+    @property
+    def observed_at(self) -> datetime:
+        return from_us(self.observed_us)
 
     @property
     def reinforced_at(self) -> datetime:
@@ -508,6 +516,7 @@ class _Collector:
         self.plans: dict[str, _Plan] = {}
         self.keep_matched = False
         self.history: HistoryFacts | None = None
+        self.times: dict[str, int] | None = None
 
     @staticmethod
     def _from_engine(f: EngineFact) -> _PassFact:
@@ -521,6 +530,7 @@ class _Collector:
             f.valid_from_us,
             f.reinforced_at_us,
             f.source_episode_ids,
+            f.observed_us or f.valid_from_us,
         )
 
     def facts_after(self) -> list[EngineFact]:
@@ -536,6 +546,7 @@ class _Collector:
                 f.reinforced_at_us,
                 f.rule_id,
                 f.source_episode_ids,
+                f.observed_us,
             )
             for f in self.facts.values()
         ]
@@ -604,6 +615,7 @@ class _Collector:
                 self.now_us,
                 self.now_us,
                 tuple(delta.source_episode_ids),
+                self.observed(delta, program, refs),
             )
         elif isinstance(delta, NoopDelta):
             for fid in delta.reinforces:
@@ -618,6 +630,22 @@ class _Collector:
         if self.history is None or n not in self.history.seeds:
             raise _Unresolved(f"episode ordinal {n}")
         return self.history.seeds[n]
+
+    def observed(self, delta: MemoryDelta, program: RuleProgram, refs: Mapping[str, Any]) -> int:
+        """The time of the newest source episode of ``delta``'s new fact (as the fact store
+        works it out from the stored episodes), or the pass time when none is known."""
+        times = self.times
+        if times is None:
+            times = self.times = {e.id: to_us(e.timestamp) for e in self.episodes}
+            if self.history is not None:
+                times.update(self.history.times)
+                times.update((e.id, to_us(e.timestamp)) for e in self.history.seeds.values())
+        found = [times[e] for e in delta.source_episode_ids if e in times]
+        for alias in program.info.rule.emit.sources:
+            if program.info.aliases.get(alias) == "fact":
+                fact = refs[alias]
+                found.append(fact.observed_us or fact.valid_from_us)
+        return max(found, default=self.now_us)
 
     def close_replaced(self, delta: MemoryDelta) -> None:
         """Replaced facts must be current facts of this partition, each named once; they

@@ -487,4 +487,5 @@ FACT_FIELDS: dict[str, FieldType] = {
     "valid_from": "timestamp",
     "reinforced_at": "timestamp",
     "rule_id": "string",
+    "observed_at": "timestamp",
 }

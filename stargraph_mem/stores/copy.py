@@ -50,7 +50,8 @@ COPIED_TABLES: Final = (
     _table(
         "facts",
         "rowid id user agent partition_key subject predicate object payload confidence "
-        "valid_from_us valid_until_us superseded_by closed_by recorded_at_us rule_id delta_id",
+        "valid_from_us valid_until_us superseded_by closed_by recorded_at_us rule_id delta_id "
+        "observed_us",
         "rowid",
     ),
     _table(

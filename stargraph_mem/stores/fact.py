@@ -432,6 +432,8 @@ class EngineFact:
     reinforced_at_us: int
     rule_id: str
     source_episode_ids: tuple[str, ...] = ()
+    observed_us: int = 0
+    """The time of the newest episode it was derived from (0: unknown, use ``valid_from``)."""
 
 
 class WatermarkAdvance(_Frozen):

@@ -168,6 +168,7 @@ class Batch:
         adapter: ProvenanceAdapter,
         pack_hash: str,
         now: datetime,
+        episodes_here: bool | None = None,
     ) -> None:
         self.db = db
         self.sql = sql
@@ -195,6 +196,9 @@ class Batch:
         self.check_sources: bool | None = None
         """Whether cited episodes are checked against the delta's scope (None: not yet
         known whether this file has an episodes table)."""
+        self.episodes_here = episodes_here
+        """Whether the database holds the episodes (None: not known yet); a fact's newest
+        source observation is read from them."""
         self._last_ts, self._last_us = self.now, self.now_us
 
     @property
@@ -259,8 +263,7 @@ class Batch:
         deltas are not checked here (it read them from its partition, see ``PassBasis``).
         """
         if self.check_sources is None:
-            columns = await self.db.fetch(self.sql.episode_columns)
-            self.check_sources = any(str(row[0]) == "partition_key" for row in columns)
+            self.check_sources = await self.has_episodes()
         if not self.check_sources:
             return
         cited = sorted({eid for delta in deltas for eid in delta.source_episode_ids})
@@ -279,6 +282,25 @@ class Batch:
                         index=start + offset,
                         field=field,
                     )
+
+    async def has_episodes(self) -> bool:
+        """Whether this database has an episodes table (asked once)."""
+        if self.episodes_here is None:
+            columns = await self.db.fetch(self.sql.episode_columns)
+            self.episodes_here = any(str(row[0]) == "partition_key" for row in columns)
+        return self.episodes_here
+
+    async def observed(self, bundles: Sequence[ProvenanceBundle]) -> list[int | None]:
+        """Per bundle, the time of its newest source episode (None: none is stored here)."""
+        cited = sorted({eid for bundle in bundles for eid in bundle.source_episode_ids})
+        if not cited or not await self.has_episodes():
+            return [None] * len(bundles)
+        rows = await self.db.fetch(self.sql.episode_times_in, (self.sql.ids(cited),))
+        times = {str(eid): int(ts) for eid, ts in rows}
+        return [
+            max((times[e] for e in bundle.source_episode_ids if e in times), default=None)
+            for bundle in bundles
+        ]
 
     async def _load(self, deltas: Sequence[Delta]) -> None:
         """Read the states of referenced facts the batch has not seen yet."""
@@ -439,6 +461,7 @@ class Batch:
         staged = self.adapter.take_staged()
         first = self._rowid + 1
         self._rowid += len(staged)
+        observed = await self.observed([bundle for _, bundle in staged])
         rows = [
             write_rows(
                 first + offset,
@@ -447,8 +470,11 @@ class Batch:
                 seq,
                 self._recorded_us(fact),
                 self._us(bundle.promotion_ts),
+                seen,
             )
-            for offset, ((fact, bundle), seq) in enumerate(zip(staged, seqs, strict=True))
+            for offset, ((fact, bundle), seq, seen) in enumerate(
+                zip(staged, seqs, observed, strict=True)
+            )
         ]
         new_ids = {fact_row[1] for fact_row, _ in rows}
         closing = {close[3]: close[:3] for close in self._closes if close[3] in new_ids}

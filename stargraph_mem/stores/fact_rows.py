@@ -80,6 +80,7 @@ FACT_INSERT_COLUMNS: Final = (
     "recorded_at_us",
     "rule_id",
     "delta_id",
+    "observed_us",
     "valid_until_us",
     "superseded_by",
     "closed_by",
@@ -257,7 +258,9 @@ def engine_fact(row: Sequence[Any]) -> EngineFact:
         sources = tuple(orjson.loads(row[8]))
     except orjson.JSONDecodeError as exc:
         raise corrupt("lineage", row[0], exc) from exc
-    return EngineFact(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], sources)
+    return EngineFact(
+        row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], sources, int(row[9])
+    )
 
 
 def rejection_from_row(row: Sequence[Any]) -> Rejection:
@@ -281,6 +284,7 @@ def write_rows(
     audit_seq: int,
     recorded_us: int,
     valid_from_us: int,
+    observed_us: int | None = None,
 ) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     """The ``facts`` and ``lineage`` rows (sharing ``rowid``) of one staged ``(fact,
     bundle)`` pair (``valid_from_us``: the bundle's promotion time)."""
@@ -299,6 +303,7 @@ def write_rows(
         recorded_us,
         fact.rule_id,
         fact.delta_id,
+        observed_us,
     )
     lineage_row = (
         rowid,

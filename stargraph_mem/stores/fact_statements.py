@@ -72,6 +72,8 @@ class FactStatements:
     audit_by_fact_in: str
     reinforcing_deltas: str
     audit_markers_in: str
+    episode_times_in: str
+    """``id, ts_us`` of the given episode ids (the fact's newest source observation)."""
     aggregates_in: str
     """``ref, value, n, last_us, last_id, data`` of a pack's aggregate rows with the given
     refs (``(pack, refs)``)."""

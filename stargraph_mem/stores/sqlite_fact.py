@@ -145,6 +145,8 @@ class SQLiteFactStore(SQLiteStoreBase):
         self._background_users = 0
         self._background_lock = asyncio.Lock()
         self._deferred = False
+        self._episodes_here: bool | None = None
+        """Whether this file holds the episodes (learnt by the first write)."""
         """The connection's own checkpoints are off (``wal_autocheckpoint=0``)."""
 
     async def close(self) -> None:
@@ -328,11 +330,9 @@ class SQLiteFactStore(SQLiteStoreBase):
             conn = SQLiteConn(db)
             try:
                 async with transaction(db):
-                    yield (
-                        conn,
-                        Batch(conn, SQLITE, self.adapter, pack_hash, now),
-                        partial(record_runs, db),
-                    )
+                    batch = Batch(conn, SQLITE, self.adapter, pack_hash, now, self._episodes_here)
+                    yield conn, batch, partial(record_runs, db)
+                    self._episodes_here = batch.episodes_here
             finally:
                 self.adapter.discard()
             if self._deferred and self._checkpointer is not None:

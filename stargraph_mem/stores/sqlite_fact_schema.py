@@ -120,7 +120,8 @@ SCHEMA: Final = (
         closed_by TEXT NULL,
         recorded_at_us INTEGER NOT NULL,
         rule_id TEXT NOT NULL,
-        delta_id TEXT NOT NULL
+        delta_id TEXT NOT NULL,
+        observed_us INTEGER NULL
     )""",
     "CREATE INDEX IF NOT EXISTS facts_psp ON facts (partition_key, subject, predicate)",
     """CREATE INDEX IF NOT EXISTS facts_current ON facts (partition_key, subject, predicate)
@@ -201,10 +202,12 @@ _MIGRATE_V2: Final = (
 """Version 2 → 3, in the bootstrap transaction: the current facts are indexed for search."""
 _MIGRATE_V3: Final = (
     AGGREGATES_TABLE,
+    "ALTER TABLE facts ADD COLUMN observed_us INTEGER NULL",
     "UPDATE fact_store_meta SET value = '4' WHERE key = 'schema_version'",
 )
 """Version 3 → 4: the aggregates table, empty (each relation's state is rebuilt from the
-episodes by the first pass that needs it)."""
+episodes by the first pass that needs it), and the time of each fact's newest source
+observation (unknown for facts made before: read as their ``valid_from``)."""
 MIGRATIONS: Final = {
     1: (*_MIGRATE_V1, *_MIGRATE_V2, *_MIGRATE_V3),
     2: (*_MIGRATE_V2, *_MIGRATE_V3),
@@ -234,9 +237,9 @@ _LINEAGE_COLUMNS: Final = (
 _AUDIT_COLUMNS: Final = "seq, delta_id, kind, rule_id, pack_hash, user, agent, applied_at_us, delta"
 _INSERT_FACT: Final = (
     "INSERT INTO facts (rowid, id, user, agent, partition_key, subject, predicate, object, "
-    "payload, confidence, valid_from_us, recorded_at_us, rule_id, delta_id, "
+    "payload, confidence, valid_from_us, recorded_at_us, rule_id, delta_id, observed_us, "
     "valid_until_us, superseded_by, closed_by) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _INSERT_LINEAGE: Final = (
     f"INSERT INTO lineage (rowid, fact_id, {_LINEAGE_COLUMNS}, audit_seq) "
@@ -278,7 +281,8 @@ _CURRENT_OF: Final = """
     SELECT f.id, f.subject, f.predicate, f.object, f.confidence, f.valid_from_us,
         max(f.valid_from_us, coalesce(
             (SELECT max(r.ts_us) FROM reinforcements r WHERE r.fact_id = f.id), f.valid_from_us)),
-        f.rule_id, l.source_episode_ids, f.partition_key
+        f.rule_id, l.source_episode_ids, coalesce(f.observed_us, f.valid_from_us),
+        f.partition_key
     FROM facts f JOIN lineage l ON l.rowid = f.rowid
     WHERE f.partition_key IN (SELECT value FROM json_each(?)) AND f.valid_until_us IS NULL
     ORDER BY f.partition_key, f.valid_from_us, f.id"""
@@ -286,7 +290,7 @@ CURRENT: Final = """
     SELECT f.id, f.subject, f.predicate, f.object, f.confidence, f.valid_from_us,
         max(f.valid_from_us, coalesce(
             (SELECT max(r.ts_us) FROM reinforcements r WHERE r.fact_id = f.id), f.valid_from_us)),
-        f.rule_id, l.source_episode_ids
+        f.rule_id, l.source_episode_ids, coalesce(f.observed_us, f.valid_from_us)
     FROM facts f JOIN lineage l ON l.rowid = f.rowid
     WHERE f.partition_key = ? AND f.valid_until_us IS NULL
     ORDER BY f.valid_from_us, f.id"""
@@ -322,6 +326,7 @@ SQLITE: Final = FactStatements(
     episode_columns="SELECT name FROM pragma_table_info('episodes')",
     episode_partitions_in=f"SELECT id, partition_key FROM episodes WHERE id {_IN_JSON}",
     episode_owners_in=f"SELECT id, user, agent FROM episodes WHERE id {_IN_JSON}",
+    episode_times_in=f"SELECT id, ts_us FROM episodes WHERE id {_IN_JSON}",
     insert_fact=Insert("facts", FACT_INSERT_COLUMNS, _INSERT_FACT),
     insert_lineage=Insert("lineage", LINEAGE_INSERT_COLUMNS, _INSERT_LINEAGE),
     index_fact=Insert("fact_text", ("rowid", "body"), INDEX_FACT),

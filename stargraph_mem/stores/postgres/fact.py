@@ -213,7 +213,7 @@ class PostgresFactStore(PostgresRepository):
             async with self.database.transaction(_LOCK) as db:
                 yield (
                     db,
-                    Batch(db, FACTS, self.adapter, pack_hash, now),
+                    Batch(db, FACTS, self.adapter, pack_hash, now, episodes_here=True),
                     partial(record_runs, db, RUNS),
                 )
         finally:

@@ -192,8 +192,11 @@ _AGGREGATES: Final = (
         data TEXT NOT NULL,
         PRIMARY KEY (pack, ref, value)
     )""",
+    "ALTER TABLE facts ADD COLUMN observed_us BIGINT NULL",
 )
-"""Durable aggregates of ``over: history`` patterns (derived data, rebuilt when missing)."""
+"""Durable aggregates of ``over: history`` patterns (derived data, rebuilt when missing),
+and the time of each fact's newest source observation (unknown for older facts: read as
+their ``valid_from``)."""
 
 MIGRATIONS: Final = (
     (1, "0001_stores", (*_EPISODES, *_FACTS, *_SCHEDULE)),

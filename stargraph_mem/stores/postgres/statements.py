@@ -65,7 +65,7 @@ _CURRENT_COLUMNS: Final = """
     SELECT f.id, f.subject, f.predicate, f.object, f.confidence, f.valid_from_us,
         greatest(f.valid_from_us, coalesce(
             (SELECT max(r.ts_us) FROM reinforcements r WHERE r.fact_id = f.id), f.valid_from_us)),
-        f.rule_id, l.source_episode_ids"""
+        f.rule_id, l.source_episode_ids, coalesce(f.observed_us, f.valid_from_us)"""
 _CURRENT_OF: Final = f"""{_CURRENT_COLUMNS}, f.partition_key
     FROM facts f JOIN lineage l ON l.rowid = f.rowid
     WHERE f.partition_key = ANY(%s) AND f.valid_until_us IS NULL
@@ -91,6 +91,7 @@ FACTS: Final = FactStatements(
     ),
     episode_partitions_in="SELECT id, partition_key FROM episodes WHERE id = ANY(%s)",
     episode_owners_in='SELECT id, "user", agent FROM episodes WHERE id = ANY(%s)',
+    episode_times_in="SELECT id, ts_us FROM episodes WHERE id = ANY(%s)",
     insert_fact=_insert("facts", FACT_INSERT_COLUMNS),
     insert_lineage=_insert("lineage", LINEAGE_INSERT_COLUMNS),
     index_fact=_insert("fact_text", ("rowid", "text")),
