@@ -293,7 +293,7 @@ async def test_dedup_pack_decides_against_stored_facts(tmp_path: Path) -> None:
             "changed_object_update",
             sha,
             "(alice, likes) changed to coffee",
-            {"s": "alice", "p": "likes", "o": "coffee"},
+            {"s": "alice", "p": "likes", "o": "coffee", "t": "2026-03-01T09:03:00+00:00"},
         )
         assert sources(why) == [("d3", "s1", "text of d3")]
         assert ids(why.predecessors) == [tea_id]
@@ -314,6 +314,7 @@ async def test_dedup_pack_decides_against_stored_facts(tmp_path: Path) -> None:
         assert await c.fact_store.watermarks("dedup_against_facts", ALICE) == {
             "known_fact_noop": top,
             "changed_object_update": top,
+            "late_observation_noop": top,
             "new_fact_add": top,
         }
 
@@ -333,9 +334,10 @@ async def test_frequency_promotion_counts_distinct_sessions_within_a_pass(
         reports = (await c.consolidate(now=NOW)).passes
         deltas = reports[0].deltas
         assert [(d.kind, d.rule_id, d.confidence, d.source_episode_ids) for d in deltas] == [
-            ("add", "promote_frequent", 0.5, ["f4", "f1", "f2", "f3"]),
-            ("update", "strengthen_promoted", 0.6, ["f6", "f1", "f2", "f3", "f4", "f5"]),
-            ("update", "strengthen_promoted", 0.7, ["f7", "f1", "f2", "f3", "f4", "f5", "f6"]),
+            # this episode, then the latest sighting of each counted session
+            ("add", "promote_frequent", 0.5, ["f4", "f2", "f3"]),
+            ("update", "strengthen_promoted", 0.6, ["f6", "f2", "f3", "f5"]),
+            ("update", "strengthen_promoted", 0.7, ["f7", "f2", "f3", "f5", "f6"]),
         ]
         assert [d.reason for d in deltas] == [f"seen in {n} sessions" for n in (3, 4, 5)]
 
@@ -361,8 +363,14 @@ async def test_frequency_promotion_counts_distinct_sessions_within_a_pass(
             sha,
             "seen in 5 sessions",
         )
-        assert why.bindings == {"n": 5, "s": "alice", "p": "likes", "o": "tea"}
-        assert [e.id for e in why.source_episodes] == ["f7", "f1", "f2", "f3", "f4", "f5", "f6"]
+        assert why.bindings == {
+            "n": 5,
+            "s": "alice",
+            "p": "likes",
+            "o": "tea",
+            "t": "2026-03-01T09:07:00+00:00",
+        }
+        assert [e.id for e in why.source_episodes] == ["f7", "f2", "f3", "f5", "f6"]
         assert [e.session for e in why.source_episodes] == ["s5", *sessions[:-1]]
         assert ids(why.predecessors) == [history[1].id, history[0].id]
         assert ids((await c.explain(history[0].id)).successors) == [history[1].id, top.id]

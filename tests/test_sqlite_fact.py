@@ -850,7 +850,8 @@ _V1_AUDIT = """CREATE TABLE audit_v1 (
 
 def _to_version_1(path: Path) -> None:
     """Rewrite a current file into the version 1 layout (lineage keyed by fact id, every
-    audit delta id unique), rows unchanged."""
+    audit delta id unique, no aggregates, facts without their observation time), rows
+    otherwise unchanged."""
     lineage_columns = (
         "fact_id, delta_id, rule_id, pack_hash, source_episode_ids, promotion_ts_us, "
         "confidence, reason, bindings, predecessor_ids"
@@ -865,6 +866,8 @@ def _to_version_1(path: Path) -> None:
         db.execute("DROP TABLE audit")
         db.execute("ALTER TABLE audit_v1 RENAME TO audit")
         db.execute("CREATE INDEX audit_partition ON audit (partition_key, seq)")
+        db.execute("DROP TABLE aggregates")  # version 4
+        db.execute("ALTER TABLE facts DROP COLUMN observed_us")
         db.execute("UPDATE fact_store_meta SET value = '1' WHERE key = 'schema_version'")
 
 
