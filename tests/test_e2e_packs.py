@@ -371,7 +371,7 @@ async def test_frequency_promotion_counts_distinct_sessions_within_a_pass(
             "t": "2026-03-01T09:07:00+00:00",
         }
         assert [e.id for e in why.source_episodes] == ["f7", "f2", "f3", "f5", "f6"]
-        assert [e.session for e in why.source_episodes] == ["s5", *sessions[:-1]]
+        assert [e.session for e in why.source_episodes] == ["s5", "s1", "s2", "s3", "s4"]
         assert ids(why.predecessors) == [history[1].id, history[0].id]
         assert ids((await c.explain(history[0].id)).successors) == [history[1].id, top.id]
 
