@@ -319,7 +319,7 @@ async def test_dedup_pack_decides_against_stored_facts(tmp_path: Path) -> None:
         }
 
 
-async def test_frequency_promotion_counts_distinct_sessions_within_a_pass(
+async def test_frequency_promotion_counts_distinct_sessions_across_passes(
     tmp_path: Path,
 ) -> None:
     db = tmp_path / "m.db"
@@ -386,11 +386,16 @@ async def test_frequency_promotion_counts_distinct_sessions_within_a_pass(
         marks = await c.fact_store.watermarks("frequency_promotion", ALICE)
         assert marks == {"promote_frequent": last, "strengthen_promoted": last}
 
-        # Counts span one pass: a sixth session in a later pass does not strengthen.
+        # Counts span passes: a sixth session in a later pass strengthens again.
         await c.record(episode("f8", 1500, session="s6", **tea))
         later = (await c.consolidate(now=NOW2)).passes
-        assert (later[0].episodes, later[0].deltas) == (1, [])
-        assert [f.id for f in await c.facts()] == [top.id]
+        assert later[0].episodes == 1
+        assert [(d.rule_id, d.confidence, d.reason) for d in later[0].deltas] == [
+            ("strengthen_promoted", 0.8, "seen in 6 sessions")
+        ]
+        (stronger,) = later[0].deltas
+        assert isinstance(stronger, UpdateDelta) and stronger.replaces == [top.id]
+        assert [f.id for f in await c.facts()] == [stronger.new_fact_id]
         assert await c.fact_store.watermarks("frequency_promotion", ALICE) == {
             "promote_frequent": last + 1,
             "strengthen_promoted": last + 1,
