@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import shlex
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from stargraph_mem.authoring.packtest import (
     case_lines,
@@ -14,6 +16,7 @@ from stargraph_mem.authoring.packtest import (
     run_tests,
     run_trace_lines,
 )
+from stargraph_mem.cli import app
 from stargraph_mem.compiler.pack import compile_file, compile_text
 from stargraph_mem.errors import IRError
 
@@ -490,3 +493,22 @@ cases:
     (case,) = run.files[0].cases
     assert case.passed == expired
     assert [len(p.facts) for p in case.run.passes] == [1, 0 if expired else 1]
+
+
+def test_readme_multi_pass_example_runs_verbatim(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The README's "Cases over several passes": its file, its command, the output shown."""
+    section = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = section.split("\n#### Cases over several passes\n", 1)[1].split("\n#", 1)[0]
+    body = section.split("```yaml\n", 1)[1].split("```\n", 1)[0]
+    command, *shown = section.split("```\n$ ", 1)[1].split("```\n", 1)[0].splitlines()
+    (tmp_path / "rules").mkdir()
+    pack = "rules/dedup_against_facts.yaml"
+    (tmp_path / pack).write_text((ROOT / pack).read_text(encoding="utf-8"), encoding="utf-8")
+    (tmp_path / "nightly.yaml").write_text(body, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    program, *args = shlex.split(command)
+    assert program == "stargraph-mem"
+    result = CliRunner().invoke(app, args)
+    assert (result.exit_code, result.stdout.splitlines()) == (0, shown)
