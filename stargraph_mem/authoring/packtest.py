@@ -307,9 +307,10 @@ def steps(loaded: TestFile, index: int) -> list[Step]:
         now_path: PathKey = (*here, "now") if case.now else ("now",)
         return [Step(now, case.episodes, here, now_path)]
     out = []
-    for k, step in enumerate(case.passes):
+    for k, written in enumerate(case.passes):
         path: PathKey = (*here, "passes", k)
-        out.append(Step(step.now, step.episodes, path, (*path, "now"), step.expect, f"passes[{k}]"))
+        label = f"passes[{k}]"
+        out.append(Step(written.now, written.episodes, path, (*path, "now"), written.expect, label))
     return out
 
 
