@@ -127,7 +127,8 @@ async def measure(history: int, count: int, keys: int) -> None:
         base = Path(tmp) / "base.db"
         t = time.perf_counter()
         await ingest(base, history, keys)
-        print(f"ingested {history:,} episodes over {keys:,} keys in {time.perf_counter() - t:.1f} s")
+        took = time.perf_counter() - t
+        print(f"ingested {history:,} episodes over {keys:,} keys in {took:.1f} s")
         freq_db, default_db = Path(tmp) / "freq.db", Path(tmp) / "default.db"
         shutil.copy(base, freq_db)
         shutil.copy(base, default_db)
@@ -140,9 +141,10 @@ async def measure(history: int, count: int, keys: int) -> None:
             f"ratio {freq_s / default_s:.2f}"
         )
         keys_kept, rows, size = state(freq_db)
+        per = max(keys_kept, 1)
         print(
             f"state: {keys_kept:,} keys, {rows:,} rows, {size:,} bytes "
-            f"({size / max(keys_kept, 1):.0f} bytes and {rows / max(keys_kept, 1):.2f} rows per key)"
+            f"({size / per:.0f} bytes and {rows / per:.2f} rows per key)"
         )
         pass_db = Path(tmp) / "pass.db"
         shutil.copy(freq_db, pass_db)

@@ -56,13 +56,15 @@ def test_default_pack_tests_with_coverage() -> None:
         "PASS  intent update replaces the named fact with the new statement\n"
         "PASS  a delete naming no current fact is rejected and the pass goes on\n"
         "PASS  an episode without a full triple becomes a note\n"
-        f"default: 7 passed, 0 failed ({RULES / 'tests' / 'default.yaml'})\n"
+        "PASS  a repeat in a later pass adds beside the earlier fact\n"
+        "PASS  an update names a fact made in an earlier pass by its episode\n"
+        f"default: 9 passed, 0 failed ({RULES / 'tests' / 'default.yaml'})\n"
         "RULE                    ACTIVATIONS  STATUS\n"
         "explicit_noop           1            fired\n"
         "explicit_delete         2            fired\n"
-        "explicit_update         1            fired\n"
+        "explicit_update         2            fired\n"
         "repeat_updates_earlier  1            fired\n"
-        "add_observation         5            fired\n"
+        "add_observation         8            fired\n"
         "add_note                2            fired\n"
         "coverage default: 6 of 6 rules fired (100%), minimum 100%\n"
     )
@@ -186,7 +188,7 @@ def test_keyword_selects_cases_and_counts_the_rest() -> None:
         "PASS  intent noop only audits\n"
         "PASS  intent delete closes the facts it names\n"
         "PASS  intent update replaces the named fact with the new statement\n"
-        f"default: 4 passed, 0 failed, 3 deselected ({RULES / 'tests' / 'default.yaml'})\n"
+        f"default: 4 passed, 0 failed, 5 deselected ({RULES / 'tests' / 'default.yaml'})\n"
         "RULE                    ACTIVATIONS  STATUS\n"
         "explicit_noop           1            fired\n"
         "explicit_delete         1            fired\n"
@@ -202,7 +204,7 @@ def test_keyword_selecting_nothing_is_an_error() -> None:
     code, out, err = invoke("test", DEFAULT, "-k", "no such case")
     assert (code, out) == (1, "")
     assert err == (
-        "error: -k 'no such case' selects none of the 7 cases in "
+        "error: -k 'no such case' selects none of the 9 cases in "
         f"{RULES / 'tests' / 'default.yaml'}\n"
     )
 
@@ -225,6 +227,7 @@ def test_json_results_keep_the_exit_code() -> None:
     deltas, facts = case["mismatches"]
     assert deltas == {
         "section": "deltas",
+        "pass": None,
         "match": "exact",
         "expected": [
             {"kind": "add", "rule": "add_observation", "triple": ["alice", "likes", "tea"]},
@@ -265,11 +268,11 @@ def test_json_coverage_and_a_passing_run() -> None:
     code, out, err = invoke("test", RULES / "expire_speculative.yaml", "--json", "--coverage")
     assert (code, err) == (0, "")
     doc = json.loads(out)
-    assert (doc["passed"], doc["totals"]) == (True, {"passed": 3, "failed": 0, "deselected": 0})
+    assert (doc["passed"], doc["totals"]) == (True, {"passed": 4, "failed": 0, "deselected": 0})
     assert doc["coverage"] == {
         "rules": [
-            {"rule": "reinforce_on_repeat", "activations": 1, "status": "fired"},
-            {"rule": "expire_unreinforced", "activations": 1, "status": "fired"},
+            {"rule": "reinforce_on_repeat", "activations": 2, "status": "fired"},
+            {"rule": "expire_unreinforced", "activations": 3, "status": "fired"},
         ],
         "fired": 2,
         "counted": 2,

@@ -203,6 +203,25 @@ TESTS_HEAD = "pack: p\nnow: 2026-03-02T03:00:00+00:00\n"
 CASE = "cases:\n  - name: c\n    episodes: [{id: a1, triple: [a, b, c]}]\n"
 EXPECT = "    expect: {deltas: []}\n"
 
+PASSES = (
+    "    passes:\n"
+    "      - now: 2026-03-01T03:00:00+00:00\n"
+    "        episodes: [{id: a1, triple: [a, b, c]}]\n"
+    "      - now: 2026-03-02T03:00:00+00:00\n"
+)
+
+VALID_TESTS = {
+    "passes without a file time": "pack: p\ncases:\n  - name: c\n" + PASSES + EXPECT,
+    "an expect on a pass only": "pack: p\ncases:\n  - name: c\n"
+    + PASSES
+    + "        expect: {facts: []}\n",
+    "single-pass and multi-pass cases": TESTS_HEAD
+    + CASE
+    + EXPECT
+    + "  - name: d\n"
+    + PASSES.replace("a1", "b1")
+    + EXPECT,
+}
 INVALID_TESTS = {
     "unknown key": TESTS_HEAD + "coverge: {min: 1}\n" + CASE + EXPECT,
     "no cases": TESTS_HEAD + "cases: []\n",
@@ -222,6 +241,19 @@ INVALID_TESTS = {
     + "    facts: [{id: f1, triple: [a, b, c], confidence: 1.5}]\n"
     + EXPECT,
     "unknown intent": TESTS_HEAD + CASE.replace("triple: [a, b, c]", "intent: maybe") + EXPECT,
+    "passes beside the case's episodes": TESTS_HEAD + CASE + PASSES + EXPECT,
+    "passes beside the case's now": TESTS_HEAD
+    + "cases:\n  - name: c\n    now: 2026-03-02T03:00:00+00:00\n"
+    + PASSES
+    + EXPECT,
+    "passes without any expect": "pack: p\ncases:\n  - name: c\n" + PASSES,
+    "no passes": "pack: p\ncases:\n  - name: c\n    passes: []\n" + EXPECT,
+    "a pass without a time": "pack: p\ncases:\n  - name: c\n    passes: [{episodes: []}]\n"
+    + EXPECT,
+    "a pass with an empty expect": "pack: p\ncases:\n  - name: c\n"
+    + PASSES
+    + "        expect: {}\n",
+    "a single-pass case with a null expect": TESTS_HEAD + CASE + "    expect: null\n",
 }
 VALIDATOR_ONLY_TESTS = {
     "duplicate case names (names across cases)": TESTS_HEAD + CASE + EXPECT + CASE[7:] + EXPECT,
@@ -231,6 +263,13 @@ VALIDATOR_ONLY_TESTS = {
     "a time before year 1 (pass time minus a duration)": "pack: p\n"
     "now: 0050-01-01T00:00:00+00:00\n"
     + CASE.replace("triple: [a, b, c]", "at: {days: 36500}, content: x")
+    + EXPECT,
+    "passes going back in time (times across passes)": "pack: p\ncases:\n  - name: c\n"
+    + PASSES.replace("03-02", "02-28")
+    + EXPECT,
+    "an id repeated in two passes (ids across items)": "pack: p\ncases:\n  - name: c\n"
+    + PASSES
+    + "        episodes: [{id: a1, content: x}]\n"
     + EXPECT,
 }
 
@@ -251,6 +290,11 @@ def pack_test_verdicts(text: str, tmp_path: Path) -> tuple[bool, bool]:
 def test_pack_test_file_passes_schema_and_loader(path: Path) -> None:
     load_tests_text(path.read_text(encoding="utf-8"), str(path))
     assert yaml_schema_errors("tests", path) == []
+
+
+@pytest.mark.parametrize("text", VALID_TESTS.values(), ids=list(VALID_TESTS))
+def test_valid_pack_test_text_passes_schema_and_loader(text: str, tmp_path: Path) -> None:
+    assert pack_test_verdicts(text, tmp_path) == (True, True)
 
 
 @pytest.mark.parametrize("text", INVALID_TESTS.values(), ids=list(INVALID_TESTS))

@@ -3,18 +3,22 @@
 A test file (``rules/tests/<pack>.yaml``) is loaded like a rule pack, so every problem
 reads ``file:line:col: path: message``. Each case runs in a fresh temporary database:
 seed the facts, store the episodes, run one consolidation of the pack at the case's
-``now``, and compare. Expected items name facts and episodes by their ids in the test
-file, never by content hashes; a fact made in the pass is named after the episode it
-came from. A mismatch is shown as a unified diff of expected against actual lines.
+``now``, and compare. A case with ``passes`` seeds once, then per pass stores that pass's
+episodes and runs one consolidation at the pass's ``now``; a pass may carry its own
+expectations, the case's are checked after the last pass. Expected items name facts and
+episodes by their ids in the test file, never by content hashes; a fact made in a pass
+is named after the episode it came from. A mismatch is shown as a unified diff of
+expected against actual lines, headed by the pass it belongs to.
 """
 
 from __future__ import annotations
 
 import difflib
+import itertools
 import math
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -158,8 +162,22 @@ class Expect(_Model):
         return self
 
 
+class Pass(_Model):
+    """One consolidation of a multi-pass case: its episodes are stored, then the pack runs
+    at ``now``; ``expect`` (optional) is checked against this pass alone."""
+
+    now: AwareDatetime
+    episodes: list[TestEpisode] = Field(default_factory=list)
+    expect: Expect | None = None
+
+
 class Case(_Model):
-    """Seeded facts and episodes of one partition, one pass at ``now``, expectations."""
+    """Seeded facts and episodes of one partition, one pass at ``now``, expectations; or
+    seeded facts and ``passes``, each storing its episodes and running at its own time.
+
+    ``expect`` is required without ``passes``; with them it is checked after the last pass
+    (deltas and rejections of every pass, the facts at the end) and may be left out when a
+    pass has an ``expect``."""
 
     name: str = Field(min_length=1)
     now: AwareDatetime | None = None
@@ -167,7 +185,8 @@ class Case(_Model):
     agent: ScopePart = "agent"
     facts: list[SeedFact] = Field(default_factory=list)
     episodes: list[TestEpisode] = Field(default_factory=list)
-    expect: Expect
+    passes: list[Pass] | None = Field(default=None, min_length=1)
+    expect: Expect | None = None
     match: Literal["exact", "subset"] = "exact"
 
 
@@ -213,7 +232,8 @@ def load_tests(path: str | Path) -> TestFile:
 
 
 def _check(loaded: TestFile) -> None:
-    """Case names unique, a pass time for every case, ids unique within a case."""
+    """Case names unique, each case in one form with its times in order, ids unique
+    within a case."""
     names: dict[str, int] = {}
     for i, case in enumerate(loaded.tests.cases):
         if case.name in names:
@@ -221,37 +241,100 @@ def _check(loaded: TestFile) -> None:
                 ("cases", i, "name"), f"duplicate case name (first at cases[{names[case.name]}])"
             )
         names[case.name] = i
-        if case.now is None and loaded.tests.now is None:
-            raise loaded.error(("cases", i), "no pass time: set 'now' on the case or the file")
+        _check_form(loaded, i)
         _check_times(loaded, i)
         seen: set[str] = set()
-        items = [("facts", j, f.id) for j, f in enumerate(case.facts)]
-        items += [("episodes", j, e.id) for j, e in enumerate(case.episodes)]
-        for where, j, item_id in items:
+        items: list[tuple[PathKey, str]] = [
+            (("cases", i, "facts", j), f.id) for j, f in enumerate(case.facts)
+        ]
+        for step in steps(loaded, i):
+            items += [((*step.path, "episodes", j), e.id) for j, e in enumerate(step.episodes)]
+        for where, item_id in items:
             if item_id in seen:
-                raise loaded.error(("cases", i, where, j, "id"), f"duplicate id '{item_id}'")
+                raise loaded.error((*where, "id"), f"duplicate id '{item_id}'")
             seen.add(item_id)
 
 
-def _check_times(loaded: TestFile, index: int) -> None:
-    """Every time a case derives from its pass time must be a date (not before year 1)."""
+def _check_form(loaded: TestFile, index: int) -> None:
+    """A single-pass case has an ``expect`` and a pass time; a case with ``passes`` keeps
+    its episodes and times on them, in order, and expects something somewhere."""
     case = loaded.tests.cases[index]
-    now = case.now or loaded.tests.now
-    assert now is not None
-    now_path: PathKey = ("cases", index, "now") if case.now else ("now",)
-    times: list[tuple[PathKey, AwareDatetime | Duration | None, timedelta]] = []
+    here: PathKey = ("cases", index)
+    if case.passes is None:
+        if case.expect is None:
+            raise loaded.error(here, "missing required field 'expect'")
+        if case.now is None and loaded.tests.now is None:
+            raise loaded.error(here, "no pass time: set 'now' on the case or the file")
+        return
+    for key in ("now", "episodes"):
+        if key in case.model_fields_set:
+            raise loaded.error(
+                (*here, key), f"a case with passes sets '{key}' on each pass, not on the case"
+            )
+    if case.expect is None and all(p.expect is None for p in case.passes):
+        raise loaded.error(here, "nothing expected: set 'expect' on the case or on a pass")
+    for k, (before, after) in enumerate(itertools.pairwise(case.passes), start=1):
+        if after.now < before.now:
+            raise loaded.error(
+                (*here, "passes", k, "now"),
+                f"before the previous pass's time ({before.now.isoformat()})",
+            )
+
+
+@dataclass(frozen=True)
+class Step:
+    """One consolidation of a case: the time it runs at, the episodes stored before it,
+    and what this pass alone must do (``None`` for a single-pass case, whose ``expect``
+    covers the whole case)."""
+
+    now: datetime
+    episodes: list[TestEpisode]
+    path: PathKey
+    """Where the pass is written (the case itself for a single-pass case)."""
+    now_path: PathKey
+    expect: Expect | None = None
+    label: str | None = None
+    """``passes[k]`` in a multi-pass case."""
+
+
+def steps(loaded: TestFile, index: int) -> list[Step]:
+    """The passes case ``index`` runs, in order (its form and pass time checked)."""
+    case = loaded.tests.cases[index]
+    here: PathKey = ("cases", index)
+    if case.passes is None:
+        now = case.now or loaded.tests.now
+        assert now is not None  # checked at load
+        now_path: PathKey = (*here, "now") if case.now else ("now",)
+        return [Step(now, case.episodes, here, now_path)]
+    out = []
+    for k, written in enumerate(case.passes):
+        path: PathKey = (*here, "passes", k)
+        label = f"passes[{k}]"
+        out.append(Step(written.now, written.episodes, path, (*path, "now"), written.expect, label))
+    return out
+
+
+def _check_times(loaded: TestFile, index: int) -> None:
+    """Every time a case derives from a pass time must be a date (not before year 1):
+    seeded facts count back from the first pass's time, episodes from their own pass's."""
+    case = loaded.tests.cases[index]
+    plan = steps(loaded, index)
+    first, day = plan[0], timedelta(days=1)
+    times: list[tuple[PathKey, AwareDatetime | Duration | None, Step, timedelta]] = []
     for j, fact in enumerate(case.facts):
         path: PathKey = ("cases", index, "facts", j)
-        times.append(((*path, "valid_from"), fact.valid_from, timedelta(days=1)))
-        times.append(((*path, "reinforced_at"), fact.reinforced_at, timedelta(days=1)))
-    count = len(case.episodes)
-    for j, ep in enumerate(case.episodes):
-        times.append((("cases", index, "episodes", j, "at"), ep.at, timedelta(minutes=count - j)))
-    for path, value, before in times:
+        times.append(((*path, "valid_from"), fact.valid_from, first, day))
+        times.append(((*path, "reinforced_at"), fact.reinforced_at, first, day))
+    for step in plan:
+        count = len(step.episodes)
+        for j, ep in enumerate(step.episodes):
+            at: PathKey = (*step.path, "episodes", j, "at")
+            times.append((at, ep.at, step, timedelta(minutes=count - j)))
+    for path, value, step, before in times:
         try:
-            _at(value, now, now - before)
+            _at(value, step.now, step.now - before)
         except OverflowError:
-            where = path if isinstance(value, Duration) else now_path
+            where = path if isinstance(value, Duration) else step.now_path
             raise loaded.error(where, "this time falls before year 1") from None
 
 
@@ -273,15 +356,46 @@ def _at(value: AwareDatetime | Duration | None, now: datetime, default: datetime
 
 
 @dataclass
-class CaseRun:
-    """What a case's pass produced, with real ids mapped back to the test file's ids."""
+class PassRun:
+    """What one pass of a case did: its deltas and rejections, the facts current after it."""
 
+    now: datetime
     deltas: list[MemoryDelta]
     facts: list[Fact]
     rejected: list[RejectedEpisode]
     reports: list[PassReport]
-    names: dict[str, str]
     traces: list[DeltaTrace] = field(default_factory=list)
+    label: str | None = None
+    """``passes[k]`` in a multi-pass case."""
+
+
+@dataclass
+class CaseRun:
+    """What a case's passes produced, with real ids mapped back to the test file's ids."""
+
+    passes: list[PassRun]
+    names: dict[str, str]
+
+    @property
+    def deltas(self) -> list[MemoryDelta]:
+        return [d for p in self.passes for d in p.deltas]
+
+    @property
+    def facts(self) -> list[Fact]:
+        """The facts current after the last pass."""
+        return self.passes[-1].facts
+
+    @property
+    def rejected(self) -> list[RejectedEpisode]:
+        return [r for p in self.passes for r in p.rejected]
+
+    @property
+    def reports(self) -> list[PassReport]:
+        return [r for p in self.passes for r in p.reports]
+
+    @property
+    def traces(self) -> list[DeltaTrace]:
+        return [t for p in self.passes for t in p.traces]
 
     def name(self, fact_id: str) -> str:
         return self.names.get(fact_id, fact_id)
@@ -312,25 +426,26 @@ def _seed_deltas(case: Case, pack: CompiledPack, now: datetime) -> list[MemoryDe
     return out
 
 
-def _episodes(loaded: TestFile, index: int, now: datetime, seeded: dict[str, str]) -> list[Episode]:
-    """The case's episodes; without ``at`` they are a minute apart, ending a minute before now."""
+def _episodes(loaded: TestFile, index: int, step: Step, known: dict[str, str]) -> list[Episode]:
+    """A pass's episodes; without ``at`` they are a minute apart, ending a minute before the
+    pass's time. ``replaces`` names facts by their ids in the file (``known``)."""
     case = loaded.tests.cases[index]
     out: list[Episode] = []
-    count = len(case.episodes)
-    for j, ep in enumerate(case.episodes):
+    count = len(step.episodes)
+    for j, ep in enumerate(step.episodes):
         meta: dict[str, JsonValue] = dict(ep.meta)
         if ep.triple is not None:
             meta.update(zip(("subject", "predicate", "object"), ep.triple, strict=True))
         if ep.intent is not None:
             meta["intent"] = ep.intent
         if ep.replaces is not None:
-            meta["replaces"] = [seeded.get(r, r) for r in ep.replaces]
+            meta["replaces"] = [known.get(r, r) for r in ep.replaces]
         try:
             out.append(
                 Episode(
                     id=ep.id,
                     content=" ".join(ep.triple or ()) if ep.content is None else ep.content,
-                    timestamp=_at(ep.at, now, now - timedelta(minutes=count - j)),
+                    timestamp=_at(ep.at, step.now, step.now - timedelta(minutes=count - j)),
                     source_node=ep.source_node,
                     user=case.user,
                     session=ep.session,
@@ -342,38 +457,46 @@ def _episodes(loaded: TestFile, index: int, now: datetime, seeded: dict[str, str
             err = exc.errors()[0]
             where = ".".join(str(p) for p in err["loc"])
             message = str(err["msg"]).removeprefix("Value error, ")
-            raise loaded.error(("cases", index, "episodes", j), f"{where}: {message}") from exc
+            raise loaded.error((*step.path, "episodes", j), f"{where}: {message}") from exc
     return out
 
 
 async def run_case(
     pack: CompiledPack, loaded: TestFile, index: int, *, trace: bool = False
 ) -> CaseRun:
-    """Run case ``index`` of ``loaded`` in a fresh temporary database."""
+    """Run case ``index`` of ``loaded`` in a fresh temporary database: seed its facts once,
+    then per pass store the pass's episodes and consolidate at the pass's time."""
     case = loaded.tests.cases[index]
-    now = case.now or loaded.tests.now
-    assert now is not None  # checked at load
-    seeds = _seed_deltas(case, pack, now)
-    seeded = {
+    plan = steps(loaded, index)
+    seeds = _seed_deltas(case, pack, plan[0].now)
+    known = {
         f.id: d.new_fact_id
         for f, d in zip(case.facts, (d for d in seeds if isinstance(d, AddDelta)), strict=True)
     }
-    episodes = _episodes(loaded, index, now, seeded)
+    for step in plan:  # every pass's episodes are checked before the first pass runs
+        _episodes(loaded, index, step, known)
+    names = {real: name for name, real in known.items()}
+    passes: list[PassRun] = []
     with tempfile.TemporaryDirectory(prefix="stargraph-test-") as tmp:
         async with Consolidator(Path(tmp) / "case.db", [pack]) as mem:
             if seeds:
                 await mem.fact_store.apply_deltas(seeds, pack_hash=SEED_RULE)
-            await mem.memory.put_many(episodes)
-            reports = (await mem.consolidate(user=case.user, agent=case.agent, now=now)).passes
-            facts = await mem.facts(user=case.user, agent=case.agent)
-            traces = [t for r in reports for t in await pass_traces(mem, r)] if trace else []
-    deltas = [d for r in reports for d in r.deltas]
-    names = {real: name for name, real in seeded.items()}
-    for d in deltas:
-        if isinstance(d, AddDelta | UpdateDelta):
-            names.setdefault(d.new_fact_id, d.source_episode_ids[0])
-    rejected = [x for r in reports for x in r.rejected]
-    return CaseRun(deltas, facts, rejected, reports, names, traces)
+            for step in plan:
+                await mem.memory.put_many(_episodes(loaded, index, step, known))
+                done = await mem.consolidate(user=case.user, agent=case.agent, now=step.now)
+                reports = done.passes
+                facts = await mem.facts(user=case.user, agent=case.agent)
+                traces = [t for r in reports for t in await pass_traces(mem, r)] if trace else []
+                deltas = [d for r in reports for d in r.deltas]
+                for d in deltas:
+                    if isinstance(d, AddDelta | UpdateDelta):
+                        names.setdefault(d.new_fact_id, d.source_episode_ids[0])
+                        known.setdefault(d.source_episode_ids[0], d.new_fact_id)
+                rejected = [x for r in reports for x in r.rejected]
+                passes.append(
+                    PassRun(step.now, deltas, facts, rejected, reports, traces, step.label)
+                )
+    return CaseRun(passes, names)
 
 
 # --- comparing ----------------------------------------------------------------------------
@@ -476,11 +599,21 @@ class Mismatch:
     """Indexes of expected items not found, in order, among the actual ones."""
     unexpected: list[int] = field(default_factory=list)
     """Indexes of actual items no expected item matched (``exact`` only)."""
+    pass_index: int | None = None
+    """The pass whose own ``expect`` this is (``None``: the case's ``expect``)."""
+
+    @property
+    def title(self) -> str:
+        """``deltas``, or ``passes[1].deltas`` for a pass's own expectation."""
+        if self.pass_index is None:
+            return self.section
+        return f"passes[{self.pass_index}].{self.section}"
 
     def document(self) -> dict[str, Any]:
         """The mismatch as JSON-ready data."""
         return {
             "section": self.section,
+            "pass": self.pass_index,
             "match": self.match,
             "expected": self.expected,
             "actual": self.actual,
@@ -536,29 +669,35 @@ def _delta_keys(view: View) -> Sequence[str]:
     return [k for k in ("kind", "rule", "triple", "replaces", "reinforces") if view.get(k)]
 
 
-def check_case(case: Case, run: CaseRun) -> list[Mismatch]:
-    """Every expected section of ``case`` compared with what the pass did."""
+def _check_expect(
+    exp: Expect,
+    match: str,
+    run: CaseRun,
+    deltas: Sequence[MemoryDelta],
+    facts: Sequence[Fact],
+    rejected: Sequence[RejectedEpisode],
+) -> list[Mismatch]:
+    """Each section ``exp`` gives compared with the deltas, facts and rejections given."""
     out: list[Mismatch | None] = []
-    exp = case.expect
     if exp.deltas is not None:
         out.append(
             compare(
                 "deltas",
                 [_given(d) for d in exp.deltas],
-                [delta_view(d, run) for d in run.deltas],
-                match=case.match,
+                [delta_view(d, run) for d in deltas],
+                match=match,
                 order=DELTA_FIELDS,
                 default_keys=_delta_keys,
             )
         )
     if exp.facts is not None:
-        facts = sorted((fact_view(f, run) for f in run.facts), key=lambda v: (v["triple"], v["id"]))
+        actual = sorted((fact_view(f, run) for f in facts), key=lambda v: (v["triple"], v["id"]))
         out.append(
             compare(
                 "facts",
                 sorted((_given(f) for f in exp.facts), key=lambda v: v["triple"]),
-                facts,
-                match=case.match,
+                actual,
+                match=match,
                 order=FACT_FIELDS,
                 default_keys=lambda v: ("triple", "id", "rule"),
             )
@@ -568,13 +707,30 @@ def check_case(case: Case, run: CaseRun) -> list[Mismatch]:
             compare(
                 "rejected",
                 [_given(r) for r in exp.rejected],
-                [rejection_view(r) for r in run.rejected],
-                match=case.match,
+                [rejection_view(r) for r in rejected],
+                match=match,
                 order=REJECTION_FIELDS,
                 default_keys=lambda v: REJECTION_FIELDS,
             )
         )
     return [m for m in out if m is not None]
+
+
+def check_case(case: Case, run: CaseRun) -> list[Mismatch]:
+    """Every expected section of ``case`` compared with what its passes did: first each
+    pass's own ``expect`` (that pass's deltas and rejections, the facts after it), then the
+    case's (every pass's deltas and rejections, the facts after the last pass)."""
+    out: list[Mismatch] = []
+    for k, step in enumerate(case.passes or ()):
+        if step.expect is not None:
+            done = run.passes[k]
+            found = _check_expect(
+                step.expect, case.match, run, done.deltas, done.facts, done.rejected
+            )
+            out += [replace(m, pass_index=k) for m in found]
+    if case.expect is not None:
+        out += _check_expect(case.expect, case.match, run, run.deltas, run.facts, run.rejected)
+    return out
 
 
 # --- running files ------------------------------------------------------------------------
@@ -714,7 +870,7 @@ def _case_document(result: CaseResult, *, trace: bool) -> dict[str, Any]:
         "rejected": [rejection_view(r) for r in result.run.rejected],
     }
     if trace:
-        doc["trace"] = [line for t in result.run.traces for line in trace_lines(t)]
+        doc["trace"] = run_trace_lines(result.run)
     return doc
 
 
@@ -751,14 +907,29 @@ def case_lines(result: CaseResult, *, trace: bool = False) -> list[str]:
     """``PASS  name`` or ``FAIL  name`` with a diff per mismatching section."""
     out = [f"{'PASS' if result.passed else 'FAIL'}  {result.name}"]
     for m in result.mismatches:
-        out.append(f"  {m.section} ({m.match}):")
+        out.append(f"  {m.title} ({m.match}):")
         out += [f"    {line}" for line in m.diff]
     if not result.passed and not any(m.section == "rejected" for m in result.mismatches):
-        for r in result.run.rejected:
-            out.append(f"  note: rejected {r.episode_id or '-'} ({r.rule_id}): {r.reason}")
+        for done in result.run.passes:
+            where = f" in {done.label}" if done.label else ""
+            for r in done.rejected:
+                who = f"{r.episode_id or '-'} ({r.rule_id}){where}"
+                out.append(f"  note: rejected {who}: {r.reason}")
     if trace:
-        for t in result.run.traces:
-            out += trace_lines(t, indent="  ")
+        out += run_trace_lines(result.run, indent="  ")
+    return out
+
+
+def run_trace_lines(run: CaseRun, indent: str = "") -> list[str]:
+    """Every delta's trace; in a multi-pass case under a ``passes[k] at <time>:`` line."""
+    out: list[str] = []
+    for done in run.passes:
+        inner = indent
+        if done.label is not None:
+            out.append(f"{indent}{done.label} at {done.now.isoformat()}:")
+            inner += "  "
+        for t in done.traces:
+            out += trace_lines(t, indent=inner)
     return out
 
 

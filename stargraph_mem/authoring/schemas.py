@@ -41,11 +41,17 @@ PACKAGED = "ir_schemas"
 
 
 def pack_tests_schema() -> Schema:
-    """A pack test file: the models' shape, an ``expect`` with at least one section,
-    and a pass time on the file or on every case.
+    """A pack test file: the models' shape, an ``expect`` with at least one section, a
+    case in one of its two forms, and a pass time on the file, on every single-pass case
+    or on every pass.
 
-    Only the loader decides on duplicate case names, ids repeated within a case, and
-    times that fall before year 1; the run decides whether ``pack`` names the pack.
+    A single-pass case has an ``expect`` and no ``passes``; a multi-pass case has
+    ``passes``, no ``now`` or ``episodes`` of its own, and an ``expect`` on the case or
+    on at least one pass.
+
+    Only the loader decides on duplicate case names, ids repeated within a case, passes
+    whose times go backwards, and times that fall before year 1; the run decides whether
+    ``pack`` names the pack.
     """
     from stargraph_mem.authoring.packtest import Expect, PackTests
     from stargraph_mem.ir.schema import model_schema
@@ -56,8 +62,22 @@ def pack_tests_schema() -> Schema:
         {"required": [name], "properties": {name: {"type": "array"}}}
         for name in Expect.model_fields
     ]
+    expects = {"required": ["expect"], "properties": {"expect": {"type": "object"}}}
+    single = {
+        "required": ["expect"],
+        "properties": {"expect": {"type": "object"}, "passes": {"type": "null"}},
+    }
+    multi = {
+        "required": ["passes"],
+        "properties": {"passes": {"type": "array"}},
+        "not": {"anyOf": [{"required": ["now"]}, {"required": ["episodes"]}]},
+        "anyOf": [expects, {"properties": {"passes": {"contains": expects}}}],
+    }
+    defs["Case"]["anyOf"] = [single, multi]
     timed = {"required": ["now"], "properties": {"now": {"type": "string"}}}
-    schema["anyOf"] = [timed, {"properties": {"cases": {"items": timed}}}]
+    multi_pass = {"required": ["passes"], "properties": {"passes": {"type": "array"}}}
+    every_case = {"properties": {"cases": {"items": {"anyOf": [timed, multi_pass]}}}}
+    schema["anyOf"] = [timed, every_case]
     return schema
 
 
