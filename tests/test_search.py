@@ -242,11 +242,13 @@ async def test_a_version_2_file_is_migrated_and_indexed(tmp_path: Path) -> None:
     with closing(sqlite3.connect(path)) as db, db:
         db.execute("DROP TABLE fact_text")
         db.execute("DROP TABLE fact_access")
+        db.execute("DROP TABLE aggregates")  # version 4
+        db.execute("ALTER TABLE facts DROP COLUMN observed_us")
         db.execute("UPDATE fact_store_meta SET value = '2' WHERE key = 'schema_version'")
     async with SQLiteFactStore(path) as store:
         assert sorted(objects(await store.search("tea coffee jazz"))) == ["coffee", "jazz"]
         health = await store.health()
-        assert health.ok and health.schema_version == SCHEMA_VERSION == 3
+        assert health.ok and health.schema_version == SCHEMA_VERSION == 4
 
 
 async def test_an_unknown_schema_version_is_refused_untouched(tmp_path: Path) -> None:
