@@ -1,8 +1,9 @@
 """The CLIPS runtime: a compiled pack loaded once, run over one partition's episodes per pass.
 
 A pass asserts the pass time, a cursor, the partition's current facts and the episodes
-(in timestamp order, insertion seq breaking ties, in chunks), runs the agenda, and turns the lines the rules printed
-into validated :data:`MemoryDelta` objects. Only fields that rules test enter CLIPS.
+(in timestamp order, insertion seq breaking ties, in chunks), runs the agenda, and turns
+the lines the rules printed into validated :data:`MemoryDelta` objects. Only fields that
+rules test enter CLIPS.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The SQLite fact store's schema, its migrations and its statements for the shared code.
 
-Versions 1 and 2 are migrated on open (:data:`MIGRATIONS`, in the bootstrap transaction).
+Versions 1 to 3 are migrated on open (:data:`MIGRATIONS`, in the bootstrap transaction).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from stargraph_mem.stores.fact_rows import (
     json_text,
 )
 from stargraph_mem.stores.fact_statements import FactStatements
+from stargraph_mem.stores.pass_time import SQLITE_TABLES as PASS_TIME_TABLES
 from stargraph_mem.stores.sql_conn import Insert, Many
 from stargraph_mem.stores.sqlite_base import fetch, scalar
 from stargraph_mem.stores.sqlite_migration import Ledger
@@ -41,11 +42,11 @@ __all__ = [
     "stored_version",
 ]
 
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 """2: lineage rows share their fact's rowid and name the creating audit row; audit delta
 ids are indexed for delete and noop deltas only. 3: the full-text index of facts and the
-access table (:mod:`~stargraph_mem.stores.sqlite_search`). Versions 1 and 2 are
-migrated on open."""
+access table (:mod:`~stargraph_mem.stores.sqlite_search`). 4: deferred episodes and pass
+times (:mod:`~stargraph_mem.stores.pass_time`). Versions 1 to 3 are migrated on open."""
 LEDGER: Final = Ledger(
     "fact_store_migrations",
     "INSERT INTO fact_store_migrations (name, applied_at_us, plan) VALUES (?, ?, ?)",
@@ -155,6 +156,7 @@ SCHEMA: Final = (
         expires_us INTEGER NOT NULL
     )""",
     *SEARCH_SCHEMA,
+    *PASS_TIME_TABLES,
     f"INSERT OR IGNORE INTO fact_store_meta (key, value) VALUES ('schema_version', "
     f"'{SCHEMA_VERSION}')",
 )
@@ -184,7 +186,17 @@ _MIGRATE_V2: Final = (
     "UPDATE fact_store_meta SET value = '3' WHERE key = 'schema_version'",
 )
 """Version 2 → 3, in the bootstrap transaction: the current facts are indexed for search."""
-MIGRATIONS: Final = {1: (*_MIGRATE_V1, *_MIGRATE_V2), 2: _MIGRATE_V2}
+_MIGRATE_V3: Final = (
+    *PASS_TIME_TABLES,
+    "UPDATE fact_store_meta SET value = '4' WHERE key = 'schema_version'",
+)
+"""Version 3 → 4, in the bootstrap transaction: the deferred episodes and pass times
+tables (empty: passes before them consumed every episode they read)."""
+MIGRATIONS: Final = {
+    1: (*_MIGRATE_V1, *_MIGRATE_V2, *_MIGRATE_V3),
+    2: (*_MIGRATE_V2, *_MIGRATE_V3),
+    3: _MIGRATE_V3,
+}
 """The statements that bring a file of each older version to :data:`SCHEMA_VERSION`."""
 TABLES: Final = (
     "fact_store_meta",
@@ -195,6 +207,8 @@ TABLES: Final = (
     "watermarks",
     "rejections",
     *SEARCH_TABLES,
+    "deferred_episodes",
+    "pass_times",
 )
 
 _FACT_COLUMNS: Final = (

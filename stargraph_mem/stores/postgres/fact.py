@@ -68,6 +68,7 @@ from stargraph_mem.stores.fact_rows import (
     validate_deltas,
 )
 from stargraph_mem.stores.models import MigrationPlan
+from stargraph_mem.stores.pass_time import Deferral, deferred_of
 from stargraph_mem.stores.plan_migration import Ledger, apply_plan, check_plan
 from stargraph_mem.stores.postgres.connection import PgConn
 from stargraph_mem.stores.postgres.repository import PostgresRepository
@@ -391,6 +392,12 @@ class PostgresFactStore(PostgresRepository):
             versions = await versions_of(db, FACTS, keys)
             marks = await marks_of(db, FACTS, pack, keys)
         return [(marks.get(key, {}), versions[key]) for key in keys]
+
+    async def deferred_of(self, pack: str, partitions: Sequence[Partition]) -> list[list[Deferral]]:
+        """The episodes passes of ``pack`` left for a later pass, per partition (see
+        :meth:`SQLiteFactStore.deferred_of`)."""
+        async with self.database.connection() as db:
+            return await deferred_of(db, FACTS, pack, partitions)
 
     async def current_facts_of(self, partitions: Sequence[Partition]) -> list[list[EngineFact]]:
         """:meth:`current_facts` of every partition (in the order given), in one statement."""

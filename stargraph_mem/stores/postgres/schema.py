@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from stargraph_mem.stores.pass_time import POSTGRES_TABLES
+
 __all__ = ["LEDGER_TABLE", "MIGRATIONS", "SCHEMA_VERSION", "TABLES"]
 
 LEDGER_TABLE: Final = "schema_ledger"
@@ -180,7 +182,10 @@ _SCHEDULE: Final = (
     )""",
 )
 
-MIGRATIONS: Final = ((1, "0001_stores", (*_EPISODES, *_FACTS, *_SCHEDULE)),)
+MIGRATIONS: Final = (
+    (1, "0001_stores", (*_EPISODES, *_FACTS, *_SCHEDULE)),
+    (2, "0002_pass_times", POSTGRES_TABLES),
+)
 """``(version, name, statements)`` in order; a database at version n gets those above n."""
 SCHEMA_VERSION: Final = MIGRATIONS[-1][0]
 TABLES: Final = {
@@ -195,6 +200,8 @@ TABLES: Final = {
         "partition_claims",
         "fact_text",
         "fact_access",
+        "deferred_episodes",
+        "pass_times",
     ),
     "schedule": ("rule_runs", "scheduler_lease", "schedule_rules"),
 }
