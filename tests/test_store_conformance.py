@@ -245,9 +245,10 @@ async def test_bootstrap_records_versions_and_schemas_are_isolated() -> None:
             await first.bootstrap()  # idempotent
             await first.memory.put_many([episode("e1")])
             ledger = await raw_rows(first.memory, f"SELECT version, name FROM {LEDGER_TABLE}")
-            assert ledger == [(SCHEMA_VERSION, "0001_stores")]
+            assert ledger == [(1, "0001_stores"), (2, "0002_pass_times")]
+            assert SCHEMA_VERSION == 2
             health = await first.health()
-            assert (health.ok, health.schema_version, health.episode_count) == (True, 1, 1)
+            assert (health.ok, health.schema_version, health.episode_count) == (True, 2, 1)
         async with PostgresDatabase(f"{PG_URL}?schema={two}") as second:
             assert await second.memory.partitions() == []
             assert (await second.health()).episode_count == 0

@@ -98,6 +98,10 @@ class PassRunner:
         self.worker: WorkerMode = worker
         """Whether a run computes its passes in a worker process (see :meth:`run`)."""
         self.eligibility = Eligibility(runtime.compiled, self.scorer, memory.file)
+        self.horizon: int | None = None
+        """When set (a replay of recorded passes), passes leave episodes stored after this
+        seq for later passes, as if they had not been stored yet (computed in this
+        process only: a worker process does not see it)."""
         self._lock = asyncio.Lock()
         self._known: OrderedDict[str, _Known] = OrderedDict()
         """Per partition key: what this object's last pass there left (reused while the
@@ -450,6 +454,8 @@ class PassRunner:
         low = self.low(stored, rules, stamp)
         # rows that cannot be decoded are quarantined by the read; the watermark passes them
         read = await self.memory.since_checked(partition, low, limit=self.max_episodes)
+        if self.horizon is not None:
+            read = below(read, self.horizon)
         found = await resumed_records(self.memory, self.due(rules, stamp, deferred, now))
         report, records = self.started(partition, now, rules, stamp, stored, read, deferred, found)
         report.read_version = version
@@ -522,7 +528,7 @@ class PassRunner:
             now_us + seconds_us(seconds),
             last,
             now_us,
-            report.time,
+            report.time if changes(report) else None,
         )
 
     def decode(self, report: PassReport) -> None:
@@ -592,6 +598,26 @@ class PassRunner:
             if high
             > (marks.get(rules[0].id, 0) if stamp is not None and rules else marks.get(key, 0))
         ]
+
+
+def changes(report: PassReport) -> bool:
+    """Whether applying ``report`` changes anything (only such passes record their time:
+    a pass that changes nothing leaves the stores as they were)."""
+    time = report.time
+    return bool(
+        any(report.delta_counts.values())
+        or report.advances
+        or report.rejected
+        or (time is not None and (time.deferred or time.resumed))
+    )
+
+
+def below(read: CheckedRead, horizon: int) -> CheckedRead:
+    """``read`` without the rows stored after seq ``horizon``."""
+    return CheckedRead(
+        [r for r in read.records if r.seq <= horizon],
+        [q for q in read.quarantined if q.seq <= horizon],
+    )
 
 
 @dataclass(frozen=True, slots=True)

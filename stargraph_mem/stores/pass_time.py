@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, NamedTuple
 
+from stargraph_mem.errors import StalePassError
 from stargraph_mem.stores.fact_statements import FactStatements
 from stargraph_mem.stores.scope import Partition
 from stargraph_mem.stores.sql_conn import Conn
@@ -209,9 +210,13 @@ async def write_pass_time(
     statements = statements_for(sql)
     key = partition.key
     if time.resumed:
-        await db.executemany(
-            statements.delete, [(pack, key, d.rule_id, d.seq) for d in time.resumed]
-        )
+        rows = sorted({(pack, key, d.rule_id, d.seq) for d in time.resumed})
+        if await db.executemany(statements.delete, rows) != len(rows):  # taken meanwhile
+            raise StalePassError(
+                f"pack '{pack}' at {key}: another pass consumed deferred episodes this pass read",
+                pack=pack,
+                partition=key,
+            )
     if time.deferred:
         await db.executemany(
             statements.insert,
