@@ -93,7 +93,7 @@ async def test_dry_runs_and_batches_take_timestamp_order_too(
             )
         dry = await mem.consolidate(now=T0 + timedelta(hours=1), dry_run=True)
         updates = [d for p in dry.passes for d in p.deltas if d.kind == "update"]
-        assert sorted(d.fact.object for d in updates) == ["c", "c", "c"]  # type: ignore[union-attr]
+        assert sorted(str(d.bindings["o"]) for d in updates) == ["c", "c", "c"]
         await mem.consolidate(now=T0 + timedelta(hours=1))
         assert [f.object for f in await mem.facts()] == ["c", "c", "c"]
 
@@ -379,9 +379,10 @@ async def test_a_postgresql_database_at_version_1_is_migrated() -> None:
             await raw_execute(db.memory, "DROP TABLE deferred_episodes", ())
             await raw_execute(db.memory, "DROP TABLE pass_times", ())
             await raw_execute(db.memory, f"DELETE FROM {LEDGER_TABLE} WHERE version = 2", ())
-        async with Consolidator.open(url, [DEFAULT]) as mem:
-            ledger = await raw_rows(mem.memory, f"SELECT version FROM {LEDGER_TABLE} ORDER BY 1")
+        async with PostgresDatabase(url) as db:
+            ledger = await raw_rows(db.memory, f"SELECT version FROM {LEDGER_TABLE} ORDER BY 1")
             assert [row[0] for row in ledger] == [1, 2]
+        async with Consolidator.open(url, [DEFAULT]) as mem:
             await mem.memory.put_many([observation("f", 120, "b", subject="t")])
             report = await mem.consolidate(now=T0 + timedelta(hours=1))
             assert [(p.episodes, p.not_yet_due) for p in report.passes] == [(1, 1)]
