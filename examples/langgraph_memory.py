@@ -23,6 +23,9 @@ from stargraph_mem import Consolidator, Episode
 
 PACK = Path(__file__).with_name("streaming_dedup.yaml")
 T0 = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
+LATEST = [T0]
+"""The consolidator's clock: the time of the latest turn (a pass consumes only episodes
+stamped at or before its time)."""
 
 
 class Turn(TypedDict, total=False):
@@ -41,11 +44,12 @@ def build_graph(mem: Consolidator) -> Any:
 
     async def remember(state: Turn) -> Turn:
         subject, predicate, obj = state["triple"]
+        LATEST[0] = T0 + timedelta(minutes=state["n"])  # the turn happens now
         report = await mem.record(
             Episode(
                 id=f"turn{state['n']}",
                 content=state["text"],
-                timestamp=T0 + timedelta(minutes=state["n"]),
+                timestamp=LATEST[0],
                 user=state["user"],
                 session="chat",
                 agent="assistant",
@@ -73,7 +77,8 @@ async def main(db: Path) -> list[Turn]:
         {"n": 1, "user": "alice", "text": "Coffee now", "triple": ("alice", "likes", "coffee")},
         {"n": 2, "user": "alice", "text": "I live in Oslo", "triple": ("alice", "lives", "Oslo")},
     ]
-    async with Consolidator.open(db, packs=[PACK], clock=lambda: T0) as mem:
+    LATEST[0] = T0
+    async with Consolidator.open(db, packs=[PACK], clock=lambda: LATEST[0]) as mem:
         app = build_graph(mem)
         results: list[Turn] = []
         for turn in turns:

@@ -38,16 +38,22 @@ async def observe(out: asyncio.Queue[Turn | None]) -> None:
     await out.put(None)
 
 
+LATEST = [T0]
+"""The consolidator's clock: the time of the latest turn (a pass consumes only episodes
+stamped at or before its time)."""
+
+
 async def remember(
     mem: Consolidator, inbox: asyncio.Queue[Turn | None], out: asyncio.Queue[Turn | None]
 ) -> None:
     """Record each turn as an episode; print what consolidation did with it."""
     while (turn := await inbox.get()) is not None:
         n, text, meta = turn
+        LATEST[0] = T0 + timedelta(minutes=n)  # the turn happens now
         episode = Episode(
             id=f"turn{n}",
             content=text,
-            timestamp=T0 + timedelta(minutes=n),
+            timestamp=LATEST[0],
             user="alice",
             session="s1",
             agent="rag",
@@ -71,7 +77,8 @@ async def answer(mem: Consolidator, inbox: asyncio.Queue[Turn | None]) -> None:
 
 
 async def main(db: Path) -> None:
-    async with Consolidator.open(db, packs=[PACK], clock=lambda: T0) as mem:
+    LATEST[0] = T0
+    async with Consolidator.open(db, packs=[PACK], clock=lambda: LATEST[0]) as mem:
         turns: asyncio.Queue[Turn | None] = asyncio.Queue()
         remembered: asyncio.Queue[Turn | None] = asyncio.Queue()
         await asyncio.gather(

@@ -703,6 +703,7 @@ def pass_document(report: PassReport) -> dict[str, Any]:
         "now": report.now.isoformat(),
         "rules": list(report.rules),
         "episodes": report.episodes,
+        "not_yet_due": report.not_yet_due,
         "counts": report.counts,
         "rejected": [
             {"episode_id": r.episode_id, "rule_id": r.rule_id, "reason": r.reason}
@@ -732,6 +733,7 @@ def report_line(report: PassReport) -> str:
         f"add={c['add']} update={c['update']} delete={c['delete']} noop={c['noop']} "
         f"rejected={len(report.rejected)} gated={len(report.gated)}"
         + (f" quarantined={len(report.quarantined)}" if report.quarantined else "")
+        + (f" not_yet_due={report.not_yet_due}" if report.not_yet_due else "")
     )
 
 
@@ -782,6 +784,11 @@ def consolidate(
 ) -> None:
     """Consolidate new episodes into facts with the given packs.
 
+    A pass at time T (--now, default: the current time) consumes only episodes stamped at
+    or before T, in timestamp order; episodes stamped later stay pending ("not yet due",
+    counted in the output and as not_yet_due under --json) and are consumed by the first
+    later pass whose time reaches them.
+
     A progress bar (episodes read by passes) shows on stderr when it is a terminal.
     """
     from stargraph_mem.engine.api import Consolidator
@@ -815,7 +822,12 @@ def consolidate(
             if trace:
                 doc["trace"] = traced
             passes.append(doc)
-        document: dict[str, Any] = {"dry_run": dry_run, "passes": passes}
+        document: dict[str, Any] = {
+            "dry_run": dry_run,
+            "now": result.now.isoformat(),
+            "not_yet_due": result.not_yet_due,
+            "passes": passes,
+        }
         if coverage:
             document["coverage"] = [cli_authoring.coverage_document(c) for c in extra.coverages]
         echo_json(document)
@@ -836,6 +848,12 @@ def consolidate(
         typer.echo(report_line(report) + suffix, err=dry_run)
     for line in extra.coverage:
         echo_lines([line], err=dry_run)
+    if result.not_yet_due:
+        typer.echo(
+            f"not yet due: {result.not_yet_due} episode(s) stamped after "
+            f"{result.now.isoformat()} stay pending for a later pass",
+            err=dry_run,
+        )
 
 
 def parse_confidence(value: float | None) -> float | None:

@@ -54,13 +54,26 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
+def _times(result: ReplayResult) -> str:
+    """When the replay's passes ran, for the header."""
+    times = result.times
+    if times is None or times.mode == "now":
+        return f"now {result.now.isoformat()}"
+    if times.mode == "recorded":
+        return f"at the {_count(times.count(), 'pass time')} the database recorded"
+    return (
+        f"at {_count(times.count(), 'fire time')} of {printable(times.cadence or '')} "
+        f"up to {result.now.isoformat()}"
+    )
+
+
 def replay_lines(result: ReplayResult) -> list[str]:
     """A header, the differences as aligned columns (when any) and a summary line."""
     packs = ", ".join(f"{printable(p.name)} {printable(p.pack.version)}" for p in result.packs)
     header = (
         f"replayed {_count(result.episodes, 'episode')} "
         f"({_count(result.partitions, 'partition')}) of {printable(str(result.db))} "
-        f"with {packs}, now {result.now.isoformat()}"
+        f"with {packs}, {_times(result)}"
     )
     if result.as_of is not None:
         header += f", as of {result.as_of.isoformat()}"
@@ -105,7 +118,19 @@ def replay(
     ] = None,
     now: Annotated[
         str | None,
-        typer.Option("--now", help="Pass time, ISO-8601 with offset (default: --as-of, or now)."),
+        typer.Option(
+            "--now",
+            help="Replay in one pass at this ISO-8601 time (with --cadence: the last time "
+            "to fire at; default: --as-of, or now).",
+        ),
+    ] = None,
+    cadence: Annotated[
+        str | None,
+        typer.Option(
+            "--cadence",
+            help="Replay with one pass at each fire time of this cron expression (UTC) or "
+            "'nightly' (0 3 * * *), from the first episode to --now.",
+        ),
     ] = None,
     user: Annotated[str | None, typer.Option("--user", help="Only this user.")] = None,
     agent: Annotated[str | None, typer.Option("--agent", help="Only this agent.")] = None,
@@ -124,7 +149,17 @@ def replay(
     ] = False,
 ) -> None:
     """Rebuild facts from the episode log under --pack in a scratch database and diff them
-    against the current facts (the database is only read)."""
+    against the current facts (the database is only read).
+
+    Pass times: by default the passes run at the pass times the database recorded (every
+    applied consolidation pass records its time and how far it had read), partition by
+    partition, each seeing only the episodes stored before the real pass read; a pack
+    name with no recorded times there uses the times of all packs. A database with no
+    recorded pass time is replayed in one pass at --as-of, else now. --now T replays in
+    one pass at T; --cadence C at each fire time of C from the first episode to --now.
+    Every pass consumes only episodes stamped at or before its time. --json reports the
+    choice under "times": {"mode": "recorded"|"now"|"cadence", "cadence", "pass_times"}.
+    """
     from stargraph_mem.authoring.replay import replay as replay_facts
     from stargraph_mem.compiler.pack import compile_file
 
@@ -144,6 +179,7 @@ def replay(
                 max_episodes=max_episodes,
                 scratch=scratch,
                 progress=progress,
+                cadence=cadence,
             )
         )
     if as_json:

@@ -204,6 +204,7 @@ def status_document(rows: list[StatusRow]) -> dict[str, Any]:
                 "user": row.partition.user if row.partition else None,
                 "agent": row.partition.agent if row.partition else None,
                 "pending": row.pending,
+                "not_yet_due": row.not_yet_due,
                 "last_run": _iso(row.last_run),
                 "next_run": _iso(row.next_run),
                 "due": row.due,

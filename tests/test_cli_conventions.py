@@ -442,6 +442,7 @@ def test_run_once_and_status_json(db: Path, scored: Path) -> None:
         "user": "alice",
         "agent": "chat",
         "pending": 0,
+        "not_yet_due": 0,
         "last_run": NOW,
         "next_run": None,
         "due": False,

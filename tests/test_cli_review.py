@@ -85,6 +85,7 @@ def test_replay_threshold_two_json(real_db: Path, tmp_path: Path) -> None:
         "agent": None,
         "episodes": 9,
         "partitions": 2,
+        "times": {"mode": "now", "cadence": None, "pass_times": 1},
         "summary": {"appear": 2, "disappear": 0, "change": 0, "unchanged": 1},
         "changes": [added("alice", "drinks", "coffee"), added("bob", "plays", "chess")],
     }

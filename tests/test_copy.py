@@ -177,7 +177,7 @@ def test_cli_copy_prints_the_rows_and_refuses_a_second_time(tmp_path: Path) -> N
     first = runner.invoke(app, ["copy", "--from", str(source), "--to", str(target)])
     assert first.exit_code == 0, first.output
     assert first.stdout.splitlines()[0] == f"copied {source} → {target}"
-    assert "episodes        36" in first.stdout
+    assert "episodes           36" in first.stdout
     again = runner.invoke(app, ["copy", "--from", str(source), "--to", str(target)])
     assert again.exit_code == 1
     assert again.stderr.startswith(f"error: copy: {target} already holds 36 row(s) in episodes")

@@ -17,6 +17,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 from e2e_helpers import DEDUP, NOW, ROOT, episode, outcome, rows, scalar
@@ -29,6 +30,10 @@ EPISODES = 3000
 USERS = ("u0", "u1", "u2")
 MAX_EPISODES = 50
 ROUNDS = 8
+
+
+AFTER = NOW + timedelta(days=3)
+"""The pass time: after every episode of the workload (stamped over 50 hours from T0)."""
 
 
 def workload(seed: int) -> list[Episode]:
@@ -59,7 +64,7 @@ async def consolidate(db: Path) -> float:
         for compiled in c.packs:
             runtime_for(compiled)  # loaded before timing, as the worker does before "ready"
         started = time.perf_counter()
-        await c.consolidate(now=NOW)
+        await c.consolidate(now=AFTER)
         return time.perf_counter() - started
 
 
@@ -112,7 +117,7 @@ def run_and_kill(db: Path, *, delay: float, after_ready: bool) -> bool:
     True if the kill landed while it was running; False if it had already finished.
     """
     proc = subprocess.Popen(
-        [sys.executable, str(WORKER), str(db), NOW.isoformat(), str(MAX_EPISODES), str(DEDUP)],
+        [sys.executable, str(WORKER), str(db), AFTER.isoformat(), str(MAX_EPISODES), str(DEDUP)],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

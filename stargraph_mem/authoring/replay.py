@@ -9,6 +9,16 @@ current facts, into a scratch database; the engine consolidates the scratch copy
 the given packs; the scratch facts are then compared with the real ones, keyed by
 ``(user, agent, subject, predicate)``.
 
+When the passes run (:class:`ReplayTimes`): by default at the pass times the real
+database recorded (``pass_times``: every applied pass writes its time and how far it had
+read), partition by partition, each pass seeing only the episodes the real pass had been
+stored to see; a pack whose name has no recorded times in a partition uses the times of
+every pack there. A database that recorded no pass time (consolidated before pass times
+were recorded, or never) is replayed in one pass at ``now``. ``now`` given explicitly
+means one pass at that time; ``cadence`` (a cron expression, or ``nightly``) means one pass
+per fire time from the first episode's timestamp to ``now``. Every pass consumes only
+episodes stamped at or before its time, as real passes do.
+
 Episode rows that cannot be used are skipped and listed in the result (``quarantined``):
 rows the scratch schema refuses (a NULL where a value is required) are left out of the
 copy, and rows that do not decode are quarantined by the scratch store as it reads them.
@@ -26,26 +36,33 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from stargraph_mem.compiler.cadence import next_fire
 from stargraph_mem.compiler.pack import CompiledPack
 from stargraph_mem.engine.api import Consolidator, runtime_for
 from stargraph_mem.engine.limits import DEFAULT_MAX_EPISODES
 from stargraph_mem.engine.report import PassReport
 from stargraph_mem.engine.runner import PassRunner
-from stargraph_mem.errors import StoreError
+from stargraph_mem.errors import ScheduleError, StoreError
+from stargraph_mem.model.cadence import Cadence
 from stargraph_mem.model.facts import Fact, FactPattern
-from stargraph_mem.model.time import to_us, to_utc, utc_now
+from stargraph_mem.model.time import from_us, to_us, to_utc, utc_now
 from stargraph_mem.stores.copy import copy_database
 from stargraph_mem.stores.database import parse_database_url
+from stargraph_mem.stores.episode_rows import partition_of
 from stargraph_mem.stores.memory import QuarantinedRow
+from stargraph_mem.stores.scope import Partition
 from stargraph_mem.stores.sqlite_fact import fact_from_row, fact_query
 from stargraph_mem.stores.sqlite_memory import scope_filter
 
 __all__ = [
     "COPY_CHUNK",
+    "MAX_CADENCE_TIMES",
+    "NIGHTLY",
     "FactChange",
     "FactState",
     "Progress",
     "ReplayResult",
+    "ReplayTimes",
     "diff_facts",
     "readonly_uri",
     "replay",
@@ -53,6 +70,86 @@ __all__ = [
 
 COPY_CHUNK = 50_000
 """Episodes (by ``seq`` range) copied per statement; the progress callback runs per chunk."""
+NIGHTLY = "0 3 * * *"
+"""What ``cadence="nightly"`` means: 03:00 UTC every day (the default sleep cycle)."""
+MAX_CADENCE_TIMES = 10_000
+"""The most fire times a ``cadence`` may give between the first episode and ``now``."""
+
+TimesMode = Literal["recorded", "now", "cadence"]
+Recorded = dict[str, list[tuple[str, int, int]]]
+"""Partition key → recorded passes ``(pack, pass time µs, highest seq read)``."""
+
+
+@dataclass(frozen=True)
+class ReplayTimes:
+    """When the replay's passes run.
+
+    ``mode`` is ``recorded`` (the real database's pass times, ``recorded``), ``now`` (one
+    pass at ``now``) or ``cadence`` (one pass per time in ``fires``, the fire times of
+    ``cadence``).
+    """
+
+    mode: TimesMode
+    now: datetime
+    recorded: Recorded = field(default_factory=dict)
+    cadence: str | None = None
+    fires: tuple[datetime, ...] = ()
+
+    def events(
+        self, partition: Partition, packs: Sequence[str]
+    ) -> list[tuple[datetime, int | None, int]]:
+        """The passes over ``partition``, in order: ``(pass time, highest seq the pass may
+        read or None for all, index of the pack in packs)``."""
+        if self.mode == "now":
+            return [(self.now, None, index) for index in range(len(packs))]
+        if self.mode == "cadence":
+            return [(at, None, index) for at in self.fires for index in range(len(packs))]
+        rows = self.recorded.get(partition.key, [])
+        anyone: dict[int, int] = {}
+        for _, at_us, upto in rows:
+            anyone[at_us] = max(anyone.get(at_us, 0), upto)
+        found: list[tuple[int, int, int]] = []
+        for index, name in enumerate(packs):
+            own = [(at_us, upto) for pack, at_us, upto in rows if pack == name]
+            found += [(at_us, upto, index) for at_us, upto in (own or sorted(anyone.items()))]
+        found.sort()
+        return [(from_us(at_us), upto, index) for at_us, upto, index in found]
+
+    def count(self) -> int:
+        """How many distinct pass times the replay runs at (over every partition)."""
+        if self.mode == "now":
+            return 1
+        if self.mode == "cadence":
+            return len(self.fires)
+        return len({at_us for rows in self.recorded.values() for _, at_us, _ in rows})
+
+    def document(self) -> dict[str, Any]:
+        return {"mode": self.mode, "cadence": self.cadence, "pass_times": self.count()}
+
+
+def cadence_fires(cadence: str, start: datetime, end: datetime) -> tuple[datetime, ...]:
+    """The fire times of ``cadence`` (a cron expression in UTC, or ``nightly``) after
+    ``start`` and up to ``end``; too many is a :class:`ScheduleError`."""
+    expression = NIGHTLY if cadence.strip().lower() == "nightly" else cadence
+    try:
+        parsed = Cadence(cron=expression)
+    except ValueError as exc:
+        raise ScheduleError(
+            f"--cadence {cadence!r}: not a cron expression or 'nightly' ({exc})"
+        ) from exc
+    fires: list[datetime] = []
+    at = next_fire(parsed, start, "replay")
+    while at <= end:
+        fires.append(at)
+        if len(fires) > MAX_CADENCE_TIMES:
+            raise ScheduleError(
+                f"--cadence {cadence!r} fires more than {MAX_CADENCE_TIMES} times between "
+                f"{start.isoformat()} and {end.isoformat()}: choose a coarser cadence or an "
+                "earlier --now/--as-of"
+            )
+        at = next_fire(parsed, at, "replay")
+    return tuple(fires)
+
 
 Progress = Callable[[str, int, int], None]
 """``progress(phase, done, total)`` with phase ``copy`` or ``consolidate`` (episodes)."""
@@ -114,6 +211,8 @@ class ReplayResult:
     changes: list[FactChange]
     unchanged: int
     timings: dict[str, float] = field(default_factory=dict)
+    times: ReplayTimes | None = None
+    """When the passes ran (``None``: one pass at ``now``)."""
     quarantined: list[QuarantinedRow] = field(default_factory=list)
     """Episode rows of the selection that were skipped (not copied, or not decodable), in
     ``seq`` order; ``recorded`` is False: the real database is never written."""
@@ -141,6 +240,7 @@ class ReplayResult:
             "agent": self.agent,
             "episodes": self.episodes,
             "partitions": self.partitions,
+            "times": (self.times or ReplayTimes("now", self.now)).document(),
             "summary": self.counts(),
             "changes": [_change_document(c) for c in self.changes],
         }
@@ -275,15 +375,42 @@ def _left_out(
     return out
 
 
+def _recorded(
+    db: sqlite3.Connection, pattern: FactPattern, as_of_us: int | None
+) -> tuple[Recorded, int | None]:
+    """The selected partitions' recorded pass times (up to ``as_of_us``) and the first
+    selected episode's timestamp (µs; None without episodes)."""
+    where, params = _episode_filter(pattern.user, pattern.agent, as_of_us)
+    first = db.execute(f"SELECT min(ts_us) FROM main.episodes WHERE {where}", params).fetchone()
+    found: Recorded = {}
+    if "pass_times" not in _tables(db, "main"):
+        return found, first[0]
+    rows = db.execute(
+        "SELECT pack, partition_key, now_us, upto_seq FROM main.pass_times "
+        "ORDER BY partition_key, now_us, pack"
+    )
+    for pack, key, at_us, upto in rows:
+        partition = partition_of(key)
+        if partition is None or (as_of_us is not None and at_us > as_of_us):
+            continue
+        if pattern.user is not None and partition.user != pattern.user:
+            continue
+        if pattern.agent is not None and partition.agent != pattern.agent:
+            continue
+        found.setdefault(str(key), []).append((str(pack), int(at_us), int(upto)))
+    return found, first[0]
+
+
 def _copy(
     real: Path,
     scratch: Path,
     pattern: FactPattern,
     as_of_us: int | None,
     progress: Progress | None,
-) -> tuple[list[Fact], int, list[QuarantinedRow]]:
+) -> tuple[list[Fact], int, list[QuarantinedRow], Recorded, int | None]:
     """Copy the selected episodes into ``scratch``; return the real facts of the same
-    snapshot, how many episodes were copied and the rows left out."""
+    snapshot, how many episodes were copied, the rows left out, the recorded pass times
+    and the first selected episode's timestamp."""
     db = sqlite3.connect(readonly_uri(real), uri=True, isolation_level=None)
     try:
         db.execute("ATTACH DATABASE ? AS scratch", (str(scratch),))
@@ -293,6 +420,7 @@ def _copy(
             raise StoreError(f"{real}: no episodes table (not a stargraph_mem database)")
         db.execute("BEGIN")
         facts = _facts(db, pattern, as_of_us) if "facts" in tables else []
+        recorded, first_us = _recorded(db, pattern, as_of_us)
         wanted = set(_columns(db, "main"))
         cols = ", ".join(c for c in _columns(db, "scratch") if c in wanted)
         where, params = _episode_filter(pattern.user, pattern.agent, as_of_us)
@@ -320,7 +448,7 @@ def _copy(
             required = [c for c in _required(db, "scratch") if c in wanted]
             left_out = _left_out(db, where, params, required)
         db.execute("COMMIT")
-        return facts, copied, left_out
+        return facts, copied, left_out, recorded, first_us
     finally:
         db.close()
 
@@ -397,14 +525,14 @@ def diff_facts(real: Sequence[Fact], new: Sequence[Fact]) -> tuple[list[FactChan
 async def _consolidate(
     path: Path,
     packs: Sequence[CompiledPack],
-    now: datetime,
+    times: ReplayTimes,
     max_episodes: int,
     total: int,
     progress: Progress | None,
 ) -> tuple[int, list[QuarantinedRow]]:
-    """Consolidate every partition of the scratch copy (each pack in turn, as
-    ``Consolidator.consolidate`` does); return how many partitions there are and the
-    rows the scratch store quarantined."""
+    """Consolidate every partition of the scratch copy at the pass times of ``times`` (the
+    packs of one pass time in turn, as ``Consolidator.consolidate`` does); return how many
+    partitions there are and the rows the scratch store quarantined."""
     async with Consolidator(path, packs, max_episodes=max_episodes) as mem:
         runs = [
             PassRunner(
@@ -413,9 +541,11 @@ async def _consolidate(
                 mem.fact_store,
                 max_episodes=max_episodes,
                 keep_deltas=False,
+                worker="never",
             )
             for p in packs
         ]
+        names = [p.name for p in packs]
         partitions = await mem.memory.partitions()
         done = 0
         if progress is not None:
@@ -430,8 +560,9 @@ async def _consolidate(
                 progress("consolidate", min(done // passes, total), total)
 
         for partition in partitions:
-            for run in runs:
-                await run.run(partition, now=now, on_pass=on_pass)
+            for when, upto, index in times.events(partition, names):
+                runs[index].horizon = upto
+                await runs[index].run(partition, now=when, on_pass=on_pass)
         quarantined = await mem.memory.quarantined()
     return len(partitions), [replace(q, recorded=False) for q in quarantined]
 
@@ -452,11 +583,17 @@ async def replay(
     max_episodes: int = DEFAULT_MAX_EPISODES,
     scratch: str | Path | None = None,
     progress: Progress | None = None,
+    cadence: str | None = None,
 ) -> ReplayResult:
     """Rebuild facts from ``db``'s episodes under ``packs`` in a scratch database; diff them.
 
     ``as_of`` replays only episodes with ``timestamp <= as_of`` and compares with the facts
-    current at ``as_of``; ``now`` (default: ``as_of``, else the wall clock) is the pass time.
+    current at ``as_of``. When the passes run (see :class:`ReplayTimes` and the module):
+    without ``now`` and ``cadence``, at the pass times the real database recorded (up to
+    ``as_of``), or, when it recorded none, in one pass at ``as_of`` (else the wall clock);
+    with ``now`` only, in one pass at ``now``; with ``cadence`` (a cron expression in UTC,
+    or ``nightly``), at its fire times after the first episode and up to ``now`` (default:
+    ``as_of``, else the wall clock).
     ``scratch`` keeps the rebuilt database at that path (which must not exist); otherwise
     it lives in a temporary directory that is removed afterwards.
     """
@@ -465,6 +602,8 @@ async def replay(
     if location.path is not None and not real.is_file():
         raise StoreError(f"{real}: database file does not exist")
     when = to_utc(now or as_of or utc_now())
+    if cadence is not None and not cadence.strip():
+        raise ScheduleError("--cadence: empty (give a cron expression or 'nightly')")
     as_of_us = None if as_of is None else to_us(as_of, "as_of time")
     if scratch is not None and Path(scratch).exists():
         raise StoreError(f"{scratch}: scratch database already exists")
@@ -477,12 +616,20 @@ async def replay(
         t0 = clock()
         await _bootstrap(path, packs)
         pattern = FactPattern(user=user, agent=agent)
-        real_facts, copied, left_out = await asyncio.to_thread(
+        real_facts, copied, left_out, recorded, first_us = await asyncio.to_thread(
             _copy, real, path, pattern, as_of_us, progress
         )
+        if cadence is not None:
+            start = when if first_us is None else from_us(first_us - 1)
+            fires = cadence_fires(cadence, start, when)
+            times = ReplayTimes("cadence", when, cadence=cadence, fires=fires)
+        elif now is None and recorded:
+            times = ReplayTimes("recorded", when, recorded)
+        else:
+            times = ReplayTimes("now", when)
         t1 = clock()
         partitions, unreadable = await _consolidate(
-            path, packs, when, max_episodes, copied, progress
+            path, packs, times, max_episodes, copied, progress
         )
         t2 = clock()
         new_facts = await asyncio.to_thread(_scratch_facts, path)
@@ -500,5 +647,6 @@ async def replay(
         changes=changes,
         unchanged=unchanged,
         timings={"copy": t1 - t0, "consolidate": t2 - t1, "diff": t3 - t2, "total": t3 - t0},
+        times=times,
         quarantined=sorted([*left_out, *unreadable], key=lambda q: q.seq),
     )

@@ -19,14 +19,16 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from stargraph_mem.compiler.pack import CompiledRule
-from stargraph_mem.engine.history import HistoryInput, HistoryRead
+from stargraph_mem.engine.history import HistoryInput
 from stargraph_mem.engine.inflight import Behind
+from stargraph_mem.engine.pass_clock import resumed_records
 from stargraph_mem.engine.report import LegacyFilter, PassReport
 from stargraph_mem.engine.runtime import PassInput, PassOutput
 from stargraph_mem.errors import PassConflictError
 from stargraph_mem.stores.fact import EngineFact
 from stargraph_mem.stores.fact_rows import PassWrite
 from stargraph_mem.stores.memory import EpisodeRecord
+from stargraph_mem.stores.pass_time import Deferral
 from stargraph_mem.stores.schedule_runs import RuleRun
 from stargraph_mem.stores.scope import Partition
 
@@ -48,6 +50,7 @@ class _Planned:
     marks: dict[str, int]
     version: int
     low: int
+    deferred: list[Deferral]
     facts: list[EngineFact] | None = None
 
 
@@ -105,9 +108,10 @@ class BatchRun:
         one pass are grouped into batches, the others run alone (groups of one)."""
         runner = self.runner
         bases = await runner.facts.pass_bases(runner.pack, partitions)
+        deferred = await runner.facts.deferred_of(runner.pack, partitions)
         planned = [
-            _Planned(p, marks, version, runner.low(marks, self.rules, None))
-            for p, (marks, version) in zip(partitions, bases, strict=True)
+            _Planned(p, marks, version, runner.low(marks, self.rules, None), found)
+            for p, (marks, version), found in zip(partitions, bases, deferred, strict=True)
         ]
         counts = await runner.memory.count_since_of([(p.partition, p.low) for p in planned])
         groups = self._groups(planned, counts)
@@ -184,20 +188,24 @@ class BatchRun:
         reads = await runner.memory.since_checked_of(
             [(p.partition, p.low) for p in group], limit=runner.max_episodes
         )
+        found = await resumed_records(
+            runner.memory,
+            [d for p in group for d in runner.due(self.rules, None, p.deferred, self.now)],
+        )
         jobs: list[_Job] = []
         for item, read in zip(group, reads, strict=True):
-            report = runner.started(item.partition, self.now, self.rules, None, item.marks, read)
+            report, records = runner.started(
+                item.partition, self.now, self.rules, None, item.marks, read, item.deferred, found
+            )
             report.read_version = item.version
             eligible = await runner.eligibility.of(
-                report, self.rules, read.records, item.marks, self.legacy
+                report, self.rules, records, item.marks, self.legacy
             )
             assert item.facts is not None
-            jobs.append(_Job(report, read.records, item.facts, eligible))
+            jobs.append(_Job(report, records, item.facts, eligible))
         loaded = await runner.history(
             [
-                HistoryRead(
-                    j.report.partition, j.records, runner.effective_marks(i.marks, self.rules, None)
-                )
+                runner.history_read(j.report, j.records, self.rules, None, i.marks)
                 for j, i in zip(jobs, group, strict=True)
             ],
             self.now,

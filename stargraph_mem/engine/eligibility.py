@@ -41,7 +41,11 @@ class Eligibility:
         marks: dict[str, int],
         legacy: LegacyFilter | None,
     ) -> dict[int, set[int]]:
-        """Per rule index, the seqs it may see; gated ids and rejections go to ``report``."""
+        """Per rule index, the seqs it may see; gated ids and rejections go to ``report``.
+
+        A rule sees the episodes after its watermark and the deferred ones the pass
+        consumes under it (``report.resumed``), as far as its ``select`` and gates allow.
+        """
         partition, now, high = report.partition, report.now, report.last_seq
         eligible: dict[int, set[int]] = {}
         gated: set[str] = set()
@@ -51,8 +55,13 @@ class Eligibility:
             if after not in after_sets:
                 after_sets[after] = {r.seq for r in records if r.seq > after}
             seqs = set(after_sets[after])
+            resumed = report.resumed.get(rule.id)
+            low, top = after, high
+            if resumed:
+                seqs |= resumed
+                low, top = min(after, min(resumed) - 1), max(high, max(resumed))
             if rule.select is not None and seqs:
-                args = (partition, after, high, rule.select.sql, rule.select.params(to_us(now)))
+                args = (partition, low, top, rule.select.sql, rule.select.params(to_us(now)))
                 if self.path is not None:
                     found = await asyncio.to_thread(select_seqs, self.path, *args, rule_id=rule.id)
                 else:

@@ -83,6 +83,8 @@ class HistoryInput:
     """Per relation name, consumed episodes to fold in first (state not kept yet)."""
     rule_ids: frozenset[str] | None = None
     """The rules of the pass (None: all): another rule's relations wait for its passes."""
+    resumed: Mapping[str, set[int]] = field(default_factory=dict)
+    """Per rule id, seqs at or below its watermark it consumes in this pass."""
 
 
 class _Relation:
@@ -291,7 +293,9 @@ def compute(
     for ordinal, record in enumerate(episodes, start=1):
         for state in states:
             rel = state.rel
-            if record.seq <= given.marks.get(rel.rule_id, 0):
+            if record.seq <= given.marks.get(rel.rule_id, 0) and record.seq not in (
+                given.resumed.get(rel.rule_id, ())
+            ):
                 continue  # folded in by the pass that consumed it
             if isinstance(state, _Count):
                 counted = state.feed(record)
@@ -345,7 +349,7 @@ def missing_markers(
     return [r for r in relations if marker_ref(partition, r.rule_id, r.name) not in kept]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class HistoryRead:
     """One partition's part of :func:`load_history`."""
 
@@ -355,6 +359,10 @@ class HistoryRead:
     """Each rule's watermark as the pass read it."""
     overlay: Sequence[AggregateWrite] = ()
     """Writes of passes not committed yet (a run's previous pass)."""
+    resumed: Mapping[str, set[int]] = field(default_factory=dict)
+    """Per rule id, seqs at or below its watermark it consumes now (deferred before)."""
+    deferred: Mapping[str, set[int]] = field(default_factory=dict)
+    """Per rule id, seqs at or below its watermark it has not consumed (deferred)."""
 
 
 async def load_history(
@@ -372,7 +380,7 @@ async def load_history(
     wanted = frozenset(rule_ids)
     mine = [rel for rel in relations if rel.rule_id in wanted]
     if not mine:
-        return [HistoryInput(marks=r.marks, rule_ids=wanted) for r in reads]
+        return [HistoryInput(marks=r.marks, rule_ids=wanted, resumed=r.resumed) for r in reads]
     refs = sorted(
         {ref for r in reads for ref in wanted_refs(mine, r.partition, now_us, r.episodes)}
     )
@@ -395,6 +403,15 @@ async def load_history(
             if consumed is None:
                 read = await memory.since_checked(r.partition, 0)
                 consumed = sorted(read.records, key=lambda e: (e.timestamp, e.seq))
-            backfill[rel.name] = [e for e in consumed if e.seq <= mark]
-        out.append(HistoryInput(rows=rows, marks=r.marks, backfill=backfill, rule_ids=wanted))
+            pending = r.deferred.get(rel.rule_id, set())
+            backfill[rel.name] = [e for e in consumed if e.seq <= mark and e.seq not in pending]
+        out.append(
+            HistoryInput(
+                rows=rows,
+                marks=r.marks,
+                backfill=backfill,
+                rule_ids=wanted,
+                resumed=r.resumed,
+            )
+        )
     return out

@@ -6,11 +6,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from stargraph_mem.engine.pass_clock import after_pass
 from stargraph_mem.engine.runtime import PassOutput, RejectedEpisode
 from stargraph_mem.model.deltas import MemoryDelta
 from stargraph_mem.stores.aggregates import AggregateWrite
 from stargraph_mem.stores.fact import EngineFact, Rejection, WatermarkAdvance
 from stargraph_mem.stores.memory import QuarantinedRow
+from stargraph_mem.stores.pass_time import Deferral, PassTime
 from stargraph_mem.stores.scope import Partition
 
 
@@ -36,6 +38,9 @@ class PassReport:
     table, passed by the watermark."""
     first_seq: int = 0
     last_seq: int = 0
+    not_yet_due: int = 0
+    """Episodes of the partition stamped after the pass time (``now``) that its rules have
+    not consumed: they stay pending (deferred) until a pass whose time reaches them."""
     deltas: list[MemoryDelta] = field(default_factory=list)
     """The pass's deltas, in order (empty when the run was told not to keep them)."""
     matched: list[dict[str, list[str]]] = field(default_factory=list)
@@ -59,6 +64,12 @@ class PassReport:
     """The partition's current facts once the pass is applied (None: computed elsewhere)."""
     bodies: list[bytes] | None = field(default=None, repr=False, compare=False)
     """Deltas computed by a worker process, as canonical JSON, decoded when applied."""
+    time: PassTime | None = field(default=None, repr=False, compare=False)
+    """The pass time, the episodes it defers and the deferred ones it consumes."""
+    deferred_read: list[Deferral] = field(default_factory=list, repr=False, compare=False)
+    """The pack's deferred episodes of the partition stored when the pass read it."""
+    resumed: dict[str, set[int]] = field(default_factory=dict, repr=False, compare=False)
+    """Rule id → seqs of deferred episodes (now due) the rule consumes in this pass."""
 
     @property
     def counts(self) -> dict[str, int]:
@@ -73,6 +84,10 @@ class PassReport:
         for adv in self.advances:
             marks[adv.rule_id] = adv.last_seq
         return marks
+
+    def deferred_after(self) -> list[Deferral]:
+        """The deferred episodes stored once this pass is applied (the next pass's)."""
+        return after_pass(self.deferred_read, self.time)
 
     def take(self, out: PassOutput, keep_matched: bool) -> None:
         """Record what the pack's run produced (its rejections after the gates' ones)."""

@@ -25,6 +25,7 @@ from stargraph_mem.engine.eligibility import Eligibility
 from stargraph_mem.engine.history import HistoryInput, HistoryRead, load_history
 from stargraph_mem.engine.inflight import Behind
 from stargraph_mem.engine.limits import DEFAULT_MAX_EPISODES
+from stargraph_mem.engine.pass_clock import due, not_yet_due, resumed_records, timed
 from stargraph_mem.engine.report import LegacyFilter, PassReport
 from stargraph_mem.engine.runtime import PackRuntime, Stamp
 from stargraph_mem.engine.worker import WorkerProcess
@@ -33,9 +34,11 @@ from stargraph_mem.gcpause import gc_paused
 from stargraph_mem.model.deltas import DELTA_ADAPTER, MemoryDelta
 from stargraph_mem.model.time import seconds_us, to_us, to_utc
 from stargraph_mem.salience import RuleBasedScorer, SalienceScorer, gate_scorer
+from stargraph_mem.stores.aggregates import AggregateWrite
 from stargraph_mem.stores.fact import EngineFact, WatermarkAdvance
 from stargraph_mem.stores.fact_rows import PassBasis, PassWrite, claim_holder
-from stargraph_mem.stores.memory import CheckedRead
+from stargraph_mem.stores.memory import CheckedRead, EpisodeRecord
+from stargraph_mem.stores.pass_time import Deferral
 from stargraph_mem.stores.protocols import EpisodeRepository, FactRepository
 from stargraph_mem.stores.schedule_runs import RuleRun
 from stargraph_mem.stores.scope import Partition
@@ -97,6 +100,10 @@ class PassRunner:
         self.worker: WorkerMode = worker
         """Whether a run computes its passes in a worker process (see :meth:`run`)."""
         self.eligibility = Eligibility(runtime.compiled, self.scorer, memory.file)
+        self.horizon: int | None = None
+        """When set (a replay of recorded passes), passes leave episodes stored after this
+        seq for later passes, as if they had not been stored yet (computed in this
+        process only: a worker process does not see it)."""
         self._lock = asyncio.Lock()
         self._known: OrderedDict[str, _Known] = OrderedDict()
         """Per partition key: what this object's last pass there left (reused while the
@@ -322,7 +329,8 @@ class PassRunner:
         return worker
 
     async def pending(self, partition: Partition, rule_ids: Sequence[str] | None = None) -> int:
-        """Episodes of ``partition`` a run would read (after the lowest watermark)."""
+        """Episodes of ``partition`` not consumed yet: those after the lowest watermark and
+        those passes deferred (stamped after their pass time), whether due now or not."""
         return (await self.pending_of([partition], rule_ids))[0]
 
     async def pending_of(
@@ -332,7 +340,13 @@ class PassRunner:
         rules = self.rules_of(rule_ids)
         bases = await self.facts.pass_bases(self.pack, partitions)
         lows = [self.low(marks, rules, None) for marks, _ in bases]
-        return await self.memory.count_since_of(list(zip(partitions, lows, strict=True)))
+        counts = await self.memory.count_since_of(list(zip(partitions, lows, strict=True)))
+        deferred = await self.facts.deferred_of(self.pack, partitions)
+        keys = {r.id for r in rules}
+        return [
+            count + len({d.seq for d in found if d.rule_id in keys and d.seq <= low})
+            for count, low, found in zip(counts, lows, deferred, strict=True)
+        ]
 
     # --- one pass --------------------------------------------------------------------
 
@@ -343,6 +357,21 @@ class PassRunner:
             return marks.get(stamp.rule_id, 0)
         return min((marks.get(r.id, 0) for r in rules), default=0)
 
+    @staticmethod
+    def keys(rules: list[CompiledRule], stamp: Stamp | None) -> list[str]:
+        """The watermark keys a pass of ``rules`` moves (with ``stamp``, the shared one)."""
+        return [stamp.rule_id] if stamp is not None else [r.id for r in rules]
+
+    def due(
+        self,
+        rules: list[CompiledRule],
+        stamp: Stamp | None,
+        deferred: list[Deferral],
+        now: datetime,
+    ) -> list[Deferral]:
+        """The deferred episodes a pass of ``rules`` at ``now`` consumes."""
+        return due(deferred, self.keys(rules, stamp), to_us(now))
+
     def started(
         self,
         partition: Partition,
@@ -351,12 +380,19 @@ class PassRunner:
         stamp: Stamp | None,
         marks: dict[str, int],
         read: CheckedRead,
-    ) -> PassReport:
-        """The report of a pass that read ``read`` after the stored watermarks ``marks``."""
+        deferred: list[Deferral],
+        found: dict[str, EpisodeRecord],
+    ) -> tuple[PassReport, list[EpisodeRecord]]:
+        """The report of a pass that read ``read`` after the stored watermarks ``marks``
+        (and ``deferred``, the stored deferrals; ``found``: the episodes of those due), and
+        the episodes it consumes: those stamped at or before ``now`` (see
+        :mod:`~stargraph_mem.engine.pass_clock`)."""
         low = self.low(marks, rules, stamp)
-        records = read.records
+        keys = self.keys(rules, stamp)
+        split = timed(read, low, now, keys, marks, self.due(rules, stamp, deferred, now), found)
+        records = split.records
         high = read.last_seq(low)
-        return PassReport(
+        report = PassReport(
             pack=self.pack,
             pack_hash=self.runtime.sha256,
             partition=partition,
@@ -369,7 +405,18 @@ class PassRunner:
             last_seq=high,
             read_marks=marks,
             advances=self._advances(partition, rules, marks, high, stamp),
+            time=split.time,
+            deferred_read=deferred,
         )
+        if split.resumed:
+            report.resumed = {
+                r.id: split.resumed.get(stamp.rule_id if stamp else r.id, set()) for r in rules
+            }
+        wanted = set(keys)
+        report.not_yet_due = not_yet_due(
+            [d for d in report.deferred_after() if d.rule_id in wanted], split.time.now_us
+        )
+        return report, records
 
     def effective_marks(
         self, marks: dict[str, int], rules: list[CompiledRule], stamp: Stamp | None
@@ -400,32 +447,38 @@ class PassRunner:
         known = self._known.get(partition.key)
         if previous is not None:
             stored, facts = previous.marks_after(), previous.facts_after
+            deferred = previous.deferred_after()
         elif known is not None:  # as our last apply left it: the apply checks it still is
             self._known.move_to_end(partition.key)
             stored, version, facts = dict(known.marks), known.version, known.facts
+            deferred = list(known.deferred)
         else:  # read before the episodes and facts: the apply checks nothing moved since
             stored, version = await self.facts.basis(self.pack, partition)
+            (deferred,) = await self.facts.deferred_of(self.pack, [partition])
         low = self.low(stored, rules, stamp)
         # rows that cannot be decoded are quarantined by the read; the watermark passes them
         read = await self.memory.since_checked(partition, low, limit=self.max_episodes)
-        report = self.started(partition, now, rules, stamp, stored, read)
+        if self.horizon is not None:
+            read = below(read, self.horizon)
+        found = await resumed_records(self.memory, self.due(rules, stamp, deferred, now))
+        report, records = self.started(partition, now, rules, stamp, stored, read, deferred, found)
         report.read_version = version
         marks = self.effective_marks(stored, rules, stamp)
-        eligible = await self.eligibility.of(report, rules, read.records, marks, legacy)
+        eligible = await self.eligibility.of(report, rules, records, marks, legacy)
         if facts is None:
             assert version is not None
             facts = self.known_facts(partition, version)
             if facts is None:
                 facts = await self.facts.current_facts(partition)
         overlay = [previous.aggregates] if previous is not None and previous.aggregates else []
-        read_history = HistoryRead(partition, read.records, marks, overlay)
+        read_history = self.history_read(report, records, rules, stamp, marks, overlay)
         (history,) = await self.history([read_history], now, rules)
         t1 = time.perf_counter()
         out = await asyncio.to_thread(
             self.runtime.run_pass,
             partition=partition,
             now=now,
-            episodes=read.records,
+            episodes=records,
             facts=facts,
             eligible=eligible,
             stamp=stamp,
@@ -436,6 +489,23 @@ class PassRunner:
         report.take(out, self.keep_deltas)
         report.timings = {"read": t1 - t0, "engine": t2 - t1, "apply": 0.0, "total": t2 - t0}
         return report
+
+    def history_read(
+        self,
+        report: PassReport,
+        records: list[EpisodeRecord],
+        rules: list[CompiledRule],
+        stamp: Stamp | None,
+        marks: dict[str, int],
+        overlay: Sequence[AggregateWrite] = (),
+    ) -> HistoryRead:
+        """What the history patterns of ``report``'s pass read: its episodes, each rule's
+        watermark, and the deferred episodes it resumes or leaves for later."""
+        deferred: dict[str, set[int]] = {}
+        for d in report.deferred_read:
+            deferred.setdefault(d.rule_id, set()).add(d.seq)
+        pending = {r.id: deferred.get(stamp.rule_id if stamp else r.id, set()) for r in rules}
+        return HistoryRead(report.partition, records, marks, overlay, dict(report.resumed), pending)
 
     async def history(
         self, reads: Sequence[HistoryRead], now: datetime, rules: list[CompiledRule]
@@ -469,7 +539,9 @@ class PassRunner:
         """Keep what an applied pass left (facts, watermarks, version) for the next one."""
         if facts is None or len(facts) > KNOWN_FACTS_MAX:
             return
-        self._known[report.partition.key] = _Known(version, facts, report.marks_after())
+        self._known[report.partition.key] = _Known(
+            version, facts, report.marks_after(), report.deferred_after()
+        )
         while len(self._known) > KNOWN_PARTITIONS_MAX:
             self._known.popitem(last=False)
 
@@ -500,6 +572,7 @@ class PassRunner:
             now_us + seconds_us(seconds),
             last,
             now_us,
+            report.time if changes(report) else None,
         )
 
     def decode(self, report: PassReport) -> None:
@@ -579,6 +652,26 @@ class PassRunner:
         ]
 
 
+def changes(report: PassReport) -> bool:
+    """Whether applying ``report`` changes anything (only such passes record their time:
+    a pass that changes nothing leaves the stores as they were)."""
+    time = report.time
+    return bool(
+        any(report.delta_counts.values())
+        or report.advances
+        or report.rejected
+        or (time is not None and (time.deferred or time.resumed))
+    )
+
+
+def below(read: CheckedRead, horizon: int) -> CheckedRead:
+    """``read`` without the rows stored after seq ``horizon``."""
+    return CheckedRead(
+        [r for r in read.records if r.seq <= horizon],
+        [q for q in read.quarantined if q.seq <= horizon],
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class _Known:
     """What a runner's last applied pass over a partition left there."""
@@ -586,6 +679,7 @@ class _Known:
     version: int
     facts: list[EngineFact]
     marks: dict[str, int]
+    deferred: list[Deferral]
 
 
 # --- the worker process's protocol --------------------------------------------------------

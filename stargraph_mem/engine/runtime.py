@@ -1,8 +1,9 @@
 """The CLIPS runtime: a compiled pack loaded once, run over one partition's episodes per pass.
 
 A pass asserts the pass time, a cursor, the partition's current facts and the episodes
-(in insertion order, in chunks), runs the agenda, and turns the lines the rules printed
-into validated :data:`MemoryDelta` objects. Only fields that rules test enter CLIPS.
+(in timestamp order, insertion seq breaking ties, in chunks), runs the agenda, and turns
+the lines the rules printed into validated :data:`MemoryDelta` objects. Only fields that
+rules test enter CLIPS.
 """
 
 from __future__ import annotations
@@ -297,7 +298,11 @@ class PackRuntime:
         matched: bool = False,
         history: HistoryInput | None = None,
     ) -> PassOutput:
-        """Run every compiled rule once over ``episodes`` (in order) and collect deltas.
+        """Run every compiled rule once over ``episodes`` and collect deltas.
+
+        The episodes are taken in timestamp order, insertion ``seq`` breaking ties, whatever
+        order they are given in (see :func:`in_time_order`): ``earlier`` and counts follow
+        the time the episodes describe, not the order they were stored in.
 
         ``eligible`` maps a rule index to the seqs it may see (after its watermark, select
         and salience gate); ``None`` means every rule sees every episode.
@@ -343,7 +348,7 @@ class PackRuntime:
         builders: dict[str, _FactBuilder],
     ) -> PassOutput:
         """One job's pass; its deltas are what the file gained since the previous job."""
-        episodes, fact_list = job.episodes, job.facts
+        episodes, fact_list = in_time_order(job.episodes), job.facts
         out = PassOutput(episodes=len(episodes))
         ok_sets, groups = self._eligibility(episodes, job.eligible)
         hist: HistoryFacts | None = None
@@ -441,6 +446,22 @@ class PackRuntime:
     def close(self) -> None:
         self._out.unlink(missing_ok=True)
         Path(self._dir).rmdir()
+
+
+def _time_key(record: EpisodeRecord) -> tuple[datetime, int]:
+    return record.timestamp, record.seq
+
+
+def in_time_order(episodes: Sequence[EpisodeRecord]) -> Sequence[EpisodeRecord]:
+    """``episodes`` in timestamp order, insertion ``seq`` breaking ties (the order every
+    pass consumes its episodes in); the same sequence when it is in that order already."""
+    previous: tuple[datetime, int] | None = None
+    for record in episodes:
+        key = (record.timestamp, record.seq)
+        if previous is not None and key < previous:
+            return sorted(episodes, key=_time_key)
+        previous = key
+    return episodes
 
 
 @dataclass(frozen=True, slots=True)

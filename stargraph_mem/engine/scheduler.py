@@ -107,6 +107,15 @@ class ConsolidationReport:
         return sum(report.episodes for report in self.passes)
 
     @property
+    def not_yet_due(self) -> int:
+        """Episodes stamped after the pass time that stay pending: per pack and partition,
+        what its last pass left (an episode pending for two packs counts twice)."""
+        last: dict[tuple[str, str], int] = {}
+        for report in self.passes:
+            last[(report.pack, report.partition.key)] = report.not_yet_due
+        return sum(last.values())
+
+    @property
     def fired(self) -> dict[str, list[Partition]]:
         """``pack/rule`` → partitions it ran for (in order, each once)."""
         out: dict[str, list[Partition]] = defaultdict(list)
@@ -158,10 +167,14 @@ class StatusRow:
     cadence: Cadence
     partition: Partition | None
     pending: int
+    """Episodes the rule has not consumed: after its watermark, and deferred ones."""
     last_run: datetime | None
     next_run: datetime | None
     """The next cron fire time (``None`` for count rules)."""
     due: bool
+    not_yet_due: int = 0
+    """Of ``pending``, the deferred episodes stamped after the status time (a pass at
+    that time would leave them pending)."""
 
 
 class ScheduleProgram:
@@ -255,6 +268,8 @@ class _Facts:
     counts: list[tuple[int, int, int]] = field(default_factory=list)
     nexts: list[tuple[int, int, int]] = field(default_factory=list)
     pending: dict[tuple[str, int], int] = field(default_factory=dict)
+    later: dict[tuple[str, int], int] = field(default_factory=dict)
+    """Per (rule, partition): deferred episodes not due yet (included in ``pending``)."""
     states: dict[tuple[str, str], RunState] = field(default_factory=dict)
 
 
@@ -319,12 +334,16 @@ class Scheduler:
         partitions: Sequence[Partition],
         facts: _Facts,
         rules: Sequence[CadenceRule],
+        now_us: int,
     ) -> None:
-        """Episodes after each rule's watermark in every partition (one count per distinct
-        watermark, all in two statements); count rules also get their counter fact."""
+        """Episodes after each rule's watermark in every partition and those its passes
+        deferred (one count per distinct watermark, all in three statements); count rules
+        also get their counter fact, which counts deferred episodes once they are due
+        (stamped at or before ``now_us``)."""
         if not rules or not partitions:
             return
         bases = await self.facts.pass_bases(pack.name, partitions)
+        deferred = await self.facts.deferred_of(pack.name, partitions)
         wanted = {
             (part, marks.get(rule.id, 0)) for part, (marks, _) in enumerate(bases) for rule in rules
         }
@@ -334,9 +353,12 @@ class Scheduler:
         for part, (marks, _) in enumerate(bases):
             for rule in rules:
                 count = by_mark[(part, marks.get(rule.id, 0))]
-                facts.pending[(rule.id, part)] = count
+                mine = [d for d in deferred[part] if d.rule_id == rule.id]
+                later = sum(1 for d in mine if d.ts_us > now_us)
+                facts.pending[(rule.id, part)] = count + len(mine)
+                facts.later[(rule.id, part)] = later
                 if rule.cadence.every is not None:
-                    facts.counts.append((rule.index, part, count))
+                    facts.counts.append((rule.index, part, count + len(mine) - later))
 
     async def _anchor_missing(
         self, pack: _Pack, partitions: Sequence[Partition], now: datetime, facts: _Facts
@@ -396,7 +418,7 @@ class Scheduler:
         group the due rules by partition."""
         facts = _Facts()
         facts.states = await self.store.runs_of(pack.name, partitions)
-        await self._pending(pack, partitions, facts, pack.count_rules)
+        await self._pending(pack, partitions, facts, pack.count_rules, to_us(now))
         if pack.cron_rules:
             await self._anchor_missing(pack, partitions, now, facts)
             self._clocks(pack, partitions, facts)
@@ -598,7 +620,7 @@ class Scheduler:
             facts = _Facts()
             facts.states = await self.store.runs(pack.name)
             rules = pack.all_rules
-            await self._pending(pack, partitions, facts, rules)
+            await self._pending(pack, partitions, facts, rules, now_us)
             for rule in rules:
                 if not partitions:
                     rows.append(
@@ -619,6 +641,7 @@ class Scheduler:
     ) -> StatusRow:
         state = facts.states.get((rule.id, partition.key))
         pending = facts.pending.get((rule.id, part), 0)
+        later = facts.later.get((rule.id, part), 0)
         last = None if state is None or state.last_run_us is None else from_us(state.last_run_us)
         nxt: int | None = None
         if rule.cadence.cron is not None:
@@ -631,7 +654,7 @@ class Scheduler:
             counts: list[tuple[int, int, int]] = []
             nexts = [(rule.index, 0, nxt)]
         else:
-            counts, nexts = [(rule.index, 0, pending)], []
+            counts, nexts = [(rule.index, 0, pending - later)], []
         due = bool(pack.program.due(now_us, counts, nexts))
         return StatusRow(
             pack.name,
@@ -642,6 +665,7 @@ class Scheduler:
             last,
             None if nxt is None else from_us(nxt),
             due,
+            later,
         )
 
 

@@ -83,6 +83,12 @@ COPIED_TABLES: Final = (
         "pack ref value",
     ),
     _table(
+        "deferred_episodes",
+        "pack partition_key rule_id seq episode_id ts_us",
+        "pack partition_key rule_id seq",
+    ),
+    _table("pass_times", "pack partition_key now_us upto_seq", "pack partition_key now_us"),
+    _table(
         "rule_runs",
         "pack rule_id partition_key anchor_us last_run_us runs token",
         "pack rule_id partition_key",

@@ -41,6 +41,7 @@ from stargraph_mem.stores.fact_rows import (
     write_rows,
 )
 from stargraph_mem.stores.fact_statements import FactStatements
+from stargraph_mem.stores.pass_time import resumed_present
 from stargraph_mem.stores.scope import Partition
 from stargraph_mem.stores.search_common import body_text
 from stargraph_mem.stores.sql_conn import Conn, Insert, Many
@@ -92,6 +93,13 @@ async def check_basis(db: Conn, sql: FactStatements, basis: PassBasis) -> None:
     """Raise :class:`StalePassError` unless the stored state is what the pass read."""
     stored = await marks(db, sql, basis.pack, basis.partition.key)
     now = await version(db, sql, basis.partition)
+    if not await resumed_present(db, sql, basis.pack, basis.partition, basis.time):
+        raise StalePassError(
+            f"pack '{basis.pack}' at {basis.partition.key}: another pass consumed deferred "
+            "episodes this pass read",
+            pack=basis.pack,
+            partition=basis.partition.key,
+        )
     if stored != basis.marks or now != basis.version:
         raise StalePassError(
             f"pack '{basis.pack}' at {basis.partition.key}: the partition changed while the "

@@ -31,6 +31,7 @@ from stargraph_mem.stores.fact_rows import (
     validate_deltas,
 )
 from stargraph_mem.stores.fact_statements import FactStatements
+from stargraph_mem.stores.pass_time import resumed_present, write_pass_time
 from stargraph_mem.stores.schedule_runs import RuleRun
 from stargraph_mem.stores.scope import Partition
 from stargraph_mem.stores.sql_conn import Conn
@@ -81,6 +82,8 @@ async def apply_batch(
         await batch.apply_chunk(start, deltas[start : start + CHUNK])
     advanced = await batch.advance(watermarks)
     await write_aggregates(db, sql, aggregates)
+    if basis is not None:
+        await write_pass_time(db, sql, basis.pack, basis.partition, basis.time)
     await batch.reject(rejections)
     now_version = None if version_of is None else await version(db, sql, version_of)
     return batch.result(advanced, len(rejections), now_version)
@@ -117,6 +120,8 @@ async def apply_passes_in(
         await batch.apply_chunk(start, deltas[start : start + CHUNK])
     await advance_passes(db, sql, kept, batch.now_us)
     await write_aggregates(db, sql, [p.aggregates for p in kept if p.aggregates is not None])
+    for write in kept:
+        await write_pass_time(db, sql, write.basis.pack, write.basis.partition, write.basis.time)
     await batch.reject([r for p in kept for r in p.rejections])
     versions = await versions_after(db, sql, kept, batch, len(deltas))
     return [
@@ -221,6 +226,7 @@ async def fresh_passes(db: Conn, sql: FactStatements, passes: Sequence[PassWrite
         p.basis.partition.key not in claimed
         and versions[p.basis.partition.key] == p.basis.version
         and marks[p.basis.pack].get(p.basis.partition.key, {}) == p.basis.marks
+        and await resumed_present(db, sql, p.basis.pack, p.basis.partition, p.basis.time)
         for p in passes
     ]
 

@@ -31,6 +31,7 @@ from stargraph_mem.stores.fact import (
     WatermarkAdvance,
 )
 from stargraph_mem.stores.fact_statements import FactStatements
+from stargraph_mem.stores.pass_time import PassTime
 from stargraph_mem.stores.schedule_runs import RuleRun
 from stargraph_mem.stores.scope import Partition, partition_key, prefix_upper_bound, user_prefix
 
@@ -151,6 +152,9 @@ class PassBasis:
     the partition claim the pass runs under: the apply renews it until ``expires_us``, or
     gives it up when ``release`` (a run's last pass). A pass without a claim is refused
     the same way while someone else holds an unexpired claim (at ``now_us``).
+    ``time`` (a consolidation pass) is its pass time, the episodes it leaves for later and
+    the deferred ones it consumes (which must still be stored: see
+    :mod:`~stargraph_mem.stores.pass_time`).
     """
 
     pack: str
@@ -161,6 +165,7 @@ class PassBasis:
     expires_us: int = 0
     release: bool = False
     now_us: int = 0
+    time: PassTime | None = None
 
 
 @dataclass(frozen=True, slots=True)

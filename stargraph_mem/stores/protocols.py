@@ -32,6 +32,7 @@ from stargraph_mem.stores.memory import (
     IncrementalMemoryStore,
     QuarantinedRow,
 )
+from stargraph_mem.stores.pass_time import Deferral
 from stargraph_mem.stores.schedule_runs import LeaseState, RuleRun, RunState
 from stargraph_mem.stores.scope import Partition
 
@@ -140,6 +141,10 @@ class FactRepository(FactStore, Protocol):
     async def pass_bases(
         self, pack: str, partitions: Sequence[Partition]
     ) -> list[tuple[dict[str, int], int]]: ...
+
+    async def deferred_of(
+        self, pack: str, partitions: Sequence[Partition]
+    ) -> list[list[Deferral]]: ...
 
     async def current_facts_of(self, partitions: Sequence[Partition]) -> list[list[EngineFact]]: ...
 

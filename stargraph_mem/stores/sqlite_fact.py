@@ -70,6 +70,7 @@ from stargraph_mem.stores.fact_rows import (
 )
 from stargraph_mem.stores.fact_rows import fact_query as dialect_query
 from stargraph_mem.stores.models import MigrationPlan
+from stargraph_mem.stores.pass_time import Deferral, deferred_of
 from stargraph_mem.stores.scope import Partition
 from stargraph_mem.stores.sqlite_base import (
     WAL_AUTOCHECKPOINT_PAGES,
@@ -208,7 +209,7 @@ class SQLiteFactStore(SQLiteStoreBase):
         await checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     async def _bootstrap(self, db: aiosqlite.Connection) -> None:
-        """Create the schema, or migrate a version 1 or 2 file (one transaction either way)."""
+        """Create the schema, or migrate a version 1, 2 or 3 file (one transaction either way)."""
         async with transaction(db):
             version = await stored_version(db)
             if version in MIGRATIONS:
@@ -217,7 +218,7 @@ class SQLiteFactStore(SQLiteStoreBase):
             elif version is not None and version != SCHEMA_VERSION:
                 raise StoreError(
                     f"{self.path}: fact store schema version {version} is not supported "
-                    f"(this version reads {SCHEMA_VERSION} and migrates 1 and 2)",
+                    f"(this version reads {SCHEMA_VERSION} and migrates 1 to 3)",
                     schema_version=version,
                 )
             for statement in SCHEMA:
@@ -549,6 +550,12 @@ class SQLiteFactStore(SQLiteStoreBase):
         """The pack's durable aggregate rows with any of ``refs`` (one statement)."""
         async with self._read() as db:
             return await aggregates_in(SQLiteConn(db), SQLITE, pack, refs)
+
+    async def deferred_of(self, pack: str, partitions: Sequence[Partition]) -> list[list[Deferral]]:
+        """The episodes passes of ``pack`` left for a later pass (stamped after their pass
+        time), per partition in the order given, in one statement."""
+        async with self._read() as db:
+            return await deferred_of(SQLiteConn(db), SQLITE, pack, partitions)
 
     async def current_facts_of(self, partitions: Sequence[Partition]) -> list[list[EngineFact]]:
         """:meth:`current_facts` of every partition (in the order given), in one statement."""

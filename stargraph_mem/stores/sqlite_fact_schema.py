@@ -1,6 +1,6 @@
 """The SQLite fact store's schema, its migrations and its statements for the shared code.
 
-Versions 1 and 2 are migrated on open (:data:`MIGRATIONS`, in the bootstrap transaction).
+Versions 1 to 3 are migrated on open (:data:`MIGRATIONS`, in the bootstrap transaction).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from stargraph_mem.stores.fact_rows import (
     json_text,
 )
 from stargraph_mem.stores.fact_statements import FactStatements
+from stargraph_mem.stores.pass_time import SQLITE_TABLES as PASS_TIME_TABLES
 from stargraph_mem.stores.sql_conn import Insert, Many
 from stargraph_mem.stores.sqlite_base import fetch, scalar
 from stargraph_mem.stores.sqlite_migration import Ledger
@@ -45,8 +46,9 @@ SCHEMA_VERSION: Final = 4
 """2: lineage rows share their fact's rowid and name the creating audit row; audit delta
 ids are indexed for delete and noop deltas only. 3: the full-text index of facts and the
 access table (:mod:`~stargraph_mem.stores.sqlite_search`). 4: the durable aggregates of
-``over: history`` patterns (:mod:`~stargraph_mem.stores.aggregates`). Older versions are
-migrated on open."""
+``over: history`` patterns (:mod:`~stargraph_mem.stores.aggregates`), each fact's newest
+observation time, deferred episodes and pass times (:mod:`~stargraph_mem.stores.pass_time`).
+Older versions are migrated on open."""
 LEDGER: Final = Ledger(
     "fact_store_migrations",
     "INSERT INTO fact_store_migrations (name, applied_at_us, plan) VALUES (?, ?, ?)",
@@ -171,6 +173,7 @@ SCHEMA: Final = (
     )""",
     *SEARCH_SCHEMA,
     AGGREGATES_TABLE,
+    *PASS_TIME_TABLES,
     f"INSERT OR IGNORE INTO fact_store_meta (key, value) VALUES ('schema_version', "
     f"'{SCHEMA_VERSION}')",
 )
@@ -203,11 +206,14 @@ _MIGRATE_V2: Final = (
 _MIGRATE_V3: Final = (
     AGGREGATES_TABLE,
     "ALTER TABLE facts ADD COLUMN observed_us INTEGER NULL",
+    *PASS_TIME_TABLES,
     "UPDATE fact_store_meta SET value = '4' WHERE key = 'schema_version'",
 )
-"""Version 3 → 4: the aggregates table, empty (each relation's state is rebuilt from the
-episodes by the first pass that needs it), and the time of each fact's newest source
-observation (unknown for facts made before: read as their ``valid_from``)."""
+"""Version 3 → 4, in the bootstrap transaction: the aggregates table, empty (each
+relation's state is rebuilt from the episodes by the first pass that needs it); the time
+of each fact's newest source observation (unknown for facts made before: read as their
+``valid_from``); the deferred episodes and pass times tables (empty: passes before them
+consumed every episode they read)."""
 MIGRATIONS: Final = {
     1: (*_MIGRATE_V1, *_MIGRATE_V2, *_MIGRATE_V3),
     2: (*_MIGRATE_V2, *_MIGRATE_V3),
@@ -224,6 +230,8 @@ TABLES: Final = (
     "rejections",
     *SEARCH_TABLES,
     "aggregates",
+    "deferred_episodes",
+    "pass_times",
 )
 
 _FACT_COLUMNS: Final = (

@@ -70,6 +70,7 @@ from stargraph_mem.stores.fact_rows import (
     validate_deltas,
 )
 from stargraph_mem.stores.models import MigrationPlan
+from stargraph_mem.stores.pass_time import Deferral, deferred_of
 from stargraph_mem.stores.plan_migration import Ledger, apply_plan, check_plan
 from stargraph_mem.stores.postgres.connection import PgConn
 from stargraph_mem.stores.postgres.repository import PostgresRepository
@@ -402,6 +403,12 @@ class PostgresFactStore(PostgresRepository):
         """The pack's durable aggregate rows with any of ``refs`` (one statement)."""
         async with self.database.connection() as db:
             return await aggregates_in(db, FACTS, pack, refs)
+
+    async def deferred_of(self, pack: str, partitions: Sequence[Partition]) -> list[list[Deferral]]:
+        """The episodes passes of ``pack`` left for a later pass, per partition (see
+        :meth:`SQLiteFactStore.deferred_of`)."""
+        async with self.database.connection() as db:
+            return await deferred_of(db, FACTS, pack, partitions)
 
     async def current_facts_of(self, partitions: Sequence[Partition]) -> list[list[EngineFact]]:
         """:meth:`current_facts` of every partition (in the order given), in one statement."""

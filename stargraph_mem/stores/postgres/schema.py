@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from stargraph_mem.stores.pass_time import POSTGRES_TABLES
+
 __all__ = ["LEDGER_TABLE", "MIGRATIONS", "SCHEMA_VERSION", "TABLES"]
 
 LEDGER_TABLE: Final = "schema_ledger"
@@ -200,7 +202,7 @@ their ``valid_from``)."""
 
 MIGRATIONS: Final = (
     (1, "0001_stores", (*_EPISODES, *_FACTS, *_SCHEDULE)),
-    (2, "0002_aggregates", _AGGREGATES),
+    (2, "0002_history_and_pass_times", (*POSTGRES_TABLES, *_AGGREGATES)),
 )
 """``(version, name, statements)`` in order; a database at version n gets those above n."""
 SCHEMA_VERSION: Final = MIGRATIONS[-1][0]
@@ -217,6 +219,8 @@ TABLES: Final = {
         "fact_text",
         "fact_access",
         "aggregates",
+        "deferred_episodes",
+        "pass_times",
     ),
     "schedule": ("rule_runs", "scheduler_lease", "schedule_rules"),
 }
