@@ -655,7 +655,11 @@ class Generator:
             else:
                 out.append(f"(retract ?i_wb_{ref})")
         for ref in emit.reinforces:
-            out.append(f"(modify ?i_fa_{ref} (f_reinforced_at ?i_now))")
+            if self.observes:  # a reinforcing observation is one the fact was seen in
+                seen = f"(max {ctx.observed[ref]} {self.observed_expr(ctx)})"
+                out.append(f"(modify ?i_fa_{ref} (f_reinforced_at ?i_now) (f_observed_at {seen}))")
+            else:
+                out.append(f"(modify ?i_fa_{ref} (f_reinforced_at ?i_now))")
         if emit.kind in ("add", "update"):
             assert (
                 emit.subject is not None and emit.predicate is not None and emit.object is not None

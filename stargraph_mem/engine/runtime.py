@@ -639,10 +639,12 @@ class _Collector:
                 self.observed(delta, program, refs),
             )
         elif isinstance(delta, NoopDelta):
+            seen = self.observed(delta, program, refs, default=0)
             for fid in delta.reinforces:
                 known = self.facts.get(fid)
                 if known is not None:
                     known.reinforced_at_us = max(known.reinforced_at_us, self.now_us)
+                    known.observed_us = max(known.observed_us, seen)
 
     def episode(self, n: int) -> EpisodeRecord:
         """The episode of ordinal ``n``: of this pass, or (``n < 0``) of an earlier one."""
@@ -652,9 +654,15 @@ class _Collector:
             raise _Unresolved(f"episode ordinal {n}")
         return self.history.seeds[n]
 
-    def observed(self, delta: MemoryDelta, program: RuleProgram, refs: Mapping[str, Any]) -> int:
-        """The time of the newest source episode of ``delta``'s new fact (as the fact store
-        works it out from the stored episodes), or the pass time when none is known."""
+    def observed(
+        self,
+        delta: MemoryDelta,
+        program: RuleProgram,
+        refs: Mapping[str, Any],
+        default: int | None = None,
+    ) -> int:
+        """The time of the newest source episode of ``delta`` (as the fact store works it
+        out from the stored episodes), or ``default`` (the pass time) when none is known."""
         times = self.times
         if times is None:
             times = self.times = {e.id: to_us(e.timestamp) for e in self.episodes}
@@ -666,7 +674,7 @@ class _Collector:
             if program.info.aliases.get(alias) == "fact":
                 fact = refs[alias]
                 found.append(fact.observed_us or fact.valid_from_us)
-        return max(found, default=self.now_us)
+        return max(found, default=self.now_us if default is None else default)
 
     def close_replaced(self, delta: MemoryDelta) -> None:
         """Replaced facts must be current facts of this partition, each named once; they

@@ -65,7 +65,7 @@ COPIED_TABLES: Final = (
         "seq delta_id kind rule_id pack_hash user agent partition_key applied_at_us delta",
         "seq",
     ),
-    _table("reinforcements", "fact_id ts_us delta_id", "fact_id ts_us delta_id"),
+    _table("reinforcements", "fact_id ts_us delta_id observed_us", "fact_id ts_us delta_id"),
     _table(
         "watermarks",
         "pack rule_id partition_key last_seq updated_at_us",

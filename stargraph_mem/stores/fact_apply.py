@@ -298,17 +298,15 @@ class Batch:
             self.episodes_here = any(str(row[0]) == "partition_key" for row in columns)
         return self.episodes_here
 
-    async def observed(self, bundles: Sequence[ProvenanceBundle]) -> list[int | None]:
-        """Per bundle, the time of its newest source episode (None: none is stored here)."""
-        cited = sorted({eid for bundle in bundles for eid in bundle.source_episode_ids})
+    async def observed(self, sources: Sequence[Sequence[str]]) -> list[int | None]:
+        """Per list of source episode ids, the time of the newest (None: none is stored
+        here): when a fact made, or reinforced, from them was last observed."""
+        cited = sorted({eid for ids in sources for eid in ids})
         if not cited or not await self.has_episodes():
-            return [None] * len(bundles)
+            return [None] * len(sources)
         rows = await self.db.fetch(self.sql.episode_times_in, (self.sql.ids(cited),))
         times = {str(eid): int(ts) for eid, ts in rows}
-        return [
-            max((times[e] for e in bundle.source_episode_ids if e in times), default=None)
-            for bundle in bundles
-        ]
+        return [max((times[e] for e in ids if e in times), default=None) for ids in sources]
 
     async def _load(self, deltas: Sequence[Delta]) -> None:
         """Read the states of referenced facts the batch has not seen yet."""
@@ -408,7 +406,9 @@ class Batch:
     def _reinforce(self, index: int, delta: NoopDelta, did: str) -> None:
         self._check_refs(index, delta, did, delta.reinforces, "reinforce")
         ts_us = to_us(delta.promotion_ts)
-        self._reinforcements.extend((fid, ts_us, did) for fid in delta.reinforces)
+        self._reinforcements.extend(
+            (fid, ts_us, did, delta.source_episode_ids) for fid in delta.reinforces
+        )
         self.reinforced += len(delta.reinforces)
 
     def _check_refs(
@@ -469,7 +469,7 @@ class Batch:
         staged = self.adapter.take_staged()
         first = self._rowid + 1
         self._rowid += len(staged)
-        observed = await self.observed([bundle for _, bundle in staged])
+        observed = await self.observed([bundle.source_episode_ids for _, bundle in staged])
         rows = [
             write_rows(
                 first + offset,
@@ -493,7 +493,7 @@ class Batch:
             (sql.index_fact, [self._indexed(fact_row) for fact_row, _ in rows]),
             (sql.close, closes),
             (sql.insert_audit, self._audit),
-            (sql.insert_reinforcement, self._reinforcements),
+            (sql.insert_reinforcement, await self._reinforcement_rows()),
         )
         for statement, params in writes:
             if not params:
@@ -503,6 +503,14 @@ class Batch:
             else:
                 await self.db.run_many(statement, params)
         self._audit, self._closes, self._reinforcements = [], [], []
+
+    async def _reinforcement_rows(self) -> list[tuple[Any, ...]]:
+        """Reinforcement rows with the time of each reinforcing delta's newest source."""
+        rows = self._reinforcements
+        if not rows:
+            return []
+        seen = await self.observed([row[3] for row in rows])
+        return [(*row[:3], at) for row, at in zip(rows, seen, strict=True)]
 
     def _indexed(self, fact_row: tuple[Any, ...]) -> tuple[int, str]:
         """The search index row (rowid, text) of a ``facts`` row built by ``write_rows``."""

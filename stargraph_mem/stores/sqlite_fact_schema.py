@@ -141,6 +141,7 @@ SCHEMA: Final = (
         fact_id TEXT NOT NULL,
         ts_us INTEGER NOT NULL,
         delta_id TEXT NOT NULL,
+        observed_us INTEGER NULL,
         PRIMARY KEY (fact_id, ts_us, delta_id)
     ) WITHOUT ROWID""",
     """CREATE TABLE IF NOT EXISTS watermarks (
@@ -206,6 +207,7 @@ _MIGRATE_V2: Final = (
 _MIGRATE_V3: Final = (
     AGGREGATES_TABLE,
     "ALTER TABLE facts ADD COLUMN observed_us INTEGER NULL",
+    "ALTER TABLE reinforcements ADD COLUMN observed_us INTEGER NULL",
     *PASS_TIME_TABLES,
     "UPDATE fact_store_meta SET value = '4' WHERE key = 'schema_version'",
 )
@@ -268,7 +270,7 @@ _CLOSE: Final = (
     "WHERE id = ? AND valid_until_us IS NULL"
 )
 _INSERT_REINFORCEMENT: Final = (
-    "INSERT INTO reinforcements (fact_id, ts_us, delta_id) VALUES (?, ?, ?)"
+    "INSERT INTO reinforcements (fact_id, ts_us, delta_id, observed_us) VALUES (?, ?, ?, ?)"
 )
 _UPSERT_WATERMARK: Final = (
     "INSERT INTO watermarks (pack, rule_id, partition_key, last_seq, updated_at_us) "
@@ -289,7 +291,8 @@ _CURRENT_OF: Final = """
     SELECT f.id, f.subject, f.predicate, f.object, f.confidence, f.valid_from_us,
         max(f.valid_from_us, coalesce(
             (SELECT max(r.ts_us) FROM reinforcements r WHERE r.fact_id = f.id), f.valid_from_us)),
-        f.rule_id, l.source_episode_ids, coalesce(f.observed_us, f.valid_from_us),
+        f.rule_id, l.source_episode_ids, max(coalesce(f.observed_us, f.valid_from_us), coalesce(
+            (SELECT max(r.observed_us) FROM reinforcements r WHERE r.fact_id = f.id), 0)),
         f.partition_key
     FROM facts f JOIN lineage l ON l.rowid = f.rowid
     WHERE f.partition_key IN (SELECT value FROM json_each(?)) AND f.valid_until_us IS NULL
@@ -298,7 +301,8 @@ CURRENT: Final = """
     SELECT f.id, f.subject, f.predicate, f.object, f.confidence, f.valid_from_us,
         max(f.valid_from_us, coalesce(
             (SELECT max(r.ts_us) FROM reinforcements r WHERE r.fact_id = f.id), f.valid_from_us)),
-        f.rule_id, l.source_episode_ids, coalesce(f.observed_us, f.valid_from_us)
+        f.rule_id, l.source_episode_ids, max(coalesce(f.observed_us, f.valid_from_us), coalesce(
+            (SELECT max(r.observed_us) FROM reinforcements r WHERE r.fact_id = f.id), 0))
     FROM facts f JOIN lineage l ON l.rowid = f.rowid
     WHERE f.partition_key = ? AND f.valid_until_us IS NULL
     ORDER BY f.valid_from_us, f.id"""
@@ -341,7 +345,7 @@ SQLITE: Final = FactStatements(
     close=Many(_CLOSE),
     insert_audit=Insert("audit", AUDIT_INSERT_COLUMNS, _INSERT_AUDIT),
     insert_reinforcement=Insert(
-        "reinforcements", ("fact_id", "ts_us", "delta_id"), _INSERT_REINFORCEMENT
+        "reinforcements", ("fact_id", "ts_us", "delta_id", "observed_us"), _INSERT_REINFORCEMENT
     ),
     upsert_watermark=_UPSERT_WATERMARK,
     insert_rejection=_INSERT_REJECTION,

@@ -195,6 +195,7 @@ _AGGREGATES: Final = (
         PRIMARY KEY (pack, ref, value)
     )""",
     "ALTER TABLE facts ADD COLUMN observed_us BIGINT NULL",
+    "ALTER TABLE reinforcements ADD COLUMN observed_us BIGINT NULL",
 )
 """Durable aggregates of ``over: history`` patterns (derived data, rebuilt when missing),
 and the time of each fact's newest source observation (unknown for older facts: read as

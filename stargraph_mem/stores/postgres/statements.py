@@ -65,7 +65,8 @@ _CURRENT_COLUMNS: Final = """
     SELECT f.id, f.subject, f.predicate, f.object, f.confidence, f.valid_from_us,
         greatest(f.valid_from_us, coalesce(
             (SELECT max(r.ts_us) FROM reinforcements r WHERE r.fact_id = f.id), f.valid_from_us)),
-        f.rule_id, l.source_episode_ids, coalesce(f.observed_us, f.valid_from_us)"""
+        f.rule_id, l.source_episode_ids, greatest(coalesce(f.observed_us, f.valid_from_us),
+            (SELECT max(r.observed_us) FROM reinforcements r WHERE r.fact_id = f.id))"""
 _CURRENT_OF: Final = f"""{_CURRENT_COLUMNS}, f.partition_key
     FROM facts f JOIN lineage l ON l.rowid = f.rowid
     WHERE f.partition_key = ANY(%s) AND f.valid_until_us IS NULL
@@ -104,7 +105,7 @@ FACTS: Final = FactStatements(
         "WHERE f.id = c.id AND f.valid_until_us IS NULL",
     ),
     insert_audit=_insert("audit", AUDIT_INSERT_COLUMNS),
-    insert_reinforcement=_insert("reinforcements", ("fact_id", "ts_us", "delta_id")),
+    insert_reinforcement=_insert("reinforcements", ("fact_id", "ts_us", "delta_id", "observed_us")),
     upsert_watermark=(
         "INSERT INTO watermarks (pack, rule_id, partition_key, last_seq, updated_at_us) "
         "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (pack, rule_id, partition_key) "
