@@ -19,6 +19,7 @@ import pytest
 from backends import PG_URL, open_backend, pg_schema, raw_execute, raw_rows
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from schema_helpers import undo_version_4
 from typer.testing import CliRunner, Result
 
 from stargraph_mem.cli import app
@@ -359,8 +360,7 @@ async def test_a_version_3_sqlite_file_gains_the_tables(tmp_path: Path) -> None:
         await mem.memory.put_many([observation("e", 0, "a")])
         await mem.consolidate(now=T0)
     with closing(sqlite3.connect(path)) as db, db:
-        db.execute("DROP TABLE deferred_episodes")
-        db.execute("DROP TABLE pass_times")
+        undo_version_4(db)
         db.execute("UPDATE fact_store_meta SET value = '3' WHERE key = 'schema_version'")
     async with SQLiteFactStore(path) as facts:
         assert (await facts.health()).schema_version == SCHEMA_VERSION == 4
@@ -376,9 +376,15 @@ async def test_a_postgresql_database_at_version_1_is_migrated() -> None:
         url = f"{PG_URL}?schema={schema}"
         async with PostgresDatabase(url) as db:
             await db.memory.put_many([observation("e", 0, "a")])
-            await raw_execute(db.memory, "DROP TABLE deferred_episodes", ())
-            await raw_execute(db.memory, "DROP TABLE pass_times", ())
-            await raw_execute(db.memory, f"DELETE FROM {LEDGER_TABLE} WHERE version = 2", ())
+            for undo in (
+                "DROP TABLE deferred_episodes",
+                "DROP TABLE pass_times",
+                "DROP TABLE aggregates",
+                "ALTER TABLE facts DROP COLUMN observed_us",
+                "ALTER TABLE reinforcements DROP COLUMN observed_us",
+                f"DELETE FROM {LEDGER_TABLE} WHERE version = 2",
+            ):
+                await raw_execute(db.memory, undo, ())
         async with PostgresDatabase(url) as db:
             ledger = await raw_rows(db.memory, f"SELECT version FROM {LEDGER_TABLE} ORDER BY 1")
             assert [row[0] for row in ledger] == [1, 2]

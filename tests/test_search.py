@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from backends import BACKENDS, AnyFactStore, open_backend
 from readme_helpers import readme_section_example, run_example
+from schema_helpers import undo_version_4
 from typer.testing import CliRunner, Result
 
 from stargraph_mem.cli import app
@@ -242,8 +243,7 @@ async def test_a_version_2_file_is_migrated_and_indexed(tmp_path: Path) -> None:
     with closing(sqlite3.connect(path)) as db, db:
         db.execute("DROP TABLE fact_text")
         db.execute("DROP TABLE fact_access")
-        db.execute("DROP TABLE aggregates")  # version 4
-        db.execute("ALTER TABLE facts DROP COLUMN observed_us")
+        undo_version_4(db)
         db.execute("UPDATE fact_store_meta SET value = '2' WHERE key = 'schema_version'")
     async with SQLiteFactStore(path) as store:
         assert sorted(objects(await store.search("tea coffee jazz"))) == ["coffee", "jazz"]

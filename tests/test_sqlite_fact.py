@@ -19,6 +19,7 @@ import pytest
 from backends import BACKENDS, AnyFactStore, open_backend, raw_rows, snapshot
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from schema_helpers import undo_version_4
 
 from stargraph_mem.errors import (
     CorruptRowError,
@@ -866,8 +867,7 @@ def _to_version_1(path: Path) -> None:
         db.execute("DROP TABLE audit")
         db.execute("ALTER TABLE audit_v1 RENAME TO audit")
         db.execute("CREATE INDEX audit_partition ON audit (partition_key, seq)")
-        db.execute("DROP TABLE aggregates")  # version 4
-        db.execute("ALTER TABLE facts DROP COLUMN observed_us")
+        undo_version_4(db)
         db.execute("UPDATE fact_store_meta SET value = '1' WHERE key = 'schema_version'")
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import orjson
 
@@ -130,7 +130,30 @@ class _Relation:
         return upserts, sorted(self.gone)
 
 
+MOST: Final = "#most"
+"""The ``value`` of a windowed count's row holding the most it has counted in one window."""
+KEPT_WINDOWS: Final = 4
+"""A windowed count keeps the rows seen within this many windows of its key's newest one,
+so an episode arriving up to three windows late is still counted with what it saw."""
+
+
+def _first(row: AggregateRow) -> int:
+    """When a counted value was first seen (kept in ``data``; rows of a plain count: one
+    episode, seen once)."""
+    return int(row.data) if row.data else row.last_us
+
+
 class _Count(_Relation):
+    def __init__(self, rel: HistoryRelation, partition: Partition, now_us: int) -> None:
+        super().__init__(rel, partition, now_us)
+        self.most: dict[str, int] = {}
+
+    def load(self, row: AggregateRow) -> None:
+        if row.value == MOST:
+            self.most[row.ref] = row.n
+        else:
+            super().load(row)
+
     def feed(self, record: EpisodeRecord) -> tuple[int, bool, list[AggregateRow]] | None:
         """Fold ``record`` in: (count, grew, the rows of the source episodes), or None if
         not counted."""
@@ -149,38 +172,67 @@ class _Count(_Relation):
         self.touched.add(ref)
         rows = self.rows.setdefault(ref, {})
         at = to_us(record.timestamp)
-        low = None if rel.within_us is None else at - rel.within_us
         before = rows.get(value)
-        grew = before is None or (low is not None and before.last_us < low)
         newer = before is None or at >= before.last_us
+        first = at if before is None else min(_first(before), at)
         rows[value] = AggregateRow(
             ref,
             value,
             (before.n if before else 0) + 1,
             at if newer else before.last_us,  # type: ignore[union-attr]
             record.id if newer else before.last_id,  # type: ignore[union-attr]
+            str(first) if rel.within_us is not None and rel.distinct is not None else "",
         )
         self.gone.discard((ref, value))
-        counted = [r for r in rows.values() if low is None or r.last_us >= low]
-        if rel.distinct is None and rel.within_us is None:
+        if rel.within_us is not None:
+            return self.windowed(ref, rows, at, rel.within_us)
+        if rel.distinct is None:
             seen = AggregateRow(ref, value, 1, at, record.id)
             sources = self.in_pass.setdefault(ref, [])
             sources.append(seen)
             return rows[value].n, True, list(sources)
-        counted.sort(key=lambda r: (r.last_us, r.last_id))
-        return len(counted), grew, counted
+        counted = sorted(rows.values(), key=lambda r: (r.last_us, r.last_id))
+        return len(counted), before is None, counted
+
+    def windowed(
+        self, ref: str, rows: dict[str, AggregateRow], at: int, width: int
+    ) -> tuple[int, bool, list[AggregateRow]]:
+        """The most values seen within one window of ``width`` so far, whether this episode
+        (at ``at``) raised it, and the values of the best window it lies in.
+
+        A value counts in the window ``[x - width, x]`` when it was seen in it: its first
+        and latest sightings span it (sessions are short against a window). Windows that
+        contain ``at`` end at ``at`` or at a later sighting: a late episode can complete a
+        window that ends after it, just as it would have had it arrived in time."""
+        ends = {at} | {
+            t for r in rows.values() for t in (_first(r), r.last_us) if at < t <= at + width
+        }
+        best: list[AggregateRow] = []
+        for end in sorted(ends):
+            inside = [r for r in rows.values() if _first(r) <= end and r.last_us >= end - width]
+            if len(inside) > len(best):
+                best = inside
+        most = self.most.get(ref, 0)
+        grew = len(best) > most
+        if grew:
+            self.most[ref] = most = len(best)
+        best.sort(key=lambda r: (r.last_us, r.last_id))
+        return most, grew, best
 
     def writes(self) -> tuple[list[AggregateRow], list[tuple[str, str]]]:
-        if self.rel.within_us is not None:  # rows out of the window never count again
+        width = self.rel.within_us
+        extra: list[AggregateRow] = []
+        if width is not None:  # rows far behind the newest are dropped: state stays bounded
             for ref in self.touched:
                 rows = self.rows.get(ref, {})
-                if not rows:
-                    continue
-                low = max(r.last_us for r in rows.values()) - self.rel.within_us
-                for value in [v for v, r in rows.items() if r.last_us < low]:
-                    del rows[value]
-                    self.gone.add((ref, value))
-        return super().writes()
+                if rows:
+                    low = max(r.last_us for r in rows.values()) - KEPT_WINDOWS * width
+                    for value in [v for v, r in rows.items() if r.last_us < low]:
+                        del rows[value]
+                        self.gone.add((ref, value))
+                extra.append(AggregateRow(ref, MOST, self.most.get(ref, 0), 0, ""))
+        upserts, gone = super().writes()
+        return upserts + extra, gone
 
 
 class _Earlier(_Relation):
