@@ -586,6 +586,8 @@ class Generator:
                     f"({slot_name(fname)} {forced[fname]}&~nil)",
                     f"({slot_name(fname)} {forced[fname]})",
                 )
+        if "?i_now" in ep:  # a time test (newer_than, older_than) reads the pass time
+            ep = "(sm-pass (now ?i_now))\n  " + ep
         key_match = " ".join(f"(k{i} {keys[k]})" for i, k in enumerate(rel.keys))
         if rel.kind == "earlier":
             copy = " ".join(f"({slot_name(f)} {forced[f]})" for f in sorted(carried))
