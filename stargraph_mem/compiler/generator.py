@@ -29,6 +29,7 @@ from stargraph_mem.ir.checks import (
     parse_template,
     parse_timestamp_literal,
     pattern_of,
+    unnamed_alias,
 )
 from stargraph_mem.ir.models import (
     EPISODE_BUILTINS,
@@ -102,9 +103,9 @@ def literal_value(ftype: FieldType, value: Any) -> Any:
 
 
 def item_alias(kind: str, pattern: Any, index: int) -> str:
-    """A pattern's alias, or ``p<index>`` for unnamed fact/earlier/count patterns."""
+    """A pattern's alias, or ``_p<index>`` for unnamed fact/earlier/count patterns."""
     alias = getattr(pattern, "alias", None) if kind not in ("not", "exists") else None
-    return alias or f"p{index}"
+    return alias or unnamed_alias(index)
 
 
 def count_var(alias: str) -> str:
@@ -313,7 +314,10 @@ class Generator:
         *,
         forced: dict[str, str] | None = None,
     ) -> list[str]:
-        """Slot constraints for a pattern; ``forced`` gives fields a required variable."""
+        """Slot constraints for a pattern; ``forced`` gives fields a required variable.
+
+        ``prefix`` keeps the pattern's own variables apart: its alias (author names are
+        lower case), ``E`` for the episode, ``X<index>`` inside ``not``/``exists``."""
         out: list[str] = []
         forced = dict(forced or {})
         for fname, cond in where.items():
@@ -337,8 +341,8 @@ class Generator:
                 base = f"{sigil}v_{cond.bind}"
             elif fname in forced:
                 base = forced[fname]
-            else:
-                base = f"{sigil}i_{prefix}_{fname}"
+            else:  # '-' is in no name: apart from ?i_<tag>_<alias> and from other fields
+                base = f"{sigil}i_{prefix}-{fname}"
             text = self.constraint(ctx, ftype, cond, base, types is not FACT_FIELDS)
             if fname in forced and forced[fname] != base:
                 text += f"&{forced[fname]}"
@@ -369,7 +373,7 @@ class Generator:
     def episode_pattern(self, ctx: _Ctx, where: dict[str, Condition]) -> str:
         forced = {k: self.key_var(ctx.info, k) for k in self.rule_keys(ctx.info)}
         parts = ["(n ?i_n)", "(ok ?i_ok)"]
-        parts += self.slots(ctx, where, self.episode_types, "e", forced=forced)
+        parts += self.slots(ctx, where, self.episode_types, "E", forced=forced)
         elig = f"(sm-elig (set ?i_ok) (r {ctx.program.symbol}))"
         return "(sm-episode " + " ".join(parts) + ")\n  " + elig
 
@@ -447,7 +451,7 @@ class Generator:
             elif kind == "count":
                 out.append(self.count_pattern(ctx, pattern, alias))
             else:
-                inner = self.plain_fact(ctx, pattern.where, f"x{j}")
+                inner = self.plain_fact(ctx, pattern.where, f"X{j}")
                 out.append(f"({'not' if kind == 'not' else 'exists'} {inner})")
         return out
 

@@ -118,6 +118,12 @@ def parse_template(text: str) -> list[tuple[str, str]]:
     return merged
 
 
+def unnamed_alias(index: int) -> str:
+    """The name of the unnamed pattern ``when[index]``: the compiler and the runtime use it
+    too. The leading ``_`` keeps it apart from every name an author can write."""
+    return f"_p{index}"
+
+
 def _wrong_field_type(op: Operator, ftype: FieldType, fname: str) -> str:
     """``'prefix' needs a string field, not integer 'n'`` (types from the operator table)."""
     if ftype == "list":
@@ -197,7 +203,7 @@ class _Checker:
         if not any(isinstance(w, EpisodeItem | FactItem) for w in rule.when):
             self.err((*path, "when"), "a rule needs an 'episode' or a 'fact' pattern")
         for j, item in enumerate(rule.when):
-            self.check_item(info, item, (*path, "when", j))
+            self.check_item(info, item, (*path, "when", j), j)
         if rule.select is not None:
             self.check_select(rule, (*path, "select"))
         if rule.salience is not None and info.episode_alias is None and episodes == []:
@@ -228,22 +234,22 @@ class _Checker:
     def _bind_path(self, info: RuleInfo, var: VarInfo) -> PathKey:
         for j, item in enumerate(info.rule.when):
             kind, pattern = pattern_of(item)
-            mine = getattr(pattern, "alias", None) == var.alias or (
-                kind == "episode" and var.alias == info.episode_alias
-            )
+            mine = (getattr(pattern, "alias", None) or unnamed_alias(j)) == var.alias
             if mine and var.field in pattern.where:
                 return (*info.path, "when", j, kind, var.field, "bind")
         return (*info.path, "when")
 
-    def new_alias(self, info: RuleInfo, alias: str | None, kind: str, path: PathKey) -> str:
+    def new_alias(
+        self, info: RuleInfo, alias: str | None, kind: str, path: PathKey, index: int
+    ) -> str:
         if alias is None:
-            return f"_{kind}{len(info.aliases)}"
+            return unnamed_alias(index)
         if alias in info.aliases or alias in info.variables:
             self.err((*path, "as"), f"name '{alias}' is already used in this rule")
         info.aliases[alias] = kind
         return alias
 
-    def check_item(self, info: RuleInfo, item: WhenItem, path: PathKey) -> None:
+    def check_item(self, info: RuleInfo, item: WhenItem, path: PathKey, index: int) -> None:
         kind, pattern = pattern_of(item)
         ppath = (*path, kind)
         if isinstance(item, NotItem | ExistsItem):
@@ -255,7 +261,7 @@ class _Checker:
             return
         if isinstance(item, EarlierItem | CountItem) and info.episode_alias is None:
             self.err(path, f"an '{kind}' pattern must follow the rule's 'episode' pattern")
-        alias = self.new_alias(info, pattern.alias, kind, ppath)
+        alias = self.new_alias(info, pattern.alias, kind, ppath, index)
         if isinstance(item, EpisodeItem):
             info.episode_alias = alias
             self.check_conditions(info, pattern.where, self.episode_fields, ppath, alias, kind)
