@@ -155,11 +155,13 @@ class _Ctx:
         self.info = info
         self.program = program
         self.fresh = 0
+        self.renamed: dict[str, str] = {}
+        """Variables held by a CLIPS variable of another name (a bound fact id)."""
 
     def var(self, name: str) -> str:
         if self.info.aliases.get(name) == "count":
             return count_var(name)
-        return f"?v_{name}"
+        return self.renamed.get(name, f"?v_{name}")
 
     def temp(self) -> str:
         self.fresh += 1
@@ -338,7 +340,7 @@ class Generator:
                 out.append(f"({slot_name(fname)} {ctx.var(tests[0][1].var)})")
                 continue
             if cond.bind is not None:
-                base = f"{sigil}v_{cond.bind}"
+                base = ctx.var(cond.bind) if ctx is not None else f"{sigil}v_{cond.bind}"
             elif fname in forced:
                 base = forced[fname]
             else:  # '-' is in no name: apart from ?i_<tag>_<alias> and from other fields
@@ -349,7 +351,8 @@ class Generator:
             forced.pop(fname, None)
             out.append(f"({slot_name(fname)} {text})")
         for fname, var in forced.items():
-            out.append(f"({slot_name(fname)} {var}&~nil)")
+            absent = '""' if types[fname] == "list" else "nil"
+            out.append(f"({slot_name(fname)} {var}&~{absent})")
         return out
 
     # --- patterns ----------------------------------------------------------------------
@@ -379,6 +382,9 @@ class Generator:
 
     def fact_pattern(self, ctx: _Ctx, where: dict[str, Condition], alias: str) -> str:
         fid = f"?i_fid_{alias}"
+        bound = where["id"].bind if "id" in where else None
+        if bound is not None:  # CLIPS binds one variable per slot: the bind is the id
+            ctx.renamed[bound] = fid
         if "id" in where:  # the id slot carries both the tests and the id variable
             parts = self.slots(ctx, where, FACT_FIELDS, alias, forced={"id": fid})
         else:
@@ -605,7 +611,7 @@ class Generator:
                 f"  (not ({rel.template} {key_match}))\n"
                 f"  =>\n  (assert ({rel.template} {key_match} (n ?n) {copy})))\n"
             )
-        d = "?i_d" if rel.distinct else "?n"
+        d = forced[rel.distinct] if rel.distinct else "?n"  # a key holds its own variable
         return (
             f"(defrule {rel.template}-step (declare (salience {SAL_COUNT}))\n"
             f"  (sm-cursor (n ?n))\n  {ep}\n"
