@@ -465,6 +465,8 @@ class _Checker:
                 self.err((*path, name), f"emit of kind '{emit.kind}' takes no '{name}'")
             elif text is not None:
                 self.use_template(info, text, (*path, name), in_memory=True)
+                if text == "" and name != "object":
+                    self.err((*path, name), f"a fact needs a {name}: this one is always empty")
         for key, text in emit.payload.items():
             self.use_template(info, text, (*path, "payload", key))
         if not creates and emit.payload:
@@ -477,6 +479,8 @@ class _Checker:
             self.err((*path, "replaces"), f"emit of kind '{emit.kind}' takes no 'replaces'")
         for k, ref in enumerate(emit.replaces):
             self.check_replace_ref(info, ref, (*path, "replaces", k))
+        self.check_listed_once(emit.replaces, (*path, "replaces"))
+        self.check_listed_once(emit.reinforces, (*path, "reinforces"))
         if emit.reinforces and emit.kind != "noop":
             self.err((*path, "reinforces"), "only 'noop' takes 'reinforces'")
         if emit.reinforces and (not info.rule.claim or info.episode_alias is None):
@@ -495,6 +499,13 @@ class _Checker:
         ):
             self.err(path, "a rule without an 'episode' pattern must list a fact in 'sources'")
         self.check_confidence(info, (*path, "confidence"))
+
+    def check_listed_once(self, refs: list[Any], path: PathKey) -> None:
+        """A fact named twice would be replaced (or reinforced) twice: never valid."""
+        for k, ref in enumerate(refs):
+            if ref in refs[:k]:
+                name = ref.list if isinstance(ref, ListVar) else ref
+                self.err((*path, k), f"'{name}' is listed twice")
 
     def check_replace_ref(self, info: RuleInfo, ref: str | ListVar, path: PathKey) -> None:
         if isinstance(ref, ListVar):
