@@ -35,6 +35,7 @@ from stargraph_mem.ir.checks import (
     parse_template,
     parse_timestamp_literal,
     pattern_of,
+    unnamed_alias,
 )
 from stargraph_mem.ir.models import (
     EPISODE_BUILTINS,
@@ -109,9 +110,9 @@ def literal_value(ftype: FieldType, value: Any) -> Any:
 
 
 def item_alias(kind: str, pattern: Any, index: int) -> str:
-    """A pattern's alias, or ``p<index>`` for unnamed fact/earlier/count patterns."""
+    """A pattern's alias, or ``_p<index>`` for unnamed fact/earlier/count patterns."""
     alias = getattr(pattern, "alias", None) if kind not in ("not", "exists") else None
-    return alias or f"p{index}"
+    return alias or unnamed_alias(index)
 
 
 def count_var(alias: str) -> str:
@@ -197,11 +198,13 @@ class _Ctx:
         self.fresh = 0
         self.observed: dict[str, str] = {}
         """Alias (``""``: the episode) → the variable holding its observation time."""
+        self.renamed: dict[str, str] = {}
+        """Variables held by a CLIPS variable of another name (a bound fact id)."""
 
     def var(self, name: str) -> str:
         if self.info.aliases.get(name) == "count":
             return count_var(name)
-        return f"?v_{name}"
+        return self.renamed.get(name, f"?v_{name}")
 
     def temp(self) -> str:
         self.fresh += 1
@@ -417,7 +420,10 @@ class Generator:
         *,
         forced: dict[str, str] | None = None,
     ) -> list[str]:
-        """Slot constraints for a pattern; ``forced`` gives fields a required variable."""
+        """Slot constraints for a pattern; ``forced`` gives fields a required variable.
+
+        ``prefix`` keeps the pattern's own variables apart: its alias (author names are
+        lower case), ``E`` for the episode, ``X<index>`` inside ``not``/``exists``."""
         out: list[str] = []
         forced = dict(forced or {})
         for fname, cond in where.items():
@@ -438,18 +444,19 @@ class Generator:
                 out.append(f"({slot_name(fname)} {ctx.var(tests[0][1].var)})")
                 continue
             if cond.bind is not None:
-                base = f"{sigil}v_{cond.bind}"
+                base = ctx.var(cond.bind) if ctx is not None else f"{sigil}v_{cond.bind}"
             elif fname in forced:
                 base = forced[fname]
-            else:
-                base = f"{sigil}i_{prefix}_{fname}"
+            else:  # '-' is in no name: apart from ?i_<tag>_<alias> and from other fields
+                base = f"{sigil}i_{prefix}-{fname}"
             text = self.constraint(ctx, ftype, cond, base, types is not FACT_FIELDS)
             if fname in forced and forced[fname] != base:
                 text += f"&{forced[fname]}"
             forced.pop(fname, None)
             out.append(f"({slot_name(fname)} {text})")
         for fname, var in forced.items():
-            out.append(f"({slot_name(fname)} {var}&~nil)")
+            absent = '""' if types[fname] == "list" else "nil"
+            out.append(f"({slot_name(fname)} {var}&~{absent})")
         return out
 
     # --- patterns ----------------------------------------------------------------------
@@ -475,18 +482,21 @@ class Generator:
         if self.observes:
             if "timestamp" in where:
                 ctx.observed[""] = forced.get("timestamp") or self.slot_var(
-                    where["timestamp"], "timestamp", "e"
+                    ctx, where["timestamp"], "timestamp", "E"
                 )
             else:
                 forced.setdefault("timestamp", "?i_ts")
                 ctx.observed[""] = forced["timestamp"]
         parts = ["(n ?i_n)", "(ok ?i_ok)"]
-        parts += self.slots(ctx, where, self.episode_types, "e", forced=forced)
+        parts += self.slots(ctx, where, self.episode_types, "E", forced=forced)
         elig = f"(sm-elig (set ?i_ok) (r {ctx.program.symbol}))"
         return "(sm-episode " + " ".join(parts) + ")\n  " + elig
 
     def fact_pattern(self, ctx: _Ctx, where: dict[str, Condition], alias: str) -> str:
         fid = f"?i_fid_{alias}"
+        bound = where["id"].bind if "id" in where else None
+        if bound is not None:  # CLIPS binds one variable per slot: the bind is the id
+            ctx.renamed[bound] = fid
         if "id" in where:  # the id slot carries both the tests and the id variable
             parts = self.slots(ctx, where, FACT_FIELDS, alias, forced={"id": fid})
         else:
@@ -497,13 +507,13 @@ class Generator:
                 parts.append(f"(f_observed_at ?i_ob_{alias})")
                 ctx.observed[alias] = f"?i_ob_{alias}"
             else:
-                ctx.observed[alias] = self.slot_var(cond, "observed_at", alias)
+                ctx.observed[alias] = self.slot_var(ctx, cond, "observed_at", alias)
         return f"?i_fa_{alias} <- (sm-fact " + " ".join(parts) + ")"
 
     @staticmethod
-    def slot_var(cond: Condition, fname: str, prefix: str) -> str:
+    def slot_var(ctx: _Ctx, cond: Condition, fname: str, prefix: str) -> str:
         """The variable :meth:`slots` gives a field's value under ``cond``."""
-        return f"?v_{cond.bind}" if cond.bind is not None else f"?i_{prefix}_{fname}"
+        return ctx.var(cond.bind) if cond.bind is not None else f"?i_{prefix}-{fname}"
 
     def plain_fact(self, ctx: _Ctx, where: dict[str, Condition], tag: str) -> str:
         return "(sm-fact " + " ".join(self.slots(ctx, where, FACT_FIELDS, tag)) + ")"
@@ -600,7 +610,7 @@ class Generator:
             elif kind == "count":
                 out.append(self.count_pattern(ctx, pattern, alias))
             else:
-                inner = self.plain_fact(ctx, pattern.where, f"x{j}")
+                inner = self.plain_fact(ctx, pattern.where, f"X{j}")
                 out.append(f"({'not' if kind == 'not' else 'exists'} {inner})")
         return out
 
@@ -768,6 +778,8 @@ class Generator:
                     f"({slot_name(fname)} {forced[fname]}&~nil)",
                     f"({slot_name(fname)} {forced[fname]})",
                 )
+        if "?i_now" in ep:  # a time test (newer_than, older_than) reads the pass time
+            ep = "(sm-pass (now ?i_now))\n  " + ep
         key_match = " ".join(f"(k{i} {keys[k]})" for i, k in enumerate(rel.keys))
         if rel.kind == "earlier":
             copy = " ".join(f"({slot_name(f)} {forced[f]})" for f in sorted(carried))
@@ -781,7 +793,7 @@ class Generator:
                 f"  (not ({rel.template} {key_match}))\n"
                 f"  =>\n  (assert ({rel.template} {key_match} (n ?n) {copy})))\n"
             )
-        d = "?i_d" if rel.distinct else "?n"
+        d = forced[rel.distinct] if rel.distinct else "?n"  # a key holds its own variable
         return (
             f"(defrule {rel.template}-step (declare (salience {SAL_COUNT}))\n"
             f"  (sm-cursor (n ?n))\n  {ep}\n"

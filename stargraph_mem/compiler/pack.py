@@ -23,8 +23,14 @@ from stargraph_mem.compiler.generator import (
 )
 from stargraph_mem.compiler.select_sql import SelectSQL, compile_select
 from stargraph_mem.errors import CompileError, IRError, IRIssue
-from stargraph_mem.ir.checks import Analysis, check_or_raise
-from stargraph_mem.ir.loader import SourceMap, load_pack_file, load_pack_text
+from stargraph_mem.ir.checks import Analysis, RuleInfo, check_or_raise, pattern_of
+from stargraph_mem.ir.loader import (
+    PathKey,
+    SourceMap,
+    format_path,
+    load_pack_file,
+    load_pack_text,
+)
 from stargraph_mem.ir.models import IR_VERSION, FieldType, RulePack
 from stargraph_mem.model.cadence import Cadence
 from stargraph_mem.model.canonical import canonical_json
@@ -152,8 +158,35 @@ def compile_analysis(analysis: Analysis, source: SourceMap) -> CompiledPack:
         schedule=schedule_program(rules),
     )
     compiled.manifest = _manifest(pack, sha, rules, analysis)
-    build_check(compiled, source)
+    build_check(compiled, source, _origins(gen))
     return compiled
+
+
+Origin = tuple[RuleInfo, PathKey]
+
+
+def _origins(gen: Generator) -> dict[str, Origin]:
+    """Whose each generated construct is: ``sm-rule-<id>`` its rule's; a relation's
+    template and upkeep rules (``<template>-<step>``) the first pattern using it."""
+    out: dict[str, Origin] = {}
+    for program in gen.programs:
+        info = program.info
+        out[f"sm-rule-{info.rule.id}"] = (info, info.path)
+        for j, item in enumerate(info.rule.when):
+            kind, pattern = pattern_of(item)
+            if kind in ("earlier", "count"):
+                rel = gen.relation_for(kind, pattern)
+                out.setdefault(rel.template, (info, (*info.path, "when", j, kind)))
+    return out
+
+
+def _origin(origins: dict[str, Origin], construct: str | None) -> Origin | None:
+    if construct is None:
+        return None
+    for name, origin in origins.items():
+        if construct == name or construct.startswith(name + "-"):
+            return origin
+    return None
 
 
 def build_environment(text: str) -> clips.Environment:
@@ -163,33 +196,44 @@ def build_environment(text: str) -> clips.Environment:
     return env
 
 
-def build_check(compiled: CompiledPack, source: SourceMap) -> None:
-    """Build every rule in a scratch environment; name the rule and YAML position on failure."""
+def build_check(
+    compiled: CompiledPack, source: SourceMap, origins: dict[str, Origin] | None = None
+) -> None:
+    """Build the program in a scratch environment. A construct CLIPS refuses is reported
+    at the rule (or ``earlier``/``count`` pattern) it was generated for, as
+    ``file:line:col: path: message``; CLIPS's own text stays in ``detail``."""
     try:
         compiled._built.append(build_environment(compiled.clips))
     except CompileError as exc:
-        rule_id, pos = _blame(compiled, str(exc))
-        line, col = pos
+        construct = exc.context.get("construct")
+        origin = _origin(origins or {}, construct)
+        path: PathKey
+        defect = "the compiler generated code CLIPS refuses (a compiler defect: please report it)"
+        if origin is None:
+            rule_id, path = None, ()
+            message = f"the generated program could not be built in CLIPS: {defect}"
+        else:
+            info, path = origin
+            rule_id = info.rule.id
+            what = (
+                f"rule '{rule_id}'"
+                if path == info.path
+                else f"the '{path[-1]}' pattern of rule '{rule_id}'"
+            )
+            message = f"{what} could not be built in CLIPS: {defect}"
+        line, col = source.locate(path)
         issue = IRIssue(
-            f"CLIPS build failed: {exc.message}",
-            file=source.file,
-            line=line,
-            col=col,
-            path="",
-            rule_id=rule_id,
+            message, file=source.file, line=line, col=col, path=format_path(path), rule_id=rule_id
         )
         raise CompileError(
-            issue.format(), rule_id=rule_id, line=line, col=col, issue=issue
+            issue.format(),
+            rule_id=rule_id,
+            line=line,
+            col=col,
+            issue=issue,
+            construct=construct,
+            detail=exc.context.get("detail"),
         ) from exc
-
-
-def _blame(
-    compiled: CompiledPack, message: str
-) -> tuple[str | None, tuple[int | None, int | None]]:
-    for rule in compiled.rules:
-        if f"sm-rule-{rule.id}" in message:
-            return rule.id, rule.position
-    return None, (None, None)
 
 
 @contextmanager

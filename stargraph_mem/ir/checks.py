@@ -118,6 +118,12 @@ def parse_template(text: str) -> list[tuple[str, str]]:
     return merged
 
 
+def unnamed_alias(index: int) -> str:
+    """The name of the unnamed pattern ``when[index]``: the compiler and the runtime use it
+    too. The leading ``_`` keeps it apart from every name an author can write."""
+    return f"_p{index}"
+
+
 def _wrong_field_type(op: Operator, ftype: FieldType, fname: str) -> str:
     """``'prefix' needs a string field, not integer 'n'`` (types from the operator table)."""
     if ftype == "list":
@@ -197,7 +203,7 @@ class _Checker:
         if not any(isinstance(w, EpisodeItem | FactItem) for w in rule.when):
             self.err((*path, "when"), "a rule needs an 'episode' or a 'fact' pattern")
         for j, item in enumerate(rule.when):
-            self.check_item(info, item, (*path, "when", j))
+            self.check_item(info, item, (*path, "when", j), j)
         if rule.select is not None:
             self.check_select(rule, (*path, "select"))
         if rule.salience is not None and info.episode_alias is None and episodes == []:
@@ -228,22 +234,22 @@ class _Checker:
     def _bind_path(self, info: RuleInfo, var: VarInfo) -> PathKey:
         for j, item in enumerate(info.rule.when):
             kind, pattern = pattern_of(item)
-            mine = getattr(pattern, "alias", None) == var.alias or (
-                kind == "episode" and var.alias == info.episode_alias
-            )
+            mine = (getattr(pattern, "alias", None) or unnamed_alias(j)) == var.alias
             if mine and var.field in pattern.where:
                 return (*info.path, "when", j, kind, var.field, "bind")
         return (*info.path, "when")
 
-    def new_alias(self, info: RuleInfo, alias: str | None, kind: str, path: PathKey) -> str:
+    def new_alias(
+        self, info: RuleInfo, alias: str | None, kind: str, path: PathKey, index: int
+    ) -> str:
         if alias is None:
-            return f"_{kind}{len(info.aliases)}"
+            return unnamed_alias(index)
         if alias in info.aliases or alias in info.variables:
             self.err((*path, "as"), f"name '{alias}' is already used in this rule")
         info.aliases[alias] = kind
         return alias
 
-    def check_item(self, info: RuleInfo, item: WhenItem, path: PathKey) -> None:
+    def check_item(self, info: RuleInfo, item: WhenItem, path: PathKey, index: int) -> None:
         kind, pattern = pattern_of(item)
         ppath = (*path, kind)
         if isinstance(item, NotItem | ExistsItem):
@@ -255,7 +261,7 @@ class _Checker:
             return
         if isinstance(item, EarlierItem | CountItem) and info.episode_alias is None:
             self.err(path, f"an '{kind}' pattern must follow the rule's 'episode' pattern")
-        alias = self.new_alias(info, pattern.alias, kind, ppath)
+        alias = self.new_alias(info, pattern.alias, kind, ppath, index)
         if isinstance(item, EpisodeItem):
             info.episode_alias = alias
             self.check_conditions(info, pattern.where, self.episode_fields, ppath, alias, kind)
@@ -459,6 +465,8 @@ class _Checker:
                 self.err((*path, name), f"emit of kind '{emit.kind}' takes no '{name}'")
             elif text is not None:
                 self.use_template(info, text, (*path, name), in_memory=True)
+                if text == "" and name != "object":
+                    self.err((*path, name), f"a fact needs a {name}: this one is always empty")
         for key, text in emit.payload.items():
             self.use_template(info, text, (*path, "payload", key))
         if not creates and emit.payload:
@@ -471,6 +479,8 @@ class _Checker:
             self.err((*path, "replaces"), f"emit of kind '{emit.kind}' takes no 'replaces'")
         for k, ref in enumerate(emit.replaces):
             self.check_replace_ref(info, ref, (*path, "replaces", k))
+        self.check_listed_once(emit.replaces, (*path, "replaces"))
+        self.check_listed_once(emit.reinforces, (*path, "reinforces"))
         if emit.reinforces and emit.kind != "noop":
             self.err((*path, "reinforces"), "only 'noop' takes 'reinforces'")
         if emit.reinforces and (not info.rule.claim or info.episode_alias is None):
@@ -489,6 +499,13 @@ class _Checker:
         ):
             self.err(path, "a rule without an 'episode' pattern must list a fact in 'sources'")
         self.check_confidence(info, (*path, "confidence"))
+
+    def check_listed_once(self, refs: list[Any], path: PathKey) -> None:
+        """A fact named twice would be replaced (or reinforced) twice: never valid."""
+        for k, ref in enumerate(refs):
+            if ref in refs[:k]:
+                name = ref.list if isinstance(ref, ListVar) else ref
+                self.err((*path, k), f"'{name}' is listed twice")
 
     def check_replace_ref(self, info: RuleInfo, ref: str | ListVar, path: PathKey) -> None:
         if isinstance(ref, ListVar):
