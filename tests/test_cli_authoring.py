@@ -140,7 +140,7 @@ def test_trace_shows_rule_bindings_episodes_and_facts(tmp_path: Path) -> None:
         f"    fact       {fact}",
         f"    delta      d{fact[1:]}",
         "    reason     (alice, likes) changed to coffee",
-        "    bindings   o=coffee p=likes s=alice",
+        "    bindings   o=coffee p=likes s=alice t=2026-03-02T02:59:00+00:00",
         "    episode    e1 session=s1 at=2026-03-02T02:59:00+00:00: Alice switched",
         f"    replaces   {tea} (alice, likes, tea) rule=seed",
         f"dedup_against_facts: 1 passed, 0 failed ({tests})",
@@ -337,7 +337,7 @@ def test_consolidate_trace_and_coverage(tmp_path: Path) -> None:
         f"  fact       {coffee}",
         f"  delta      d{coffee[1:]}",
         "  reason     (alice, likes) changed to coffee",
-        "  bindings   o=coffee p=likes s=alice",
+        "  bindings   o=coffee p=likes s=alice t=2026-11-02T09:00:00+00:00",
         "  episode    ep2 session=s2 at=2026-11-02T09:00:00+00:00: Coffee now",
         f"  replaces   {tea} (alice, likes, tea) rule=new_fact_add",
         "dedup_against_facts user=alice agent=rag episodes=2 add=1 update=1 delete=0 noop=0 "
@@ -345,8 +345,9 @@ def test_consolidate_trace_and_coverage(tmp_path: Path) -> None:
         "RULE                   ACTIVATIONS  STATUS",
         "known_fact_noop        0            never fired",
         "changed_object_update  1            fired",
+        "late_observation_noop  0            never fired",
         "new_fact_add           1            fired",
-        "coverage dedup_against_facts: 2 of 3 rules fired (67%)",
+        "coverage dedup_against_facts: 2 of 4 rules fired (50%)",
     ]
 
 

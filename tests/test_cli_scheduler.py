@@ -52,20 +52,21 @@ def test_run_once_and_status(tmp_path: Path) -> None:
         "dedup_against_facts  known_fact_noop        cron 0 3 * * * (UTC)  alice  rag    "
         "1        -         2026-11-02T03:00:00+00:00"
     )
-    assert len(lines) == 4
+    assert len(lines) == 5  # the header and each of the pack's four rules
 
     code, out, _ = invoke("run", *pack, "--now", "2026-11-02T03:00:00+00:00")
     assert code == 0
     assert out == (
         "dedup_against_facts user=alice agent=rag episodes=1 add=1 update=0 delete=0 noop=0 "
-        "rejected=0 gated=0 rules=known_fact_noop,changed_object_update,new_fact_add\n"
+        "rejected=0 gated=0 rules=known_fact_noop,changed_object_update,late_observation_noop,"
+        "new_fact_add\n"
         "1 pass run\n"
     )
     code, out, _ = invoke("run", *pack, "--now", "2026-11-02T03:00:30+00:00")
     assert (code, out) == (0, "nothing due\n")
 
     code, out, _ = invoke("status", "--db", str(db), "--now", "2026-11-02T04:00:00+00:00")
-    assert out.splitlines()[3] == (
+    assert out.splitlines()[4] == (
         "dedup_against_facts  new_fact_add           cron 0 3 * * * (UTC)  alice  rag    "
         "0        2026-11-02T03:00:00+00:00  2026-11-03T03:00:00+00:00"
     )
@@ -133,7 +134,8 @@ def test_run_stops_cleanly_on_sigterm_and_releases_the_lease(tmp_path: Path) -> 
     # the overdue nightly pass ran on the first tick, before the signal was handled
     assert out.splitlines() == [
         "dedup_against_facts user=alice agent=rag episodes=1 add=1 update=0 delete=0 noop=0 "
-        "rejected=0 gated=0 rules=known_fact_noop,changed_object_update,new_fact_add",
+        "rejected=0 gated=0 rules=known_fact_noop,changed_object_update,late_observation_noop,"
+        "new_fact_add",
         "stopped",
     ]
     with sqlite3.connect(db) as conn:

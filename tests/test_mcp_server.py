@@ -170,6 +170,7 @@ async def test_record_consolidate_list_and_explain(tmp_path: Path, mode: str) ->
         assert ran["fired"] == [
             "dedup_against_facts/known_fact_noop",
             "dedup_against_facts/changed_object_update",
+            "dedup_against_facts/late_observation_noop",
             "dedup_against_facts/new_fact_add",
         ]
         again = await call(client, "consolidate", now="2026-11-02T04:00:00+00:00")

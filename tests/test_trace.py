@@ -47,7 +47,12 @@ async def test_fresh_delta_and_explain_give_the_same_trace(tmp_path: Path) -> No
         ),
     )
     assert [e.id for e in update.episodes] == ["e2"]
-    assert dict(update.bindings) == {"s": "alice", "p": "likes", "o": "coffee"}
+    assert dict(update.bindings) == {
+        "s": "alice",
+        "p": "likes",
+        "o": "coffee",
+        "t": "2026-03-01T09:02:00+00:00",
+    }
     async with Consolidator.open(db, [DEDUP]) as mem:
         assert explanation_trace(await mem.explain(update.fact_id or "")) == update
         assert explanation_trace(await mem.explain(add.fact_id or "")) == add

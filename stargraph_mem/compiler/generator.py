@@ -24,6 +24,7 @@ import hashlib
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from stargraph_mem.compiler.clips_text import clips_float, clips_literal, clips_string
@@ -157,7 +158,7 @@ class HistoryRelation:
     def template(self) -> str:
         return f"sm-hist-{self.index}"
 
-    @property
+    @cached_property
     def name(self) -> str:
         """A stable name of what the relation keeps: another definition starts afresh."""
         text = json.dumps(
