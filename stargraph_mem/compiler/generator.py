@@ -545,14 +545,19 @@ class Generator:
             out.append(f"?i_wb_{alias} <- (sm-fact (anchor ?i_pn_{alias}) (f_id ?i_wbid_{alias}))")
         return out
 
-    def history_count(self, pattern: CountPattern, alias: str, rel: HistoryRelation) -> str:
+    @staticmethod
+    def count_slot(pattern: CountPattern, alias: str) -> str:
+        """The ``count`` slot of a count pattern: its variable and bounds."""
         var = count_var(alias)
         tests = []
         if pattern.at_least is not None:
             tests.append(f":(>= {var} {pattern.at_least})")
         if pattern.at_most is not None:
             tests.append(f":(<= {var} {pattern.at_most})")
-        parts = ["(n ?i_n)", "(count " + "&".join([var, *tests]) + ")", f"(newest ?i_ob_{alias})"]
+        return "(count " + "&".join([var, *tests]) + ")"
+
+    def history_count(self, pattern: CountPattern, alias: str, rel: HistoryRelation) -> str:
+        parts = ["(n ?i_n)", self.count_slot(pattern, alias), f"(newest ?i_ob_{alias})"]
         if pattern.grows:
             parts.append("(grew TRUE)")
         return f"({rel.template} " + " ".join(parts) + ")"
@@ -561,13 +566,7 @@ class Generator:
         rel = self.relation_for("count", pattern)
         parts = [f"(k{i} {self.key_var(ctx.info, k)})" for i, k in enumerate(rel.keys)]
         parts.append("(last ?i_n)")
-        var = count_var(alias)
-        tests = []
-        if pattern.at_least is not None:
-            tests.append(f":(>= {var} {pattern.at_least})")
-        if pattern.at_most is not None:
-            tests.append(f":(<= {var} {pattern.at_most})")
-        parts.append("(count " + "&".join([var, *tests]) + ")")
+        parts.append(self.count_slot(pattern, alias))
         if pattern.grows:
             parts.append("(grew TRUE)")
         parts.append(f"(eps $?i_eps_{alias})")

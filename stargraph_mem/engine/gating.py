@@ -29,7 +29,7 @@ from stargraph_mem.ir.models import (
     VarRef,
     operator_attribute,
 )
-from stargraph_mem.ir.reference import ILL_TYPED, MISSING, evaluate, read_value
+from stargraph_mem.ir.reference import ILL_TYPED, MISSING, evaluate, raw_value, read_value
 from stargraph_mem.model.time import to_us
 from stargraph_mem.salience import SalienceContext
 from stargraph_mem.stores.memory import EpisodeRecord
@@ -39,15 +39,6 @@ __all__ = ["RuleGate", "UnusableImportance"]
 
 class UnusableImportance(ValueError):
     """An episode's importance value is not a number in [0, 1]."""
-
-
-def _raw(record: EpisodeRecord, name: str) -> Any:
-    """A field's raw value as the reference evaluator reads it (timestamps as ISO text)."""
-    if name == "timestamp":
-        return record.timestamp.isoformat()
-    if name in EPISODE_BUILTINS:
-        return getattr(record, name)
-    return record.metadata.get(name)
 
 
 def _without(cond: Condition, unknown: set[str]) -> Condition:
@@ -96,7 +87,7 @@ class RuleGate:
             evaluate(
                 _without(cond, unknown),
                 ftype,
-                _raw(record, name),
+                raw_value(record, name),
                 now_us=now_us,
                 variables=variables,
             )
@@ -110,7 +101,7 @@ class RuleGate:
         for name, ftype, cond in self.conditions:
             if cond.bind is None:
                 continue
-            value = read_value(ftype, _raw(record, name))
+            value = read_value(ftype, raw_value(record, name))
             if value is not MISSING and value is not ILL_TYPED:
                 out[cond.bind] = value
         return out

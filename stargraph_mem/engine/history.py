@@ -30,8 +30,8 @@ from typing import Any, Final, Protocol
 import orjson
 
 from stargraph_mem.compiler.generator import HistoryRelation
-from stargraph_mem.ir.models import Condition, FieldType
-from stargraph_mem.ir.reference import ILL_TYPED, MISSING, evaluate, read_value
+from stargraph_mem.ir.models import EPISODE_BUILTINS, Condition, FieldType
+from stargraph_mem.ir.reference import ILL_TYPED, MISSING, evaluate, raw_value, read_value
 from stargraph_mem.model.time import from_us, to_us
 from stargraph_mem.stores.aggregates import (
     MARKER,
@@ -55,16 +55,7 @@ class EpisodeSource(Protocol):
     ) -> CheckedRead: ...
 
 
-BUILTINS = frozenset({"id", "session", "source_node", "content", "timestamp"})
-
-
-def raw_value(record: EpisodeRecord, name: str) -> Any:
-    """An episode field as the reference evaluator reads it (metadata, or a builtin)."""
-    if name == "timestamp":
-        return record.timestamp.isoformat()
-    if name in BUILTINS:
-        return getattr(record, name)
-    return record.metadata.get(name)
+BUILTINS = frozenset(EPISODE_BUILTINS)
 
 
 def _typed(record: EpisodeRecord, name: str, ftype: FieldType) -> Any:

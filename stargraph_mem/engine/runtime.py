@@ -28,12 +28,12 @@ from stargraph_mem.compiler.generator import OUT, RuleProgram, slot_name
 from stargraph_mem.compiler.pack import CompiledPack, CompiledRule
 from stargraph_mem.engine.history import HistoryFacts, HistoryInput
 from stargraph_mem.engine.history import compute as compute_history
-from stargraph_mem.engine.history import raw_value as raw_history
 from stargraph_mem.errors import EngineError
 from stargraph_mem.gcpause import gc_paused
 from stargraph_mem.ir.checks import VarInfo, parse_template
 from stargraph_mem.ir.models import FieldType, LinearConfidence, ListVar, VarConfidence
 from stargraph_mem.ir.reference import ILL_TYPED, MISSING, read_value
+from stargraph_mem.ir.reference import raw_value as raw_history
 from stargraph_mem.model.deltas import AddDelta, DeleteDelta, MemoryDelta, NoopDelta, UpdateDelta
 from stargraph_mem.model.time import EPOCH as EPOCH  # re-export
 from stargraph_mem.model.time import from_us, to_us, to_utc

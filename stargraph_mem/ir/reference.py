@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from stargraph_mem.ir.models import Condition, Duration, FieldType, VarRef
+from stargraph_mem.ir.models import EPISODE_BUILTINS, Condition, Duration, FieldType, VarRef
 from stargraph_mem.ir.operators import OPERATORS, unknown_operator
 from stargraph_mem.model.time import iso_us
 
@@ -179,3 +179,13 @@ def evaluate(
         if not passes(op, value, operand, ftype, now_us):
             return False
     return True
+
+
+def raw_value(record: Any, name: str) -> Any:
+    """An episode record's field as :func:`evaluate` reads it: a declared metadata key, or
+    a builtin (the timestamp as ISO-8601 text)."""
+    if name == "timestamp":
+        return record.timestamp.isoformat()
+    if name in EPISODE_BUILTINS:
+        return getattr(record, name)
+    return record.metadata.get(name)
