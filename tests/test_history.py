@@ -144,7 +144,7 @@ def stream(drawn: Sequence[tuple[str, str, int, int]]) -> list[Episode]:
 
 
 @pytest.mark.parametrize("pack", [FREQUENCY, WEEKLY], ids=lambda p: p.stem)
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(drawn=sightings, cuts=st.sets(st.integers(min_value=1, max_value=24)))
 def test_history_packs_give_the_same_facts_however_the_stream_is_cut(
     pack: Path, drawn: list[tuple[str, str, int, int]], cuts: set[int]
@@ -341,7 +341,7 @@ observations = st.lists(
 
 
 @pytest.mark.parametrize("pack", [DEDUP, FREQUENCY, WEEKLY], ids=lambda p: p.stem)
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(drawn=observations, data=st.data())
 def test_packs_give_the_same_facts_whatever_the_insertion_order(
     pack: Path, drawn: list[tuple[str, str, int, int]], data: st.DataObject
