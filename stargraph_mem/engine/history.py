@@ -92,6 +92,8 @@ class _Relation:
         ]
         self.rows: dict[str, dict[str, AggregateRow]] = {}
         self.touched: set[str] = set()
+        self.dirty: set[tuple[str, str]] = set()
+        """``(ref, value)`` of the rows this pass changed: only those are written back."""
         self.gone: set[tuple[str, str]] = set()
         self.in_pass: dict[str, list[AggregateRow]] = {}
         self.ordinal: dict[str, int] = {}
@@ -117,7 +119,11 @@ class _Relation:
         self.rows.setdefault(row.ref, {})[row.value] = row
 
     def writes(self) -> tuple[list[AggregateRow], list[tuple[str, str]]]:
-        upserts = [row for ref in sorted(self.touched) for row in self.rows.get(ref, {}).values()]
+        upserts = [
+            self.rows[ref][value]
+            for ref, value in sorted(self.dirty - self.gone)
+            if value in self.rows.get(ref, {})
+        ]
         return upserts, sorted(self.gone)
 
 
@@ -138,6 +144,10 @@ class _Count(_Relation):
     def __init__(self, rel: HistoryRelation, partition: Partition, now_us: int) -> None:
         super().__init__(rel, partition, now_us)
         self.most: dict[str, int] = {}
+        self.raised: set[str] = set()
+        """Keys whose most-in-one-window this pass raised."""
+        self.newest: dict[str, int] = {}
+        """Per key, the latest sighting folded in so far."""
 
     def load(self, row: AggregateRow) -> None:
         if row.value == MOST:
@@ -175,6 +185,7 @@ class _Count(_Relation):
             str(first) if rel.within_us is not None and rel.distinct is not None else "",
         )
         self.gone.discard((ref, value))
+        self.dirty.add((ref, value))
         if rel.within_us is not None:
             return self.windowed(ref, rows, at, rel.within_us)
         if rel.distinct is None:
@@ -195,9 +206,15 @@ class _Count(_Relation):
         and latest sightings span it (sessions are short against a window). Windows that
         contain ``at`` end at ``at`` or at a later sighting: a late episode can complete a
         window that ends after it, just as it would have had it arrived in time."""
-        ends = {at} | {
-            t for r in rows.values() for t in (_first(r), r.last_us) if at < t <= at + width
-        }
+        newest = self.newest.get(ref)
+        if newest is None:
+            newest = max(r.last_us for r in rows.values())
+        self.newest[ref] = max(newest, at)
+        ends = {at}
+        if at < newest:  # a late episode: windows ending after it may gain it
+            ends |= {
+                t for r in rows.values() for t in (_first(r), r.last_us) if at < t <= at + width
+            }
         best: list[AggregateRow] = []
         for end in sorted(ends):
             inside = [r for r in rows.values() if _first(r) <= end and r.last_us >= end - width]
@@ -207,6 +224,7 @@ class _Count(_Relation):
         grew = len(best) > most
         if grew:
             self.most[ref] = most = len(best)
+            self.raised.add(ref)
         best.sort(key=lambda r: (r.last_us, r.last_id))
         return most, grew, best
 
@@ -221,7 +239,7 @@ class _Count(_Relation):
                     for value in [v for v, r in rows.items() if r.last_us < low]:
                         del rows[value]
                         self.gone.add((ref, value))
-                extra.append(AggregateRow(ref, MOST, self.most.get(ref, 0), 0, ""))
+            extra = [AggregateRow(ref, MOST, self.most[ref], 0, "") for ref in sorted(self.raised)]
         upserts, gone = super().writes()
         return upserts + extra, gone
 
@@ -259,6 +277,7 @@ class _Earlier(_Relation):
         rows[""] = AggregateRow(
             ref, "", (before.n if before else 0) + 1, to_us(record.timestamp), record.id, data
         )
+        self.dirty.add((ref, ""))
         if ordinal is not None:
             self.latest[ref] = (ordinal, record)
         return found
