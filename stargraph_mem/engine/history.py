@@ -176,6 +176,10 @@ class _Count(_Relation):
         before = rows.get(value)
         newer = before is None or at >= before.last_us
         first = at if before is None else min(_first(before), at)
+        if at < self.newest.get(ref, at):
+            self.newest.pop(ref)  # a late sighting: the rows are sorted again when needed
+        elif newer and before is not None:
+            del rows[value]  # rows stay in the order of their latest sighting
         rows[value] = AggregateRow(
             ref,
             value,
@@ -207,19 +211,27 @@ class _Count(_Relation):
         contain ``at`` end at ``at`` or at a later sighting: a late episode can complete a
         window that ends after it, just as it would have had it arrived in time."""
         newest = self.newest.get(ref)
-        if newest is None:
-            newest = max(r.last_us for r in rows.values())
+        if newest is None:  # first sighting of the key in this pass: rows by latest sighting
+            ordered = sorted(rows.items(), key=lambda item: (item[1].last_us, item[0]))
+            rows.clear()
+            rows.update(ordered)
+            newest = ordered[-1][1].last_us
         self.newest[ref] = max(newest, at)
-        ends = {at}
-        if at < newest:  # a late episode: windows ending after it may gain it
-            ends |= {
+        best: list[AggregateRow] = []
+        if at >= newest:  # in order: the one window ending here, the newest rows last
+            for r in reversed(rows.values()):
+                if r.last_us < at - width:
+                    break
+                best.append(r)
+            best.reverse()
+        else:  # a late episode: windows ending after it may gain it
+            ends = {at} | {
                 t for r in rows.values() for t in (_first(r), r.last_us) if at < t <= at + width
             }
-        best: list[AggregateRow] = []
-        for end in sorted(ends):
-            inside = [r for r in rows.values() if _first(r) <= end and r.last_us >= end - width]
-            if len(inside) > len(best):
-                best = inside
+            for end in sorted(ends):
+                inside = [r for r in rows.values() if _first(r) <= end and r.last_us >= end - width]
+                if len(inside) > len(best):
+                    best = inside
         most = self.most.get(ref, 0)
         grew = len(best) > most
         if grew:
