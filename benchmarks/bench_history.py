@@ -37,8 +37,9 @@ from stargraph_mem.stores.scope import Partition
 ROOT = Path(__file__).resolve().parents[1]
 PARTITION = Partition("bench-user", "bench-agent")
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
-STEP = timedelta(seconds=30)
-"""Between two episodes: a million of them span about 347 days."""
+STEP = timedelta(seconds=20)
+"""Between two episodes: a million of them span about 231 days, all before the wall clock
+(``record`` passes at the wall clock and leaves later episodes pending)."""
 
 
 def pack(name: str, *, streaming: bool = False, history: bool = True) -> CompiledPack:
