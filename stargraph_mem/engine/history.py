@@ -76,6 +76,14 @@ class HistoryInput:
     """The rules of the pass (None: all): another rule's relations wait for its passes."""
     resumed: Mapping[str, set[int]] = field(default_factory=dict)
     """Per rule id, seqs at or below its watermark it consumes in this pass."""
+    refs: frozenset[str] = frozenset()
+    """The refs these rows answer for (every row of each is here)."""
+
+    def after(self, write: AggregateWrite | None) -> HistoryInput:
+        """These rows once ``write`` is applied: what the next pass of a run reads."""
+        rows = overlay(self.rows, [write]) if write else self.rows
+        refs = self.refs | {row.ref for row in write.upserts} if write else self.refs
+        return HistoryInput(rows=list(rows), refs=frozenset(refs))
 
 
 class _Relation:
@@ -346,16 +354,18 @@ def compute(
         for rel in relations
         if given.rule_ids is None or rel.rule_id in given.rule_ids
     ]
-    by_name = {(s.rel.rule_id, s.rel.name): s for s in states}
+    markers = {marker_ref(partition, s.rel.rule_id, s.rel.name): s for s in states}
+    prefixes = [(ref[:-1] + ",", state) for ref, state in markers.items()]
     kept: set[tuple[str, str]] = set()
     for row in given.rows:
-        user, agent, rule_id, name, *_ = orjson.loads(row.ref)
-        if (user, agent) != (partition.user, partition.agent):
-            continue
         if row.value == MARKER:
-            kept.add((rule_id, name))
-        elif (rule_id, name) in by_name:
-            by_name[(rule_id, name)].load(row)
+            if row.ref in markers:
+                kept.add((markers[row.ref].rel.rule_id, markers[row.ref].rel.name))
+            continue
+        for prefix, state in prefixes:  # a key's ref is its relation's marker ref, extended
+            if row.ref.startswith(prefix):
+                state.load(row)
+                break
     for state in states:
         for record in given.backfill.get(state.rel.name, ()):
             if isinstance(state, _Count):
@@ -437,6 +447,9 @@ class HistoryRead:
     """Per rule id, seqs at or below its watermark it consumes now (deferred before)."""
     deferred: Mapping[str, set[int]] = field(default_factory=dict)
     """Per rule id, seqs at or below its watermark it has not consumed (deferred)."""
+    carried: HistoryInput | None = None
+    """The previous pass of the same run: the rows it read, its writes on top, stand in
+    for a read of the refs it read."""
 
 
 async def load_history(
@@ -455,19 +468,21 @@ async def load_history(
     mine = [rel for rel in relations if rel.rule_id in wanted]
     if not mine:
         return [HistoryInput(marks=r.marks, rule_ids=wanted, resumed=r.resumed) for r in reads]
-    refs = sorted(
-        {ref for r in reads for ref in wanted_refs(mine, r.partition, now_us, r.episodes)}
-    )
+    wanted_by = [set(wanted_refs(mine, r.partition, now_us, r.episodes)) for r in reads]
+    known = [r.carried.refs if r.carried is not None else frozenset() for r in reads]
+    refs = sorted({ref for w, k in zip(wanted_by, known, strict=True) for ref in w - k})
     stored = await facts.aggregates_of(pack, refs)
     by_partition: dict[tuple[str, str], list[AggregateRow]] = {}
     for row in stored:
         user, agent = orjson.loads(row.ref)[:2]
         by_partition.setdefault((user, agent), []).append(row)
     out: list[HistoryInput] = []
-    for r in reads:
+    for r, want in zip(reads, wanted_by, strict=True):
         rows = by_partition.get((r.partition.user, r.partition.agent), [])
         if r.overlay:
             rows = overlay(rows, r.overlay)
+        if r.carried is not None:
+            rows = [*rows, *(row for row in r.carried.rows if row.ref in want)]
         backfill: dict[str, list[EpisodeRecord]] = {}
         consumed: list[EpisodeRecord] | None = None
         for rel in missing_markers(mine, r.partition, rows):
@@ -486,6 +501,7 @@ async def load_history(
                 backfill=backfill,
                 rule_ids=wanted,
                 resumed=r.resumed,
+                refs=frozenset(want),
             )
         )
     return out

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from stargraph_mem.engine.history import HistoryInput
 from stargraph_mem.engine.pass_clock import after_pass
 from stargraph_mem.engine.runtime import PassOutput, RejectedEpisode
 from stargraph_mem.model.deltas import MemoryDelta
@@ -61,6 +62,9 @@ class PassReport:
     facts_after: list[EngineFact] | None = field(default=None, repr=False, compare=False)
     aggregates: AggregateWrite | None = field(default=None, repr=False, compare=False)
     """What the pass changes in its partition's durable aggregates (applied with it)."""
+    history_after: HistoryInput | None = field(default=None, repr=False, compare=False)
+    """The aggregate rows the pass read, its changes applied: the next pass of the same
+    run reads those refs from here (dropped once the run is over)."""
     """The partition's current facts once the pass is applied (None: computed elsewhere)."""
     bodies: list[bytes] | None = field(default=None, repr=False, compare=False)
     """Deltas computed by a worker process, as canonical JSON, decoded when applied."""

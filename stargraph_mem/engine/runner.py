@@ -472,6 +472,8 @@ class PassRunner:
                 facts = await self.facts.current_facts(partition)
         overlay = [previous.aggregates] if previous is not None and previous.aggregates else []
         read_history = self.history_read(report, records, rules, stamp, marks, overlay)
+        if previous is not None:
+            read_history = replace(read_history, carried=previous.history_after)
         (history,) = await self.history([read_history], now, rules)
         t1 = time.perf_counter()
         out = await asyncio.to_thread(
@@ -487,6 +489,8 @@ class PassRunner:
         )
         t2 = time.perf_counter()
         report.take(out, self.keep_deltas)
+        if history is not None:
+            report.history_after = history.after(out.aggregates)
         report.timings = {"read": t1 - t0, "engine": t2 - t1, "apply": 0.0, "total": t2 - t0}
         return report
 
