@@ -159,6 +159,11 @@ class HistoryRelation:
         return f"sm-hist-{self.index}"
 
     @cached_property
+    def type_of(self) -> dict[str, FieldType]:
+        """:attr:`types` as a mapping (built once: the runtime reads it per episode)."""
+        return dict(self.types)
+
+    @cached_property
     def name(self) -> str:
         """A stable name of what the relation keeps: another definition starts afresh."""
         text = json.dumps(
@@ -340,7 +345,7 @@ class Generator:
     def history_template(self, rel: HistoryRelation) -> str:
         lines = [f"(deftemplate {rel.template}", "  (slot n (type INTEGER))"]
         if rel.kind == "earlier":
-            types = dict(rel.types)
+            types = rel.type_of
             lines.append("  (slot pn (type INTEGER))")
             lines.append("  (slot pts (type INTEGER))")
             lines += [self.slot_decl(f, types[f]) for f in rel.carried]

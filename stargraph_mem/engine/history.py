@@ -93,7 +93,7 @@ class _Relation:
         self.rel = rel
         self.partition = partition
         self.now_us = now_us
-        self.types: dict[str, FieldType] = dict(rel.types)
+        self.types = rel.type_of
         self.filter = [
             (name, Condition.model_validate_json(text), self.types[name])
             for name, text in rel.filter
@@ -104,8 +104,6 @@ class _Relation:
         """``(ref, value)`` of the rows this pass changed: only those are written back."""
         self.gone: set[tuple[str, str]] = set()
         self.in_pass: dict[str, list[AggregateRow]] = {}
-        self.ordinal: dict[str, int] = {}
-        """``earlier``: per key, the ordinal of its latest episode in this pass."""
 
     def key(self, record: EpisodeRecord) -> str | None:
         """The episode's key text, or None when the relation does not track it."""

@@ -416,7 +416,7 @@ class PackRuntime:
             fb.put(b"n", n)
             fb.put(b"pn", prev)
             fb.put(b"pts", to_us(record.timestamp))
-            types = dict(rel.types)
+            types = rel.type_of
             for name in rel.carried:
                 try:
                     value = _normalise(raw_history(record, name), types[name])
