@@ -29,6 +29,23 @@ from stargraph_mem.model.canonical import canonical_json
 
 DeltaKind = Literal["add", "update", "delete", "noop"]
 
+CloseStatus = Literal["deleted", "expired", "archived", "invalidated"]
+"""Why a delete closes its facts (an update closes them as ``superseded``)."""
+CLOSE_STATUSES: tuple[str, ...] = ("deleted", "expired", "archived", "invalidated")
+FACT_STATUSES: tuple[str, ...] = ("current", "superseded", *CLOSE_STATUSES)
+"""Every status a fact can have: current while valid, else why it was closed."""
+
+Lifecycle = Literal["new", "inherit", "reinforce"]
+"""What the fact an update creates keeps of the facts it replaces:
+
+* ``new``: a new observation (the default): reinforced at its promotion time, count 0;
+* ``inherit``: not an observation (a sweep's decay, say): it keeps the latest reinforcement
+  time, the reinforcement count and the observation time of what it replaces;
+* ``reinforce``: a confirmation: reinforced at its promotion time, count one more than
+  the largest count among what it replaces.
+
+Pins and access statistics carry to the new fact whatever the lifecycle."""
+
 BindingScalar = str | bool | int | float | None
 BindingValue = BindingScalar | list[BindingScalar]
 """What a rule binding holds: a JSON scalar or a list of them (validated without Python calls)."""
@@ -184,6 +201,8 @@ class UpdateDelta(_FactDelta):
 
     kind: Literal["update"] = "update"
     replaces: list[Identifier] = Field(min_length=1)
+    lifecycle: Lifecycle = Field(default="new", exclude_if=lambda v: v == "new")
+    """Left out of the canonical body when ``new``: older deltas keep their ids."""
 
     if TYPE_CHECKING:  # as pydantic's mypy plugin types it, plus the spec's fact_payload
 
@@ -192,6 +211,7 @@ class UpdateDelta(_FactDelta):
             *,
             kind: Any = "update",
             replaces: Any,
+            lifecycle: Any = "new",
             fact: Any = None,
             fact_payload: Any = None,
             source_episode_ids: Any,
@@ -210,6 +230,9 @@ class DeleteDelta(_DeltaBase):
 
     kind: Literal["delete"] = "delete"
     replaces: list[Identifier] = Field(min_length=1)
+    status: CloseStatus = Field(default="deleted", exclude_if=lambda v: v == "deleted")
+    """The closing status the facts get; left out of the canonical body when ``deleted``,
+    so older deltas keep their ids."""
 
 
 class NoopDelta(_DeltaBase):

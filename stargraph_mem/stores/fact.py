@@ -434,6 +434,18 @@ class EngineFact:
     source_episode_ids: tuple[str, ...] = ()
     observed_us: int = 0
     """The time of the newest episode it was derived from (0: unknown, use ``valid_from``)."""
+    reinforcement_count: int = 0
+    """Confirmations so far: reinforcing noops, plus counts carried by updates."""
+    access_count: int = 0
+    """Access-recording reads of it (and of the facts it superseded)."""
+    last_access_us: int = 0
+    """The latest access-recording read (0: never read)."""
+    pinned: bool = False
+    """Pinned facts are left alone by sweeps unless a rule tests ``pinned``."""
+    status: str = "current"
+    """``current``, or ``archived`` for an archived fact a rule asked to see."""
+    payload: Mapping[str, Any] | None = None
+    """The fact's payload (``None``: empty)."""
 
 
 class WatermarkAdvance(_Frozen):
