@@ -150,6 +150,11 @@ class FactNotFoundError(StoreError):
     """No fact has the requested id (the id is in ``fact_id``)."""
 
 
+class FactStatusError(StoreError):
+    """A pin, unpin or restore was refused: the fact is closed (or, for a restore, not an
+    archived fact that was never restored); ``fact_id`` and ``status`` name it."""
+
+
 class DeltaValidationError(StoreError):
     """A delta failed validation at ``apply_delta`` entry."""
 

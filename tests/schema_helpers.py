@@ -4,6 +4,15 @@ from __future__ import annotations
 
 import sqlite3
 
+UNDO_VERSION_5 = (
+    "DROP INDEX facts_archived",
+    "DROP TABLE fact_pins",
+    "DROP TABLE fact_events",
+    "ALTER TABLE facts DROP COLUMN status",
+    "ALTER TABLE facts DROP COLUMN reinforced_us",
+    "ALTER TABLE facts DROP COLUMN reinforcement_base",
+)
+"""What version 5 added: closing statuses, reinforcement bases, pins and status events."""
 UNDO_VERSION_4 = (
     "DROP TABLE aggregates",
     "ALTER TABLE facts DROP COLUMN observed_us",
@@ -14,7 +23,14 @@ UNDO_VERSION_4 = (
 """What version 4 added: aggregates, observation times, deferred episodes, pass times."""
 
 
+def undo_version_5(db: sqlite3.Connection) -> None:
+    """Remove what version 5 added (the caller sets the version it wants)."""
+    for statement in UNDO_VERSION_5:
+        db.execute(statement)
+
+
 def undo_version_4(db: sqlite3.Connection) -> None:
-    """Remove what version 4 added (the caller sets the version it wants)."""
+    """Remove what versions 4 and 5 added (the caller sets the version it wants)."""
+    undo_version_5(db)
     for statement in UNDO_VERSION_4:
         db.execute(statement)

@@ -248,7 +248,7 @@ async def test_a_version_2_file_is_migrated_and_indexed(tmp_path: Path) -> None:
     async with SQLiteFactStore(path) as store:
         assert sorted(objects(await store.search("tea coffee jazz"))) == ["coffee", "jazz"]
         health = await store.health()
-        assert health.ok and health.schema_version == SCHEMA_VERSION == 4
+        assert health.ok and health.schema_version == SCHEMA_VERSION == 5
 
 
 async def test_an_unknown_schema_version_is_refused_untouched(tmp_path: Path) -> None:

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, JsonValue
 
 from stargraph_mem.model.base import FrozenModel, Identifier, ScopePart, StoredDatetime
+
+
+StatusFilter = Literal[
+    "current", "superseded", "deleted", "expired", "archived", "invalidated", "all"
+]
+"""What ``FactPattern.status`` accepts: a fact status, or ``all``."""
 
 
 class Fact(FrozenModel):
@@ -24,6 +32,8 @@ class Fact(FrozenModel):
     recorded_at: StoredDatetime
     rule_id: str
     delta_id: str
+    status: str = "current"
+    """``current`` while valid, else the closing status (see ``FACT_STATUSES``)."""
 
     @property
     def is_current(self) -> bool:
@@ -31,7 +41,11 @@ class Fact(FrozenModel):
 
 
 class FactPattern(FrozenModel):
-    """A query over facts; ``None`` fields match anything. Current facts only by default."""
+    """A query over facts; ``None`` fields match anything. Current facts only by default.
+
+    ``status`` picks facts by status (a ``FACT_STATUSES`` name, or ``all``); ``None`` means
+    ``current``, or ``all`` with ``include_history``.
+    """
 
     user: ScopePart | None = None
     agent: ScopePart | None = None
@@ -41,6 +55,7 @@ class FactPattern(FrozenModel):
     min_confidence: float | None = None
     include_history: bool = False
     limit: int | None = Field(default=None, ge=1)
+    status: StatusFilter | None = None
 
 
 class FactHit(FrozenModel):
@@ -58,3 +73,22 @@ class FactAccess(FrozenModel):
     fact_id: str
     count: int = 0
     last_access: StoredDatetime | None = None
+
+
+class StatusEvent(FrozenModel):
+    """One step of a fact's status history: made, pinned, unpinned, closed, restored.
+
+    ``event`` is ``created``, ``pinned``, ``unpinned``, ``restored`` or the closing status;
+    ``status`` is the fact's status once it happened; ``related_fact_id`` names the fact
+    it came from (created), the one that replaced it (superseded), the one a restore made
+    (restored) or the predecessor a carried pin came from (pinned).
+    """
+
+    fact_id: str
+    event: str
+    status: str
+    at: StoredDatetime
+    rule_id: str | None = None
+    delta_id: str | None = None
+    reason: str = ""
+    related_fact_id: str | None = None

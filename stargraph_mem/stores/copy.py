@@ -51,7 +51,7 @@ COPIED_TABLES: Final = (
         "facts",
         "rowid id user agent partition_key subject predicate object payload confidence "
         "valid_from_us valid_until_us superseded_by closed_by recorded_at_us rule_id delta_id "
-        "observed_us",
+        "observed_us reinforced_us reinforcement_base status",
         "rowid",
     ),
     _table(
@@ -77,6 +77,12 @@ COPIED_TABLES: Final = (
         "id pack rule_id partition_key",
     ),
     _table("fact_access", "fact_id count last_access_us", "fact_id"),
+    _table("fact_pins", "fact_id pinned_at_us reason", "fact_id"),
+    _table(
+        "fact_events",
+        "seq fact_id event at_us rule_id delta_id reason related_id",
+        "seq",
+    ),
     _table(
         "aggregates",
         "pack ref value partition_key n last_us last_id data",

@@ -26,7 +26,7 @@ from stargraph_mem.model.base import (
     unicode_problem,
 )
 from stargraph_mem.model.deltas import AddDelta, DeleteDelta, MemoryDelta, NoopDelta, UpdateDelta
-from stargraph_mem.model.facts import Fact, FactPattern
+from stargraph_mem.model.facts import Fact, FactPattern, StatusEvent
 from stargraph_mem.model.time import TIME_RANGE
 from stargraph_mem.stores.models import MigrationPlan, StoreHealth
 from stargraph_mem.stores.scope import Partition, partition_key
@@ -537,6 +537,7 @@ class Explanation(_Frozen):
     successors: tuple[Fact, ...] = ()
     closed_by: str | None = None
     audit: tuple[AuditRow, ...] = ()
+    status_history: tuple[StatusEvent, ...] = ()
 
     @property
     def rule_id(self) -> str:

@@ -41,6 +41,7 @@ from stargraph_mem.stores.fact_rows import (
     write_rows,
 )
 from stargraph_mem.stores.fact_statements import FactStatements
+from stargraph_mem.stores.fact_status import ARCHIVED
 from stargraph_mem.stores.pass_time import resumed_present
 from stargraph_mem.stores.scope import Partition
 from stargraph_mem.stores.search_common import body_text
@@ -56,8 +57,8 @@ __all__ = [
     "version",
 ]
 
-_OPEN = (None, None, None)
-"""``valid_until_us, superseded_by, closed_by`` of a fact that is still current."""
+_OPEN = (None, None, None, None)
+"""``valid_until_us, superseded_by, closed_by, status`` of a fact that is still current."""
 
 
 def check_forward(index: int, adv: WatermarkAdvance, prior: int) -> None:
@@ -154,12 +155,43 @@ async def version(db: Conn, sql: FactStatements, partition: Partition) -> int:
 
 @dataclass(slots=True)
 class _State:
-    """What the batch needs to know about a fact it may close or reinforce."""
+    """What the batch needs to know about a fact it may close, reinforce or carry on."""
 
     user: str
     agent: str
     valid_from_us: int
     closed: bool
+    status: str | None = None
+    """The closing status (None while current)."""
+    restored: bool = False
+    """An archived fact some fact restores already."""
+    reinforced_us: int = 0
+    count: int = 0
+    observed_us: int = 0
+    access_count: int = 0
+    last_access_us: int = 0
+    pin: tuple[int, str] | None = None
+    """``(pinned_at_us, reason)`` when pinned."""
+
+
+def _state(row: Sequence[Any]) -> _State:
+    """A :class:`_State` from a ``fact_states_in`` row."""
+    (_, user, agent, from_us, until_us, status, successor, reinforced_us, count, observed_us,
+     access_count, last_access_us, pinned_at_us, pin_reason) = row  # fmt: skip
+    return _State(
+        user,
+        agent,
+        from_us,
+        until_us is not None,
+        status,
+        successor is not None and status == ARCHIVED,
+        int(reinforced_us),
+        int(count),
+        int(observed_us),
+        int(access_count),
+        int(last_access_us),
+        None if pinned_at_us is None else (int(pinned_at_us), str(pin_reason)),
+    )
 
 
 class Batch:
@@ -195,6 +227,16 @@ class Batch:
         self._audit: list[tuple[Any, ...]] = []
         self._closes: list[tuple[Any, ...]] = []
         self._reinforcements: list[tuple[Any, ...]] = []
+        self._lifecycles: list[tuple[int | None, int, int]] = []
+        """Per staged fact: newest observation, reinforcement time and count base."""
+        self._carried: list[tuple[Any, ...]] = []
+        self._pins: list[tuple[Any, ...]] = []
+        self._events: list[tuple[Any, ...]] = []
+        self._restores: list[tuple[str, str]] = []
+        """Access rows, pin rows and status events new facts carry; restored facts."""
+        self._times: dict[str, int] = {}
+        """Observation time of the chunk's cited episodes that this database holds."""
+        self._event_seq = -1
         self._asserting: list[tuple[Fact, ProvenanceBundle]] = []
         self._asserting_at: list[tuple[int, int]] = []
         """The chunk's new (fact, bundle) pairs for the adapter, and for each the index and
@@ -224,6 +266,7 @@ class Batch:
         stored = await self._stored(deltas, ids)
         await self._load(deltas)
         await self._check_sources(start, deltas)
+        await self._episode_times(deltas)
         for offset, (delta, did, body) in enumerate(zip(deltas, ids, bodies, strict=True)):
             if did in stored or did in self.seen:
                 self.skipped += 1
@@ -298,15 +341,19 @@ class Batch:
             self.episodes_here = any(str(row[0]) == "partition_key" for row in columns)
         return self.episodes_here
 
-    async def observed(self, sources: Sequence[Sequence[str]]) -> list[int | None]:
-        """Per list of source episode ids, the time of the newest (None: none is stored
-        here): when a fact made, or reinforced, from them was last observed."""
-        cited = sorted({eid for ids in sources for eid in ids})
-        if not cited or not await self.has_episodes():
-            return [None] * len(sources)
-        rows = await self.db.fetch(self.sql.episode_times_in, (self.sql.ids(cited),))
-        times = {str(eid): int(ts) for eid, ts in rows}
-        return [max((times[e] for e in ids if e in times), default=None) for ids in sources]
+    async def _episode_times(self, deltas: Sequence[Delta]) -> None:
+        """Read the times of the episodes the chunk's deltas cite (one statement)."""
+        cited = sorted({eid for delta in deltas for eid in delta.source_episode_ids})
+        self._times = {}
+        if cited and await self.has_episodes():
+            rows = await self.db.fetch(self.sql.episode_times_in, (self.sql.ids(cited),))
+            self._times = {str(eid): int(ts) for eid, ts in rows}
+
+    def observed(self, ids: Sequence[str]) -> int | None:
+        """The time of the newest of ``ids`` (None: none is stored here): when a fact made,
+        or reinforced, from them was last observed."""
+        times = self._times
+        return max((times[e] for e in ids if e in times), default=None)
 
     async def _load(self, deltas: Sequence[Delta]) -> None:
         """Read the states of referenced facts the batch has not seen yet."""
@@ -319,18 +366,18 @@ class Batch:
         missing = sorted(wanted - self.known.keys())
         if missing:
             rows = await self.db.fetch(self.sql.fact_states_in, (self.sql.ids(missing),))
-            for fid, user, agent, valid_from_us, valid_until_us in rows:
-                self.known[fid] = _State(user, agent, valid_from_us, valid_until_us is not None)
+            for row in rows:
+                self.known[row[0]] = _state(row)
 
     def _apply(self, index: int, delta: Delta, did: str) -> None:
         if isinstance(delta, AddDelta):
             self._assert(index, delta, did, ())
         elif isinstance(delta, UpdateDelta):
-            self._close(index, delta, did, "f" + did[1:])
+            self._close(index, delta, did, "f" + did[1:], "superseded")
             self._assert(index, delta, did, tuple(delta.replaces))
         elif isinstance(delta, DeleteDelta):
             sanitize_bundle(self._bundle(delta, did, ()))
-            self._close(index, delta, did, None)
+            self._close(index, delta, did, None, delta.status)
         else:
             sanitize_bundle(self._bundle(delta, did, ()))
             self._reinforce(index, delta, did)
@@ -380,8 +427,41 @@ class Batch:
         self._asserting.append((fact, self._bundle(delta, did, predecessors)))
         self._asserting_at.append((index, self._seq))
         user, agent = str(delta.user), str(delta.agent)  # resolved before the batch applies
-        self.known[fact_id] = _State(user, agent, self._us(delta.promotion_ts), False)
+        from_us = self._us(delta.promotion_ts)
+        state = _State(user, agent, from_us, False, reinforced_us=from_us, observed_us=from_us)
+        seen = self.observed(delta.source_episode_ids)
+        if seen is not None:
+            state.observed_us = seen
+        if predecessors:
+            assert isinstance(delta, UpdateDelta)
+            self._carry(delta, did, fact_id, state, [self.known[p] for p in predecessors])
+            seen = state.observed_us
+        self._lifecycles.append((seen, state.reinforced_us, state.count))
+        self.known[fact_id] = state
         self.created.append(fact_id)
+
+    def _carry(
+        self, delta: UpdateDelta, did: str, fact_id: str, state: _State, before: list[_State]
+    ) -> None:
+        """What a new fact takes from those it replaces: reinforcement per the delta's
+        ``lifecycle``, access statistics (summed, latest) and a pin (if any had one)."""
+        if delta.lifecycle == "inherit":
+            state.reinforced_us = max(s.reinforced_us for s in before)
+            state.count = max(s.count for s in before)
+            state.observed_us = max(s.observed_us for s in before)
+        elif delta.lifecycle == "reinforce":
+            state.count = 1 + max(s.count for s in before)
+        state.access_count = sum(s.access_count for s in before)
+        state.last_access_us = max(s.last_access_us for s in before)
+        if state.access_count or state.last_access_us:
+            self._carried.append((fact_id, state.access_count, state.last_access_us))
+        pins = [(s.pin, fid) for s, fid in zip(before, delta.replaces, strict=True) if s.pin]
+        if pins:
+            (pinned_at_us, reason), origin = min(pins, key=lambda p: (p[0], p[1]))
+            state.pin = (pinned_at_us, reason)
+            self._pins.append((fact_id, pinned_at_us, reason))
+            at_us = state.valid_from_us
+            self._events.append((fact_id, "pinned", at_us, delta.rule_id, did, reason, origin))
 
     def _us(self, ts: datetime) -> int:
         """``to_us`` for delta times: a pass stamps one time on all its deltas."""
@@ -392,23 +472,42 @@ class Batch:
         return self._last_us
 
     def _close(
-        self, index: int, delta: UpdateDelta | DeleteDelta, did: str, successor: str | None
+        self,
+        index: int,
+        delta: UpdateDelta | DeleteDelta,
+        did: str,
+        successor: str | None,
+        status: str,
     ) -> None:
+        """Close what ``delta`` replaces with ``status``; an archived fact an update names
+        is restored instead (it stays closed, and names its successor)."""
         self._check_refs(index, delta, did, delta.replaces, "replace")
         until_us = self._us(delta.promotion_ts)
         for fid in delta.replaces:
             state = self.known[fid]
-            state.closed = True
+            if state.closed and successor is not None:  # archived: checked above
+                state.restored = True
+                self._restores.append((successor, fid))
+                self._events.append(
+                    (fid, "restored", until_us, delta.rule_id, did, delta.reason, successor)
+                )
+                continue
+            state.closed, state.status = True, status
             self.closed_here.add(fid)
-            self._closes.append((max(until_us, state.valid_from_us), successor, did, fid))
+            self._closes.append((max(until_us, state.valid_from_us), successor, did, status, fid))
             self.closed.append(fid)
 
     def _reinforce(self, index: int, delta: NoopDelta, did: str) -> None:
         self._check_refs(index, delta, did, delta.reinforces, "reinforce")
         ts_us = to_us(delta.promotion_ts)
-        self._reinforcements.extend(
-            (fid, ts_us, did, delta.source_episode_ids) for fid in delta.reinforces
-        )
+        seen = self.observed(delta.source_episode_ids)
+        for fid in delta.reinforces:
+            state = self.known[fid]
+            state.reinforced_us = max(state.reinforced_us, ts_us)
+            state.count += 1
+            if seen is not None:
+                state.observed_us = max(state.observed_us, seen)
+            self._reinforcements.append((fid, ts_us, did, seen))
         self.reinforced += len(delta.reinforces)
 
     def _check_refs(
@@ -440,7 +539,11 @@ class Batch:
             return "fact belongs to another (user, agent)"
         if fid in self.closed_here:
             return "already closed earlier in this batch"
-        return "fact is already closed" if state.closed else None
+        if not state.closed:
+            return None
+        if state.status != ARCHIVED or not isinstance(delta, UpdateDelta):
+            return "fact is already closed"
+        return "archived fact already restored" if state.restored else None
 
     def _audit_row(self, delta: Delta, did: str, body: bytes) -> None:
         self._audit.append(
@@ -469,7 +572,7 @@ class Batch:
         staged = self.adapter.take_staged()
         first = self._rowid + 1
         self._rowid += len(staged)
-        observed = await self.observed([bundle.source_episode_ids for _, bundle in staged])
+        lifecycles, self._lifecycles = self._lifecycles, []
         rows = [
             write_rows(
                 first + offset,
@@ -478,22 +581,26 @@ class Batch:
                 seq,
                 self._recorded_us(fact),
                 self._us(bundle.promotion_ts),
-                seen,
+                lifecycle,
             )
-            for offset, ((fact, bundle), seq, seen) in enumerate(
-                zip(staged, seqs, observed, strict=True)
+            for offset, ((fact, bundle), seq, lifecycle) in enumerate(
+                zip(staged, seqs, lifecycles, strict=True)
             )
         ]
         new_ids = {fact_row[1] for fact_row, _ in rows}
-        closing = {close[3]: close[:3] for close in self._closes if close[3] in new_ids}
-        closes = [close for close in self._closes if close[3] not in closing]
+        closing = {close[4]: close[:4] for close in self._closes if close[4] in new_ids}
+        closes = [close for close in self._closes if close[4] not in closing]
         writes: tuple[tuple[Insert | Many, Sequence[Sequence[Any]]], ...] = (
             (sql.insert_fact, [fact_row + closing.get(fact_row[1], _OPEN) for fact_row, _ in rows]),
             (sql.insert_lineage, [lineage_row for _, lineage_row in rows]),
             (sql.index_fact, [self._indexed(fact_row) for fact_row, _ in rows]),
             (sql.close, closes),
             (sql.insert_audit, self._audit),
-            (sql.insert_reinforcement, await self._reinforcement_rows()),
+            (sql.insert_reinforcement, self._reinforcements),
+            (sql.insert_access, self._carried),
+            (sql.insert_pin, self._pins),
+            (sql.insert_event, await self._event_rows()),
+            (sql.mark_restored, self._restores),
         )
         for statement, params in writes:
             if not params:
@@ -503,14 +610,18 @@ class Batch:
             else:
                 await self.db.run_many(statement, params)
         self._audit, self._closes, self._reinforcements = [], [], []
+        self._carried, self._pins, self._restores = [], [], []
 
-    async def _reinforcement_rows(self) -> list[tuple[Any, ...]]:
-        """Reinforcement rows with the time of each reinforcing delta's newest source."""
-        rows = self._reinforcements
-        if not rows:
+    async def _event_rows(self) -> list[tuple[Any, ...]]:
+        """The chunk's status events, numbered after the stored ones (read once)."""
+        events, self._events = self._events, []
+        if not events:
             return []
-        seen = await self.observed([row[3] for row in rows])
-        return [(*row[:3], at) for row, at in zip(rows, seen, strict=True)]
+        if self._event_seq < 0:
+            self._event_seq = int(await self.db.scalar(self.sql.last_event_seq) or 0)
+        first = self._event_seq + 1
+        self._event_seq += len(events)
+        return [(first + offset, *event) for offset, event in enumerate(events)]
 
     def _indexed(self, fact_row: tuple[Any, ...]) -> tuple[int, str]:
         """The search index row (rowid, text) of a ``facts`` row built by ``write_rows``."""

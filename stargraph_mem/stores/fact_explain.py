@@ -16,6 +16,7 @@ from stargraph_mem.model.time import from_us
 from stargraph_mem.stores.fact import AuditRow, Explanation, ProvenanceBundle, SourceEpisode
 from stargraph_mem.stores.fact_rows import audit_from_row, bundle_from_row, fact_from_row, key_of
 from stargraph_mem.stores.fact_statements import FactStatements
+from stargraph_mem.stores.fact_status import status_history
 from stargraph_mem.stores.sql_conn import Conn
 
 __all__ = ["explain", "lineage_of"]
@@ -35,7 +36,7 @@ async def _with_predecessors(
     db: Conn, sql: FactStatements, ids: Sequence[str]
 ) -> dict[str, tuple[Fact, list[str]]]:
     rows = await db.fetch(sql.predecessors_in, (sql.ids(list(ids)),))
-    return {row[0]: (fact_from_row(row), orjson.loads(row[14] or b"[]")) for row in rows}
+    return {row[0]: (fact_from_row(row), orjson.loads(row[15] or b"[]")) for row in rows}
 
 
 async def _predecessors(db: Conn, sql: FactStatements, first: Sequence[str]) -> list[Fact]:
@@ -107,11 +108,12 @@ async def _audit_touching(
 
 
 async def explain(db: Conn, sql: FactStatements, fact_id: str) -> Explanation:
-    """Rule, pack hash, reason, bindings, source episodes, supersession chain, audit."""
+    """Rule, pack hash, reason, bindings, source episodes, supersession chain, audit and
+    status history."""
     rows = await db.fetch(sql.fact_by_id, (fact_id,))
     if not rows:
         raise FactNotFoundError(f"no fact with id {fact_id!r}", fact_id=fact_id)
-    fact, closed_by = fact_from_row(rows[0]), rows[0][14]
+    fact, closed_by = fact_from_row(rows[0]), rows[0][15]
     provenance = await lineage_of(db, sql, fact_id)
     sources = await _source_episodes(
         db, sql, provenance.source_episode_ids, key_of(fact.user, fact.agent)
@@ -124,4 +126,5 @@ async def explain(db: Conn, sql: FactStatements, fact_id: str) -> Explanation:
         successors=tuple(await _successors(db, sql, fact)),
         closed_by=closed_by,
         audit=tuple(await _audit_touching(db, sql, fact, closed_by)),
+        status_history=tuple(await status_history(db, sql, fact_id)),
     )

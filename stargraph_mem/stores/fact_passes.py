@@ -196,11 +196,14 @@ async def marks_of(
     return found
 
 
-def group_current(rows: Sequence[Sequence[Any]], keys: Sequence[str]) -> list[list[EngineFact]]:
-    """Current-facts rows (``partition_key`` last) as one list per key, in ``keys`` order."""
+def group_current(
+    rows: Sequence[Sequence[Any]], keys: Sequence[str], status: str = "current"
+) -> list[list[EngineFact]]:
+    """Engine-fact rows (``partition_key`` last) as one list per key, in ``keys`` order,
+    each fact with ``status``."""
     found: dict[str, list[EngineFact]] = {key: [] for key in keys}
     for row in rows:
-        found[row[-1]].append(engine_fact(row))
+        found[row[-1]].append(engine_fact(row, status))
     return [found[key] for key in keys]
 
 

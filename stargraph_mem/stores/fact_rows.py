@@ -82,12 +82,15 @@ FACT_INSERT_COLUMNS: Final = (
     "rule_id",
     "delta_id",
     "observed_us",
+    "reinforced_us",
+    "reinforcement_base",
     "valid_until_us",
     "superseded_by",
     "closed_by",
+    "status",
 )
 """The columns of the rows a batch inserts into ``facts`` (``fact_rows.write_rows`` and
-the closing triple), in order."""
+the closing columns), in order."""
 LINEAGE_INSERT_COLUMNS: Final = (
     "rowid",
     "fact_id",
@@ -216,6 +219,7 @@ def fact_from_row(row: Sequence[Any]) -> Fact:
             recorded_at=from_us(row[11]),
             rule_id=row[12],
             delta_id=row[13],
+            status="current" if row[14] is None else row[14],
         )
     except (ValueError, TypeError, OverflowError) as exc:
         raise corrupt("facts", row[0], exc) from exc
@@ -257,14 +261,30 @@ def audit_from_row(row: Sequence[Any]) -> AuditRow:
         raise corrupt("audit", row[0], exc) from exc
 
 
-def engine_fact(row: Sequence[Any]) -> EngineFact:
-    """An :class:`EngineFact` from a current-facts row, without pydantic."""
+def engine_fact(row: Sequence[Any], status: str = "current") -> EngineFact:
+    """An :class:`EngineFact` from a current-facts row (``ENGINE_COLUMNS``), without pydantic."""
     try:
         sources = tuple(orjson.loads(row[8]))
+        payload = None if bytes(row[14]) == _EMPTY_OBJECT else orjson.loads(row[14])
     except orjson.JSONDecodeError as exc:
-        raise corrupt("lineage", row[0], exc) from exc
+        raise corrupt("facts", row[0], exc) from exc
     return EngineFact(
-        row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], sources, int(row[9])
+        row[0],
+        row[1],
+        row[2],
+        row[3],
+        row[4],
+        row[5],
+        row[6],
+        row[7],
+        sources,
+        int(row[9]),
+        int(row[10]),
+        int(row[11]),
+        int(row[12]),
+        row[13] is not None,
+        status,
+        payload,
     )
 
 
@@ -289,10 +309,11 @@ def write_rows(
     audit_seq: int,
     recorded_us: int,
     valid_from_us: int,
-    observed_us: int | None = None,
+    lifecycle: tuple[int | None, int, int] = (None, 0, 0),
 ) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     """The ``facts`` and ``lineage`` rows (sharing ``rowid``) of one staged ``(fact,
-    bundle)`` pair (``valid_from_us``: the bundle's promotion time)."""
+    bundle)`` pair (``valid_from_us``: the bundle's promotion time; ``lifecycle``: its
+    newest observation, reinforcement time and reinforcement count base)."""
     fact_row = (
         rowid,
         fact.id,
@@ -308,7 +329,7 @@ def write_rows(
         recorded_us,
         fact.rule_id,
         fact.delta_id,
-        observed_us,
+        *lifecycle,
     )
     lineage_row = (
         rowid,
@@ -383,6 +404,17 @@ def pattern_filter(pattern: FactPattern, mark: str = "?") -> tuple[list[str], li
     return where, params
 
 
+def _status_filter(pattern: FactPattern, mark: str, params: list[Any]) -> list[str]:
+    """The condition picking ``pattern``'s statuses (none for ``all``)."""
+    status = pattern.status or ("all" if pattern.include_history else "current")
+    if status == "all":
+        return []
+    if status == "current":
+        return ["valid_until_us IS NULL"]
+    params.append(status)
+    return [f"status = {mark}"]
+
+
 def fact_query(
     sql: FactStatements, pattern: FactPattern, *, as_of_us: int | None = None
 ) -> tuple[str, list[Any]]:
@@ -395,8 +427,8 @@ def fact_query(
             f"valid_from_us <= {mark} AND (valid_until_us IS NULL OR valid_until_us > {mark})"
         )
         params += [as_of_us, as_of_us]
-    elif not pattern.include_history:
-        where.append("valid_until_us IS NULL")
+    else:
+        where += _status_filter(pattern, mark, params)
     condition = " AND ".join(where) or "TRUE"
     params.append(sql.no_limit if pattern.limit is None else pattern.limit)
     text = (

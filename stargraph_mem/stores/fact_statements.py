@@ -81,5 +81,22 @@ class FactStatements:
     """``(pack, ref, value, partition_key, n, last_us, last_id, data)``, replacing the row."""
     delete_aggregate: str
     """``(pack, ref, value)``."""
+    insert_access: Insert
+    """Access statistics ``(fact_id, count, last_access_us)`` a new fact carries."""
+    insert_pin: Insert
+    """``(fact_id, pinned_at_us, reason)``."""
+    delete_pin: str
+    pin_of: str
+    """``pinned_at_us, reason`` of one fact's pin (no row: not pinned)."""
+    insert_event: Insert
+    """``(seq, fact_id, event, at_us, rule_id, delta_id, reason, related_id)``."""
+    last_event_seq: str
+    events_of: str
+    """``seq, event, at_us, rule_id, delta_id, reason, related_id`` of one fact, by seq."""
+    mark_restored: Many
+    """``(successor, fact_id)``: name the fact that restored an archived one."""
+    archived_of: str
+    """Archived, never restored facts (the current-facts columns, then ``partition_key``)
+    of the given keys."""
     index_text: Callable[[str], str]
     """What a fact's body text becomes before :attr:`index_fact` stores it."""

@@ -15,7 +15,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol, Self
 
-from stargraph_mem.model.facts import FactAccess, FactHit
+from stargraph_mem.model.facts import Fact, FactAccess, FactHit, StatusEvent
 from stargraph_mem.stores.aggregates import AggregateRow, AggregateWrite
 from stargraph_mem.stores.fact import (
     ApplyResult,
@@ -147,6 +147,18 @@ class FactRepository(FactStore, Protocol):
     ) -> list[list[Deferral]]: ...
 
     async def current_facts_of(self, partitions: Sequence[Partition]) -> list[list[EngineFact]]: ...
+
+    async def archived_facts_of(
+        self, partitions: Sequence[Partition]
+    ) -> list[list[EngineFact]]: ...
+
+    async def pin(self, fact_id: str, *, reason: str = "") -> bool: ...
+
+    async def unpin(self, fact_id: str, *, reason: str = "") -> bool: ...
+
+    async def restore(self, fact_id: str, *, reason: str = "") -> Fact: ...
+
+    async def status_history(self, fact_id: str) -> list[StatusEvent]: ...
 
     async def aggregates_of(self, pack: str, refs: Sequence[str]) -> list[AggregateRow]: ...
 

@@ -21,7 +21,7 @@ import aiosqlite
 
 from stargraph_mem.errors import FactNotFoundError, StoreError
 from stargraph_mem.gcpause import gc_paused
-from stargraph_mem.model.facts import Fact, FactAccess, FactHit, FactPattern
+from stargraph_mem.model.facts import Fact, FactAccess, FactHit, FactPattern, StatusEvent
 from stargraph_mem.model.time import from_us, seconds_us, to_us, utc_now
 from stargraph_mem.stores.aggregates import AggregateRow, AggregateWrite
 from stargraph_mem.stores.fact import (
@@ -43,6 +43,13 @@ from stargraph_mem.stores.fact_apply import (
     version,
 )
 from stargraph_mem.stores.fact_explain import explain, lineage_of
+from stargraph_mem.stores.fact_status import (
+    ARCHIVED,
+    pin_fact,
+    restore_in,
+    status_history,
+    unpin_fact,
+)
 from stargraph_mem.stores.fact_passes import (
     CHUNK,
     RecordRuns,
@@ -529,9 +536,37 @@ class SQLiteFactStore(SQLiteStoreBase):
         return [rejection_from_row(row) for row in rows]
 
     async def explain(self, fact_id: str) -> Explanation:
-        """Rule, pack hash, reason, bindings, source episodes, supersession chain, audit."""
+        """Rule, pack hash, reason, bindings, source episodes, supersession chain, audit
+        and status history."""
         async with self._read() as db:
             return await explain(SQLiteConn(db), SQLITE, fact_id)
+
+    async def status_history(self, fact_id: str) -> list[StatusEvent]:
+        """What happened to a fact, oldest first (see :class:`StatusEvent`)."""
+        async with self._read() as db:
+            return await status_history(SQLiteConn(db), SQLITE, fact_id)
+
+    # --- statuses and pins --------------------------------------------------------------
+
+    async def pin(self, fact_id: str, *, reason: str = "") -> bool:
+        """Pin a current fact (sweeps leave it alone); False when it was pinned already.
+        A closed or unknown fact raises and changes nothing."""
+        now_us = self._now_us()
+        async with self._write() as db:
+            return await pin_fact(SQLiteConn(db), SQLITE, fact_id, now_us, reason)
+
+    async def unpin(self, fact_id: str, *, reason: str = "") -> bool:
+        """Unpin a current fact; False when it was not pinned."""
+        now_us = self._now_us()
+        async with self._write() as db:
+            return await unpin_fact(SQLiteConn(db), SQLITE, fact_id, now_us, reason)
+
+    async def restore(self, fact_id: str, *, reason: str = "") -> Fact:
+        """Make an archived fact current again as a new fact (same statement, payload and
+        confidence; it keeps the archived one's reinforcement, access and pin); the
+        archived fact stays closed. Returns the new fact."""
+        async with self._applying("") as (conn, batch, _):
+            return await restore_in(conn, SQLITE, batch, fact_id, reason)
 
     # --- many partitions at once (batched passes) ----------------------------------------
 
@@ -563,6 +598,16 @@ class SQLiteFactStore(SQLiteStoreBase):
         async with self._read() as db:
             rows = await fetch(db, SQLITE.current_of, (SQLITE.ids(keys),))
         return group_current(rows, keys)
+
+    async def archived_facts_of(
+        self, partitions: Sequence[Partition]
+    ) -> list[list[EngineFact]]:
+        """The archived facts (never restored) of every partition, in the order given, with
+        status ``archived``, in one statement."""
+        keys = [p.key for p in partitions]
+        async with self._read() as db:
+            rows = await fetch(db, SQLITE.archived_of, (SQLITE.ids(keys),))
+        return group_current(rows, keys, ARCHIVED)
 
     async def apply_passes(
         self, passes: Sequence[PassWrite], *, pack_hash: str = ""

@@ -1,6 +1,6 @@
 """The SQLite fact store's schema, its migrations and its statements for the shared code.
 
-Versions 1 to 3 are migrated on open (:data:`MIGRATIONS`, in the bootstrap transaction).
+Versions 1 to 4 are migrated on open (:data:`MIGRATIONS`, in the bootstrap transaction).
 """
 
 from __future__ import annotations
@@ -17,6 +17,12 @@ from stargraph_mem.stores.fact_rows import (
     json_text,
 )
 from stargraph_mem.stores.fact_statements import FactStatements
+from stargraph_mem.stores.fact_status import (
+    EVENT_COLUMNS,
+    STATUS_BACKFILL,
+    STATUS_TABLE_NAMES,
+    STATUS_TABLES,
+)
 from stargraph_mem.stores.pass_time import SQLITE_TABLES as PASS_TIME_TABLES
 from stargraph_mem.stores.sql_conn import Insert, Many
 from stargraph_mem.stores.sqlite_base import fetch, scalar
@@ -42,13 +48,14 @@ __all__ = [
     "stored_version",
 ]
 
-SCHEMA_VERSION: Final = 4
+SCHEMA_VERSION: Final = 5
 """2: lineage rows share their fact's rowid and name the creating audit row; audit delta
 ids are indexed for delete and noop deltas only. 3: the full-text index of facts and the
 access table (:mod:`~stargraph_mem.stores.sqlite_search`). 4: the durable aggregates of
 ``over: history`` patterns (:mod:`~stargraph_mem.stores.aggregates`), each fact's newest
 observation time, deferred episodes and pass times (:mod:`~stargraph_mem.stores.pass_time`).
-Older versions are migrated on open."""
+5: each fact's closing status, reinforcement base, pins and status events
+(:mod:`~stargraph_mem.stores.fact_status`). Older versions are migrated on open."""
 LEDGER: Final = Ledger(
     "fact_store_migrations",
     "INSERT INTO fact_store_migrations (name, applied_at_us, plan) VALUES (?, ?, ?)",
@@ -123,7 +130,10 @@ SCHEMA: Final = (
         recorded_at_us INTEGER NOT NULL,
         rule_id TEXT NOT NULL,
         delta_id TEXT NOT NULL,
-        observed_us INTEGER NULL
+        observed_us INTEGER NULL,
+        reinforced_us INTEGER NULL,
+        reinforcement_base INTEGER NOT NULL DEFAULT 0,
+        status TEXT NULL
     )""",
     "CREATE INDEX IF NOT EXISTS facts_psp ON facts (partition_key, subject, predicate)",
     """CREATE INDEX IF NOT EXISTS facts_current ON facts (partition_key, subject, predicate)
@@ -175,6 +185,7 @@ SCHEMA: Final = (
     *SEARCH_SCHEMA,
     AGGREGATES_TABLE,
     *PASS_TIME_TABLES,
+    *STATUS_TABLES,
     f"INSERT OR IGNORE INTO fact_store_meta (key, value) VALUES ('schema_version', "
     f"'{SCHEMA_VERSION}')",
 )
@@ -216,10 +227,22 @@ relation's state is rebuilt from the episodes by the first pass that needs it); 
 of each fact's newest source observation (unknown for facts made before: read as their
 ``valid_from``); the deferred episodes and pass times tables (empty: passes before them
 consumed every episode they read)."""
+_MIGRATE_V4: Final = (
+    "ALTER TABLE facts ADD COLUMN reinforced_us INTEGER NULL",
+    "ALTER TABLE facts ADD COLUMN reinforcement_base INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE facts ADD COLUMN status TEXT NULL",
+    *STATUS_TABLES,
+    STATUS_BACKFILL,
+    "UPDATE fact_store_meta SET value = '5' WHERE key = 'schema_version'",
+)
+"""Version 4 → 5, in the bootstrap transaction: closed facts get their status (superseded
+when a successor is named, else deleted); reinforcement bases start at 0 and times at the
+fact's ``valid_from``; no pins, no status events."""
 MIGRATIONS: Final = {
-    1: (*_MIGRATE_V1, *_MIGRATE_V2, *_MIGRATE_V3),
-    2: (*_MIGRATE_V2, *_MIGRATE_V3),
-    3: _MIGRATE_V3,
+    1: (*_MIGRATE_V1, *_MIGRATE_V2, *_MIGRATE_V3, *_MIGRATE_V4),
+    2: (*_MIGRATE_V2, *_MIGRATE_V3, *_MIGRATE_V4),
+    3: (*_MIGRATE_V3, *_MIGRATE_V4),
+    4: _MIGRATE_V4,
 }
 """The statements that bring a file of each older version to :data:`SCHEMA_VERSION`."""
 TABLES: Final = (
@@ -234,11 +257,12 @@ TABLES: Final = (
     "aggregates",
     "deferred_episodes",
     "pass_times",
+    *STATUS_TABLE_NAMES,
 )
 
 _FACT_COLUMNS: Final = (
     "id, user, agent, subject, predicate, object, payload, confidence, valid_from_us, "
-    "valid_until_us, superseded_by, recorded_at_us, rule_id, delta_id"
+    "valid_until_us, superseded_by, recorded_at_us, rule_id, delta_id, status"
 )
 _LINEAGE_COLUMNS: Final = (
     "rule_id, pack_hash, delta_id, source_episode_ids, promotion_ts_us, confidence, reason, "
@@ -248,8 +272,8 @@ _AUDIT_COLUMNS: Final = "seq, delta_id, kind, rule_id, pack_hash, user, agent, a
 _INSERT_FACT: Final = (
     "INSERT INTO facts (rowid, id, user, agent, partition_key, subject, predicate, object, "
     "payload, confidence, valid_from_us, recorded_at_us, rule_id, delta_id, observed_us, "
-    "valid_until_us, superseded_by, closed_by) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "reinforced_us, reinforcement_base, valid_until_us, superseded_by, closed_by, status) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _INSERT_LINEAGE: Final = (
     f"INSERT INTO lineage (rowid, fact_id, {_LINEAGE_COLUMNS}, audit_seq) "
@@ -266,7 +290,7 @@ _LAST_SEQ: Final = (
     "coalesce((SELECT max(seq) FROM audit), 0))"
 )
 _CLOSE: Final = (
-    "UPDATE facts SET valid_until_us = ?, superseded_by = ?, closed_by = ? "
+    "UPDATE facts SET valid_until_us = ?, superseded_by = ?, closed_by = ?, status = ? "
     "WHERE id = ? AND valid_until_us IS NULL"
 )
 _INSERT_REINFORCEMENT: Final = (
@@ -284,26 +308,43 @@ _INSERT_REJECTION: Final = (
 _IN_JSON: Final = "IN (SELECT value FROM json_each(?))"
 _STORED_FACTS: Final = f"SELECT id FROM facts WHERE id {_IN_JSON}"
 _STORED_MARKERS: Final = f"SELECT delta_id FROM audit WHERE {_MARKERS} AND delta_id {_IN_JSON}"
-_FACT_STATES: Final = (
-    f"SELECT id, user, agent, valid_from_us, valid_until_us FROM facts WHERE id {_IN_JSON}"
+_REINFORCED: Final = (
+    "max(coalesce(f.reinforced_us, f.valid_from_us), coalesce("
+    "(SELECT max(r.ts_us) FROM reinforcements r WHERE r.fact_id = f.id), "
+    "coalesce(f.reinforced_us, f.valid_from_us)))"
 )
-_CURRENT_OF: Final = """
-    SELECT f.id, f.subject, f.predicate, f.object, f.confidence, f.valid_from_us,
-        max(f.valid_from_us, coalesce(
-            (SELECT max(r.ts_us) FROM reinforcements r WHERE r.fact_id = f.id), f.valid_from_us)),
-        f.rule_id, l.source_episode_ids, max(coalesce(f.observed_us, f.valid_from_us), coalesce(
+"""A fact's reinforcement time: its base (promotion, or inherited), or a later noop."""
+_LIFECYCLE: Final = f"""{_REINFORCED}, f.reinforcement_base + (
+            SELECT count(*) FROM reinforcements r WHERE r.fact_id = f.id),
+        max(coalesce(f.observed_us, f.valid_from_us), coalesce(
             (SELECT max(r.observed_us) FROM reinforcements r WHERE r.fact_id = f.id), 0)),
-        f.partition_key
-    FROM facts f JOIN lineage l ON l.rowid = f.rowid
-    WHERE f.partition_key IN (SELECT value FROM json_each(?)) AND f.valid_until_us IS NULL
-    ORDER BY f.partition_key, f.valid_from_us, f.id"""
-CURRENT: Final = """
+        coalesce(a.count, 0), coalesce(a.last_access_us, 0), p.pinned_at_us"""
+"""Reinforcement time and count, newest observation, access count and last access, pin."""
+_WITH_STATS: Final = (
+    "FROM facts f JOIN lineage l ON l.rowid = f.rowid "
+    "LEFT JOIN fact_access a ON a.fact_id = f.id LEFT JOIN fact_pins p ON p.fact_id = f.id"
+)
+_FACT_STATES: Final = f"""
+    SELECT f.id, f.user, f.agent, f.valid_from_us, f.valid_until_us, f.status, f.superseded_by,
+        {_LIFECYCLE}, p.reason
+    FROM facts f LEFT JOIN fact_access a ON a.fact_id = f.id
+        LEFT JOIN fact_pins p ON p.fact_id = f.id
+    WHERE f.id {_IN_JSON}"""
+_ENGINE: Final = f"""
     SELECT f.id, f.subject, f.predicate, f.object, f.confidence, f.valid_from_us,
-        max(f.valid_from_us, coalesce(
-            (SELECT max(r.ts_us) FROM reinforcements r WHERE r.fact_id = f.id), f.valid_from_us)),
-        f.rule_id, l.source_episode_ids, max(coalesce(f.observed_us, f.valid_from_us), coalesce(
-            (SELECT max(r.observed_us) FROM reinforcements r WHERE r.fact_id = f.id), 0))
-    FROM facts f JOIN lineage l ON l.rowid = f.rowid
+        {_REINFORCED}, f.rule_id, l.source_episode_ids,
+        max(coalesce(f.observed_us, f.valid_from_us), coalesce(
+            (SELECT max(r.observed_us) FROM reinforcements r WHERE r.fact_id = f.id), 0)),
+        f.reinforcement_base + (SELECT count(*) FROM reinforcements r WHERE r.fact_id = f.id),
+        coalesce(a.count, 0), coalesce(a.last_access_us, 0), p.pinned_at_us, f.payload"""
+"""The engine fact columns (see ``fact_rows.engine_fact``)."""
+_CURRENT_OF: Final = f"""{_ENGINE}, f.partition_key {_WITH_STATS}
+    WHERE f.partition_key {_IN_JSON} AND f.valid_until_us IS NULL
+    ORDER BY f.partition_key, f.valid_from_us, f.id"""
+_ARCHIVED_OF: Final = f"""{_ENGINE}, f.partition_key {_WITH_STATS}
+    WHERE f.partition_key {_IN_JSON} AND f.status = 'archived' AND f.superseded_by IS NULL
+    ORDER BY f.partition_key, f.valid_from_us, f.id"""
+CURRENT: Final = f"""{_ENGINE} {_WITH_STATS}
     WHERE f.partition_key = ? AND f.valid_until_us IS NULL
     ORDER BY f.valid_from_us, f.id"""
 
@@ -405,6 +446,30 @@ SQLITE: Final = FactStatements(
         "data = excluded.data"
     ),
     delete_aggregate="DELETE FROM aggregates WHERE pack = ? AND ref = ? AND value = ?",
+    insert_access=Insert(
+        "fact_access",
+        ("fact_id", "count", "last_access_us"),
+        "INSERT INTO fact_access (fact_id, count, last_access_us) VALUES (?, ?, ?)",
+    ),
+    insert_pin=Insert(
+        "fact_pins",
+        ("fact_id", "pinned_at_us", "reason"),
+        "INSERT INTO fact_pins (fact_id, pinned_at_us, reason) VALUES (?, ?, ?)",
+    ),
+    delete_pin="DELETE FROM fact_pins WHERE fact_id = ?",
+    pin_of="SELECT pinned_at_us, reason FROM fact_pins WHERE fact_id = ?",
+    insert_event=Insert(
+        "fact_events",
+        EVENT_COLUMNS,
+        f"INSERT INTO fact_events ({', '.join(EVENT_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+    ),
+    last_event_seq="SELECT coalesce(max(seq), 0) FROM fact_events",
+    events_of=(
+        "SELECT seq, event, at_us, rule_id, delta_id, reason, related_id FROM fact_events "
+        "WHERE fact_id = ? ORDER BY seq"
+    ),
+    mark_restored=Many("UPDATE facts SET superseded_by = ? WHERE id = ?"),
+    archived_of=_ARCHIVED_OF,
     index_text=_no_change,
 )
 """The SQLite statements of the shared apply and read code."""

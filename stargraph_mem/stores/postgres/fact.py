@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from stargraph_mem.errors import FactNotFoundError
 from stargraph_mem.gcpause import gc_paused
-from stargraph_mem.model.facts import Fact, FactAccess, FactHit, FactPattern
+from stargraph_mem.model.facts import Fact, FactAccess, FactHit, FactPattern, StatusEvent
 from stargraph_mem.model.time import from_us, seconds_us, to_us, utc_now
 from stargraph_mem.stores.aggregates import AggregateRow, AggregateWrite
 from stargraph_mem.stores.fact import (
@@ -44,6 +44,13 @@ from stargraph_mem.stores.fact_apply import (
     version,
 )
 from stargraph_mem.stores.fact_explain import explain, lineage_of
+from stargraph_mem.stores.fact_status import (
+    ARCHIVED,
+    pin_fact,
+    restore_in,
+    status_history,
+    unpin_fact,
+)
 from stargraph_mem.stores.fact_passes import (
     CHUNK,
     RecordRuns,
@@ -383,9 +390,35 @@ class PostgresFactStore(PostgresRepository):
         return [rejection_from_row(row) for row in rows]
 
     async def explain(self, fact_id: str) -> Explanation:
-        """Rule, pack hash, reason, bindings, source episodes, supersession chain, audit."""
+        """Rule, pack hash, reason, bindings, source episodes, supersession chain, audit
+        and status history."""
         async with self.database.connection() as db:
             return await explain(db, FACTS, fact_id)
+
+    async def status_history(self, fact_id: str) -> list[StatusEvent]:
+        """What happened to a fact, oldest first (see :class:`StatusEvent`)."""
+        async with self.database.connection() as db:
+            return await status_history(db, FACTS, fact_id)
+
+    # --- statuses and pins --------------------------------------------------------------
+
+    async def pin(self, fact_id: str, *, reason: str = "") -> bool:
+        """Pin a current fact (see :meth:`SQLiteFactStore.pin`); False when pinned already."""
+        now_us = self.database.now_us()
+        async with self.database.transaction(_LOCK) as db:
+            return await pin_fact(db, FACTS, fact_id, now_us, reason)
+
+    async def unpin(self, fact_id: str, *, reason: str = "") -> bool:
+        """Unpin a current fact; False when it was not pinned."""
+        now_us = self.database.now_us()
+        async with self.database.transaction(_LOCK) as db:
+            return await unpin_fact(db, FACTS, fact_id, now_us, reason)
+
+    async def restore(self, fact_id: str, *, reason: str = "") -> Fact:
+        """Make an archived fact current again as a new fact (see
+        :meth:`SQLiteFactStore.restore`); returns the new fact."""
+        async with self._applying("") as (db, batch, _):
+            return await restore_in(db, FACTS, batch, fact_id, reason)
 
     # --- many partitions at once (batched passes) ----------------------------------------
 
@@ -416,6 +449,16 @@ class PostgresFactStore(PostgresRepository):
         async with self.database.connection() as db:
             rows = await db.fetch(FACTS.current_of, (keys,))
         return group_current(rows, keys)
+
+    async def archived_facts_of(
+        self, partitions: Sequence[Partition]
+    ) -> list[list[EngineFact]]:
+        """The archived facts (never restored) of every partition, in the order given, with
+        status ``archived``, in one statement."""
+        keys = [p.key for p in partitions]
+        async with self.database.connection() as db:
+            rows = await db.fetch(FACTS.archived_of, (keys,))
+        return group_current(rows, keys, ARCHIVED)
 
     async def apply_passes(
         self, passes: Sequence[PassWrite], *, pack_hash: str = ""

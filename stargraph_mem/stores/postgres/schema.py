@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from stargraph_mem.stores.fact_status import STATUS_BACKFILL, STATUS_TABLE_NAMES
 from stargraph_mem.stores.pass_time import POSTGRES_TABLES
 
 __all__ = ["LEDGER_TABLE", "MIGRATIONS", "SCHEMA_VERSION", "TABLES"]
@@ -201,9 +202,37 @@ _AGGREGATES: Final = (
 and the time of each fact's newest source observation (unknown for older facts: read as
 their ``valid_from``)."""
 
+_STATUSES: Final = (
+    "ALTER TABLE facts ADD COLUMN reinforced_us BIGINT NULL",
+    "ALTER TABLE facts ADD COLUMN reinforcement_base BIGINT NOT NULL DEFAULT 0",
+    f"ALTER TABLE facts ADD COLUMN status {_K} NULL",
+    f"""CREATE TABLE fact_pins (
+        fact_id {_K} PRIMARY KEY,
+        pinned_at_us BIGINT NOT NULL,
+        reason TEXT NOT NULL
+    )""",
+    f"""CREATE TABLE fact_events (
+        seq BIGINT PRIMARY KEY,
+        fact_id {_K} NOT NULL,
+        event {_K} NOT NULL,
+        at_us BIGINT NOT NULL,
+        rule_id {_K} NOT NULL,
+        delta_id {_K} NOT NULL,
+        reason TEXT NOT NULL,
+        related_id {_K} NULL
+    )""",
+    "CREATE INDEX fact_events_fact ON fact_events (fact_id, seq)",
+    "CREATE INDEX facts_archived ON facts (partition_key) "
+    "WHERE status = 'archived' AND superseded_by IS NULL",
+    STATUS_BACKFILL,
+)
+"""Closing statuses (closed facts before them: superseded when a successor is named, else
+deleted), reinforcement bases, pins and status events."""
+
 MIGRATIONS: Final = (
     (1, "0001_stores", (*_EPISODES, *_FACTS, *_SCHEDULE)),
     (2, "0002_history_and_pass_times", (*POSTGRES_TABLES, *_AGGREGATES)),
+    (3, "0003_fact_statuses", _STATUSES),
 )
 """``(version, name, statements)`` in order; a database at version n gets those above n."""
 SCHEMA_VERSION: Final = MIGRATIONS[-1][0]
@@ -222,6 +251,7 @@ TABLES: Final = {
         "aggregates",
         "deferred_episodes",
         "pass_times",
+        *STATUS_TABLE_NAMES,
     ),
     "schedule": ("rule_runs", "scheduler_lease", "schedule_rules"),
 }

@@ -14,6 +14,7 @@ from stargraph_mem.stores.fact_rows import (
     LINEAGE_INSERT_COLUMNS,
 )
 from stargraph_mem.stores.fact_statements import FactStatements
+from stargraph_mem.stores.fact_status import EVENT_COLUMNS
 from stargraph_mem.stores.plan_migration import PlanDialect
 from stargraph_mem.stores.schedule_runs import RunStatements
 from stargraph_mem.stores.search_common import fold
@@ -50,7 +51,7 @@ def _insert(table: str, columns: tuple[str, ...]) -> Insert:
 
 FACT_COLUMNS: Final = (
     'id, "user", agent, subject, predicate, object, payload, confidence, valid_from_us, '
-    "valid_until_us, superseded_by, recorded_at_us, rule_id, delta_id"
+    "valid_until_us, superseded_by, recorded_at_us, rule_id, delta_id, status"
 )
 _PREFIXED: Final = ", ".join(f"f.{c.strip()}" for c in FACT_COLUMNS.split(","))
 _LINEAGE: Final = (
@@ -61,15 +62,34 @@ _LINEAGE_PREFIXED: Final = ", ".join(f"l.{c.strip()}" for c in _LINEAGE.split(",
 _AUDIT: Final = 'seq, delta_id, kind, rule_id, pack_hash, "user", agent, applied_at_us, delta'
 _MARKERS: Final = "kind IN ('delete', 'noop')"
 
-_CURRENT_COLUMNS: Final = """
+_REINFORCED: Final = (
+    "greatest(coalesce(f.reinforced_us, f.valid_from_us), "
+    "(SELECT max(r.ts_us) FROM reinforcements r WHERE r.fact_id = f.id))"
+)
+"""A fact's reinforcement time: its base (promotion, or inherited), or a later noop."""
+_OBSERVED: Final = (
+    "greatest(coalesce(f.observed_us, f.valid_from_us), "
+    "(SELECT max(r.observed_us) FROM reinforcements r WHERE r.fact_id = f.id))"
+)
+_COUNT: Final = (
+    "f.reinforcement_base + (SELECT count(*) FROM reinforcements r WHERE r.fact_id = f.id)"
+)
+_STATS: Final = "coalesce(a.count, 0), coalesce(a.last_access_us, 0), p.pinned_at_us"
+_WITH_STATS: Final = (
+    "LEFT JOIN fact_access a ON a.fact_id = f.id LEFT JOIN fact_pins p ON p.fact_id = f.id"
+)
+_CURRENT_COLUMNS: Final = f"""
     SELECT f.id, f.subject, f.predicate, f.object, f.confidence, f.valid_from_us,
-        greatest(f.valid_from_us, coalesce(
-            (SELECT max(r.ts_us) FROM reinforcements r WHERE r.fact_id = f.id), f.valid_from_us)),
-        f.rule_id, l.source_episode_ids, greatest(coalesce(f.observed_us, f.valid_from_us),
-            (SELECT max(r.observed_us) FROM reinforcements r WHERE r.fact_id = f.id))"""
+        {_REINFORCED}, f.rule_id, l.source_episode_ids, {_OBSERVED}, {_COUNT}, {_STATS},
+        f.payload"""
+"""The engine fact columns (see ``fact_rows.engine_fact``)."""
 _CURRENT_OF: Final = f"""{_CURRENT_COLUMNS}, f.partition_key
-    FROM facts f JOIN lineage l ON l.rowid = f.rowid
+    FROM facts f JOIN lineage l ON l.rowid = f.rowid {_WITH_STATS}
     WHERE f.partition_key = ANY(%s) AND f.valid_until_us IS NULL
+    ORDER BY f.partition_key, f.valid_from_us, f.id"""
+_ARCHIVED_OF: Final = f"""{_CURRENT_COLUMNS}, f.partition_key
+    FROM facts f JOIN lineage l ON l.rowid = f.rowid {_WITH_STATS}
+    WHERE f.partition_key = ANY(%s) AND f.status = 'archived' AND f.superseded_by IS NULL
     ORDER BY f.partition_key, f.valid_from_us, f.id"""
 FACTS: Final = FactStatements(
     mark="%s",
@@ -83,7 +103,9 @@ FACTS: Final = FactStatements(
     stored_facts_in="SELECT id FROM facts WHERE id = ANY(%s)",
     stored_markers_in=f"SELECT delta_id FROM audit WHERE {_MARKERS} AND delta_id = ANY(%s)",
     fact_states_in=(
-        'SELECT id, "user", agent, valid_from_us, valid_until_us FROM facts WHERE id = ANY(%s)'
+        'SELECT f.id, f."user", f.agent, f.valid_from_us, f.valid_until_us, f.status, '
+        f"f.superseded_by, {_REINFORCED}, {_COUNT}, {_OBSERVED}, {_STATS}, p.reason "
+        f"FROM facts f {_WITH_STATS} WHERE f.id = ANY(%s)"
     ),
     # the episodes table is always in the schema (one migration creates every store)
     episode_columns=(
@@ -97,11 +119,12 @@ FACTS: Final = FactStatements(
     insert_lineage=_insert("lineage", LINEAGE_INSERT_COLUMNS),
     index_fact=_insert("fact_text", ("rowid", "text")),
     close=Many(
-        "UPDATE facts SET valid_until_us = %s, superseded_by = %s, closed_by = %s "
-        "WHERE id = %s AND valid_until_us IS NULL",
+        "UPDATE facts SET valid_until_us = %s, superseded_by = %s, closed_by = %s, "
+        "status = %s WHERE id = %s AND valid_until_us IS NULL",
         "UPDATE facts AS f SET valid_until_us = c.until_us, superseded_by = c.successor, "
-        "closed_by = c.closer FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[]) "
-        "AS c(until_us, successor, closer, id) "
+        "closed_by = c.closer, status = c.status "
+        "FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[], %s::text[]) "
+        "AS c(until_us, successor, closer, status, id) "
         "WHERE f.id = c.id AND f.valid_until_us IS NULL",
     ),
     insert_audit=_insert("audit", AUDIT_INSERT_COLUMNS),
@@ -173,11 +196,27 @@ FACTS: Final = FactStatements(
         "data = excluded.data"
     ),
     delete_aggregate="DELETE FROM aggregates WHERE pack = %s AND ref = %s AND value = %s",
+    insert_access=_insert("fact_access", ("fact_id", "count", "last_access_us")),
+    insert_pin=_insert("fact_pins", ("fact_id", "pinned_at_us", "reason")),
+    delete_pin="DELETE FROM fact_pins WHERE fact_id = %s",
+    pin_of="SELECT pinned_at_us, reason FROM fact_pins WHERE fact_id = %s",
+    insert_event=_insert("fact_events", EVENT_COLUMNS),
+    last_event_seq="SELECT coalesce(max(seq), 0) FROM fact_events",
+    events_of=(
+        "SELECT seq, event, at_us, rule_id, delta_id, reason, related_id FROM fact_events "
+        "WHERE fact_id = %s ORDER BY seq"
+    ),
+    mark_restored=Many(
+        "UPDATE facts SET superseded_by = %s WHERE id = %s",
+        "UPDATE facts AS f SET superseded_by = c.successor "
+        "FROM unnest(%s::text[], %s::text[]) AS c(successor, id) WHERE f.id = c.id",
+    ),
+    archived_of=_ARCHIVED_OF,
 )
 """The fact store's statements (search text folded in Python: 'simple' keeps accents)."""
 
 CURRENT: Final = f"""{_CURRENT_COLUMNS}
-    FROM facts f JOIN lineage l ON l.rowid = f.rowid
+    FROM facts f JOIN lineage l ON l.rowid = f.rowid {_WITH_STATS}
     WHERE f.partition_key = %s AND f.valid_until_us IS NULL
     ORDER BY f.valid_from_us, f.id"""
 """The partition's current facts for the runtime (as SQLite's, reinforcements included)."""
