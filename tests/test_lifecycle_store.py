@@ -1,0 +1,355 @@
+"""The store side of a fact's lifecycle, on both backends: closing statuses, what an update
+carries (reinforcement per ``lifecycle``, access statistics, pins), pins, restores, status
+history, the engine's view of facts, and the schema migration that brought them."""
+
+from __future__ import annotations
+
+import sqlite3
+from contextlib import closing
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from backends import Backend, open_backend, raw_execute, raw_rows, snapshot
+from schema_helpers import undo_version_5
+
+from stargraph_mem.errors import FactConflictError, FactNotFoundError, FactStatusError
+from stargraph_mem.model.time import to_us
+from stargraph_mem.stores import (
+    AddDelta,
+    DeleteDelta,
+    FactPattern,
+    FactPayload,
+    NoopDelta,
+    Partition,
+    SQLiteFactStore,
+    UpdateDelta,
+)
+from stargraph_mem.stores.postgres import PostgresDatabase
+from stargraph_mem.stores.postgres.schema import LEDGER_TABLE
+
+T0 = datetime(2026, 5, 1, 9, 0, tzinfo=UTC)
+HOUR = timedelta(hours=1)
+ALICE = Partition("alice", "a1")
+NOW = T0 + 100 * HOUR
+
+
+def add(obj: str, src: str = "e1", *, ts: datetime = T0, **payload: Any) -> AddDelta:
+    return AddDelta(
+        user="alice",
+        agent="a1",
+        source_episode_ids=[src],
+        promotion_ts=ts,
+        rule_id="r1",
+        confidence=0.7,
+        fact=FactPayload(subject="alice", predicate="likes", object=obj, payload=payload),
+    )
+
+
+def update(replaces: list[str], obj: str, *, ts: datetime, lifecycle: str = "new") -> UpdateDelta:
+    return UpdateDelta(
+        user="alice",
+        agent="a1",
+        replaces=replaces,
+        lifecycle=lifecycle,
+        source_episode_ids=["e9"],
+        promotion_ts=ts,
+        rule_id="r2",
+        confidence=0.5,
+        reason=f"now {obj}",
+        fact=FactPayload(subject="alice", predicate="likes", object=obj),
+    )
+
+
+def delete(replaces: list[str], *, ts: datetime, status: str = "deleted") -> DeleteDelta:
+    return DeleteDelta(
+        user="alice",
+        agent="a1",
+        replaces=replaces,
+        status=status,
+        source_episode_ids=["e9"],
+        promotion_ts=ts,
+        rule_id="r3",
+        confidence=1.0,
+        reason=f"{status} by r3",
+    )
+
+
+def noop(reinforces: list[str], *, ts: datetime) -> NoopDelta:
+    return NoopDelta(
+        user="alice",
+        agent="a1",
+        reinforces=reinforces,
+        source_episode_ids=["e5"],
+        promotion_ts=ts,
+        rule_id="r4",
+        confidence=1.0,
+    )
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def clocked(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    """Fresh stores of each backend whose clock reads ``NOW``."""
+    async with open_backend(request.param, tmp_path, clock=lambda: NOW) as opened:
+        yield opened
+
+
+async def _engine(backend: Backend) -> dict[str, Any]:
+    """The partition's current engine facts by object."""
+    [facts] = await backend.facts.current_facts_of([ALICE])
+    assert facts == await backend.facts.current_facts(ALICE)
+    return {f.object: f for f in facts}
+
+
+# --- closing statuses ---------------------------------------------------------------------
+
+
+async def test_updates_supersede_and_deletes_close_with_their_status(backend: Backend) -> None:
+    store = backend.facts
+    tea, gin, rum = add("tea"), add("gin"), add("rum")
+    water = update([tea.new_fact_id], "water", ts=T0 + HOUR)
+    await store.apply_deltas([tea, gin, rum, water])
+    await store.apply_deltas(
+        [delete([gin.new_fact_id], ts=T0 + HOUR, status="archived"), delete([rum.new_fact_id], ts=T0 + HOUR)]
+    )
+    statuses = {f.object: f.status for f in await store.query(FactPattern(status="all"))}
+    assert statuses == {"tea": "superseded", "gin": "archived", "rum": "deleted", "water": "current"}
+    assert [f.object for f in await store.query(FactPattern())] == ["water"]
+    assert [f.object for f in await store.query(FactPattern(status="archived"))] == ["gin"]
+    assert [f.object for f in await store.query(FactPattern(include_history=True, status="deleted"))] == ["rum"]
+    assert (await store.get(tea.new_fact_id)).superseded_by == water.new_fact_id
+    hits = await store.search("gin tea water", touch=False)
+    assert [h.fact.object for h in hits] == ["water"]
+    before = await store.as_of(T0 + HOUR / 2, FactPattern(user="alice", agent="a1"))
+    assert sorted(f.object for f in before) == ["gin", "rum", "tea"]
+
+
+# --- what an update carries ---------------------------------------------------------------
+
+
+async def test_lifecycle_inherit_keeps_reinforcement_and_reinforce_adds_one(
+    backend: Backend,
+) -> None:
+    store = backend.facts
+    tea = add("tea")
+    await store.apply_deltas([tea, noop([tea.new_fact_id], ts=T0 + HOUR)])
+    await store.apply_deltas([noop([tea.new_fact_id], ts=T0 + 2 * HOUR)])
+    first = (await _engine(backend))["tea"]
+    assert (first.reinforcement_count, first.reinforced_at_us) == (2, to_us(T0 + 2 * HOUR))
+    decayed = update([tea.new_fact_id], "tea2", ts=T0 + 5 * HOUR, lifecycle="inherit")
+    await store.apply_deltas([decayed])
+    kept = (await _engine(backend))["tea2"]
+    assert (kept.reinforcement_count, kept.reinforced_at_us) == (2, to_us(T0 + 2 * HOUR))
+    assert kept.observed_us == first.observed_us == to_us(T0)
+    assert kept.valid_from_us == to_us(T0 + 5 * HOUR)
+    confirmed = update([decayed.new_fact_id], "tea3", ts=T0 + 6 * HOUR, lifecycle="reinforce")
+    fresh = update([confirmed.new_fact_id], "tea4", ts=T0 + 7 * HOUR)
+    await store.apply_deltas([confirmed])
+    again = (await _engine(backend))["tea3"]
+    assert (again.reinforcement_count, again.reinforced_at_us) == (3, to_us(T0 + 6 * HOUR))
+    assert again.observed_us == to_us(T0 + 6 * HOUR)
+    await store.apply_deltas([fresh, noop([fresh.new_fact_id], ts=T0 + 8 * HOUR)])
+    last = (await _engine(backend))["tea4"]
+    assert (last.reinforcement_count, last.reinforced_at_us) == (1, to_us(T0 + 8 * HOUR))
+
+
+async def test_a_chain_within_one_batch_carries_like_separate_batches(backend: Backend) -> None:
+    """Reinforcements and updates of facts made earlier in the same batch."""
+    store = backend.facts
+    tea = add("tea")
+    r1, r2 = noop([tea.new_fact_id], ts=T0 + HOUR), noop([tea.new_fact_id], ts=T0 + 2 * HOUR)
+    keep = update([tea.new_fact_id], "tea2", ts=T0 + 3 * HOUR, lifecycle="inherit")
+    plus = update([keep.new_fact_id], "tea3", ts=T0 + 4 * HOUR, lifecycle="reinforce")
+    await store.apply_deltas([tea, r1, r2, keep, plus])
+    fact = (await _engine(backend))["tea3"]
+    assert (fact.reinforcement_count, fact.reinforced_at_us) == (3, to_us(T0 + 4 * HOUR))
+
+
+async def test_pins_and_access_carry_to_the_fact_that_replaces_them(clocked: Backend) -> None:
+    store = clocked.facts
+    tea, gin = add("tea", note="hot"), add("gin")
+    await store.apply_deltas([tea, gin])
+    assert await store.pin(gin.new_fact_id, reason="keep gin") is True
+    await store.search("tea gin", touch=True)
+    await store.search("tea", touch=True)
+    view = await _engine(clocked)
+    assert (view["tea"].access_count, view["gin"].access_count) == (2, 1)
+    assert (view["tea"].pinned, view["gin"].pinned) == (False, True)
+    assert view["tea"].payload == {"note": "hot"} and view["gin"].payload is None
+    assert view["tea"].last_access_us == to_us(NOW)
+    both = update([tea.new_fact_id, gin.new_fact_id], "water", ts=T0 + HOUR)
+    await store.apply_deltas([both])
+    water = (await _engine(clocked))["water"]
+    assert (water.access_count, water.last_access_us, water.pinned) == (3, to_us(NOW), True)
+    access = await store.access(both.new_fact_id)
+    assert access.count == 3
+    history = await store.status_history(both.new_fact_id)
+    assert [(e.event, e.related_fact_id, e.reason) for e in history] == [
+        ("created", tea.new_fact_id, "now water"),
+        ("pinned", gin.new_fact_id, "keep gin"),
+    ]
+
+
+# --- pins -----------------------------------------------------------------------------------
+
+
+async def test_pin_and_unpin_record_events_and_refuse_closed_or_unknown_facts(
+    clocked: Backend,
+) -> None:
+    store = clocked.facts
+    tea, gin = add("tea"), add("gin")
+    await store.apply_deltas([tea, gin, delete([gin.new_fact_id], ts=T0 + HOUR)])
+    assert await store.pin(tea.new_fact_id, reason="user said so") is True
+    before = await snapshot(store)
+    assert await store.pin(tea.new_fact_id, reason="again") is False
+    with pytest.raises(FactStatusError, match=f"cannot pin fact {gin.new_fact_id}: it is deleted"):
+        await store.pin(gin.new_fact_id)
+    with pytest.raises(FactStatusError, match="cannot unpin fact .*: it is deleted, not current"):
+        await store.unpin(gin.new_fact_id)
+    with pytest.raises(FactNotFoundError, match="no fact with id 'fnope'"):
+        await store.pin("fnope")
+    assert await snapshot(store) == before
+    assert await store.unpin(tea.new_fact_id) is True
+    assert await store.unpin(tea.new_fact_id) is False
+    assert not (await _engine(clocked))["tea"].pinned
+    history = await store.status_history(tea.new_fact_id)
+    assert [(e.event, e.status, e.reason) for e in history] == [
+        ("created", "current", ""),
+        ("pinned", "current", "user said so"),
+        ("unpinned", "current", ""),
+    ]
+    assert history[1].at == NOW
+
+
+# --- archived facts and restores --------------------------------------------------------------
+
+
+async def test_archived_facts_are_listed_and_restored_as_new_facts(clocked: Backend) -> None:
+    store = clocked.facts
+    tea, gin = add("tea", cup="big"), add("gin")
+    archive = delete([tea.new_fact_id], ts=T0 + HOUR, status="archived")
+    await store.apply_deltas([tea, gin, noop([tea.new_fact_id], ts=T0 + HOUR / 2), archive])
+    await store.pin(gin.new_fact_id)
+    [archived] = await store.archived_facts_of([ALICE])
+    assert [(f.object, f.status, f.reinforcement_count) for f in archived] == [("tea", "archived", 1)]
+    assert archived[0].payload == {"cup": "big"}
+    assert await store.archived_facts_of([Partition("bob", "a1")]) == [[]]
+    restored = await store.restore(tea.new_fact_id, reason="asked for again")
+    assert (restored.object, restored.payload, restored.confidence) == ("tea", {"cup": "big"}, 0.7)
+    assert (restored.status, restored.valid_from) == ("current", NOW)
+    assert (await store.lineage(restored.id)).predecessor_ids == (tea.new_fact_id,)
+    old = await store.get(tea.new_fact_id)
+    assert (old.status, old.valid_until, old.superseded_by) == ("archived", T0 + HOUR, restored.id)
+    assert await store.archived_facts_of([ALICE]) == [[]]
+    view = (await _engine(clocked))["tea"]
+    assert (view.reinforcement_count, view.reinforced_at_us) == (1, to_us(T0 + HOUR / 2))
+    before = await snapshot(store)
+    with pytest.raises(FactStatusError, match=f"restored already as {restored.id}"):
+        await store.restore(tea.new_fact_id)
+    with pytest.raises(FactStatusError, match="cannot restore fact .*: it is current, not archived"):
+        await store.restore(gin.new_fact_id)
+    with pytest.raises(FactNotFoundError):
+        await store.restore("fnope")
+    assert await snapshot(store) == before
+    history = await store.status_history(tea.new_fact_id)
+    assert [(e.event, e.status, e.rule_id, e.related_fact_id) for e in history] == [
+        ("created", "current", "r1", None),
+        ("archived", "archived", "r3", None),
+        ("restored", "archived", "restore", restored.id),
+    ]
+    assert history[1].delta_id == archive.delta_id and history[1].reason == "archived by r3"
+    explained = await store.explain(tea.new_fact_id)
+    assert explained.status_history == tuple(history)
+
+
+async def test_an_update_naming_an_archived_fact_restores_it_without_closing_it(
+    backend: Backend,
+) -> None:
+    store = backend.facts
+    tea = add("tea")
+    await store.apply_deltas([tea, delete([tea.new_fact_id], ts=T0 + HOUR, status="archived")])
+    back = update([tea.new_fact_id], "tea", ts=T0 + 2 * HOUR, lifecycle="inherit")
+    result = await store.apply_deltas([back])
+    assert (result.created_fact_ids, result.closed_fact_ids) == ((back.new_fact_id,), ())
+    old = await store.get(tea.new_fact_id)
+    assert (old.status, old.valid_until, old.superseded_by) == (
+        "archived",
+        T0 + HOUR,
+        back.new_fact_id,
+    )
+    twice = update([tea.new_fact_id], "tea again", ts=T0 + 3 * HOUR)
+    with pytest.raises(FactConflictError, match="archived fact already restored"):
+        await store.apply_deltas([twice])
+    with pytest.raises(FactConflictError, match="fact is already closed"):
+        await store.apply_deltas([delete([tea.new_fact_id], ts=T0 + 3 * HOUR)])
+
+
+async def test_status_history_of_a_superseded_fact_names_its_successor(backend: Backend) -> None:
+    store = backend.facts
+    tea = add("tea")
+    water = update([tea.new_fact_id], "water", ts=T0 + HOUR)
+    await store.apply_deltas([tea, water])
+    history = await store.status_history(tea.new_fact_id)
+    assert [(e.event, e.at, e.rule_id, e.delta_id, e.related_fact_id) for e in history] == [
+        ("created", T0, "r1", tea.delta_id, None),
+        ("superseded", T0 + HOUR, "r2", water.delta_id, water.new_fact_id),
+    ]
+    with pytest.raises(FactNotFoundError):
+        await store.status_history("fnope")
+
+
+# --- migrations ------------------------------------------------------------------------------
+
+
+async def test_a_version_4_sqlite_file_is_migrated_with_its_facts(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    tea, gin = add("tea"), add("gin")
+    water = update([tea.new_fact_id], "water", ts=T0 + HOUR)
+    async with SQLiteFactStore(path) as store:
+        await store.apply_deltas([tea, gin, water, delete([gin.new_fact_id], ts=T0 + HOUR)])
+        await store.apply_deltas([noop([water.new_fact_id], ts=T0 + 2 * HOUR)])
+        facts = await store.query(FactPattern(status="all"))
+        engine = await store.current_facts(ALICE)
+    with closing(sqlite3.connect(path)) as db, db:
+        undo_version_5(db)
+        db.execute("UPDATE fact_store_meta SET value = '4' WHERE key = 'schema_version'")
+    async with SQLiteFactStore(path) as store:
+        assert (await store.health()).schema_version == 5
+        assert await store.query(FactPattern(status="all")) == facts
+        assert await store.current_facts(ALICE) == engine
+        assert {f.object: f.status for f in facts} == {
+            "tea": "superseded",
+            "gin": "deleted",
+            "water": "current",
+        }
+
+
+async def test_a_postgresql_schema_at_version_2_is_migrated_with_its_facts(
+    tmp_path: Path,
+) -> None:
+    tea, gin = add("tea"), add("gin")
+    water = update([tea.new_fact_id], "water", ts=T0 + HOUR)
+    async with open_backend("postgresql", tmp_path) as backend:
+        store = backend.facts
+        await store.apply_deltas([tea, gin, water, delete([gin.new_fact_id], ts=T0 + HOUR)])
+        facts = await store.query(FactPattern(status="all"))
+        for statement in (
+            "DROP TABLE fact_pins",
+            "DROP TABLE fact_events",
+            "ALTER TABLE facts DROP COLUMN status",
+            "ALTER TABLE facts DROP COLUMN reinforced_us",
+            "ALTER TABLE facts DROP COLUMN reinforcement_base",
+            f"DELETE FROM {LEDGER_TABLE} WHERE version = 3",
+        ):
+            await raw_execute(store, statement, ())
+        assert await raw_rows(store, f"SELECT max(version) FROM {LEDGER_TABLE}") == [(2,)]
+        assert isinstance(store.database, PostgresDatabase)
+        async with PostgresDatabase(store.database.url) as again:
+            assert (await again.health()).schema_version == 3
+            assert await again.facts.query(FactPattern(status="all")) == facts
+        assert {f.object: f.status for f in facts} == {
+            "tea": "superseded",
+            "gin": "deleted",
+            "water": "current",
+        }
