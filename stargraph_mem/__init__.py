@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         EngineError,
         FactConflictError,
         FactNotFoundError,
+        FactStatusError,
         IRError,
         IRIssue,
         MemoryScopeError,
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
         UpdateDelta,
     )
     from stargraph_mem.model.episodes import Episode
-    from stargraph_mem.model.facts import Fact, FactAccess, FactHit, FactPattern
+    from stargraph_mem.model.facts import Fact, FactAccess, FactHit, FactPattern, StatusEvent
     from stargraph_mem.salience import RuleBasedScorer, SalienceContext, SalienceScorer
     from stargraph_mem.stores.fact import Explanation, FactStore
     from stargraph_mem.stores.memory import MemoryStore
@@ -69,6 +70,7 @@ _LAZY: dict[str, str] = {
     "FactPattern": "stargraph_mem.model.facts",
     "FactHit": "stargraph_mem.model.facts",
     "FactAccess": "stargraph_mem.model.facts",
+    "StatusEvent": "stargraph_mem.model.facts",
     "AddDelta": "stargraph_mem.model.deltas",
     "UpdateDelta": "stargraph_mem.model.deltas",
     "DeleteDelta": "stargraph_mem.model.deltas",
@@ -104,6 +106,7 @@ _LAZY: dict[str, str] = {
     "DuplicateEpisodeError": "stargraph_mem.errors",
     "FactConflictError": "stargraph_mem.errors",
     "FactNotFoundError": "stargraph_mem.errors",
+    "FactStatusError": "stargraph_mem.errors",
     "DeltaValidationError": "stargraph_mem.errors",
     "MigrationNotSupported": "stargraph_mem.errors",
     "StalePassError": "stargraph_mem.errors",
@@ -135,6 +138,7 @@ __all__ = [
     "FactNotFoundError",
     "FactPattern",
     "FactPayload",
+    "FactStatusError",
     "FactStore",
     "IRError",
     "IRIssue",
@@ -156,6 +160,7 @@ __all__ = [
     "SearchError",
     "StalePassError",
     "StargraphMemError",
+    "StatusEvent",
     "StoreConfigError",
     "StoreError",
     "UpdateDelta",

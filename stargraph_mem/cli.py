@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from stargraph_mem.model.episodes import Episode
     from stargraph_mem.model.facts import Fact, FactHit
     from stargraph_mem.stores.fact import Explanation
-    from stargraph_mem.stores.protocols import Database, EpisodeRepository
+    from stargraph_mem.stores.protocols import Database, EpisodeRepository, FactRepository
 
 T = TypeVar("T")
 
@@ -930,9 +930,19 @@ def facts(
             "--json", help="One JSON object per line (with --search: {fact, score} per line)."
         ),
     ] = False,
+    status: Annotated[
+        str | None,
+        typer.Option(
+            "--status",
+            metavar="STATUS",
+            help="Facts with this status instead of the current ones: current, superseded, "
+            "deleted, expired, archived, invalidated, or all.",
+        ),
+    ] = None,
 ) -> None:
-    """List current facts (or those current at --as-of), sorted by user, agent, subject,
-    predicate, object and id; or search them with --search."""
+    """List current facts (or those current at --as-of, or those with --status), sorted by
+    user, agent, subject, predicate, object and id; or search them with --search."""
+    from stargraph_mem.model.deltas import FACT_STATUSES
     from stargraph_mem.model.facts import FactPattern
 
     when = parse_aware(as_of, "--as-of")
@@ -940,6 +950,10 @@ def facts(
         usage_fail("--limit and --touch go with --search")
     if search is not None and when is not None:
         usage_fail("--search finds current facts; it cannot be combined with --as-of")
+    if status is not None and (search is not None or when is not None):
+        usage_fail("--status cannot be combined with --search or --as-of")
+    if status is not None and status not in (*FACT_STATUSES, "all"):
+        usage_fail(f"--status must be one of {', '.join(FACT_STATUSES)} or all, got {status!r}")
     if search is not None:
         search_facts(
             db, search, user, agent, subject, predicate, min_confidence, limit, touch, as_json
@@ -955,6 +969,7 @@ def facts(
                 subject=subject,
                 predicate=predicate,
                 min_confidence=min_confidence,
+                status=status,
             )
             if when is not None:
                 return await store.as_of(when, pattern)
@@ -965,11 +980,12 @@ def facts(
         for fact in found:
             typer.echo(fact.model_dump_json())
         return
-    rows = [("ID", "USER", "AGENT", "SUBJECT", "PREDICATE", "CONFIDENCE", "OBJECT")]
-    rows += [
-        (f.id, f.user, f.agent, f.subject, f.predicate, f"{f.confidence:g}", f.object)
-        for f in found
-    ]
+    head = ["ID", "USER", "AGENT", "SUBJECT", "PREDICATE", "CONFIDENCE", "OBJECT"]
+    shown = status not in (None, "current")
+    rows: list[list[str]] = [[*head[:-1], "STATUS", "OBJECT"] if shown else head]
+    for f in found:
+        row = [f.id, f.user, f.agent, f.subject, f.predicate, f"{f.confidence:g}", f.object]
+        rows.append([*row[:-1], f.status, f.object] if shown else row)
     typer.echo("\n".join(aligned(rows)))
 
 
@@ -1079,6 +1095,58 @@ def explain(
         echo_json(why.model_dump(mode="json"))
         return
     echo_lines(explanation_lines(why))
+
+
+FactIdArg = Annotated[str, typer.Argument(help="Fact id (from `facts`).")]
+ReasonOption = Annotated[
+    str, typer.Option("--reason", help="Why, kept in the fact's status history.")
+]
+
+
+def fact_write(db: str, call: Callable[[FactRepository], Awaitable[T]]) -> T:
+    """Run one fact-store call on the existing database at ``db``."""
+
+    async def action() -> T:
+        async with opened(db, "facts") as database:
+            return await call(database.facts)
+
+    return run(action())
+
+
+@app.command()
+def pin(fact_id: FactIdArg, db: DbOption = DEFAULT_DB, reason: ReasonOption = "") -> None:
+    """Pin a current fact: sweeps leave pinned facts alone (unless a rule tests pinned);
+    the pin carries to the facts that replace it."""
+    changed = fact_write(db, lambda store: store.pin(fact_id, reason=reason))
+    typer.echo(f"pinned {fact_id}" if changed else f"{fact_id} is already pinned")
+
+
+@app.command()
+def unpin(fact_id: FactIdArg, db: DbOption = DEFAULT_DB, reason: ReasonOption = "") -> None:
+    """Take the pin off a current fact."""
+    changed = fact_write(db, lambda store: store.unpin(fact_id, reason=reason))
+    typer.echo(f"unpinned {fact_id}" if changed else f"{fact_id} is not pinned")
+
+
+@app.command()
+def restore(fact_id: FactIdArg, db: DbOption = DEFAULT_DB, reason: ReasonOption = "") -> None:
+    """Make an archived fact current again: a new fact with the same statement, payload
+    and confidence, whose predecessor is the archived one (which stays archived)."""
+    fact = fact_write(db, lambda store: store.restore(fact_id, reason=reason))
+    typer.echo(f"restored {fact_id} as {fact.id}")
+
+
+@app.command()
+def history(fact_id: FactIdArg, db: DbOption = DEFAULT_DB, as_json: JsonOption = False) -> None:
+    """A fact's status history, oldest first: created, pinned, unpinned, its closing status
+    (superseded, deleted, expired, archived, invalidated), restored."""
+    from stargraph_mem.authoring.trace import status_event_text
+
+    events = fact_write(db, lambda store: store.status_history(fact_id))
+    if as_json:
+        echo_json([event.model_dump(mode="json") for event in events])
+        return
+    echo_lines([status_event_text(event) for event in events])
 
 
 INGEST_CHUNK = 5_000

@@ -111,13 +111,23 @@ async def test_updates_supersede_and_deletes_close_with_their_status(backend: Ba
     water = update([tea.new_fact_id], "water", ts=T0 + HOUR)
     await store.apply_deltas([tea, gin, rum, water])
     await store.apply_deltas(
-        [delete([gin.new_fact_id], ts=T0 + HOUR, status="archived"), delete([rum.new_fact_id], ts=T0 + HOUR)]
+        [
+            delete([gin.new_fact_id], ts=T0 + HOUR, status="archived"),
+            delete([rum.new_fact_id], ts=T0 + HOUR),
+        ]
     )
     statuses = {f.object: f.status for f in await store.query(FactPattern(status="all"))}
-    assert statuses == {"tea": "superseded", "gin": "archived", "rum": "deleted", "water": "current"}
+    assert statuses == {
+        "tea": "superseded",
+        "gin": "archived",
+        "rum": "deleted",
+        "water": "current",
+    }
     assert [f.object for f in await store.query(FactPattern())] == ["water"]
     assert [f.object for f in await store.query(FactPattern(status="archived"))] == ["gin"]
-    assert [f.object for f in await store.query(FactPattern(include_history=True, status="deleted"))] == ["rum"]
+    assert [
+        f.object for f in await store.query(FactPattern(include_history=True, status="deleted"))
+    ] == ["rum"]
     assert (await store.get(tea.new_fact_id)).superseded_by == water.new_fact_id
     hits = await store.search("gin tea water", touch=False)
     assert [h.fact.object for h in hits] == ["water"]
@@ -205,7 +215,7 @@ async def test_pin_and_unpin_record_events_and_refuse_closed_or_unknown_facts(
     assert await store.pin(tea.new_fact_id, reason="again") is False
     with pytest.raises(FactStatusError, match=f"cannot pin fact {gin.new_fact_id}: it is deleted"):
         await store.pin(gin.new_fact_id)
-    with pytest.raises(FactStatusError, match="cannot unpin fact .*: it is deleted, not current"):
+    with pytest.raises(FactStatusError, match=r"cannot unpin fact .*: it is deleted, not current"):
         await store.unpin(gin.new_fact_id)
     with pytest.raises(FactNotFoundError, match="no fact with id 'fnope'"):
         await store.pin("fnope")
@@ -232,7 +242,9 @@ async def test_archived_facts_are_listed_and_restored_as_new_facts(clocked: Back
     await store.apply_deltas([tea, gin, noop([tea.new_fact_id], ts=T0 + HOUR / 2), archive])
     await store.pin(gin.new_fact_id)
     [archived] = await store.archived_facts_of([ALICE])
-    assert [(f.object, f.status, f.reinforcement_count) for f in archived] == [("tea", "archived", 1)]
+    assert [(f.object, f.status, f.reinforcement_count) for f in archived] == [
+        ("tea", "archived", 1)
+    ]
     assert archived[0].payload == {"cup": "big"}
     assert await store.archived_facts_of([Partition("bob", "a1")]) == [[]]
     restored = await store.restore(tea.new_fact_id, reason="asked for again")
@@ -247,7 +259,9 @@ async def test_archived_facts_are_listed_and_restored_as_new_facts(clocked: Back
     before = await snapshot(store)
     with pytest.raises(FactStatusError, match=f"restored already as {restored.id}"):
         await store.restore(tea.new_fact_id)
-    with pytest.raises(FactStatusError, match="cannot restore fact .*: it is current, not archived"):
+    with pytest.raises(
+        FactStatusError, match=r"cannot restore fact .*: it is current, not archived"
+    ):
         await store.restore(gin.new_fact_id)
     with pytest.raises(FactNotFoundError):
         await store.restore("fnope")

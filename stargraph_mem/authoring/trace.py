@@ -18,7 +18,7 @@ from stargraph_mem.engine.api import Consolidator
 from stargraph_mem.engine.report import PassReport
 from stargraph_mem.errors import FactNotFoundError
 from stargraph_mem.model.deltas import AddDelta, DeleteDelta, MemoryDelta, NoopDelta, UpdateDelta
-from stargraph_mem.model.facts import Fact
+from stargraph_mem.model.facts import Fact, StatusEvent
 from stargraph_mem.stores.fact import Explanation
 
 Triple = tuple[str, str, str]
@@ -260,4 +260,24 @@ def explanation_lines(why: Explanation) -> list[str]:
     extra += [
         ("audit", f"#{row.seq} {row.kind} {row.delta_id} rule={row.rule_id}") for row in why.audit
     ]
+    extra.append(("status", fact.status))
+    extra += [("history", status_event_text(event)) for event in why.status_history]
     return trace_lines(explanation_trace(why), extra)
+
+
+_RELATED = {"created": "from", "superseded": "by", "restored": "as", "pinned": "from"}
+"""How a status event names its related fact (see ``StatusEvent.related_fact_id``)."""
+
+
+def status_event_text(event: StatusEvent) -> str:
+    """One status event on one line: time, event, rule, delta, related fact, reason."""
+    parts = [event.at.isoformat(), event.event]
+    if event.rule_id:
+        parts.append(f"rule={event.rule_id}")
+    if event.delta_id:
+        parts.append(f"delta={event.delta_id}")
+    if event.related_fact_id:
+        parts.append(f"{_RELATED.get(event.event, 'fact')}={event.related_fact_id}")
+    if event.reason:
+        parts.append(f"reason={event.reason}")
+    return " ".join(parts)

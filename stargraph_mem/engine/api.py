@@ -19,7 +19,14 @@ from stargraph_mem.engine.scheduler import (
     StatusRow,
 )
 from stargraph_mem.model.episodes import Episode
-from stargraph_mem.model.facts import Fact, FactAccess, FactHit, FactPattern
+from stargraph_mem.model.facts import (
+    Fact,
+    FactAccess,
+    FactHit,
+    FactPattern,
+    StatusEvent,
+    StatusFilter,
+)
 from stargraph_mem.model.time import to_utc, utc_now
 from stargraph_mem.salience import SalienceScorer
 from stargraph_mem.stores.database import open_database
@@ -246,10 +253,16 @@ class Consolidator(AsyncResource):
         return report
 
     async def facts(
-        self, *, user: str | None = None, agent: str | None = None, as_of: datetime | None = None
+        self,
+        *,
+        user: str | None = None,
+        agent: str | None = None,
+        as_of: datetime | None = None,
+        status: StatusFilter | None = None,
     ) -> list[Fact]:
-        """Current facts (or those current at ``as_of``)."""
-        pattern = FactPattern(user=user, agent=agent)
+        """Current facts (or those current at ``as_of``, or those with ``status``: a fact
+        status or ``all``). Reads without recording access (see :meth:`search`)."""
+        pattern = FactPattern(user=user, agent=agent, status=status)
         if as_of is not None:
             return await self.fact_store.as_of(as_of, pattern)
         return await self.fact_store.query(pattern)
@@ -290,5 +303,25 @@ class Consolidator(AsyncResource):
         return await self.fact_store.access(fact_id)
 
     async def explain(self, fact_id: str) -> Explanation:
-        """Rule, pack hash, reason, bindings, source episodes and the supersession chain."""
+        """Rule, pack hash, reason, bindings, source episodes, the supersession chain and
+        the status history."""
         return await self.fact_store.explain(fact_id)
+
+    async def pin(self, fact_id: str, *, reason: str = "") -> bool:
+        """Pin a current fact: sweeps leave it alone unless a rule tests ``pinned``, and the
+        pin carries to the facts that replace it. False when it was pinned already
+        (nothing changes); a closed fact raises :class:`FactStatusError`."""
+        return await self.fact_store.pin(fact_id, reason=reason)
+
+    async def unpin(self, fact_id: str, *, reason: str = "") -> bool:
+        """Take the pin off a current fact; False when it was not pinned."""
+        return await self.fact_store.unpin(fact_id, reason=reason)
+
+    async def restore(self, fact_id: str, *, reason: str = "") -> Fact:
+        """Make an archived fact current again: a new fact with the same statement, payload
+        and confidence whose predecessor is the archived one (which stays archived)."""
+        return await self.fact_store.restore(fact_id, reason=reason)
+
+    async def status_history(self, fact_id: str) -> list[StatusEvent]:
+        """What happened to a fact, oldest first: created, pins, its close, a restore."""
+        return await self.fact_store.status_history(fact_id)

@@ -8,7 +8,6 @@ from pydantic import Field, JsonValue
 
 from stargraph_mem.model.base import FrozenModel, Identifier, ScopePart, StoredDatetime
 
-
 StatusFilter = Literal[
     "current", "superseded", "deleted", "expired", "archived", "invalidated", "all"
 ]

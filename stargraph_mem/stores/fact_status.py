@@ -173,7 +173,9 @@ async def restore_delta(
     )
 
 
-async def restore_in(db: Conn, sql: FactStatements, batch: Batch, fact_id: str, reason: str) -> Fact:
+async def restore_in(
+    db: Conn, sql: FactStatements, batch: Batch, fact_id: str, reason: str
+) -> Fact:
     """Restore an archived fact inside the caller's transaction (see :func:`restore_delta`,
     stamped at the batch's time); the new current fact."""
     delta = await restore_delta(db, sql, fact_id, batch.now_us, reason)

@@ -44,13 +44,6 @@ from stargraph_mem.stores.fact_apply import (
     version,
 )
 from stargraph_mem.stores.fact_explain import explain, lineage_of
-from stargraph_mem.stores.fact_status import (
-    ARCHIVED,
-    pin_fact,
-    restore_in,
-    status_history,
-    unpin_fact,
-)
 from stargraph_mem.stores.fact_passes import (
     CHUNK,
     RecordRuns,
@@ -75,6 +68,13 @@ from stargraph_mem.stores.fact_rows import (
     pattern_filter,
     rejection_from_row,
     validate_deltas,
+)
+from stargraph_mem.stores.fact_status import (
+    ARCHIVED,
+    pin_fact,
+    restore_in,
+    status_history,
+    unpin_fact,
 )
 from stargraph_mem.stores.models import MigrationPlan
 from stargraph_mem.stores.pass_time import Deferral, deferred_of
@@ -450,9 +450,7 @@ class PostgresFactStore(PostgresRepository):
             rows = await db.fetch(FACTS.current_of, (keys,))
         return group_current(rows, keys)
 
-    async def archived_facts_of(
-        self, partitions: Sequence[Partition]
-    ) -> list[list[EngineFact]]:
+    async def archived_facts_of(self, partitions: Sequence[Partition]) -> list[list[EngineFact]]:
         """The archived facts (never restored) of every partition, in the order given, with
         status ``archived``, in one statement."""
         keys = [p.key for p in partitions]
