@@ -4,17 +4,22 @@ history, the engine's view of facts, and the schema migration that brought them.
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
-from backends import Backend, open_backend, raw_execute, raw_rows, snapshot
+from backends import Backend, NewLocation, open_backend, raw_execute, raw_rows, snapshot
 from schema_helpers import undo_version_5
+from typer.testing import CliRunner
 
+from stargraph_mem.cli import app
 from stargraph_mem.errors import FactConflictError, FactNotFoundError, FactStatusError
+from stargraph_mem.model.facts import Fact, StatusEvent
 from stargraph_mem.model.time import to_us
 from stargraph_mem.stores import (
     AddDelta,
@@ -26,6 +31,7 @@ from stargraph_mem.stores import (
     SQLiteFactStore,
     UpdateDelta,
 )
+from stargraph_mem.stores.database import open_database
 from stargraph_mem.stores.postgres import PostgresDatabase
 from stargraph_mem.stores.postgres.schema import LEDGER_TABLE
 
@@ -367,3 +373,123 @@ async def test_a_postgresql_schema_at_version_2_is_migrated_with_its_facts(
             "gin": "deleted",
             "water": "current",
         }
+
+
+# --- the command line ------------------------------------------------------------------------
+
+
+async def _cli_memory(location: str) -> tuple[AddDelta, AddDelta, AddDelta]:
+    """A memory at ``location`` holding a current fact (tea), a deleted one (gin) and an
+    archived one (rum)."""
+    tea, gin, rum = add("tea"), add("gin"), add("rum")
+    async with open_database(location) as database:
+        await database.facts.apply_deltas(
+            [
+                tea,
+                gin,
+                rum,
+                delete([gin.new_fact_id], ts=T0 + HOUR),
+                delete([rum.new_fact_id], ts=T0 + 2 * HOUR, status="archived"),
+            ]
+        )
+    return tea, gin, rum
+
+
+async def _history(location: str, fact_id: str) -> list[StatusEvent]:
+    async with open_database(location) as database:
+        return await database.facts.status_history(fact_id)
+
+
+async def _current(location: str, obj: str) -> list[Fact]:
+    async with open_database(location) as database:
+        return await database.facts.query(FactPattern(object=obj))
+
+
+def _cli(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(app, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_cli_pin_unpin_and_their_errors(new_location: NewLocation) -> None:
+    db = new_location()
+    tea, gin, _ = asyncio.run(_cli_memory(db))
+    t, g = tea.new_fact_id, gin.new_fact_id
+    assert _cli("pin", t, "--db", db, "--reason", "keep it") == (0, f"pinned {t}\n", "")
+    assert _cli("pin", t, "--db", db) == (0, f"{t} is already pinned\n", "")
+    assert _cli("unpin", t, "--db", db) == (0, f"unpinned {t}\n", "")
+    assert _cli("unpin", t, "--db", db) == (0, f"{t} is not pinned\n", "")
+    refused = f"error: cannot pin fact {g}: it is deleted, not current\n"
+    assert _cli("pin", g, "--db", db) == (1, "", refused)
+    assert _cli("pin", "fnope", "--db", db) == (1, "", "error: no fact with id 'fnope'\n")
+    assert [(e.event, e.reason) for e in asyncio.run(_history(db, t))] == [
+        ("created", ""),
+        ("pinned", "keep it"),
+        ("unpinned", ""),
+    ]
+
+
+def test_cli_restore_history_and_facts_by_status(new_location: NewLocation) -> None:
+    db = new_location()
+    tea, gin, rum = asyncio.run(_cli_memory(db))
+    r, g = rum.new_fact_id, gin.new_fact_id
+    code, out, err = _cli("facts", "--db", db, "--status", "archived")
+    assert (code, err) == (0, "")
+    assert out.splitlines() == [
+        "ID                                USER   AGENT  SUBJECT  PREDICATE  CONFIDENCE  STATUS"
+        "    OBJECT",
+        f"{r}  alice  a1     alice    likes      0.7         archived  rum",
+    ]
+    assert _cli("history", g, "--db", db) == (
+        0,
+        f"2026-05-01T09:00:00+00:00 created rule=r1 delta={gin.delta_id}\n"
+        f"2026-05-01T10:00:00+00:00 deleted rule=r3 delta={_delete_id(g, HOUR)} "
+        "reason=deleted by r3\n",
+        "",
+    )
+    code, out, err = _cli("restore", r, "--db", db)
+    [back] = asyncio.run(_current(db, "rum"))
+    assert (code, out, err) == (0, f"restored {r} as {back.id}\n", "")
+    code, out, _ = _cli("history", r, "--db", db, "--json")
+    document = orjson.loads(out)
+    assert [(e["event"], e["status"], e["related_fact_id"]) for e in document] == [
+        ("created", "current", None),
+        ("archived", "archived", None),
+        ("restored", "archived", back.id),
+    ]
+    again = f"error: cannot restore fact {r}: it was restored already as {back.id}\n"
+    assert _cli("restore", r, "--db", db) == (1, "", again)
+    not_archived = f"error: cannot restore fact {tea.new_fact_id}: it is current, not archived\n"
+    assert _cli("restore", tea.new_fact_id, "--db", db) == (1, "", not_archived)
+    bad = _cli("facts", "--db", db, "--status", "gone")
+    assert bad[0] == 2 and bad[2] == (
+        "error: --status must be one of current, superseded, deleted, expired, archived, "
+        "invalidated or all, got 'gone'\n"
+    )
+    code, out, _ = _cli("explain", r, "--db", db, "--json")
+    assert [e["event"] for e in orjson.loads(out)["status_history"]] == [
+        "created",
+        "archived",
+        "restored",
+    ]
+    code, out, _ = _cli("explain", g, "--db", db)
+    assert out.splitlines()[-3:] == [
+        "  status     deleted",
+        f"  history    2026-05-01T09:00:00+00:00 created rule=r1 delta={gin.delta_id}",
+        f"  history    2026-05-01T10:00:00+00:00 deleted rule=r3 delta={_delete_id(g, HOUR)} "
+        "reason=deleted by r3",
+    ]
+
+
+def _delete_id(fact_id: str, after: timedelta) -> str:
+    return delete([fact_id], ts=T0 + after).delta_id
+
+
+def test_cli_help_of_the_new_commands() -> None:
+    for command, words in (
+        ("pin", "Pin a current fact"),
+        ("unpin", "Take the pin off"),
+        ("restore", "Make an archived fact current again"),
+        ("history", "A fact's status history"),
+    ):
+        code, out, _ = _cli(command, "--help")
+        assert code == 0 and words in out
