@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 import pytest
 from backends import Backend, NewLocation, open_backend, raw_execute, raw_rows, snapshot
+from readme_helpers import readme_section_example, run_example
 from schema_helpers import undo_version_5
 from typer.testing import CliRunner
 
@@ -32,7 +33,7 @@ from stargraph_mem.stores import (
     UpdateDelta,
 )
 from stargraph_mem.stores.database import open_database
-from stargraph_mem.stores.postgres import PostgresDatabase
+from stargraph_mem.stores.postgres import PostgresDatabase, PostgresFactStore
 from stargraph_mem.stores.postgres.schema import LEDGER_TABLE
 
 T0 = datetime(2026, 5, 1, 9, 0, tzinfo=UTC)
@@ -364,7 +365,7 @@ async def test_a_postgresql_schema_at_version_2_is_migrated_with_its_facts(
         ):
             await raw_execute(store, statement, ())
         assert await raw_rows(store, f"SELECT max(version) FROM {LEDGER_TABLE}") == [(2,)]
-        assert isinstance(store.database, PostgresDatabase)
+        assert isinstance(store, PostgresFactStore)
         async with PostgresDatabase(store.database.url) as again:
             assert (await again.health()).schema_version == 3
             assert await again.facts.query(FactPattern(status="all")) == facts
@@ -493,3 +494,10 @@ def test_cli_help_of_the_new_commands() -> None:
     ):
         code, out, _ = _cli(command, "--help")
         assert code == 0 and words in out
+
+
+def test_the_readme_statuses_example_runs_verbatim(tmp_path: Path) -> None:
+    code, output = readme_section_example("Fact statuses and pins")
+    done = run_example(code, tmp_path, "examples/streaming_dedup.yaml", timeout=120)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout == output
