@@ -16,6 +16,7 @@ from stargraph_mem.cli import app
 from stargraph_mem.engine.api import Consolidator
 from stargraph_mem.errors import StoreError
 from stargraph_mem.model.episodes import Episode
+from stargraph_mem.model.deltas import DeleteDelta
 from stargraph_mem.model.facts import FactPattern
 from stargraph_mem.stores import copy as copy_module
 from stargraph_mem.stores.copy import COPIED_TABLES, Table, copy_database
@@ -49,13 +50,30 @@ def nights() -> list[list[Episode]]:
 
 
 async def build(path: Path) -> None:
-    """A memory after three nights of passes, with history and an accessed fact."""
+    """A memory after three nights of passes, with history, an accessed fact, a pinned one
+    and an archived one restored."""
     for night, eps in enumerate(nights()):
         async with Consolidator.open(path, PACKS) as mem:
             await mem.memory.put_many(eps)
             await mem.consolidate(now=NOW + timedelta(days=night))
             hits = await mem.search("tea", limit=2)
             assert hits
+    async with Consolidator.open(path, PACKS) as mem:
+        first, second = (await mem.facts())[:2]
+        assert await mem.pin(first.id, reason="keep")
+        sources = (await mem.fact_store.lineage(second.id)).source_episode_ids
+        archive = DeleteDelta(
+            user=second.user,
+            agent=second.agent,
+            replaces=[second.id],
+            status="archived",
+            source_episode_ids=list(sources),
+            promotion_ts=NOW + timedelta(days=5),
+            rule_id="archive",
+            confidence=1.0,
+        )
+        await mem.fact_store.apply_delta(archive)
+        await mem.restore(second.id, reason="back")
 
 
 async def snapshot(location: str | Path) -> dict[str, object]:
@@ -78,6 +96,7 @@ async def snapshot(location: str | Path) -> dict[str, object]:
                 for h in await db.facts.search("tea coffee", limit=50, touch=False)
             ],
             "access": [(await db.facts.access(f.id)).model_dump_json() for f in current],
+            "engine": [await db.facts.current_facts_of(partitions)],
         }
 
 

@@ -77,6 +77,11 @@ def test_explain_text_of_a_superseded_fact(tmp_path: Path) -> None:
         f"  successor  {update.fact_id} (alice, likes, coffee) rule=changed_object_update",
         f"  audit      #1 add {add.delta_id} rule=new_fact_add",
         f"  audit      #2 update {update.delta_id} rule=changed_object_update",
+        "  status     superseded",
+        f"  history    2026-03-02T03:00:00+00:00 created rule=new_fact_add delta={add.delta_id} "
+        "reason=first observation of (alice, likes)",
+        "  history    2026-03-02T03:00:00+00:00 superseded rule=changed_object_update "
+        f"delta={update.delta_id} by={update.fact_id} reason=(alice, likes) changed to coffee",
     ]
 
 
