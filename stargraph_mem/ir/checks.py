@@ -324,15 +324,18 @@ class _Checker:
             what="payload key",
         )
         status = pattern.where.get("status")
-        if status is not None and not any(
-            evaluate(status, "string", value, variables={}) for value in MATCHED_STATUSES
+        if (
+            status is not None
+            and not any(
+                evaluate(status, "string", value, variables={}) for value in MATCHED_STATUSES
+            )
+            and not any(isinstance(v, VarRef) for _, v in status.tests())
         ):
-            if not any(isinstance(v, VarRef) for _, v in status.tests()):
-                self.err(
-                    (*path, "status"),
-                    "never matches: a fact a rule sees has status "
-                    + " or ".join(repr(v) for v in MATCHED_STATUSES),
-                )
+            self.err(
+                (*path, "status"),
+                "never matches: a fact a rule sees has status "
+                + " or ".join(repr(v) for v in MATCHED_STATUSES),
+            )
 
     def check_keys(self, keys: list[str], path: PathKey) -> None:
         for k, key in enumerate(keys):

@@ -506,9 +506,7 @@ class _UnknownOperation(_IR):
 
 
 _OPERATIONS_TEXT = ", ".join(ARITHMETIC)
-_UNKNOWN_OPERATION = (
-    "expected a number, {var: x} or one operation: " + _OPERATIONS_TEXT
-)
+_UNKNOWN_OPERATION = "expected a number, {var: x} or one operation: " + _OPERATIONS_TEXT
 
 Operand_ = Annotated[
     Annotated[StrictInt | StrictFloat, Tag("number")]
@@ -678,9 +676,7 @@ class RulePack(_IR):
     version: str = Field(min_length=1, max_length=64)
     description: str = ""
     fields: dict[Name, FieldType] = Field(default_factory=dict)
-    fact_payload: dict[Name, PayloadType] = Field(
-        default_factory=dict, exclude_if=lambda v: not v
-    )
+    fact_payload: dict[Name, PayloadType] = Field(default_factory=dict, exclude_if=lambda v: not v)
     """Payload keys of the facts the pack makes, with their types: rules test them in fact
     patterns (``payload: {key: ...}``) and ``emit.payload`` writes them with that type."""
     defaults: Defaults = Defaults()
