@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from stargraph_mem.errors import IRError, IRIssue
 from stargraph_mem.ir.issues import model_keys, unknown_field_message
@@ -539,8 +539,8 @@ class _Checker:
                 self.use_template(info, text, (*path, name), in_memory=True)
                 if text == "" and name != "object":
                     self.err((*path, name), f"a fact needs a {name}: this one is always empty")
-        for key, text in emit.payload.items():
-            self.check_payload_value(info, key, text, (*path, "payload", key))
+        for key, value in emit.payload.items():
+            self.check_payload_value(info, key, value, (*path, "payload", key))
         if not creates and emit.payload:
             self.err((*path, "payload"), f"emit of kind '{emit.kind}' takes no payload")
         self.use_template(info, emit.reason, (*path, "reason"))
@@ -642,7 +642,7 @@ class _Checker:
     def check_confidence(self, info: RuleInfo, path: PathKey) -> None:
         conf = info.rule.emit.confidence
         ok_types: tuple[str, ...]
-        if isinstance(conf, tuple(ARITHMETIC.values())):
+        if is_arithmetic(conf):
             self.check_arithmetic(info, conf, path)
             return
         if isinstance(conf, LinearConfidence):
@@ -695,7 +695,7 @@ class _Checker:
                 )
             else:
                 info.used_vars.add(operand.var)
-        elif isinstance(operand, tuple(ARITHMETIC.values())):
+        elif is_arithmetic(operand):
             self.check_arithmetic(info, operand, path)
 
     # --- reachability ------------------------------------------------------------------
@@ -720,6 +720,11 @@ class _Checker:
                 )
             else:
                 seen[key] = info
+
+
+def is_arithmetic(value: object) -> TypeGuard[ArithOp]:
+    """Whether ``value`` is a typed confidence operation."""
+    return isinstance(value, tuple(ARITHMETIC.values()))
 
 
 def pattern_of(item: WhenItem) -> tuple[str, Any]:

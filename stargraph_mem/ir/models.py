@@ -467,10 +467,8 @@ def _confidence_kind(value: Any) -> str | None:
         if len(value) == 1 and next(iter(value)) in ARITHMETIC:
             return str(next(iter(value)))
         return "unknown"
-    for name, model in (("linear", LinearConfidence), ("from", VarConfidence)):
-        if isinstance(value, model):
-            return name
-    for name, model in ARITHMETIC.items():
+    forms: dict[str, type[_IR]] = {"linear": LinearConfidence, "from": VarConfidence}
+    for name, model in {**forms, **ARITHMETIC}.items():
         if isinstance(value, model):
             return name
     return None
@@ -550,7 +548,8 @@ Confidence = Annotated[
 ]
 
 
-for _model in (Reinforce, Clamp, *ARITHMETIC.values()):
+_RECURSIVE: tuple[type[_IR], ...] = (Reinforce, Clamp, *ARITHMETIC.values())
+for _model in _RECURSIVE:
     _model.model_rebuild()
 
 
