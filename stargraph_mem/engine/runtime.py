@@ -102,7 +102,7 @@ class PassOutput:
     facts_after: list[EngineFact] | None = field(default_factory=list)
     """The partition's current facts once these deltas are applied, in the order the fact
     store lists them (``valid_from``, then id): the next pass's input without a read.
-    ``None`` when rules read access statistics or pins, which change outside passes."""
+    ``None`` when rules read access statistics, which reads change outside passes."""
     aggregates: AggregateWrite | None = None
     """What the pass changes in the partition's durable aggregates (``over: history``)."""
 
@@ -226,8 +226,8 @@ class PackRuntime:
         ]
         self._fact_extras = _fact_extras(compiled)
         self._volatile = bool(VOLATILE & set(compiled.fact_slots))
-        """Rules read what changes between passes without a pass (reads, pins): the facts
-        a pass leaves are then not offered as the next pass's input."""
+        """Rules read access statistics, which reads change between passes: the facts a
+        pass leaves are then not offered as the next pass's input."""
         self._lock = threading.Lock()
         self._dir = tempfile.mkdtemp(prefix="stargraph-")
         self._out = Path(self._dir) / "deltas.out"
@@ -792,7 +792,7 @@ class _Collector:
         else:
             if plan.status is not None:
                 body["status"] = plan.status
-            if plan.lifecycle != "new":
+            if emit.kind == "update" and plan.lifecycle != "new":
                 body["lifecycle"] = plan.lifecycle
             if emit.kind != "add":
                 body["replaces"] = self.replaces(program, refs, values)
@@ -1040,8 +1040,9 @@ def _json_value(value: Any) -> Any:
     return value
 
 
-VOLATILE: Final = frozenset({"access_count", "last_access", "pinned"})
-"""Fact fields that change outside consolidation passes (reads, pins)."""
+VOLATILE: Final = frozenset({"access_count", "last_access"})
+"""Fact fields that change outside consolidation passes without a new fact version (reads
+record access); a pin changes the partition's version, which the runner checks."""
 
 
 def _from_engine(f: EngineFact, status: str | None = None) -> _PassFact:
