@@ -457,10 +457,10 @@ def _confidence_kind(value: Any) -> str | None:
     of :data:`ARITHMETIC`."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, int | float):
-        return "number"
+    if isinstance(value, int | float | str):
+        return "number"  # numeric text is read as a number (as it was before operations)
     if isinstance(value, dict):
-        if "var" in value and "base" in value:
+        if "var" in value and len(value) > 1:
             return "linear"
         if "from" in value and len(value) == 1:
             return "from"
@@ -494,6 +494,11 @@ class _UnknownOperation(_IR):
     @classmethod
     def _refuse(cls, data: Any) -> Any:
         keys = [str(k) for k in data] if isinstance(data, dict) else []
+        if keys == ["var"]:
+            raise ValueError(
+                "a confidence taken from a variable is written {from: x} "
+                "({var: x} is an operand of an operation)"
+            )
         if len(keys) == 1:
             hint = get_close_matches(keys[0], list(ARITHMETIC), n=1)
             near = f"; did you mean '{hint[0]}'?" if hint else ""
@@ -516,7 +521,7 @@ Operand_ = Annotated[
     | Annotated[MinOp, Tag("min")]
     | Annotated[MaxOp, Tag("max")]
     | Annotated[ClampOp, Tag("clamp")]
-    | Annotated[_UnknownOperation, Tag("unknown")],
+    | Annotated[_UnknownOperation, Tag("unknown"), WithJsonSchema({"not": {}})],
     Discriminator(
         _operand_kind,
         custom_error_type="operand_kind",
@@ -536,7 +541,7 @@ Confidence = Annotated[
     | Annotated[MinOp, Tag("min")]
     | Annotated[MaxOp, Tag("max")]
     | Annotated[ClampOp, Tag("clamp")]
-    | Annotated[_UnknownOperation, Tag("unknown")],
+    | Annotated[_UnknownOperation, Tag("unknown"), WithJsonSchema({"not": {}})],
     Discriminator(
         _confidence_kind,
         custom_error_type="confidence_kind",
