@@ -79,6 +79,7 @@ VALID_PACKS = sorted(
 
 VALIDATOR_ONLY = {
     "alias_reused": "an alias names one pattern: names across patterns",
+    "arithmetic_text_variable": "the variable's type comes from the field it binds",
     "confidence_from_text_variable": "the variable's type comes from the field it binds",
     "contains_bad_list_item": "list items are checked on list fields only (a field type)",
     "count_bounds_crossed": "at_least and at_most are compared with each other",
@@ -105,6 +106,7 @@ VALIDATOR_ONLY = {
     "unbound_condition_variable": "variables are bound in an earlier pattern",
     "unbound_template_variable": "variables are bound in a pattern",
     "undeclared_field": "fields are declared in the pack",
+    "undeclared_payload_key": "payload keys are declared in the pack",
     "unknown_time_zone": "time zones are the time-zone database's",
     "unreachable_rule": "rules are compared with each other",
     "unused_variable": "a bound variable must be used somewhere in the rule",

@@ -41,16 +41,25 @@ from stargraph_mem.ir.checks import (
 from stargraph_mem.ir.models import (
     EPISODE_BUILTINS,
     FACT_FIELDS,
+    LIFECYCLE_FIELDS,
+    ClampOp,
     Condition,
     CountPattern,
     EarlierPattern,
+    EbbinghausOp,
     FieldType,
     LinearConfidence,
+    LinearDecayOp,
     ListVar,
+    MaxOp,
+    MinOp,
+    MultiplyOp,
+    ReinforceOp,
     VarConfidence,
     VarRef,
 )
 from stargraph_mem.ir.operators import unknown_operator
+from stargraph_mem.ir.reference import evaluate
 
 SAL_DROP = 9950
 SAL_COUNT = 9900
@@ -67,6 +76,9 @@ FIXED_TEMPLATES = """\
 (deftemplate sm-drop (slot id (type STRING)))
 (deftemplate sm-elig (slot set (type INTEGER)) (slot r (type SYMBOL)))
 (deftemplate sm-end)
+"""
+
+FACT_SLOTS = """\
 (deftemplate sm-fact
   (slot f_id (type STRING))
   (slot f_subject (type STRING))
@@ -77,8 +89,20 @@ FIXED_TEMPLATES = """\
   (slot f_reinforced_at (type INTEGER))
   (slot f_rule_id (type STRING))
   (slot f_observed_at (type INTEGER))
-  (slot anchor (type INTEGER) (default 0)))
-"""
+  (slot anchor (type INTEGER) (default 0))"""
+
+LIFECYCLE_SLOTS: Mapping[str, str] = {
+    "reinforcement_count": "(type INTEGER) (default 0)",
+    "access_count": "(type INTEGER) (default 0)",
+    "last_access": "(type INTEGER) (default 0)",
+    "pinned": "(type SYMBOL) (default FALSE)",
+    "status": '(type STRING) (default "current")',
+}
+"""The lifecycle slots of ``sm-fact``: declared only when a rule of the pack reads them, so
+a pack that does not pays nothing per asserted fact."""
+
+DAY_US = 86_400_000_000
+"""Microseconds in a day: ``ebbinghaus`` counts days."""
 
 CONTROL_RULES = f"""\
 (defrule sm-drop-fact (declare (salience {SAL_DROP}))
@@ -99,6 +123,11 @@ CONTROL_RULES = f"""\
 def slot_name(fname: str) -> str:
     """Template slot for an episode or fact field (prefixed: never clashes with ``n``/``ok``)."""
     return f"f_{fname}"
+
+
+def payload_slot(key: str) -> str:
+    """The ``sm-fact`` slot of declared payload key ``key`` (apart from every ``f_`` slot)."""
+    return f"p_{key}"
 
 
 def literal_value(ftype: FieldType, value: Any) -> Any:
@@ -238,6 +267,66 @@ class Generator:
         )
         """Whether a rule tests ``observed_at``: then facts made in a pass carry it in CLIPS."""
         self.history_at: dict[tuple[int, int], HistoryRelation] = {}
+        self.needs_archived = any(
+            admits_archived(pattern_of(item)[1])
+            for info in analysis.rules
+            if info.rule.enabled
+            for item in info.rule.when
+            if pattern_of(item)[0] in ("fact", "not", "exists")
+        )
+        """Whether a fact pattern admits archived facts: then the partition's archived facts
+        enter CLIPS too, and every other fact pattern tests ``status`` is current."""
+        self.lifecycle = self.lifecycle_slots()
+        """The lifecycle fact fields that enter CLIPS (:data:`LIFECYCLE_SLOTS`)."""
+        self.payload_types: dict[str, FieldType] = {
+            key: ftype for key, ftype in self.pack.fact_payload.items() if self.payload_tested(key)
+        }
+        """The declared payload keys a rule tests: each is an ``sm-fact`` slot."""
+
+    # --- fact slots ----------------------------------------------------------------------
+
+    def fact_patterns(self) -> list[tuple[RuleInfo, str, Any]]:
+        """(rule, kind, pattern) of every fact/not/exists pattern of the enabled rules."""
+        return [
+            (info, kind, pattern)
+            for info in self.analysis.rules
+            if info.rule.enabled
+            for item in info.rule.when
+            for kind, pattern in [pattern_of(item)]
+            if kind in ("fact", "not", "exists")
+        ]
+
+    def lifecycle_slots(self) -> tuple[str, ...]:
+        tested = {f for _, _, pattern in self.fact_patterns() for f in pattern.where}
+        if any(self.skips_pinned(info) for info in self.analysis.rules if info.rule.enabled):
+            tested.add("pinned")
+        if self.needs_archived:
+            tested.add("status")
+        return tuple(f for f in LIFECYCLE_FIELDS if f in tested)
+
+    def payload_tested(self, key: str) -> bool:
+        return any(key in pattern.payload for _, _, pattern in self.fact_patterns())
+
+    @staticmethod
+    def skips_pinned(info: RuleInfo) -> bool:
+        """A sweep leaves pinned facts alone unless it tests ``pinned`` itself."""
+        return info.sweep and not info.tests_field("pinned")
+
+    def fact_template(self) -> str:
+        lines = [FACT_SLOTS]
+        lines += [f"  (slot {slot_name(f)} {LIFECYCLE_SLOTS[f]})" for f in self.lifecycle]
+        lines += [f"  (slot {payload_slot(k)} (default nil))" for k in self.payload_types]
+        return "\n".join(lines) + ")\n"
+
+    def implicit(self, info: RuleInfo, kind: str, pattern: Any) -> list[str]:
+        """Tests the author did not write: sweeps skip pinned facts; only a pattern that
+        tests ``status`` sees archived facts."""
+        out = []
+        if kind == "fact" and self.skips_pinned(info):
+            out.append("(f_pinned FALSE)")
+        if self.needs_archived and "status" not in pattern.where:
+            out.append('(f_status "current")')
+        return out
 
     # --- relations and used fields -------------------------------------------------
 
@@ -425,6 +514,8 @@ class Generator:
         prefix: str,
         *,
         forced: dict[str, str] | None = None,
+        slot: Callable[[str], str] = slot_name,
+        nullable: bool | None = None,
     ) -> list[str]:
         """Slot constraints for a pattern; ``forced`` gives fields a required variable.
 
@@ -447,7 +538,7 @@ class Generator:
             if simple_join:
                 # a bare variable keeps the join an equality join CLIPS can hash
                 assert ctx is not None
-                out.append(f"({slot_name(fname)} {ctx.var(tests[0][1].var)})")
+                out.append(f"({slot(fname)} {ctx.var(tests[0][1].var)})")
                 continue
             if cond.bind is not None:
                 base = ctx.var(cond.bind) if ctx is not None else f"{sigil}v_{cond.bind}"
@@ -455,14 +546,18 @@ class Generator:
                 base = forced[fname]
             else:  # '-' is in no name: apart from ?i_<tag>_<alias> and from other fields
                 base = f"{sigil}i_{prefix}-{fname}"
-            text = self.constraint(ctx, ftype, cond, base, types is not FACT_FIELDS)
+            may_miss = types is not FACT_FIELDS if nullable is None else nullable
+            text = self.constraint(ctx, ftype, cond, base, may_miss)
             if fname in forced and forced[fname] != base:
                 text += f"&{forced[fname]}"
             forced.pop(fname, None)
-            out.append(f"({slot_name(fname)} {text})")
+            out.append(f"({slot(fname)} {text})")
         for fname, var in forced.items():
+            if types is FACT_FIELDS:  # always present
+                out.append(f"({slot(fname)} {var})")
+                continue
             absent = '""' if types[fname] == "list" else "nil"
-            out.append(f"({slot_name(fname)} {var}&~{absent})")
+            out.append(f"({slot(fname)} {var}&~{absent})")
         return out
 
     # --- patterns ----------------------------------------------------------------------
@@ -498,15 +593,21 @@ class Generator:
         elig = f"(sm-elig (set ?i_ok) (r {ctx.program.symbol}))"
         return "(sm-episode " + " ".join(parts) + ")\n  " + elig
 
-    def fact_pattern(self, ctx: _Ctx, where: dict[str, Condition], alias: str) -> str:
+    def fact_pattern(self, ctx: _Ctx, pattern: Any, alias: str) -> str:
+        where: dict[str, Condition] = pattern.where
         fid = f"?i_fid_{alias}"
         bound = where["id"].bind if "id" in where else None
         if bound is not None:  # CLIPS binds one variable per slot: the bind is the id
             ctx.renamed[bound] = fid
+        forced: dict[str, str] = {}
+        if alias in decayed_facts(ctx.info.rule.emit.confidence):
+            forced = {fname: f"?i_{tag}_{alias}" for fname, tag in DECAY_SLOTS.items()}
         if "id" in where:  # the id slot carries both the tests and the id variable
-            parts = self.slots(ctx, where, FACT_FIELDS, alias, forced={"id": fid})
+            parts = self.slots(ctx, where, FACT_FIELDS, alias, forced={"id": fid, **forced})
         else:
-            parts = [f"(f_id {fid})", *self.slots(ctx, where, FACT_FIELDS, alias)]
+            parts = [f"(f_id {fid})", *self.slots(ctx, where, FACT_FIELDS, alias, forced=forced)]
+        parts += self.payload_slots(ctx, pattern, alias)
+        parts += self.implicit(ctx.info, "fact", pattern)
         if self.observes:
             cond = where.get("observed_at")
             if cond is None:
@@ -521,8 +622,24 @@ class Generator:
         """The variable :meth:`slots` gives a field's value under ``cond``."""
         return ctx.var(cond.bind) if cond.bind is not None else f"?i_{prefix}-{fname}"
 
-    def plain_fact(self, ctx: _Ctx, where: dict[str, Condition], tag: str) -> str:
-        return "(sm-fact " + " ".join(self.slots(ctx, where, FACT_FIELDS, tag)) + ")"
+    def plain_fact(self, ctx: _Ctx, pattern: Any, kind: str, tag: str) -> str:
+        parts = self.slots(ctx, pattern.where, FACT_FIELDS, tag)
+        parts += self.payload_slots(ctx, pattern, tag)
+        parts += self.implicit(ctx.info, kind, pattern)
+        return "(sm-fact " + " ".join(parts) + ")"
+
+    def payload_slots(self, ctx: _Ctx, pattern: Any, prefix: str) -> list[str]:
+        """Constraints on declared payload keys (a key a fact lacks reads as missing)."""
+        if not pattern.payload:
+            return []
+        return self.slots(
+            ctx,
+            pattern.payload,
+            self.payload_types,
+            f"{prefix}-p",
+            slot=payload_slot,
+            nullable=True,
+        )
 
     def earlier_pattern(self, ctx: _Ctx, pattern: EarlierPattern, alias: str) -> list[str]:
         rel = self.relation_for("earlier", pattern)
@@ -603,7 +720,7 @@ class Generator:
             if kind == "episode":
                 out.append(self.episode_pattern(ctx, pattern.where))
             elif kind == "fact":
-                out.append(self.fact_pattern(ctx, pattern.where, alias))
+                out.append(self.fact_pattern(ctx, pattern, alias))
             elif (info.index, j) in self.history_at:
                 hist = self.history_at[(info.index, j)]
                 if kind == "earlier":
@@ -615,7 +732,7 @@ class Generator:
             elif kind == "count":
                 out.append(self.count_pattern(ctx, pattern, alias))
             else:
-                inner = self.plain_fact(ctx, pattern.where, f"X{j}")
+                inner = self.plain_fact(ctx, pattern, kind, f"X{j}")
                 out.append(f"({'not' if kind == 'not' else 'exists'} {inner})")
         return out
 
@@ -647,8 +764,46 @@ class Generator:
             raw = f"(+ {clips_float(conf.base)} (* {clips_float(conf.per)} {ctx.var(conf.var)}))"
             clamped = f"(max 0.0 (min {clips_float(conf.max)} {raw}))"
             return f"(/ (round (* {clamped} 1000000.0)) 1000000.0)"
-        assert isinstance(conf, VarConfidence)
-        return f"(max 0.0 (min 1.0 (float {ctx.var(conf.from_)})))"
+        if isinstance(conf, VarConfidence):
+            return f"(max 0.0 (min 1.0 (float {ctx.var(conf.from_)})))"
+        return f"(max 0.0 (min 1.0 {self.arithmetic_expr(ctx, conf)}))"
+
+    def arithmetic_expr(self, ctx: _Ctx, op: Any) -> str:
+        """A confidence operation as CLIPS arithmetic: the value a fact made in the pass
+        carries in working memory (the delta's value is computed by the runtime)."""
+        if isinstance(op, bool):
+            raise CompileError(f"not a confidence operand: {op!r}")
+        if isinstance(op, int | float):
+            return clips_float(float(op))
+        if isinstance(op, VarRef):
+            return f"(float {ctx.var(op.var)})"
+        if isinstance(op, ReinforceOp):
+            r = op.reinforce
+            value = self.arithmetic_expr(ctx, r.value)
+            return f"(min {clips_float(r.cap)} (+ {value} {clips_float(r.by)}))"
+        if isinstance(op, MultiplyOp | MinOp | MaxOp):
+            name = "*" if isinstance(op, MultiplyOp) else "min" if isinstance(op, MinOp) else "max"
+            items = arithmetic_operands(op)
+            return f"({name} " + " ".join(self.arithmetic_expr(ctx, x) for x in items) + ")"
+        if isinstance(op, ClampOp):
+            c = op.clamp
+            value = self.arithmetic_expr(ctx, c.value)
+            return f"(max {clips_float(c.lo)} (min {clips_float(c.hi)} {value}))"
+        if isinstance(op, EbbinghausOp):
+            e, a = op.ebbinghaus, op.ebbinghaus.fact
+            k = clips_float(e.k)
+            days = [
+                f"(** (/ (max 0 (- {t} ?i_rf_{a})) {clips_float(DAY_US)}) {k})"
+                for t in ("?i_now", f"?i_vf_{a}")
+            ]
+            power = f"(- {days[0]} {days[1]})"
+            return f"(* ?i_cf_{a} (exp (- 0.0 (* {clips_float(e.lambda_)} {power}))))"
+        if isinstance(op, LinearDecayOp):
+            d, a = op.linear_decay, op.linear_decay.fact
+            every = d.every.total_microseconds()
+            windows = [f"(div (max 0 (- {t} ?i_rf_{a})) {every})" for t in ("?i_now", f"?i_vf_{a}")]
+            return f"(- ?i_cf_{a} (* {clips_float(d.per)} (- {windows[0]} {windows[1]})))"
+        raise CompileError(f"unknown confidence operation: {type(op).__name__}")
 
     def rhs(self, ctx: _Ctx) -> list[str]:
         info, emit, program = ctx.info, ctx.info.rule.emit, ctx.program
@@ -689,7 +844,9 @@ class Generator:
                 f" (f_confidence {self.confidence_expr(ctx)})"
                 " (f_valid_from ?i_now) (f_reinforced_at ?i_now)"
                 f" (f_observed_at {self.observed_expr(ctx)})"
-                f" (f_rule_id {clips_string(info.rule.id)}) (anchor {anchor})))"
+                f" (f_rule_id {clips_string(info.rule.id)}) (anchor {anchor})"
+                + "".join(f" {x}" for x in self.new_fact_extras(ctx))
+                + "))"
             )
         printed = [str(info.index), "0" if info.fact_only else "?i_n"]
         for tok in program.tokens:
@@ -699,6 +856,27 @@ class Generator:
             line += f' " | " (implode$ ?i_eps_{alias})'
         # one write per delta: every write queries the routers, and clipspy's are Python
         out.append(f"(printout {OUT} (str-cat {line}) crlf)")
+        return out
+
+    def new_fact_extras(self, ctx: _Ctx) -> list[str]:
+        """Lifecycle and payload slots of a fact made in the pass: never read (last access
+        is its valid_from), and the declared payload keys rules test."""
+        out = ["(f_last_access ?i_now)"] if "last_access" in self.lifecycle else []
+        for key, value in ctx.info.rule.emit.payload.items():
+            ftype = self.payload_types.get(key)
+            if ftype is None:
+                continue
+            parts = parse_template(value) if isinstance(value, str) else []
+            if len(parts) == 1 and parts[0][0] == "var":
+                var = ctx.info.variables[parts[0][1]]
+                expr = f"(float {ctx.var(var.name)})" if ftype == "number" else ctx.var(var.name)
+                if ftype == "string" and var.type != "string" and isinstance(value, str):
+                    expr = self.template_expr(ctx, value)
+            elif isinstance(value, str) and ftype == "string":
+                expr = self.template_expr(ctx, value)
+            else:
+                expr = clips_literal(literal_value(ftype, value), ftype)
+            out.append(f"({payload_slot(key)} {expr})")
         return out
 
     def observed_expr(self, ctx: _Ctx) -> str:
@@ -847,6 +1025,7 @@ class Generator:
             # only identifier-pattern text in comments: no author text reaches CLIPS raw
             f";; stargraph_mem pack {self.pack.pack} (ir_version {self.pack.ir_version})\n",
             FIXED_TEMPLATES,
+            self.fact_template(),
             self.episode_template(),
         ]
         parts += [self.relation_template(rel) for rel in self.relations]
@@ -957,3 +1136,51 @@ CLIPS_TESTS: Mapping[str, Callable[[_Term], list[str]]] = {
     "newer_than": _clips_since(">"),
 }
 """The CLIPS emitter's table: operator → connected-constraint terms for one slot."""
+
+
+DECAY_SLOTS: Mapping[str, str] = {
+    "confidence": "cf",
+    "valid_from": "vf",
+    "reinforced_at": "rf",
+}
+"""Fact slots a decay reads, and the tag of the variable holding each (``?i_cf_<alias>``)."""
+
+
+def decayed_facts(conf: Any) -> set[str]:
+    """Aliases of the facts an ``ebbinghaus`` or ``linear_decay`` operation reads."""
+    if isinstance(conf, EbbinghausOp):
+        return {conf.ebbinghaus.fact}
+    if isinstance(conf, LinearDecayOp):
+        return {conf.linear_decay.fact}
+    return {a for operand in arithmetic_operands(conf) for a in decayed_facts(operand)}
+
+
+def arithmetic_operands(op: Any) -> list[Any]:
+    """The operands of a confidence operation (none for a number, variable or decay)."""
+    if isinstance(op, ReinforceOp):
+        return [op.reinforce.value]
+    if isinstance(op, ClampOp):
+        return [op.clamp.value]
+    if isinstance(op, MultiplyOp):
+        return list(op.multiply)
+    if isinstance(op, MinOp):
+        return list(op.min)
+    if isinstance(op, MaxOp):
+        return list(op.max)
+    return []
+
+
+def uses_reinforce(op: Any) -> bool:
+    """Whether a confidence uses the ``reinforce`` operation (the update confirms a fact)."""
+    return isinstance(op, ReinforceOp) or any(uses_reinforce(x) for x in arithmetic_operands(op))
+
+
+def admits_archived(pattern: Any) -> bool:
+    """Whether a fact pattern's ``status`` test can pass for an archived fact (a test on a
+    variable might: it counts as admitting)."""
+    cond = pattern.where.get("status")
+    if cond is None:
+        return False
+    if any(isinstance(v, VarRef) for _, v in cond.tests()):
+        return True
+    return evaluate(cond, "string", "archived")

@@ -70,6 +70,14 @@ class CompiledPack:
     matches_facts: bool = True
     """Whether any rule has a ``fact``/``not``/``exists`` pattern: stored facts enter
     CLIPS only then (facts a pass promotes are always there, for ``earlier`` replaces)."""
+    fact_slots: tuple[str, ...] = ()
+    """The lifecycle fact fields the program declares (a rule reads them): the runtime
+    asserts those slots only."""
+    payload_slots: dict[str, FieldType] = field(default_factory=dict)
+    """Declared payload keys rules test, each an ``sm-fact`` slot (``p_<key>``)."""
+    needs_archived: bool = False
+    """Whether a fact pattern admits archived facts: the runtime then asks the store for
+    the partition's archived facts too."""
     file: str = "<string>"
     history: list[HistoryRelation] = field(default_factory=list)
     """The ``over: history`` patterns, in ``sm-hist-<i>`` order."""
@@ -154,6 +162,9 @@ def compile_analysis(analysis: Analysis, source: SourceMap) -> CompiledPack:
         history=list(gen.history),
         episode_fields=dict(sorted(gen.used_fields.items())),
         matches_facts=gen.matches_facts(),
+        fact_slots=gen.lifecycle,
+        payload_slots=dict(gen.payload_types),
+        needs_archived=gen.needs_archived,
         file=source.file,
         schedule=schedule_program(rules),
     )

@@ -63,6 +63,7 @@ class _Job:
     facts: list[EngineFact]
     eligible: dict[int, set[int]]
     history: HistoryInput | None = None
+    archived: list[EngineFact] = field(default_factory=list)
 
 
 @dataclass
@@ -211,15 +212,16 @@ class BatchRun:
             self.now,
             self.rules,
         )
-        for job, history in zip(jobs, loaded, strict=True):
-            job.history = history
+        archived = await runner.archived_of([j.report.partition for j in jobs])
+        for job, history, facts in zip(jobs, loaded, archived, strict=True):
+            job.history, job.archived = history, facts
         return jobs
 
     def _run_pack(self, jobs: list[_Job]) -> list[PassOutput]:
         """Every job through the pack, one partition after the other (in a worker thread)."""
         return self.runner.runtime.run_passes(
             [
-                PassInput(j.report.partition, j.records, j.facts, j.eligible, j.history)
+                PassInput(j.report.partition, j.records, j.facts, j.eligible, j.history, j.archived)
                 for j in jobs
             ],
             now=self.now,

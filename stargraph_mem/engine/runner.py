@@ -39,7 +39,11 @@ from stargraph_mem.stores.fact import EngineFact, WatermarkAdvance
 from stargraph_mem.stores.fact_rows import PassBasis, PassWrite, claim_holder
 from stargraph_mem.stores.memory import CheckedRead, EpisodeRecord
 from stargraph_mem.stores.pass_time import Deferral
-from stargraph_mem.stores.protocols import EpisodeRepository, FactRepository
+from stargraph_mem.stores.protocols import (
+    ArchivedFactSource,
+    EpisodeRepository,
+    FactRepository,
+)
 from stargraph_mem.stores.schedule_runs import RuleRun
 from stargraph_mem.stores.scope import Partition
 
@@ -475,6 +479,7 @@ class PassRunner:
         if previous is not None:
             read_history = replace(read_history, carried=previous.history_after)
         (history,) = await self.history([read_history], now, rules)
+        (archived,) = await self.archived_of([partition])
         t1 = time.perf_counter()
         out = await asyncio.to_thread(
             self.runtime.run_pass,
@@ -486,6 +491,7 @@ class PassRunner:
             stamp=stamp,
             matched=self.keep_deltas,
             history=history,
+            archived=archived,
         )
         t2 = time.perf_counter()
         report.take(out, self.keep_deltas)
@@ -529,6 +535,15 @@ class PassRunner:
             reads,
         )
         return list(loaded)
+
+    async def archived_of(self, partitions: Sequence[Partition]) -> list[list[EngineFact]]:
+        """Archived facts of ``partitions``, read only for a pack whose fact patterns admit
+        them (a store that cannot list them has none)."""
+        if not self.runtime.compiled.needs_archived or not isinstance(
+            self.facts, ArchivedFactSource
+        ):
+            return [[] for _ in partitions]
+        return await self.facts.archived_facts_of(partitions)
 
     def known_facts(self, partition: Partition, version: int) -> list[EngineFact] | None:
         """The facts our last pass over ``partition`` left, while the store's version for

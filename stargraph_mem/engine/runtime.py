@@ -24,14 +24,35 @@ from clips._clips import ffi, lib
 from pydantic import ValidationError
 
 from stargraph_mem.compiler.clips_env import load_constructs, new_environment
-from stargraph_mem.compiler.generator import OUT, RuleProgram, slot_name
+from stargraph_mem.compiler.generator import (
+    DAY_US,
+    OUT,
+    RuleProgram,
+    arithmetic_operands,
+    payload_slot,
+    slot_name,
+    uses_reinforce,
+)
 from stargraph_mem.compiler.pack import CompiledPack, CompiledRule
 from stargraph_mem.engine.history import HistoryFacts, HistoryInput
 from stargraph_mem.engine.history import compute as compute_history
 from stargraph_mem.errors import EngineError
 from stargraph_mem.gcpause import gc_paused
-from stargraph_mem.ir.checks import VarInfo, parse_template
-from stargraph_mem.ir.models import FieldType, LinearConfidence, ListVar, VarConfidence
+from stargraph_mem.ir.checks import PAYLOAD_PREFIX, VarInfo, parse_template
+from stargraph_mem.ir.models import (
+    ClampOp,
+    EbbinghausOp,
+    FieldType,
+    LinearConfidence,
+    LinearDecayOp,
+    ListVar,
+    MaxOp,
+    MinOp,
+    MultiplyOp,
+    ReinforceOp,
+    VarConfidence,
+    VarRef,
+)
 from stargraph_mem.ir.reference import ILL_TYPED, MISSING, read_value
 from stargraph_mem.ir.reference import raw_value as raw_history
 from stargraph_mem.model.deltas import AddDelta, DeleteDelta, MemoryDelta, NoopDelta, UpdateDelta
@@ -78,9 +99,10 @@ class PassOutput:
     """With ``run_pass(matched=True)``: per delta (same order), what each pattern of its
     rule matched: ``episode`` → the anchor episode, fact aliases → fact ids, ``earlier``
     and ``count`` aliases → episode ids."""
-    facts_after: list[EngineFact] = field(default_factory=list)
+    facts_after: list[EngineFact] | None = field(default_factory=list)
     """The partition's current facts once these deltas are applied, in the order the fact
-    store lists them (``valid_from``, then id): the next pass's input without a read."""
+    store lists them (``valid_from``, then id): the next pass's input without a read.
+    ``None`` when rules read access statistics, which reads change outside passes."""
     aggregates: AggregateWrite | None = None
     """What the pass changes in the partition's durable aggregates (``over: history``)."""
 
@@ -202,6 +224,10 @@ class PackRuntime:
             (slot_name(name).encode(), name, ftype, name in self.builtins)
             for name, ftype in self.fields.items()
         ]
+        self._fact_extras = _fact_extras(compiled)
+        self._volatile = bool(VOLATILE & set(compiled.fact_slots))
+        """Rules read access statistics, which reads change between passes: the facts a
+        pass leaves are then not offered as the next pass's input."""
         self._lock = threading.Lock()
         self._dir = tempfile.mkdtemp(prefix="stargraph-")
         self._out = Path(self._dir) / "deltas.out"
@@ -222,8 +248,15 @@ class PackRuntime:
             for slot, name, ftype, builtin in self._slots
         ]
 
-    @staticmethod
-    def _assert_fact(fb: _FactBuilder, fact: EngineFact, anchor: int = 0) -> None:
+    def _assert_fact(
+        self, fb: _FactBuilder, fact: EngineFact, anchor: int = 0, status: str | None = None
+    ) -> None:
+        """One fact as an ``sm-fact``; the lifecycle and payload slots only when the
+        program declares them (a pack that reads none pays nothing for them)."""
+        for slot, read in self._fact_extras:
+            fb.put(slot, read(fact))
+        if status is not None:
+            fb.put(b"f_status", status)
         if anchor:
             fb.put(b"anchor", anchor)
         fb.put(b"f_id", fact.id)
@@ -297,6 +330,7 @@ class PackRuntime:
         stamp: Stamp | None = None,
         matched: bool = False,
         history: HistoryInput | None = None,
+        archived: Sequence[EngineFact] = (),
     ) -> PassOutput:
         """Run every compiled rule once over ``episodes`` and collect deltas.
 
@@ -307,7 +341,7 @@ class PackRuntime:
         ``eligible`` maps a rule index to the seqs it may see (after its watermark, select
         and salience gate); ``None`` means every rule sees every episode.
         """
-        job = PassInput(partition, episodes, list(facts), eligible, history)
+        job = PassInput(partition, episodes, list(facts), eligible, history, archived)
         return self.run_passes([job], now=now, chunk=chunk, stamp=stamp, matched=matched)[0]
 
     def run_passes(
@@ -381,6 +415,9 @@ class PackRuntime:
             for fact in fact_list:
                 first = fact.source_episode_ids[0] if fact.source_episode_ids else ""
                 self._assert_fact(builders["sm-fact"], fact, anchors.get(first, 0))
+            if self.compiled.needs_archived:
+                for fact in job.archived:
+                    self._assert_fact(builders["sm-fact"], fact, status="archived")
         budget = 50 * (chunk + len(fact_list)) + 10_000
         episode_fb = builders["sm-episode"]
         for start in range(0, len(episodes), chunk):
@@ -395,10 +432,11 @@ class PackRuntime:
         lines = reader.read().splitlines()
         with gc_paused():
             collector = _Collector(self, job.partition, now, episodes, fact_list, out, stamp)
+            collector.archived = {f.id: _from_engine(f, "archived") for f in job.archived}
             collector.history = hist
             collector.keep_matched = matched
             collector.collect(lines)
-            out.facts_after = collector.facts_after()
+            out.facts_after = None if self._volatile else collector.facts_after()
         return out
 
     @staticmethod
@@ -475,6 +513,8 @@ class PassInput:
     history: HistoryInput | None = None
     """The partition's stored aggregates for ``over: history`` patterns (None: none kept,
     as in a pass over a fresh partition)."""
+    archived: Sequence[EngineFact] = ()
+    """The partition's archived facts, for a pack whose patterns admit them."""
 
 
 @dataclass(frozen=True)
@@ -498,10 +538,21 @@ class _PassFact:
     reinforced_at_us: int
     source_episode_ids: tuple[str, ...]
     observed_us: int
+    reinforcement_count: int = 0
+    access_count: int = 0
+    last_access_us: int = 0
+    pinned: bool = False
+    status: str = "current"
+    payload: Mapping[str, Any] | None = None
 
     @property
     def valid_from(self) -> datetime:
         return from_us(self.valid_from_us)
+
+    @property
+    def last_access(self) -> datetime:
+        """The latest read; a never-read fact's is its ``valid_from``."""
+        return from_us(self.last_access_us or self.valid_from_us)
 
     @property
     def observed_at(self) -> datetime:
@@ -538,21 +589,12 @@ class _Collector:
         self.keep_matched = False
         self.history: HistoryFacts | None = None
         self.times: dict[str, int] | None = None
+        self.archived: dict[str, _PassFact] = {}
+        """The partition's archived facts a pattern may match (they can be replaced)."""
 
     @staticmethod
     def _from_engine(f: EngineFact) -> _PassFact:
-        return _PassFact(
-            f.id,
-            f.subject,
-            f.predicate,
-            f.object,
-            f.confidence,
-            f.rule_id,
-            f.valid_from_us,
-            f.reinforced_at_us,
-            f.source_episode_ids,
-            f.observed_us or f.valid_from_us,
-        )
+        return _from_engine(f)
 
     def facts_after(self) -> list[EngineFact]:
         """Current facts after the pass's deltas (the order of ``current_facts``)."""
@@ -568,6 +610,11 @@ class _Collector:
                 f.rule_id,
                 f.source_episode_ids,
                 f.observed_us,
+                reinforcement_count=f.reinforcement_count,
+                access_count=f.access_count,
+                last_access_us=f.last_access_us,
+                pinned=f.pinned,
+                payload=f.payload,
             )
             for f in self.facts.values()
         ]
@@ -611,7 +658,7 @@ class _Collector:
             delta = self.build(program, anchor, refs)
             if self.stamp is not None and delta.kind not in self.stamp.kinds:
                 raise _Unresolved(f"rule '{self.stamp.rule_id}' does not emit {delta.kind}")
-            self.close_replaced(delta)
+            closed = self.close_replaced(delta)
         except (KeyError, _Unresolved) as exc:
             self.reject(anchor, rule, f"unresolved reference: {exc}", temp_id)
             return
@@ -626,7 +673,7 @@ class _Collector:
         if isinstance(delta, AddDelta | UpdateDelta):
             if temp_id is not None:
                 self.temp[temp_id] = delta.new_fact_id
-            self.facts[delta.new_fact_id] = _PassFact(
+            made = _PassFact(
                 delta.new_fact_id,
                 delta.fact.subject,
                 delta.fact.predicate,
@@ -637,7 +684,11 @@ class _Collector:
                 self.now_us,
                 tuple(delta.source_episode_ids),
                 self.observed(delta, program, refs),
+                payload=delta.fact.payload or None,
             )
+            if isinstance(delta, UpdateDelta):
+                _carry(made, closed, delta.lifecycle)
+            self.facts[delta.new_fact_id] = made
         elif isinstance(delta, NoopDelta):
             seen = self.observed(delta, program, refs, default=0)
             for fid in delta.reinforces:
@@ -676,22 +727,23 @@ class _Collector:
                 found.append(fact.observed_us or fact.valid_from_us)
         return max(found, default=self.now_us if default is None else default)
 
-    def close_replaced(self, delta: MemoryDelta) -> None:
-        """Replaced facts must be current facts of this partition, each named once; they
-        stop being current for the rest of the pass. Otherwise the episode is rejected
-        here instead of failing the whole pass at apply time."""
+    def close_replaced(self, delta: MemoryDelta) -> list[_PassFact]:
+        """Replaced facts must be current (or archived, matched) facts of this partition,
+        each named once; they stop being current for the rest of the pass. Otherwise the
+        episode is rejected here instead of failing the whole pass at apply time."""
         if not isinstance(delta, UpdateDelta | DeleteDelta):
-            return
+            return []
         replaces = delta.replaces
         if len(set(replaces)) != len(replaces):
             raise _Unresolved("replaces names the same fact twice")
-        missing = [fid for fid in replaces if fid not in self.facts]
+        missing = [fid for fid in replaces if fid not in self.facts and fid not in self.archived]
         if missing:
             raise _Unresolved(
                 "replaces names facts that are not current in this partition: " + ", ".join(missing)
             )
-        for fid in replaces:
-            del self.facts[fid]
+        return [
+            self.facts.pop(fid) if fid in self.facts else self.archived.pop(fid) for fid in replaces
+        ]
 
     def reject(
         self, anchor: EpisodeRecord | None, rule: CompiledRule, reason: str, temp_id: str | None
@@ -706,9 +758,10 @@ class _Collector:
             if final is None:
                 raise _Unresolved(f"fact from a rejected delta ({fid})")
             fid = final
-        if fid not in self.facts:
+        found = self.facts.get(fid) or self.archived.get(fid)
+        if found is None:
             raise _Unresolved(f"fact {fid}")
-        return self.facts[fid]
+        return found
 
     # --- delta construction ------------------------------------------------------------
 
@@ -729,7 +782,7 @@ class _Collector:
             "source_episode_ids": self.sources(program, anchor, refs),
             "promotion_ts": self.now,
             "rule_id": plan.rule_id,
-            "confidence": plan.confidence(values),
+            "confidence": plan.confidence(values, refs, self.now_us),
             "reason": plan.reason_prefix + plan.reason(values),
             "bindings": {name: _json_value(values[name]) for name in plan.binding_names},
         }
@@ -737,6 +790,10 @@ class _Collector:
         if emit.kind == "noop":
             body["reinforces"] = [refs[a].id for a in emit.reinforces]
         else:
+            if plan.status is not None:
+                body["status"] = plan.status
+            if emit.kind == "update" and plan.lifecycle != "new":
+                body["lifecycle"] = plan.lifecycle
             if emit.kind != "add":
                 body["replaces"] = self.replaces(program, refs, values)
             if emit.kind != "delete":
@@ -804,6 +861,9 @@ def _getter(var: VarInfo, builtins: set[str]) -> Getter:
     alias, fname = var.alias, var.field
     if var.kind == "count":
         return lambda refs, anchor: refs[alias][0]
+    if var.kind == "fact" and fname.startswith(PAYLOAD_PREFIX):
+        key, ftype = fname.removeprefix(PAYLOAD_PREFIX), var.type
+        return lambda refs, anchor: _payload_value(refs[alias].payload, key, ftype)
     if var.kind == "fact":
         return lambda refs, anchor: getattr(refs[alias], fname)
 
@@ -835,20 +895,101 @@ class _Plan:
         self.subject = _filler(emit.subject)
         self.predicate = _filler(emit.predicate)
         self.object = _filler(emit.object)
-        self.payload = [(key, _filler(t)) for key, t in emit.payload.items()]
-        conf = emit.confidence
-        default = float(runtime.compiled.pack.defaults.confidence)
-        self.confidence: Callable[[Mapping[str, Any]], float]
-        if conf is None:
-            self.confidence = lambda values: default
-        elif isinstance(conf, LinearConfidence):
-            self.confidence = lambda values: _linear(conf, values)
-        elif isinstance(conf, VarConfidence):
-            name = conf.from_
-            self.confidence = lambda values: max(0.0, min(1.0, float(values[name])))
-        else:
-            constant = float(conf)
-            self.confidence = lambda values: constant
+        declared = runtime.compiled.pack.fact_payload
+        self.payload = [
+            (key, _payload_filler(t, declared.get(key), info)) for key, t in emit.payload.items()
+        ]
+        self.status = emit.status
+        self.lifecycle = (
+            "reinforce" if uses_reinforce(emit.confidence) else "inherit" if info.sweep else "new"
+        )
+        """An update's lifecycle: a confirmation (``reinforce`` arithmetic), a sweep's
+        change that is no observation (``inherit``), or an observation (``new``)."""
+        self.confidence = _confidence(emit.confidence, runtime.compiled.pack.defaults.confidence)
+
+
+Confidence = Callable[[Mapping[str, Any], Mapping[str, Any], int], float]
+"""``(variable values, pattern references, pass time µs) → confidence``."""
+
+
+def _confidence(conf: Any, default: float) -> Confidence:
+    """The function computing a rule's emitted confidence."""
+    if conf is None:
+        constant = float(default)
+        return lambda values, refs, now: constant
+    if isinstance(conf, LinearConfidence):
+        return lambda values, refs, now: _linear(conf, values)
+    if isinstance(conf, VarConfidence):
+        name = conf.from_
+        return lambda values, refs, now: max(0.0, min(1.0, float(values[name])))
+    if isinstance(conf, int | float):
+        constant = float(conf)
+        return lambda values, refs, now: constant
+    return lambda values, refs, now: round_confidence(arithmetic(conf, values, refs, now))
+
+
+CONFIDENCE_DECIMALS = 9
+"""Arithmetic confidences are rounded to this many decimals (see :func:`round_confidence`)."""
+
+
+def round_confidence(value: float) -> float:
+    """Clamp to [0, 1], then round to 9 decimals, half to even on the float's exact binary
+    value (Python's ``round``): same inputs, same bits, on every platform."""
+    return round(max(0.0, min(1.0, value)), CONFIDENCE_DECIMALS)
+
+
+def arithmetic(op: Any, values: Mapping[str, Any], refs: Mapping[str, Any], now_us: int) -> float:
+    """A typed confidence operation, evaluated in Python in the order the compiled CLIPS
+    expression uses (the value a fact made in the pass carries in working memory)."""
+    if isinstance(op, int | float):
+        return float(op)
+    if isinstance(op, VarRef):
+        return float(values[op.var])
+    items = [arithmetic(x, values, refs, now_us) for x in arithmetic_operands(op)]
+    if isinstance(op, ReinforceOp):
+        return min(op.reinforce.cap, items[0] + op.reinforce.by)
+    if isinstance(op, MultiplyOp):
+        product = items[0]
+        for item in items[1:]:
+            product *= item
+        return product
+    if isinstance(op, MinOp | MaxOp):
+        return min(items) if isinstance(op, MinOp) else max(items)
+    if isinstance(op, ClampOp):
+        return max(op.clamp.lo, min(op.clamp.hi, items[0]))
+    if isinstance(op, EbbinghausOp):
+        return _ebbinghaus(op, refs[op.ebbinghaus.fact], now_us)
+    if isinstance(op, LinearDecayOp):
+        return _linear_decay(op, refs[op.linear_decay.fact], now_us)
+    raise EngineError(f"unknown confidence operation: {type(op).__name__}")
+
+
+def _ebbinghaus(op: EbbinghausOp, fact: _PassFact, now_us: int) -> float:
+    """``c·exp(−λ·(d_now^k − d_prev^k))``, days from the fact's ``reinforced_at`` to now and
+    to its ``valid_from``.
+
+    A sweep that decays a fact every night replaces it by a fact whose confidence is
+    already ``c0·exp(−λ·d_prev^k)``, and which keeps ``reinforced_at`` (lifecycle
+    ``inherit``); the factors telescope, so any run schedule gives ``c0·exp(−λ·d_now^k)``,
+    exactly the one-shot curve. A reinforcement after ``valid_from`` restarts the curve
+    from the fact's current confidence (``d_prev`` is then 0)."""
+    e = op.ebbinghaus
+
+    def days(t_us: int) -> float:
+        return max(0, t_us - fact.reinforced_at_us) / float(DAY_US)
+
+    power = days(now_us) ** e.k - days(fact.valid_from_us) ** e.k
+    return fact.confidence * math.exp(0.0 - e.lambda_ * power)
+
+
+def _linear_decay(op: LinearDecayOp, fact: _PassFact, now_us: int) -> float:
+    """``c − per·(w_now − w_prev)``: whole windows since ``reinforced_at`` at now and at the
+    fact's ``valid_from`` (the same telescoping as :func:`_ebbinghaus`)."""
+    d = op.linear_decay
+    every = d.every.total_microseconds()
+    start = fact.reinforced_at_us
+    windows = max(0, now_us - start) // every - max(0, fact.valid_from_us - start) // every
+    return fact.confidence - d.per * float(windows)
 
 
 def _linear(conf: LinearConfidence, values: Mapping[str, Any]) -> float:
@@ -897,3 +1038,117 @@ def _json_value(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_json_value(v) for v in value]
     return value
+
+
+VOLATILE: Final = frozenset({"access_count", "last_access"})
+"""Fact fields that change outside consolidation passes without a new fact version (reads
+record access); a pin changes the partition's version, which the runner checks."""
+
+
+def _from_engine(f: EngineFact, status: str | None = None) -> _PassFact:
+    return _PassFact(
+        f.id,
+        f.subject,
+        f.predicate,
+        f.object,
+        f.confidence,
+        f.rule_id,
+        f.valid_from_us,
+        f.reinforced_at_us,
+        f.source_episode_ids,
+        f.observed_us or f.valid_from_us,
+        f.reinforcement_count,
+        f.access_count,
+        f.last_access_us,
+        f.pinned,
+        status or f.status,
+        f.payload,
+    )
+
+
+def _carry(made: _PassFact, closed: Sequence[_PassFact], lifecycle: str) -> None:
+    """What an update's new fact keeps of the facts it replaces (the fact store's rule):
+    pins and access statistics always; reinforcement state by ``lifecycle``."""
+    if not closed:
+        return
+    made.pinned = any(f.pinned for f in closed)
+    made.access_count = sum(f.access_count for f in closed)
+    made.last_access_us = max(f.last_access_us for f in closed)
+    if lifecycle == "inherit":
+        latest = max(closed, key=lambda f: f.reinforced_at_us)
+        made.reinforced_at_us = latest.reinforced_at_us
+        made.reinforcement_count = max(f.reinforcement_count for f in closed)
+        made.observed_us = max(f.observed_us for f in closed)
+    elif lifecycle == "reinforce":
+        made.reinforcement_count = 1 + max(f.reinforcement_count for f in closed)
+
+
+def _payload_value(payload: Mapping[str, Any] | None, key: str, ftype: FieldType) -> Any:
+    """A declared payload key as a rule's variable holds it (timestamps as datetimes)."""
+    read = read_value(ftype, (payload or {}).get(key))
+    if read is MISSING or read is ILL_TYPED:
+        return None
+    return from_us(read) if ftype == "timestamp" else read
+
+
+def _payload_slot(key: str, ftype: FieldType) -> Callable[[EngineFact], Any]:
+    """Reads a declared payload key into its ``sm-fact`` slot (missing or of another type:
+    ``nil``, which only ``missing`` and ``ne`` tests pass)."""
+
+    def read(fact: EngineFact) -> Any:
+        value = read_value(ftype, (fact.payload or {}).get(key))
+        if value is MISSING or value is ILL_TYPED:
+            return NIL
+        if ftype == "boolean":
+            return TRUE if value else FALSE
+        return value
+
+    return read
+
+
+_LIFECYCLE_READERS: Final[Mapping[str, Callable[[EngineFact], Any]]] = {
+    "reinforcement_count": lambda f: f.reinforcement_count,
+    "access_count": lambda f: f.access_count,
+    "last_access": lambda f: f.last_access_us or f.valid_from_us,
+    "pinned": lambda f: TRUE if f.pinned else FALSE,
+    "status": lambda f: f.status,
+}
+"""How each lifecycle slot is read from an :class:`EngineFact`."""
+
+
+def _fact_extras(compiled: CompiledPack) -> list[tuple[bytes, Callable[[EngineFact], Any]]]:
+    """The optional ``sm-fact`` slots the program declares, each with its reader."""
+    out = [(slot_name(f).encode(), _LIFECYCLE_READERS[f]) for f in compiled.fact_slots]
+    out += [
+        (payload_slot(key).encode(), _payload_slot(key, ftype))
+        for key, ftype in compiled.payload_slots.items()
+    ]
+    return out
+
+
+PayloadFiller = Callable[[Mapping[str, Any]], Any]
+
+
+def _payload_filler(value: Any, ftype: FieldType | None, info: Any) -> PayloadFiller:
+    """A payload value: a template's text, or for a declared key a value of its type."""
+    if ftype is None or (ftype == "string" and isinstance(value, str)):
+        return _filler(str(value))
+    if not isinstance(value, str):
+        constant = float(value) if ftype == "number" else value
+        return lambda values: constant
+    parts = _template(value)
+    if len(parts) != 1 or parts[0][0] != "var":  # a timestamp literal
+        return lambda values: value
+    name = parts[0][1]
+    convert = _PAYLOAD_TYPES[ftype]
+    return lambda values: convert(values[name])
+
+
+_PAYLOAD_TYPES: Final[Mapping[str, Callable[[Any], Any]]] = {
+    "number": float,
+    "integer": int,
+    "boolean": bool,
+    "timestamp": _text,
+    "string": _text,
+}
+"""A declared payload key's value from a variable's value, by the key's type."""

@@ -9,26 +9,36 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from stargraph_mem.errors import IRError, IRIssue
 from stargraph_mem.ir.issues import model_keys, unknown_field_message
 from stargraph_mem.ir.loader import PathKey, SourceMap
 from stargraph_mem.ir.models import (
+    ARITHMETIC,
     EPISODE_BUILTINS,
     FACT_FIELDS,
+    MATCHED_STATUSES,
     WHEN_KINDS,
+    ArithOp,
+    ClampOp,
     Condition,
     CountItem,
     CountPattern,
     EarlierItem,
+    EbbinghausOp,
     EpisodeItem,
     ExistsItem,
     FactItem,
     FieldType,
     LinearConfidence,
+    LinearDecayOp,
     ListVar,
+    MaxOp,
+    MinOp,
+    MultiplyOp,
     NotItem,
+    ReinforceOp,
     Rule,
     RulePack,
     VarConfidence,
@@ -36,7 +46,8 @@ from stargraph_mem.ir.models import (
     WhenItem,
 )
 from stargraph_mem.ir.operators import FLAGS, OPERATORS, Operator, describe_types
-from stargraph_mem.ir.reference import list_item_ok
+from stargraph_mem.ir.reference import evaluate, list_item_ok
+from stargraph_mem.model.deltas import CLOSE_STATUSES
 from stargraph_mem.model.time import iso_us
 
 
@@ -49,6 +60,9 @@ def _pattern_keys(kind: str) -> list[str]:
     return [k for k in model_keys(info.annotation) if k != "where"]
 
 
+PAYLOAD_PREFIX = "payload."
+"""``VarInfo.field`` of a variable bound on a payload key: ``payload.<key>``."""
+NUMERIC = ("integer", "number")
 TEMPLATE_PART = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]")
 ORDER_OPS = ("lt", "le", "gt", "ge")
 parse_timestamp_literal = iso_us
@@ -81,6 +95,21 @@ class RuleInfo:
     @property
     def fact_only(self) -> bool:
         return self.episode_alias is None
+
+    @property
+    def sweep(self) -> bool:
+        """A rule whose ``when`` has no episode pattern: it runs over facts alone."""
+        return self.episode_alias is None
+
+    def tests_field(self, fname: str) -> bool:
+        """Whether one of the rule's fact patterns (``not``/``exists`` included) tests
+        fact field ``fname``."""
+        return any(
+            fname in pattern.where
+            for item in self.rule.when
+            for kind, pattern in [pattern_of(item)]
+            if kind in ("fact", "not", "exists")
+        )
 
 
 @dataclass
@@ -237,6 +266,9 @@ class _Checker:
             mine = (getattr(pattern, "alias", None) or unnamed_alias(j)) == var.alias
             if mine and var.field in pattern.where:
                 return (*info.path, "when", j, kind, var.field, "bind")
+            key = var.field.removeprefix(PAYLOAD_PREFIX)
+            if mine and var.field.startswith(PAYLOAD_PREFIX) and key in pattern.payload:
+                return (*info.path, "when", j, kind, "payload", key, "bind")
         return (*info.path, "when")
 
     def new_alias(
@@ -258,6 +290,7 @@ class _Checker:
             self.check_conditions(
                 info, pattern.where, FACT_FIELDS, ppath, "-", kind, allow_bind=False
             )
+            self.check_fact_extras(info, pattern, ppath, "-", kind)
             return
         if isinstance(item, EarlierItem | CountItem) and info.episode_alias is None:
             self.err(path, f"an '{kind}' pattern must follow the rule's 'episode' pattern")
@@ -267,11 +300,42 @@ class _Checker:
             self.check_conditions(info, pattern.where, self.episode_fields, ppath, alias, kind)
         elif isinstance(item, FactItem):
             self.check_conditions(info, pattern.where, FACT_FIELDS, ppath, alias, kind)
+            self.check_fact_extras(info, pattern, ppath, alias, kind)
         elif isinstance(item, EarlierItem):
             self.check_keys(item.earlier.keys, (*ppath, "keys"))
             self.check_conditions(info, pattern.where, self.episode_fields, ppath, alias, kind)
         elif isinstance(item, CountItem):
             self.check_count(info, item.count, ppath, alias)
+
+    def check_fact_extras(
+        self, info: RuleInfo, pattern: Any, path: PathKey, alias: str, kind: str
+    ) -> None:
+        """Payload tests on declared keys, and a ``status`` test that can match."""
+        declared: dict[str, FieldType] = dict(self.pack.fact_payload)
+        self.check_conditions(
+            info,
+            pattern.payload,
+            declared,
+            (*path, "payload"),
+            alias,
+            kind,
+            allow_bind=kind == "fact",
+            prefix=PAYLOAD_PREFIX,
+            what="payload key",
+        )
+        status = pattern.where.get("status")
+        if (
+            status is not None
+            and not any(
+                evaluate(status, "string", value, variables={}) for value in MATCHED_STATUSES
+            )
+            and not any(isinstance(v, VarRef) for _, v in status.tests())
+        ):
+            self.err(
+                (*path, "status"),
+                "never matches: a fact a rule sees has status "
+                + " or ".join(repr(v) for v in MATCHED_STATUSES),
+            )
 
     def check_keys(self, keys: list[str], path: PathKey) -> None:
         for k, key in enumerate(keys):
@@ -315,11 +379,17 @@ class _Checker:
         kind: str,
         *,
         allow_bind: bool = True,
+        prefix: str = "",
+        what: str = "field",
     ) -> None:
         for fname, cond in where.items():
             cpath = (*path, fname)
             if fname not in fields:
-                self.err(cpath, unknown_field_message(fname, [*fields, *_pattern_keys(kind)]))
+                known = [*fields] if prefix else [*fields, *_pattern_keys(kind)]
+                message = unknown_field_message(fname, known, what)
+                if prefix and not fields:
+                    message += " (declare it in the pack's 'fact_payload')"
+                self.err(cpath, message)
                 continue
             ftype = fields[fname]
             self.check_condition(info, cond, ftype, fname, cpath, kind)
@@ -332,7 +402,9 @@ class _Checker:
                 elif cond.bind in info.variables or cond.bind in info.aliases:
                     self.err((*cpath, "bind"), f"name '{cond.bind}' is already used in this rule")
                 else:
-                    info.variables[cond.bind] = VarInfo(cond.bind, alias, kind, fname, ftype)
+                    info.variables[cond.bind] = VarInfo(
+                        cond.bind, alias, kind, prefix + fname, ftype
+                    )
 
     def check_condition(
         self,
@@ -467,8 +539,8 @@ class _Checker:
                 self.use_template(info, text, (*path, name), in_memory=True)
                 if text == "" and name != "object":
                     self.err((*path, name), f"a fact needs a {name}: this one is always empty")
-        for key, text in emit.payload.items():
-            self.use_template(info, text, (*path, "payload", key))
+        for key, value in emit.payload.items():
+            self.check_payload_value(info, key, value, (*path, "payload", key))
         if not creates and emit.payload:
             self.err((*path, "payload"), f"emit of kind '{emit.kind}' takes no payload")
         self.use_template(info, emit.reason, (*path, "reason"))
@@ -499,6 +571,53 @@ class _Checker:
         ):
             self.err(path, "a rule without an 'episode' pattern must list a fact in 'sources'")
         self.check_confidence(info, (*path, "confidence"))
+        if emit.status is not None and emit.kind != "delete":
+            self.err(
+                (*path, "status"),
+                f"only 'delete' takes 'status' (one of {', '.join(CLOSE_STATUSES)}), "
+                f"not '{emit.kind}'",
+            )
+
+    def check_payload_value(self, info: RuleInfo, key: str, value: Any, path: PathKey) -> None:
+        """A declared key takes a literal of its type or one variable of that type (a string
+        key any template); an undeclared key takes a template."""
+        ptype = self.pack.fact_payload.get(key)
+        if ptype is None or (ptype == "string" and isinstance(value, str)):
+            if not isinstance(value, str):
+                self.err(
+                    path,
+                    f"payload key '{key}' is not declared in 'fact_payload': its value is a "
+                    f"template (a string), not {_type_name(value)} {value!r}",
+                )
+                return
+            self.use_template(info, value, path)
+            return
+        if not isinstance(value, str):
+            if not literal_fits(ptype, value):
+                self.err(path, self._mismatch(ptype, key, value, "payload"))
+            return
+        try:
+            parts = parse_template(value)
+        except ValueError as exc:
+            self.err(path, str(exc))
+            return
+        if len(parts) != 1 or parts[0][0] != "var":
+            if ptype == "timestamp" and literal_fits(ptype, value):
+                return
+            self.err(
+                path,
+                f"payload key '{key}' is {ptype}: write a {ptype} literal or one variable "
+                f"('{{name}}') of that type",
+            )
+            return
+        name = parts[0][1]
+        var = info.variables.get(name)
+        if var is None:
+            self.err(path, f"unbound variable '{name}' in template")
+        elif var.type != ptype and not (var.type == "integer" and ptype == "number"):
+            self.err(path, f"type mismatch: variable '{name}' is {var.type}, '{key}' is {ptype}")
+        else:
+            info.used_vars.add(name)
 
     def check_listed_once(self, refs: list[Any], path: PathKey) -> None:
         """A fact named twice would be replaced (or reinforced) twice: never valid."""
@@ -523,8 +642,11 @@ class _Checker:
     def check_confidence(self, info: RuleInfo, path: PathKey) -> None:
         conf = info.rule.emit.confidence
         ok_types: tuple[str, ...]
+        if is_arithmetic(conf):
+            self.check_arithmetic(info, conf, path)
+            return
         if isinstance(conf, LinearConfidence):
-            name, ok_types = conf.var, ("integer",)
+            name, ok_types = conf.var, NUMERIC
         elif isinstance(conf, VarConfidence):
             name, ok_types = conf.from_, ("number", "integer")
         else:
@@ -536,6 +658,45 @@ class _Checker:
             self.err(path, f"variable '{name}' is {var.type}; expected {' or '.join(ok_types)}")
         else:
             info.used_vars.add(name)
+
+    def check_arithmetic(self, info: RuleInfo, op: ArithOp, path: PathKey) -> None:
+        """Operands of a typed confidence operation: numbers, numeric variables, nested
+        operations; ``ebbinghaus`` and ``linear_decay`` name a ``fact`` pattern."""
+        if isinstance(op, EbbinghausOp | LinearDecayOp):
+            ref = op.ebbinghaus.fact if isinstance(op, EbbinghausOp) else op.linear_decay.fact
+            name = "ebbinghaus" if isinstance(op, EbbinghausOp) else "linear_decay"
+            if info.aliases.get(ref) != "fact":
+                self.err(
+                    (*path, name, "fact"),
+                    f"'{ref}' is not a named 'fact' pattern: {name} decays a fact's confidence",
+                )
+            return
+        if isinstance(op, ReinforceOp):
+            self.check_operand(info, op.reinforce.value, (*path, "reinforce", "value"))
+        elif isinstance(op, ClampOp):
+            self.check_operand(info, op.clamp.value, (*path, "clamp", "value"))
+            if op.clamp.lo > op.clamp.hi:
+                self.err((*path, "clamp", "hi"), "hi is smaller than lo")
+        elif isinstance(op, MultiplyOp | MinOp | MaxOp):
+            name = "multiply" if isinstance(op, MultiplyOp) else type(op).__name__[:3].lower()
+            for k, operand in enumerate(getattr(op, name)):
+                self.check_operand(info, operand, (*path, name, k))
+
+    def check_operand(self, info: RuleInfo, operand: Any, path: PathKey) -> None:
+        if isinstance(operand, VarRef):
+            var = info.variables.get(operand.var)
+            if var is None:
+                self.err(path, f"unbound variable '{operand.var}'")
+            elif var.type not in NUMERIC:
+                self.err(
+                    path,
+                    f"arithmetic on a non-numeric variable: '{operand.var}' is {var.type} "
+                    "(bind an integer or number field, e.g. a fact's confidence)",
+                )
+            else:
+                info.used_vars.add(operand.var)
+        elif is_arithmetic(operand):
+            self.check_arithmetic(info, operand, path)
 
     # --- reachability ------------------------------------------------------------------
 
@@ -559,6 +720,11 @@ class _Checker:
                 )
             else:
                 seen[key] = info
+
+
+def is_arithmetic(value: object) -> TypeGuard[ArithOp]:
+    """Whether ``value`` is a typed confidence operation."""
+    return isinstance(value, tuple(ARITHMETIC.values()))
 
 
 def pattern_of(item: WhenItem) -> tuple[str, Any]:

@@ -383,6 +383,8 @@ class _Composer:
         except ValueError as exc:
             self.problems.append((path, str(exc), at))
             value = _SKIP
+        if at is not None and isinstance(value, bool | int | float):
+            value = event.value  # a key reads as the text written: 'true', not 'True'
         if isinstance(value, str):
             problem = _char_problem(value, key=at is not None)
             if problem is not None:

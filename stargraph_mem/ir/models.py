@@ -9,6 +9,7 @@ metadata fields and current facts through condition objects such as ``{gt: 3}`` 
 from __future__ import annotations
 
 import keyword
+from difflib import get_close_matches
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import (
@@ -31,6 +32,10 @@ from pydantic import (
 from stargraph_mem.ir.operators import FLAGS, OPERATORS, OperandKind, unknown_operator
 from stargraph_mem.ir.operators import FieldType as FieldType
 from stargraph_mem.model.cadence import Cadence
+from stargraph_mem.model.deltas import CloseStatus
+
+PayloadType = Literal["string", "integer", "number", "boolean", "timestamp"]
+"""Types a declared fact payload key can have (a list is not a payload value)."""
 
 IR_VERSION = 1
 NAME_PATTERN = r"^[a-z][a-z0-9_]{0,62}$"
@@ -211,7 +216,18 @@ class EpisodePattern(_FieldsPattern):
 
 
 class FactPattern(_FieldsPattern):
-    """A current fact of the partition (from the store or promoted earlier in the pass)."""
+    """A current fact of the partition (from the store or promoted earlier in the pass).
+
+    ``payload`` tests keys the pack declares in ``fact_payload``:
+    ``payload: {importance: {lt: 0.3}}``.
+    """
+
+    payload: dict[Name, Condition] = Field(default_factory=dict, exclude_if=lambda v: not v)
+    """Left out of dumps when empty, so packs that do not use it keep their hash."""
+
+    @classmethod
+    def _own_keys(cls) -> frozenset[str]:
+        return frozenset({"as", "payload"})
 
 
 Over = Literal["pass", "history"]
@@ -346,7 +362,200 @@ class VarConfidence(_IR):
     from_: Name = Field(alias="from")
 
 
-Confidence = Annotated[float, Field(ge=0, le=1)] | LinearConfidence | VarConfidence
+class Reinforce(_IR):
+    """``min(cap, value + by)``: a confirmation raises the confidence by ``by``."""
+
+    value: Operand_
+    by: float = Field(ge=0, le=1)
+    cap: float = Field(default=1.0, ge=0, le=1)
+
+
+class Ebbinghaus(_IR):
+    """``c·exp(−λ·days^k)``: fact ``fact``'s confidence forgotten along Ebbinghaus's curve,
+    ``days`` counted from its ``reinforced_at`` (applied incrementally, see the runtime)."""
+
+    fact: Name
+    lambda_: float = Field(alias="lambda", gt=0, le=1000, allow_inf_nan=False)
+    k: float = Field(default=1.0, gt=0, le=10, allow_inf_nan=False)
+
+
+class LinearDecay(_IR):
+    """``c − per·windows``: fact ``fact``'s confidence less ``per`` for every whole ``every``
+    elapsed since its ``reinforced_at`` (applied incrementally, see the runtime)."""
+
+    fact: Name
+    per: float = Field(ge=0, le=1)
+    every: Duration
+
+    @model_validator(mode="after")
+    def _positive(self) -> LinearDecay:
+        if self.every.total_microseconds() <= 0:
+            raise ValueError("'every' must be a positive duration")
+        return self
+
+
+class Clamp(_IR):
+    """``min(hi, max(lo, value))``."""
+
+    value: Operand_
+    lo: float = Field(default=0.0, ge=0, le=1)
+    hi: float = Field(default=1.0, ge=0, le=1)
+
+
+class ReinforceOp(_IR):
+    reinforce: Reinforce
+
+
+class MultiplyOp(_IR):
+    """The product of the operands."""
+
+    multiply: list[Operand_] = Field(min_length=2, max_length=8)
+
+
+class EbbinghausOp(_IR):
+    ebbinghaus: Ebbinghaus
+
+
+class LinearDecayOp(_IR):
+    linear_decay: LinearDecay
+
+
+class MinOp(_IR):
+    min: list[Operand_] = Field(min_length=2, max_length=8)
+
+
+class MaxOp(_IR):
+    max: list[Operand_] = Field(min_length=2, max_length=8)
+
+
+class ClampOp(_IR):
+    clamp: Clamp
+
+
+ARITHMETIC: dict[str, type[_IR]] = {
+    "reinforce": ReinforceOp,
+    "multiply": MultiplyOp,
+    "ebbinghaus": EbbinghausOp,
+    "linear_decay": LinearDecayOp,
+    "min": MinOp,
+    "max": MaxOp,
+    "clamp": ClampOp,
+}
+"""The typed confidence operations, keyed by their single YAML key (a closed set)."""
+
+ArithOp = ReinforceOp | MultiplyOp | EbbinghausOp | LinearDecayOp | MinOp | MaxOp | ClampOp
+
+
+def arithmetic_name(op: ArithOp) -> str:
+    """The YAML key of an operation (``{multiply: [...]}`` → ``multiply``)."""
+    (name,) = type(op).model_fields
+    return name
+
+
+def _confidence_kind(value: Any) -> str | None:
+    """Which confidence form ``value`` is: a number, ``{var, base, per}``, ``{from}`` or one
+    of :data:`ARITHMETIC`."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float | str):
+        return "number"  # numeric text is read as a number (as it was before operations)
+    if isinstance(value, dict):
+        if "var" in value and len(value) > 1:
+            return "linear"
+        if "from" in value and len(value) == 1:
+            return "from"
+        if len(value) == 1 and next(iter(value)) in ARITHMETIC:
+            return str(next(iter(value)))
+        return "unknown"
+    forms: dict[str, type[_IR]] = {"linear": LinearConfidence, "from": VarConfidence}
+    for name, model in {**forms, **ARITHMETIC}.items():
+        if isinstance(value, model):
+            return name
+    return None
+
+
+def _operand_kind(value: Any) -> str | None:
+    """An arithmetic operand: a number, ``{var: x}`` or a nested operation."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, VarRef) or (isinstance(value, dict) and set(value) == {"var"}):
+        return "var"
+    kind = _confidence_kind(value)
+    return kind if kind in ARITHMETIC or kind == "unknown" else None
+
+
+class _UnknownOperation(_IR):
+    """What an unrecognised confidence mapping validates into: never valid, with a message
+    naming the key written and the nearest operation."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse(cls, data: Any) -> Any:
+        keys = [str(k) for k in data] if isinstance(data, dict) else []
+        if keys == ["var"]:
+            raise ValueError(
+                "a confidence taken from a variable is written {from: x} "
+                "({var: x} is an operand of an operation)"
+            )
+        if len(keys) == 1:
+            hint = get_close_matches(keys[0], list(ARITHMETIC), n=1)
+            near = f"; did you mean '{hint[0]}'?" if hint else ""
+            raise ValueError(
+                f"unknown operation '{keys[0]}'{near} (operations: {_OPERATIONS_TEXT})"
+            )
+        raise ValueError(f"write one operation per mapping: {_OPERATIONS_TEXT}")
+
+
+_OPERATIONS_TEXT = ", ".join(ARITHMETIC)
+_UNKNOWN_OPERATION = "expected a number, {var: x} or one operation: " + _OPERATIONS_TEXT
+
+Operand_ = Annotated[
+    Annotated[StrictInt | StrictFloat, Tag("number")]
+    | Annotated[VarRef, Tag("var")]
+    | Annotated[ReinforceOp, Tag("reinforce")]
+    | Annotated[MultiplyOp, Tag("multiply")]
+    | Annotated[EbbinghausOp, Tag("ebbinghaus")]
+    | Annotated[LinearDecayOp, Tag("linear_decay")]
+    | Annotated[MinOp, Tag("min")]
+    | Annotated[MaxOp, Tag("max")]
+    | Annotated[ClampOp, Tag("clamp")]
+    | Annotated[_UnknownOperation, Tag("unknown"), WithJsonSchema({"not": {}})],
+    Discriminator(
+        _operand_kind,
+        custom_error_type="operand_kind",
+        custom_error_message=_UNKNOWN_OPERATION,
+    ),
+]
+"""An operand of an arithmetic operation."""
+
+Confidence = Annotated[
+    Annotated[Annotated[float, Field(ge=0, le=1)], Tag("number")]
+    | Annotated[LinearConfidence, Tag("linear")]
+    | Annotated[VarConfidence, Tag("from")]
+    | Annotated[ReinforceOp, Tag("reinforce")]
+    | Annotated[MultiplyOp, Tag("multiply")]
+    | Annotated[EbbinghausOp, Tag("ebbinghaus")]
+    | Annotated[LinearDecayOp, Tag("linear_decay")]
+    | Annotated[MinOp, Tag("min")]
+    | Annotated[MaxOp, Tag("max")]
+    | Annotated[ClampOp, Tag("clamp")]
+    | Annotated[_UnknownOperation, Tag("unknown"), WithJsonSchema({"not": {}})],
+    Discriminator(
+        _confidence_kind,
+        custom_error_type="confidence_kind",
+        custom_error_message=(
+            "expected a number in [0, 1], {var, base, per}, {from: x} or one operation: "
+            + _OPERATIONS_TEXT
+        ),
+    ),
+]
+
+
+_RECURSIVE: tuple[type[_IR], ...] = (Reinforce, Clamp, *ARITHMETIC.values())
+for _model in _RECURSIVE:
+    _model.model_rebuild()
 
 
 class ListVar(_IR):
@@ -365,12 +574,16 @@ class Emit(_IR):
     subject: str | None = None
     predicate: str | None = None
     object: str | None = None
-    payload: dict[str, str] = Field(default_factory=dict)
+    payload: dict[str, Scalar] = Field(default_factory=dict)
+    """Templates; a key declared in ``fact_payload`` also takes a literal of its type."""
     replaces: list[Ref] = Field(default_factory=list)
     reinforces: list[Name] = Field(default_factory=list)
     confidence: Confidence | None = None
     sources: list[Name] = Field(default_factory=list)
     reason: str = ""
+    status: CloseStatus | None = Field(default=None, exclude_if=lambda v: v is None)
+    """The closing status a ``delete`` gives the facts it replaces (default ``deleted``);
+    left out of dumps when absent, so packs that do not use it keep their hash."""
 
 
 class SelectClause(_IR):
@@ -467,6 +680,9 @@ class RulePack(_IR):
     version: str = Field(min_length=1, max_length=64)
     description: str = ""
     fields: dict[Name, FieldType] = Field(default_factory=dict)
+    fact_payload: dict[Name, PayloadType] = Field(default_factory=dict, exclude_if=lambda v: not v)
+    """Payload keys of the facts the pack makes, with their types: rules test them in fact
+    patterns (``payload: {key: ...}``) and ``emit.payload`` writes them with that type."""
     defaults: Defaults = Defaults()
     rules: list[Rule] = Field(min_length=1)
 
@@ -488,4 +704,24 @@ FACT_FIELDS: dict[str, FieldType] = {
     "reinforced_at": "timestamp",
     "rule_id": "string",
     "observed_at": "timestamp",
+    "reinforcement_count": "integer",
+    "access_count": "integer",
+    "last_access": "timestamp",
+    "pinned": "boolean",
+    "status": "string",
 }
+"""Fields a fact pattern tests. ``last_access`` of a never-read fact is its ``valid_from``;
+``status`` is ``current`` or ``archived`` (archived facts are matched only by a pattern
+whose ``status`` test admits ``archived``)."""
+
+LIFECYCLE_FIELDS: tuple[str, ...] = (
+    "reinforcement_count",
+    "access_count",
+    "last_access",
+    "pinned",
+    "status",
+)
+"""Fact fields that enter CLIPS only when a rule of the pack tests them."""
+
+MATCHED_STATUSES: tuple[str, ...] = ("current", "archived")
+"""The statuses a fact a rule sees can have."""

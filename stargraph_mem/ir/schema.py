@@ -160,6 +160,11 @@ def not_exists_pattern(fact_def: Schema) -> Schema:
     """``not`` / ``exists``: a fact pattern without ``as`` whose conditions bind nothing."""
     out = pattern_schema(fact_def, "NotExistsCondition", fields=FACT_FIELDS)
     out["properties"].pop("as", None)
+    payload = out["properties"]["payload"]
+    out["properties"]["payload"] = {
+        **payload,
+        "patternProperties": {NAME_PATTERN: ref("NotExistsCondition")},
+    }
     out["title"] = "NotExistsPattern"
     out["description"] = "Facts tested by 'not' (none matches) or 'exists' (one matches)."
     return out
@@ -201,7 +206,8 @@ def _emit(emit: Schema) -> None:
     for name in spo:
         props[name] = {**props[name], "anyOf": [template, {"type": "null"}]}
     props["reason"] = {**props["reason"], **template}
-    props["payload"] = {**props["payload"], "additionalProperties": template}
+    declared = {"type": ["number", "boolean"], "description": "a declared key's literal"}
+    props["payload"] = {**props["payload"], "additionalProperties": {"anyOf": [template, declared]}}
     creating, closing = ("add", "update"), ("update", "delete")
     others = [k for k in get_args(Emit.model_fields["kind"].annotation) if k not in creating]
     emit["allOf"] = [
@@ -221,6 +227,7 @@ def _emit(emit: Schema) -> None:
         },
         {"if": {"not": _kind_is(*closing)}, "then": {"properties": {"replaces": {"maxItems": 0}}}},
         {"if": {"not": _kind_is("noop")}, "then": {"properties": {"reinforces": {"maxItems": 0}}}},
+        {"if": {"not": _kind_is("delete")}, "then": {"properties": {"status": {"type": "null"}}}},
     ]
 
 
@@ -261,6 +268,18 @@ def _fields(pack: Schema) -> None:
     fields["additionalProperties"] = types
 
 
+def _payload_templates(schema: Schema) -> None:
+    """Without ``fact_payload``, every ``emit.payload`` value is a template (text)."""
+    text_only = {"additionalProperties": {"type": "string"}}
+    emit = {"properties": {"emit": {"properties": {"payload": text_only}}}}
+    schema["allOf"] = [
+        {
+            "if": {"not": {"required": ["fact_payload"]}},
+            "then": {"properties": {"rules": {"items": emit}}},
+        }
+    ]
+
+
 def rule_pack_schema() -> Schema:
     """The schema of a rule pack as users write it."""
     schema = model_schema(RulePack, f"stargraph_mem rule pack (ir_version {IR_VERSION})")
@@ -272,5 +291,6 @@ def rule_pack_schema() -> Schema:
     _rule(defs["Rule"])
     _cadence(defs["Cadence"])
     _fields(schema)
+    _payload_templates(schema)
     schema["$defs"] = dict(sorted(defs.items()))
     return schema

@@ -13,7 +13,7 @@ from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Protocol, Self
+from typing import Any, Protocol, Self, runtime_checkable
 
 from stargraph_mem.model.facts import Fact, FactAccess, FactHit, StatusEvent
 from stargraph_mem.stores.aggregates import AggregateRow, AggregateWrite
@@ -165,6 +165,16 @@ class FactRepository(FactStore, Protocol):
     async def apply_passes(
         self, passes: Sequence[PassWrite], *, pack_hash: str = ""
     ) -> list[int | None]: ...
+
+
+@runtime_checkable
+class ArchivedFactSource(Protocol):
+    """A fact repository that can list archived facts: asked for by packs whose fact
+    patterns admit them (a repository without it is read as having none)."""
+
+    async def archived_facts_of(self, partitions: Sequence[Partition]) -> list[list[EngineFact]]:
+        """Per partition, its archived facts (``status`` ``archived``)."""
+        ...
 
 
 class ScheduleRepository(Protocol):
