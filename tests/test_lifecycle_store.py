@@ -15,7 +15,7 @@ import orjson
 import pytest
 from backends import Backend, NewLocation, open_backend, raw_execute, raw_rows, snapshot
 from readme_helpers import readme_section_example, run_example
-from schema_helpers import undo_version_5
+from schema_helpers import PG_UNDO_VERSION_3, undo_version_5
 from typer.testing import CliRunner
 
 from stargraph_mem.cli import app
@@ -355,14 +355,7 @@ async def test_a_postgresql_schema_at_version_2_is_migrated_with_its_facts(
         store = backend.facts
         await store.apply_deltas([tea, gin, water, delete([gin.new_fact_id], ts=T0 + HOUR)])
         facts = await store.query(FactPattern(status="all"))
-        for statement in (
-            "DROP TABLE fact_pins",
-            "DROP TABLE fact_events",
-            "ALTER TABLE facts DROP COLUMN status",
-            "ALTER TABLE facts DROP COLUMN reinforced_us",
-            "ALTER TABLE facts DROP COLUMN reinforcement_base",
-            f"DELETE FROM {LEDGER_TABLE} WHERE version = 3",
-        ):
+        for statement in PG_UNDO_VERSION_3:
             await raw_execute(store, statement, ())
         assert await raw_rows(store, f"SELECT max(version) FROM {LEDGER_TABLE}") == [(2,)]
         assert isinstance(store, PostgresFactStore)
