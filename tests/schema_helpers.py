@@ -34,3 +34,16 @@ def undo_version_4(db: sqlite3.Connection) -> None:
     undo_version_5(db)
     for statement in UNDO_VERSION_4:
         db.execute(statement)
+
+
+PG_UNDO_VERSION_3 = (
+    "DROP TABLE fact_pins",
+    "DROP TABLE fact_events",
+    "DROP INDEX facts_archived",
+    "ALTER TABLE facts DROP COLUMN status",
+    "ALTER TABLE facts DROP COLUMN reinforced_us",
+    "ALTER TABLE facts DROP COLUMN reinforcement_base",
+    "DELETE FROM schema_ledger WHERE version = 3",
+)
+"""What PostgreSQL migration 3 added (statuses, reinforcement bases, pins, status events),
+and its ledger row."""

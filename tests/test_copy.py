@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 from stargraph_mem.cli import app
 from stargraph_mem.engine.api import Consolidator
 from stargraph_mem.errors import StoreError
-from stargraph_mem.model.episodes import Episode
 from stargraph_mem.model.deltas import DeleteDelta
+from stargraph_mem.model.episodes import Episode
 from stargraph_mem.model.facts import FactPattern
 from stargraph_mem.stores import copy as copy_module
 from stargraph_mem.stores.copy import COPIED_TABLES, Table, copy_database

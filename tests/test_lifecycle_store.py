@@ -15,10 +15,11 @@ import orjson
 import pytest
 from backends import Backend, NewLocation, open_backend, raw_execute, raw_rows, snapshot
 from readme_helpers import readme_section_example, run_example
-from schema_helpers import undo_version_5
+from schema_helpers import PG_UNDO_VERSION_3, undo_version_5
 from typer.testing import CliRunner
 
 from stargraph_mem.cli import app
+from stargraph_mem.engine.api import Consolidator
 from stargraph_mem.errors import FactConflictError, FactNotFoundError, FactStatusError
 from stargraph_mem.model.facts import Fact, StatusEvent
 from stargraph_mem.model.time import to_us
@@ -355,14 +356,7 @@ async def test_a_postgresql_schema_at_version_2_is_migrated_with_its_facts(
         store = backend.facts
         await store.apply_deltas([tea, gin, water, delete([gin.new_fact_id], ts=T0 + HOUR)])
         facts = await store.query(FactPattern(status="all"))
-        for statement in (
-            "DROP TABLE fact_pins",
-            "DROP TABLE fact_events",
-            "ALTER TABLE facts DROP COLUMN status",
-            "ALTER TABLE facts DROP COLUMN reinforced_us",
-            "ALTER TABLE facts DROP COLUMN reinforcement_base",
-            f"DELETE FROM {LEDGER_TABLE} WHERE version = 3",
-        ):
+        for statement in PG_UNDO_VERSION_3:
             await raw_execute(store, statement, ())
         assert await raw_rows(store, f"SELECT max(version) FROM {LEDGER_TABLE}") == [(2,)]
         assert isinstance(store, PostgresFactStore)
@@ -501,3 +495,27 @@ def test_the_readme_statuses_example_runs_verbatim(tmp_path: Path) -> None:
     done = run_example(code, tmp_path, "examples/streaming_dedup.yaml", timeout=120)
     assert (done.returncode, done.stderr) == (0, "")
     assert done.stdout == output
+
+
+async def test_the_consolidator_api_on_both_backends(new_location: NewLocation) -> None:
+    tea = add("tea")
+    async with Consolidator(new_location(), [], clock=lambda: NOW) as mem:
+        await mem.fact_store.apply_deltas(
+            [tea, delete([tea.new_fact_id], ts=T0 + HOUR, status="archived")]
+        )
+        assert [f.id for f in await mem.facts(status="archived")] == [tea.new_fact_id]
+        assert await mem.facts() == []
+        back = await mem.restore(tea.new_fact_id, reason="again")
+        assert await mem.pin(back.id, reason="keep") is True
+        assert await mem.pin(back.id) is False
+        assert [f.id for f in await mem.facts()] == [back.id]
+        assert [(f.id, f.status) for f in await mem.facts(status="all")] == [
+            (tea.new_fact_id, "archived"),
+            (back.id, "current"),
+        ]
+        assert [e.event for e in await mem.status_history(back.id)] == ["created", "pinned"]
+        assert await mem.unpin(back.id) is True
+        why = await mem.explain(tea.new_fact_id)
+        assert [e.event for e in why.status_history] == ["created", "archived", "restored"]
+        with pytest.raises(FactStatusError):
+            await mem.restore(back.id)

@@ -19,7 +19,7 @@ import pytest
 from backends import PG_URL, open_backend, pg_schema, raw_execute, raw_rows
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from schema_helpers import undo_version_4
+from schema_helpers import PG_UNDO_VERSION_3, undo_version_4
 from typer.testing import CliRunner, Result
 
 from stargraph_mem.cli import app
@@ -377,6 +377,7 @@ async def test_a_postgresql_database_at_version_1_is_migrated() -> None:
         async with PostgresDatabase(url) as db:
             await db.memory.put_many([observation("e", 0, "a")])
             for undo in (
+                *PG_UNDO_VERSION_3,
                 "DROP TABLE deferred_episodes",
                 "DROP TABLE pass_times",
                 "DROP TABLE aggregates",
@@ -387,7 +388,7 @@ async def test_a_postgresql_database_at_version_1_is_migrated() -> None:
                 await raw_execute(db.memory, undo, ())
         async with PostgresDatabase(url) as db:
             ledger = await raw_rows(db.memory, f"SELECT version FROM {LEDGER_TABLE} ORDER BY 1")
-            assert [row[0] for row in ledger] == [1, 2]
+            assert [row[0] for row in ledger] == [1, 2, 3]
         async with Consolidator.open(url, [DEFAULT]) as mem:
             await mem.memory.put_many([observation("f", 120, "b", subject="t")])
             report = await mem.consolidate(now=T0 + timedelta(hours=1))

@@ -342,8 +342,16 @@ class Batch:
         return self.episodes_here
 
     async def _episode_times(self, deltas: Sequence[Delta]) -> None:
-        """Read the times of the episodes the chunk's deltas cite (one statement)."""
-        cited = sorted({eid for delta in deltas for eid in delta.source_episode_ids})
+        """Read the times of the episodes the chunk's facts and reinforcements come from
+        (one statement)."""
+        cited = sorted(
+            {
+                eid
+                for delta in deltas
+                if not isinstance(delta, DeleteDelta)
+                for eid in delta.source_episode_ids
+            }
+        )
         self._times = {}
         if cited and await self.has_episodes():
             rows = await self.db.fetch(self.sql.episode_times_in, (self.sql.ids(cited),))

@@ -189,11 +189,9 @@ def _sources(rows: Sequence[Sequence[Any]]) -> list[str]:
     return list(orjson.loads(rows[0][3])) if rows else []
 
 
-async def _closing(
-    db: Conn, sql: FactStatements, fact: Fact, closed_by: str
-) -> tuple[str | None, str]:
-    """Rule id and reason of the delta that closed ``fact`` (an update is found through the
-    fact it made, a delete through its indexed id)."""
+async def _closing(db: Conn, sql: FactStatements, closed_by: str) -> tuple[str | None, str]:
+    """Rule id and reason of the delta ``closed_by`` (an update is found through the fact
+    it made, a delete through its indexed id)."""
     rows = await db.fetch(sql.audit_by_fact_in, (sql.ids(["f" + closed_by[1:]]),))
     rows += await db.fetch(sql.audit_markers_in, (sql.ids([closed_by]),))
     for row in rows:
@@ -247,7 +245,8 @@ def _us(fact: Fact) -> int:
 async def _close_event(
     db: Conn, sql: FactStatements, fact: Fact, closed_by: str | None
 ) -> StatusEvent:
-    rule_id, reason = (None, "") if closed_by is None else await _closing(db, sql, fact, closed_by)
+    """The event of a closed fact's close: its status, the closing delta and rule."""
+    rule_id, reason = (None, "") if closed_by is None else await _closing(db, sql, closed_by)
     successor = fact.superseded_by if fact.status == "superseded" else None
     assert fact.valid_until is not None
     return StatusEvent(

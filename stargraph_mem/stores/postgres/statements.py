@@ -62,22 +62,17 @@ _LINEAGE_PREFIXED: Final = ", ".join(f"l.{c.strip()}" for c in _LINEAGE.split(",
 _AUDIT: Final = 'seq, delta_id, kind, rule_id, pack_hash, "user", agent, applied_at_us, delta'
 _MARKERS: Final = "kind IN ('delete', 'noop')"
 
-_REINFORCED: Final = (
-    "greatest(coalesce(f.reinforced_us, f.valid_from_us), "
-    "(SELECT max(r.ts_us) FROM reinforcements r WHERE r.fact_id = f.id))"
-)
+_REINFORCED: Final = "greatest(coalesce(f.reinforced_us, f.valid_from_us), r.ts)"
 """A fact's reinforcement time: its base (promotion, or inherited), or a later noop."""
-_OBSERVED: Final = (
-    "greatest(coalesce(f.observed_us, f.valid_from_us), "
-    "(SELECT max(r.observed_us) FROM reinforcements r WHERE r.fact_id = f.id))"
-)
-_COUNT: Final = (
-    "f.reinforcement_base + (SELECT count(*) FROM reinforcements r WHERE r.fact_id = f.id)"
-)
+_OBSERVED: Final = "greatest(coalesce(f.observed_us, f.valid_from_us), r.observed)"
+_COUNT: Final = "f.reinforcement_base + r.n"
 _STATS: Final = "coalesce(a.count, 0), coalesce(a.last_access_us, 0), p.pinned_at_us"
 _WITH_STATS: Final = (
+    "CROSS JOIN LATERAL (SELECT max(ts_us) AS ts, count(*) AS n, max(observed_us) AS observed "
+    "FROM reinforcements WHERE fact_id = f.id) AS r "
     "LEFT JOIN fact_access a ON a.fact_id = f.id LEFT JOIN fact_pins p ON p.fact_id = f.id"
 )
+"""A fact's reinforcements (one aggregate), access statistics and pin."""
 _CURRENT_COLUMNS: Final = f"""
     SELECT f.id, f.subject, f.predicate, f.object, f.confidence, f.valid_from_us,
         {_REINFORCED}, f.rule_id, l.source_episode_ids, {_OBSERVED}, {_COUNT}, {_STATS},
