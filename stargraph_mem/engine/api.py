@@ -17,7 +17,9 @@ from stargraph_mem.engine.scheduler import (
     ConsolidationReport,
     Scheduler,
     StatusRow,
+    merge_sweep,
 )
+from stargraph_mem.engine.sweep import Sweeper, swept
 from stargraph_mem.model.episodes import Episode
 from stargraph_mem.model.facts import Fact, FactAccess, FactHit, FactPattern
 from stargraph_mem.model.time import to_utc, utc_now
@@ -206,7 +208,8 @@ class Consolidator(AsyncResource):
         legacy: LegacyFilter | None = None,
         progress: Callable[[int, int], None] | None = None,
     ) -> ConsolidationReport:
-        """Run every pack over the selected partitions until caught up.
+        """Run every pack over the selected partitions until caught up, then its sweeps
+        due at ``now`` over every partition (of ``user`` / ``agent``) with candidates.
 
         ``progress(done, total)`` counts episodes read by passes, summed over packs.
         """
@@ -234,14 +237,22 @@ class Consolidator(AsyncResource):
 
             progress(0, total)
         for runner in self.runners:
-            report.passes += await runner.run_many(
-                partitions,
-                now=when,
-                rule_ids=rule_ids,
-                dry_run=dry_run,
-                legacy=legacy,
-                on_pass=on_pass,
+            episode_rules = [r.id for r in runner.rules_of(rule_ids) if not swept(r)]
+            if episode_rules:
+                report.passes += await runner.run_many(
+                    partitions,
+                    now=when,
+                    rule_ids=episode_rules,
+                    dry_run=dry_run,
+                    legacy=legacy,
+                    on_pass=on_pass,
+                )
+        for runner in self.runners:  # then sweeps, at their fire times, over their candidates
+            sweeper = Sweeper(runner, self.scheduler.store)
+            outcome = await sweeper.sweep(
+                when, keep=_named(user, agent), rule_ids=rule_ids, dry_run=dry_run
             )
+            merge_sweep(report, runner.pack, outcome)
         report.timings["total"] = time.perf_counter() - t0
         return report
 
@@ -292,3 +303,10 @@ class Consolidator(AsyncResource):
     async def explain(self, fact_id: str) -> Explanation:
         """Rule, pack hash, reason, bindings, source episodes and the supersession chain."""
         return await self.fact_store.explain(fact_id)
+
+
+def _named(user: str | None, agent: str | None) -> Callable[[Partition], bool] | None:
+    """Accepts the partitions of ``user`` and ``agent`` (None: any); None when both are."""
+    if user is None and agent is None:
+        return None
+    return lambda p: (user is None or p.user == user) and (agent is None or p.agent == agent)
