@@ -91,7 +91,8 @@ async def main_async(facts: int, partitions: int) -> None:
         base = Path(tmp) / "base.db"
         t0 = time.perf_counter()
         await build(base, facts, partitions)
-        print(f"built {facts:,} facts over {partitions:,} partitions in {time.perf_counter() - t0:.1f} s")
+        built = time.perf_counter() - t0
+        print(f"built {facts:,} facts over {partitions:,} partitions in {built:.1f} s")
         results: dict[str, float] = {}
         for name, threshold, full in (
             ("sweep 1%", 0.01, False),

@@ -129,15 +129,15 @@ async def test_a_streaming_record_does_not_sweep(new_location: NewLocation) -> N
 async def test_a_fire_is_applied_once_by_two_concurrent_runs(new_location: NewLocation) -> None:
     clock = Clock(T0)
     db = new_location()
-    async with await seeded(db, clock) as first:
-        async with Consolidator(db, packs(), clock=clock) as second:
-            one, two = await asyncio.gather(first.consolidate(now=T40), second.consolidate(now=T40))
-            deletes = sum(n for _, n in sweep_passes(one) + sweep_passes(two))
-            assert deletes == 2
-            rows = await first.fact_store.audit_rows()
-            assert sum(1 for r in rows if r.kind == "delete") == 2
-            again = await second.tick(T40 + timedelta(hours=1))
-            assert sweep_passes(again) == []
+    first = await seeded(db, clock)
+    async with first, Consolidator(db, packs(), clock=clock) as second:
+        one, two = await asyncio.gather(first.consolidate(now=T40), second.consolidate(now=T40))
+        deletes = sum(n for _, n in sweep_passes(one) + sweep_passes(two))
+        assert deletes == 2
+        rows = await first.fact_store.audit_rows()
+        assert sum(1 for r in rows if r.kind == "delete") == 2
+        again = await second.tick(T40 + timedelta(hours=1))
+        assert sweep_passes(again) == []
 
 
 async def test_an_own_source_episode_does_not_confirm_a_backlog_fact(
