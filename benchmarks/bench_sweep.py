@@ -8,6 +8,10 @@ pre-filter turned off (every partition's current facts loaded into CLIPS), as sw
 without candidates would. Each variant runs on its own copy of the store.
 
     python benchmarks/bench_sweep.py --facts 1000000 --partitions 10000
+
+``--records N`` measures instead what a sweep costs a streaming ``record``: the p50 of N
+records with an ``every: 1`` pack, with and without a nightly sweep rule added to it (best
+of three runs each), and their ratio.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shutil
+import statistics
 import tempfile
 import time
 from datetime import UTC, datetime, timedelta
@@ -25,7 +30,7 @@ from stargraph_mem.compiler.pack import compile_text
 from stargraph_mem.compiler.sweep_sql import SweepFilter
 from stargraph_mem.engine import sweep
 from stargraph_mem.engine.api import Consolidator
-from stargraph_mem.stores.models import AddDelta, FactPayload
+from stargraph_mem.stores.models import AddDelta, Episode, FactPayload
 from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
 
 T0 = datetime(2026, 1, 1, 12, tzinfo=UTC)
@@ -110,12 +115,74 @@ async def main_async(facts: int, partitions: int) -> None:
             print(f"full scan ÷ sweep at {pct}: {ratio:.1f}x")
 
 
+STREAMING = """\
+ir_version: 1
+pack: streaming
+version: "1.0.0"
+fields: {subject: string, predicate: string, object: string}
+defaults: {cadence: {every: 1}, confidence: 0.3}
+rules:
+  - id: guess
+    when:
+      - episode: {subject: {bind: s}, predicate: {bind: p}, object: {bind: o}}
+      - not: {subject: {var: s}, predicate: {var: p}, object: {var: o}}
+    emit: {kind: add, subject: "{s}", predicate: "{p}", object: "{o}"}
+"""
+SWEEP_RULE = """\
+  - id: expire
+    cadence: {cron: "0 4 * * *"}
+    when:
+      - fact: {as: f, confidence: {lt: 0.4}, valid_from: {older_than: {days: 30}}}
+    emit: {kind: delete, replaces: [f], sources: [f]}
+"""
+
+
+async def record_p50(text: str, records: int) -> float:
+    """p50 seconds of ``record`` (the first tenth left out as warm-up) on a fresh store."""
+    with tempfile.TemporaryDirectory() as tmp:
+        clock = T0 + timedelta(hours=1)
+        async with Consolidator(
+            Path(tmp) / "m.db", [compile_text(text)], clock=lambda: clock
+        ) as mem:
+            times: list[float] = []
+            for i in range(records):
+                meta = {"subject": f"s{i % 50}", "predicate": "p", "object": f"o{i}"}
+                ep = Episode(
+                    id=f"e{i}",
+                    content="x",
+                    timestamp=T0 + timedelta(seconds=i),
+                    user="u",
+                    session="s",
+                    agent="a",
+                    metadata=meta,
+                )
+                t0 = time.perf_counter()
+                await mem.record(ep)
+                times.append(time.perf_counter() - t0)
+            return statistics.median(times[records // 10 :])
+
+
+async def records_async(records: int) -> None:
+    without: list[float] = []
+    with_sweep: list[float] = []
+    for _ in range(3):  # interleaved, best of three
+        without.append(await record_p50(STREAMING, records))
+        with_sweep.append(await record_p50(STREAMING + SWEEP_RULE, records))
+    a, b = min(without), min(with_sweep)
+    print(f"record p50 without a sweep {a * 1e3:.2f} ms, with one {b * 1e3:.2f} ms")
+    print(f"ratio {b / a:.3f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--facts", type=int, default=1_000_000)
     parser.add_argument("--partitions", type=int, default=10_000)
+    parser.add_argument("--records", type=int, default=0, help="measure record p50 instead")
     args = parser.parse_args()
-    asyncio.run(main_async(args.facts, args.partitions))
+    if args.records:
+        asyncio.run(records_async(args.records))
+    else:
+        asyncio.run(main_async(args.facts, args.partitions))
 
 
 if __name__ == "__main__":
