@@ -551,6 +551,8 @@ class Scheduler:
         (renewed by each pass applied, given up when they are done); those another
         scheduler holds are left to it (``report.held``). A scheduler that dies keeps its
         leases until they expire, or until another process of its host sees it is gone.
+        Then each pack's due sweeps run over every partition with candidate facts (see
+        :mod:`~stargraph_mem.engine.sweep`), leased the same way.
         """
         now = to_utc(now)
         report = ConsolidationReport(now=now)
