@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["SWEEP_INDEXES"]
+__all__ = ["SWEEP_INDEXES", "SWEEP_INDEX_NAMES"]
 
 SWEEP_INDEXES: Final = (
     "CREATE INDEX IF NOT EXISTS facts_current_confidence ON facts (confidence) "
@@ -23,3 +23,5 @@ SWEEP_INDEXES: Final = (
 """The indexes sweep pre-filters use (the same DDL on SQLite and PostgreSQL): current facts
 by confidence, by age, by (predicate, subject) and by rule; ``partition_key`` is not
 needed, a candidate's row gives it."""
+SWEEP_INDEX_NAMES: Final = tuple(ddl.split()[5] for ddl in SWEEP_INDEXES)
+"""Their names (``CREATE INDEX IF NOT EXISTS <name> ON …``)."""
