@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stargraph_mem.engine.api import Consolidator
+from stargraph_mem.engine.sweep import swept
 from stargraph_mem.model.facts import FactPattern
 from stargraph_mem.stores.models import Episode
 from stargraph_mem.stores.sqlite_fact import PassWrite, SQLiteFactStore
@@ -69,13 +70,15 @@ async def batched(path: Path, packs: Sequence[Path], episodes: Sequence[Episode]
 async def one_by_one(
     path: Path | str, packs: Sequence[Path], episodes: Sequence[Episode], **kw: Any
 ) -> None:
-    """Store ``episodes`` and consolidate each partition by itself, pack after pack."""
+    """Store ``episodes`` and consolidate each partition by itself, pack after pack (the
+    episode rules: sweeps run apart, over candidate facts, and these episodes make none)."""
     async with Consolidator.open(path, packs, **kw) as c:
         await c.memory.put_many(episodes)
         partitions = await c.memory.partitions()
         for runner in c.runners:
+            rule_ids = [r.id for r in runner.rules_of(None) if not swept(r)]
             for partition in partitions:
-                await runner.run(partition, now=NOW)
+                await runner.run(partition, now=NOW, rule_ids=rule_ids)
 
 
 def both(

@@ -268,11 +268,11 @@ def test_json_coverage_and_a_passing_run() -> None:
     code, out, err = invoke("test", RULES / "expire_speculative.yaml", "--json", "--coverage")
     assert (code, err) == (0, "")
     doc = json.loads(out)
-    assert (doc["passed"], doc["totals"]) == (True, {"passed": 4, "failed": 0, "deselected": 0})
+    assert (doc["passed"], doc["totals"]) == (True, {"passed": 5, "failed": 0, "deselected": 0})
     assert doc["coverage"] == {
         "rules": [
             {"rule": "reinforce_on_repeat", "activations": 2, "status": "fired"},
-            {"rule": "expire_unreinforced", "activations": 3, "status": "fired"},
+            {"rule": "expire_unreinforced", "activations": 4, "status": "fired"},
         ],
         "fired": 2,
         "counted": 2,

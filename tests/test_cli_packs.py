@@ -220,3 +220,44 @@ def test_consolidate_worker_option(tmp_path: Path) -> None:
         "often",
     )
     assert code == 2 and "often" in err
+
+
+SEED_PACK = """\
+ir_version: 1
+pack: seed
+version: "1.0.0"
+fields: {subject: string, predicate: string, object: string}
+defaults: {cadence: {every: 1}, confidence: 0.3}
+rules:
+  - id: guess
+    when:
+      - episode: {subject: {bind: s}, predicate: {bind: p}, object: {bind: o}}
+    emit: {kind: add, subject: "{s}", predicate: "{p}", object: "{o}"}
+"""
+
+
+def test_consolidate_sweeps_a_partition_without_new_episodes(tmp_path: Path) -> None:
+    db, data, seed = tmp_path / "m.db", tmp_path / "eps.jsonl", tmp_path / "seed.yaml"
+    seed.write_text(SEED_PACK, encoding="utf-8")
+    expire = str(ROOT / "rules" / "expire_speculative.yaml")
+    bob = {**episode(2, "bob", "jazz"), "user": "bob", "id": "b2"}
+    write_jsonl(data, [episode(1, "alice", "opera"), bob])
+    assert invoke("ingest", str(data), "--db", str(db))[0] == 0
+    for pack, now in ((seed, "2026-11-01T12:00:00+00:00"), (expire, "2026-11-02T05:00:00+00:00")):
+        assert invoke("consolidate", "--db", str(db), "--pack", str(pack), "--now", now)[0] == 0
+    news = {**bob, "id": "b3", "timestamp": "2026-12-10T01:00:00+00:00"}
+    write_jsonl(data, [news])  # only Bob has news; Alice's fact is 39 days old
+    assert invoke("ingest", str(data), "--db", str(db))[0] == 0
+    now = "2026-12-10T05:00:00+00:00"
+    code, out, _ = invoke("consolidate", "--db", str(db), "--pack", expire, "--now", now)
+    assert code == 0
+    assert out.splitlines() == [
+        "expire_speculative user=alice agent=rag episodes=0 add=0 update=0 delete=0 noop=0 "
+        "rejected=0 gated=0",  # no new episodes for the episode rule
+        "expire_speculative user=bob agent=rag episodes=1 add=0 update=0 delete=0 noop=1 "
+        "rejected=0 gated=0",
+        "expire_speculative user=alice agent=rag episodes=0 add=0 update=0 delete=1 noop=0 "
+        "rejected=0 gated=0",  # the sweep, at its fire time (04:00)
+    ]
+    code, out, _ = invoke("facts", "--db", str(db), "--json")
+    assert [json.loads(line)["user"] for line in out.splitlines()] == ["bob"]

@@ -29,9 +29,10 @@ from stargraph_mem.model.episodes import Episode
 from stargraph_mem.stores.fact_rows import PassBasis, PassWrite
 from stargraph_mem.stores.pass_time import Deferral, PassTime
 from stargraph_mem.stores.postgres import PostgresDatabase
-from stargraph_mem.stores.postgres.schema import LEDGER_TABLE
+from stargraph_mem.stores.postgres.schema import LEDGER_TABLE, MIGRATIONS
 from stargraph_mem.stores.scope import Partition
 from stargraph_mem.stores.sqlite_fact import SCHEMA_VERSION, SQLiteFactStore
+from stargraph_mem.stores.sweep_schema import SWEEP_INDEX_NAMES
 
 RULES = Path(__file__).resolve().parents[1] / "rules"
 DEFAULT = RULES / "default.yaml"
@@ -383,12 +384,13 @@ async def test_a_postgresql_database_at_version_1_is_migrated() -> None:
                 "DROP TABLE aggregates",
                 "ALTER TABLE facts DROP COLUMN observed_us",
                 "ALTER TABLE reinforcements DROP COLUMN observed_us",
-                f"DELETE FROM {LEDGER_TABLE} WHERE version = 2",
+                *(f"DROP INDEX {name}" for name in SWEEP_INDEX_NAMES),
+                f"DELETE FROM {LEDGER_TABLE} WHERE version >= 2",
             ):
                 await raw_execute(db.memory, undo, ())
         async with PostgresDatabase(url) as db:
             ledger = await raw_rows(db.memory, f"SELECT version FROM {LEDGER_TABLE} ORDER BY 1")
-            assert [row[0] for row in ledger] == [1, 2, 3]
+            assert [row[0] for row in ledger] == [version for version, _, _ in MIGRATIONS]
         async with Consolidator.open(url, [DEFAULT]) as mem:
             await mem.memory.put_many([observation("f", 120, "b", subject="t")])
             report = await mem.consolidate(now=T0 + timedelta(hours=1))

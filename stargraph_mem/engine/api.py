@@ -17,7 +17,9 @@ from stargraph_mem.engine.scheduler import (
     ConsolidationReport,
     Scheduler,
     StatusRow,
+    merge_sweep,
 )
+from stargraph_mem.engine.sweep import Sweeper, swept
 from stargraph_mem.model.episodes import Episode
 from stargraph_mem.model.facts import (
     Fact,
@@ -213,7 +215,8 @@ class Consolidator(AsyncResource):
         legacy: LegacyFilter | None = None,
         progress: Callable[[int, int], None] | None = None,
     ) -> ConsolidationReport:
-        """Run every pack over the selected partitions until caught up.
+        """Run every pack over the selected partitions until caught up, then its sweeps
+        due at ``now`` over every partition (of ``user`` / ``agent``) with candidates.
 
         ``progress(done, total)`` counts episodes read by passes, summed over packs.
         """
@@ -241,14 +244,22 @@ class Consolidator(AsyncResource):
 
             progress(0, total)
         for runner in self.runners:
-            report.passes += await runner.run_many(
-                partitions,
-                now=when,
-                rule_ids=rule_ids,
-                dry_run=dry_run,
-                legacy=legacy,
-                on_pass=on_pass,
+            episode_rules = [r.id for r in runner.rules_of(rule_ids) if not swept(r)]
+            if episode_rules:
+                report.passes += await runner.run_many(
+                    partitions,
+                    now=when,
+                    rule_ids=episode_rules,
+                    dry_run=dry_run,
+                    legacy=legacy,
+                    on_pass=on_pass,
+                )
+        for runner in self.runners:  # then sweeps, at their fire times, over their candidates
+            sweeper = Sweeper(runner, self.scheduler.store)
+            outcome = await sweeper.sweep(
+                when, keep=_named(user, agent), rule_ids=rule_ids, dry_run=dry_run
             )
+            merge_sweep(report, runner.pack, outcome)
         report.timings["total"] = time.perf_counter() - t0
         return report
 
@@ -325,3 +336,9 @@ class Consolidator(AsyncResource):
     async def status_history(self, fact_id: str) -> list[StatusEvent]:
         """What happened to a fact, oldest first: created, pins, its close, a restore."""
         return await self.fact_store.status_history(fact_id)
+
+def _named(user: str | None, agent: str | None) -> Callable[[Partition], bool] | None:
+    """Accepts the partitions of ``user`` and ``agent`` (None: any); None when both are."""
+    if user is None and agent is None:
+        return None
+    return lambda p: (user is None or p.user == user) and (agent is None or p.agent == agent)

@@ -34,6 +34,7 @@ from stargraph_mem.compiler.generator import (
     uses_reinforce,
 )
 from stargraph_mem.compiler.pack import CompiledPack, CompiledRule
+from stargraph_mem.compiler.sweep_sql import is_sweep
 from stargraph_mem.engine.history import HistoryFacts, HistoryInput
 from stargraph_mem.engine.history import compute as compute_history
 from stargraph_mem.errors import EngineError
@@ -218,6 +219,9 @@ class PackRuntime:
             load_constructs(built, compiled.clips)
         self.env = built
         self.rules = compiled.by_index()
+        self.sweeps = frozenset(i for i, r in self.rules.items() if is_sweep(r.program.info.rule))
+        """Indexes of the rules without an episode pattern: they fire once the episodes are
+        done, and only in passes that run them (see :meth:`_ends`)."""
         self.fields = compiled.episode_fields
         self.builtins = {"id", "session", "source_node", "content", "timestamp"}
         self._slots = [
@@ -426,7 +430,8 @@ class PackRuntime:
                 if hist is not None:
                     self._assert_history(builders, i + 1, hist)
             self._run(budget)
-        builders["sm-end"].assert_fact()
+        if self._ends(job.eligible):
+            builders["sm-end"].assert_fact()
         self._run(budget)
         self._output("flush", clips.Symbol(OUT))
         lines = reader.read().splitlines()
@@ -462,6 +467,11 @@ class PackRuntime:
                     value = "" if types[name] == "list" else NIL
                 fb.put(slot_name(name).encode(), value)
             fb.assert_fact()
+
+    def _ends(self, eligible: Mapping[int, Iterable[int]] | None) -> bool:
+        """Whether a pass runs sweep rules (all rules when ``eligible`` is None): only then
+        is the end-of-episodes fact asserted, so a pass of episode rules never sweeps."""
+        return eligible is None or any(idx in self.sweeps for idx in eligible)
 
     def _eligibility(
         self, episodes: Sequence[EpisodeRecord], eligible: Mapping[int, Iterable[int]] | None

@@ -19,7 +19,7 @@ import asyncio
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -32,6 +32,7 @@ from stargraph_mem.compiler.clips_env import load_constructs, new_environment
 from stargraph_mem.engine.report import PassReport
 from stargraph_mem.engine.runner import PassRunner
 from stargraph_mem.engine.runtime import RejectedEpisode
+from stargraph_mem.engine.sweep import Sweeper, SweepOutcome, swept
 from stargraph_mem.errors import CompileError, PassConflictError, ScheduleError
 from stargraph_mem.model.cadence import Cadence
 from stargraph_mem.model.time import from_us, to_us, to_utc
@@ -249,7 +250,8 @@ class _Pack:
 
     @property
     def cron_rules(self) -> list[CadenceRule]:
-        return [r for r in self.all_rules if r.cadence.cron is not None]
+        """Cron rules over episodes (sweeps run apart: see :mod:`~stargraph_mem.engine.sweep`)."""
+        return [r for r in self.all_rules if r.cadence.cron is not None and not swept(r)]
 
     @property
     def rules(self) -> dict[int, CadenceRule]:
@@ -549,6 +551,8 @@ class Scheduler:
         (renewed by each pass applied, given up when they are done); those another
         scheduler holds are left to it (``report.held``). A scheduler that dies keeps its
         leases until they expire, or until another process of its host sees it is gone.
+        Then each pack's due sweeps run over every partition with candidate facts (see
+        :mod:`~stargraph_mem.engine.sweep`), leased the same way.
         """
         now = to_utc(now)
         report = ConsolidationReport(now=now)
@@ -565,9 +569,25 @@ class Scheduler:
             wanted = list(due)
             for start in range(0, len(wanted), self.lease_batch):
                 await self._leased(pack, wanted[start : start + self.lease_batch], due, now, report)
+        for pack in self.packs:
+            await self.sweep(pack, now, report)
         t2 = time.perf_counter()
         report.timings = {"partitions": t1 - t0, "decide": decide, "total": t2 - t0}
         return report
+
+    async def sweep(
+        self,
+        pack: _Pack,
+        now: datetime,
+        report: ConsolidationReport,
+        keep: Callable[[Partition], bool] | None = None,
+    ) -> None:
+        """Run the pack's due sweeps over every partition with candidate facts (leased as a
+        tick's partitions are), into ``report``."""
+        if pack.runner is None:
+            return
+        sweeper = Sweeper(pack.runner, self.store, self.holder, self.lease_seconds)
+        merge_sweep(report, pack.name, await sweeper.sweep(now, keep=keep))
 
     async def _leased(
         self,
@@ -667,6 +687,14 @@ class Scheduler:
             due,
             later,
         )
+
+
+def merge_sweep(report: ConsolidationReport, pack: str, outcome: SweepOutcome) -> None:
+    """Add what a sweep call did to ``report`` (a swept partition's fire counts as due)."""
+    report.passes += outcome.passes
+    report.due += [Due(pack, rule_id, p) for rule_id, p in outcome.swept]
+    report.conflicts += [Due(pack, rule_id, p) for rule_id, p in outcome.conflicts]
+    report.held += [Due(pack, rule_id, p) for rule_id, p in outcome.held]
 
 
 def _same_rules(

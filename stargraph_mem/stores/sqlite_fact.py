@@ -109,6 +109,7 @@ from stargraph_mem.stores.sqlite_search import (
     search_pattern,
     search_query,
 )
+from stargraph_mem.stores.sweep_reads import sweep_facts, sweep_partitions
 
 __all__ = [
     "CHUNK",
@@ -606,6 +607,18 @@ class SQLiteFactStore(SQLiteStoreBase):
         async with self._read() as db:
             rows = await fetch(db, SQLITE.archived_of, (SQLITE.ids(keys),))
         return group_current(rows, keys, ARCHIVED)
+
+    async def sweep_partitions(self, where: str, params: Sequence[Any]) -> list[Partition]:
+        """Partitions with a current fact a sweep's pre-filter ``where`` selects."""
+        async with self._read() as db:
+            return await sweep_partitions(SQLiteConn(db), SQLITE, where, params)
+
+    async def sweep_facts(
+        self, where: str, params: Sequence[Any], partitions: Sequence[Partition]
+    ) -> list[list[EngineFact]]:
+        """The current facts ``where`` selects in each of ``partitions``, in one statement."""
+        async with self._read() as db:
+            return await sweep_facts(SQLiteConn(db), SQLITE, where, params, partitions)
 
     async def apply_passes(
         self, passes: Sequence[PassWrite], *, pack_hash: str = ""

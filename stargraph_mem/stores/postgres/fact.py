@@ -86,6 +86,7 @@ from stargraph_mem.stores.postgres.statements import CURRENT, FACTS, PLANS, RUNS
 from stargraph_mem.stores.schedule_runs import RuleRun, record_runs
 from stargraph_mem.stores.scope import Partition
 from stargraph_mem.stores.search_common import check_limit, fold, query_words, search_pattern
+from stargraph_mem.stores.sweep_reads import sweep_facts, sweep_partitions
 
 if TYPE_CHECKING:
     from stargraph_mem.stores.postgres.database import PostgresDatabase
@@ -457,6 +458,18 @@ class PostgresFactStore(PostgresRepository):
         async with self.database.connection() as db:
             rows = await db.fetch(FACTS.archived_of, (keys,))
         return group_current(rows, keys, ARCHIVED)
+
+    async def sweep_partitions(self, where: str, params: Sequence[Any]) -> list[Partition]:
+        """Partitions with a current fact a sweep's pre-filter ``where`` selects."""
+        async with self.database.connection() as db:
+            return await sweep_partitions(db, FACTS, where, params)
+
+    async def sweep_facts(
+        self, where: str, params: Sequence[Any], partitions: Sequence[Partition]
+    ) -> list[list[EngineFact]]:
+        """The current facts ``where`` selects in each of ``partitions``, in one statement."""
+        async with self.database.connection() as db:
+            return await sweep_facts(db, FACTS, where, params, partitions)
 
     async def apply_passes(
         self, passes: Sequence[PassWrite], *, pack_hash: str = ""

@@ -1,0 +1,180 @@
+"""A sweep's candidate pre-filter: its literal fact conditions → parameterised SQL over facts.
+
+A *sweep* is a rule whose ``when`` has no episode pattern. Its first positive ``fact``
+pattern's literal tests on stored columns become a WHERE fragment over the current facts
+(alias ``f``): only facts (and partitions) it selects can match, so a sweep reads
+O(candidates), not every partition. Tests the table does not cover (``ne``, ``contains``,
+``{var: x}`` operands, fields without a column) are left to CLIPS: the fragment selects a
+superset of what the pattern matches, and exactly that set when every test is covered.
+
+Two tables, keyed like :mod:`~stargraph_mem.compiler.select_sql`'s: :data:`SWEEP_COLUMNS`
+(fact field → how to read it) and :data:`SWEEP_TESTS` (operator → WHERE term). Adding a
+field is one entry in the first; an operator, one in the second. The SQL uses ``?`` marks
+(a backend swaps its own in); durations stay symbolic until the pass time is known.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from stargraph_mem.compiler.generator import literal_value
+from stargraph_mem.compiler.select_sql import NowOffset
+from stargraph_mem.ir.checks import pattern_of
+from stargraph_mem.ir.models import FACT_FIELDS, Condition, Duration, FieldType, Rule, VarRef
+
+__all__ = [
+    "SWEEP_COLUMNS",
+    "SWEEP_TESTS",
+    "SweepFilter",
+    "is_sweep",
+    "sweep_filter",
+]
+
+_Emitted = tuple[str, list[Any]]
+
+
+@dataclass(frozen=True)
+class _Column:
+    """A fact field stored in one column of ``facts f``."""
+
+    expr: str
+
+    def compare(self, cmp: str, value: Any) -> _Emitted:
+        return f"{self.expr} {cmp} ?", [value]
+
+    def member(self, values: list[Any]) -> _Emitted:
+        return f"{self.expr} IN ({', '.join('?' for _ in values)})", list(values)
+
+
+_FLIP = {"<": ">=", "<=": ">"}
+"""``greatest(base, rows) < x`` holds when no row is ``>= x`` (and ``<=``: none ``> x``)."""
+
+
+@dataclass(frozen=True)
+class _Greatest:
+    """A field read as the greatest of a column and a column of related rows
+    (``reinforced_at``: the fact's own time or its latest reinforcement), written with
+    EXISTS so both backends read it the same and the base column's index drives it."""
+
+    base: str
+    table: str
+    column: str
+
+    def _rows(self, cmp: str) -> str:
+        return f"SELECT 1 FROM {self.table} r WHERE r.fact_id = f.id AND r.{self.column} {cmp} ?"
+
+    def compare(self, cmp: str, value: Any) -> _Emitted:
+        if cmp in ("<", "<="):  # the greatest is below x: the base and every row are
+            rows = self._rows(_FLIP[cmp])
+            return f"({self.base} {cmp} ? AND NOT EXISTS ({rows}))", [value, value]
+        if cmp in (">", ">="):  # the greatest is above x: the base or some row is
+            return f"({self.base} {cmp} ? OR EXISTS ({self._rows(cmp)}))", [value, value]
+        return "1 = 1", []  # equality: left to CLIPS
+
+    def member(self, values: list[Any]) -> _Emitted:
+        return "1 = 1", []
+
+
+SWEEP_COLUMNS: Mapping[str, _Column | _Greatest] = {
+    "id": _Column("f.id"),
+    "subject": _Column("f.subject"),
+    "predicate": _Column("f.predicate"),
+    "object": _Column("f.object"),
+    "confidence": _Column("f.confidence"),
+    "valid_from": _Column("f.valid_from_us"),
+    "reinforced_at": _Greatest("f.valid_from_us", "reinforcements", "ts_us"),
+    "rule_id": _Column("f.rule_id"),
+}
+"""Fact field → how the pre-filter reads it. Fields not here are tested by CLIPS only."""
+
+SweepTest = Callable[[_Column | _Greatest, FieldType, Any], _Emitted]
+
+
+def _value(ftype: FieldType, value: Any) -> Any:
+    return literal_value(ftype, value)
+
+
+def _compare(cmp: str) -> SweepTest:
+    def emit(col: _Column | _Greatest, ftype: FieldType, x: Any) -> _Emitted:
+        return col.compare(cmp, _value(ftype, x))
+
+    return emit
+
+
+def _in(col: _Column | _Greatest, ftype: FieldType, xs: Any) -> _Emitted:
+    return col.member([_value(ftype, x) for x in xs])
+
+
+def _since(cmp: str) -> SweepTest:
+    def emit(col: _Column | _Greatest, ftype: FieldType, d: Any) -> _Emitted:
+        assert isinstance(d, Duration)
+        return col.compare(cmp, NowOffset(d.total_microseconds()))
+
+    return emit
+
+
+SWEEP_TESTS: Mapping[str, SweepTest] = {
+    "eq": _compare("="),
+    "in": _in,
+    "lt": _compare("<"),
+    "le": _compare("<="),
+    "gt": _compare(">"),
+    "ge": _compare(">="),
+    "older_than": _since("<="),
+    "newer_than": _since(">"),
+}
+"""Operator → WHERE term of the pre-filter. Operators not here are tested by CLIPS only."""
+
+
+@dataclass(frozen=True)
+class SweepFilter:
+    """The pre-filter of one sweep rule: a WHERE fragment over ``facts f`` and its
+    parameters; ``alone``: the rule needs only the facts it selects (one positive fact
+    pattern, nothing else), so a sweep loads those, not the partitions' other facts."""
+
+    sql: str
+    raw_params: tuple[Any, ...]
+    alone: bool
+
+    def params(self, now_us: int) -> tuple[Any, ...]:
+        """Parameters with pass-time offsets resolved."""
+        return tuple(now_us - p.micros if isinstance(p, NowOffset) else p for p in self.raw_params)
+
+
+def _kinds(rule: Rule) -> list[tuple[str, Any]]:
+    """Each ``when`` item's kind and pattern."""
+    return [pattern_of(item) for item in rule.when]
+
+
+def is_sweep(rule: Rule) -> bool:
+    """Whether ``rule``'s ``when`` has no episode pattern (only fact, not and exists)."""
+    return all(kind in ("fact", "not", "exists") for kind, _ in _kinds(rule))
+
+
+def _terms(where: Mapping[str, Condition]) -> tuple[list[str], list[Any]]:
+    parts: list[str] = []
+    params: list[Any] = []
+    for fname, cond in where.items():
+        col = SWEEP_COLUMNS.get(fname)
+        ftype = FACT_FIELDS.get(fname)
+        if col is None or ftype is None:
+            continue
+        for op, operand in cond.tests():
+            emit = SWEEP_TESTS.get(op)
+            if emit is None or isinstance(operand, VarRef):
+                continue
+            sql, values = emit(col, ftype, operand)
+            parts.append(sql)
+            params += values
+    return parts, params
+
+
+def sweep_filter(rule: Rule) -> SweepFilter:
+    """The pre-filter of sweep ``rule`` (see the module)."""
+    kinds = _kinds(rule)
+    facts = [pattern for kind, pattern in kinds if kind == "fact"]
+    parts, params = _terms(facts[0].where) if facts else ([], [])
+    alone = len(kinds) == 1 and len(facts) == 1
+    return SweepFilter(" AND ".join(parts) if parts else "1 = 1", tuple(params), alone)

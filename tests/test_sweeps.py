@@ -1,0 +1,286 @@
+"""Sweeps: rules over facts only run on their cron over every partition with candidates."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from backends import Backend, NewLocation
+from e2e_helpers import episode, spo
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stargraph_mem.compiler.pack import CompiledPack, compile_file, compile_text
+from stargraph_mem.compiler.sweep_sql import sweep_filter
+from stargraph_mem.engine.api import Consolidator
+from stargraph_mem.engine.scheduler import ConsolidationReport
+from stargraph_mem.ir.models import FACT_FIELDS, Rule
+from stargraph_mem.ir.reference import evaluate
+from stargraph_mem.model.time import from_us, to_us
+from stargraph_mem.stores.fact import EngineFact
+from stargraph_mem.stores.models import AddDelta, FactPayload, NoopDelta
+from stargraph_mem.stores.scope import Partition
+
+RULES = Path(__file__).resolve().parent.parent / "rules"
+T0 = datetime(2026, 1, 1, 10, 0, tzinfo=UTC)
+T40 = T0 + timedelta(days=40)
+"""10:00 on the 40th day: the expiry sweep's fire time is 04:00 that day."""
+ALICE = Partition("alice", "rag")
+BOB = Partition("bob", "rag")
+
+SEED = """\
+ir_version: 1
+pack: seed
+version: "1.0.0"
+fields: {subject: string, predicate: string, object: string}
+defaults: {cadence: {every: 1}, confidence: 0.3}
+rules:
+  - id: guess
+    when:
+      - episode: {subject: {bind: s}, predicate: {bind: p}, object: {bind: o}}
+    emit: {kind: add, subject: "{s}", predicate: "{p}", object: "{o}"}
+"""
+
+
+class Clock:
+    def __init__(self, at: datetime) -> None:
+        self.at = at
+
+    def __call__(self) -> datetime:
+        return self.at
+
+
+def packs() -> list[CompiledPack]:
+    return [compile_text(SEED), compile_file(RULES / "expire_speculative.yaml")]
+
+
+async def seeded(db: str, clock: Clock) -> Consolidator:
+    """Alice's and Bob's speculative facts promoted at T0; at T40 only Bob has news."""
+    mem = Consolidator(db, packs(), clock=clock)
+    await mem.bootstrap()
+    await mem.record(episode("a1", at=T0, user="alice", **spo("alice", "likes", "opera")))
+    await mem.record(episode("b1", at=T0, user="bob", **spo("bob", "likes", "jazz")))
+    clock.at = T40
+    await mem.record(episode("b2", at=T40, user="bob", **spo("bob", "likes", "tea")))
+    return mem
+
+
+def sweep_passes(report: ConsolidationReport) -> list[tuple[str, int]]:
+    return [
+        (p.partition.user, p.delta_counts.get("delete", 0))
+        for p in report.passes
+        if p.rules == ["expire_unreinforced"] and p.applied
+    ]
+
+
+async def test_tick_sweeps_a_partition_without_new_episodes(new_location: NewLocation) -> None:
+    clock = Clock(T0)
+    async with await seeded(new_location(), clock) as mem:
+        report = await mem.tick(T40)
+        assert sorted(sweep_passes(report)) == [("alice", 1), ("bob", 1)]
+        assert all(
+            p.now == T40.replace(hour=4)
+            for p in report.passes
+            if p.rules == ["expire_unreinforced"]
+        )
+        assert [f.object for f in await mem.facts(user="alice", agent="rag")] == []
+        assert [f.object for f in await mem.facts(user="bob", agent="rag")] == ["tea"]
+        # the same fire is not run again; the next day's finds nothing old enough
+        assert sweep_passes(await mem.tick(T40 + timedelta(hours=3))) == []
+        assert sweep_passes(await mem.tick(T40 + timedelta(days=1))) == []
+
+
+async def test_consolidate_sweeps_every_partition(new_location: NewLocation) -> None:
+    clock = Clock(T0)
+    async with await seeded(new_location(), clock) as mem:
+        report = await mem.consolidate(now=T40)
+        assert sorted(sweep_passes(report)) == [("alice", 1), ("bob", 1)]
+        assert await mem.facts(user="alice", agent="rag") == []
+
+
+async def test_consolidate_of_a_named_user_sweeps_only_theirs(new_location: NewLocation) -> None:
+    clock = Clock(T0)
+    async with await seeded(new_location(), clock) as mem:
+        report = await mem.consolidate(user="alice", now=T40)
+        assert sweep_passes(report) == [("alice", 1)]
+        assert [f.object for f in await mem.facts(user="bob", agent="rag")] == ["jazz", "tea"]
+
+
+async def test_nothing_is_swept_before_it_is_due(new_location: NewLocation) -> None:
+    clock = Clock(T0)
+    async with await seeded(new_location(), clock) as mem:
+        for day in (1, 29):  # fired, but no fact is old enough: no candidate partition
+            report = await mem.tick(T0 + timedelta(days=day))
+            assert [p for p in report.passes if p.rules == ["expire_unreinforced"]] == []
+        assert len(await mem.facts(user="alice", agent="rag")) == 1
+
+
+async def test_a_streaming_record_does_not_sweep(new_location: NewLocation) -> None:
+    clock = Clock(T0)
+    async with await seeded(new_location(), clock) as mem:
+        clock.at = T40 + timedelta(hours=1)
+        report = await mem.record(episode("a2", at=clock.at, user="alice", **spo("a", "b", "c")))
+        assert [p.rules for p in report.passes] == [["guess"]]
+        assert report.counts["delete"] == 0
+
+
+async def test_a_fire_is_applied_once_by_two_concurrent_runs(new_location: NewLocation) -> None:
+    clock = Clock(T0)
+    db = new_location()
+    first = await seeded(db, clock)
+    async with first, Consolidator(db, packs(), clock=clock) as second:
+        one, two = await asyncio.gather(first.consolidate(now=T40), second.consolidate(now=T40))
+        deletes = sum(n for _, n in sweep_passes(one) + sweep_passes(two))
+        assert deletes == 2
+        rows = await first.fact_store.audit_rows()
+        assert sum(1 for r in rows if r.kind == "delete") == 2
+        again = await second.tick(T40 + timedelta(hours=1))
+        assert sweep_passes(again) == []
+
+
+async def test_an_own_source_episode_does_not_confirm_a_backlog_fact(
+    new_location: NewLocation,
+) -> None:
+    """The pack added over an existing backlog: the episode a 41-day-old speculative fact
+    came from is read by reinforce_on_repeat's first pass, and must not keep it alive."""
+    clock = Clock(T0)
+    db = new_location()
+    async with Consolidator(db, [compile_text(SEED)], clock=clock) as mem:
+        await mem.record(episode("a1", at=T0, user="alice", **spo("alice", "likes", "opera")))
+    later = T0 + timedelta(days=41)
+    async with Consolidator(db, packs(), clock=Clock(later)) as mem:
+        report = await mem.consolidate(now=later)
+        assert report.counts["noop"] == 0
+        assert sweep_passes(report) == [("alice", 1)]
+        assert await mem.facts(user="alice", agent="rag") == []
+
+
+# --- the pre-filter selects what the conditions select ----------------------------------
+
+NOW = T0 + timedelta(days=60)
+SUBJECTS = ("ann", "bo", "cy")
+PREDICATES = ("likes", "owns")
+
+
+def _add(user: str, subject: str, predicate: str, obj: str, conf: float, at: datetime) -> AddDelta:
+    return AddDelta(
+        fact=FactPayload(subject=subject, predicate=predicate, object=obj),
+        user=user,
+        agent="rag",
+        source_episode_ids=[f"e-{user}-{obj}"],
+        promotion_ts=at,
+        rule_id="r1" if conf < 0.5 else "r2",
+        confidence=conf,
+    )
+
+
+async def _random_facts(backend: Backend) -> list[EngineFact]:
+    """Sixty facts over three partitions, some reinforced later."""
+    import random
+
+    rnd = random.Random(13)
+    deltas: list[Any] = []
+    for n in range(60):
+        user = ("u1", "u2", "u3")[n % 3]
+        at = T0 + timedelta(days=rnd.randrange(0, 59), hours=rnd.randrange(24))
+        conf = rnd.choice((0.1, 0.25, 0.4, 0.5, 0.75, 0.9))
+        deltas.append(_add(user, rnd.choice(SUBJECTS), rnd.choice(PREDICATES), f"o{n}", conf, at))
+    await backend.facts.apply_deltas(deltas)
+    parts = [Partition(u, "rag") for u in ("u1", "u2", "u3")]
+    groups = await backend.facts.current_facts_of(parts)
+    for part, group in zip(parts, groups, strict=True):
+        for fact in group[::4]:
+            later = from_us(fact.valid_from_us) + timedelta(days=rnd.randrange(1, 20))
+            noop = NoopDelta(
+                user=part.user,
+                agent="rag",
+                source_episode_ids=["r"],
+                promotion_ts=later,
+                rule_id="re",
+                confidence=0.5,
+                reinforces=[fact.id],
+            )
+            await backend.facts.apply_deltas([noop])
+    return [f for group in await backend.facts.current_facts_of(parts) for f in group]
+
+
+_DURATIONS = st.sampled_from([{"days": d} for d in (5, 20, 30, 45)])
+CONDITIONS = st.fixed_dictionaries(
+    {},
+    optional={
+        "subject": st.one_of(
+            st.sampled_from(SUBJECTS),
+            st.builds(
+                lambda xs: {"in": xs}, st.lists(st.sampled_from(SUBJECTS), min_size=1, max_size=2)
+            ),
+        ),
+        "predicate": st.sampled_from(PREDICATES),
+        "confidence": st.builds(
+            lambda op, x: {op: x},
+            st.sampled_from(["lt", "le", "gt", "ge", "eq"]),
+            st.sampled_from([0.25, 0.4, 0.5, 0.75]),
+        ),
+        "valid_from": st.builds(
+            lambda op, d: {op: d}, st.sampled_from(["older_than", "newer_than"]), _DURATIONS
+        ),
+        "reinforced_at": st.builds(
+            lambda op, d: {op: d}, st.sampled_from(["older_than", "newer_than"]), _DURATIONS
+        ),
+        "rule_id": st.sampled_from(["r1", "r2"]),
+    },
+)
+
+
+def _raw(fact: EngineFact, name: str) -> Any:
+    values = {
+        "subject": fact.subject,
+        "predicate": fact.predicate,
+        "confidence": fact.confidence,
+        "valid_from": from_us(fact.valid_from_us).isoformat(),
+        "reinforced_at": from_us(fact.reinforced_at_us).isoformat(),
+        "rule_id": fact.rule_id,
+    }
+    return values[name]
+
+
+async def test_the_prefilter_selects_what_the_reference_evaluator_does(backend: Backend) -> None:
+    facts = await _random_facts(backend)
+    loop = asyncio.get_running_loop()
+    parts = [Partition(u, "rag") for u in ("u1", "u2", "u3")]
+    now_us = to_us(NOW)
+
+    def selected(where: str, params: tuple[Any, ...]) -> set[str]:
+        async def read() -> set[str]:
+            found = await backend.facts.sweep_partitions(where, params)
+            groups = await backend.facts.sweep_facts(where, params, found)
+            return {f.id for group in groups for f in group}
+
+        return asyncio.run_coroutine_threadsafe(read(), loop).result()
+
+    @settings(max_examples=60, deadline=None)
+    @given(CONDITIONS)
+    def check(conditions: dict[str, Any]) -> None:
+        rule = Rule.model_validate(
+            {
+                "id": "s",
+                "when": [{"fact": {"as": "f", **conditions}}],
+                "emit": {"kind": "delete", "replaces": ["f"]},
+            }
+        )
+        filt = sweep_filter(rule)
+        assert filt.alone
+        where = rule.when[0].fact.where  # type: ignore[union-attr]
+        expected = {
+            f.id
+            for f in facts
+            if all(
+                evaluate(cond, FACT_FIELDS[name], _raw(f, name), now_us=now_us)
+                for name, cond in where.items()
+            )
+        }
+        assert selected(filt.sql, filt.params(now_us)) == expected
+
+    await asyncio.to_thread(check)
+    assert len({f.id for f in facts}) == 60 and parts
