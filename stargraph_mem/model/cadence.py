@@ -95,11 +95,18 @@ def check_zone(name: str) -> str:
     return name
 
 
-DURATION_UNITS = (("d", "days", 86400), ("h", "hours", 3600), ("m", "minutes", 60), ("s", "seconds", 1))
+DURATION_UNITS = (
+    ("d", "days", 86400),
+    ("h", "hours", 3600),
+    ("m", "minutes", 60),
+    ("s", "seconds", 1),
+)
 """Units a duration is written in, largest first: (letter, long name, seconds)."""
 MAX_DURATION = timedelta(days=36525)
 """Longest cadence duration: 100 years of 365.25 days (as the IR's ``Duration``)."""
-DURATION_PATTERN = "^" + "".join(rf"(?:([0-9]+(?:\.[0-9]+)?){u})?" for u, _, _ in DURATION_UNITS) + "$"
+DURATION_PATTERN = (
+    "^" + "".join(rf"(?:([0-9]+(?:\.[0-9]+)?){u})?" for u, _, _ in DURATION_UNITS) + "$"
+)
 """A duration as text: parts of a number and a unit, in the order d, h, m, s (``1h30m``)."""
 _FORMS = "30m, 2h, 1d, 90s or 1h30m (or {minutes: 30})"
 
