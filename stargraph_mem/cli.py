@@ -620,14 +620,9 @@ def _readme_table(readme: Path, *, write: bool) -> bool:
 
 def cadence_text(cadence: Cadence) -> str:
     """``every 10``, ``every 10 or after 1h``, ``idle 30m`` or ``cron 0 3 * * * (UTC)``."""
-    from stargraph_mem.model.cadence import duration_text
+    from stargraph_mem.model.cadence import trigger_text
 
-    if cadence.every is not None:
-        after = "" if cadence.or_after is None else f" or after {duration_text(cadence.or_after)}"
-        return f"every {cadence.every}{after}"
-    if cadence.idle is not None:
-        return f"idle {duration_text(cadence.idle)}"
-    return f"cron {cadence.cron} ({cadence.tz})"
+    return trigger_text(cadence) or f"cron {cadence.cron} ({cadence.tz})"
 
 
 def cadence_document(cadence: Cadence) -> dict[str, Any]:

@@ -36,7 +36,7 @@ from stargraph_mem.engine.report import PassReport
 from stargraph_mem.engine.runner import PassRunner
 from stargraph_mem.engine.runtime import RejectedEpisode
 from stargraph_mem.errors import CompileError, PassConflictError, ScheduleError
-from stargraph_mem.model.cadence import Cadence, duration_us
+from stargraph_mem.model.cadence import Cadence, span_due_us
 from stargraph_mem.model.time import from_us, to_us, to_utc
 from stargraph_mem.stores.fact_rows import claim_holder
 from stargraph_mem.stores.protocols import EpisodeRepository, FactRepository, ScheduleRepository
@@ -266,7 +266,7 @@ class _Pack:
     @property
     def span_rules(self) -> list[CadenceRule]:
         """Rules judged on the times of their pending episodes: ``idle`` and ``or_after``."""
-        return [r for r in self.all_rules if _span_us(r.cadence) is not None]
+        return [r for r in self.all_rules if r.cadence.idle or r.cadence.or_after]
 
     @property
     def rules(self) -> dict[int, CadenceRule]:
@@ -295,20 +295,6 @@ class _Facts:
     def span_facts(self) -> list[tuple[int, int, int, int]]:
         """:attr:`spans` as (rule, part, first µs, last µs) facts for the schedule program."""
         return [(rule, part, first, last) for (rule, part), (first, last) in self.spans.items()]
-
-
-def _span_us(cadence: Cadence) -> int | None:
-    """The duration a span cadence waits (``idle``, or ``or_after``), in µs; else ``None``."""
-    wait = cadence.idle if cadence.idle is not None else cadence.or_after
-    return None if wait is None else duration_us(wait)
-
-
-def _span_next_us(cadence: Cadence, first_us: int, last_us: int) -> int:
-    """When a span rule with pending episodes in ``[first_us, last_us]`` becomes due by time:
-    ``idle`` after the latest, ``or_after`` after the earliest."""
-    wait = _span_us(cadence)
-    assert wait is not None
-    return (last_us if cadence.idle is not None else first_us) + wait
 
 
 class Scheduler:
@@ -750,7 +736,7 @@ class Scheduler:
         span = facts.spans.get((rule.index, part))
         spans = [] if span is None else [(rule.index, 0, *span)]
         if span is not None:
-            nxt = _span_next_us(rule.cadence, *span)
+            nxt = span_due_us(rule.cadence, *span)
         due = bool(pack.program.due(now_us, counts, nexts, spans))
         return StatusRow(
             pack.name,

@@ -249,5 +249,25 @@ class Cadence(FrozenModel):
         return next(name for name in _KINDS if getattr(self, name) is not None)
 
 
+def span_due_us(cadence: Cadence, first_us: int, last_us: int) -> int | None:
+    """When a cadence judged on time becomes due, given its pending episodes' earliest and
+    latest time (µs): ``idle`` after the latest, ``or_after`` after the earliest; else ``None``."""
+    if cadence.idle is not None:
+        return last_us + duration_us(cadence.idle)
+    if cadence.or_after is not None:
+        return first_us + duration_us(cadence.or_after)
+    return None
+
+
+def trigger_text(cadence: Cadence) -> str | None:
+    """``every 3``, ``every 3 or after 1h`` or ``idle 30m`` (``None`` for a cron cadence)."""
+    if cadence.idle is not None:
+        return f"idle {duration_text(cadence.idle)}"
+    if cadence.every is None:
+        return None
+    after = "" if cadence.or_after is None else f" or after {duration_text(cadence.or_after)}"
+    return f"every {cadence.every}{after}"
+
+
 SLEEP_CYCLE = Cadence(cron="0 3 * * *")
 """The default cadence: a nightly batch at 03:00 UTC."""
