@@ -225,10 +225,10 @@ class Cadence(FrozenModel):
             others = "".join(f", not with '{name}'" for name in given)
             raise ValueError(f"'or_after' goes with 'every' ({{every: N, or_after: 2h}}){others}")
         if not given:
-            raise ValueError("cadence needs one of 'every' (>= 1), 'cron' or 'idle'")
+            raise ValueError("cadence needs exactly one of 'every' (>= 1), 'cron' or 'idle'")
         if len(given) > 1:
             both = " and ".join(f"'{name}'" for name in given)
-            raise ValueError(f"cadence takes one of 'every', 'cron' or 'idle', not {both}")
+            raise ValueError(f"cadence needs exactly one of 'every', 'cron' or 'idle', not {both}")
         check_zone(self.tz)
         return self
 
