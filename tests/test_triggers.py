@@ -4,6 +4,7 @@ when they fire, once per quiet spell, whichever comes first, concurrent ticks, s
 from __future__ import annotations
 
 import asyncio
+import json
 import shlex
 import shutil
 from datetime import UTC, datetime, timedelta
@@ -12,10 +13,15 @@ from pathlib import Path
 import pytest
 from backends import NewLocation
 from test_scheduler import ALICE, Clock, fired, obs, opened
+from test_schema_agreement import yaml_schema_errors
 from typer.testing import CliRunner
 
 from stargraph_mem.cli import app
+from stargraph_mem.compiler.pack import compile_text, validate_file
 from stargraph_mem.engine.scheduler import ConsolidationReport
+from stargraph_mem.errors import IRError
+from stargraph_mem.stores.models import Cadence, ConsolidationRule
+from stargraph_mem.stores.sqlite_memory import SQLiteMemoryStore
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -192,3 +198,255 @@ def test_readme_idle_example_runs_verbatim(tmp_path: Path, monkeypatch: pytest.M
         assert args[0] == "stargraph-mem"
         result = CliRunner().invoke(app, args[1:])
         assert (result.exit_code, result.stdout) == (0, expected), args
+
+
+# --- durations and combinations: positioned errors ----------------------------------------
+
+BAD_CADENCES = [
+    (
+        "{idle: 0m}",
+        "8:21: rules[0].cadence.idle: duration '0m' is zero: a duration must be positive",
+    ),
+    (
+        "{idle: -90s}",
+        "8:21: rules[0].cadence.idle: duration '-90s' is negative: a duration must be positive",
+    ),
+    (
+        "{idle: 30 minutes}",
+        "8:21: rules[0].cadence.idle: invalid duration '30 minutes': write a number and a unit "
+        "per part, in the order d, h, m, s, such as 30m, 2h, 1d, 90s or 1h30m "
+        "(or {minutes: 30})",
+    ),
+    (
+        "{idle: 30m1h}",
+        "8:21: rules[0].cadence.idle: invalid duration '30m1h': write a number and a unit "
+        "per part, in the order d, h, m, s, such as 30m, 2h, 1d, 90s or 1h30m "
+        "(or {minutes: 30})",
+    ),
+    (
+        "{idle: 30}",
+        "8:21: rules[0].cadence.idle: expected a duration such as 30m, 2h, 1d, 90s or 1h30m "
+        "(or {minutes: 30}), got 30",
+    ),
+    (
+        "{idle: 40000d}",
+        "8:21: rules[0].cadence.idle: duration '40000d' is longer than 100 years",
+    ),
+    (
+        "{idle: {minutes: -5}}",
+        "8:15: rules[0].cadence.idle: duration {minutes: -5} is negative: "
+        "a duration must be positive",
+    ),
+    (
+        "{idle: {weeks: 1}}",
+        "8:15: rules[0].cadence.idle: unknown duration part 'weeks' "
+        "(use days, hours, minutes, seconds, or text such as 1h30m)",
+    ),
+    (
+        "{every: 5, or_after: 0s}",
+        "8:35: rules[0].cadence.or_after: duration '0s' is zero: a duration must be positive",
+    ),
+    (
+        '{idle: 30m, cron: "0 3 * * *"}',
+        "8:5: rules[0].cadence: cadence needs exactly one of 'every', 'cron' or 'idle', "
+        "not 'cron' and 'idle'",
+    ),
+    (
+        "{every: 5, idle: 30m}",
+        "8:5: rules[0].cadence: cadence needs exactly one of 'every', 'cron' or 'idle', "
+        "not 'every' and 'idle'",
+    ),
+    (
+        "{or_after: 1h}",
+        "8:5: rules[0].cadence: 'or_after' goes with 'every' ({every: N, or_after: 2h})",
+    ),
+    (
+        "{idle: 30m, or_after: 1h}",
+        "8:5: rules[0].cadence: 'or_after' goes with 'every' ({every: N, or_after: 2h}), "
+        "not with 'idle'",
+    ),
+    (
+        '{cron: "0 3 * * *", or_after: 1h}',
+        "8:5: rules[0].cadence: 'or_after' goes with 'every' ({every: N, or_after: 2h}), "
+        "not with 'cron'",
+    ),
+]
+
+
+def one_rule_pack(cadence: str) -> str:
+    """A valid one-rule pack but for its cadence, written on line 8 at column 5."""
+    return PACK_HEAD + f"    cadence: {cadence}\n" + BODY
+
+
+PACK_HEAD = """\
+ir_version: 1
+pack: base
+version: "1"
+fields: {subject: string, predicate: string, object: string}
+rules:
+  - id: r
+    description: one rule
+"""
+BODY = """\
+    when:
+      - episode: {subject: {bind: s}, predicate: {bind: p}, object: {bind: o}}
+    emit: {kind: add, subject: "{s}", predicate: "{p}", object: "{o}"}
+"""
+
+
+@pytest.mark.parametrize(("cadence", "expected"), BAD_CADENCES, ids=[c for c, _ in BAD_CADENCES])
+def test_bad_durations_and_combinations_are_positioned(cadence: str, expected: str) -> None:
+    with pytest.raises(IRError) as info:
+        compile_text(one_rule_pack(cadence), "rules/x.yaml")
+    assert str(info.value) == f"rules/x.yaml:{expected}"
+
+
+@pytest.mark.parametrize(
+    ("cadence", "idle", "or_after"),
+    [
+        ("{idle: 90s}", "1m30s", None),
+        ("{idle: 1h30m}", "1h30m", None),
+        ("{idle: 1.5h}", "1h30m", None),
+        ("{idle: 1d}", "1d", None),
+        ("{idle: {minutes: 30}}", "30m", None),
+        ("{every: 20, or_after: 2h}", None, "2h"),
+        ("{every: 20, or_after: {hours: 1, minutes: 30}}", None, "1h30m"),
+    ],
+)
+def test_durations_in_their_written_forms(
+    cadence: str, idle: str | None, or_after: str | None, tmp_path: Path
+) -> None:
+    pack = compile_text(one_rule_pack(cadence))
+    written = pack.rules[0].cadence
+    shown = written.model_dump()
+    assert (shown.get("idle"), shown.get("or_after")) == (idle, or_after)
+    path = tmp_path / "p.yaml"
+    path.write_text(one_rule_pack(cadence), encoding="utf-8")
+    assert validate_file(path) == []
+    assert yaml_schema_errors("pack", path) == []
+
+
+def test_a_pack_without_triggers_keeps_its_dump_and_hash() -> None:
+    assert Cadence(every=3).model_dump() == {"every": 3, "cron": None, "tz": "UTC"}
+    pack = compile_text(one_rule_pack("{every: 3}"))
+    assert "idle" not in pack.manifest["rules"][0]["cadence"]
+    assert pack.sha256 == compile_text(one_rule_pack("{every: 3}  # same")).sha256
+    idle = compile_text(one_rule_pack("{idle: 30m}"))
+    assert idle.sha256 == compile_text(one_rule_pack("{idle: {minutes: 30}}")).sha256
+
+
+# --- status ------------------------------------------------------------------------------
+
+
+async def test_status_shows_when_each_partition_is_next_due(new_location: NewLocation) -> None:
+    db = new_location()
+    clock = Clock(at(0))
+    async with opened(db, "{idle: 30m}", clock) as mem:
+        await mem.memory.put_many([obs(1, at=at(0)), obs(2, at=at(10)), obs(1, "bob", at=at(5))])
+        rows = await mem.status(at(36))
+        assert [(r.partition and r.partition.user, r.pending, r.next_run, r.due) for r in rows] == [
+            ("alice", 2, at(40), False),
+            ("bob", 1, at(35), True),
+        ]
+        await mem.tick(at(36))
+        rows = await mem.status(at(36))
+        assert [(r.pending, r.last_run, r.next_run) for r in rows] == [
+            (2, None, at(40)),
+            (0, at(36), None),
+        ]
+    async with opened(db, "{every: 5, or_after: 1h}", clock) as mem:
+        await mem.memory.put_many([obs(3, at=at(20)), obs(2, "bob", at=at(50))])
+        rows = await mem.status(at(50))
+        assert [(r.pending, r.next_run, r.due) for r in rows] == [
+            (3, at(60), False),  # the earliest pending episode is at minute 0
+            (1, at(110), False),
+        ]
+        assert [r.due for r in await mem.status(at(60))] == [True, False]
+
+
+def test_status_and_info_cli_show_the_triggers(tmp_path: Path) -> None:
+    pack = tmp_path / "batch.yaml"
+    pack.write_text(
+        one_rule_pack("{every: 3, or_after: 1h}").replace("pack: base", "pack: batch"),
+        encoding="utf-8",
+    )
+    db = str(tmp_path / "m.db")
+    put = ["put", "--db", db, "--user", "alice", "--session", "s", "--agent", "rag"]
+    meta = ["--meta", "subject=alice", "--meta", "predicate=likes", "--meta", "object=tea"]
+    result = CliRunner().invoke(
+        app, [*put, "--id", "e1", "--timestamp", "2026-11-01T09:00:00+00:00", *meta, "tea"]
+    )
+    assert result.exit_code == 0, result.stderr
+    run = ["run", "--db", db, "--pack", str(pack), "--once"]
+    assert CliRunner().invoke(app, [*run, "--now", "2026-11-01T09:30:00+00:00"]).stdout == (
+        "nothing due\n"
+    )
+    status = CliRunner().invoke(app, ["status", "--db", db, "--now", "2026-11-01T09:30:00+00:00"])
+    assert status.stdout.splitlines() == [
+        "PACK   RULE  CADENCE              USER   AGENT  PENDING  LAST RUN  NEXT RUN",
+        "batch  r     every 3 or after 1h  alice  rag    1        -         "
+        "after 2 more or at 2026-11-01T10:00:00+00:00",
+    ]
+    as_json = CliRunner().invoke(
+        app, ["status", "--db", db, "--now", "2026-11-01T10:00:00+00:00", "--json"]
+    )
+    (row,) = json.loads(as_json.stdout)["rules"]
+    assert (row["cadence"], row["next_run"], row["due"]) == (
+        {"every": 3, "or_after": "1h"},
+        "2026-11-01T10:00:00+00:00",
+        True,
+    )
+    info = CliRunner().invoke(app, ["info", str(pack)])
+    assert info.stdout.splitlines()[1:] == [
+        "RULE  PRIORITY  CADENCE              EMITS  CLAIM  ENABLED",
+        "r     0         every 3 or after 1h  add    yes    yes",
+    ]
+    fired = CliRunner().invoke(app, [*run, "--now", "2026-11-01T10:00:00+00:00"])
+    assert fired.stdout.splitlines()[-1] == "1 pass run"
+
+
+# --- exactly once ------------------------------------------------------------------------
+
+
+async def test_two_schedulers_deciding_the_same_idle_spell_apply_it_once(
+    new_location: NewLocation,
+) -> None:
+    """Both decide on the same state; the second pass finds the run token changed and
+    rolls back whole: no second set of facts, one recorded run."""
+    db = new_location()
+    clock = Clock(at(0))
+    async with (
+        opened(db, "{idle: 30m}", clock, holder="a") as a,
+        opened(db, "{idle: 30m}", clock, holder="b") as b,
+    ):
+        await a.memory.put_many([obs(1, at=at(0)), obs(2, at=at(1))])
+        decisions = []
+        for mem in (a, b):
+            (pack,) = mem.scheduler.packs
+            due, facts = await mem.scheduler._decide(pack, [ALICE], at(40))
+            decisions.append((mem, pack, due, facts))
+        reports = []
+        for mem, pack, due, facts in decisions:
+            report = ConsolidationReport(now=at(40))
+            applied = await mem.scheduler._run(
+                pack, ALICE, due[ALICE], facts.states, at(40), report
+            )
+            reports.append((applied, fired(report), len(report.conflicts)))
+        assert reports == [(True, [("alice", 2)], 0), (False, [], 1)]
+        assert len(await a.facts()) == 2
+        assert await a.schedule_store.total_runs() == 1
+
+
+# --- the specification's consolidate(rule) ----------------------------------------------
+
+
+async def test_consolidate_rule_honours_idle(tmp_path: Path) -> None:
+    store = SQLiteMemoryStore(path=tmp_path / "m.db")
+    await store.bootstrap()
+    recent = datetime.now(UTC) - timedelta(minutes=5)
+    await store.put(obs(1, at=recent), user="alice", session="s1", agent="rag")
+    rule = ConsolidationRule(id="quiet", cadence=Cadence(idle="10m"))
+    assert await store.consolidate(rule) == []
+    quiet = ConsolidationRule(id="quiet", cadence=Cadence(idle="1m"))
+    assert [d.kind for d in await store.consolidate(quiet)] == ["add"]
+    assert await store.consolidate(quiet) == []
