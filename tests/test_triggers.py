@@ -110,6 +110,17 @@ async def test_record_never_consolidates_an_idle_rule(new_location: NewLocation)
         assert fired(await mem.tick(at(60))) == [("alice", 2)]
 
 
+async def test_consolidate_ends_the_quiet_spell_it_consumed(new_location: NewLocation) -> None:
+    clock = Clock(at(0))
+    async with opened(new_location(), "{idle: 30m}", clock) as mem:
+        await mem.record(obs(1, at=at(0)))
+        forced = await mem.consolidate(now=at(5))  # whatever the cadence
+        assert fired(forced) == [("alice", 1)]
+        assert fired(await mem.tick(at(60))) == []
+        await mem.record(obs(2, at=at(61)))
+        assert fired(await mem.tick(at(91))) == [("alice", 1)]
+
+
 async def test_two_concurrent_ticks_fire_an_idle_spell_once(new_location: NewLocation) -> None:
     db = new_location()
     clock = Clock(at(0))
