@@ -255,8 +255,23 @@ BAD_CADENCES = [
     ),
     (
         "{idle: {minutes: -5}}",
-        "8:15: rules[0].cadence.idle: duration {minutes: -5} is negative: "
+        "8:15: rules[0].cadence.idle: duration part 'minutes' is negative: "
         "a duration must be positive",
+    ),
+    (
+        "{idle: {hours: 2, minutes: -30}}",
+        "8:15: rules[0].cadence.idle: duration part 'minutes' is negative: "
+        "a duration must be positive",
+    ),
+    (
+        "{idle: 1e400s}",
+        "8:21: rules[0].cadence.idle: invalid duration '1e400s': write a number and a unit "
+        "per part, in the order d, h, m, s, such as 30m, 2h, 1d, 90s or 1h30m "
+        "(or {minutes: 30})",
+    ),
+    (
+        "{idle: 99999999999999999999999d}",
+        "8:21: rules[0].cadence.idle: duration '99999999999999999999999d' is longer than 100 years",
     ),
     (
         "{idle: {weeks: 1}}",

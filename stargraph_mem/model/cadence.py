@@ -133,7 +133,7 @@ def parse_duration(value: Any) -> timedelta:
     """A cadence duration from YAML: text (``30m``, ``1h30m``) or parts (``{minutes: 30}``);
     ``ValueError`` unless it is positive and at most 100 years."""
     if isinstance(value, timedelta):
-        return _bounded(value, duration_text(value))
+        return _bounded(value.total_seconds(), duration_text(value))
     if isinstance(value, str):
         return _bounded(_text_seconds(value), repr(value))
     if isinstance(value, dict):
@@ -142,7 +142,7 @@ def parse_duration(value: Any) -> timedelta:
     raise ValueError(f"expected a duration such as {_FORMS}, got {value!r}")
 
 
-def _text_seconds(text: str) -> timedelta:
+def _text_seconds(text: str) -> float:
     """The duration ``text`` writes (a leading ``-`` kept, to be refused as negative)."""
     body = text[1:] if text.startswith("-") else text
     found = re.match(DURATION_PATTERN, body)
@@ -156,10 +156,10 @@ def _text_seconds(text: str) -> timedelta:
         for amount, (_, _, unit) in zip(found.groups(), DURATION_UNITS, strict=True)
         if amount
     )
-    return timedelta(seconds=-seconds if body is not text else seconds)
+    return -seconds if body is not text else seconds
 
 
-def _parts_seconds(parts: dict[Any, Any]) -> timedelta:
+def _parts_seconds(parts: dict[Any, Any]) -> float:
     """The duration ``{days: 1, minutes: 30}`` writes (the IR's ``Duration`` parts)."""
     units = {name: seconds for _, name, seconds in DURATION_UNITS}
     total = 0.0
@@ -172,17 +172,20 @@ def _parts_seconds(parts: dict[Any, Any]) -> timedelta:
             raise ValueError(f"duration part {key!r}: expected a number, got {amount!r}")
         if not math.isfinite(amount):
             raise ValueError(f"duration part {key!r}: expected a finite number, got {amount!r}")
+        if amount < 0:
+            raise ValueError(f"duration part {key!r} is negative: a duration must be positive")
         total += amount * units[key]
-    return timedelta(seconds=total)
+    return total
 
 
-def _bounded(value: timedelta, shown: str) -> timedelta:
-    """``value`` rounded to whole microseconds, if positive and at most 100 years."""
-    if value < timedelta(0):
+def _bounded(seconds: float, shown: str) -> timedelta:
+    """``seconds`` as a duration of whole microseconds, if positive and at most 100 years
+    (checked before any conversion, so huge numbers cannot overflow)."""
+    if seconds < 0:
         raise ValueError(f"duration {shown} is negative: a duration must be positive")
-    if value > MAX_DURATION:
+    if math.isnan(seconds) or seconds > MAX_DURATION.total_seconds():  # nan: inf - inf
         raise ValueError(f"duration {shown} is longer than 100 years")
-    value = timedelta(microseconds=duration_us(value))
+    value = timedelta(microseconds=round(seconds * 1_000_000))
     if not value:
         raise ValueError(f"duration {shown} is zero: a duration must be positive")
     return value
