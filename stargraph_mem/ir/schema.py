@@ -16,9 +16,8 @@ required and unknown keys, literal-only conditions in ``select``, ``count``, unn
 unbinding ``not`` / ``exists``, ``true`` as the only flag operand, ``missing`` alone,
 bare ``missing`` / ``exists`` refused, distinct ``keys``, fact fields, balanced template
 braces, what each ``emit.kind`` needs and refuses, one cadence form (``or_after`` only
-with ``every``), duration text, at most one
-``episode`` pattern and an ``episode`` or ``fact`` pattern per rule, an ``episode``
-pattern for a salience gate or ``reinforces``.
+with ``every``), duration text, at most one ``episode`` pattern and an ``episode`` or
+``fact`` pattern per rule, an ``episode`` pattern for a salience gate or ``reinforces``.
 
 Only the validator decides (the schema accepts such packs):
 
