@@ -16,11 +16,14 @@ from test_scheduler import ALICE, Clock, fired, obs, opened
 from test_schema_agreement import yaml_schema_errors
 from typer.testing import CliRunner
 
+from stargraph_mem.authoring.lint import lint_analysis
 from stargraph_mem.cli import app
 from stargraph_mem.compiler.pack import compile_text, validate_file
 from stargraph_mem.engine.api import Consolidator
 from stargraph_mem.engine.scheduler import ConsolidationReport
 from stargraph_mem.errors import IRError
+from stargraph_mem.ir.checks import check_or_raise
+from stargraph_mem.ir.loader import load_pack_text
 from stargraph_mem.stores.models import Cadence, ConsolidationRule
 from stargraph_mem.stores.postgres.schedule import PostgresScheduleStore
 from stargraph_mem.stores.sqlite_memory import SQLiteMemoryStore
@@ -486,3 +489,35 @@ async def test_consolidate_rule_honours_idle(tmp_path: Path) -> None:
     quiet = ConsolidationRule(id="quiet", cadence=Cadence(idle="1m"))
     assert [d.kind for d in await store.consolidate(quiet)] == ["add"]
     assert await store.consolidate(quiet) == []
+
+
+# --- lint ----------------------------------------------------------------------------------
+
+
+def test_lint_tells_trigger_cadences_apart() -> None:
+    def rule(rid: str, cadence: str, test: str = "") -> str:
+        return (
+            f"  - id: {rid}\n    cadence: {cadence}\n    when:\n"
+            f"      - episode: {{subject: {{bind: s}}, object: {{bind: o}}{test}}}\n"
+            '    emit: {kind: add, subject: "{s}", predicate: p, object: "{o}"}\n'
+        )
+
+    def warnings(first: str, second: str) -> list[str]:
+        head = PACK_HEAD.split("rules:")[0] + "rules:\n"
+        pack, source = load_pack_text(
+            head + rule("a", first, ", predicate: q") + rule("b", second, ", predicate: r"),
+            "p.yaml",
+        )
+        return [w.format() for w in lint_analysis(check_or_raise(pack, source), source)]
+
+    assert warnings("{idle: 30m}", "{idle: {minutes: 30}}") == []
+    assert warnings("{every: 3, or_after: 1h}", "{every: 3, or_after: 60m}") == []
+    assert warnings("{idle: 30m}", "{idle: 1h}") == [
+        "p.yaml:12:5: rules[1].cadence: warning: rules 'a' (idle 30m) and 'b' (idle 1h) both "
+        "write (*, p) facts on different cadences: they fight over the same facts "
+        "[cadence-overlap]"
+    ]
+    assert warnings("{every: 3}", "{every: 3, or_after: 1h30m}")[0].split(": warning: ")[1] == (
+        "rules 'a' (every 3) and 'b' (every 3 or after 1h30m) both write (*, p) facts on "
+        "different cadences: they fight over the same facts [cadence-overlap]"
+    )
