@@ -619,16 +619,23 @@ def _readme_table(readme: Path, *, write: bool) -> bool:
 
 
 def cadence_text(cadence: Cadence) -> str:
-    """``every 10`` or ``cron 0 3 * * * (UTC)``."""
-    if cadence.every is not None:
-        return f"every {cadence.every}"
-    return f"cron {cadence.cron} ({cadence.tz})"
+    """``every 10``, ``every 10 or after 1h``, ``idle 30m`` or ``cron 0 3 * * * (UTC)``."""
+    from stargraph_mem.model.cadence import trigger_text
+
+    return trigger_text(cadence) or f"cron {cadence.cron} ({cadence.tz})"
 
 
 def cadence_document(cadence: Cadence) -> dict[str, Any]:
-    """``{"every": 10}`` or ``{"cron": "0 3 * * *", "tz": "UTC"}``."""
+    """``{"every": 10}``, ``{"every": 10, "or_after": "1h"}``, ``{"idle": "30m"}`` or
+    ``{"cron": "0 3 * * *", "tz": "UTC"}``."""
+    from stargraph_mem.model.cadence import duration_text
+
     if cadence.every is not None:
+        if cadence.or_after is not None:
+            return {"every": cadence.every, "or_after": duration_text(cadence.or_after)}
         return {"every": cadence.every}
+    if cadence.idle is not None:
+        return {"idle": duration_text(cadence.idle)}
     return {"cron": cadence.cron, "tz": cadence.tz}
 
 

@@ -150,7 +150,8 @@ def run_cmd(
         ),
     ] = False,
 ) -> None:
-    """Run the cadence scheduler: every N episodes, cron times; SIGINT/SIGTERM stop it.
+    """Run the cadence scheduler: every N episodes (or after a time), cron times, idle
+    partitions; SIGINT/SIGTERM stop it.
 
     Any number of these may run on one memory (on PostgreSQL, on any number of machines):
     each leases the due partitions it consolidates, so they share the work and no pass is
@@ -194,7 +195,8 @@ def _iso(value: datetime | None) -> str | None:
 
 def status_document(rows: list[StatusRow]) -> dict[str, Any]:
     """The status table as JSON-ready data (``user``/``agent`` are ``null`` for a rule with
-    no partition yet; ``next_run`` is ``null`` for count cadences)."""
+    no partition yet; ``next_run`` is ``null`` for count cadences, and for ``idle`` and
+    ``or_after`` ones while nothing is pending)."""
     return {
         "rules": [
             {
@@ -218,11 +220,6 @@ def status_lines(rows: list[StatusRow]) -> list[str]:
     """The status table: one row per (pack, rule, partition)."""
     table = [("PACK", "RULE", "CADENCE", "USER", "AGENT", "PENDING", "LAST RUN", "NEXT RUN")]
     for row in rows:
-        if row.cadence.every is not None:
-            left = max(0, row.cadence.every - row.pending)
-            upcoming = "due" if row.due else f"after {left} more"
-        else:
-            upcoming = _when(row.next_run) + (" (due)" if row.due else "")
         table.append(
             (
                 row.pack,
@@ -232,10 +229,22 @@ def status_lines(rows: list[StatusRow]) -> list[str]:
                 row.partition.agent if row.partition else "-",
                 str(row.pending),
                 _when(row.last_run),
-                upcoming,
+                _upcoming(row),
             )
         )
     return aligned(table)
+
+
+def _upcoming(row: StatusRow) -> str:
+    """When the rule next runs for the row's partition: ``due``, ``after 3 more`` (or at
+    the ``or_after`` time), a time (cron, idle) with `` (due)`` once reached, or ``-``."""
+    if row.cadence.every is not None:
+        if row.due:
+            return "due"
+        left = max(0, row.cadence.every - row.pending)
+        timer = "" if row.next_run is None else f" or at {_when(row.next_run)}"
+        return f"after {left} more{timer}"
+    return _when(row.next_run) + (" (due)" if row.due else "")
 
 
 @app.command()
@@ -257,7 +266,8 @@ def status(
         typer.Option("--json", help='Print one JSON document: {"rules": [...]} (empty when none).'),
     ] = False,
 ) -> None:
-    """Each rule's cadence, pending episodes, last and next run per partition."""
+    """Each rule's cadence, pending episodes, last and next run per partition (idle and
+    or_after rules: when the partition is next due by time)."""
     from stargraph_mem.engine.api import Consolidator
 
     when = parse_aware(now, "--now")

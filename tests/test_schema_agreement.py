@@ -80,6 +80,7 @@ VALID_PACKS = sorted(
 VALIDATOR_ONLY = {
     "alias_reused": "an alias names one pattern: names across patterns",
     "arithmetic_text_variable": "the variable's type comes from the field it binds",
+    "cadence_idle_zero": "the parts of a duration are added up",
     "confidence_from_text_variable": "the variable's type comes from the field it binds",
     "contains_bad_list_item": "list items are checked on list fields only (a field type)",
     "count_bounds_crossed": "at_least and at_most are compared with each other",

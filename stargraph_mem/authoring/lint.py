@@ -51,6 +51,7 @@ from stargraph_mem.ir.models import (
 )
 from stargraph_mem.ir.operators import OPERATORS, unknown_operator
 from stargraph_mem.ir.reference import passes
+from stargraph_mem.model.cadence import trigger_text
 from stargraph_mem.stores.models import Cadence
 
 __all__ = ["CHECKS", "SUPPRESSIBLE", "LintReport", "LintWarning", "lint_analysis", "lint_file"]
@@ -586,9 +587,10 @@ def _overlap(first: list[Target], second: list[Target]) -> str | None:
 
 
 def _schedule(cadence: Cadence) -> tuple[Any, ...]:
-    """What a cadence means: its count, or its cron fields as croniter expands them."""
+    """What a cadence means: its count and durations, or its cron fields as croniter
+    expands them."""
     if cadence.cron is None:
-        return ("every", cadence.every)
+        return (cadence.kind, cadence.every, cadence.idle, cadence.or_after)
     fields: list[Any] = list(croniter(cadence.cron).expanded)
     if len(fields) == 5:
         fields.append([0])  # at second 0
@@ -603,7 +605,10 @@ def _same_schedule(a: Cadence, b: Cadence) -> bool:
 
 
 def _cadence_text(cadence: Cadence) -> str:
-    when = f"every {cadence.every}" if cadence.every is not None else f"cron '{cadence.cron}'"
+    trigger = trigger_text(cadence)
+    if trigger is not None:
+        return trigger
+    when = f"cron '{cadence.cron}'"
     return when if cadence.tz == "UTC" else f"{when} {cadence.tz}"
 
 

@@ -8,10 +8,14 @@ due-ness itself:
   after the rule's watermark (a count-based rule; ``n`` may be capped at the rule's N);
 * ``(sm-sched-next (rule <index>) (part <p>) (at <µs>))``: the rule's next cron fire time
   for the partition, computed by croniter from the last run in the rule's time zone.
+* ``(sm-sched-first (rule <index>) (part <p>) (at <µs>))`` and ``(sm-sched-last …)``: the
+  times of the earliest and the latest episode the rule has not consumed in the partition
+  (asserted only when it has some), for ``or_after`` and ``idle`` rules.
 
 One defrule per enabled rule, emitted from its cadence, asserts
 ``(sm-sched-due (rule <index>) (part <p>))``. Rules and partitions travel as integers and
-N as an integer literal, so no author or user text reaches CLIPS; defrule names use rule
+N and durations (in microseconds) as integer literals, so no author or user text reaches
+CLIPS; defrule names use rule
 ids, which match the IR's name pattern.
 """
 
@@ -27,7 +31,7 @@ from croniter import croniter
 
 from stargraph_mem.errors import ScheduleError
 from stargraph_mem.ir.models import NAME_PATTERN
-from stargraph_mem.model.cadence import Cadence
+from stargraph_mem.model.cadence import Cadence, duration_us
 
 __all__ = [
     "SCHEDULE_TEMPLATES",
@@ -43,6 +47,10 @@ SCHEDULE_TEMPLATES = """\
 (deftemplate sm-sched-count
   (slot rule (type INTEGER)) (slot part (type INTEGER)) (slot pending (type INTEGER)))
 (deftemplate sm-sched-next
+  (slot rule (type INTEGER)) (slot part (type INTEGER)) (slot at (type INTEGER)))
+(deftemplate sm-sched-first
+  (slot rule (type INTEGER)) (slot part (type INTEGER)) (slot at (type INTEGER)))
+(deftemplate sm-sched-last
   (slot rule (type INTEGER)) (slot part (type INTEGER)) (slot at (type INTEGER)))
 (deftemplate sm-sched-due (slot rule (type INTEGER)) (slot part (type INTEGER)))
 """
@@ -98,11 +106,44 @@ def cron_clips(rule: CadenceRule) -> str:
     )
 
 
+def idle_clips(rule: CadenceRule, idle_us: int) -> str:
+    """Due once the clock is ``idle_us`` past the latest episode the rule has not consumed:
+    no episode arrived for that long (a new one moves the latest, so each quiet spell
+    fires once: the pass consumes what made it due)."""
+    index = _int(rule.index)
+    return (
+        f"(defrule {_name(rule.id)}\n"
+        "  (sm-sched-clock (now ?now))\n"
+        f"  (sm-sched-last (rule {index}) (part ?p) (at ?t&:(<= (+ ?t {_int(idle_us)}) ?now)))\n"
+        "  =>\n"
+        f"  (assert (sm-sched-due (rule {index}) (part ?p))))\n"
+    )
+
+
+def or_after_clips(rule: CadenceRule, every: int, after_us: int) -> str:
+    """Due at ``every`` episodes after the watermark, or once the clock is ``after_us`` past
+    the earliest episode the rule has not consumed, whichever comes first."""
+    index = _int(rule.index)
+    return (
+        f"(defrule {_name(rule.id)}\n"
+        f"  (or (sm-sched-count (rule {index}) (part ?p) (pending ?n&:(>= ?n {_int(every)})))\n"
+        "      (and (sm-sched-clock (now ?now))\n"
+        f"           (sm-sched-first (rule {index}) (part ?p)\n"
+        f"             (at ?t&:(<= (+ ?t {_int(after_us)}) ?now)))))\n"
+        "  =>\n"
+        f"  (assert (sm-sched-due (rule {index}) (part ?p))))\n"
+    )
+
+
 def cadence_rule_clips(rule: CadenceRule) -> str:
     """The defrule for one rule, dispatched on its cadence kind."""
     cadence = rule.cadence
+    if cadence.every is not None and cadence.or_after is not None:
+        return or_after_clips(rule, cadence.every, duration_us(cadence.or_after))
     if cadence.every is not None:
         return every_clips(rule, cadence.every)
+    if cadence.idle is not None:
+        return idle_clips(rule, duration_us(cadence.idle))
     return cron_clips(rule)
 
 

@@ -175,7 +175,9 @@ class Consolidator(AsyncResource):
 
     async def record(self, episode: Episode) -> ConsolidationReport:
         """Store one episode under its own scope, then check the partition's count
-        cadences: ``every: 1`` rules (and ``every: N`` ones that just reached N) fire now."""
+        cadences: ``every: 1`` rules (and ``every: N`` ones that just reached N, or whose
+        ``or_after`` time passed) fire now. ``idle`` and cron rules never fire on a record:
+        a put ends a quiet spell, and ``tick`` runs them at their time."""
         await self.memory.put(
             episode, user=episode.user, session=episode.session, agent=episode.agent
         )
@@ -193,7 +195,8 @@ class Consolidator(AsyncResource):
         return report
 
     async def tick(self, now: datetime | None = None) -> ConsolidationReport:
-        """Run whatever is due (cron times reached, ``every: N`` counts reached), once."""
+        """Run whatever is due (cron times reached, ``every: N`` counts reached, ``or_after``
+        times passed, partitions quiet for their ``idle`` duration), once."""
         self._ticked = True
         return await self.scheduler.tick(now or self.clock())
 

@@ -9,6 +9,8 @@ The rule's cadence decides, per partition, whether a direct call consolidates it
 
 - ``{every: N}``: when at least N episodes arrived after the rule's watermark; the pass
   then consumes all of them. Fewer stay pending (no deltas for that partition).
+- ``{idle: DURATION}``: once no episode after the watermark is younger than the
+  duration; ``{every: N, or_after: DURATION}`` also once the oldest of them is that old.
 - ``{cron: …}`` (the default is the nightly sleep cycle): the first call for a partition
   consolidates it; later calls do only once a cron time (in the rule's ``tz``) passed
   since the last call that did. The run time is stored (``rule_runs``, pack
@@ -33,8 +35,9 @@ from stargraph_mem.engine.report import LegacyFilter
 from stargraph_mem.engine.runner import PassRunner
 from stargraph_mem.engine.runtime import Stamp
 from stargraph_mem.errors import ConsolidationRuleError
+from stargraph_mem.model.cadence import span_due_us
 from stargraph_mem.model.deltas import MemoryDelta
-from stargraph_mem.model.time import from_us, utc_now
+from stargraph_mem.model.time import from_us, to_us, utc_now
 from stargraph_mem.stores.models import ConsolidationRule
 from stargraph_mem.stores.scope import Partition
 from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
@@ -113,16 +116,28 @@ async def _due(
 ) -> list[RuleRun] | None:
     """The run records to write when ``partition`` is due under ``rule``, else ``None``."""
     every = rule.cadence.every
-    if every is not None:
+    if every is not None or rule.cadence.idle is not None:
         mark = await runner.facts.watermark(runner.pack, rule.id, partition)
         pending = await runner.memory.count_since(partition, mark)
-        return [] if pending >= every else None
+        if every is not None and pending >= every:
+            return []
+        return [] if pending and await _due_by_time(runner, rule, partition, mark, now) else None
     state = runs.get((rule.id, partition.key))
     if state is not None and next_fire(rule.cadence, from_us(state.since_us), rule.id) > now:
         return None
     token = uuid.uuid4().hex
     expect = "" if state is None else state.token
     return [RuleRun(RUNS_PACK, rule.id, partition, now, token, expect)]
+
+
+async def _due_by_time(
+    runner: PassRunner, rule: ConsolidationRule, partition: Partition, mark: int, now: datetime
+) -> bool:
+    """Whether an ``idle`` / ``or_after`` cadence is due at ``now`` by the times of the
+    episodes after the rule's watermark."""
+    times = [to_us(r.timestamp) for r in await runner.memory.since(partition, mark)]
+    due_us = span_due_us(rule.cadence, min(times), max(times)) if times else None
+    return due_us is not None and due_us <= to_us(now)
 
 
 def _as_rule(exc: ConsolidationRuleError, rule_id: str) -> ConsolidationRuleError:

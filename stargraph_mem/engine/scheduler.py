@@ -3,7 +3,10 @@
 Due-ness is decided by each pack's schedule program (:mod:`stargraph_mem.compiler.cadence`),
 never here. This module supplies its facts: per (count rule, partition) the episodes after
 the rule's watermark, per (cron rule, partition) the next fire time croniter computes from
-the last run (or the anchor: when the partition's cron clock started) in the rule's tz.
+the last run (or the anchor: when the partition's cron clock started) in the rule's tz, per
+(``idle`` or ``or_after`` rule, partition) the times of the earliest and latest episode the
+rule has not consumed. All are judged at the tick's ``now``, so stepped clocks are
+deterministic.
 
 Everything that decides is durable: pending counts come from the episodes table and the
 watermarks, last runs from ``rule_runs``, written in the same transaction as the pass. A
@@ -34,7 +37,7 @@ from stargraph_mem.engine.runner import PassRunner
 from stargraph_mem.engine.runtime import RejectedEpisode
 from stargraph_mem.engine.sweep import Sweeper, SweepOutcome, swept
 from stargraph_mem.errors import CompileError, PassConflictError, ScheduleError
-from stargraph_mem.model.cadence import Cadence
+from stargraph_mem.model.cadence import Cadence, span_due_us
 from stargraph_mem.model.time import from_us, to_us, to_utc
 from stargraph_mem.stores.fact_rows import claim_holder
 from stargraph_mem.stores.protocols import EpisodeRepository, FactRepository, ScheduleRepository
@@ -171,7 +174,9 @@ class StatusRow:
     """Episodes the rule has not consumed: after its watermark, and deferred ones."""
     last_run: datetime | None
     next_run: datetime | None
-    """The next cron fire time (``None`` for count rules)."""
+    """The next cron fire time; for ``idle``, when the partition will have been quiet long
+    enough, and for ``or_after``, the duration after the first pending episode (``None``
+    for count rules, and for these two while nothing is pending)."""
     due: bool
     not_yet_due: int = 0
     """Of ``pending``, the deferred episodes stamped after the status time (a pass at
@@ -194,15 +199,19 @@ class ScheduleProgram:
         self._count = self.env.find_template("sm-sched-count")
         self._next = self.env.find_template("sm-sched-next")
         self._due = self.env.find_template("sm-sched-due")
+        self._first = self.env.find_template("sm-sched-first")
+        self._last = self.env.find_template("sm-sched-last")
 
     def due(
         self,
         now_us: int,
         counts: Iterable[tuple[int, int, int]] = (),
         nexts: Iterable[tuple[int, int, int]] = (),
+        spans: Iterable[tuple[int, int, int, int]] = (),
     ) -> list[tuple[int, int]]:
-        """(rule index, partition index) pairs due, given (rule, part, pending) counts and
-        (rule, part, next fire µs) clocks."""
+        """(rule index, partition index) pairs due, given (rule, part, pending) counts,
+        (rule, part, next fire µs) clocks and (rule, part, first µs, last µs) spans of the
+        episodes a rule has not consumed."""
         env = self.env
         env.reset()
         try:
@@ -211,6 +220,9 @@ class ScheduleProgram:
                 self._count.assert_fact(rule=rule, part=part, pending=pending)
             for rule, part, at in nexts:
                 self._next.assert_fact(rule=rule, part=part, at=at)
+            for rule, part, first, last in spans:
+                self._first.assert_fact(rule=rule, part=part, at=first)
+                self._last.assert_fact(rule=rule, part=part, at=last)
             env.run()
             return sorted((int(f["rule"]), int(f["part"])) for f in self._due.facts())
         except clips.CLIPSError as exc:
@@ -254,6 +266,11 @@ class _Pack:
         return [r for r in self.all_rules if r.cadence.cron is not None and not swept(r)]
 
     @property
+    def span_rules(self) -> list[CadenceRule]:
+        """Rules judged on the times of their pending episodes: ``idle`` and ``or_after``."""
+        return [r for r in self.all_rules if r.cadence.idle or r.cadence.or_after]
+
+    @property
     def rules(self) -> dict[int, CadenceRule]:
         return {r.index: r for r in self.all_rules}
 
@@ -273,6 +290,13 @@ class _Facts:
     later: dict[tuple[str, int], int] = field(default_factory=dict)
     """Per (rule, partition): deferred episodes not due yet (included in ``pending``)."""
     states: dict[tuple[str, str], RunState] = field(default_factory=dict)
+    spans: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)
+    """Per (rule index, partition): the first and last µs of the episodes a span rule has
+    not consumed, where it has some."""
+
+    def span_facts(self) -> list[tuple[int, int, int, int]]:
+        """:attr:`spans` as (rule, part, first µs, last µs) facts for the schedule program."""
+        return [(rule, part, first, last) for (rule, part), (first, last) in self.spans.items()]
 
 
 class Scheduler:
@@ -362,6 +386,37 @@ class Scheduler:
                 if rule.cadence.every is not None:
                     facts.counts.append((rule.index, part, count + len(mine) - later))
 
+    async def _spans(
+        self,
+        pack: _Pack,
+        partitions: Sequence[Partition],
+        facts: _Facts,
+        rules: Sequence[CadenceRule],
+    ) -> None:
+        """The earliest and latest time of the episodes each ``idle`` / ``or_after`` rule has
+        not consumed in every partition: after its watermark (one read per distinct
+        watermark, in one statement), and those its passes deferred."""
+        if not rules or not partitions:
+            return
+        bases = await self.facts.pass_bases(pack.name, partitions)
+        deferred = await self.facts.deferred_of(pack.name, partitions)
+        pairs = sorted(
+            {
+                (part, marks.get(rule.id, 0))
+                for part, (marks, _) in enumerate(bases)
+                for rule in rules
+            }
+        )
+        found = await self.store.spans_of([(partitions[p], mark) for p, mark in pairs])
+        by_mark = dict(zip(pairs, found, strict=True))
+        for part, (marks, _) in enumerate(bases):
+            for rule in rules:
+                times = [d.ts_us for d in deferred[part] if d.rule_id == rule.id]
+                span = by_mark[(part, marks.get(rule.id, 0))]
+                times += span if span is not None else ()
+                if times:
+                    facts.spans[(rule.index, part)] = (min(times), max(times))
+
     async def _anchor_missing(
         self, pack: _Pack, partitions: Sequence[Partition], now: datetime, facts: _Facts
     ) -> None:
@@ -421,12 +476,15 @@ class Scheduler:
         facts = _Facts()
         facts.states = await self.store.runs_of(pack.name, partitions)
         await self._pending(pack, partitions, facts, pack.count_rules, to_us(now))
+        await self._spans(pack, partitions, facts, pack.span_rules)
         if pack.cron_rules:
             await self._anchor_missing(pack, partitions, now, facts)
             self._clocks(pack, partitions, facts)
         due: dict[Partition, list[CadenceRule]] = defaultdict(list)
         rules = pack.rules
-        for index, part in pack.program.due(to_us(now), facts.counts, facts.nexts):
+        for index, part in pack.program.due(
+            to_us(now), facts.counts, facts.nexts, facts.span_facts()
+        ):
             due[partitions[part]].append(rules[index])
         # in rule order, so partitions due for the same rules run as one batch
         return {p: sorted(found, key=lambda r: r.index) for p, found in due.items()}, facts
@@ -525,9 +583,28 @@ class Scheduler:
         due = pack.program.due(to_us(now), counts)
         return [by_index[index] for index, _ in due], states
 
+    async def _decide_record(
+        self, pack: _Pack, partition: Partition, now: datetime
+    ) -> tuple[list[CadenceRule], dict[tuple[str, str], RunState]]:
+        """The count rules due for one partition after a put: by count, and for
+        ``or_after`` rules also by the time of their first pending episode."""
+        timed = [r for r in pack.count_rules if r.cadence.or_after is not None]
+        if not timed:
+            return await self._decide_counts(pack, partition, now)
+        facts = _Facts()
+        facts.states = await self.store.runs_of(pack.name, [partition])
+        await self._pending(pack, [partition], facts, pack.count_rules, to_us(now))
+        await self._spans(pack, [partition], facts, timed)
+        due = pack.program.due(to_us(now), facts.counts, (), facts.span_facts())
+        by_index = pack.rules
+        return [by_index[index] for index, _ in due], facts.states
+
     async def on_record(self, partition: Partition, now: datetime) -> ConsolidationReport:
         """The cadence check after a put: run the partition's count rules that are due
-        (``every: 1`` rules on every put). Re-decides when another scheduler got there first."""
+        (``every: 1`` rules on every put; ``or_after`` ones also once their first pending
+        episode is old enough). ``idle`` and cron rules wait for a tick: a put is what
+        ends an idle spell, never what completes one. Re-decides when another scheduler
+        got there first."""
         now = to_utc(now)
         report = ConsolidationReport(now=now)
         t0 = time.perf_counter()
@@ -536,7 +613,7 @@ class Scheduler:
                 if not pack.count_rules:
                     continue
                 for _ in range(RETRIES):
-                    rules, states = await self._decide_counts(pack, partition, now)
+                    rules, states = await self._decide_record(pack, partition, now)
                     if not rules or await self._run(pack, partition, rules, states, now, report):
                         break
         report.timings["total"] = time.perf_counter() - t0
@@ -641,6 +718,7 @@ class Scheduler:
             facts.states = await self.store.runs(pack.name)
             rules = pack.all_rules
             await self._pending(pack, partitions, facts, rules, now_us)
+            await self._spans(pack, partitions, facts, pack.span_rules)
             for rule in rules:
                 if not partitions:
                     rows.append(
@@ -675,7 +753,11 @@ class Scheduler:
             nexts = [(rule.index, 0, nxt)]
         else:
             counts, nexts = [(rule.index, 0, pending - later)], []
-        due = bool(pack.program.due(now_us, counts, nexts))
+        span = facts.spans.get((rule.index, part))
+        spans = [] if span is None else [(rule.index, 0, *span)]
+        if span is not None:
+            nxt = span_due_us(rule.cadence, *span)
+        due = bool(pack.program.due(now_us, counts, nexts, spans))
         return StatusRow(
             pack.name,
             rule.id,

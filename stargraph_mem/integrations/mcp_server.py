@@ -156,8 +156,10 @@ class RecordResult(_Result):
     episode_id: str = Field(description="Id of the stored episode.")
     consolidation: ConsolidationResult = Field(
         description="Passes the record triggered: rules with an `every: N` cadence that became"
-        " due (`every: 1` rules on every record). Cron rules run at their time under a"
-        " scheduler (`stargraph-mem run`), or when the consolidate tool is called."
+        " due (`every: 1` rules on every record; `every: N, or_after: T` ones also once their"
+        " earliest pending episode is T old). Cron and `idle` rules never run on a record:"
+        " they run at their time under a scheduler (`stargraph-mem run`), or when the"
+        " consolidate tool is called."
     )
 
 

@@ -15,9 +15,9 @@ The validator's rules that JSON Schema can express are mirrored: names, ranges, 
 required and unknown keys, literal-only conditions in ``select``, ``count``, unnamed and
 unbinding ``not`` / ``exists``, ``true`` as the only flag operand, ``missing`` alone,
 bare ``missing`` / ``exists`` refused, distinct ``keys``, fact fields, balanced template
-braces, what each ``emit.kind`` needs and refuses, one cadence form, at most one
-``episode`` pattern and an ``episode`` or ``fact`` pattern per rule, an ``episode``
-pattern for a salience gate or ``reinforces``.
+braces, what each ``emit.kind`` needs and refuses, one cadence form (``or_after`` only
+with ``every``), duration text, at most one ``episode`` pattern and an ``episode`` or
+``fact`` pattern per rule, an ``episode`` pattern for a salience gate or ``reinforces``.
 
 Only the validator decides (the schema accepts such packs):
 
@@ -29,7 +29,8 @@ Only the validator decides (the schema accepts such packs):
   that is always present, ``keys`` / ``distinct`` on unknown or list fields;
 - order and comparisons between values: ``earlier`` / ``count`` before the ``episode``
   pattern, ``at_least`` above ``at_most``, duplicate rule ids, a rule unreachable behind
-  an identical one, durations adding up to more than 100 years;
+  an identical one, durations adding up to more than 100 years (or, in a cadence, to
+  zero);
 - cron syntax and time-zone names (croniter and the time-zone database decide);
 - what the YAML loader refuses: duplicate keys, tags, anchors beyond its limits,
   integers beyond 64 bits, NUL or lone surrogates in text.
@@ -56,6 +57,7 @@ from stargraph_mem.ir.models import (
     RulePack,
 )
 from stargraph_mem.ir.operators import FLAGS, OPERATORS, Operator
+from stargraph_mem.model.cadence import DURATION_PATTERN
 
 Schema = dict[str, Any]
 
@@ -254,10 +256,20 @@ def _rule(rule: Schema) -> None:
 
 
 def _cadence(cadence: Schema) -> None:
+    """One of ``every``, ``cron`` and ``idle``; ``or_after`` only with ``every``; durations
+    as text (``1h30m``) or parts (``{minutes: 30}``)."""
+    props = cadence["properties"]
+    for name, title in (("idle", "Idle"), ("or_after", "Or After")):
+        props[name] = {
+            "anyOf": [{"type": "string", "pattern": DURATION_PATTERN}, ref("Duration")],
+            "title": title,
+        }
     cadence["oneOf"] = [
         {"required": ["every"], "properties": {"every": {"type": "integer"}}},
         {"required": ["cron"], "properties": {"cron": {"type": "string"}}},
+        {"required": ["idle"]},
     ]
+    cadence["dependentRequired"] = {"or_after": ["every"]}
 
 
 def _fields(pack: Schema) -> None:

@@ -23,6 +23,7 @@ __all__ = [
     "RuleRun",
     "RunState",
     "RunStatements",
+    "episode_spans",
     "pending_states",
     "record_runs",
     "registered_rules",
@@ -124,6 +125,16 @@ def pending_states(rows: Iterable[Any]) -> dict[str, tuple[int, RunState | None]
         )
         for rule_id, anchor, last, runs, token, count in rows
     }
+
+
+def episode_spans(rows: Iterable[Any], size: int) -> list[tuple[int, int] | None]:
+    """``spans_of`` rows (read index, earliest µs, latest µs) as one entry per read, in
+    order: ``None`` where the read found no episode."""
+    found: list[tuple[int, int] | None] = [None] * size
+    for index, first, last in rows:
+        if first is not None:
+            found[int(index)] = (int(first), int(last))
+    return found
 
 
 def registered_rules(rows: Iterable[Any]) -> dict[str, list[tuple[str, int, str]]]:

@@ -24,6 +24,7 @@ from stargraph_mem.stores.schedule_runs import (
     RuleRun,
     RunState,
     RunStatements,
+    episode_spans,
     pending_states,
     registered_rules,
     run_states,
@@ -83,6 +84,10 @@ RUNS: Final = RunStatements(
     ),
 )
 _RUN_COLUMNS: Final = "rule_id, partition_key, anchor_us, last_run_us, runs, token"
+_SPANS_OF: Final = """
+    SELECT j.key, min(e.ts_us), max(e.ts_us) FROM json_each(?) j
+    LEFT JOIN episodes e ON e.partition_key = j.value ->> 0 AND e.seq > j.value ->> 1
+    GROUP BY j.key"""
 
 
 _TABLE_NAMES: Final = ("rule_runs", "scheduler_lease", "schedule_rules")
@@ -173,6 +178,17 @@ class SQLiteScheduleStore(SQLiteStoreBase):
         async with self._read() as db:
             rows = await fetch(db, sql, (*rule_ids, key, pack, key, pack, key))
         return pending_states(rows)
+
+    async def spans_of(
+        self, reads: Sequence[tuple[Partition, int]]
+    ) -> list[tuple[int, int] | None]:
+        """Per ``(partition, after_seq)`` read: the earliest and latest timestamp (µs) of
+        the partition's episodes after ``after_seq``, or ``None`` when there is none (one
+        statement; what ``idle`` and ``or_after`` cadences are judged on)."""
+        wanted = orjson.dumps([[p.key, after] for p, after in reads]).decode()
+        async with self._read() as db:
+            rows = await fetch(db, _SPANS_OF, (wanted,))
+        return episode_spans(rows, len(reads))
 
     async def anchor(self, pack: str, anchors: Sequence[tuple[str, Partition, int]]) -> None:
         """Start the cron clocks of (rule id, partition, anchor µs) that have none yet."""

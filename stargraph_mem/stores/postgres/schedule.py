@@ -18,6 +18,7 @@ from stargraph_mem.stores.postgres.statements import RUNS
 from stargraph_mem.stores.schedule_runs import (
     LeaseState,
     RunState,
+    episode_spans,
     pending_states,
     registered_rules,
     run_states,
@@ -32,6 +33,11 @@ __all__ = ["PostgresScheduleStore"]
 
 _LOCK: Final = "schedule"
 _RUN_COLUMNS: Final = "rule_id, partition_key, anchor_us, last_run_us, runs, token"
+_SPANS_OF: Final = """
+    SELECT r.i - 1, min(e.ts_us), max(e.ts_us)
+    FROM unnest(%s::text[], %s::bigint[]) WITH ORDINALITY AS r(k, after, i)
+    LEFT JOIN episodes e ON e.partition_key = r.k AND e.seq > r.after
+    GROUP BY r.i"""
 _ANCHOR: Final = (
     "INSERT INTO rule_runs (pack, rule_id, partition_key, anchor_us) VALUES (%s, %s, %s, %s) "
     "ON CONFLICT DO NOTHING"
@@ -82,6 +88,17 @@ class PostgresScheduleStore(PostgresRepository):
         async with self.database.connection() as db:
             rows = await db.fetch(sql, (key, list(rule_ids), pack, key, pack, key))
         return pending_states(rows)
+
+    async def spans_of(
+        self, reads: Sequence[tuple[Partition, int]]
+    ) -> list[tuple[int, int] | None]:
+        """Per ``(partition, after_seq)`` read: the earliest and latest timestamp (µs) of
+        the partition's episodes after ``after_seq``, or ``None`` (one statement)."""
+        keys = [p.key for p, _ in reads]
+        afters = [after for _, after in reads]
+        async with self.database.connection() as db:
+            rows = await db.fetch(_SPANS_OF, (keys, afters))
+        return episode_spans(rows, len(reads))
 
     async def anchor(self, pack: str, anchors: Sequence[tuple[str, Partition, int]]) -> None:
         """Start the cron clocks of (rule id, partition, anchor µs) that have none yet."""
