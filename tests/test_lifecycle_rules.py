@@ -139,7 +139,11 @@ def test_archived_facts_are_matched_only_by_a_status_test(lifecycle: CompiledPac
     finally:
         runtime.close()
     (delta,) = out.deltas  # 'expire' (no status test) does not see it
-    assert (delta.rule_id, delta.replaces, delta.status) == ("purge_archived", ["a1"], "invalidated")
+    assert (delta.rule_id, delta.replaces, delta.status) == (
+        "purge_archived",
+        ["a1"],
+        "invalidated",
+    )
     assert lifecycle.needs_archived
 
 
