@@ -5,9 +5,10 @@ same loader): every pattern kind, every operator of the operator table on every 
 type it applies to (lifecycle fact fields and declared payload keys included), literal
 and ``{var: x}`` operands, time conditions inside ``count`` and ``earlier``, bind/var
 joins across patterns, and every emit kind with its ``replaces`` / ``sources`` /
-``confidence`` forms (typed arithmetic included), payloads and closing statuses. Each pack must pass the checker,
-compile, load into CLIPS and run a pass over a few episodes; a non-claiming observer rule
-in each pack is compared with the reference evaluator.
+``confidence`` forms (typed arithmetic included), payloads and closing statuses. Each
+pack must pass the checker, compile, load into CLIPS and run a pass over a few episodes
+(some facts archived); a non-claiming observer rule in each pack is compared with the
+reference evaluator.
 
 Adding an option to a pattern: one entry in :data:`EARLIER_OPTIONS` or
 :data:`COUNT_OPTIONS` (a strategy for its value, or ``None`` to leave it out).
@@ -38,9 +39,9 @@ from stargraph_mem.ir.models import (
     FieldType,
     Rule,
 )
-from stargraph_mem.model.deltas import CLOSE_STATUSES
 from stargraph_mem.ir.operators import FLAGS, OPERATORS, Operator
 from stargraph_mem.ir.reference import evaluate
+from stargraph_mem.model.deltas import CLOSE_STATUSES
 from stargraph_mem.model.time import to_us
 from stargraph_mem.stores.fact import EngineFact
 from stargraph_mem.stores.memory import EpisodeRecord

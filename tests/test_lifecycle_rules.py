@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from packs_helpers import NOW, PARTITION, T0, engine_fact, first_issue, run_pass, triple
 
-from stargraph_mem.compiler.pack import CompiledPack, compile_file, compile_text
+from stargraph_mem.compiler.pack import CompiledPack, compile_file, compile_text, validate_file
 from stargraph_mem.engine.runtime import PackRuntime, round_confidence, to_micros
 from stargraph_mem.model.canonical import canonical_json
 from stargraph_mem.stores.fact import EngineFact
@@ -303,3 +303,21 @@ def test_a_payload_key_not_declared_takes_a_template() -> None:
         "rules/x.yaml:17:32: rules[0].emit.payload.weight: payload key 'weight' is not declared "
         "in 'fact_payload': its value is a template (a string), not integer 2"
     )
+
+
+def readme_lifecycle_pack() -> str:
+    """The YAML example of the README's lifecycle section."""
+    text = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    section = text.split("### Fact lifecycle in rules\n", 1)[1]
+    return section.split("```yaml\n", 1)[1].split("```\n", 1)[0]
+
+
+def test_readme_lifecycle_example_validates_and_runs(tmp_path: Path) -> None:
+    path = tmp_path / "forgetting.yaml"
+    path.write_text(readme_lifecycle_pack(), encoding="utf-8")
+    assert validate_file(path) == []
+    compiled = compile_file(path)
+    stored = fact("f1", payload={"importance": 0.5})
+    (delta,) = only(compiled, [stored], T0 + 4 * DAY)
+    assert (delta.rule_id, delta.lifecycle) == ("forget", "inherit")
+    assert delta.confidence == round(0.8 * math.exp(-0.05 * 4**0.8), 9)
