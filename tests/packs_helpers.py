@@ -78,11 +78,14 @@ def run_pass(
     facts: Iterable[EngineFact] = (),
     *,
     now: datetime = NOW,
+    archived: Sequence[EngineFact] = (),
 ) -> PassOutput:
     """One pass of a fresh runtime over ``episodes`` (every rule sees every episode)."""
     runtime = PackRuntime(compiled)
     try:
-        return runtime.run_pass(partition=PARTITION, now=now, episodes=episodes, facts=facts)
+        return runtime.run_pass(
+            partition=PARTITION, now=now, episodes=episodes, facts=facts, archived=archived
+        )
     finally:
         runtime.close()
 

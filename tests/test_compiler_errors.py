@@ -293,7 +293,9 @@ CASES: list[tuple[str, str, str]] = [
     (
         "confidence_of_no_kind",
         mutate(("confidence: {var: n, base: 0.5, per: 0.1}", "confidence: [1]")),
-        "rules/x.yaml:31:7: rules[1].emit.confidence: expected a number or a mapping",
+        "rules/x.yaml:31:7: rules[1].emit.confidence: expected a number in [0, 1], "
+        "{var, base, per}, {from: x} or one operation: reinforce, multiply, ebbinghaus, "
+        "linear_decay, min, max, clamp",
     ),
     (
         "operand_of_no_kind",

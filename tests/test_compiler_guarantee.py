@@ -2,11 +2,13 @@
 
 A hypothesis strategy writes valid rule packs as users write them (YAML text through the
 same loader): every pattern kind, every operator of the operator table on every field
-type it applies to, literal and ``{var: x}`` operands, time conditions inside ``count``
-and ``earlier``, bind/var joins across patterns, and every emit kind with its
-``replaces`` / ``sources`` / ``confidence`` forms. Each pack must pass the checker,
-compile, load into CLIPS and run a pass over a few episodes; a non-claiming observer rule
-in each pack is compared with the reference evaluator.
+type it applies to (lifecycle fact fields and declared payload keys included), literal
+and ``{var: x}`` operands, time conditions inside ``count`` and ``earlier``, bind/var
+joins across patterns, and every emit kind with its ``replaces`` / ``sources`` /
+``confidence`` forms (typed arithmetic included), payloads and closing statuses. Each
+pack must pass the checker, compile, load into CLIPS and run a pass over a few episodes
+(some facts archived); a non-claiming observer rule in each pack is compared with the
+reference evaluator.
 
 Adding an option to a pattern: one entry in :data:`EARLIER_OPTIONS` or
 :data:`COUNT_OPTIONS` (a strategy for its value, or ``None`` to leave it out).
@@ -15,7 +17,7 @@ Adding an option to a pattern: one entry in :data:`EARLIER_OPTIONS` or
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
@@ -28,9 +30,18 @@ from packs_helpers import NOW, PARTITION, engine_fact, run_pass
 from stargraph_mem.compiler.pack import CompiledPack, compile_text, validate_file
 from stargraph_mem.engine.runtime import PackRuntime
 from stargraph_mem.errors import CompileError, IRError
-from stargraph_mem.ir.models import EPISODE_BUILTINS, FACT_FIELDS, Condition, FieldType, Rule
+from stargraph_mem.ir.models import (
+    ARITHMETIC,
+    EPISODE_BUILTINS,
+    FACT_FIELDS,
+    MATCHED_STATUSES,
+    Condition,
+    FieldType,
+    Rule,
+)
 from stargraph_mem.ir.operators import FLAGS, OPERATORS, Operator
 from stargraph_mem.ir.reference import evaluate
+from stargraph_mem.model.deltas import CLOSE_STATUSES
 from stargraph_mem.model.time import to_us
 from stargraph_mem.stores.fact import EngineFact
 from stargraph_mem.stores.memory import EpisodeRecord
@@ -111,6 +122,8 @@ class RuleState:
     used: set[str] = field(default_factory=set)
     aliases: dict[str, str] = field(default_factory=dict)
     names: list[str] = field(default_factory=list)
+    payload: dict[str, FieldType] = field(default_factory=dict)
+    """The pack's declared fact payload keys."""
 
     def fresh(self, draw: Draw) -> str:
         """A name not used yet in this rule (aliases and variables share one namespace)."""
@@ -135,9 +148,11 @@ class RuleState:
 
 
 def applicable(ftype: FieldType, kind: str, fname: str) -> list[Operator]:
-    """Operators the checker allows on this field in a pattern of ``kind``."""
-    flags_ok = kind not in ("fact", "not", "exists") and (
-        fname not in EPISODE_BUILTINS or fname == "source_node"
+    """Operators the checker allows on this field in a pattern of ``kind`` (``payload``:
+    a declared payload key, which a fact may lack)."""
+    flags_ok = kind == "payload" or (
+        kind not in ("fact", "not", "exists")
+        and (fname not in EPISODE_BUILTINS or fname == "source_node")
     )
     return [
         op
@@ -158,6 +173,8 @@ def condition(
     may_bind: bool,
 ) -> Any:
     """One well-typed condition object for a field (sometimes in shorthand form)."""
+    if kind in ("fact", "not", "exists") and fname == "status":
+        return draw(st.sampled_from(STATUS_CONDITIONS))
     ops = applicable(ftype, kind, fname)
     chosen: list[Operator] = draw(st.lists(st.sampled_from(ops), max_size=3, unique=True))
     if any(op.name == "missing" for op in chosen):
@@ -198,6 +215,15 @@ def condition(
     if plain and draw(st.booleans()):
         return value  # shorthand: a bare literal or {var: x}
     return cond
+
+
+STATUS_CONDITIONS: list[Any] = [
+    *MATCHED_STATUSES,
+    {"in": list(MATCHED_STATUSES)},
+    {"ne": "current"},
+    {"eq": "archived", "prefix": "arch"},
+]
+"""``status`` tests that can match (a status a rule never sees is refused)."""
 
 
 @st.composite
@@ -268,9 +294,19 @@ def episode_item(draw: Draw, state: RuleState) -> dict[str, Any]:
     return {"episode": body}
 
 
+def payload_conditions(
+    draw: Draw, state: RuleState, body: dict[str, Any], *, may_bind: bool
+) -> None:
+    """Sometimes tests on declared payload keys (``payload: {key: ...}``)."""
+    if state.payload and draw(st.booleans()):
+        tests = draw(conditions(state, state.payload, "payload", may_bind=may_bind, min_size=1))
+        body["payload"] = tests
+
+
 @st.composite
 def fact_item(draw: Draw, state: RuleState) -> dict[str, Any]:
     body = draw(conditions(state, FACT_FIELDS, "fact"))
+    payload_conditions(draw, state, body, may_bind=True)
     if draw(st.integers(0, 3)):
         body["as"] = alias = state.fresh(draw)
         state.aliases[alias] = "fact"
@@ -280,7 +316,9 @@ def fact_item(draw: Draw, state: RuleState) -> dict[str, Any]:
 @st.composite
 def negated_item(draw: Draw, state: RuleState) -> dict[str, Any]:
     kind = draw(st.sampled_from(["not", "exists"]))
-    return {kind: draw(conditions(state, FACT_FIELDS, kind, may_bind=False))}
+    body = draw(conditions(state, FACT_FIELDS, kind, may_bind=False))
+    payload_conditions(draw, state, body, may_bind=False)
+    return {kind: body}
 
 
 def _time_field(state: RuleState) -> list[str]:
@@ -351,13 +389,61 @@ def template(draw: Draw, state: RuleState, *, in_memory: bool) -> str:
     return "".join(parts)
 
 
+UNIT = st.sampled_from([0, 0.1, 0.333, 1])
+
+
+@st.composite
+def operand(draw: Draw, state: RuleState, depth: int) -> Any:
+    """An arithmetic operand: a number, a numeric variable or a nested operation."""
+    numeric = sorted(n for n, t in state.variables.items() if t in ("integer", "number"))
+    forms = ["number"] + (["var"] if numeric else []) + (["op"] if depth < 2 else [])
+    form = draw(st.sampled_from(forms))
+    if form == "var":
+        name = draw(st.sampled_from(numeric))
+        state.used.add(name)
+        return {"var": name}
+    if form == "op":
+        return draw(arithmetic(state, depth + 1))
+    return draw(st.sampled_from([0, 0.5, 1, 2, -1.5, 0.25]))
+
+
+@st.composite
+def arithmetic(draw: Draw, state: RuleState, depth: int = 0) -> dict[str, Any]:
+    """One typed confidence operation (every operation of :data:`ARITHMETIC`)."""
+    facts = [a for a, k in state.aliases.items() if k == "fact"]
+    names = [n for n in ARITHMETIC if facts or n not in ("ebbinghaus", "linear_decay")]
+    name = draw(st.sampled_from(names))
+    if name == "reinforce":
+        body: Any = {"value": draw(operand(state, depth)), "by": draw(UNIT)}
+        if draw(st.booleans()):
+            body["cap"] = draw(UNIT)
+    elif name in ("multiply", "min", "max"):
+        body = draw(st.lists(operand(state, depth), min_size=2, max_size=3))
+    elif name == "clamp":
+        lo, hi = sorted([draw(UNIT), draw(UNIT)])
+        body = {"value": draw(operand(state, depth)), "lo": lo, "hi": hi}
+    elif name == "ebbinghaus":
+        body = {"fact": draw(st.sampled_from(facts)), "lambda": draw(st.sampled_from([0.01, 1]))}
+        if draw(st.booleans()):
+            body["k"] = draw(st.sampled_from([0.5, 1, 2]))
+    else:
+        body = {"fact": draw(st.sampled_from(facts)), "per": draw(UNIT), "every": {"hours": 6}}
+    return {name: body}
+
+
 @st.composite
 def confidence(draw: Draw, state: RuleState) -> Any:
     numbers = sorted(n for n, t in state.variables.items() if t == "number" and n not in state.used)
+    if numbers and draw(st.booleans()):  # a number variable used nowhere else: arithmetic
+        state.used.add(numbers[0])
+        return {"min": [{"var": numbers[0]}, draw(arithmetic(state))]}
     if numbers:  # a number variable is used nowhere else: take the confidence from it
         state.used.add(numbers[0])
         return {"from": numbers[0]}
     ints = sorted(n for n, t in state.variables.items() if t == "integer")
+    forms = ["none", "fixed", "arithmetic"] + (["linear", "from"] if ints else [])
+    if draw(st.sampled_from(forms)) == "arithmetic":
+        return draw(arithmetic(state))
     forms = ["none", "fixed"] + (["linear", "from"] if ints else [])
     form = draw(st.sampled_from(forms))
     if form == "fixed":
@@ -394,6 +480,7 @@ def emit(draw: Draw, state: RuleState, *, claim: bool, has_episode: bool) -> dic
             out[part] = draw(template(state, in_memory=True))
         if draw(st.booleans()):
             out["payload"] = {"k": draw(template(state, in_memory=False))}
+            out["payload"].update(draw(declared_payload(state)))
     if kind in ("update", "delete"):
         named = facts + earliers
         refs: list[Any] = [{"list": n} for n in lists]
@@ -414,6 +501,8 @@ def emit(draw: Draw, state: RuleState, *, claim: bool, has_episode: bool) -> dic
     conf = draw(confidence(state))
     if conf is not None:
         out["confidence"] = conf
+    if kind == "delete" and draw(st.booleans()):
+        out["status"] = draw(st.sampled_from(CLOSE_STATUSES))
     unused = [
         n
         for n, t in state.variables.items()
@@ -424,14 +513,39 @@ def emit(draw: Draw, state: RuleState, *, claim: bool, has_episode: bool) -> dic
     return out
 
 
+@st.composite
+def declared_payload(draw: Draw, state: RuleState) -> dict[str, Any]:
+    """Values of declared payload keys: a literal of the key's type or one variable of it."""
+    out: dict[str, Any] = {}
+    for key, ftype in state.payload.items():
+        if not draw(st.booleans()):
+            continue
+        fits = sorted(
+            n
+            for n, t in state.variables.items()
+            if t == ftype or (ftype == "number" and t == "integer")
+        )
+        if fits and draw(st.booleans()):
+            name = draw(st.sampled_from(fits))
+            state.used.add(name)
+            out[key] = f"{{{name}}}"
+        elif ftype == "string":  # a string key takes any template
+            out[key] = draw(template(state, in_memory=False))
+        else:
+            out[key] = draw(literal(ftype))
+    return out
+
+
 # --- rules and packs -----------------------------------------------------------------------
 
 CADENCES = [None, {"every": 1}, {"every": 5}, {"cron": "*/10 * * * *"}, {"cron": "0 3 * * *"}]
 
 
 @st.composite
-def rule(draw: Draw, fields: dict[str, FieldType], rid: str) -> dict[str, Any]:
-    state = RuleState(fields={**EPISODE_BUILTINS, **fields})
+def rule(
+    draw: Draw, fields: dict[str, FieldType], rid: str, payload: dict[str, FieldType]
+) -> dict[str, Any]:
+    state = RuleState(fields={**EPISODE_BUILTINS, **fields}, payload=payload)
     has_episode = draw(st.integers(0, 5)) > 0
     claim = draw(st.booleans())
     when: list[dict[str, Any]] = []
@@ -490,11 +604,13 @@ def observer(draw: Draw, fields: dict[str, FieldType]) -> dict[str, Any]:
 def packs(draw: Draw) -> dict[str, Any]:
     chosen = draw(st.lists(st.sampled_from(DECLARABLE), max_size=len(DECLARABLE), unique=True))
     fields: dict[str, FieldType] = dict(chosen)
+    declared = draw(st.lists(st.sampled_from(PAYLOAD_KEYS), max_size=3, unique=True))
+    payload: dict[str, FieldType] = dict(declared)
     rules = [draw(observer(fields))]
     for i in range(draw(st.integers(1, 4))):
-        rules.append(draw(rule(fields, f"rule_{i}")))
+        rules.append(draw(rule(fields, f"rule_{i}", payload)))
     no_runaways(rules)
-    return {
+    body: dict[str, Any] = {
         "ir_version": 1,
         "pack": "generated",
         "version": "1",
@@ -502,6 +618,18 @@ def packs(draw: Draw) -> dict[str, Any]:
         "defaults": {"cadence": {"every": 1}, "confidence": 0.7},
         "rules": unreachable_ones_observing(rules),
     }
+    if payload:
+        body["fact_payload"] = payload
+    return body
+
+
+PAYLOAD_KEYS: list[tuple[str, FieldType]] = [
+    ("importance", "number"),
+    ("hits", "integer"),
+    ("label", "string"),
+    ("flagged", "boolean"),
+    ("due", "timestamp"),
+]
 
 
 def no_runaways(rules: list[dict[str, Any]]) -> None:
@@ -537,6 +665,7 @@ def unreachable_ones_observing(rules: list[dict[str, Any]]) -> list[dict[str, An
         key = repr((model.when, model.select, model.salience, model.cadence))
         if key in seen:
             body["claim"] = False
+            body["emit"].pop("reinforces", None)  # only a claiming rule reinforces
         seen.add(key)
     return rules
 
@@ -573,17 +702,35 @@ def pass_input(
             )
         )
     facts = []
-    for k in range(draw(st.integers(0, 3))):
+    for k in range(draw(st.integers(0, 4))):
         spo = tuple(draw(st.sampled_from(STRINGS[:3])) for _ in range(3))
+        made = engine_fact(
+            f"f{k}",
+            (spo[0], spo[1], spo[2]),
+            confidence=draw(st.sampled_from([0.0, 0.5, 1.0])),
+            valid_from=NOW - draw(st.sampled_from(AGES[:4])),
+        )
         facts.append(
-            engine_fact(
-                f"f{k}",
-                (spo[0], spo[1], spo[2]),
-                confidence=draw(st.sampled_from([0.0, 0.5, 1.0])),
-                valid_from=NOW - draw(st.sampled_from(AGES[:4])),
+            replace(
+                made,
+                reinforced_at_us=made.valid_from_us - draw(st.sampled_from([0, 3_600_000_000])),
+                reinforcement_count=draw(st.integers(0, 3)),
+                access_count=draw(st.integers(0, 3)),
+                last_access_us=draw(st.sampled_from([0, to_us(NOW)])),
+                pinned=draw(st.booleans()),
+                payload=draw(fact_payload()),
             )
         )
     return episodes, facts
+
+
+@st.composite
+def fact_payload(draw: Draw) -> dict[str, Any] | None:
+    """A stored payload: declared keys with values of their type (or another), or none."""
+    if draw(st.booleans()):
+        return None
+    keys = draw(st.lists(st.sampled_from(PAYLOAD_KEYS), max_size=3, unique=True))
+    return {k: draw(literal(t) | st.sampled_from([None, "x", 1])) for k, t in keys}
 
 
 def observer_matches(compiled: CompiledPack, episodes: list[EpisodeRecord]) -> list[str]:
@@ -619,7 +766,8 @@ def test_valid_packs_build_and_run(body: dict[str, Any], data: st.DataObject) ->
     compiled = compile_text(text, "generated.yaml")  # checks, compiles and builds in CLIPS
     assert {r.id for r in compiled.rules} == {r["id"] for r in body["rules"]}
     episodes, facts = data.draw(pass_input(compiled.pack.fields))
-    out = run_pass(compiled, episodes, facts)
+    archived, current = facts[::2], facts[1::2]
+    out = run_pass(compiled, episodes, current, archived=archived)
     # refused for what the data held: fact text of variables that rendered ""; an update
     # or delete whose {list: x} was empty; two patterns of a rule that matched one fact,
     # then replaced twice; a fact another delta replaced already (identical deltas of a
@@ -630,7 +778,8 @@ def test_valid_packs_build_and_run(body: dict[str, Any], data: st.DataObject) ->
         "replaces names the same fact twice",
         "unresolved reference: fact ",
     )
-    assert [r for r in out.rejected if not any(d in r.reason for d in data_dependent)] == []
+    refused = [r for r in out.rejected if not any(d in r.reason for d in data_dependent)]
+    assert refused == [], refused
     assert out.episodes == len(episodes)
     seen = [d.source_episode_ids[0] for d in out.deltas if d.rule_id == OBSERVER]
     assert seen == observer_matches(compiled, episodes)

@@ -7,12 +7,13 @@ import math
 from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from packs_helpers import NOW, PARTITION, T0, engine_fact, first_issue, run_pass, triple
 
-from stargraph_mem.compiler.pack import CompiledPack, compile_file, compile_text
-from stargraph_mem.engine.runtime import PackRuntime, round_confidence, to_micros
+from stargraph_mem.compiler.pack import CompiledPack, compile_file, compile_text, validate_file
+from stargraph_mem.engine.runtime import PackRuntime, PassOutput, round_confidence, to_micros
 from stargraph_mem.model.canonical import canonical_json
 from stargraph_mem.stores.fact import EngineFact
 
@@ -30,8 +31,13 @@ def fact(fid: str, **changes: object) -> EngineFact:
     return replace(engine_fact(fid, ("s", "p", "o")), **changes)  # type: ignore[arg-type]
 
 
-def only(compiled: CompiledPack, facts: list[EngineFact], now: datetime = NOW) -> list[object]:
+def only(compiled: CompiledPack, facts: list[EngineFact], now: datetime = NOW) -> list[Any]:
+    """The deltas of a pass over ``facts`` alone (typed loosely: tests read any kind)."""
     return list(run_pass(compiled, [], facts, now=now).deltas)
+
+
+def deltas(out: PassOutput) -> list[Any]:
+    return list(out.deltas)
 
 
 def test_ebbinghaus_decays_from_reinforced_at(lifecycle: CompiledPack) -> None:
@@ -85,7 +91,7 @@ def test_ebbinghaus_applied_nightly_composes_to_the_one_shot_curve(nights: list[
         for days in nights:
             now += days * DAY
             out = runtime.run_pass(partition=PARTITION, now=now, episodes=[], facts=facts)
-            (delta,) = out.deltas
+            (delta,) = deltas(out)
             assert delta.lifecycle == "inherit"
             assert out.facts_after is not None
             facts = out.facts_after
@@ -138,8 +144,12 @@ def test_archived_facts_are_matched_only_by_a_status_test(lifecycle: CompiledPac
         )
     finally:
         runtime.close()
-    (delta,) = out.deltas  # 'expire' (no status test) does not see it
-    assert (delta.rule_id, delta.replaces, delta.status) == ("purge_archived", ["a1"], "invalidated")
+    (delta,) = deltas(out)  # 'expire' (no status test) does not see it
+    assert (delta.rule_id, delta.replaces, delta.status) == (
+        "purge_archived",
+        ["a1"],
+        "invalidated",
+    )
     assert lifecycle.needs_archived
 
 
@@ -150,7 +160,7 @@ def test_a_pack_without_a_status_test_needs_no_archived_facts() -> None:
 def test_reinforce_update_carries_a_confirmation(lifecycle: CompiledPack) -> None:
     stored = fact("f1", confidence=0.9, reinforcement_count=2)
     out = run_pass(lifecycle, [triple(1, "s", "p", "o")], [stored])
-    (delta,) = out.deltas
+    (delta,) = deltas(out)
     assert (delta.rule_id, delta.lifecycle) == ("confirm", "reinforce")
     assert delta.confidence == 0.95  # capped
     assert delta.fact.payload == {"importance": 0.5, "topic": "s/p"}
@@ -194,7 +204,7 @@ rules:
       confidence: {var: c, base: 0.1, per: 0.5}
 """
     out = run_pass(compile_text(text), [triple(1, "s", "p", "o")], [fact("f1")])
-    (delta,) = out.deltas
+    (delta,) = deltas(out)
     assert delta.lifecycle == "new"
     assert delta.confidence == 0.5  # number variable accepted: 0.1 + 0.5 · 0.8
     assert out.facts_after is not None  # nothing volatile read
@@ -299,3 +309,21 @@ def test_a_payload_key_not_declared_takes_a_template() -> None:
         "rules/x.yaml:17:32: rules[0].emit.payload.weight: payload key 'weight' is not declared "
         "in 'fact_payload': its value is a template (a string), not integer 2"
     )
+
+
+def readme_lifecycle_pack() -> str:
+    """The YAML example of the README's lifecycle section."""
+    text = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    section = text.split("### Fact lifecycle in rules\n", 1)[1]
+    return section.split("```yaml\n", 1)[1].split("```\n", 1)[0]
+
+
+def test_readme_lifecycle_example_validates_and_runs(tmp_path: Path) -> None:
+    path = tmp_path / "forgetting.yaml"
+    path.write_text(readme_lifecycle_pack(), encoding="utf-8")
+    assert validate_file(path) == []
+    compiled = compile_file(path)
+    stored = fact("f1", payload={"importance": 0.5})
+    (delta,) = only(compiled, [stored], T0 + 4 * DAY)
+    assert (delta.rule_id, delta.lifecycle) == ("forget", "inherit")
+    assert delta.confidence == round(0.8 * math.exp(-0.05 * 4**0.8), 9)

@@ -235,6 +235,8 @@ class _Ctx:
         """Alias (``""``: the episode) → the variable holding its observation time."""
         self.renamed: dict[str, str] = {}
         """Variables held by a CLIPS variable of another name (a bound fact id)."""
+        self.decay: dict[str, dict[str, str]] = {}
+        """Fact alias → the variables holding the slots a decay reads (:data:`DECAY_SLOTS`)."""
 
     def var(self, name: str) -> str:
         if self.info.aliases.get(name) == "count":
@@ -601,7 +603,13 @@ class Generator:
             ctx.renamed[bound] = fid
         forced: dict[str, str] = {}
         if alias in decayed_facts(ctx.info.rule.emit.confidence):
-            forced = {fname: f"?i_{tag}_{alias}" for fname, tag in DECAY_SLOTS.items()}
+            held = ctx.decay[alias] = {}
+            for fname, tag in DECAY_SLOTS.items():
+                cond = where.get(fname)
+                if cond is not None and cond.bind is not None:  # one variable per slot
+                    held[fname] = ctx.var(cond.bind)
+                else:
+                    held[fname] = forced[fname] = f"?i_{tag}_{alias}"
         if "id" in where:  # the id slot carries both the tests and the id variable
             parts = self.slots(ctx, where, FACT_FIELDS, alias, forced={"id": fid, **forced})
         else:
@@ -790,19 +798,23 @@ class Generator:
             value = self.arithmetic_expr(ctx, c.value)
             return f"(max {clips_float(c.lo)} (min {clips_float(c.hi)} {value}))"
         if isinstance(op, EbbinghausOp):
-            e, a = op.ebbinghaus, op.ebbinghaus.fact
-            k = clips_float(e.k)
+            e, v = op.ebbinghaus, ctx.decay[op.ebbinghaus.fact]
+            k, rf = clips_float(e.k), v["reinforced_at"]
             days = [
-                f"(** (/ (max 0 (- {t} ?i_rf_{a})) {clips_float(DAY_US)}) {k})"
-                for t in ("?i_now", f"?i_vf_{a}")
+                f"(** (/ (max 0 (- {t} {rf})) {clips_float(DAY_US)}) {k})"
+                for t in ("?i_now", f"(min {v['valid_from']} ?i_now)")
             ]
             power = f"(- {days[0]} {days[1]})"
-            return f"(* ?i_cf_{a} (exp (- 0.0 (* {clips_float(e.lambda_)} {power}))))"
+            return f"(* {v['confidence']} (exp (- 0.0 (* {clips_float(e.lambda_)} {power}))))"
         if isinstance(op, LinearDecayOp):
-            d, a = op.linear_decay, op.linear_decay.fact
-            every = d.every.total_microseconds()
-            windows = [f"(div (max 0 (- {t} ?i_rf_{a})) {every})" for t in ("?i_now", f"?i_vf_{a}")]
-            return f"(- ?i_cf_{a} (* {clips_float(d.per)} (- {windows[0]} {windows[1]})))"
+            d, v = op.linear_decay, ctx.decay[op.linear_decay.fact]
+            every, rf = d.every.total_microseconds(), v["reinforced_at"]
+            windows = [
+                f"(div (max 0 (- {t} {rf})) {every})"
+                for t in ("?i_now", f"(min {v['valid_from']} ?i_now)")
+            ]
+            drop = f"(* {clips_float(d.per)} (- {windows[0]} {windows[1]}))"
+            return f"(- {v['confidence']} {drop})"
         raise CompileError(f"unknown confidence operation: {type(op).__name__}")
 
     def rhs(self, ctx: _Ctx) -> list[str]:

@@ -988,7 +988,7 @@ def _ebbinghaus(op: EbbinghausOp, fact: _PassFact, now_us: int) -> float:
     def days(t_us: int) -> float:
         return max(0, t_us - fact.reinforced_at_us) / float(DAY_US)
 
-    power = days(now_us) ** e.k - days(fact.valid_from_us) ** e.k
+    power = days(now_us) ** e.k - days(min(fact.valid_from_us, now_us)) ** e.k
     return fact.confidence * math.exp(0.0 - e.lambda_ * power)
 
 
@@ -998,7 +998,8 @@ def _linear_decay(op: LinearDecayOp, fact: _PassFact, now_us: int) -> float:
     d = op.linear_decay
     every = d.every.total_microseconds()
     start = fact.reinforced_at_us
-    windows = max(0, now_us - start) // every - max(0, fact.valid_from_us - start) // every
+    since = min(fact.valid_from_us, now_us)
+    windows = max(0, now_us - start) // every - max(0, since - start) // every
     return fact.confidence - d.per * float(windows)
 
 

@@ -392,7 +392,7 @@ class _Checker:
                 self.err(cpath, message)
                 continue
             ftype = fields[fname]
-            self.check_condition(info, cond, ftype, fname, cpath, kind)
+            self.check_condition(info, cond, ftype, fname, cpath, "payload" if prefix else kind)
             if cond.bind is not None:
                 if not allow_bind:
                     self.err(
@@ -440,7 +440,7 @@ class _Checker:
         """One test against the operator table: field type, operand type, variables."""
         if op.operand == "flag":
             always = kind in ("fact", "not", "exists") or (
-                fname in EPISODE_BUILTINS and fname != "source_node"
+                kind != "payload" and fname in EPISODE_BUILTINS and fname != "source_node"
             )
             if always:
                 self.err(path, f"field '{fname}' is always present")

@@ -117,6 +117,15 @@ _LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _REREAD_CHARS = 65_536
 """A document libyaml refuses is read again by PyYAML's pure-Python parser, whose messages
 are clearer, only up to this size: that parser is about 20 times slower."""
+
+
+def _too_deep_for_libyaml(exc: yaml.YAMLError) -> bool:
+    """libyaml (as bundled with PyYAML 6.0.4 and later) refuses nesting beyond 1,000 levels
+    while it scans ahead, before the event stream reaches :data:`MAX_NESTING_DEPTH`: the
+    pure-Python parser then reads again, and stops at our own limit within a few levels."""
+    return "maximum nesting depth" in str(getattr(exc, "problem", "") or exc)
+
+
 _RESOLVER: Any = yaml.resolver.Resolver()
 _CONSTRUCTOR = yaml.SafeLoader(stream="")
 _YAML_TAG = "tag:yaml.org,2002:"
@@ -544,7 +553,9 @@ def parse_yaml(text: str, file: str, *, what: str = "rule pack") -> SourceMap:
                 message, where = _escape_problem(text, mark)
                 issue = IRIssue(message, file, *where, path=format_path(composer.path()))
                 raise IRError(issue) from exc
-            if _LOADER is yaml.SafeLoader or len(text) > _REREAD_CHARS:
+            if _LOADER is yaml.SafeLoader or (
+                len(text) > _REREAD_CHARS and not _too_deep_for_libyaml(exc)
+            ):
                 raise
             # read again with the pure-Python parser: its messages are clearer
             composer = _Composer(what)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import keyword
 from difflib import get_close_matches
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import (
     BaseModel,
@@ -511,46 +511,47 @@ class _UnknownOperation(_IR):
 _OPERATIONS_TEXT = ", ".join(ARITHMETIC)
 _UNKNOWN_OPERATION = "expected a number, {var: x} or one operation: " + _OPERATIONS_TEXT
 
-Operand_ = Annotated[
-    Annotated[StrictInt | StrictFloat, Tag("number")]
-    | Annotated[VarRef, Tag("var")]
-    | Annotated[ReinforceOp, Tag("reinforce")]
-    | Annotated[MultiplyOp, Tag("multiply")]
-    | Annotated[EbbinghausOp, Tag("ebbinghaus")]
-    | Annotated[LinearDecayOp, Tag("linear_decay")]
-    | Annotated[MinOp, Tag("min")]
-    | Annotated[MaxOp, Tag("max")]
-    | Annotated[ClampOp, Tag("clamp")]
-    | Annotated[_UnknownOperation, Tag("unknown"), WithJsonSchema({"not": {}})],
-    Discriminator(
-        _operand_kind,
-        custom_error_type="operand_kind",
-        custom_error_message=_UNKNOWN_OPERATION,
-    ),
-]
-"""An operand of an arithmetic operation."""
 
-Confidence = Annotated[
-    Annotated[Annotated[float, Field(ge=0, le=1)], Tag("number")]
-    | Annotated[LinearConfidence, Tag("linear")]
-    | Annotated[VarConfidence, Tag("from")]
-    | Annotated[ReinforceOp, Tag("reinforce")]
-    | Annotated[MultiplyOp, Tag("multiply")]
-    | Annotated[EbbinghausOp, Tag("ebbinghaus")]
-    | Annotated[LinearDecayOp, Tag("linear_decay")]
-    | Annotated[MinOp, Tag("min")]
-    | Annotated[MaxOp, Tag("max")]
-    | Annotated[ClampOp, Tag("clamp")]
-    | Annotated[_UnknownOperation, Tag("unknown"), WithJsonSchema({"not": {}})],
-    Discriminator(
-        _confidence_kind,
-        custom_error_type="confidence_kind",
-        custom_error_message=(
-            "expected a number in [0, 1], {var, base, per}, {from: x} or one operation: "
-            + _OPERATIONS_TEXT
+def _with_operations(head: list[Any], discriminator: Discriminator) -> Any:
+    """A union of ``head`` and every operation of :data:`ARITHMETIC`, each tagged by its
+    key, plus the never-valid unknown operation (left out of the JSON Schema)."""
+    choices = [
+        *head,
+        *(Annotated[model, Tag(name)] for name, model in ARITHMETIC.items()),
+        Annotated[_UnknownOperation, Tag("unknown"), WithJsonSchema({"not": {}})],
+    ]
+    return Annotated[Union[tuple(choices)], discriminator]  # noqa: UP007 (built at runtime)
+
+
+if TYPE_CHECKING:
+    Operand_ = int | float | VarRef | ArithOp
+    Confidence = float | LinearConfidence | VarConfidence | ArithOp
+else:
+    Operand_ = _with_operations(
+        [Annotated[StrictInt | StrictFloat, Tag("number")], Annotated[VarRef, Tag("var")]],
+        Discriminator(
+            _operand_kind,
+            custom_error_type="operand_kind",
+            custom_error_message=_UNKNOWN_OPERATION,
         ),
-    ),
-]
+    )
+    """An operand of an arithmetic operation."""
+
+    Confidence = _with_operations(
+        [
+            Annotated[Annotated[float, Field(ge=0, le=1)], Tag("number")],
+            Annotated[LinearConfidence, Tag("linear")],
+            Annotated[VarConfidence, Tag("from")],
+        ],
+        Discriminator(
+            _confidence_kind,
+            custom_error_type="confidence_kind",
+            custom_error_message=(
+                "expected a number in [0, 1], {var, base, per}, {from: x} or one operation: "
+                + _OPERATIONS_TEXT
+            ),
+        ),
+    )
 
 
 _RECURSIVE: tuple[type[_IR], ...] = (Reinforce, Clamp, *ARITHMETIC.values())
