@@ -59,6 +59,7 @@ from stargraph_mem.ir.models import Duration
 from stargraph_mem.model.base import Identifier, ScopePart
 from stargraph_mem.model.deltas import (
     AddDelta,
+    DeleteDelta,
     DeltaKind,
     FactPayload,
     MemoryDelta,
@@ -117,6 +118,10 @@ class SeedFact(_Model):
     confidence: float | None = Field(default=None, ge=0, le=1)
     valid_from: When | None = None
     reinforced_at: When | None = None
+    payload: dict[str, JsonValue] = Field(default_factory=dict)
+    pinned: bool = False
+    accessed: list[When] = Field(default_factory=list, max_length=1000)
+    """One recorded read at each of these times."""
 
 
 class ExpectedDelta(_Model):
@@ -130,6 +135,8 @@ class ExpectedDelta(_Model):
     sources: list[str] | None = None
     confidence: float | None = None
     reason: str | None = None
+    status: str | None = None
+    """The closing status of a delete (``deleted``, ``expired``, ``archived``, ``invalidated``)."""
     bindings: dict[str, JsonValue] | None = None
 
 
@@ -325,6 +332,8 @@ def _check_times(loaded: TestFile, index: int) -> None:
         path: PathKey = ("cases", index, "facts", j)
         times.append(((*path, "valid_from"), fact.valid_from, first, day))
         times.append(((*path, "reinforced_at"), fact.reinforced_at, first, day))
+        for k, read in enumerate(fact.accessed):
+            times.append(((*path, "accessed", k), read, first, day))
     for step in plan:
         count = len(step.episodes)
         for j, ep in enumerate(step.episodes):
@@ -417,13 +426,26 @@ def _seed_deltas(case: Case, pack: CompiledPack, now: datetime) -> list[MemoryDe
         }
         s, p, o = fact.triple
         add = AddDelta(
-            fact=FactPayload(subject=s, predicate=p, object=o), promotion_ts=born, **common
+            fact=FactPayload(subject=s, predicate=p, object=o, payload=fact.payload),
+            promotion_ts=born,
+            **common,
         )
         out.append(add)
         if fact.reinforced_at is not None:
             at = _at(fact.reinforced_at, now, born)
             out.append(NoopDelta(reinforces=[add.new_fact_id], promotion_ts=at, **common))
     return out
+
+
+async def _seed_lifecycle(
+    mem: Consolidator, case: Case, known: dict[str, str], now: datetime
+) -> None:
+    """Pins and recorded reads of the seeded facts."""
+    for fact in case.facts:
+        if fact.pinned:
+            await mem.pin(known[fact.id], reason="seeded")
+        for read in fact.accessed:
+            await mem.record_access([known[fact.id]], at=_at(read, now, now))
 
 
 def _episodes(loaded: TestFile, index: int, step: Step, known: dict[str, str]) -> list[Episode]:
@@ -481,6 +503,7 @@ async def run_case(
         async with Consolidator(Path(tmp) / "case.db", [pack]) as mem:
             if seeds:
                 await mem.fact_store.apply_deltas(seeds, pack_hash=SEED_RULE)
+                await _seed_lifecycle(mem, case, known, plan[0].now)
             for step in plan:
                 await mem.memory.put_many(_episodes(loaded, index, step, known))
                 done = await mem.consolidate(user=case.user, agent=case.agent, now=step.now)
@@ -512,6 +535,7 @@ DELTA_FIELDS = (
     "confidence",
     "reason",
     "bindings",
+    "status",
 )
 FACT_FIELDS = ("triple", "id", "rule", "confidence")
 REJECTION_FIELDS = ("episode", "rule", "reason")
@@ -531,6 +555,8 @@ def delta_view(delta: MemoryDelta, run: CaseRun) -> View:
         reason=delta.reason,
         bindings=dict(delta.bindings),
     )
+    if isinstance(delta, DeleteDelta):
+        view["status"] = delta.status
     return view
 
 

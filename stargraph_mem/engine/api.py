@@ -316,6 +316,13 @@ class Consolidator(AsyncResource):
         """How often ``fact_id`` was returned by access-recording reads, and when last."""
         return await self.fact_store.access(fact_id)
 
+    async def record_access(self, fact_ids: Sequence[str], *, at: datetime | None = None) -> None:
+        """Count one read of each fact (at ``at``, default now) for reads made outside
+        :meth:`search`: rules see it as ``access_count`` and ``last_access``."""
+        if at is not None:
+            at = to_utc(at)
+        await self.fact_store.record_access(fact_ids, at=at)
+
     async def explain(self, fact_id: str) -> Explanation:
         """Rule, pack hash, reason, bindings, source episodes, the supersession chain and
         the status history."""
@@ -339,6 +346,7 @@ class Consolidator(AsyncResource):
     async def status_history(self, fact_id: str) -> list[StatusEvent]:
         """What happened to a fact, oldest first: created, pins, its close, a restore."""
         return await self.fact_store.status_history(fact_id)
+
 
 def _named(user: str | None, agent: str | None) -> Callable[[Partition], bool] | None:
     """Accepts the partitions of ``user`` and ``agent`` (None: any); None when both are."""

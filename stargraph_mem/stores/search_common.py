@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Sequence
 from typing import Final
 
-from stargraph_mem.errors import SearchError
+from stargraph_mem.errors import FactNotFoundError, SearchError
 from stargraph_mem.model.facts import FactPattern
 
 __all__ = [
     "MAX_LIMIT",
     "MAX_WORDS",
     "body_text",
+    "check_known",
     "check_limit",
     "fold",
     "query_words",
@@ -87,3 +89,10 @@ def search_pattern(
         predicate=predicate,
         min_confidence=min_confidence,
     )
+
+
+def check_known(fact_ids: Sequence[str], found: set[str]) -> None:
+    """Raise :class:`FactNotFoundError` for the first of ``fact_ids`` not in ``found``."""
+    for fact_id in fact_ids:
+        if fact_id not in found:
+            raise FactNotFoundError(f"no fact with id {fact_id!r}", fact_id=fact_id)

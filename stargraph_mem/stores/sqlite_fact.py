@@ -79,6 +79,7 @@ from stargraph_mem.stores.fact_status import (
 from stargraph_mem.stores.models import MigrationPlan
 from stargraph_mem.stores.pass_time import Deferral, deferred_of
 from stargraph_mem.stores.scope import Partition
+from stargraph_mem.stores.search_common import check_known
 from stargraph_mem.stores.sqlite_base import (
     WAL_AUTOCHECKPOINT_PAGES,
     SharedConnection,
@@ -462,6 +463,16 @@ class SQLiteFactStore(SQLiteStoreBase):
             await db.executemany(TOUCH, [(row[0], now_us) for row in rows])
         return hits(rows)
 
+    async def record_access(self, fact_ids: Sequence[str], *, at: datetime | None = None) -> None:
+        """Count one read of each fact at ``at`` (default: now): for reads made outside
+        :meth:`search`, such as a fact an agent put in a prompt. All or nothing; an unknown
+        id raises :class:`FactNotFoundError` and records nothing."""
+        at_us = self._now_us() if at is None else to_us(at)
+        async with self._write() as db:
+            known = await fetch(db, *_known_ids(fact_ids))
+            check_known(fact_ids, {str(row[0]) for row in known})
+            await db.executemany(TOUCH, [(fid, at_us) for fid in fact_ids])
+
     async def access(self, fact_id: str) -> FactAccess:
         """How often ``fact_id`` was read by access-recording reads, and when last."""
         async with self._read() as db:
@@ -636,3 +647,9 @@ class SQLiteFactStore(SQLiteStoreBase):
             checked = [checked_deltas(p) for p in passes]
             async with self._applying(pack_hash) as (conn, batch, record):
                 return await apply_passes_in(conn, SQLITE, batch, passes, checked, record)
+
+
+def _known_ids(fact_ids: Sequence[str]) -> tuple[str, tuple[str, ...]]:
+    """The statement finding which of ``fact_ids`` exist (one ``?`` per id)."""
+    marks = ", ".join("?" for _ in fact_ids) or "NULL"
+    return f"SELECT id FROM facts WHERE id IN ({marks})", tuple(fact_ids)

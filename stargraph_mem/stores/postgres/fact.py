@@ -85,7 +85,13 @@ from stargraph_mem.stores.postgres.schema import TABLES
 from stargraph_mem.stores.postgres.statements import CURRENT, FACTS, PLANS, RUNS, TOUCH
 from stargraph_mem.stores.schedule_runs import RuleRun, record_runs
 from stargraph_mem.stores.scope import Partition
-from stargraph_mem.stores.search_common import check_limit, fold, query_words, search_pattern
+from stargraph_mem.stores.search_common import (
+    check_known,
+    check_limit,
+    fold,
+    query_words,
+    search_pattern,
+)
 from stargraph_mem.stores.sweep_reads import sweep_facts, sweep_partitions
 
 if TYPE_CHECKING:
@@ -319,6 +325,15 @@ class PostgresFactStore(PostgresRepository):
                 now_us = self.database.now_us()
                 await db.executemany(TOUCH, [(row[0], now_us) for row in rows])
         return hits(rows)
+
+    async def record_access(self, fact_ids: Sequence[str], *, at: datetime | None = None) -> None:
+        """Count one read of each fact at ``at`` (default: now); see
+        :meth:`SQLiteFactStore.record_access`."""
+        at_us = self.database.now_us() if at is None else to_us(at)
+        async with self.database.transaction() as db:
+            rows = await db.fetch("SELECT id FROM facts WHERE id = ANY(%s)", (list(fact_ids),))
+            check_known(fact_ids, {str(row[0]) for row in rows})
+            await db.executemany(TOUCH, [(fid, at_us) for fid in fact_ids])
 
     async def access(self, fact_id: str) -> FactAccess:
         """How often ``fact_id`` was read by access-recording reads, and when last."""
