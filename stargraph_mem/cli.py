@@ -709,6 +709,7 @@ def pass_document(report: PassReport) -> dict[str, Any]:
         "agent": p.agent,
         "now": report.now.isoformat(),
         "rules": list(report.rules),
+        "sweep": report.sweep,
         "episodes": report.episodes,
         "not_yet_due": report.not_yet_due,
         "counts": report.counts,
@@ -741,6 +742,7 @@ def report_line(report: PassReport) -> str:
         f"rejected={len(report.rejected)} gated={len(report.gated)}"
         + (f" quarantined={len(report.quarantined)}" if report.quarantined else "")
         + (f" not_yet_due={report.not_yet_due}" if report.not_yet_due else "")
+        + (f" sweep={','.join(report.rules)}" if report.sweep else "")
     )
 
 

@@ -55,7 +55,8 @@ _FLIP = {"<": ">=", "<=": ">"}
 @dataclass(frozen=True)
 class _Greatest:
     """A field read as the greatest of a column and a column of related rows
-    (``reinforced_at``: the fact's own time or its latest reinforcement), written with
+    (``reinforced_at``: the reinforcement time the fact started from, its promotion time
+    or the one it inherited, or its latest reinforcement), written with
     EXISTS so both backends read it the same and the base column's index drives it."""
 
     base: str
@@ -84,7 +85,9 @@ SWEEP_COLUMNS: Mapping[str, _Column | _Greatest] = {
     "object": _Column("f.object"),
     "confidence": _Column("f.confidence"),
     "valid_from": _Column("f.valid_from_us"),
-    "reinforced_at": _Greatest("f.valid_from_us", "reinforcements", "ts_us"),
+    "reinforced_at": _Greatest(
+        "coalesce(f.reinforced_us, f.valid_from_us)", "reinforcements", "ts_us"
+    ),
     "rule_id": _Column("f.rule_id"),
 }
 """Fact field → how the pre-filter reads it. Fields not here are tested by CLIPS only."""

@@ -32,6 +32,8 @@ class PassReport:
     now: datetime
     rules: list[str]
     episodes: int = 0
+    sweep: bool = False
+    """A sweep's pass: its one rule over the partition's facts, no episodes."""
     scanned: int = 0
     """Rows read: the episodes and the quarantined rows (a full page means more may follow)."""
     quarantined: list[QuarantinedRow] = field(default_factory=list)

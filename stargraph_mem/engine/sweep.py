@@ -244,6 +244,7 @@ class Sweeper:
                 partition=p,
                 now=fire,
                 rules=[rule.id],
+                sweep=True,
                 read_marks=marks,
                 read_version=version,
             )
