@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from stargraph_mem.compiler.generator import HistoryRelation
 from stargraph_mem.engine.history import MOST, HistoryInput, compute
+from stargraph_mem.ir.models import FieldType
 from stargraph_mem.model.time import to_us
 from stargraph_mem.stores.aggregates import (
     MARKER,
@@ -32,7 +33,7 @@ PARTITION = Partition("ann", "bot")
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 HOUR = 3_600_000_000
 WIDTH = 10 * HOUR
-TYPES = (("object", "string"), ("session", "string"))
+TYPES: tuple[tuple[str, FieldType], ...] = (("object", "string"), ("session", "string"))
 
 
 def relation(index: int, distinct: str | None, within: int | None) -> HistoryRelation:
