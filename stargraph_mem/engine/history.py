@@ -12,7 +12,9 @@ not consumed yet, works out what the pattern sees *before and including* it:
 
 The result enters CLIPS as one ``sm-hist-<i>`` fact per episode, an equality join on the
 episode's ordinal; the changed rows go back to the store in the pass's transaction
-(:mod:`stargraph_mem.stores.aggregates`). Cost: O(episodes of the pass + keys they touch).
+(:mod:`stargraph_mem.stores.aggregates`). Cost: O(episodes of the pass + keys they touch);
+an in-order episode moves its key's window along in constant work, and the episodes a
+count counted are listed only when a rule cites them (:meth:`HistoryFacts.counted`).
 
 Sequential semantics: consuming episodes one pass at a time gives the same tallies as one
 pass over all of them, since the stored rows carry exactly what a longer pass would have
