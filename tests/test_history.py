@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from backends import NewLocation
@@ -373,12 +373,15 @@ async def consolidated_at(
     return await current(location)
 
 
+@pytest.mark.parametrize("worker", ["never", "always"])
 @pytest.mark.parametrize("pack", [FREQUENCY, WEEKLY], ids=lambda p: p.stem)
 async def test_a_run_of_many_short_passes_carries_its_aggregates(
-    tmp_path: Path, pack: Path
+    tmp_path: Path, pack: Path, worker: Literal["never", "always"]
 ) -> None:
     """A backlog consolidated three episodes per pass (each pass reading the aggregates the
-    previous one left, before it is committed) ends as one long pass does."""
+    previous one left, before it is committed) ends as one long pass does, whether the
+    passes after the first are computed here or in a worker process (which is handed the
+    first pass's rows and carries its own)."""
     episodes = [
         sighting(f"e{n}", n * 0.7, f"s{n % 5}", ["tea", "gin"][n % 3 == 0], ["ann", "bo"][n % 2])
         for n in range(40)
@@ -386,7 +389,9 @@ async def test_a_run_of_many_short_passes_carries_its_aggregates(
     facts = []
     counts = []
     for name, size in (("short", 3), ("long", 1000)):
-        async with Consolidator.open(str(tmp_path / f"{name}.db"), [pack], max_episodes=size) as c:
+        async with Consolidator.open(
+            str(tmp_path / f"{name}.db"), [pack], max_episodes=size, worker=worker
+        ) as c:
             await c.memory.put_many(episodes)
             report = await c.consolidate(now=max(e.timestamp for e in episodes))
             assert len(report.passes) >= (2 if size == 3 else 1)

@@ -12,7 +12,9 @@ not consumed yet, works out what the pattern sees *before and including* it:
 
 The result enters CLIPS as one ``sm-hist-<i>`` fact per episode, an equality join on the
 episode's ordinal; the changed rows go back to the store in the pass's transaction
-(:mod:`stargraph_mem.stores.aggregates`). Cost: O(episodes of the pass + keys they touch).
+(:mod:`stargraph_mem.stores.aggregates`). Cost: O(episodes of the pass + keys they touch);
+an in-order episode moves its key's window along in constant work, and the episodes a
+count counted are listed only when a rule cites them (:meth:`HistoryFacts.counted`).
 
 Sequential semantics: consuming episodes one pass at a time gives the same tallies as one
 pass over all of them, since the stored rows carry exactly what a longer pass would have
@@ -103,7 +105,7 @@ class _Relation:
         self.dirty: set[tuple[str, str]] = set()
         """``(ref, value)`` of the rows this pass changed: only those are written back."""
         self.gone: set[tuple[str, str]] = set()
-        self.in_pass: dict[str, list[AggregateRow]] = {}
+        self.in_pass: dict[str, list[tuple[int, str]]] = {}
 
     def key(self, record: EpisodeRecord) -> str | None:
         """The episode's key text, or None when the relation does not track it."""
@@ -146,6 +148,77 @@ def _first(row: AggregateRow) -> int:
     return int(row.data) if row.data else row.last_us
 
 
+class Counted:
+    """The values a count counted for one episode, worked out only when a rule cites them:
+    the latest sighting of each value among ``entries[start:end]`` (time, episode id,
+    value), the later one on equal times."""
+
+    __slots__ = ("end", "entries", "start")
+
+    def __init__(self, entries: list[tuple[int, str, str]], start: int, end: int) -> None:
+        self.entries = entries
+        self.start = start
+        self.end = end
+
+    def seen(self) -> list[tuple[int, str]]:
+        """(time, episode id) of each counted value, oldest first."""
+        latest: dict[str, tuple[int, str]] = {}
+        for at, eid, value in self.entries[self.start : self.end]:
+            before = latest.get(value)
+            if before is None or at >= before[0]:
+                latest[value] = (at, eid)
+        return sorted(latest.values())
+
+
+class Listed(Counted):
+    """Counted episodes listed as they are: ``items[:end]`` (time, episode id)."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, items: list[tuple[int, str]], end: int) -> None:
+        super().__init__([], 0, end)
+        self.items = items
+
+    def seen(self) -> list[tuple[int, str]]:
+        return self.items[: self.end]
+
+
+class _Log:
+    """One key's sightings during a pass, after its stored rows (by latest sighting), for
+    in-order windows: entries before ``start`` fell out of the window, ``inside`` values
+    are in it, ``at[value]`` is the entry of a value's latest sighting."""
+
+    __slots__ = ("at", "entries", "inside", "start")
+
+    def __init__(self, entries: list[tuple[int, str, str]]) -> None:
+        self.entries = entries
+        self.at = {value: i for i, (_, _, value) in enumerate(entries)}
+        self.inside = len(self.at)
+        self.start = 0
+
+    @classmethod
+    def of(cls, rows: Mapping[str, AggregateRow]) -> _Log:
+        return cls(sorted((r.last_us, r.last_id, value) for value, r in rows.items()))
+
+    def add(self, at: int, eid: str, value: str) -> None:
+        """A sighting no older than any before it."""
+        seen = self.at.get(value)
+        if seen is None or seen < self.start:
+            self.inside += 1
+        self.at[value] = len(self.entries)
+        self.entries.append((at, eid, value))
+
+    def advance(self, low: int) -> int:
+        """Drop the values last seen before ``low``; how many values remain."""
+        entries, at, start = self.entries, self.at, self.start
+        while start < len(entries) and entries[start][0] < low:
+            if at[entries[start][2]] == start:
+                self.inside -= 1
+            start += 1
+        self.start = start
+        return self.inside
+
+
 class _Count(_Relation):
     def __init__(self, rel: HistoryRelation, partition: Partition, now_us: int) -> None:
         super().__init__(rel, partition, now_us)
@@ -153,7 +226,11 @@ class _Count(_Relation):
         self.raised: set[str] = set()
         """Keys whose most-in-one-window this pass raised."""
         self.newest: dict[str, int] = {}
-        """Per key, the latest sighting folded in so far."""
+        """Per key, the latest sighting folded in so far (windowed counts)."""
+        self.logs: dict[str, _Log] = {}
+        """Per key, its sightings in this pass after its stored rows (see :class:`_Log`)."""
+        self.latest: dict[str, int] = {}
+        """Per key, the newest time counted so far (counts without a window)."""
 
     def load(self, row: AggregateRow) -> None:
         if row.value == MOST:
@@ -161,9 +238,9 @@ class _Count(_Relation):
         else:
             super().load(row)
 
-    def feed(self, record: EpisodeRecord) -> tuple[int, bool, list[AggregateRow]] | None:
-        """Fold ``record`` in: (count, grew, the rows of the source episodes), or None if
-        not counted."""
+    def feed(self, record: EpisodeRecord) -> tuple[int, bool, int, Counted] | None:
+        """Fold ``record`` in: (count, grew, time of the newest value counted, the values
+        counted), or None if not counted."""
         key = self.key(record)
         if key is None:
             return None
@@ -183,10 +260,9 @@ class _Count(_Relation):
         newer = before is None or at >= before.last_us
         first = at if before is None else min(_first(before), at)
         if at < self.newest.get(ref, at):
-            self.newest.pop(ref)  # a late sighting: the rows are sorted again when needed
-        elif newer and before is not None:
-            del rows[value]  # rows stay in the order of their latest sighting
-        rows[value] = AggregateRow(
+            del self.newest[ref]  # a late sighting: the window's log is built again
+            del self.logs[ref]
+        rows[value] = row = AggregateRow(
             ref,
             value,
             (before.n if before else 0) + 1,
@@ -197,54 +273,74 @@ class _Count(_Relation):
         self.gone.discard((ref, value))
         self.dirty.add((ref, value))
         if rel.within_us is not None:
-            return self.windowed(ref, rows, at, rel.within_us)
+            return self.windowed(ref, rows, value, at, record.id, rel.within_us)
+        newest = max(at, self.latest.get(ref, at))
         if rel.distinct is None:
-            seen = AggregateRow(ref, value, 1, at, record.id)
             sources = self.in_pass.setdefault(ref, [])
-            sources.append(seen)
-            return rows[value].n, True, list(sources)
-        counted = sorted(rows.values(), key=lambda r: (r.last_us, r.last_id))
-        return len(counted), before is None, counted
+            sources.append((at, record.id))
+            self.latest[ref] = newest
+            return row.n, True, newest, Listed(sources, len(sources))
+        log = self.logs.get(ref)
+        if log is None:
+            self.logs[ref] = log = _Log.of(rows)
+            newest = max(newest, log.entries[-1][0])
+        else:
+            log.entries.append((at, record.id, value))
+        self.latest[ref] = newest
+        return len(rows), before is None, newest, Counted(log.entries, 0, len(log.entries))
 
     def windowed(
-        self, ref: str, rows: dict[str, AggregateRow], at: int, width: int
-    ) -> tuple[int, bool, list[AggregateRow]]:
+        self, ref: str, rows: dict[str, AggregateRow], value: str, at: int, eid: str, width: int
+    ) -> tuple[int, bool, int, Counted]:
         """The most values seen within one window of ``width`` so far, whether this episode
-        (at ``at``) raised it, and the values of the best window it lies in.
+        (at ``at``, counting ``value``) raised it, the newest time in the best window it
+        lies in, and that window's values.
 
         A value counts in the window ``[x - width, x]`` when it was seen in it: its first
         and latest sightings span it (sessions are short against a window). Windows that
         contain ``at`` end at ``at`` or at a later sighting: a late episode can complete a
-        window that ends after it, just as it would have had it arrived in time."""
-        newest = self.newest.get(ref)
-        if newest is None:  # first sighting of the key in this pass: rows by latest sighting
-            ordered = sorted(rows.items(), key=lambda item: (item[1].last_us, item[0]))
-            rows.clear()
-            rows.update(ordered)
-            newest = ordered[-1][1].last_us
+        window that ends after it, just as it would have had it arrived in time. An
+        in-order episode's window is the tail of the key's log, moved along as episodes
+        come: constant work per episode, whatever the window holds."""
+        log = self.logs.get(ref)
+        if log is None:  # first sighting of the key in this pass (or after a late one)
+            self.logs[ref] = log = _Log.of(rows)
+            newest = log.entries[-1][0]
+        else:
+            newest = self.newest[ref]
+            if at >= newest:
+                log.add(at, eid, value)
         self.newest[ref] = max(newest, at)
-        best: list[AggregateRow] = []
-        if at >= newest:  # in order: the one window ending here, the newest rows last
-            for r in reversed(rows.values()):
-                if r.last_us < at - width:
-                    break
-                best.append(r)
-            best.reverse()
+        counted: Counted
+        if at >= newest:  # in order: the one window ending here
+            count = log.advance(at - width)
+            counted = Counted(log.entries, log.start, len(log.entries))
+            last = at
         else:  # a late episode: windows ending after it may gain it
-            ends = {at} | {
-                t for r in rows.values() for t in (_first(r), r.last_us) if at < t <= at + width
-            }
-            for end in sorted(ends):
-                inside = [r for r in rows.values() if _first(r) <= end and r.last_us >= end - width]
-                if len(inside) > len(best):
-                    best = inside
+            best = self.late(rows, at, width)
+            count = len(best)
+            counted = Listed(sorted((r.last_us, r.last_id) for r in best), len(best))
+            last = max(r.last_us for r in best)
         most = self.most.get(ref, 0)
-        grew = len(best) > most
+        grew = count > most
         if grew:
-            self.most[ref] = most = len(best)
+            self.most[ref] = most = count
             self.raised.add(ref)
-        best.sort(key=lambda r: (r.last_us, r.last_id))
-        return most, grew, best
+        return most, grew, last, counted
+
+    @staticmethod
+    def late(rows: dict[str, AggregateRow], at: int, width: int) -> list[AggregateRow]:
+        """The values of the fullest window (of ``width``) containing ``at``, a time before
+        the key's newest sighting."""
+        ends = {at} | {
+            t for r in rows.values() for t in (_first(r), r.last_us) if at < t <= at + width
+        }
+        best: list[AggregateRow] = []
+        for end in sorted(ends):
+            inside = [r for r in rows.values() if _first(r) <= end and r.last_us >= end - width]
+            if len(inside) > len(best):
+                best = inside
+        return best
 
     def writes(self) -> tuple[list[AggregateRow], list[tuple[str, str]]]:
         width = self.rel.within_us
@@ -325,13 +421,20 @@ class HistoryFacts:
     earlier: dict[int, list[tuple[HistoryRelation, int, EpisodeRecord]]] = field(
         default_factory=dict
     )
-    sources: dict[tuple[int, int], list[str]] = field(default_factory=dict)
-    """``(relation index, ordinal)`` → the episode ids a count counted."""
+    sources: dict[tuple[int, int], Counted] = field(default_factory=dict)
+    """``(relation index, ordinal)`` → what a count counted (see :meth:`counted`)."""
     times: dict[str, int] = field(default_factory=dict)
-    """Episode id → its time (µs), for the episodes counts cite."""
+    """Episode id → its time (µs), for the episodes :meth:`counted` has cited."""
     seeds: dict[int, EpisodeRecord] = field(default_factory=dict)
     """Negative ordinals → episodes of earlier passes found by ``earlier``."""
     write: AggregateWrite | None = None
+
+    def counted(self, rel: int, ordinal: int) -> list[str]:
+        """The ids of the episodes the count of relation ``rel`` counted at ``ordinal``
+        (oldest first); their times join :attr:`times`."""
+        seen = self.sources[(rel, ordinal)].seen()
+        self.times.update((eid, at) for at, eid in seen)
+        return [eid for _, eid in seen]
 
 
 def compute(
@@ -382,11 +485,9 @@ def compute(
             if isinstance(state, _Count):
                 counted = state.feed(record)
                 if counted is not None:
-                    count, grew, rows = counted
-                    newest = max(r.last_us for r in rows)
+                    count, grew, newest, seen = counted
                     out.counts.setdefault(ordinal, []).append((rel, count, grew, newest))
-                    out.sources[(rel.index, ordinal)] = [r.last_id for r in rows]
-                    out.times.update((r.last_id, r.last_us) for r in rows)
+                    out.sources[(rel.index, ordinal)] = seen
             else:
                 found = state.feed(record, ordinal)
                 if found is not None:

@@ -57,7 +57,7 @@ class PassServer:
         bodies = [delta.canonical_body() for delta in report.deltas]
         report.deltas = []
         self.previous = report
-        return replace(report, facts_after=None, bodies=bodies)
+        return replace(report, facts_after=None, history_after=None, bodies=bodies)
 
     async def _close(self) -> None:
         runner, self.runner = self.runner, None

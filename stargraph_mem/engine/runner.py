@@ -310,8 +310,6 @@ class PassRunner:
         ``after``, or None to go on in this process."""
         if self.worker == "never" or type(self.scorer) is not RuleBasedScorer:
             return None
-        if self.runtime.compiled.history:  # its aggregates are carried pass to pass here
-            return None
         if (
             self.worker == "auto"
             and await self.memory.count_since(partition, after) < WORKER_MIN_EPISODES

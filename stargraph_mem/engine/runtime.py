@@ -658,7 +658,7 @@ class _Collector:
                     refs[tok.alias + "#fact"] = self.fact(value)
                 elif tok.what == "hcount":
                     assert self.history is not None
-                    ids = self.history.sources[(tok.rel, n)]
+                    ids = self.history.counted(tok.rel, n)
                     refs[tok.alias] = (int(value), [_Seen(i) for i in ids])
                 else:
                     refs[tok.alias] = (
@@ -728,9 +728,13 @@ class _Collector:
         if times is None:
             times = self.times = {e.id: to_us(e.timestamp) for e in self.episodes}
             if self.history is not None:
-                times.update(self.history.times)
                 times.update((e.id, to_us(e.timestamp)) for e in self.history.seeds.values())
-        found = [times[e] for e in delta.source_episode_ids if e in times]
+        cited = self.history.times if self.history is not None else {}
+        found = [
+            times[e] if e in times else cited[e]
+            for e in delta.source_episode_ids
+            if e in times or e in cited
+        ]
         for alias in program.info.rule.emit.sources:
             if program.info.aliases.get(alias) == "fact":
                 fact = refs[alias]

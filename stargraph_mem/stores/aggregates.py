@@ -57,6 +57,11 @@ class AggregateRow:
     last_id: str
     data: str = ""
 
+    def __reduce__(self) -> tuple[type[AggregateRow], tuple[str, str, int, int, str, str]]:
+        """Pickled as its fields (a worker process ships a pass's rows): several times
+        faster than a slotted dataclass's default."""
+        return AggregateRow, (self.ref, self.value, self.n, self.last_us, self.last_id, self.data)
+
 
 @dataclass
 class AggregateWrite:
