@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -35,3 +36,36 @@ def run_example(
         check=False,
         timeout=timeout,
     )
+
+
+def readme_transcript(marker: str) -> list[tuple[list[str], str]]:
+    """The ``$ command`` / output pairs of the README's first shell block after ``marker``."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = text.split(marker, 1)[1].split("```\n", 1)[1].split("```\n", 1)[0]
+    steps: list[tuple[list[str], str]] = []
+    command = ""
+    for line in block.splitlines():
+        if line.startswith("$ ") or command.endswith("\\"):
+            start = "" if line.startswith("$ ") else command.removesuffix("\\")
+            command = (start + " " + line.removeprefix("$ ")).strip()
+            if not command.endswith("\\"):
+                steps.append((shlex.split(command), ""))
+        else:
+            args, out = steps[-1]
+            steps[-1] = (args, out + line + "\n")
+    return steps
+
+
+def check_transcript(marker: str, count: int) -> None:
+    """Run the README's shell block after ``marker`` (``count`` commands, each
+    ``stargraph-mem ...``) in the working directory; each must print what the README shows."""
+    from typer.testing import CliRunner
+
+    from stargraph_mem.cli import app
+
+    steps = readme_transcript(marker)
+    assert len(steps) == count
+    for args, expected in steps:
+        assert args[0] == "stargraph-mem"
+        result = CliRunner().invoke(app, args[1:])
+        assert (result.exit_code, result.stdout) == (0, expected), args

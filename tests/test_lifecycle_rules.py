@@ -14,6 +14,7 @@ from packs_helpers import NOW, PARTITION, T0, engine_fact, first_issue, run_pass
 
 from stargraph_mem.compiler.pack import CompiledPack, compile_file, compile_text, validate_file
 from stargraph_mem.engine.runtime import PackRuntime, PassOutput, round_confidence, to_micros
+from stargraph_mem.errors import IRError
 from stargraph_mem.model.canonical import canonical_json
 from stargraph_mem.stores.fact import EngineFact
 
@@ -145,12 +146,28 @@ def test_archived_facts_are_matched_only_by_a_status_test(lifecycle: CompiledPac
     finally:
         runtime.close()
     (delta,) = deltas(out)  # 'expire' (no status test) does not see it
-    assert (delta.rule_id, delta.replaces, delta.status) == (
-        "purge_archived",
-        ["a1"],
-        "invalidated",
-    )
+    assert (delta.kind, delta.rule_id, delta.replaces) == ("update", "revive_archived", ["a1"])
     assert lifecycle.needs_archived
+
+
+def test_a_delete_or_reinforcement_of_a_possibly_archived_fact_is_refused() -> None:
+    purge = """\
+ir_version: 1
+pack: purge
+version: "1"
+rules:
+  - id: purge
+    cadence: {cron: "0 3 * * *"}
+    when:
+      - fact: {as: f, status: archived, valid_from: {older_than: {days: 365}}}
+    emit: {kind: delete, replaces: [f], sources: [f], status: invalidated}
+"""
+    with pytest.raises(IRError) as info:
+        compile_text(purge)
+    assert str(info.value) == (
+        "<string>:9:37: rules[0].emit.replaces[0]: 'f' may be an archived fact, which is "
+        "closed already: an update restores it, a delete or a reinforcement cannot name it"
+    )
 
 
 def test_a_pack_without_a_status_test_needs_no_archived_facts() -> None:

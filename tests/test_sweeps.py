@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from backends import Backend, NewLocation
 from e2e_helpers import episode, spo
 from hypothesis import given, settings
@@ -16,11 +17,12 @@ from stargraph_mem.compiler.pack import CompiledPack, compile_file, compile_text
 from stargraph_mem.compiler.sweep_sql import sweep_filter
 from stargraph_mem.engine.api import Consolidator
 from stargraph_mem.engine.scheduler import ConsolidationReport
+from stargraph_mem.errors import IRError
 from stargraph_mem.ir.models import FACT_FIELDS, Rule
 from stargraph_mem.ir.reference import evaluate
 from stargraph_mem.model.time import from_us, to_us
 from stargraph_mem.stores.fact import EngineFact
-from stargraph_mem.stores.models import AddDelta, FactPayload, NoopDelta
+from stargraph_mem.stores.models import AddDelta, DeleteDelta, FactPayload, NoopDelta
 from stargraph_mem.stores.scope import Partition
 
 RULES = Path(__file__).resolve().parent.parent / "rules"
@@ -284,3 +286,66 @@ async def test_the_prefilter_selects_what_the_reference_evaluator_does(backend: 
 
     await asyncio.to_thread(check)
     assert len({f.id for f in facts}) == 60 and parts
+
+
+REVIVE = """\
+ir_version: 1
+pack: revive
+version: "1.0.0"
+fields: {subject: string, predicate: string, object: string}
+rules:
+  - id: revive_likes
+    cadence: {cron: "0 5 * * *"}
+    when:
+      - fact: {as: f, status: archived, subject: {bind: s}, predicate: {eq: likes, bind: p},
+               object: {bind: o}}
+    emit: {kind: update, subject: "{s}", predicate: "{p}", object: "{o}", replaces: [f],
+           sources: [f], confidence: 0.5}
+"""
+
+
+async def test_a_sweep_over_archived_facts_finds_partitions_with_only_archived_ones(
+    new_location: NewLocation,
+) -> None:
+    location = new_location()
+    async with Consolidator(location, [compile_text(SEED)], clock=Clock(T0)) as mem:
+        await mem.record(episode("a1", at=T0, user="alice", **spo("alice", "likes", "opera")))
+        await mem.record(episode("a2", at=T0, user="alice", **spo("alice", "hates", "rain")))
+        facts = await mem.facts()
+        archive = DeleteDelta(
+            user="alice",
+            agent="rag",
+            replaces=[f.id for f in facts],
+            status="archived",
+            source_episode_ids=["a1"],
+            promotion_ts=T0 + timedelta(hours=1),
+            rule_id="by_hand",
+            confidence=1.0,
+        )
+        await mem.fact_store.apply_delta(archive)
+    async with Consolidator(location, [compile_text(REVIVE)]) as mem:
+        assert await mem.facts() == []
+        report = await mem.consolidate(now=T0 + timedelta(days=1))  # fires at 05:00
+        revived = [p for p in report.passes if p.rules == ["revive_likes"] and p.applied]
+        assert [p.delta_counts.get("update", 0) for p in revived] == [1]
+        [back] = await mem.facts()
+        assert (back.object, back.confidence) == ("opera", 0.5)
+        archived = {f.object: f for f in await mem.facts(status="archived")}
+        assert sorted(archived) == ["opera", "rain"]  # a restored fact stays closed
+        assert archived["opera"].superseded_by == back.id
+
+
+def test_a_sweep_cannot_wait_for_idle_or_or_after() -> None:
+    text = SEED.replace("defaults: {cadence: {every: 1}, confidence: 0.3}\n", "").replace(
+        "      - episode: {subject: {bind: s}, predicate: {bind: p}, object: {bind: o}}\n"
+        '    emit: {kind: add, subject: "{s}", predicate: "{p}", object: "{o}"}\n',
+        "      - fact: {as: f, confidence: {lt: 0.5}}\n"
+        "    emit: {kind: delete, replaces: [f], sources: [f]}\n"
+        "    cadence: {idle: 30m}\n",
+    )
+    with pytest.raises(IRError) as info:
+        compile_text(text)
+    assert str(info.value) == (
+        "<string>:10:15: rules[0].cadence.idle: 'idle' watches a partition's episodes: a "
+        "rule without an 'episode' pattern (a sweep) runs on 'cron' (or 'every')"
+    )

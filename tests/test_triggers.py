@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shlex
 import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from backends import NewLocation
+from readme_helpers import check_transcript
 from test_scheduler import ALICE, Clock, fired, obs, opened
 from test_schema_agreement import yaml_schema_errors
 from typer.testing import CliRunner
@@ -194,34 +194,11 @@ async def test_or_after_per_partition(new_location: NewLocation) -> None:
 # --- CLI: the README's worked example, verbatim -------------------------------------------
 
 
-def readme_transcript(marker: str) -> list[tuple[list[str], str]]:
-    """The ``$ command`` / output pairs of the README's first shell block after ``marker``."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    block = text.split(marker, 1)[1].split("```\n", 1)[1].split("```\n", 1)[0]
-    steps: list[tuple[list[str], str]] = []
-    command = ""
-    for line in block.splitlines():
-        if line.startswith("$ ") or command.endswith("\\"):
-            start = "" if line.startswith("$ ") else command.removesuffix("\\")
-            command = (start + " " + line.removeprefix("$ ")).strip()
-            if not command.endswith("\\"):
-                steps.append((shlex.split(command), ""))
-        else:
-            args, out = steps[-1]
-            steps[-1] = (args, out + line + "\n")
-    return steps
-
-
 def test_readme_idle_example_runs_verbatim(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "examples").mkdir()
     shutil.copy(ROOT / "examples" / "idle_dedup.yaml", tmp_path / "examples")
     monkeypatch.chdir(tmp_path)
-    steps = readme_transcript("A partition going quiet, step by step")
-    assert len(steps) == 7
-    for args, expected in steps:
-        assert args[0] == "stargraph-mem"
-        result = CliRunner().invoke(app, args[1:])
-        assert (result.exit_code, result.stdout) == (0, expected), args
+    check_transcript("A partition going quiet, step by step", 7)
 
 
 # --- durations and combinations: positioned errors ----------------------------------------

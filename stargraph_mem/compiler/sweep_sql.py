@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from stargraph_mem.compiler.generator import literal_value
+from stargraph_mem.compiler.generator import admits_archived, literal_value
 from stargraph_mem.compiler.select_sql import NowOffset
 from stargraph_mem.ir.checks import pattern_of
 from stargraph_mem.ir.models import FACT_FIELDS, Condition, Duration, FieldType, Rule, VarRef
@@ -140,6 +140,9 @@ class SweepFilter:
     sql: str
     raw_params: tuple[Any, ...]
     alone: bool
+    archived: bool = False
+    """The pattern admits archived facts: candidates are current or archived facts (the
+    pass then loads the partitions' current and archived facts)."""
 
     def params(self, now_us: int) -> tuple[Any, ...]:
         """Parameters with pass-time offsets resolved."""
@@ -179,5 +182,7 @@ def sweep_filter(rule: Rule) -> SweepFilter:
     kinds = _kinds(rule)
     facts = [pattern for kind, pattern in kinds if kind == "fact"]
     parts, params = _terms(facts[0].where) if facts else ([], [])
-    alone = len(kinds) == 1 and len(facts) == 1
-    return SweepFilter(" AND ".join(parts) if parts else "1 = 1", tuple(params), alone)
+    archived = bool(facts) and admits_archived(facts[0])
+    alone = len(kinds) == 1 and len(facts) == 1 and not archived
+    sql = " AND ".join(parts) if parts else "1 = 1"
+    return SweepFilter(sql, tuple(params), alone, archived)

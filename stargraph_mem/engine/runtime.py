@@ -706,6 +706,7 @@ class _Collector:
                 if known is not None:
                     known.reinforced_at_us = max(known.reinforced_at_us, self.now_us)
                     known.observed_us = max(known.observed_us, seen)
+                    known.reinforcement_count += 1
 
     def episode(self, n: int) -> EpisodeRecord:
         """The episode of ordinal ``n``: of this pass, or (``n < 0``) of an earlier one."""

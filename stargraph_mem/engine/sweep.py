@@ -135,7 +135,7 @@ class Sweeper:
     ) -> None:
         filt = sweep_filter(rule.program.info.rule)
         params = filt.params(to_us(fire))
-        found = await self.runner.facts.sweep_partitions(filt.sql, params)
+        found = await self.runner.facts.sweep_partitions(filt.sql, params, archived=filt.archived)
         wanted = [p for p in found if keep is None or keep(p)]
         for start in range(0, len(wanted), BATCH_PARTITIONS):
             chunk = wanted[start : start + BATCH_PARTITIONS]
@@ -229,9 +229,10 @@ class Sweeper:
             loaded = await facts.sweep_facts(filt.sql, filt.params(to_us(fire)), partitions)
         else:
             loaded = await facts.current_facts_of(partitions)
+        archived = await runner.archived_of(partitions)
         jobs = [
-            PassInput(p, [], found, {rule.index: set()})
-            for p, found in zip(partitions, loaded, strict=True)
+            PassInput(p, [], found, {rule.index: set()}, archived=old)
+            for p, found, old in zip(partitions, loaded, archived, strict=True)
         ]
         outs = await asyncio.to_thread(
             runner.runtime.run_passes, jobs, now=fire, matched=runner.keep_deltas

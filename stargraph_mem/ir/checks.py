@@ -235,6 +235,14 @@ class _Checker:
             self.check_item(info, item, (*path, "when", j), j)
         if rule.select is not None:
             self.check_select(rule, (*path, "select"))
+        trigger = rule.cadence and (rule.cadence.idle or rule.cadence.or_after)
+        if trigger and not episodes:
+            which = "idle" if rule.cadence and rule.cadence.idle else "or_after"
+            self.err(
+                (*path, "cadence", which),
+                f"'{which}' watches a partition's episodes: a rule without an 'episode' "
+                "pattern (a sweep) runs on 'cron' (or 'every')",
+            )
         if rule.salience is not None and info.episode_alias is None and episodes == []:
             self.err((*path, "salience"), "a salience gate needs an 'episode' pattern")
         if rule.salience is not None and rule.salience.importance_key is not None:
@@ -551,6 +559,16 @@ class _Checker:
             self.err((*path, "replaces"), f"emit of kind '{emit.kind}' takes no 'replaces'")
         for k, ref in enumerate(emit.replaces):
             self.check_replace_ref(info, ref, (*path, "replaces", k))
+        closing = [*(emit.replaces if emit.kind == "delete" else []), *emit.reinforces]
+        for k, ref in enumerate(closing):
+            if isinstance(ref, str) and _may_be_archived(info, ref):
+                where = "replaces" if k < len(closing) - len(emit.reinforces) else "reinforces"
+                at = k if where == "replaces" else k - (len(closing) - len(emit.reinforces))
+                self.err(
+                    (*path, where, at),
+                    f"'{ref}' may be an archived fact, which is closed already: an update "
+                    "restores it, a delete or a reinforcement cannot name it",
+                )
         self.check_listed_once(emit.replaces, (*path, "replaces"))
         self.check_listed_once(emit.reinforces, (*path, "reinforces"))
         if emit.reinforces and emit.kind != "noop":
@@ -753,3 +771,18 @@ def check_or_raise(pack: RulePack, source: SourceMap) -> Analysis:
     if errors:
         raise IRError(errors[0], errors)
     return analysis
+
+
+def _may_be_archived(info: RuleInfo, alias: str) -> bool:
+    """Whether the ``fact`` pattern named ``alias`` can match an archived fact (its
+    ``status`` test admits one; a test on a variable might)."""
+    for item in info.rule.when:
+        kind, pattern = pattern_of(item)
+        if kind != "fact" or getattr(pattern, "alias", None) != alias:
+            continue
+        cond = pattern.where.get("status")
+        if cond is None:
+            return False
+        tests = cond.tests()
+        return any(isinstance(v, VarRef) for _, v in tests) or evaluate(cond, "string", "archived")
+    return False

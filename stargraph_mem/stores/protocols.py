@@ -166,7 +166,9 @@ class FactRepository(FactStore, Protocol):
 
     async def aggregates_of(self, pack: str, refs: Sequence[str]) -> list[AggregateRow]: ...
 
-    async def sweep_partitions(self, where: str, params: Sequence[Any]) -> list[Partition]: ...
+    async def sweep_partitions(
+        self, where: str, params: Sequence[Any], *, archived: bool = False
+    ) -> list[Partition]: ...
 
     async def sweep_facts(
         self, where: str, params: Sequence[Any], partitions: Sequence[Partition]

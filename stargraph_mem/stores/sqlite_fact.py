@@ -619,10 +619,12 @@ class SQLiteFactStore(SQLiteStoreBase):
             rows = await fetch(db, SQLITE.archived_of, (SQLITE.ids(keys),))
         return group_current(rows, keys, ARCHIVED)
 
-    async def sweep_partitions(self, where: str, params: Sequence[Any]) -> list[Partition]:
+    async def sweep_partitions(
+        self, where: str, params: Sequence[Any], *, archived: bool = False
+    ) -> list[Partition]:
         """Partitions with a current fact a sweep's pre-filter ``where`` selects."""
         async with self._read() as db:
-            return await sweep_partitions(SQLiteConn(db), SQLITE, where, params)
+            return await sweep_partitions(SQLiteConn(db), SQLITE, where, params, archived=archived)
 
     async def sweep_facts(
         self, where: str, params: Sequence[Any], partitions: Sequence[Partition]

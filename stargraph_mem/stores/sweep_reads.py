@@ -26,12 +26,18 @@ def _where(sql: FactStatements, where: str) -> str:
     return where.replace("?", sql.mark)
 
 
+_CURRENT_OR_ARCHIVED: Final = f"({_CURRENT} OR (f.status = 'archived' AND f.superseded_by IS NULL))"
+"""Current facts, and archived ones not restored (a sweep whose pattern admits them)."""
+
+
 async def sweep_partitions(
-    db: Conn, sql: FactStatements, where: str, params: Sequence[Any]
+    db: Conn, sql: FactStatements, where: str, params: Sequence[Any], *, archived: bool = False
 ) -> list[Partition]:
-    """Every partition with a current fact ``where`` selects, in (user, agent) order."""
+    """Every partition with a current fact ``where`` selects (or an archived one, with
+    ``archived``), in (user, agent) order."""
+    which = _CURRENT_OR_ARCHIVED if archived else _CURRENT
     rows = await db.fetch(
-        f'SELECT DISTINCT f."user", f.agent FROM facts f WHERE {_CURRENT} '
+        f'SELECT DISTINCT f."user", f.agent FROM facts f WHERE {which} '
         f"AND ({_where(sql, where)}) ORDER BY 1, 2",
         tuple(params),
     )

@@ -474,10 +474,12 @@ class PostgresFactStore(PostgresRepository):
             rows = await db.fetch(FACTS.archived_of, (keys,))
         return group_current(rows, keys, ARCHIVED)
 
-    async def sweep_partitions(self, where: str, params: Sequence[Any]) -> list[Partition]:
+    async def sweep_partitions(
+        self, where: str, params: Sequence[Any], *, archived: bool = False
+    ) -> list[Partition]:
         """Partitions with a current fact a sweep's pre-filter ``where`` selects."""
         async with self.database.connection() as db:
-            return await sweep_partitions(db, FACTS, where, params)
+            return await sweep_partitions(db, FACTS, where, params, archived=archived)
 
     async def sweep_facts(
         self, where: str, params: Sequence[Any], partitions: Sequence[Partition]
