@@ -181,7 +181,11 @@ def test_reinforce_update_carries_a_confirmation(lifecycle: CompiledPack) -> Non
     assert (delta.rule_id, delta.lifecycle) == ("confirm", "reinforce")
     assert delta.confidence == 0.95  # capped
     assert delta.fact.payload == {"importance": 0.5, "topic": "s/p"}
-    assert out.facts_after is None  # reads access: not reused as the next pass's input
+    runtime = PackRuntime(lifecycle)
+    try:
+        assert runtime.volatile  # reads access: its facts never feed a later run's pass
+    finally:
+        runtime.close()
 
 
 def test_reinforcement_count_is_tested(lifecycle: CompiledPack) -> None:

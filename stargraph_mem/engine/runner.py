@@ -554,7 +554,7 @@ class PassRunner:
 
     def remember(self, report: PassReport, version: int, facts: list[EngineFact] | None) -> None:
         """Keep what an applied pass left (facts, watermarks, version) for the next one."""
-        if facts is None or len(facts) > KNOWN_FACTS_MAX:
+        if facts is None or len(facts) > KNOWN_FACTS_MAX or self.runtime.volatile:
             return
         self._known[report.partition.key] = _Known(
             version, facts, report.marks_after(), report.deferred_after()

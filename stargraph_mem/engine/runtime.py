@@ -229,9 +229,10 @@ class PackRuntime:
             for name, ftype in self.fields.items()
         ]
         self._fact_extras = _fact_extras(compiled)
-        self._volatile = bool(VOLATILE & set(compiled.fact_slots))
-        """Rules read access statistics, which reads change between passes: the facts a
-        pass leaves are then not offered as the next pass's input."""
+        self.volatile = bool(VOLATILE & set(compiled.fact_slots))
+        """Rules read access statistics, which reads change between passes without a new
+        facts version: the facts a pass leaves then feed the next pass of the same run
+        only, never a later run (see ``PassRunner.remember``)."""
         self._lock = threading.Lock()
         self._dir = tempfile.mkdtemp(prefix="stargraph-")
         self._out = Path(self._dir) / "deltas.out"
@@ -441,7 +442,7 @@ class PackRuntime:
             collector.history = hist
             collector.keep_matched = matched
             collector.collect(lines)
-            out.facts_after = None if self._volatile else collector.facts_after()
+            out.facts_after = collector.facts_after()
         return out
 
     @staticmethod
