@@ -11,6 +11,7 @@ import pytest
 from backends import NewLocation
 from readme_helpers import ROOT, check_transcript
 
+from stargraph_mem.compiler.pack import compile_text
 from stargraph_mem.engine.api import Consolidator
 from stargraph_mem.model.episodes import Episode
 
@@ -62,3 +63,44 @@ async def test_nightly_decay_equals_the_same_months_in_few_steps(
     for night in few:  # each night rounds to 9 decimals: at most 5e-10 apart per night
         assert every[night] == pytest.approx(some[night], abs=5e-10 * len(nightly)), night
     assert every[nightly[7]] < every[nightly[6]] == 0.6  # the first night a week after
+
+
+PINS = """\
+ir_version: 1
+pack: pins
+version: "1"
+fields: {subject: string, predicate: string, object: string}
+defaults: {cadence: {every: 1}}
+rules:
+  - id: add
+    when:
+      - episode: {subject: {bind: s}, predicate: {bind: p}, object: {bind: o}}
+      - not: {subject: {var: s}, predicate: {var: p}}
+    emit: {kind: add, subject: "{s}", predicate: "{p}", object: "{o}"}
+  - id: keep_pinned
+    when:
+      - episode: {subject: {bind: s}, predicate: {bind: p}, object: {bind: o}}
+      - fact: {as: f, subject: {var: s}, predicate: {var: p}, pinned: true}
+    emit: {kind: noop, reason: "{o} ignored: pinned"}
+  - id: replace
+    when:
+      - episode: {subject: {bind: s}, predicate: {bind: p}, object: {bind: o}}
+      - fact: {as: f, subject: {var: s}, predicate: {var: p}, object: {ne: {var: o}}, pinned: false}
+    emit: {kind: update, subject: "{s}", predicate: "{p}", object: "{o}", replaces: [f]}
+"""
+
+
+async def test_a_pin_between_records_is_seen_by_the_next_pass(new_location: NewLocation) -> None:
+    """Rules with an episode pattern that test ``pinned`` see a pin made between two
+    records of the same Consolidator (its facts are not reused across runs)."""
+    t = datetime(2026, 1, 1, 9, tzinfo=UTC)
+    async with Consolidator(new_location(), [compile_text(PINS)], clock=lambda: t) as mem:
+        tea = _opera(1, t).model_copy(
+            update={"metadata": {**_opera(1, t).metadata, "object": "tea"}}
+        )
+        await mem.record(tea)
+        (fact,) = await mem.facts(user="alice")
+        assert await mem.pin(fact.id)
+        report = await mem.record(_opera(2, t))
+        assert [d.rule_id for p in report.passes for d in p.deltas] == ["keep_pinned"]
+        assert [f.object for f in await mem.facts(user="alice")] == ["tea"]

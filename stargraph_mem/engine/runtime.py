@@ -39,7 +39,7 @@ from stargraph_mem.engine.history import HistoryFacts, HistoryInput
 from stargraph_mem.engine.history import compute as compute_history
 from stargraph_mem.errors import EngineError
 from stargraph_mem.gcpause import gc_paused
-from stargraph_mem.ir.checks import PAYLOAD_PREFIX, VarInfo, parse_template
+from stargraph_mem.ir.checks import PAYLOAD_PREFIX, VarInfo, parse_template, pattern_of
 from stargraph_mem.ir.models import (
     ClampOp,
     EbbinghausOp,
@@ -229,7 +229,9 @@ class PackRuntime:
             for name, ftype in self.fields.items()
         ]
         self._fact_extras = _fact_extras(compiled)
-        self.volatile = bool(VOLATILE & set(compiled.fact_slots))
+        self.volatile = bool(VOLATILE & set(compiled.fact_slots)) or _episode_rules_read_pins(
+            compiled
+        )
         """Rules read access statistics, which reads change between passes without a new
         facts version: the facts a pass leaves then feed the next pass of the same run
         only, never a later run (see ``PassRunner.remember``)."""
@@ -1059,7 +1061,20 @@ def _json_value(value: Any) -> Any:
 
 VOLATILE: Final = frozenset({"access_count", "last_access"})
 """Fact fields that change outside consolidation passes without a new fact version (reads
-record access); a pin changes the partition's version, which the runner checks."""
+record access). Pins do too, but only rules with an episode pattern that test ``pinned``
+read them from a pass's facts: sweeps read their facts from the store each time."""
+
+
+def _episode_rules_read_pins(compiled: CompiledPack) -> bool:
+    """Whether a rule with an episode pattern tests ``pinned`` on a fact pattern."""
+    for rule in compiled.pack.rules:
+        kinds = [pattern_of(item) for item in rule.when]
+        if any(kind == "episode" for kind, _ in kinds) and any(
+            kind in ("fact", "not", "exists") and "pinned" in pattern.where
+            for kind, pattern in kinds
+        ):
+            return True
+    return False
 
 
 def _from_engine(f: EngineFact, status: str | None = None) -> _PassFact:
