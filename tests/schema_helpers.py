@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sqlite3
 
+from stargraph_mem.stores.sweep_schema import SWEEP_INDEX_NAMES
+
 UNDO_VERSION_5 = (
     "DROP INDEX facts_archived",
     "DROP TABLE fact_pins",
@@ -47,3 +49,8 @@ PG_UNDO_VERSION_3 = (
 )
 """What PostgreSQL migration 3 added (statuses, reinforcement bases, pins, status events),
 and its ledger row."""
+PG_UNDO_VERSION_4 = (
+    *(f"DROP INDEX {name}" for name in SWEEP_INDEX_NAMES),
+    "DELETE FROM schema_ledger WHERE version = 4",
+)
+"""What PostgreSQL migration 4 added (the sweep pre-filter indexes), and its ledger row."""

@@ -257,7 +257,7 @@ def test_consolidate_sweeps_a_partition_without_new_episodes(tmp_path: Path) -> 
         "expire_speculative user=bob agent=rag episodes=1 add=0 update=0 delete=0 noop=1 "
         "rejected=0 gated=0",
         "expire_speculative user=alice agent=rag episodes=0 add=0 update=0 delete=1 noop=0 "
-        "rejected=0 gated=0",  # the sweep, at its fire time (04:00)
+        "rejected=0 gated=0 sweep=expire_unreinforced",  # the sweep, at its fire time (04:00)
     ]
     code, out, _ = invoke("facts", "--db", str(db), "--json")
     assert [json.loads(line)["user"] for line in out.splitlines()] == ["bob"]

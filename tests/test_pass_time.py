@@ -19,7 +19,7 @@ import pytest
 from backends import PG_URL, open_backend, pg_schema, raw_execute, raw_rows
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from schema_helpers import PG_UNDO_VERSION_3, undo_version_4
+from schema_helpers import PG_UNDO_VERSION_3, PG_UNDO_VERSION_4, undo_version_4
 from typer.testing import CliRunner, Result
 
 from stargraph_mem.cli import app
@@ -32,7 +32,6 @@ from stargraph_mem.stores.postgres import PostgresDatabase
 from stargraph_mem.stores.postgres.schema import LEDGER_TABLE, MIGRATIONS
 from stargraph_mem.stores.scope import Partition
 from stargraph_mem.stores.sqlite_fact import SCHEMA_VERSION, SQLiteFactStore
-from stargraph_mem.stores.sweep_schema import SWEEP_INDEX_NAMES
 
 RULES = Path(__file__).resolve().parents[1] / "rules"
 DEFAULT = RULES / "default.yaml"
@@ -378,13 +377,13 @@ async def test_a_postgresql_database_at_version_1_is_migrated() -> None:
         async with PostgresDatabase(url) as db:
             await db.memory.put_many([observation("e", 0, "a")])
             for undo in (
+                *PG_UNDO_VERSION_4,
                 *PG_UNDO_VERSION_3,
                 "DROP TABLE deferred_episodes",
                 "DROP TABLE pass_times",
                 "DROP TABLE aggregates",
                 "ALTER TABLE facts DROP COLUMN observed_us",
                 "ALTER TABLE reinforcements DROP COLUMN observed_us",
-                *(f"DROP INDEX {name}" for name in SWEEP_INDEX_NAMES),
                 f"DELETE FROM {LEDGER_TABLE} WHERE version >= 2",
             ):
                 await raw_execute(db.memory, undo, ())
