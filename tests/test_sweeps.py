@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from stargraph_mem.model.time import from_us, to_us
 from stargraph_mem.stores.fact import EngineFact
 from stargraph_mem.stores.models import AddDelta, DeleteDelta, FactPayload, NoopDelta
 from stargraph_mem.stores.scope import Partition
+from stargraph_mem.stores.sweep_schema import SWEEP_INDEXES
 
 RULES = Path(__file__).resolve().parent.parent / "rules"
 T0 = datetime(2026, 1, 1, 10, 0, tzinfo=UTC)
@@ -349,3 +351,37 @@ def test_a_sweep_cannot_wait_for_idle_or_or_after() -> None:
         "<string>:10:15: rules[0].cadence.idle: 'idle' watches a partition's episodes: a "
         "rule without an 'episode' pattern (a sweep) runs on 'cron' (or 'every')"
     )
+
+
+def test_an_age_test_leaves_the_index_to_a_more_selective_one(tmp_path: Path) -> None:
+    """``older_than`` holds for most facts: with a confidence test beside it, the candidate
+    read goes through the confidence index, never scanning every old fact."""
+
+    def sql_of(conditions: str) -> str:
+        rule = compile_text(
+            SEED.replace(
+                "      - episode: {subject: {bind: s}, predicate: {bind: p}, object: {bind: o}}\n"
+                '    emit: {kind: add, subject: "{s}", predicate: "{p}", object: "{o}"}\n',
+                f"      - fact: {{as: f, {conditions}}}\n"
+                "    emit: {kind: delete, replaces: [f], sources: [f]}\n",
+            ).replace("{every: 1}", '{cron: "0 3 * * *"}')
+        ).pack.rules[0]
+        return sweep_filter(rule).sql
+
+    both = sql_of("confidence: {lt: 0.1}, valid_from: {older_than: {days: 1}}")
+    assert both == "f.confidence < ? AND +f.valid_from_us <= ?"
+    assert sql_of("valid_from: {older_than: {days: 1}}") == "f.valid_from_us <= ?"
+    db = tmp_path / "plan.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute(
+            "CREATE TABLE facts (id TEXT, user TEXT, agent TEXT, confidence REAL, "
+            "valid_from_us INTEGER, valid_until_us INTEGER)"
+        )
+        for ddl in SWEEP_INDEXES[:2]:
+            conn.execute(ddl)
+        plan = conn.execute(
+            "EXPLAIN QUERY PLAN SELECT DISTINCT f.user, f.agent FROM facts f "
+            f"WHERE f.valid_until_us IS NULL AND ({both})",
+            (0.1, 0),
+        ).fetchall()
+    assert "facts_current_confidence" in " ".join(str(row) for row in plan)

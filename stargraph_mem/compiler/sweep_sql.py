@@ -37,9 +37,15 @@ _Emitted = tuple[str, list[Any]]
 
 @dataclass(frozen=True)
 class _Column:
-    """A fact field stored in one column of ``facts f``."""
+    """A fact field stored in one column of ``facts f``; ``age``: a time column, whose
+    ``older_than`` test usually holds for most facts (see :func:`sweep_filter`)."""
 
     expr: str
+    age: bool = False
+
+    def demoted(self) -> _Column:
+        """The same column written ``+expr``: same value, but no index is used for it."""
+        return _Column("+" + self.expr)
 
     def compare(self, cmp: str, value: Any) -> _Emitted:
         return f"{self.expr} {cmp} ?", [value]
@@ -84,7 +90,7 @@ SWEEP_COLUMNS: Mapping[str, _Column | _Greatest] = {
     "predicate": _Column("f.predicate"),
     "object": _Column("f.object"),
     "confidence": _Column("f.confidence"),
-    "valid_from": _Column("f.valid_from_us"),
+    "valid_from": _Column("f.valid_from_us", age=True),
     "reinforced_at": _Greatest(
         "coalesce(f.reinforced_us, f.valid_from_us)", "reinforcements", "ts_us"
     ),
@@ -159,9 +165,9 @@ def is_sweep(rule: Rule) -> bool:
     return all(kind in ("fact", "not", "exists") for kind, _ in _kinds(rule))
 
 
-def _terms(where: Mapping[str, Condition]) -> tuple[list[str], list[Any]]:
-    parts: list[str] = []
-    params: list[Any] = []
+def _tests(where: Mapping[str, Condition]) -> list[tuple[_Column | _Greatest, FieldType, Any]]:
+    """The (column, type, emitter and operand) of each test the tables cover."""
+    out: list[tuple[_Column | _Greatest, FieldType, Any]] = []
     for fname, cond in where.items():
         col = SWEEP_COLUMNS.get(fname)
         ftype = FACT_FIELDS.get(fname)
@@ -169,11 +175,26 @@ def _terms(where: Mapping[str, Condition]) -> tuple[list[str], list[Any]]:
             continue
         for op, operand in cond.tests():
             emit = SWEEP_TESTS.get(op)
-            if emit is None or isinstance(operand, VarRef):
-                continue
-            sql, values = emit(col, ftype, operand)
-            parts.append(sql)
-            params += values
+            if emit is not None and not isinstance(operand, VarRef):
+                out.append((col, ftype, (emit, operand)))
+    return out
+
+
+def _terms(where: Mapping[str, Condition]) -> tuple[list[str], list[Any]]:
+    """WHERE terms and parameters. When a test on another indexed column is present, the
+    time columns' terms are written so no index serves them: an age test (``older_than``)
+    holds for most facts of a store, and SQLite, which keeps no statistics here, would
+    otherwise scan that index over all of them instead of the selective one."""
+    tests = _tests(where)
+    other = any(isinstance(col, _Column) and not col.age for col, _, _ in tests)
+    parts: list[str] = []
+    params: list[Any] = []
+    for col, ftype, (emit, operand) in tests:
+        if other and isinstance(col, _Column) and col.age:
+            col = col.demoted()
+        sql, values = emit(col, ftype, operand)
+        parts.append(sql)
+        params += values
     return parts, params
 
 
