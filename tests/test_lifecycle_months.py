@@ -13,6 +13,7 @@ from readme_helpers import ROOT, check_transcript
 
 from stargraph_mem.compiler.pack import compile_text
 from stargraph_mem.engine.api import Consolidator
+from stargraph_mem.errors import FactNotFoundError
 from stargraph_mem.model.episodes import Episode
 
 PACK = ROOT / "rules" / "fact_lifecycle.yaml"
@@ -104,3 +105,21 @@ async def test_a_pin_between_records_is_seen_by_the_next_pass(new_location: NewL
         report = await mem.record(_opera(2, t))
         assert [d.rule_id for p in report.passes for d in p.deltas] == ["keep_pinned"]
         assert [f.object for f in await mem.facts(user="alice")] == ["tea"]
+
+
+async def test_record_access_counts_reads_and_refuses_unknown_ids(
+    new_location: NewLocation,
+) -> None:
+    t = datetime(2026, 1, 1, 9, tzinfo=UTC)
+    async with Consolidator(new_location(), [compile_text(PINS)], clock=lambda: t) as mem:
+        await mem.record(_opera(1, t))
+        (fact,) = await mem.facts(user="alice")
+        await mem.record_access([fact.id], at=t + timedelta(days=2))
+        await mem.record_access([fact.id], at=t + timedelta(days=1))  # never moves back
+        access = await mem.access(fact.id)
+        assert (access.count, access.last_access) == (2, t + timedelta(days=2))
+        with pytest.raises(FactNotFoundError):
+            await mem.record_access([fact.id, "f-nope"])
+        with pytest.raises(ValueError):
+            await mem.record_access([fact.id], at=datetime(2026, 1, 5))  # naive
+        assert (await mem.access(fact.id)).count == 2  # nothing recorded by either
