@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from stargraph_mem.stores.sweep_schema import SWEEP_INDEX_NAMES
+from stargraph_mem.stores.sweep_schema import SWEEP_INDEX_NAMES, index_ddl
 
 UNDO_VERSION_5 = (
     "DROP INDEX facts_archived",
@@ -54,3 +54,9 @@ PG_UNDO_VERSION_4 = (
     "DELETE FROM schema_ledger WHERE version = 4",
 )
 """What PostgreSQL migration 4 added (the sweep pre-filter indexes), and its ledger row."""
+PG_UNDO_VERSION_5 = (
+    *(index_ddl(name) for name in SWEEP_INDEX_NAMES),
+    "DELETE FROM schema_ledger WHERE version = 5",
+)
+"""What PostgreSQL migration 5 removed (the sweep indexes, now made on demand), and its
+ledger row."""

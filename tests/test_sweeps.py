@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from backends import Backend, NewLocation
+from backends import Backend, NewLocation, raw_rows
 from e2e_helpers import episode, spo
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stargraph_mem.compiler.pack import CompiledPack, compile_file, compile_text
-from stargraph_mem.compiler.sweep_sql import sweep_filter
+from stargraph_mem.compiler.sweep_sql import SweepFilter, sweep_filter
 from stargraph_mem.engine.api import Consolidator
 from stargraph_mem.engine.scheduler import ConsolidationReport
 from stargraph_mem.errors import IRError
@@ -25,7 +25,8 @@ from stargraph_mem.model.time import from_us, to_us
 from stargraph_mem.stores.fact import EngineFact
 from stargraph_mem.stores.models import AddDelta, DeleteDelta, FactPayload, NoopDelta
 from stargraph_mem.stores.scope import Partition
-from stargraph_mem.stores.sweep_schema import SWEEP_INDEXES
+from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
+from stargraph_mem.stores.sweep_schema import SWEEP_INDEX_NAMES, index_ddl
 
 RULES = Path(__file__).resolve().parent.parent / "rules"
 T0 = datetime(2026, 1, 1, 10, 0, tzinfo=UTC)
@@ -355,9 +356,10 @@ def test_a_sweep_cannot_wait_for_idle_or_or_after() -> None:
 
 def test_an_age_test_leaves_the_index_to_a_more_selective_one(tmp_path: Path) -> None:
     """``older_than`` holds for most facts: with a confidence test beside it, the candidate
-    read goes through the confidence index, never scanning every old fact."""
+    read goes through the confidence index, never scanning every old fact; the filter
+    names just the indexes it reads through (made on demand)."""
 
-    def sql_of(conditions: str) -> str:
+    def filter_of(conditions: str) -> SweepFilter:
         rule = compile_text(
             SEED.replace(
                 "      - episode: {subject: {bind: s}, predicate: {bind: p}, object: {bind: o}}\n"
@@ -366,22 +368,106 @@ def test_an_age_test_leaves_the_index_to_a_more_selective_one(tmp_path: Path) ->
                 "    emit: {kind: delete, replaces: [f], sources: [f]}\n",
             ).replace("{every: 1}", '{cron: "0 3 * * *"}')
         ).pack.rules[0]
-        return sweep_filter(rule).sql
+        return sweep_filter(rule)
 
-    both = sql_of("confidence: {lt: 0.1}, valid_from: {older_than: {days: 1}}")
-    assert both == "f.confidence < ? AND +f.valid_from_us <= ?"
-    assert sql_of("valid_from: {older_than: {days: 1}}") == "f.valid_from_us <= ?"
+    both = filter_of("confidence: {lt: 0.1}, valid_from: {older_than: {days: 1}}")
+    assert both.sql == "f.confidence < ? AND +f.valid_from_us <= ?"
+    assert both.indexes == ("facts_current_confidence",)
+    age = filter_of("valid_from: {older_than: {days: 1}}")
+    assert (age.sql, age.indexes) == ("f.valid_from_us <= ?", ("facts_current_valid_from",))
+    # a test no sweep index serves (subject) leaves the age test its index
+    subject = filter_of("subject: {eq: x}, valid_from: {older_than: {days: 1}}")
+    assert subject.sql == "f.subject = ? AND f.valid_from_us <= ?"
+    assert subject.indexes == ("facts_current_valid_from",)
+    two = filter_of("predicate: {eq: p}, rule_id: {in: [a, b]}, confidence: {lt: 0.5}")
+    assert two.indexes == (
+        "facts_current_predicate",
+        "facts_current_rule",
+        "facts_current_confidence",
+    )
+    assert filter_of("id: {eq: f1}").indexes == ()  # the table's key serves it
     db = tmp_path / "plan.db"
     with sqlite3.connect(db) as conn:
         conn.execute(
             "CREATE TABLE facts (id TEXT, user TEXT, agent TEXT, confidence REAL, "
             "valid_from_us INTEGER, valid_until_us INTEGER)"
         )
-        for ddl in SWEEP_INDEXES[:2]:
-            conn.execute(ddl)
+        for name in (*both.indexes, *age.indexes):
+            conn.execute(index_ddl(name))
         plan = conn.execute(
             "EXPLAIN QUERY PLAN SELECT DISTINCT f.user, f.agent FROM facts f "
-            f"WHERE f.valid_until_us IS NULL AND ({both})",
+            f"WHERE f.valid_until_us IS NULL AND ({both.sql})",
             (0.1, 0),
         ).fetchall()
     assert "facts_current_confidence" in " ".join(str(row) for row in plan)
+
+
+# --- sweep indexes are made on demand ---------------------------------------------------
+
+
+async def sweep_indexes(mem: Consolidator) -> set[str]:
+    """The sweep indexes the memory's database has."""
+    store = mem.fact_store
+    if isinstance(store, SQLiteFactStore):
+        sql = "SELECT name FROM sqlite_master WHERE type = 'index'"
+    else:
+        sql = "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()"
+    return {str(row[0]) for row in await raw_rows(store, sql)} & set(SWEEP_INDEX_NAMES)
+
+
+async def test_a_sweep_makes_only_the_index_it_reads_through(new_location: NewLocation) -> None:
+    """No sweep index exists until a sweep needs one; a dry run makes none; the expiry
+    sweep (confidence and age tests) makes the confidence index alone, and its next fire
+    finds it made."""
+    clock = Clock(T0)
+    async with await seeded(new_location(), clock) as mem:
+        assert await sweep_indexes(mem) == set()
+        dry = await mem.consolidate(now=T40, dry_run=True)
+        assert sorted(sweep_passes(dry)) == []  # dry passes are not applied
+        assert await sweep_indexes(mem) == set()
+        report = await mem.consolidate(now=T40)
+        assert sorted(sweep_passes(report)) == [("alice", 1), ("bob", 1)]
+        assert await sweep_indexes(mem) == {"facts_current_confidence"}
+        assert sweep_passes(await mem.consolidate(now=T40 + timedelta(days=1))) == []
+        assert await sweep_indexes(mem) == {"facts_current_confidence"}
+
+
+async def test_two_stores_making_the_same_indexes_at_once_both_succeed(
+    new_location: NewLocation,
+) -> None:
+    location = new_location()
+    async with Consolidator(location, packs()) as one, Consolidator(location, packs()) as two:
+        names = ["facts_current_predicate", "facts_current_rule"]
+        await asyncio.gather(
+            one.fact_store.ensure_sweep_indexes(names),
+            two.fact_store.ensure_sweep_indexes(names),
+        )
+        assert await sweep_indexes(one) == set(names)
+
+
+async def test_a_file_made_with_every_sweep_index_drops_them_once(tmp_path: Path) -> None:
+    """Files of the same schema made before indexes were made on demand had all four: the
+    first writable open drops them (every close wrote to them) and marks the file; an index
+    a sweep made later survives the next opens."""
+    path = tmp_path / "old.db"
+    async with Consolidator(path, packs()) as mem:
+        await mem.bootstrap()
+    with sqlite3.connect(path) as conn:
+        for name in SWEEP_INDEX_NAMES:
+            conn.execute(index_ddl(name))
+        conn.execute("DELETE FROM fact_store_meta WHERE key = 'sweep_indexes_on_demand'")
+    clock = Clock(T0)
+    async with await seeded(str(path), clock) as mem:
+        assert await sweep_indexes(mem) == set()
+        await mem.fact_store.ensure_sweep_indexes(["facts_current_rule"])
+    async with Consolidator(path, packs()) as mem:
+        await mem.bootstrap()
+        assert await sweep_indexes(mem) == {"facts_current_rule"}
+        report = await mem.consolidate(now=T40)
+        assert sorted(sweep_passes(report)) == [("alice", 1), ("bob", 1)]
+        assert await sweep_indexes(mem) == {"facts_current_rule", "facts_current_confidence"}
+
+
+async def test_an_unknown_sweep_index_is_refused(backend: Backend) -> None:
+    with pytest.raises(KeyError, match="facts_nope"):
+        await backend.facts.ensure_sweep_indexes(["facts_nope"])

@@ -38,10 +38,13 @@ _Emitted = tuple[str, list[Any]]
 @dataclass(frozen=True)
 class _Column:
     """A fact field stored in one column of ``facts f``; ``age``: a time column, whose
-    ``older_than`` test usually holds for most facts (see :func:`sweep_filter`)."""
+    ``older_than`` test usually holds for most facts (see :func:`sweep_filter`); ``index``:
+    the sweep index that serves its tests (``""``: the table's key serves them; ``None``:
+    none does)."""
 
     expr: str
     age: bool = False
+    index: str | None = None
 
     def demoted(self) -> _Column:
         """The same column written ``+expr``: same value, but no index is used for it."""
@@ -85,18 +88,20 @@ class _Greatest:
 
 
 SWEEP_COLUMNS: Mapping[str, _Column | _Greatest] = {
-    "id": _Column("f.id"),
+    "id": _Column("f.id", index=""),
     "subject": _Column("f.subject"),
-    "predicate": _Column("f.predicate"),
+    "predicate": _Column("f.predicate", index="facts_current_predicate"),
     "object": _Column("f.object"),
-    "confidence": _Column("f.confidence"),
-    "valid_from": _Column("f.valid_from_us", age=True),
+    "confidence": _Column("f.confidence", index="facts_current_confidence"),
+    "valid_from": _Column("f.valid_from_us", age=True, index="facts_current_valid_from"),
     "reinforced_at": _Greatest(
         "coalesce(f.reinforced_us, f.valid_from_us)", "reinforcements", "ts_us"
     ),
-    "rule_id": _Column("f.rule_id"),
+    "rule_id": _Column("f.rule_id", index="facts_current_rule"),
 }
-"""Fact field → how the pre-filter reads it. Fields not here are tested by CLIPS only."""
+"""Fact field → how the pre-filter reads it, and the sweep index (of
+:data:`~stargraph_mem.stores.sweep_schema.SWEEP_INDEXES`) that serves it. Fields not here
+are tested by CLIPS only."""
 
 SweepTest = Callable[[_Column | _Greatest, FieldType, Any], _Emitted]
 
@@ -149,6 +154,9 @@ class SweepFilter:
     archived: bool = False
     """The pattern admits archived facts: candidates are current or archived facts (the
     pass then loads the partitions' current and archived facts)."""
+    indexes: tuple[str, ...] = ()
+    """The sweep indexes its terms can read through: a store makes them before the sweep
+    reads (they are made on demand, see :mod:`~stargraph_mem.stores.sweep_schema`)."""
 
     def params(self, now_us: int) -> tuple[Any, ...]:
         """Parameters with pass-time offsets resolved."""
@@ -180,30 +188,36 @@ def _tests(where: Mapping[str, Condition]) -> list[tuple[_Column | _Greatest, Fi
     return out
 
 
-def _terms(where: Mapping[str, Condition]) -> tuple[list[str], list[Any]]:
-    """WHERE terms and parameters. When a test on another indexed column is present, the
-    time columns' terms are written so no index serves them: an age test (``older_than``)
-    holds for most facts of a store, and SQLite, which keeps no statistics here, would
-    otherwise scan that index over all of them instead of the selective one."""
+def _terms(where: Mapping[str, Condition]) -> tuple[list[str], list[Any], list[str]]:
+    """WHERE terms, parameters and the sweep indexes they read through. When a test on
+    another indexed column is present, the time columns' terms are written so no index
+    serves them: an age test (``older_than``) holds for most facts of a store, and SQLite,
+    which keeps no statistics here, would otherwise scan that index over all of them
+    instead of the selective one."""
     tests = _tests(where)
-    other = any(isinstance(col, _Column) and not col.age for col, _, _ in tests)
+    other = any(
+        isinstance(col, _Column) and not col.age and col.index is not None for col, _, _ in tests
+    )
     parts: list[str] = []
     params: list[Any] = []
+    indexes: list[str] = []
     for col, ftype, (emit, operand) in tests:
         if other and isinstance(col, _Column) and col.age:
             col = col.demoted()
+        elif isinstance(col, _Column) and col.index:
+            indexes.append(col.index)
         sql, values = emit(col, ftype, operand)
         parts.append(sql)
         params += values
-    return parts, params
+    return parts, params, list(dict.fromkeys(indexes))
 
 
 def sweep_filter(rule: Rule) -> SweepFilter:
     """The pre-filter of sweep ``rule`` (see the module)."""
     kinds = _kinds(rule)
     facts = [pattern for kind, pattern in kinds if kind == "fact"]
-    parts, params = _terms(facts[0].where) if facts else ([], [])
+    parts, params, indexes = _terms(facts[0].where) if facts else ([], [], [])
     archived = bool(facts) and admits_archived(facts[0])
     alone = len(kinds) == 1 and len(facts) == 1 and not archived
     sql = " AND ".join(parts) if parts else "1 = 1"
-    return SweepFilter(sql, tuple(params), alone, archived)
+    return SweepFilter(sql, tuple(params), alone, archived, tuple(indexes))

@@ -134,6 +134,8 @@ class Sweeper:
         out: SweepOutcome,
     ) -> None:
         filt = sweep_filter(rule.program.info.rule)
+        if not dry_run:  # a dry run writes nothing: without its index it reads more
+            await self.runner.facts.ensure_sweep_indexes(filt.indexes)
         params = filt.params(to_us(fire))
         found = await self.runner.facts.sweep_partitions(filt.sql, params, archived=filt.archived)
         wanted = [p for p in found if keep is None or keep(p)]

@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 from datetime import datetime
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import aiosqlite
 
@@ -111,6 +111,7 @@ from stargraph_mem.stores.sqlite_search import (
     search_query,
 )
 from stargraph_mem.stores.sweep_reads import sweep_facts, sweep_partitions
+from stargraph_mem.stores.sweep_schema import DROP_SWEEP_INDEXES, ON_DEMAND_MARK, index_ddl
 
 __all__ = [
     "CHUNK",
@@ -157,6 +158,8 @@ class SQLiteFactStore(SQLiteStoreBase):
         self._deferred = False
         self._episodes_here: bool | None = None
         """Whether this file holds the episodes (learnt by the first write)."""
+        self._indexed: set[str] = set()
+        """Sweep indexes made (or found made) through this store."""
         """The connection's own checkpoints are off (``wal_autocheckpoint=0``)."""
 
     async def close(self) -> None:
@@ -232,6 +235,7 @@ class SQLiteFactStore(SQLiteStoreBase):
                 )
             for statement in SCHEMA:
                 await db.execute(statement)
+            await _sweep_indexes_on_demand(db)
 
     async def _check_schema(self, db: aiosqlite.Connection, why: str) -> None:
         """A read-only file must hold this version's schema: it cannot be migrated."""
@@ -633,6 +637,18 @@ class SQLiteFactStore(SQLiteStoreBase):
         async with self._read() as db:
             return await sweep_facts(SQLiteConn(db), SQLITE, where, params, partitions)
 
+    async def ensure_sweep_indexes(self, names: Sequence[str]) -> None:
+        """Create the sweep indexes ``names`` the file does not have yet (one transaction;
+        a name already made through this store costs nothing)."""
+        todo = [name for name in dict.fromkeys(names) if name not in self._indexed]
+        if not todo:
+            return
+        statements = [index_ddl(name) for name in todo]
+        async with self._write() as db:
+            for statement in statements:
+                await db.execute(statement)
+        self._indexed.update(todo)
+
     async def apply_passes(
         self, passes: Sequence[PassWrite], *, pack_hash: str = ""
     ) -> list[int | None]:
@@ -649,6 +665,20 @@ class SQLiteFactStore(SQLiteStoreBase):
             checked = [checked_deltas(p) for p in passes]
             async with self._applying(pack_hash) as (conn, batch, record):
                 return await apply_passes_in(conn, SQLITE, batch, passes, checked, record)
+
+
+async def _sweep_indexes_on_demand(db: aiosqlite.Connection) -> None:
+    """Drop the sweep indexes a file made before they were made on demand has (once: the
+    file is marked), so closes stop writing to those no sweep reads (see
+    :mod:`~stargraph_mem.stores.sweep_schema`)."""
+    if await scalar(db, _MARKED, (ON_DEMAND_MARK,)) is None:
+        for statement in DROP_SWEEP_INDEXES:
+            await db.execute(statement)
+        await db.execute(_MARK, (ON_DEMAND_MARK,))
+
+
+_MARKED: Final = "SELECT value FROM fact_store_meta WHERE key = ?"
+_MARK: Final = "INSERT INTO fact_store_meta (key, value) VALUES (?, '1')"
 
 
 def _known_ids(fact_ids: Sequence[str]) -> tuple[str, tuple[str, ...]]:

@@ -33,7 +33,6 @@ from stargraph_mem.stores.sqlite_search import (
     SEARCH_SCHEMA,
     SEARCH_TABLES,
 )
-from stargraph_mem.stores.sweep_schema import SWEEP_INDEXES
 
 __all__ = [
     "AUDIT_INSERT_COLUMNS",
@@ -187,7 +186,6 @@ SCHEMA: Final = (
     AGGREGATES_TABLE,
     *PASS_TIME_TABLES,
     *STATUS_TABLES,
-    *SWEEP_INDEXES,  # IF NOT EXISTS: files of this version made before them get them on open
     f"INSERT OR IGNORE INTO fact_store_meta (key, value) VALUES ('schema_version', "
     f"'{SCHEMA_VERSION}')",
 )

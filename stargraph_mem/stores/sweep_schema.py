@@ -1,27 +1,50 @@
 """The indexes sweep pre-filters read through, the same DDL on both backends.
 
-SQLite creates them with its schema on every writable open (``IF NOT EXISTS``: a file of
-the current version made before them gets them then); PostgreSQL in its migration
-``0004_sweep_indexes``.
+They are made **on demand**: a store creates the ones a sweep's pre-filter names
+(:attr:`~stargraph_mem.compiler.sweep_sql.SweepFilter.indexes`) before that sweep first
+reads, and never otherwise. Each is a partial index over current facts, so closing a fact
+removes its entries from every such index that exists; a fact's row and these entries sit
+on unrelated pages, so an index no sweep reads would make every close (a sweep's delete,
+a pass's update) write pages all over it for nothing. At a million facts the three
+indexes a confidence sweep does not read made 45 % of its page writes.
+
+Stores made before this had all four: PostgreSQL migration 4 created them and SQLite made
+them on every writable open. PostgreSQL migration 5 drops them, and a SQLite file drops
+them once on its first writable open (:data:`ON_DEMAND_MARK` in ``fact_store_meta`` says
+it did); the first sweep that needs one creates it again.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Final
 
-__all__ = ["SWEEP_INDEXES", "SWEEP_INDEX_NAMES"]
+__all__ = [
+    "DROP_SWEEP_INDEXES",
+    "ON_DEMAND_MARK",
+    "SWEEP_INDEXES",
+    "SWEEP_INDEX_NAMES",
+    "index_ddl",
+]
 
-SWEEP_INDEXES: Final = (
-    "CREATE INDEX IF NOT EXISTS facts_current_confidence ON facts (confidence) "
-    "WHERE valid_until_us IS NULL",
-    "CREATE INDEX IF NOT EXISTS facts_current_valid_from ON facts (valid_from_us) "
-    "WHERE valid_until_us IS NULL",
-    "CREATE INDEX IF NOT EXISTS facts_current_predicate ON facts (predicate, subject) "
-    "WHERE valid_until_us IS NULL",
-    "CREATE INDEX IF NOT EXISTS facts_current_rule ON facts (rule_id) WHERE valid_until_us IS NULL",
-)
-"""The indexes sweep pre-filters use (the same DDL on SQLite and PostgreSQL): current facts
-by confidence, by age, by (predicate, subject) and by rule; ``partition_key`` is not
-needed, a candidate's row gives it."""
-SWEEP_INDEX_NAMES: Final = tuple(ddl.split()[5] for ddl in SWEEP_INDEXES)
-"""Their names (``CREATE INDEX IF NOT EXISTS <name> ON …``)."""
+SWEEP_INDEXES: Final[Mapping[str, str]] = {
+    "facts_current_confidence": "facts (confidence) WHERE valid_until_us IS NULL",
+    "facts_current_valid_from": "facts (valid_from_us) WHERE valid_until_us IS NULL",
+    "facts_current_predicate": "facts (predicate, subject) WHERE valid_until_us IS NULL",
+    "facts_current_rule": "facts (rule_id) WHERE valid_until_us IS NULL",
+}
+"""Index name → what it indexes: current facts by confidence, by age, by (predicate,
+subject) and by rule; ``partition_key`` is not needed, a candidate's row gives it."""
+SWEEP_INDEX_NAMES: Final = tuple(SWEEP_INDEXES)
+
+
+def index_ddl(name: str) -> str:
+    """``CREATE INDEX IF NOT EXISTS`` of the sweep index ``name`` (a :class:`KeyError`
+    for a name that is not one)."""
+    return f"CREATE INDEX IF NOT EXISTS {name} ON {SWEEP_INDEXES[name]}"
+
+
+DROP_SWEEP_INDEXES: Final = tuple(f"DROP INDEX IF EXISTS {name}" for name in SWEEP_INDEX_NAMES)
+"""Drops every sweep index (a store made before they were made on demand)."""
+ON_DEMAND_MARK: Final = "sweep_indexes_on_demand"
+"""The ``fact_store_meta`` key of a SQLite file whose sweep indexes are made on demand."""

@@ -93,6 +93,7 @@ from stargraph_mem.stores.search_common import (
     search_pattern,
 )
 from stargraph_mem.stores.sweep_reads import sweep_facts, sweep_partitions
+from stargraph_mem.stores.sweep_schema import index_ddl
 
 if TYPE_CHECKING:
     from stargraph_mem.stores.postgres.database import PostgresDatabase
@@ -100,6 +101,7 @@ if TYPE_CHECKING:
 __all__ = ["CHUNK", "PostgresFactStore", "search_query"]
 
 _LOCK: Final = "facts"
+_INDEX_LOCK: Final = "sweep_indexes"
 _LEDGER: Final = Ledger(
     "fact_store_migrations",
     "INSERT INTO fact_store_migrations (name, applied_at_us, plan) VALUES (%s, %s, %s)",
@@ -144,6 +146,8 @@ class PostgresFactStore(PostgresRepository):
     def __init__(self, database: PostgresDatabase, *, adapter: ProvenanceAdapter | None = None):
         super().__init__(database)
         self.adapter = adapter if adapter is not None else ProvenanceAdapter()
+        self._indexed: set[str] = set()
+        """Sweep indexes made (or found made) through this store."""
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -487,6 +491,19 @@ class PostgresFactStore(PostgresRepository):
         """The current facts ``where`` selects in each of ``partitions``, in one statement."""
         async with self.database.connection() as db:
             return await sweep_facts(db, FACTS, where, params, partitions)
+
+    async def ensure_sweep_indexes(self, names: Sequence[str]) -> None:
+        """Create the sweep indexes ``names`` the schema does not have yet (see
+        :meth:`SQLiteFactStore.ensure_sweep_indexes`), under an advisory lock so two
+        workers never race on one."""
+        todo = [name for name in dict.fromkeys(names) if name not in self._indexed]
+        if not todo:
+            return
+        statements = [index_ddl(name) for name in todo]
+        async with self.database.transaction(_INDEX_LOCK) as db:
+            for statement in statements:
+                await db.execute(statement)
+        self._indexed.update(todo)
 
     async def apply_passes(
         self, passes: Sequence[PassWrite], *, pack_hash: str = ""
