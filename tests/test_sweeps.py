@@ -24,6 +24,7 @@ from stargraph_mem.ir.reference import evaluate
 from stargraph_mem.model.time import from_us, to_us
 from stargraph_mem.stores.fact import EngineFact
 from stargraph_mem.stores.models import AddDelta, DeleteDelta, FactPayload, NoopDelta
+from stargraph_mem.stores.postgres.fact import PostgresFactStore
 from stargraph_mem.stores.scope import Partition
 from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
 from stargraph_mem.stores.sweep_schema import SWEEP_INDEX_NAMES, index_ddl
@@ -411,6 +412,7 @@ async def sweep_indexes(mem: Consolidator) -> set[str]:
     if isinstance(store, SQLiteFactStore):
         sql = "SELECT name FROM sqlite_master WHERE type = 'index'"
     else:
+        assert isinstance(store, PostgresFactStore)
         sql = "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()"
     return {str(row[0]) for row in await raw_rows(store, sql)} & set(SWEEP_INDEX_NAMES)
 
