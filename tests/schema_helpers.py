@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import sqlite3
 
-from stargraph_mem.stores.sweep_schema import SWEEP_INDEX_NAMES, index_ddl
+from stargraph_mem.stores.postgres.schema import V4_SWEEP_INDEXES
+from stargraph_mem.stores.sweep_schema import index_ddl
 
 UNDO_VERSION_5 = (
     "DROP INDEX facts_archived",
@@ -50,12 +51,12 @@ PG_UNDO_VERSION_3 = (
 """What PostgreSQL migration 3 added (statuses, reinforcement bases, pins, status events),
 and its ledger row."""
 PG_UNDO_VERSION_4 = (
-    *(f"DROP INDEX {name}" for name in SWEEP_INDEX_NAMES),
+    *(f"DROP INDEX {name}" for name in V4_SWEEP_INDEXES),
     "DELETE FROM schema_ledger WHERE version = 4",
 )
 """What PostgreSQL migration 4 added (the sweep pre-filter indexes), and its ledger row."""
 PG_UNDO_VERSION_5 = (
-    *(index_ddl(name) for name in SWEEP_INDEX_NAMES),
+    *(index_ddl(name) for name in V4_SWEEP_INDEXES),
     "DELETE FROM schema_ledger WHERE version = 5",
 )
 """What PostgreSQL migration 5 removed (the sweep indexes, now made on demand), and its

@@ -23,7 +23,7 @@ from stargraph_mem.ir.models import FACT_FIELDS, Rule
 from stargraph_mem.ir.reference import evaluate
 from stargraph_mem.model.time import from_us, to_us
 from stargraph_mem.stores.fact import EngineFact
-from stargraph_mem.stores.models import AddDelta, DeleteDelta, FactPayload, NoopDelta
+from stargraph_mem.stores.models import AddDelta, DeleteDelta, Episode, FactPayload, NoopDelta
 from stargraph_mem.stores.postgres.fact import PostgresFactStore
 from stargraph_mem.stores.scope import Partition
 from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
@@ -182,27 +182,40 @@ def _add(user: str, subject: str, predicate: str, obj: str, conf: float, at: dat
     )
 
 
+def _seen(episode_id: str, user: str, at: datetime) -> Episode:
+    return Episode(
+        id=episode_id, content="x", timestamp=at, user=user, session="s", agent="rag", metadata={}
+    )
+
+
 async def _random_facts(backend: Backend) -> list[EngineFact]:
     """Sixty facts over three partitions, some reinforced later."""
     import random
 
     rnd = random.Random(13)
     deltas: list[Any] = []
+    seen: list[Episode] = []  # half the facts' sources are stored: observed_at is their time
     for n in range(60):
         user = ("u1", "u2", "u3")[n % 3]
         at = T0 + timedelta(days=rnd.randrange(0, 59), hours=rnd.randrange(24))
         conf = rnd.choice((0.1, 0.25, 0.4, 0.5, 0.75, 0.9))
         deltas.append(_add(user, rnd.choice(SUBJECTS), rnd.choice(PREDICATES), f"o{n}", conf, at))
+        if n % 2:
+            seen.append(_seen(f"e-{user}-o{n}", user, at - timedelta(days=rnd.randrange(0, 30))))
+    await backend.memory.put_many(seen)
     await backend.facts.apply_deltas(deltas)
     parts = [Partition(u, "rag") for u in ("u1", "u2", "u3")]
     groups = await backend.facts.current_facts_of(parts)
     for part, group in zip(parts, groups, strict=True):
-        for fact in group[::4]:
+        for k, fact in enumerate(group[::4]):
             later = from_us(fact.valid_from_us) + timedelta(days=rnd.randrange(1, 20))
+            source = f"r-{fact.id}"
+            if k % 2:  # a stored source: the reinforcement moves observed_at (or not)
+                await backend.memory.put_many([_seen(source, part.user, later - timedelta(days=2))])
             noop = NoopDelta(
                 user=part.user,
                 agent="rag",
-                source_episode_ids=["r"],
+                source_episode_ids=[source],
                 promotion_ts=later,
                 rule_id="re",
                 confidence=0.5,
@@ -222,7 +235,13 @@ CONDITIONS = st.fixed_dictionaries(
                 lambda xs: {"in": xs}, st.lists(st.sampled_from(SUBJECTS), min_size=1, max_size=2)
             ),
         ),
-        "predicate": st.sampled_from(PREDICATES),
+        "predicate": st.one_of(
+            st.sampled_from(PREDICATES),
+            st.builds(
+                lambda xs: {"not_in": xs},
+                st.lists(st.sampled_from(PREDICATES), min_size=1, max_size=2),
+            ),
+        ),
         "confidence": st.builds(
             lambda op, x: {op: x},
             st.sampled_from(["lt", "le", "gt", "ge", "eq"]),
@@ -232,6 +251,9 @@ CONDITIONS = st.fixed_dictionaries(
             lambda op, d: {op: d}, st.sampled_from(["older_than", "newer_than"]), _DURATIONS
         ),
         "reinforced_at": st.builds(
+            lambda op, d: {op: d}, st.sampled_from(["older_than", "newer_than"]), _DURATIONS
+        ),
+        "observed_at": st.builds(
             lambda op, d: {op: d}, st.sampled_from(["older_than", "newer_than"]), _DURATIONS
         ),
         "rule_id": st.sampled_from(["r1", "r2"]),
@@ -246,6 +268,7 @@ def _raw(fact: EngineFact, name: str) -> Any:
         "confidence": fact.confidence,
         "valid_from": from_us(fact.valid_from_us).isoformat(),
         "reinforced_at": from_us(fact.reinforced_at_us).isoformat(),
+        "observed_at": from_us(fact.observed_us).isoformat(),
         "rule_id": fact.rule_id,
     }
     return values[name]
@@ -290,6 +313,9 @@ async def test_the_prefilter_selects_what_the_reference_evaluator_does(backend: 
 
     await asyncio.to_thread(check)
     assert len({f.id for f in facts}) == 60 and parts
+    # observed_at is not always valid_from: stored sources moved it, earlier and later
+    assert any(f.observed_us < f.valid_from_us for f in facts)
+    assert any(f.observed_us > f.valid_from_us for f in facts)
 
 
 REVIVE = """\
@@ -387,6 +413,17 @@ def test_an_age_test_leaves_the_index_to_a_more_selective_one(tmp_path: Path) ->
         "facts_current_confidence",
     )
     assert filter_of("id: {eq: f1}").indexes == ()  # the table's key serves it
+    # observed_at and reinforced_at read through an index on their base expression
+    stale = filter_of("predicate: {not_in: [a, b]}, observed_at: {older_than: {days: 90}}")
+    assert stale.sql == (
+        "f.predicate NOT IN (?, ?) AND (coalesce(f.observed_us, f.valid_from_us) <= ? AND "
+        "NOT EXISTS (SELECT 1 FROM reinforcements r WHERE r.fact_id = f.id AND "
+        "r.observed_us > ?))"
+    )
+    assert stale.indexes == ("facts_current_observed",)  # not_in: no index serves it
+    faded = filter_of("confidence: {lt: 0.2}, reinforced_at: {older_than: {days: 7}}")
+    assert faded.sql.startswith("f.confidence < ? AND (+coalesce(f.reinforced_us, ")
+    assert faded.indexes == ("facts_current_confidence",)
     db = tmp_path / "plan.db"
     with sqlite3.connect(db) as conn:
         conn.execute(
@@ -439,7 +476,7 @@ async def test_two_stores_making_the_same_indexes_at_once_both_succeed(
 ) -> None:
     location = new_location()
     async with Consolidator(location, packs()) as one, Consolidator(location, packs()) as two:
-        names = ["facts_current_predicate", "facts_current_rule"]
+        names = ["facts_current_predicate", "facts_current_observed", "facts_current_reinforced"]
         await asyncio.gather(
             one.fact_store.ensure_sweep_indexes(names),
             two.fact_store.ensure_sweep_indexes(names),

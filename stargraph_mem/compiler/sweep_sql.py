@@ -53,8 +53,9 @@ class _Column:
     def compare(self, cmp: str, value: Any) -> _Emitted:
         return f"{self.expr} {cmp} ?", [value]
 
-    def member(self, values: list[Any]) -> _Emitted:
-        return f"{self.expr} IN ({', '.join('?' for _ in values)})", list(values)
+    def member(self, values: list[Any], *, negate: bool = False) -> _Emitted:
+        marks = ", ".join("?" for _ in values)
+        return f"{self.expr} {'NOT IN' if negate else 'IN'} ({marks})", list(values)
 
 
 _FLIP = {"<": ">=", "<=": ">"}
@@ -66,11 +67,18 @@ class _Greatest:
     """A field read as the greatest of a column and a column of related rows
     (``reinforced_at``: the reinforcement time the fact started from, its promotion time
     or the one it inherited, or its latest reinforcement), written with
-    EXISTS so both backends read it the same and the base column's index drives it."""
+    EXISTS so both backends read it the same and an index on the base expression
+    (``index``) drives it. Both such fields are times (``age``, as :class:`_Column`'s)."""
 
     base: str
     table: str
     column: str
+    index: str | None = None
+    age: bool = True
+
+    def demoted(self) -> _Greatest:
+        """The same field with its base written ``+base``: no index is used for it."""
+        return _Greatest("+" + self.base, self.table, self.column)
 
     def _rows(self, cmp: str) -> str:
         return f"SELECT 1 FROM {self.table} r WHERE r.fact_id = f.id AND r.{self.column} {cmp} ?"
@@ -83,7 +91,7 @@ class _Greatest:
             return f"({self.base} {cmp} ? OR EXISTS ({self._rows(cmp)}))", [value, value]
         return "1 = 1", []  # equality: left to CLIPS
 
-    def member(self, values: list[Any]) -> _Emitted:
+    def member(self, values: list[Any], *, negate: bool = False) -> _Emitted:
         return "1 = 1", []
 
 
@@ -95,7 +103,16 @@ SWEEP_COLUMNS: Mapping[str, _Column | _Greatest] = {
     "confidence": _Column("f.confidence", index="facts_current_confidence"),
     "valid_from": _Column("f.valid_from_us", age=True, index="facts_current_valid_from"),
     "reinforced_at": _Greatest(
-        "coalesce(f.reinforced_us, f.valid_from_us)", "reinforcements", "ts_us"
+        "coalesce(f.reinforced_us, f.valid_from_us)",
+        "reinforcements",
+        "ts_us",
+        index="facts_current_reinforced",
+    ),
+    "observed_at": _Greatest(
+        "coalesce(f.observed_us, f.valid_from_us)",
+        "reinforcements",
+        "observed_us",
+        index="facts_current_observed",
     ),
     "rule_id": _Column("f.rule_id", index="facts_current_rule"),
 }
@@ -121,6 +138,10 @@ def _in(col: _Column | _Greatest, ftype: FieldType, xs: Any) -> _Emitted:
     return col.member([_value(ftype, x) for x in xs])
 
 
+def _not_in(col: _Column | _Greatest, ftype: FieldType, xs: Any) -> _Emitted:
+    return col.member([_value(ftype, x) for x in xs], negate=True)
+
+
 def _since(cmp: str) -> SweepTest:
     def emit(col: _Column | _Greatest, ftype: FieldType, d: Any) -> _Emitted:
         assert isinstance(d, Duration)
@@ -132,6 +153,7 @@ def _since(cmp: str) -> SweepTest:
 SWEEP_TESTS: Mapping[str, SweepTest] = {
     "eq": _compare("="),
     "in": _in,
+    "not_in": _not_in,
     "lt": _compare("<"),
     "le": _compare("<="),
     "gt": _compare(">"),
@@ -173,9 +195,13 @@ def is_sweep(rule: Rule) -> bool:
     return all(kind in ("fact", "not", "exists") for kind, _ in _kinds(rule))
 
 
-def _tests(where: Mapping[str, Condition]) -> list[tuple[_Column | _Greatest, FieldType, Any]]:
-    """The (column, type, emitter and operand) of each test the tables cover."""
-    out: list[tuple[_Column | _Greatest, FieldType, Any]] = []
+_Test = tuple[_Column | _Greatest, FieldType, SweepTest, Any, bool]
+
+
+def _tests(where: Mapping[str, Condition]) -> list[_Test]:
+    """The column, type, emitter, operand and whether an index can serve it (every
+    operator but ``not_in``) of each test the tables cover."""
+    out: list[_Test] = []
     for fname, cond in where.items():
         col = SWEEP_COLUMNS.get(fname)
         ftype = FACT_FIELDS.get(fname)
@@ -184,8 +210,12 @@ def _tests(where: Mapping[str, Condition]) -> list[tuple[_Column | _Greatest, Fi
         for op, operand in cond.tests():
             emit = SWEEP_TESTS.get(op)
             if emit is not None and not isinstance(operand, VarRef):
-                out.append((col, ftype, (emit, operand)))
+                out.append((col, ftype, emit, operand, op not in _UNSERVED))
     return out
+
+
+_UNSERVED = frozenset({"not_in"})
+"""Operators whose terms no index serves (they hold for most of it)."""
 
 
 def _terms(where: Mapping[str, Condition]) -> tuple[list[str], list[Any], list[str]]:
@@ -195,16 +225,14 @@ def _terms(where: Mapping[str, Condition]) -> tuple[list[str], list[Any], list[s
     which keeps no statistics here, would otherwise scan that index over all of them
     instead of the selective one."""
     tests = _tests(where)
-    other = any(
-        isinstance(col, _Column) and not col.age and col.index is not None for col, _, _ in tests
-    )
+    other = any(not col.age and col.index is not None and served for col, *_, served in tests)
     parts: list[str] = []
     params: list[Any] = []
     indexes: list[str] = []
-    for col, ftype, (emit, operand) in tests:
-        if other and isinstance(col, _Column) and col.age:
+    for col, ftype, emit, operand, served in tests:
+        if other and col.age:
             col = col.demoted()
-        elif isinstance(col, _Column) and col.index:
+        elif col.index and served:
             indexes.append(col.index)
         sql, values = emit(col, ftype, operand)
         parts.append(sql)

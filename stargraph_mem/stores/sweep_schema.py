@@ -32,9 +32,18 @@ SWEEP_INDEXES: Final[Mapping[str, str]] = {
     "facts_current_valid_from": "facts (valid_from_us) WHERE valid_until_us IS NULL",
     "facts_current_predicate": "facts (predicate, subject) WHERE valid_until_us IS NULL",
     "facts_current_rule": "facts (rule_id) WHERE valid_until_us IS NULL",
+    "facts_current_reinforced": (
+        "facts ((coalesce(reinforced_us, valid_from_us))) WHERE valid_until_us IS NULL"
+    ),
+    "facts_current_observed": (
+        "facts ((coalesce(observed_us, valid_from_us))) WHERE valid_until_us IS NULL"
+    ),
 }
 """Index name → what it indexes: current facts by confidence, by age, by (predicate,
-subject) and by rule; ``partition_key`` is not needed, a candidate's row gives it."""
+subject), by rule, by the reinforcement and the observation time they started from (the
+base of ``reinforced_at`` and ``observed_at``, whose later rows the pre-filter checks
+through the reinforcements' own index); ``partition_key`` is not needed, a candidate's
+row gives it."""
 SWEEP_INDEX_NAMES: Final = tuple(SWEEP_INDEXES)
 
 

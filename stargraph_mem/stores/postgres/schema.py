@@ -12,7 +12,7 @@ from typing import Final
 
 from stargraph_mem.stores.fact_status import STATUS_BACKFILL, STATUS_TABLE_NAMES
 from stargraph_mem.stores.pass_time import POSTGRES_TABLES
-from stargraph_mem.stores.sweep_schema import DROP_SWEEP_INDEXES, SWEEP_INDEX_NAMES, index_ddl
+from stargraph_mem.stores.sweep_schema import DROP_SWEEP_INDEXES, index_ddl
 
 __all__ = ["LEDGER_TABLE", "MIGRATIONS", "SCHEMA_VERSION", "TABLES"]
 
@@ -230,11 +230,19 @@ _STATUSES: Final = (
 """Closing statuses (closed facts before them: superseded when a successor is named, else
 deleted), reinforcement bases, pins and status events."""
 
+V4_SWEEP_INDEXES: Final = (
+    "facts_current_confidence",
+    "facts_current_valid_from",
+    "facts_current_predicate",
+    "facts_current_rule",
+)
+"""The sweep indexes migration 4 made (migration 5 drops them: they are made on demand)."""
+
 MIGRATIONS: Final = (
     (1, "0001_stores", (*_EPISODES, *_FACTS, *_SCHEDULE)),
     (2, "0002_history_and_pass_times", (*POSTGRES_TABLES, *_AGGREGATES)),
     (3, "0003_fact_statuses", _STATUSES),
-    (4, "0004_sweep_indexes", tuple(index_ddl(name) for name in SWEEP_INDEX_NAMES)),
+    (4, "0004_sweep_indexes", tuple(index_ddl(name) for name in V4_SWEEP_INDEXES)),
     (5, "0005_sweep_indexes_on_demand", DROP_SWEEP_INDEXES),
 )
 """``(version, name, statements)`` in order; a database at version n gets those above n."""
