@@ -566,11 +566,13 @@ def rule(
     body: dict[str, Any] = {"id": rid, "claim": claim, "when": when}
     body["priority"] = draw(st.integers(-3, 3))
     body["emit"] = draw(emit(state, claim=claim, has_episode=has_episode))
-    if body["emit"]["kind"] == "delete":  # an archived fact is closed: a delete cannot name it
-        named = {ref for ref in body["emit"]["replaces"] if isinstance(ref, str)}
-        for item in when:
-            if "fact" in item and item["fact"].get("as") in named:
-                item["fact"].pop("status", None)
+    # an archived fact is closed: a delete or a reinforcement cannot name it
+    emitted = body["emit"]
+    closing = emitted.get("replaces", []) if emitted["kind"] == "delete" else []
+    named = {ref for ref in [*closing, *emitted.get("reinforces", [])] if isinstance(ref, str)}
+    for item in when:
+        if "fact" in item and item["fact"].get("as") in named:
+            item["fact"].pop("status", None)
     cadence = draw(st.sampled_from(CADENCES))
     if cadence is not None:
         body["cadence"] = cadence
