@@ -183,3 +183,73 @@ def test_incremental_counts_agree_with_a_recount_for_every_episode(
         assert all(times[eid] == at for eid, at in out.times.items())
         assert out.write is not None
         writes.append(out.write)
+
+
+def load(rows: list[AggregateRow], carried: HistoryInput, want: set[str]) -> HistoryInput:
+    """What :func:`load_history` hands a run's next pass: the stored rows of the refs the
+    previous pass did not hold, with the states it left."""
+    fresh = [row for row in rows if row.ref not in carried.refs and row.ref in want]
+    return HistoryInput(
+        rows=fresh, live=carried.live, kept=carried.kept, refs=frozenset(want), marks={}
+    )
+
+
+TWINS = [relation(0, "session", WIDTH), relation(1, "session", WIDTH)]
+"""Two rules counting alike (as the shipped packs' rules do): they may share rows."""
+
+
+def wanted(rels: list[HistoryRelation], episodes: list[EpisodeRecord]) -> set[str]:
+    markers = {f'["ann","bot","{rel.rule_id}","{rel.name}"]' for rel in rels}
+    return {ref_of(rel, e) for rel in rels for e in episodes} | markers
+
+
+def rows_of(write: AggregateWrite) -> set[tuple[str, str, int, int, str, str]]:
+    return {(r.ref, r.value, r.n, r.last_us, r.last_id, r.data) for r in write.upserts}
+
+
+@settings(max_examples=150, deadline=None)
+@given(drawn=sightings, marks=st.lists(st.integers(0, 60), min_size=4, max_size=4))
+def test_a_run_carries_its_states_and_alike_counts_share_them(
+    drawn: list[tuple[int, int, float, int]], marks: list[int]
+) -> None:
+    """Passes handed the states the previous pass left (rules counting alike sharing their
+    rows, until one is fed what the other is not) count and write what passes reading
+    every relation's rows separately do."""
+    episodes = [record(n, *d[:3]) for n, d in enumerate(drawn)]
+    alone: list[list[AggregateWrite]] = [[], []]
+    carried: HistoryInput | None = None
+    together: list[AggregateWrite] = []
+    now = to_us(T0 + timedelta(days=30))
+    for pass_no, group in itertools.groupby(
+        sorted(zip(drawn, episodes, strict=True), key=lambda p: p[0][3]), key=lambda p: p[0][3]
+    ):
+        passed = sorted((e for _, e in group), key=lambda e: (e.timestamp, e.seq))
+        pass_marks = {"r1": marks[pass_no]}  # r1 has consumed some of these already
+        rows = overlay([], together)
+        want = wanted(TWINS, passed)
+        if carried is None:
+            given_in = HistoryInput(rows=rows, refs=frozenset(want))
+        else:
+            given_in = load(rows, carried, want)
+        given_in.marks = pass_marks
+        both = compute(TWINS, "p", PARTITION, now, passed, given_in)
+        assert both.write is not None
+        together.append(both.write)
+        carried = given_in.after(both.write)
+        for i, rel in enumerate(TWINS):
+            single = HistoryInput(rows=overlay([], alone[i]), marks=pass_marks)
+            out = compute([rel], "p", PARTITION, now, passed, single)
+            assert out.write is not None
+            alone[i].append(out.write)
+            mine = {r for r in rows_of(both.write) if f'"{rel.rule_id}"' in r[0]}
+            assert mine == rows_of(out.write)
+            gone = {d for d in both.write.deletes if f'"{rel.rule_id}"' in d[0]}
+            assert gone == set(out.write.deletes)
+            for ordinal in range(1, len(passed) + 1):
+                got = [c[1:] for c in both.counts.get(ordinal, []) if c[0] is rel]
+                assert got == [c[1:] for c in out.counts.get(ordinal, [])]
+                if got:
+                    assert both.counted(rel.index, ordinal) == out.counted(rel.index, ordinal)
+        assert sorted(overlay([], together), key=lambda r: (r.ref, r.value)) == sorted(
+            [*overlay([], alone[0]), *overlay([], alone[1])], key=lambda r: (r.ref, r.value)
+        )
