@@ -16,12 +16,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stargraph_mem.compiler.generator import HistoryRelation
-from stargraph_mem.engine.history import MOST, HistoryInput, compute
+from stargraph_mem.engine.history import MOST, HistoryInput, HistoryRead, compute, window_of
 from stargraph_mem.ir.models import FieldType
 from stargraph_mem.model.time import to_us
 from stargraph_mem.stores.aggregates import (
     MARKER,
     AggregateRow,
+    AggregateWindow,
     AggregateWrite,
     overlay,
     relation_ref,
@@ -253,3 +254,55 @@ def test_a_run_carries_its_states_and_alike_counts_share_them(
         assert sorted(overlay([], together), key=lambda r: (r.ref, r.value)) == sorted(
             [*overlay([], alone[0]), *overlay([], alone[1])], key=lambda r: (r.ref, r.value)
         )
+
+
+def in_window(rows: list[AggregateRow], window: AggregateWindow) -> list[AggregateRow]:
+    """``rows`` as the stores' windowed read gives them: the window's refs keep only the
+    rows it asks for (other refs keep all theirs)."""
+    refs = set(window.refs)
+    top: dict[str, int] = {}
+    for row in rows:
+        if row.ref in refs:
+            top[row.ref] = max(top.get(row.ref, row.last_us), row.last_us)
+    return [
+        row
+        for row in rows
+        if row.ref not in refs
+        or row.last_us >= window.low
+        or row.last_us < max(window.newest, top[row.ref]) - window.keep
+        or row.value in window.values
+    ]
+
+
+@settings(max_examples=150, deadline=None)
+@given(drawn=sightings)
+def test_a_pass_reading_only_what_its_windows_need_counts_as_with_every_row(
+    drawn: list[tuple[int, int, float, int]],
+) -> None:
+    """A run's first pass reads, of windowed counts' keys, only the rows inside a window
+    before its episodes, those it drops and those of its own values: every count, every
+    episode cited and every row written or dropped are those of a pass given every row
+    (late episodes and rows far behind included). Passes follow time, each holding the
+    next 15 hours, but one episode in four comes a pass late."""
+    drawn = [(o, s, h, min(3, int(h // 15) + (late == 3))) for o, s, h, late in drawn]
+    episodes = [record(n, *d[:3]) for n, d in enumerate(drawn)]
+    writes: list[AggregateWrite] = []
+    now = to_us(T0 + timedelta(days=30))
+    for _, group in itertools.groupby(
+        sorted(zip(drawn, episodes, strict=True), key=lambda p: p[0][3]), key=lambda p: p[0][3]
+    ):
+        passed = sorted((e for _, e in group), key=lambda e: (e.timestamp, e.seq))
+        rows = overlay([], writes)
+        windowed = {ref_of(rel, e) for rel in RELATIONS if rel.within_us for e in passed}
+        window = window_of(RELATIONS, [HistoryRead(PARTITION, passed, {})], windowed)
+        assert window is not None
+        every = compute(RELATIONS, "p", PARTITION, now, passed, HistoryInput(rows=rows))
+        some = HistoryInput(rows=in_window(rows, window), partial=True)
+        needed = compute(RELATIONS, "p", PARTITION, now, passed, some)
+        assert every.counts == needed.counts
+        for rel_index, ordinal in every.sources:
+            assert every.counted(rel_index, ordinal) == needed.counted(rel_index, ordinal)
+        assert every.write is not None and needed.write is not None
+        assert rows_of(every.write) == rows_of(needed.write)
+        assert sorted(every.write.deletes) == sorted(needed.write.deletes)
+        writes.append(every.write)

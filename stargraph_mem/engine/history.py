@@ -38,6 +38,7 @@ from stargraph_mem.model.time import from_us, to_us
 from stargraph_mem.stores.aggregates import (
     MARKER,
     AggregateRow,
+    AggregateWindow,
     AggregateWrite,
     marker_ref,
     overlay,
@@ -48,7 +49,9 @@ from stargraph_mem.stores.scope import Partition
 
 
 class AggregateSource(Protocol):
-    async def aggregates_of(self, pack: str, refs: Sequence[str]) -> list[AggregateRow]: ...
+    async def aggregates_of(
+        self, pack: str, refs: Sequence[str], window: AggregateWindow | None = None
+    ) -> list[AggregateRow]: ...
 
 
 class EpisodeSource(Protocol):
@@ -87,7 +90,10 @@ class HistoryInput:
     resumed: Mapping[str, set[int]] = field(default_factory=dict)
     """Per rule id, seqs at or below its watermark it consumes in this pass."""
     refs: frozenset[str] = frozenset()
-    """The refs these rows answer for (every row of each is here)."""
+    """The refs these rows answer for (every row of each is here, unless :attr:`partial`)."""
+    partial: bool = False
+    """Windowed counts' keys have only the rows this pass needs (see :func:`load_history`):
+    a run's next pass reads its rows again."""
     live: Mapping[int, _Relation] = field(default_factory=dict)
     """Per relation index, the state a previous pass of the same run left: it holds the
     rows of its refs (in :attr:`refs`), which :attr:`rows` then leaves out."""
@@ -100,6 +106,8 @@ class HistoryInput:
 
     def after(self, write: AggregateWrite | None) -> HistoryInput:
         """These rows once ``write`` is applied: what the next pass of a run reads."""
+        if self.partial:
+            return HistoryInput()
         refs = self.refs | {row.ref for row in write.upserts} if write else self.refs
         if self.left:  # the states themselves, moved on by the pass: nothing to rebuild
             for state in self.left.values():
@@ -834,16 +842,56 @@ def wanted_refs(
     relations: Sequence[HistoryRelation],
     partition: Partition,
     keys: Mapping[Signature, Mapping[int, str | None]],
+    windowed: set[str] | None = None,
 ) -> list[str]:
     """The aggregate rows a pass reads: the markers of its relations and the rows of
-    every key its episodes touch (``keys``, from :func:`episode_keys`)."""
+    every key its episodes touch (``keys``, from :func:`episode_keys`); the refs of
+    windowed counts go to ``windowed`` when it is given."""
     refs: set[str] = set()
     for rel in relations:
         refs.add(marker_ref(partition, rel.rule_id, rel.name))
+        into = windowed if windowed is not None and _is_windowed(rel) else refs
         for key in set(keys[_signature(rel)].values()):
             if key is not None:
-                refs.add(relation_ref(partition, rel.rule_id, rel.name, key))
+                into.add(relation_ref(partition, rel.rule_id, rel.name, key))
     return sorted(refs)
+
+
+def _is_windowed(rel: HistoryRelation) -> bool:
+    return rel.kind == "count" and rel.within_us is not None
+
+
+def window_of(
+    relations: Sequence[HistoryRelation], reads: Sequence[HistoryRead], refs: set[str]
+) -> AggregateWindow | None:
+    """What windowed counts need of ``refs`` for passes over ``reads``' episodes: the rows
+    inside the widest window before the earliest episode (no episode of the pass sees an
+    older one), those more than :data:`KEPT_WINDOWS` of the narrowest windows behind the
+    newest episode or their key's newest row (the pass drops them), and those of the
+    episodes' own values (updated). The pass then counts, and writes, what it would with
+    every row of the keys; only a later pass of the same run needs them all."""
+    counts = [rel for rel in relations if _is_windowed(rel)]
+    times = [to_us(e.timestamp) for r in reads for e in r.episodes]
+    if not refs:
+        return None
+    widths = [rel.within_us for rel in counts if rel.within_us is not None]
+    values = {MOST}
+    for rel in counts:
+        for r in reads:
+            for record in r.episodes:
+                if rel.distinct is None:
+                    values.add(record.id)
+                    continue
+                value = _typed(record, rel.distinct, rel.type_of[rel.distinct])
+                if value is not None:
+                    values.add(orjson.dumps(value).decode())
+    return AggregateWindow(  # refs imply counts and episodes
+        refs=sorted(refs),
+        low=min(times) - max(widths),
+        newest=max(times),
+        keep=KEPT_WINDOWS * min(widths),
+        values=sorted(values),
+    )
 
 
 def missing_markers(
@@ -899,12 +947,19 @@ async def load_history(
     if not mine:
         return [HistoryInput(marks=r.marks, rule_ids=wanted, resumed=r.resumed) for r in reads]
     keys_by = [episode_keys(mine, now_us, r.episodes) for r in reads]
+    # a run's first pass reads only the rows its windows need (see window_of)
+    windowed_by: list[set[str] | None] = [set() if r.carried is None else None for r in reads]
     wanted_by = [
-        set(wanted_refs(mine, r.partition, keys)) for r, keys in zip(reads, keys_by, strict=True)
+        set(wanted_refs(mine, r.partition, keys, windowed))
+        for r, keys, windowed in zip(reads, keys_by, windowed_by, strict=True)
     ]
     known = [r.carried.refs if r.carried is not None else frozenset() for r in reads]
     refs = sorted({ref for w, k in zip(wanted_by, known, strict=True) for ref in w - k})
-    stored = await facts.aggregates_of(pack, refs) if refs else []
+    in_windows = {ref for w in windowed_by if w is not None for ref in w}
+    window = window_of(mine, [r for r in reads if r.carried is None], in_windows)
+    stored = await facts.aggregates_of(pack, refs, window) if refs or window else []
+    for want, windowed in zip(wanted_by, windowed_by, strict=True):
+        want |= windowed or set()
     by_partition: dict[tuple[str, str], list[AggregateRow]] = {}
     if len(reads) == 1:
         by_partition[(reads[0].partition.user, reads[0].partition.agent)] = stored
@@ -917,7 +972,9 @@ async def load_history(
                 owner = scope[row.ref] = (user, agent)
             by_partition.setdefault(owner, []).append(row)
     out: list[HistoryInput] = []
-    for r, want, held, keys in zip(reads, wanted_by, known, keys_by, strict=True):
+    for r, want, held, keys, windowed in zip(
+        reads, wanted_by, known, keys_by, windowed_by, strict=True
+    ):
         rows = by_partition.get((r.partition.user, r.partition.agent), [])
         if r.overlay:
             rows = overlay(rows, r.overlay)
@@ -951,6 +1008,7 @@ async def load_history(
                 live=live,
                 kept=kept,
                 keys=keys,
+                partial=bool(windowed),
             )
         )
     return out
