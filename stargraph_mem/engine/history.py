@@ -16,6 +16,12 @@ episode's ordinal; the changed rows go back to the store in the pass's transacti
 an in-order episode moves its key's window along in constant work, and the episodes a
 count counted are listed only when a rule cites them (:meth:`HistoryFacts.counted`).
 
+A run's first pass reads of a windowed count's keys only the rows its episodes can need
+(:func:`window_of`); its later passes take over the relation states the previous pass
+left (:attr:`HistoryInput.live`) instead of rows. Counts of two rules defined alike and
+fed alike are worked out once (the later one *follows* the first, :func:`_pair`), each
+rule still writing its own rows.
+
 Sequential semantics: consuming episodes one pass at a time gives the same tallies as one
 pass over all of them, since the stored rows carry exactly what a longer pass would have
 kept in memory. Time conditions inside the pattern (``newer_than``…) are relative to the
