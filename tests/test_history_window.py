@@ -209,13 +209,17 @@ def rows_of(write: AggregateWrite) -> set[tuple[str, str, int, int, str, str]]:
 
 
 @settings(max_examples=150, deadline=None)
-@given(drawn=sightings, marks=st.lists(st.integers(0, 60), min_size=4, max_size=4))
+@given(
+    drawn=sightings,
+    marks=st.lists(st.integers(0, 60), min_size=4, max_size=4),
+    rules=st.lists(st.integers(0, 4), min_size=4, max_size=4),
+)
 def test_a_run_carries_its_states_and_alike_counts_share_them(
-    drawn: list[tuple[int, int, float, int]], marks: list[int]
+    drawn: list[tuple[int, int, float, int]], marks: list[int], rules: list[int]
 ) -> None:
     """Passes handed the states the previous pass left (rules counting alike sharing their
-    rows, until one is fed what the other is not) count and write what passes reading
-    every relation's rows separately do."""
+    rows, until one is fed what the other is not, or runs without the other) count and
+    write what passes reading every relation's rows separately do."""
     episodes = [record(n, *d[:3]) for n, d in enumerate(drawn)]
     alone: list[list[AggregateWrite]] = [[], []]
     carried: HistoryInput | None = None
@@ -226,23 +230,28 @@ def test_a_run_carries_its_states_and_alike_counts_share_them(
     ):
         passed = sorted((e for _, e in group), key=lambda e: (e.timestamp, e.seq))
         pass_marks = {"r1": marks[pass_no]}  # r1 has consumed some of these already
+        present = [rel for i, rel in enumerate(TWINS) if rules[pass_no] != 3 + i]
         rows = overlay([], together)
-        want = wanted(TWINS, passed)
+        want = wanted(present, passed)
         if carried is None:
             given_in = HistoryInput(rows=rows, refs=frozenset(want))
         else:
             given_in = load(rows, carried, want)
         given_in.marks = pass_marks
+        given_in.rule_ids = frozenset(rel.rule_id for rel in present)
         both = compute(TWINS, "p", PARTITION, now, passed, given_in)
         assert both.write is not None
         together.append(both.write)
         carried = given_in.after(both.write)
         for i, rel in enumerate(TWINS):
+            mine = {r for r in rows_of(both.write) if f'"{rel.rule_id}"' in r[0]}
+            if rel not in present:
+                assert mine == set()
+                continue
             single = HistoryInput(rows=overlay([], alone[i]), marks=pass_marks)
             out = compute([rel], "p", PARTITION, now, passed, single)
             assert out.write is not None
             alone[i].append(out.write)
-            mine = {r for r in rows_of(both.write) if f'"{rel.rule_id}"' in r[0]}
             assert mine == rows_of(out.write)
             gone = {d for d in both.write.deletes if f'"{rel.rule_id}"' in d[0]}
             assert gone == set(out.write.deletes)
