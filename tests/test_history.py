@@ -380,8 +380,8 @@ async def test_a_run_of_many_short_passes_carries_its_aggregates(
 ) -> None:
     """A backlog consolidated three episodes per pass (each pass reading the aggregates the
     previous one left, before it is committed) ends as one long pass does, whether the
-    passes after the first are computed here or in a worker process (which is handed the
-    first pass's rows and carries its own)."""
+    passes after the first are computed here or in a worker process (which reads the rows
+    its first pass needs and carries its own state)."""
     episodes = [
         sighting(f"e{n}", n * 0.7, f"s{n % 5}", ["tea", "gin"][n % 3 == 0], ["ann", "bo"][n % 2])
         for n in range(40)

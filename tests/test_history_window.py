@@ -16,12 +16,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stargraph_mem.compiler.generator import HistoryRelation
-from stargraph_mem.engine.history import MOST, HistoryInput, compute
+from stargraph_mem.engine.history import MOST, HistoryInput, HistoryRead, compute, window_of
 from stargraph_mem.ir.models import FieldType
 from stargraph_mem.model.time import to_us
 from stargraph_mem.stores.aggregates import (
     MARKER,
     AggregateRow,
+    AggregateWindow,
     AggregateWrite,
     overlay,
     relation_ref,
@@ -183,3 +184,134 @@ def test_incremental_counts_agree_with_a_recount_for_every_episode(
         assert all(times[eid] == at for eid, at in out.times.items())
         assert out.write is not None
         writes.append(out.write)
+
+
+def load(rows: list[AggregateRow], carried: HistoryInput, want: set[str]) -> HistoryInput:
+    """What :func:`load_history` hands a run's next pass: the stored rows of the refs the
+    previous pass did not hold, with the states it left."""
+    fresh = [row for row in rows if row.ref not in carried.refs and row.ref in want]
+    return HistoryInput(
+        rows=fresh, live=carried.live, kept=carried.kept, refs=frozenset(want), marks={}
+    )
+
+
+TWINS = [relation(0, "session", WIDTH), relation(1, "session", WIDTH)]
+"""Two rules counting alike (as the shipped packs' rules do): they may share rows."""
+
+
+def wanted(rels: list[HistoryRelation], episodes: list[EpisodeRecord]) -> set[str]:
+    markers = {f'["ann","bot","{rel.rule_id}","{rel.name}"]' for rel in rels}
+    return {ref_of(rel, e) for rel in rels for e in episodes} | markers
+
+
+def rows_of(write: AggregateWrite) -> set[tuple[str, str, int, int, str, str]]:
+    return {(r.ref, r.value, r.n, r.last_us, r.last_id, r.data) for r in write.upserts}
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    drawn=sightings,
+    marks=st.lists(st.integers(0, 60), min_size=4, max_size=4),
+    rules=st.lists(st.integers(0, 4), min_size=4, max_size=4),
+)
+def test_a_run_carries_its_states_and_alike_counts_share_them(
+    drawn: list[tuple[int, int, float, int]], marks: list[int], rules: list[int]
+) -> None:
+    """Passes handed the states the previous pass left (rules counting alike sharing their
+    rows, until one is fed what the other is not, or runs without the other) count and
+    write what passes reading every relation's rows separately do."""
+    episodes = [record(n, *d[:3]) for n, d in enumerate(drawn)]
+    alone: list[list[AggregateWrite]] = [[], []]
+    carried: HistoryInput | None = None
+    together: list[AggregateWrite] = []
+    now = to_us(T0 + timedelta(days=30))
+    for pass_no, group in itertools.groupby(
+        sorted(zip(drawn, episodes, strict=True), key=lambda p: p[0][3]), key=lambda p: p[0][3]
+    ):
+        passed = sorted((e for _, e in group), key=lambda e: (e.timestamp, e.seq))
+        pass_marks = {"r1": marks[pass_no]}  # r1 has consumed some of these already
+        present = [rel for i, rel in enumerate(TWINS) if rules[pass_no] != 3 + i]
+        rows = overlay([], together)
+        want = wanted(present, passed)
+        if carried is None:
+            given_in = HistoryInput(rows=rows, refs=frozenset(want))
+        else:
+            given_in = load(rows, carried, want)
+        given_in.marks = pass_marks
+        given_in.rule_ids = frozenset(rel.rule_id for rel in present)
+        both = compute(TWINS, "p", PARTITION, now, passed, given_in)
+        assert both.write is not None
+        together.append(both.write)
+        carried = given_in.after(both.write)
+        for i, rel in enumerate(TWINS):
+            mine = {r for r in rows_of(both.write) if f'"{rel.rule_id}"' in r[0]}
+            if rel not in present:
+                assert mine == set()
+                continue
+            single = HistoryInput(rows=overlay([], alone[i]), marks=pass_marks)
+            out = compute([rel], "p", PARTITION, now, passed, single)
+            assert out.write is not None
+            alone[i].append(out.write)
+            assert mine == rows_of(out.write)
+            gone = {d for d in both.write.deletes if f'"{rel.rule_id}"' in d[0]}
+            assert gone == set(out.write.deletes)
+            for ordinal in range(1, len(passed) + 1):
+                got = [c[1:] for c in both.counts.get(ordinal, []) if c[0] is rel]
+                assert got == [c[1:] for c in out.counts.get(ordinal, [])]
+                if got:
+                    assert both.counted(rel.index, ordinal) == out.counted(rel.index, ordinal)
+        assert sorted(overlay([], together), key=lambda r: (r.ref, r.value)) == sorted(
+            [*overlay([], alone[0]), *overlay([], alone[1])], key=lambda r: (r.ref, r.value)
+        )
+
+
+def in_window(rows: list[AggregateRow], window: AggregateWindow) -> list[AggregateRow]:
+    """``rows`` as the stores' windowed read gives them: the window's refs keep only the
+    rows it asks for (other refs keep all theirs)."""
+    refs = set(window.refs)
+    top: dict[str, int] = {}
+    for row in rows:
+        if row.ref in refs:
+            top[row.ref] = max(top.get(row.ref, row.last_us), row.last_us)
+    return [
+        row
+        for row in rows
+        if row.ref not in refs
+        or row.last_us >= window.low
+        or row.last_us < max(window.newest, top[row.ref]) - window.keep
+        or row.value in window.values
+    ]
+
+
+@settings(max_examples=150, deadline=None)
+@given(drawn=sightings)
+def test_a_pass_reading_only_what_its_windows_need_counts_as_with_every_row(
+    drawn: list[tuple[int, int, float, int]],
+) -> None:
+    """A run's first pass reads, of windowed counts' keys, only the rows inside a window
+    before its episodes, those it drops and those of its own values: every count, every
+    episode cited and every row written or dropped are those of a pass given every row
+    (late episodes and rows far behind included). Passes follow time, each holding the
+    next 15 hours, but one episode in four comes a pass late."""
+    drawn = [(o, s, h, min(3, int(h // 15) + (late == 3))) for o, s, h, late in drawn]
+    episodes = [record(n, *d[:3]) for n, d in enumerate(drawn)]
+    writes: list[AggregateWrite] = []
+    now = to_us(T0 + timedelta(days=30))
+    for _, group in itertools.groupby(
+        sorted(zip(drawn, episodes, strict=True), key=lambda p: p[0][3]), key=lambda p: p[0][3]
+    ):
+        passed = sorted((e for _, e in group), key=lambda e: (e.timestamp, e.seq))
+        rows = overlay([], writes)
+        windowed = {ref_of(rel, e) for rel in RELATIONS if rel.within_us for e in passed}
+        window = window_of(RELATIONS, [HistoryRead(PARTITION, passed, {})], windowed)
+        assert window is not None
+        every = compute(RELATIONS, "p", PARTITION, now, passed, HistoryInput(rows=rows))
+        some = HistoryInput(rows=in_window(rows, window), partial=True)
+        needed = compute(RELATIONS, "p", PARTITION, now, passed, some)
+        assert every.counts == needed.counts
+        for rel_index, ordinal in every.sources:
+            assert every.counted(rel_index, ordinal) == needed.counted(rel_index, ordinal)
+        assert every.write is not None and needed.write is not None
+        assert rows_of(every.write) == rows_of(needed.write)
+        assert sorted(every.write.deletes) == sorted(needed.write.deletes)
+        writes.append(every.write)

@@ -99,8 +99,8 @@ def test_auto_uses_a_worker_only_for_a_backlog_of_several_passes(
     monkeypatch.setattr(runner_module, "WORKER_MIN_EPISODES", 10)
     asyncio.run(run(tmp_path / "backlog.db", "auto"))
     # one per (pack, partition) whose backlog spans several passes: alice has 32 episodes;
-    # a pack with history patterns (frequency_promotion) too: the worker is handed the
-    # first pass's aggregate rows and carries them from pass to pass
+    # a pack with history patterns (frequency_promotion) too: the worker reads the rows
+    # its first pass needs and carries the counts' state from pass to pass
     assert any(compile_file(p).history for p in PACKS)
     assert len(started) == len(PACKS)
     assert all(w.closed and w.process.poll() == 0 for w in started)

@@ -29,7 +29,14 @@ import orjson
 
 from stargraph_mem.stores.scope import Partition
 
-__all__ = ["MARKER", "AggregateRow", "AggregateWrite", "marker_ref", "relation_ref"]
+__all__ = [
+    "MARKER",
+    "AggregateRow",
+    "AggregateWindow",
+    "AggregateWrite",
+    "marker_ref",
+    "relation_ref",
+]
 
 MARKER: Final = "#kept"
 """The ``value`` of a relation's marker row (no counted value starts with ``#``: they are
@@ -61,6 +68,20 @@ class AggregateRow:
         """Pickled as its fields (a worker process ships a pass's rows): several times
         faster than a slotted dataclass's default."""
         return AggregateRow, (self.ref, self.value, self.n, self.last_us, self.last_id, self.data)
+
+
+@dataclass(frozen=True)
+class AggregateWindow:
+    """Which rows of windowed counts' keys a read needs: those last seen at or after
+    ``low`` (inside a window of the pass's episodes), more than ``keep`` before the later
+    of ``newest`` and their key's newest row (dropped by the pass), or counting one of
+    ``values`` (the pass's own values: their rows are updated, whenever they were seen)."""
+
+    refs: Sequence[str]
+    low: int
+    newest: int
+    keep: int
+    values: Sequence[str]
 
 
 @dataclass

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
 from stargraph_mem.errors import StoreError
-from stargraph_mem.stores.aggregates import AggregateRow, AggregateWrite
+from stargraph_mem.stores.aggregates import AggregateRow, AggregateWindow, AggregateWrite
 from stargraph_mem.stores.delta_scope import resolve_scopes
 from stargraph_mem.stores.fact import ApplyResult, EngineFact, Rejection, WatermarkAdvance
 from stargraph_mem.stores.fact_apply import (
@@ -168,12 +168,30 @@ async def write_aggregates(db: Conn, sql: FactStatements, writes: Sequence[Aggre
 
 
 async def aggregates_in(
-    db: Conn, sql: FactStatements, pack: str, refs: Sequence[str]
+    db: Conn,
+    sql: FactStatements,
+    pack: str,
+    refs: Sequence[str],
+    window: AggregateWindow | None = None,
 ) -> list[AggregateRow]:
-    """The pack's stored aggregate rows with any of ``refs``."""
-    if not refs:
+    """The pack's stored aggregate rows with any of ``refs`` (and those of ``window``)."""
+    if window is not None and window.refs:
+        params: tuple[Any, ...] = (
+            pack,
+            sql.ids(list(refs)),
+            pack,
+            sql.ids(list(window.refs)),
+            pack,
+            window.low,
+            window.newest,
+            window.keep,
+            sql.ids(list(window.values)),
+        )
+        rows = await db.fetch(sql.aggregates_window, params)
+    elif not refs:
         return []
-    rows = await db.fetch(sql.aggregates_in, (pack, sql.ids(list(refs))))
+    else:
+        rows = await db.fetch(sql.aggregates_in, (pack, sql.ids(list(refs))))
     return [
         AggregateRow(str(ref), str(value), int(n), int(last_us), str(last_id), str(data))
         for ref, value, n, last_us, last_id, data in rows

@@ -77,6 +77,10 @@ class FactStatements:
     aggregates_in: str
     """``ref, value, n, last_us, last_id, data`` of a pack's aggregate rows with the given
     refs (``(pack, refs)``)."""
+    aggregates_window: str
+    """:attr:`aggregates_in`, then the rows of other refs a window needs (see
+    ``AggregateWindow``): ``(pack, refs, pack, window refs, pack, low, newest, keep,
+    values)``."""
     upsert_aggregate: str
     """``(pack, ref, value, partition_key, n, last_us, last_id, data)``, replacing the row."""
     delete_aggregate: str

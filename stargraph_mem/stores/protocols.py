@@ -16,7 +16,7 @@ from types import TracebackType
 from typing import Any, Protocol, Self, runtime_checkable
 
 from stargraph_mem.model.facts import Fact, FactAccess, FactHit, StatusEvent
-from stargraph_mem.stores.aggregates import AggregateRow, AggregateWrite
+from stargraph_mem.stores.aggregates import AggregateRow, AggregateWindow, AggregateWrite
 from stargraph_mem.stores.fact import (
     ApplyResult,
     DeltaInput,
@@ -164,7 +164,9 @@ class FactRepository(FactStore, Protocol):
 
     async def status_history(self, fact_id: str) -> list[StatusEvent]: ...
 
-    async def aggregates_of(self, pack: str, refs: Sequence[str]) -> list[AggregateRow]: ...
+    async def aggregates_of(
+        self, pack: str, refs: Sequence[str], window: AggregateWindow | None = None
+    ) -> list[AggregateRow]: ...
 
     async def sweep_partitions(
         self, where: str, params: Sequence[Any], *, archived: bool = False

@@ -439,6 +439,14 @@ SQLITE: Final = FactStatements(
         "SELECT ref, value, n, last_us, last_id, data FROM aggregates "
         f"WHERE pack = ? AND ref {_IN_JSON}"
     ),
+    aggregates_window=(
+        "SELECT ref, value, n, last_us, last_id, data FROM aggregates "
+        f"WHERE pack = ? AND ref {_IN_JSON} UNION ALL "
+        "SELECT a.ref, a.value, a.n, a.last_us, a.last_id, a.data FROM (SELECT ref, "
+        f"max(last_us) AS top FROM aggregates WHERE pack = ? AND ref {_IN_JSON} GROUP BY ref) "
+        "AS m CROSS JOIN aggregates AS a ON a.pack = ? AND a.ref = m.ref WHERE a.last_us >= ? "
+        f"OR a.last_us < max(?, m.top) - ? OR a.value {_IN_JSON}"
+    ),
     upsert_aggregate=(
         "INSERT INTO aggregates (pack, ref, value, partition_key, n, last_us, last_id, data) "
         "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (pack, ref, value) DO UPDATE SET "

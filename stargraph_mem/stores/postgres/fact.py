@@ -24,7 +24,7 @@ from stargraph_mem.errors import FactNotFoundError
 from stargraph_mem.gcpause import gc_paused
 from stargraph_mem.model.facts import Fact, FactAccess, FactHit, FactPattern, StatusEvent
 from stargraph_mem.model.time import from_us, seconds_us, to_us, utc_now
-from stargraph_mem.stores.aggregates import AggregateRow, AggregateWrite
+from stargraph_mem.stores.aggregates import AggregateRow, AggregateWindow, AggregateWrite
 from stargraph_mem.stores.fact import (
     ApplyResult,
     AuditRow,
@@ -452,10 +452,13 @@ class PostgresFactStore(PostgresRepository):
             marks = await marks_of(db, FACTS, pack, keys)
         return [(marks.get(key, {}), versions[key]) for key in keys]
 
-    async def aggregates_of(self, pack: str, refs: Sequence[str]) -> list[AggregateRow]:
-        """The pack's durable aggregate rows with any of ``refs`` (one statement)."""
+    async def aggregates_of(
+        self, pack: str, refs: Sequence[str], window: AggregateWindow | None = None
+    ) -> list[AggregateRow]:
+        """The pack's durable aggregate rows with any of ``refs``, and those ``window``
+        asks for (one statement)."""
         async with self.database.connection() as db:
-            return await aggregates_in(db, FACTS, pack, refs)
+            return await aggregates_in(db, FACTS, pack, refs, window)
 
     async def deferred_of(self, pack: str, partitions: Sequence[Partition]) -> list[list[Deferral]]:
         """The episodes passes of ``pack`` left for a later pass, per partition (see

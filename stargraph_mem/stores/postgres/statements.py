@@ -184,6 +184,14 @@ FACTS: Final = FactStatements(
         "SELECT ref, value, n, last_us, last_id, data FROM aggregates "
         "WHERE pack = %s AND ref = ANY(%s)"
     ),
+    aggregates_window=(
+        "SELECT ref, value, n, last_us, last_id, data FROM aggregates "
+        "WHERE pack = %s AND ref = ANY(%s) UNION ALL "
+        "SELECT a.ref, a.value, a.n, a.last_us, a.last_id, a.data FROM (SELECT ref, "
+        "max(last_us) AS top FROM aggregates WHERE pack = %s AND ref = ANY(%s) GROUP BY ref) "
+        "AS m JOIN aggregates AS a ON a.pack = %s AND a.ref = m.ref WHERE a.last_us >= %s "
+        "OR a.last_us < GREATEST(%s, m.top) - %s OR a.value = ANY(%s)"
+    ),
     upsert_aggregate=(
         "INSERT INTO aggregates (pack, ref, value, partition_key, n, last_us, last_id, data) "
         "VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (pack, ref, value) DO UPDATE SET "
