@@ -24,6 +24,19 @@ EXPIRE = RULES / "expire_speculative.yaml"
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 NOW = datetime(2026, 3, 2, 3, 0, tzinfo=UTC)
+SEED_PACK = """\
+ir_version: 1
+pack: seed
+version: "1.0.0"
+fields: {subject: string, predicate: string, object: string}
+defaults: {cadence: {every: 1}, confidence: 0.3}
+rules:
+  - id: guess
+    when:
+      - episode: {subject: {bind: s}, predicate: {bind: p}, object: {bind: o}}
+    emit: {kind: add, subject: "{s}", predicate: "{p}", object: "{o}"}
+"""
+"""A streaming pack promoting every triple as a guess (confidence 0.3): facts for sweeps."""
 
 WALL_CLOCK_COLUMNS = {
     "facts": ("recorded_at_us",),

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from e2e_helpers import SEED_PACK
 from typer.testing import CliRunner
 
 from stargraph_mem.cli import app
@@ -220,20 +221,6 @@ def test_consolidate_worker_option(tmp_path: Path) -> None:
         "often",
     )
     assert code == 2 and "often" in err
-
-
-SEED_PACK = """\
-ir_version: 1
-pack: seed
-version: "1.0.0"
-fields: {subject: string, predicate: string, object: string}
-defaults: {cadence: {every: 1}, confidence: 0.3}
-rules:
-  - id: guess
-    when:
-      - episode: {subject: {bind: s}, predicate: {bind: p}, object: {bind: o}}
-    emit: {kind: add, subject: "{s}", predicate: "{p}", object: "{o}"}
-"""
 
 
 def test_consolidate_sweeps_a_partition_without_new_episodes(tmp_path: Path) -> None:

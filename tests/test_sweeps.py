@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from backends import Backend, NewLocation, raw_rows
-from e2e_helpers import episode, spo
+from e2e_helpers import SEED_PACK, episode, spo
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -36,19 +36,6 @@ T40 = T0 + timedelta(days=40)
 ALICE = Partition("alice", "rag")
 BOB = Partition("bob", "rag")
 
-SEED = """\
-ir_version: 1
-pack: seed
-version: "1.0.0"
-fields: {subject: string, predicate: string, object: string}
-defaults: {cadence: {every: 1}, confidence: 0.3}
-rules:
-  - id: guess
-    when:
-      - episode: {subject: {bind: s}, predicate: {bind: p}, object: {bind: o}}
-    emit: {kind: add, subject: "{s}", predicate: "{p}", object: "{o}"}
-"""
-
 
 class Clock:
     def __init__(self, at: datetime) -> None:
@@ -59,7 +46,7 @@ class Clock:
 
 
 def packs() -> list[CompiledPack]:
-    return [compile_text(SEED), compile_file(RULES / "expire_speculative.yaml")]
+    return [compile_text(SEED_PACK), compile_file(RULES / "expire_speculative.yaml")]
 
 
 async def seeded(db: str, clock: Clock) -> Consolidator:
@@ -153,7 +140,7 @@ async def test_an_own_source_episode_does_not_confirm_a_backlog_fact(
     came from is read by reinforce_on_repeat's first pass, and must not keep it alive."""
     clock = Clock(T0)
     db = new_location()
-    async with Consolidator(db, [compile_text(SEED)], clock=clock) as mem:
+    async with Consolidator(db, [compile_text(SEED_PACK)], clock=clock) as mem:
         await mem.record(episode("a1", at=T0, user="alice", **spo("alice", "likes", "opera")))
     later = T0 + timedelta(days=41)
     async with Consolidator(db, packs(), clock=Clock(later)) as mem:
@@ -338,7 +325,7 @@ async def test_a_sweep_over_archived_facts_finds_partitions_with_only_archived_o
     new_location: NewLocation,
 ) -> None:
     location = new_location()
-    async with Consolidator(location, [compile_text(SEED)], clock=Clock(T0)) as mem:
+    async with Consolidator(location, [compile_text(SEED_PACK)], clock=Clock(T0)) as mem:
         await mem.record(episode("a1", at=T0, user="alice", **spo("alice", "likes", "opera")))
         await mem.record(episode("a2", at=T0, user="alice", **spo("alice", "hates", "rain")))
         facts = await mem.facts()
@@ -366,7 +353,7 @@ async def test_a_sweep_over_archived_facts_finds_partitions_with_only_archived_o
 
 
 def test_a_sweep_cannot_wait_for_idle_or_or_after() -> None:
-    text = SEED.replace("defaults: {cadence: {every: 1}, confidence: 0.3}\n", "").replace(
+    text = SEED_PACK.replace("defaults: {cadence: {every: 1}, confidence: 0.3}\n", "").replace(
         "      - episode: {subject: {bind: s}, predicate: {bind: p}, object: {bind: o}}\n"
         '    emit: {kind: add, subject: "{s}", predicate: "{p}", object: "{o}"}\n',
         "      - fact: {as: f, confidence: {lt: 0.5}}\n"
@@ -388,7 +375,7 @@ def test_an_age_test_leaves_the_index_to_a_more_selective_one(tmp_path: Path) ->
 
     def filter_of(conditions: str) -> SweepFilter:
         rule = compile_text(
-            SEED.replace(
+            SEED_PACK.replace(
                 "      - episode: {subject: {bind: s}, predicate: {bind: p}, object: {bind: o}}\n"
                 '    emit: {kind: add, subject: "{s}", predicate: "{p}", object: "{o}"}\n',
                 f"      - fact: {{as: f, {conditions}}}\n"

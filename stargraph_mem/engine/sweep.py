@@ -94,6 +94,18 @@ class SweepOutcome:
     held: list[tuple[str, Partition]] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class _Fire:
+    """One sweep rule's fire being applied: its time (``at``), pre-filter, whether it is a
+    dry run, and the outcome it adds to."""
+
+    rule: CompiledRule
+    at: datetime
+    filt: SweepFilter
+    dry_run: bool
+    out: SweepOutcome
+
+
 @dataclass
 class Sweeper:
     """Runs one pack's sweeps that are due (see the module)."""
@@ -143,7 +155,7 @@ class Sweeper:
             chunk = wanted[start : start + BATCH_PARTITIONS]
             todo = await self._unfired(rule, fire, chunk)
             if todo:
-                await self._leased(rule, fire, filt, todo, dry_run, out)
+                await self._leased(_Fire(rule, fire, filt, dry_run, out), todo)
 
     async def _unfired(
         self, rule: CompiledRule, fire: datetime, partitions: Sequence[Partition]
@@ -152,58 +164,43 @@ class Sweeper:
         states = await self.store.runs_of(self.pack, partitions)
         return [p for p in partitions if not _fired(states.get((rule.id, p.key)), fire)]
 
-    async def _leased(
-        self,
-        rule: CompiledRule,
-        fire: datetime,
-        filt: SweepFilter,
-        partitions: list[Partition],
-        dry_run: bool,
-        out: SweepOutcome,
-    ) -> None:
+    async def _leased(self, fire: _Fire, partitions: list[Partition]) -> None:
         """Sweep ``partitions`` under a lease (when this sweeper has a holder)."""
-        if self.holder is None or dry_run:
-            await self._settle(rule, fire, filt, partitions, dry_run, out)
+        if self.holder is None or fire.dry_run:
+            await self._settle(fire, partitions)
             return
-        facts, leases = self.runner.facts, self.runner.leases
+        facts, leases, out = self.runner.facts, self.runner.leases, fire.out
         mine = await facts.claim_partitions(partitions, self.holder, self.lease_seconds)
         keys = {p.key for p in mine}
-        out.held += [(rule.id, p) for p in partitions if p.key not in keys]
+        out.held += [(fire.rule.id, p) for p in partitions if p.key not in keys]
         if not mine:
             return
         leases.update(dict.fromkeys(keys, (self.holder, self.lease_seconds)))
         try:
-            await self._settle(rule, fire, filt, mine, dry_run, out)
+            await self._settle(fire, mine)
         finally:
             for key in keys:
                 leases.pop(key, None)
             await facts.release_partitions(mine, self.holder)
 
-    async def _settle(
-        self,
-        rule: CompiledRule,
-        fire: datetime,
-        filt: SweepFilter,
-        partitions: list[Partition],
-        dry_run: bool,
-        out: SweepOutcome,
-    ) -> None:
+    async def _settle(self, fire: _Fire, partitions: list[Partition]) -> None:
         """Compute and apply the fire over ``partitions``, again for those that changed
         meanwhile; those whose fire another run applied first are conflicts."""
+        rule, at, out = fire.rule, fire.at, fire.out
         todo = partitions
         for attempt in range(SWEEP_RETRIES):
             states = await self.store.runs_of(self.pack, todo)
             if attempt:
-                done = [p for p in todo if _fired(states.get((rule.id, p.key)), fire)]
+                done = [p for p in todo if _fired(states.get((rule.id, p.key)), at)]
                 out.conflicts += [(rule.id, p) for p in done]
                 todo = [p for p in todo if p not in done]
             if not todo:
                 return
-            reports = await self.compute(rule, fire, filt, todo)
-            if dry_run:
+            reports = await self.compute(rule, at, fire.filt, todo)
+            if fire.dry_run:
                 out.passes += reports
                 return
-            runs = {r.partition: self._run(rule, r.partition, fire, states) for r in reports}
+            runs = {r.partition: self._run(rule, r.partition, at, states) for r in reports}
             todo = await self._apply(reports, runs, out)
         out.conflicts += [(rule.id, p) for p in todo]
 

@@ -111,7 +111,7 @@ from stargraph_mem.stores.sqlite_search import (
     search_query,
 )
 from stargraph_mem.stores.sweep_reads import sweep_facts, sweep_partitions
-from stargraph_mem.stores.sweep_schema import DROP_SWEEP_INDEXES, ON_DEMAND_MARK, index_ddl
+from stargraph_mem.stores.sweep_schema import DROP_SWEEP_INDEXES, ON_DEMAND_MARK, to_make
 
 __all__ = [
     "CHUNK",
@@ -643,14 +643,13 @@ class SQLiteFactStore(SQLiteStoreBase):
     async def ensure_sweep_indexes(self, names: Sequence[str]) -> None:
         """Create the sweep indexes ``names`` the file does not have yet (one transaction;
         a name already made through this store costs nothing)."""
-        todo = [name for name in dict.fromkeys(names) if name not in self._indexed]
+        todo = to_make(names, self._indexed)
         if not todo:
             return
-        statements = [index_ddl(name) for name in todo]
         async with self._write() as db:
-            for statement in statements:
+            for _, statement in todo:
                 await db.execute(statement)
-        self._indexed.update(todo)
+        self._indexed.update(name for name, _ in todo)
 
     async def apply_passes(
         self, passes: Sequence[PassWrite], *, pack_hash: str = ""

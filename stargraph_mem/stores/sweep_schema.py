@@ -16,7 +16,7 @@ it did); the first sweep that needs one creates it again.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Final
 
 __all__ = [
@@ -57,3 +57,8 @@ DROP_SWEEP_INDEXES: Final = tuple(f"DROP INDEX IF EXISTS {name}" for name in SWE
 """Drops every sweep index (a store made before they were made on demand)."""
 ON_DEMAND_MARK: Final = "sweep_indexes_on_demand"
 """The ``fact_store_meta`` key of a SQLite file whose sweep indexes are made on demand."""
+
+
+def to_make(names: Iterable[str], made: Collection[str]) -> list[tuple[str, str]]:
+    """``(name, DDL)`` of each of ``names`` (once) a store has not made yet (``made``)."""
+    return [(name, index_ddl(name)) for name in dict.fromkeys(names) if name not in made]

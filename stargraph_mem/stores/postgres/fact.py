@@ -93,7 +93,7 @@ from stargraph_mem.stores.search_common import (
     search_pattern,
 )
 from stargraph_mem.stores.sweep_reads import sweep_facts, sweep_partitions
-from stargraph_mem.stores.sweep_schema import index_ddl
+from stargraph_mem.stores.sweep_schema import to_make
 
 if TYPE_CHECKING:
     from stargraph_mem.stores.postgres.database import PostgresDatabase
@@ -499,14 +499,13 @@ class PostgresFactStore(PostgresRepository):
         """Create the sweep indexes ``names`` the schema does not have yet (see
         :meth:`SQLiteFactStore.ensure_sweep_indexes`), under an advisory lock so two
         workers never race on one."""
-        todo = [name for name in dict.fromkeys(names) if name not in self._indexed]
+        todo = to_make(names, self._indexed)
         if not todo:
             return
-        statements = [index_ddl(name) for name in todo]
         async with self.database.transaction(_INDEX_LOCK) as db:
-            for statement in statements:
+            for _, statement in todo:
                 await db.execute(statement)
-        self._indexed.update(todo)
+        self._indexed.update(name for name, _ in todo)
 
     async def apply_passes(
         self, passes: Sequence[PassWrite], *, pack_hash: str = ""
