@@ -91,7 +91,9 @@ async def build(db: Path, pack: CompiledPack, history: int) -> int:
                 for r in pack.rules
             ]
         await mem.fact_store.apply_deltas([], watermarks=advances)
-        await mem.consolidate(user=PARTITION.user, agent=PARTITION.agent, now=T0)
+        # at a time after every stored episode, so none is left pending for the records
+        done_at = T0 + timedelta(seconds=history + 1)
+        await mem.consolidate(user=PARTITION.user, agent=PARTITION.agent, now=done_at)
         return len(await mem.facts(user=PARTITION.user, agent=PARTITION.agent))
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -79,12 +79,19 @@ def run_pass(
     *,
     now: datetime = NOW,
     archived: Sequence[EngineFact] = (),
+    eligible: Mapping[int, Iterable[int]] | None = None,
 ) -> PassOutput:
-    """One pass of a fresh runtime over ``episodes`` (every rule sees every episode)."""
+    """One pass of a fresh runtime over ``episodes`` (by default every rule sees every
+    episode, sweeps included)."""
     runtime = PackRuntime(compiled)
     try:
         return runtime.run_pass(
-            partition=PARTITION, now=now, episodes=episodes, facts=facts, archived=archived
+            partition=PARTITION,
+            now=now,
+            episodes=episodes,
+            facts=facts,
+            archived=archived,
+            eligible=eligible,
         )
     finally:
         runtime.close()

@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 from packs_helpers import NOW, PARTITION, engine_fact, run_pass
 
 from stargraph_mem.compiler.pack import CompiledPack, compile_text, validate_file
+from stargraph_mem.compiler.sweep_sql import is_sweep
 from stargraph_mem.engine.runtime import PackRuntime
 from stargraph_mem.errors import CompileError, IRError
 from stargraph_mem.ir.models import (
@@ -776,13 +777,15 @@ def test_valid_packs_build_and_run(body: dict[str, Any], data: st.DataObject) ->
     archived, current = facts[::2], facts[1::2]
     out = run_pass(compiled, episodes, current, archived=archived)
     # refused for what the data held: fact text of variables that rendered ""; an update
-    # or delete whose {list: x} was empty or named what is not a current fact; two
+    # or delete whose {list: x} was empty, held what cannot be a fact id, or named what is
+    # not a current fact; two
     # patterns of a rule that matched one fact, then replaced twice; a fact another delta
     # replaced already (identical deltas of a pass share one content-derived fact id), or
     # made by a delta refused for these reasons
     data_dependent = (
         "String should have at least 1 character",
         "replaces: List should",
+        "String should match pattern",
         "replaces names the same fact twice",
         "unresolved reference: fact ",
         "replaces names facts that are not current in this partition",
@@ -792,6 +795,25 @@ def test_valid_packs_build_and_run(body: dict[str, Any], data: st.DataObject) ->
     assert out.episodes == len(episodes)
     seen = [d.source_episode_ids[0] for d in out.deltas if d.rule_id == OBSERVER]
     assert seen == observer_matches(compiled, episodes)
+    assert_fact_keys_change_nothing(compiled, episodes, current, archived)
+
+
+def assert_fact_keys_change_nothing(
+    compiled: CompiledPack,
+    episodes: list[EpisodeRecord],
+    current: list[EngineFact],
+    archived: list[EngineFact],
+) -> None:
+    """A pass of the episode rules that asserts only the facts an episode could match
+    (``CompiledPack.fact_keys``) decides exactly what one asserting every fact does."""
+    rules = {
+        r.index: [e.seq for e in episodes]
+        for r in compiled.rules
+        if not is_sweep(r.program.info.rule)
+    }
+    keyed = run_pass(compiled, episodes, current, archived=archived, eligible=rules)
+    every = replace(compiled, fact_keys=None, _built=[])
+    assert keyed == run_pass(every, episodes, current, archived=archived, eligible=rules)
 
 
 # --- time conditions inside count and earlier ---------------------------------------------

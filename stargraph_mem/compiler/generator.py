@@ -25,7 +25,7 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, Final
 
 from stargraph_mem.compiler.clips_text import clips_float, clips_literal, clips_string
 from stargraph_mem.errors import CompileError
@@ -100,6 +100,9 @@ LIFECYCLE_SLOTS: Mapping[str, str] = {
 }
 """The lifecycle slots of ``sm-fact``: declared only when a rule of the pack reads them, so
 a pack that does not pays nothing per asserted fact."""
+
+STATEMENT_FIELDS: Final = frozenset({"subject", "predicate", "object"})
+"""The fact fields that are strings in CLIPS and in the store alike."""
 
 DAY_US = 86_400_000_000
 """Microseconds in a day: ``ebbinghaus`` counts days."""
@@ -1016,6 +1019,40 @@ class Generator:
             if info.rule.enabled
             for item in info.rule.when
         ) or any(self.replaces_history(info) for info in self.analysis.rules)
+
+    def fact_keys(self) -> tuple[tuple[tuple[str, str], ...], ...] | None:
+        """What ties each fact pattern of the episode rules to the episode: per pattern,
+        the (fact field, episode field) pairs it equates (``subject: {var: s}`` with ``s``
+        bound to a string field of the episode), only the smallest sets kept.
+
+        A stored fact whose fields match none of them for any episode of a pass can match
+        no pattern in that pass, so it need not enter CLIPS. ``None`` when some pattern is
+        not tied that way, or facts are matched otherwise (``over: history`` relations);
+        sweep rules (no episode pattern) run only in passes that assert every fact.
+        """
+        if self.history or any(self.replaces_history(info) for info in self.analysis.rules):
+            return None
+        found: set[tuple[tuple[str, str], ...]] = set()
+        for info in self.analysis.rules:
+            if not info.rule.enabled or info.fact_only:
+                continue
+            for item in info.rule.when:
+                kind, pattern = pattern_of(item)
+                if kind not in ("fact", "not", "exists"):
+                    continue
+                pairs: set[tuple[str, str]] = set()
+                for fname, cond in pattern.where.items():
+                    ref = cond.get("eq")
+                    if fname not in STATEMENT_FIELDS or not isinstance(ref, VarRef):
+                        continue
+                    bound = info.variables.get(ref.var)
+                    if bound is not None and bound.kind == "episode" and bound.type == "string":
+                        pairs.add((fname, bound.field))
+                if not pairs:
+                    return None
+                found.add(tuple(sorted(pairs)))
+        smallest = [k for k in found if not any(set(o) < set(k) for o in found)]
+        return tuple(sorted(smallest))
 
     def replaces_history(self, info: RuleInfo) -> bool:
         """Whether ``info`` replaces the fact made from an ``over: history`` earlier episode."""

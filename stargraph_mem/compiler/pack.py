@@ -78,6 +78,10 @@ class CompiledPack:
     needs_archived: bool = False
     """Whether a fact pattern admits archived facts: the runtime then asks the store for
     the partition's archived facts too."""
+    fact_keys: tuple[tuple[tuple[str, str], ...], ...] | None = None
+    """Per fact pattern of the episode rules, the (fact field, episode field) pairs that
+    tie it to the episode; a pass then asserts only the stored facts some episode of it
+    could match (``None``: every fact, see ``Generator.fact_keys``)."""
     file: str = "<string>"
     history: list[HistoryRelation] = field(default_factory=list)
     """The ``over: history`` patterns, in ``sm-hist-<i>`` order."""
@@ -165,6 +169,7 @@ def compile_analysis(analysis: Analysis, source: SourceMap) -> CompiledPack:
         fact_slots=gen.lifecycle,
         payload_slots=dict(gen.payload_types),
         needs_archived=gen.needs_archived,
+        fact_keys=gen.fact_keys(),
         file=source.file,
         schedule=schedule_program(rules),
     )

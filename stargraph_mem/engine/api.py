@@ -33,6 +33,7 @@ from stargraph_mem.model.time import to_utc, utc_now
 from stargraph_mem.salience import SalienceScorer
 from stargraph_mem.stores.database import open_database
 from stargraph_mem.stores.fact import Explanation
+from stargraph_mem.stores.inline import inline_statements
 from stargraph_mem.stores.lifecycle import AsyncResource, closed_on_failure
 from stargraph_mem.stores.scope import Partition
 
@@ -178,10 +179,12 @@ class Consolidator(AsyncResource):
         cadences: ``every: 1`` rules (and ``every: N`` ones that just reached N, or whose
         ``or_after`` time passed) fire now. ``idle`` and cron rules never fire on a record:
         a put ends a quiet spell, and ``tick`` runs them at their time."""
-        await self.memory.put(
-            episode, user=episode.user, session=episode.session, agent=episode.agent
-        )
-        return await self.scheduler.on_record(Partition(episode.user, episode.agent), self.clock())
+        with inline_statements():
+            await self.memory.put(
+                episode, user=episode.user, session=episode.session, agent=episode.agent
+            )
+            partition = Partition(episode.user, episode.agent)
+            return await self.scheduler.on_record(partition, self.clock())
 
     async def record_many(self, episodes: Sequence[Episode]) -> ConsolidationReport:
         """Store a batch in one transaction (a bad episode stores none of them), then check

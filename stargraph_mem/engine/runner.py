@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack, suppress
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from functools import partial
 from typing import Literal
 
 from stargraph_mem.compiler.pack import CompiledPack, CompiledRule
@@ -37,6 +38,7 @@ from stargraph_mem.salience import RuleBasedScorer, SalienceScorer, gate_scorer
 from stargraph_mem.stores.aggregates import AggregateWrite
 from stargraph_mem.stores.fact import EngineFact, WatermarkAdvance
 from stargraph_mem.stores.fact_rows import PassBasis, PassWrite, claim_holder
+from stargraph_mem.stores.inline import current_scope
 from stargraph_mem.stores.memory import CheckedRead, EpisodeRecord
 from stargraph_mem.stores.pass_time import Deferral
 from stargraph_mem.stores.protocols import (
@@ -61,6 +63,10 @@ expires, or at once when the holder ran on this host."""
 STALE_RETRIES = 100
 """How often a run computes a pass again because the partition changed under it (another
 writer's apply) before giving up with :class:`StalePassError`."""
+
+INLINE_PASS_EPISODES = 64
+"""Inside ``inline_statements`` (a streaming ``record``), a pass over at most this many
+episodes runs on the calling thread; a larger one (a backlog) runs on a worker thread."""
 
 KNOWN_PARTITIONS_MAX = 256
 KNOWN_FACTS_MAX = 10_000
@@ -479,7 +485,7 @@ class PassRunner:
         (history,) = await self.history([read_history], now, rules)
         (archived,) = await self.archived_of([partition])
         t1 = time.perf_counter()
-        out = await asyncio.to_thread(
+        run = partial(
             self.runtime.run_pass,
             partition=partition,
             now=now,
@@ -491,6 +497,9 @@ class PassRunner:
             history=history,
             archived=archived,
         )
+        # a small pass of a record costs less than the hand-over to a thread
+        small = current_scope() is not None and len(records) <= INLINE_PASS_EPISODES
+        out = run() if small else await asyncio.to_thread(run)
         t2 = time.perf_counter()
         report.take(out, self.keep_deltas)
         if history is not None:

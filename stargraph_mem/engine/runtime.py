@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
+from operator import attrgetter
 from pathlib import Path
 from typing import Any, Final, TextIO, cast
 
@@ -67,6 +68,9 @@ from stargraph_mem.stores.scope import Partition
 NIL = clips.Symbol("nil")
 TRUE = clips.Symbol("TRUE")
 FALSE = clips.Symbol("FALSE")
+DELTAS_FILE_BYTES = 1 << 22
+"""Once the deltas file holds this much, the run that wrote it closes it (the next run
+opens it again, empty)."""
 DEFAULT_CHUNK = 256
 """Episodes asserted per agenda run: small chunks keep CLIPS join memories small."""
 to_micros = to_us
@@ -238,6 +242,9 @@ class PackRuntime:
         self._lock = threading.Lock()
         self._dir = tempfile.mkdtemp(prefix="stargraph-")
         self._out = Path(self._dir) / "deltas.out"
+        self._reader: TextIO | None = None
+        self._clean = False
+        """Whether the environment holds no facts (reset since its last pass)."""
 
     @property
     def sha256(self) -> str:
@@ -364,19 +371,43 @@ class PackRuntime:
         job's rules see its own episodes and facts only). Every job's deltas go through one
         open file, so many small partitions cost one file open, not one each."""
         with self._lock:  # CLIPS environments are not thread-safe; one pass at a time
-            self._output("open", self._out.as_posix(), clips.Symbol(OUT), "w")
+            reader = self._deltas_file()
             names = [*_BUILT, *(rel.template for rel in self.compiled.history)]
             builders = {name: _FactBuilder(self.env, name) for name in names}
+            done = False
             try:
-                with self._out.open(encoding="utf-8", newline="") as reader:
-                    return [
-                        self._one(job, now, chunk, stamp, matched, reader, builders) for job in jobs
-                    ]
+                outputs = [
+                    self._one(job, now, chunk, stamp, matched, reader, builders) for job in jobs
+                ]
+                done = True
+                return outputs
             finally:
                 for builder in builders.values():
                     builder.dispose()
-                self._output("close", clips.Symbol(OUT))
+                # a failed run's unread lines must not reach the next one; a long file
+                # starts again empty
+                if not done or reader.tell() > DELTAS_FILE_BYTES:
+                    self._close_deltas_file()
                 self.env.reset()
+                self._clean = True
+
+    def _deltas_file(self) -> TextIO:
+        """The file rules print deltas to, opened for CLIPS and for reading once and kept
+        open between runs (opening and closing cost more than a small pass)."""
+        if self._reader is None:
+            self._output("open", self._out.as_posix(), clips.Symbol(OUT), "w")
+            try:
+                self._reader = self._out.open(encoding="utf-8", newline="")
+            except BaseException:
+                self._output("close", clips.Symbol(OUT))
+                raise
+        return self._reader
+
+    def _close_deltas_file(self) -> None:
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.close()
+            self._output("close", clips.Symbol(OUT))
 
     def _one(
         self,
@@ -405,7 +436,9 @@ class PackRuntime:
             )
             out.aggregates = hist.write
             anchors = {record.id: seed for seed, record in hist.seeds.items()}
-        self.env.reset()
+        if not self._clean:  # a run's first job finds the environment as the last run left it
+            self.env.reset()
+        self._clean = False
         fb = builders["sm-pass"]
         fb.put(b"now", to_us(to_utc(now)))
         fb.assert_fact()
@@ -419,12 +452,16 @@ class PackRuntime:
                 fb.put(b"r", clips.Symbol(self.rules[idx].program.symbol))
                 fb.assert_fact()
         if self.compiled.matches_facts:
+            tied = None if self._ends(job.eligible) else self._tied_to(episodes)
             for fact in fact_list:
+                if tied is not None and not tied(fact):
+                    continue
                 first = fact.source_episode_ids[0] if fact.source_episode_ids else ""
                 self._assert_fact(builders["sm-fact"], fact, anchors.get(first, 0))
             if self.compiled.needs_archived:
                 for fact in job.archived:
-                    self._assert_fact(builders["sm-fact"], fact, status="archived")
+                    if tied is None or tied(fact):
+                        self._assert_fact(builders["sm-fact"], fact, status="archived")
         budget = 50 * (chunk + len(fact_list)) + 10_000
         episode_fb = builders["sm-episode"]
         for start in range(0, len(episodes), chunk):
@@ -446,6 +483,39 @@ class PackRuntime:
             collector.collect(lines)
             out.facts_after = collector.facts_after()
         return out
+
+    def _tied_to(self, episodes: Sequence[EpisodeRecord]) -> Callable[[EngineFact], bool] | None:
+        """Whether a stored fact could match a fact pattern in a pass over ``episodes``
+        (see ``CompiledPack.fact_keys``); None when every fact must enter the pass.
+
+        Leaving the others out changes nothing the rules decide: a fact enters the
+        patterns' memories in the same relative order either way, and one that cannot
+        equal an episode's fields joins with no episode. The deltas still resolve
+        against every fact."""
+        keys = self.compiled.fact_keys
+        if keys is None:
+            return None
+        wanted: list[tuple[Callable[[EngineFact], Any], set[Any]]] = []
+        for pairs in keys:
+            seen: set[Any] = set()
+            for record in episodes:
+                try:
+                    values = [self._field_value(record, efield) for _, efield in pairs]
+                except _BadValue:  # the episode enters no rule
+                    continue
+                seen.add(values[0] if len(values) == 1 else tuple(values))
+            wanted.append((attrgetter(*(fname for fname, _ in pairs)), seen))
+        if len(wanted) == 1:
+            ((of, seen),) = wanted
+            return lambda fact: of(fact) in seen
+        return lambda fact: any(of(fact) in seen for of, seen in wanted)
+
+    def _field_value(self, record: EpisodeRecord, name: str) -> Any:
+        """An episode field's value as its CLIPS slot holds it (a string field's value
+        is a ``str``, or the symbol ``nil`` when it is missing)."""
+        if name in self.builtins:
+            return _builtin(record, name)
+        return _normalise(record.metadata.get(name), self.fields[name])
 
     @staticmethod
     def _assert_history(builders: dict[str, _FactBuilder], n: int, hist: HistoryFacts) -> None:
@@ -495,6 +565,8 @@ class PackRuntime:
         return out, {set_id: members for members, set_id in ids.items()}
 
     def close(self) -> None:
+        with self._lock:
+            self._close_deltas_file()
         self._out.unlink(missing_ok=True)
         Path(self._dir).rmdir()
 
@@ -596,7 +668,7 @@ class _Collector:
         self.now_us = to_us(to_utc(now))
         self.episodes = episodes
         self.out = out
-        self.facts: dict[str, _PassFact] = {f.id: self._from_engine(f) for f in facts}
+        self.facts = _PassFacts(facts)
         self.temp: dict[str, str | None] = {}
         self.plans: dict[str, _Plan] = {}
         self.keep_matched = False
@@ -611,28 +683,7 @@ class _Collector:
 
     def facts_after(self) -> list[EngineFact]:
         """Current facts after the pass's deltas (the order of ``current_facts``)."""
-        out = [
-            EngineFact(
-                f.id,
-                f.subject,
-                f.predicate,
-                f.object,
-                f.confidence,
-                f.valid_from_us,
-                f.reinforced_at_us,
-                f.rule_id,
-                f.source_episode_ids,
-                f.observed_us,
-                reinforcement_count=f.reinforcement_count,
-                access_count=f.access_count,
-                last_access_us=f.last_access_us,
-                pinned=f.pinned,
-                payload=f.payload,
-            )
-            for f in self.facts.values()
-        ]
-        out.sort(key=lambda f: (f.valid_from_us, f.id))
-        return out
+        return self.facts.after()
 
     def collect(self, lines: list[str]) -> None:
         for line in lines:
@@ -1075,6 +1126,84 @@ def _episode_rules_read_pins(compiled: CompiledPack) -> bool:
         ):
             return True
     return False
+
+
+class _PassFacts:
+    """The partition's current facts during a pass, by id: the stored ones as given, each
+    turned into a :class:`_PassFact` only once the pass reads or changes it (a pass over
+    a few episodes touches a few of many facts)."""
+
+    __slots__ = ("given", "gone", "stored", "used")
+
+    def __init__(self, facts: list[EngineFact]) -> None:
+        self.given = facts
+        self.stored = {f.id: f for f in facts}
+        self.used: dict[str, _PassFact] = {}
+        """Facts read, changed or made in the pass, by id."""
+        self.gone: set[str] = set()
+        """Stored facts the pass closed."""
+
+    def __contains__(self, fid: str) -> bool:
+        return fid in self.used or (fid in self.stored and fid not in self.gone)
+
+    def get(self, fid: str) -> _PassFact | None:
+        found = self.used.get(fid)
+        if found is None and fid in self.stored and fid not in self.gone:
+            found = self.used[fid] = _from_engine(self.stored[fid])
+        return found
+
+    def pop(self, fid: str) -> _PassFact:
+        found = self.get(fid)
+        if found is None:
+            raise KeyError(fid)
+        del self.used[fid]
+        if fid in self.stored:
+            self.gone.add(fid)
+        return found
+
+    def __setitem__(self, fid: str, fact: _PassFact) -> None:
+        self.used[fid] = fact
+
+    def after(self) -> list[EngineFact]:
+        """The current facts once the pass is done, ordered by ``valid_from``, then id."""
+        out = [
+            f if f.observed_us else _observed(f)
+            for f in self.given
+            if f.id not in self.used and f.id not in self.gone
+        ]
+        out += [_to_engine(f) for f in self.used.values()]
+        out.sort(key=_fact_order)
+        return out
+
+
+def _fact_order(f: EngineFact) -> tuple[int, str]:
+    return f.valid_from_us, f.id
+
+
+def _observed(f: EngineFact) -> EngineFact:
+    """``f`` with its observation time known (a stored fact that had none: its
+    ``valid_from``)."""
+    return _to_engine(_from_engine(f))
+
+
+def _to_engine(f: _PassFact) -> EngineFact:
+    return EngineFact(
+        f.id,
+        f.subject,
+        f.predicate,
+        f.object,
+        f.confidence,
+        f.valid_from_us,
+        f.reinforced_at_us,
+        f.rule_id,
+        f.source_episode_ids,
+        f.observed_us,
+        reinforcement_count=f.reinforcement_count,
+        access_count=f.access_count,
+        last_access_us=f.last_access_us,
+        pinned=f.pinned,
+        payload=f.payload,
+    )
 
 
 def _from_engine(f: EngineFact, status: str | None = None) -> _PassFact:

@@ -183,6 +183,10 @@ class StatusRow:
     that time would leave them pending)."""
 
 
+COUNT_ANSWERS_MAX = 4096
+"""How many answers to questions of counts alone a schedule program keeps."""
+
+
 class ScheduleProgram:
     """A pack's schedule program loaded into its own silent CLIPS environment."""
 
@@ -201,6 +205,8 @@ class ScheduleProgram:
         self._due = self.env.find_template("sm-sched-due")
         self._first = self.env.find_template("sm-sched-first")
         self._last = self.env.find_template("sm-sched-last")
+        self._by_counts: dict[tuple[tuple[int, int, int], ...], tuple[tuple[int, int], ...]] = {}
+        """Answers to questions of counts alone (see :meth:`due`)."""
 
     def due(
         self,
@@ -211,7 +217,33 @@ class ScheduleProgram:
     ) -> list[tuple[int, int]]:
         """(rule index, partition index) pairs due, given (rule, part, pending) counts,
         (rule, part, next fire µs) clocks and (rule, part, first µs, last µs) spans of the
-        episodes a rule has not consumed."""
+        episodes a rule has not consumed.
+
+        Given counts alone, no rule can read the clock (cron, ``idle`` and ``or_after``
+        rules need a clock or span fact to fire), so the answer depends on the counts only:
+        it is kept per count list (a streaming ``record`` asks the same question each time).
+        """
+        key: tuple[tuple[int, int, int], ...] | None = None
+        if not nexts and not spans:
+            key = tuple(counts)
+            known = self._by_counts.get(key)
+            if known is not None:
+                return list(known)
+            counts = key
+        found = self._run(now_us, counts, nexts, spans)
+        if key is not None:
+            if len(self._by_counts) >= COUNT_ANSWERS_MAX:
+                self._by_counts.clear()
+            self._by_counts[key] = tuple(found)
+        return found
+
+    def _run(
+        self,
+        now_us: int,
+        counts: Iterable[tuple[int, int, int]],
+        nexts: Iterable[tuple[int, int, int]],
+        spans: Iterable[tuple[int, int, int, int]],
+    ) -> list[tuple[int, int]]:
         env = self.env
         env.reset()
         try:

@@ -31,6 +31,7 @@ import aiosqlite
 
 from stargraph_mem.errors import StoreError
 from stargraph_mem.model.time import EPOCH, ONE_US, from_us, to_us, utc_now
+from stargraph_mem.stores.inline import current_scope
 from stargraph_mem.stores.lifecycle import AsyncResource, closed_on_failure
 from stargraph_mem.stores.models import StoreHealth
 from stargraph_mem.stores.mounts import network_filesystem_warning
@@ -110,6 +111,16 @@ def _serve(requests: _Requests) -> None:
                 return
 
 
+_BUSY_TIMEOUT_PRAGMA: Final = "PRAGMA busy_timeout={}"
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return (code & 0xFF) in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+    return "locked" in str(exc) or "busy" in str(exc)
+
+
 class StoreConnection(aiosqlite.Connection):
     """An aiosqlite connection that never keeps the process alive.
 
@@ -134,7 +145,50 @@ class StoreConnection(aiosqlite.Connection):
     def __init__(self, connector: Callable[[], sqlite3.Connection], name: str) -> None:
         super().__init__(connector, iter_chunk_size=64)
         self._thread = threading.Thread(target=_serve, args=(self._tx,), name=name, daemon=True)
+        self._queued = 0
+        """Requests handed to the thread and not answered yet (0: the thread is idle)."""
+        self._lowered = False
+        """Whether inline statements lowered the busy timeout (see :func:`inline_statements`)."""
         _OPEN.add(self)
+
+    async def _execute(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run ``fn`` on the connection's thread; or here, inside :func:`inline_statements`
+        while that thread is idle (see there)."""
+        scope = current_scope()
+        if (
+            scope is not None
+            and self._queued == 0
+            and self._connection is not None
+            and self._running
+            and id(self) not in scope.refused
+        ):
+            if not self._lowered:
+                self._connection.execute(_BUSY_TIMEOUT_PRAGMA.format(0))
+                self._lowered = True
+                scope.lowered.append(self)
+            try:
+                return fn(*args, **kwargs)
+            except sqlite3.OperationalError as exc:
+                if not _is_busy(exc):
+                    raise
+                # nothing was done: wait for the lock on the thread, as outside the scope
+                scope.refused.add(id(self))
+        # the timeout is lowered only while the thread is idle and statements run here
+        self.restore_busy_timeout()
+        self._queued += 1
+        try:
+            return await super()._execute(fn, *args, **kwargs)  # type: ignore[no-untyped-call]
+        finally:
+            self._queued -= 1
+
+    def restore_busy_timeout(self) -> None:
+        """Put the busy timeout back if inline statements lowered it (they ran here, so
+        the thread is idle)."""
+        conn = self._connection
+        if self._lowered and conn is not None:
+            self._lowered = False
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute(_BUSY_TIMEOUT_PRAGMA.format(BUSY_TIMEOUT_MS))
 
     def stop(self) -> asyncio.Future[Any] | None:
         """Queue closing the connection and ending its thread; returns a future to await
@@ -186,7 +240,9 @@ def _close_left_open() -> None:
 
 def _connect(database: str | Path, **kwargs: Any) -> StoreConnection:
     """``aiosqlite.connect`` with a :class:`StoreConnection` (await it, or ``async with``)."""
-    return StoreConnection(partial(sqlite3.connect, database, **kwargs), f"sqlite {database}")
+    # statements may run on the caller's thread (inline_statements), never two at once
+    connector = partial(sqlite3.connect, database, check_same_thread=False, **kwargs)
+    return StoreConnection(connector, f"sqlite {database}")
 
 
 _READ_ONLY: weakref.WeakKeyDictionary[aiosqlite.Connection, str] = weakref.WeakKeyDictionary()
