@@ -670,8 +670,12 @@ class PassRunner:
     ) -> list[WatermarkAdvance]:
         keys = [stamp.rule_id] if stamp is not None else [r.id for r in rules]
         marks = self.effective_marks(marks, rules, stamp)
+        # the pack's name and rule ids passed the compiler's checks, and the partition the
+        # store's read: nothing here to validate again
         return [
-            WatermarkAdvance(pack=self.pack, rule_id=key, partition=partition, last_seq=high)
+            WatermarkAdvance.model_construct(
+                pack=self.pack, rule_id=key, partition=partition, last_seq=high
+            )
             for key in keys
             if high
             > (marks.get(rules[0].id, 0) if stamp is not None and rules else marks.get(key, 0))

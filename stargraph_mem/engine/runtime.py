@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import tempfile
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -167,6 +168,13 @@ def _text(value: Any) -> str:
     return str(value)
 
 
+def _dispose(builders: dict[str, _FactBuilder], *keep_alive: object) -> None:
+    """Dispose of ``builders`` (``keep_alive``: what must outlive them)."""
+    for builder in builders.values():
+        builder.dispose()
+    builders.clear()
+
+
 class _FactBuilder:
     """Asserts facts of one deftemplate through CLIPS's FactBuilder C API directly.
 
@@ -245,6 +253,11 @@ class PackRuntime:
         self._reader: TextIO | None = None
         self._clean = False
         """Whether the environment holds no facts (reset since its last pass)."""
+        self._fact_builders: dict[str, _FactBuilder] = {}
+        # the builders go before the environment does (CLIPS reports them as leaked)
+        weakref.finalize(self, _dispose, self._fact_builders, self.env)
+        self.plans: dict[tuple[str, Stamp | None], _Plan] = {}
+        """How each rule's deltas are built (per rule, and stamp: see :class:`_Plan`)."""
 
     @property
     def sha256(self) -> str:
@@ -372,8 +385,7 @@ class PackRuntime:
         open file, so many small partitions cost one file open, not one each."""
         with self._lock:  # CLIPS environments are not thread-safe; one pass at a time
             reader = self._deltas_file()
-            names = [*_BUILT, *(rel.template for rel in self.compiled.history)]
-            builders = {name: _FactBuilder(self.env, name) for name in names}
+            builders = self._builders()
             done = False
             try:
                 outputs = [
@@ -382,14 +394,20 @@ class PackRuntime:
                 done = True
                 return outputs
             finally:
-                for builder in builders.values():
-                    builder.dispose()
                 # a failed run's unread lines must not reach the next one; a long file
                 # starts again empty
                 if not done or reader.tell() > DELTAS_FILE_BYTES:
                     self._close_deltas_file()
                 self.env.reset()
                 self._clean = True
+
+    def _builders(self) -> dict[str, _FactBuilder]:
+        """One fact builder per deftemplate a pass asserts, made once (each asserts any
+        number of facts); disposed of by :meth:`close`, or before the environment goes."""
+        if not self._fact_builders:
+            names = [*_BUILT, *(rel.template for rel in self.compiled.history)]
+            self._fact_builders.update((name, _FactBuilder(self.env, name)) for name in names)
+        return self._fact_builders
 
     def _deltas_file(self) -> TextIO:
         """The file rules print deltas to, opened for CLIPS and for reading once and kept
@@ -567,6 +585,7 @@ class PackRuntime:
     def close(self) -> None:
         with self._lock:
             self._close_deltas_file()
+            _dispose(self._fact_builders)
         self._out.unlink(missing_ok=True)
         Path(self._dir).rmdir()
 
@@ -670,7 +689,6 @@ class _Collector:
         self.out = out
         self.facts = _PassFacts(facts)
         self.temp: dict[str, str | None] = {}
-        self.plans: dict[str, _Plan] = {}
         self.keep_matched = False
         self.history: HistoryFacts | None = None
         self.times: dict[str, int] | None = None
@@ -835,9 +853,10 @@ class _Collector:
     # --- delta construction ------------------------------------------------------------
 
     def plan(self, program: RuleProgram) -> _Plan:
-        plan = self.plans.get(program.symbol)
+        key = (program.symbol, self.stamp)
+        plan = self.runtime.plans.get(key)
         if plan is None:
-            plan = self.plans[program.symbol] = _Plan(self.runtime, program, self.stamp)
+            plan = self.runtime.plans[key] = _Plan(self.runtime, program, self.stamp)
         return plan
 
     def build(
@@ -1166,12 +1185,14 @@ class _PassFacts:
 
     def after(self) -> list[EngineFact]:
         """The current facts once the pass is done, ordered by ``valid_from``, then id."""
-        out = [
-            f if f.observed_us else _observed(f)
-            for f in self.given
-            if f.id not in self.used and f.id not in self.gone
-        ]
-        out += [_to_engine(f) for f in self.used.values()]
+        used, gone = self.used, self.gone
+        if used or gone:
+            out = [f for f in self.given if f.id not in used and f.id not in gone]
+        else:
+            out = list(self.given)
+        if any(not f.observed_us for f in out):
+            out = [f if f.observed_us else _observed(f) for f in out]
+        out += [_to_engine(f) for f in used.values()]
         out.sort(key=_fact_order)
         return out
 

@@ -121,6 +121,52 @@ def _is_busy(exc: sqlite3.OperationalError) -> bool:
     return "locked" in str(exc) or "busy" in str(exc)
 
 
+class _Checkpointer:
+    """A thread with a connection of its own that copies the write-ahead log into the
+    database when asked: a passive checkpoint, which never blocks a writer, so commits
+    made on the caller's thread (:func:`~stargraph_mem.stores.inline.inline_statements`)
+    do not wait for the disk to sync. Commits still checkpoint for themselves once the
+    log holds :data:`WAL_AUTOCHECKPOINT_PAGES`, so the log stays short if this falls behind."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._wake = threading.Event()
+        self._stopping = False
+        self._thread = threading.Thread(
+            target=self._serve, name=f"sqlite checkpoints {path}", daemon=True
+        )
+        self._thread.start()
+
+    def request(self) -> None:
+        self._wake.set()
+
+    def _serve(self) -> None:
+        try:
+            conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error:
+            return
+        try:
+            while True:
+                self._wake.wait()
+                self._wake.clear()
+                if self._stopping:
+                    return
+                with contextlib.suppress(sqlite3.Error):  # busy: a later one catches up
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        finally:
+            conn.close()
+
+    def stop(self) -> threading.Thread:
+        self._stopping = True
+        self._wake.set()
+        return self._thread
+
+
+INLINE_COMMITS_PER_CHECKPOINT: Final = 4
+"""Commits made on the caller's thread between two requests for a background checkpoint
+(a streaming record makes two, of about ten pages each)."""
+
+
 class StoreConnection(aiosqlite.Connection):
     """An aiosqlite connection that never keeps the process alive.
 
@@ -142,8 +188,14 @@ class StoreConnection(aiosqlite.Connection):
     dropped instead of ending the thread with an error.
     """
 
-    def __init__(self, connector: Callable[[], sqlite3.Connection], name: str) -> None:
+    def __init__(
+        self, connector: Callable[[], sqlite3.Connection], name: str, path: str | None = None
+    ) -> None:
         super().__init__(connector, iter_chunk_size=64)
+        self._path = path
+        """The file, when it is one a second connection can open (for checkpoints)."""
+        self._checkpointer: _Checkpointer | None = None
+        self._inline_commits = 0
         self._thread = threading.Thread(target=_serve, args=(self._tx,), name=name, daemon=True)
         self._queued = 0
         """Requests handed to the thread and not answered yet (0: the thread is idle)."""
@@ -167,12 +219,16 @@ class StoreConnection(aiosqlite.Connection):
                 self._lowered = True
                 scope.lowered.append(self)
             try:
-                return fn(*args, **kwargs)
+                result = fn(*args, **kwargs)
             except sqlite3.OperationalError as exc:
                 if not _is_busy(exc):
                     raise
                 # nothing was done: wait for the lock on the thread, as outside the scope
                 scope.refused.add(id(self))
+            else:
+                if args and args[0] == "COMMIT":
+                    self._committed_inline()
+                return result
         # the timeout is lowered only while the thread is idle and statements run here
         self.restore_busy_timeout()
         self._queued += 1
@@ -180,6 +236,21 @@ class StoreConnection(aiosqlite.Connection):
             return await super()._execute(fn, *args, **kwargs)  # type: ignore[no-untyped-call]
         finally:
             self._queued -= 1
+
+    def _committed_inline(self) -> None:
+        """Ask for a background checkpoint every few commits made on the caller's thread."""
+        self._inline_commits += 1
+        if self._inline_commits < INLINE_COMMITS_PER_CHECKPOINT or self._path is None:
+            return
+        self._inline_commits = 0
+        if self._checkpointer is None:
+            self._checkpointer = _Checkpointer(self._path)
+        self._checkpointer.request()
+
+    def _stop_checkpointer(self) -> None:
+        checkpointer, self._checkpointer = self._checkpointer, None
+        if checkpointer is not None:
+            checkpointer.stop().join(EXIT_CLOSE_SECONDS)
 
     def restore_busy_timeout(self) -> None:
         """Put the busy timeout back if inline statements lowered it (they ran here, so
@@ -213,6 +284,7 @@ class StoreConnection(aiosqlite.Connection):
 
     async def close(self) -> None:
         try:
+            await asyncio.to_thread(self._stop_checkpointer)
             await super().close()
         finally:
             _OPEN.discard(self)
@@ -221,6 +293,8 @@ class StoreConnection(aiosqlite.Connection):
         """Queue the close; returns the thread to wait for (``None``: nothing to close)."""
         if self._connection is None or not self._thread.is_alive():
             return None
+        if self._checkpointer is not None:
+            self._checkpointer.stop()
         self.stop()
         return self._thread
 
@@ -242,7 +316,8 @@ def _connect(database: str | Path, **kwargs: Any) -> StoreConnection:
     """``aiosqlite.connect`` with a :class:`StoreConnection` (await it, or ``async with``)."""
     # statements may run on the caller's thread (inline_statements), never two at once
     connector = partial(sqlite3.connect, database, check_same_thread=False, **kwargs)
-    return StoreConnection(connector, f"sqlite {database}")
+    path = None if kwargs.get("uri") else str(database)
+    return StoreConnection(connector, f"sqlite {database}", path)
 
 
 _READ_ONLY: weakref.WeakKeyDictionary[aiosqlite.Connection, str] = weakref.WeakKeyDictionary()
