@@ -291,6 +291,9 @@ class PassRunner:
                     if not dry_run:
                         if report.read_version is None:  # carried from the previous pass
                             report.read_version = version
+                        if last:  # nothing left to compute meanwhile
+                            await self._apply(report, runs, holder, last)
+                            break
                         applying.start(self._apply(report, runs, holder, last))
                     if last:
                         break

@@ -471,15 +471,12 @@ class PackRuntime:
                 fb.assert_fact()
         if self.compiled.matches_facts:
             tied = None if self._ends(job.eligible) else self._tied_to(episodes)
-            for fact in fact_list:
-                if tied is not None and not tied(fact):
-                    continue
+            for fact in fact_list if tied is None else tied(fact_list):
                 first = fact.source_episode_ids[0] if fact.source_episode_ids else ""
                 self._assert_fact(builders["sm-fact"], fact, anchors.get(first, 0))
             if self.compiled.needs_archived:
-                for fact in job.archived:
-                    if tied is None or tied(fact):
-                        self._assert_fact(builders["sm-fact"], fact, status="archived")
+                for fact in job.archived if tied is None else tied(job.archived):
+                    self._assert_fact(builders["sm-fact"], fact, status="archived")
         budget = 50 * (chunk + len(fact_list)) + 10_000
         episode_fb = builders["sm-episode"]
         for start in range(0, len(episodes), chunk):
@@ -490,7 +487,9 @@ class PackRuntime:
             self._run(budget)
         if self._ends(job.eligible):
             builders["sm-end"].assert_fact()
-        self._run(budget)
+            self._run(budget)
+        elif not episodes:
+            self._run(budget)
         self._output("flush", clips.Symbol(OUT))
         lines = reader.read().splitlines()
         with gc_paused():
@@ -502,9 +501,12 @@ class PackRuntime:
             out.facts_after = collector.facts_after()
         return out
 
-    def _tied_to(self, episodes: Sequence[EpisodeRecord]) -> Callable[[EngineFact], bool] | None:
-        """Whether a stored fact could match a fact pattern in a pass over ``episodes``
-        (see ``CompiledPack.fact_keys``); None when every fact must enter the pass.
+    def _tied_to(
+        self, episodes: Sequence[EpisodeRecord]
+    ) -> Callable[[Sequence[EngineFact]], list[EngineFact]] | None:
+        """The stored facts (of those given, in their order) that could match a fact
+        pattern in a pass over ``episodes`` (see ``CompiledPack.fact_keys``); None when
+        every fact must enter the pass.
 
         Leaving the others out changes nothing the rules decide: a fact enters the
         patterns' memories in the same relative order either way, and one that cannot
@@ -525,8 +527,8 @@ class PackRuntime:
             wanted.append((attrgetter(*(fname for fname, _ in pairs)), seen))
         if len(wanted) == 1:
             ((of, seen),) = wanted
-            return lambda fact: of(fact) in seen
-        return lambda fact: any(of(fact) in seen for of, seen in wanted)
+            return lambda facts: [f for f in facts if of(f) in seen]
+        return lambda facts: [f for f in facts if any(of(f) in seen for of, seen in wanted)]
 
     def _field_value(self, record: EpisodeRecord, name: str) -> Any:
         """An episode field's value as its CLIPS slot holds it (a string field's value

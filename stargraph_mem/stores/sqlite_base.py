@@ -132,6 +132,8 @@ class _Checkpointer:
         self._path = path
         self._wake = threading.Event()
         self._stopping = False
+        self.checkpoints = 0
+        """Checkpoints run so far."""
         self._thread = threading.Thread(
             target=self._serve, name=f"sqlite checkpoints {path}", daemon=True
         )
@@ -153,6 +155,7 @@ class _Checkpointer:
                     return
                 with contextlib.suppress(sqlite3.Error):  # busy: a later one catches up
                     conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                    self.checkpoints += 1
         finally:
             conn.close()
 
@@ -162,6 +165,11 @@ class _Checkpointer:
         return self._thread
 
 
+BEHIND_CHECKPOINTER_PAGES: Final = 1000
+"""Once a background checkpointer runs, a commit checkpoints for itself only when the log
+holds this many pages (SQLite's default; :data:`WAL_AUTOCHECKPOINT_PAGES` otherwise):
+measured, commits of streaming records spent twice as long at 100 pages, most of it in
+the checkpoints they ran themselves while the background one was also running."""
 INLINE_COMMITS_PER_CHECKPOINT: Final = 4
 """Commits made on the caller's thread between two requests for a background checkpoint
 (a streaming record makes two, of about ten pages each)."""
@@ -245,6 +253,10 @@ class StoreConnection(aiosqlite.Connection):
         self._inline_commits = 0
         if self._checkpointer is None:
             self._checkpointer = _Checkpointer(self._path)
+            # the log is copied in the background from now on: a commit checkpoints for
+            # itself only if that falls far behind (it runs here: the thread is idle)
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.execute(f"PRAGMA wal_autocheckpoint={BEHIND_CHECKPOINTER_PAGES}")
         self._checkpointer.request()
 
     def _stop_checkpointer(self) -> None:

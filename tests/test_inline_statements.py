@@ -1,0 +1,143 @@
+"""Statements on the caller's thread (``inline_statements``), as a streaming ``record``
+runs them: they run there while the connection's thread is idle, never wait for a lock
+there (a file another writer locks is waited for on the connection's thread, the event
+loop free meanwhile), leave the busy timeout as it was, and commits made there are
+checkpointed in the background."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from stargraph_mem.compiler.pack import compile_text
+from stargraph_mem.engine.api import Consolidator
+from stargraph_mem.stores import sqlite_base
+from stargraph_mem.stores.inline import current_scope, inline_statements
+from stargraph_mem.stores.models import Episode
+from stargraph_mem.stores.sqlite_base import BUSY_TIMEOUT_MS, open_connection, scalar
+
+NOW = datetime(2026, 5, 1, 12, tzinfo=UTC)
+
+STREAMING = """\
+ir_version: 1
+pack: streaming
+version: "1"
+fields: {subject: string, predicate: string, object: string}
+defaults: {cadence: {every: 1}}
+rules:
+  - id: known_noop
+    priority: 20
+    when:
+      - episode: {subject: {bind: s}, predicate: {bind: p}, object: {bind: o}}
+      - fact: {as: f, subject: {var: s}, predicate: {var: p}, object: {var: o}}
+    emit: {kind: noop, reinforces: [f]}
+  - id: new_add
+    priority: 10
+    when:
+      - episode: {subject: {bind: s}, predicate: {bind: p}, object: {bind: o}}
+      - not: {subject: {var: s}, predicate: {var: p}, object: {var: o}}
+    emit: {kind: add, subject: "{s}", predicate: "{p}", object: "{o}"}
+"""
+
+
+def observation(n: int, obj: str = "tea") -> Episode:
+    return Episode(
+        id=f"e{n}",
+        content=f"turn {n}",
+        timestamp=NOW - timedelta(minutes=100 - n),
+        user="alice",
+        session="s1",
+        agent="rag",
+        metadata={"subject": "alice", "predicate": "likes", "object": obj},
+    )
+
+
+def streaming(path: Path) -> Consolidator:
+    return Consolidator(path, [compile_text(STREAMING)], clock=lambda: NOW)
+
+
+async def test_statements_run_on_the_calling_thread_only_inside_the_scope(
+    tmp_path: Path,
+) -> None:
+    db = await open_connection(tmp_path / "x.db")
+    try:
+        thread_of = threading.get_ident
+        outside = await db._execute(thread_of)  # type: ignore[no-untyped-call]
+        assert outside != threading.get_ident()
+        with inline_statements():
+            assert current_scope() is not None
+            inside = await db._execute(thread_of)  # type: ignore[no-untyped-call]
+            assert inside == threading.get_ident()
+            assert await scalar(db, "PRAGMA busy_timeout") == 0  # nothing waits here
+        assert current_scope() is None
+        assert await scalar(db, "PRAGMA busy_timeout") == BUSY_TIMEOUT_MS
+    finally:
+        await db.close()
+
+
+async def test_a_record_waits_for_another_writer_off_the_event_loop(tmp_path: Path) -> None:
+    """Another process's write lock: the record is stored and consolidated once the lock
+    goes, and the event loop keeps running other tasks while it waits."""
+    path = tmp_path / "m.db"
+    async with streaming(path) as mem:
+        await mem.record(observation(1))
+        other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        other.execute("BEGIN IMMEDIATE")
+        released = threading.Event()
+
+        def release() -> None:
+            time.sleep(0.5)
+            other.execute("COMMIT")
+            released.set()
+
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while not released.is_set():
+                ticks += 1
+                await asyncio.sleep(0.01)
+
+        holder = threading.Thread(target=release)
+        holder.start()
+        beat = asyncio.create_task(ticker())
+        report = await mem.record(observation(2, "coffee"))
+        await beat
+        holder.join()
+        other.close()
+        assert released.is_set()
+        assert ticks >= 10  # the loop ran while the record waited for the lock
+        assert [p.episodes for p in report.passes] == [1]
+        facts = await mem.facts(user="alice", agent="rag")
+        assert sorted(f.object for f in facts) == ["coffee", "tea"]
+
+
+async def test_the_busy_timeout_is_back_after_a_record(tmp_path: Path) -> None:
+    path = tmp_path / "m.db"
+    async with streaming(path) as mem:
+        for n in range(3):
+            await mem.record(observation(n))
+        async with mem.memory._read() as db:  # type: ignore[attr-defined]
+            assert await scalar(db, "PRAGMA busy_timeout") == BUSY_TIMEOUT_MS
+
+
+async def test_commits_on_the_calling_thread_are_checkpointed_in_the_background(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "m.db"
+    async with streaming(path) as mem:
+        for n in range(4 * sqlite_base.INLINE_COMMITS_PER_CHECKPOINT):
+            await mem.record(observation(n, f"o{n % 5}"))
+        async with mem.memory._read() as db:  # type: ignore[attr-defined]
+            checkpointer = db._checkpointer
+        assert checkpointer is not None, "no background checkpointer"
+        assert any("sqlite checkpoints" in t.name for t in threading.enumerate())
+        deadline = time.monotonic() + 5
+        while checkpointer.checkpoints == 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        assert checkpointer.checkpoints >= 1
+    assert not [t for t in threading.enumerate() if "sqlite checkpoints" in t.name]
