@@ -7,8 +7,10 @@ consolidated through their watermarks. Only the size of the table changes betwee
 Each measured record puts one episode and runs the pass the cadence check fires. The
 baseline does the same put and the same pass, but reads the whole episodes table each
 time and keeps the partition's unconsolidated rows, as a scheduler without watermarks would.
-A bare ``put`` of the same episodes (no cadence check, no pass) is the floor: the ratio
-record p50 ÷ put p50 is what consolidating on every put costs on top of storing it.
+A bare ``put`` of the same kind of episode (no cadence check, no pass), into a partition of
+its own, is the floor: blocks of 50 records and 50 puts take turns in one process, so both
+see the same machine, and the ratio record p50 ÷ put p50 is what consolidating on every
+put costs on top of storing it.
 
     python benchmarks/bench_streaming.py --sizes 1000 100000 1000000
 """
@@ -103,13 +105,15 @@ def percentile(values: list[float], q: float) -> float:
 
 
 async def streaming(
-    db: Path, pack: CompiledPack, count: int, warmup: int
-) -> tuple[list[float], list[float]]:
-    """Wall-clock and CPU seconds (all threads of the process) per ``record``: put,
-    cadence check, pass committed."""
+    db: Path, pack: CompiledPack, count: int, warmup: int, block: int = 50
+) -> tuple[list[float], list[float], list[float]]:
+    """Wall-clock and CPU seconds (all threads of the process) per ``record`` (put, cadence
+    check, pass committed), and wall-clock seconds per bare ``put``: blocks of ``block``
+    records and ``block`` puts in turn, in one process, so both see the same machine."""
     rng = random.Random(11)
     wall: list[float] = []
     cpu: list[float] = []
+    puts: list[float] = []
     async with Consolidator(db, [pack], keep_deltas=False) as mem:
         for k in range(warmup + count):
             episode = observation(10**7 + k, PARTITION.user, PARTITION.agent, rng)
@@ -120,7 +124,10 @@ async def streaming(
             if k >= warmup:
                 wall.append(elapsed)
                 cpu.append(used)
-    return wall, cpu
+            if k % block == block - 1:  # a block's puts are kept when its records are
+                timed = await bare_puts(mem, rng, block, first=len(puts) + k + 1)
+                puts += timed if k >= warmup else []
+    return wall, cpu, puts
 
 
 async def baseline(db: Path, pack: CompiledPack, count: int) -> list[float]:
@@ -164,20 +171,22 @@ async def baseline(db: Path, pack: CompiledPack, count: int) -> list[float]:
     return out
 
 
-async def bare_puts(db: Path, pack: CompiledPack, count: int, warmup: int) -> list[float]:
-    """Seconds per bare ``put`` of the same kind of episode into the same partition."""
-    rng = random.Random(17)
+async def bare_puts(mem: Consolidator, rng: random.Random, count: int, first: int) -> list[float]:
+    """Seconds per bare ``put`` of the same kind of episode (ids from ``first`` on), into a
+    partition of their own: each record's pass still consumes one episode."""
     out: list[float] = []
-    async with Consolidator(db, [pack], keep_deltas=False) as mem:
-        for k in range(warmup + count):
-            episode = observation(3 * 10**7 + k, PARTITION.user, PARTITION.agent, rng)
-            t = time.perf_counter()
-            await mem.memory.put(
-                episode, user=episode.user, session=episode.session, agent=episode.agent
-            )
-            if k >= warmup:
-                out.append(time.perf_counter() - t)
+    for k in range(first, first + count):
+        episode = observation(3 * 10**7 + k, PUT_USER, PARTITION.agent, rng)
+        t = time.perf_counter()
+        await mem.memory.put(
+            episode, user=episode.user, session=episode.session, agent=episode.agent
+        )
+        out.append(time.perf_counter() - t)
     return out
+
+
+PUT_USER = "bench-put-user"
+"""The partition bare puts go to."""
 
 
 def read_all(db: Path, partition: Partition, after: int) -> list[EpisodeRecord]:
@@ -199,9 +208,8 @@ async def measure(history: int, count: int, baseline_count: int) -> dict[str, fl
         t = time.perf_counter()
         facts = await build(db, pack, history)
         built = time.perf_counter() - t
-        times, cpu = await streaming(db, pack, count, warmup=50)
+        times, cpu, puts = await streaming(db, pack, count, warmup=50)
         base = await baseline(db, pack, baseline_count)
-        puts = await bare_puts(db, pack, count, warmup=50)
     return {
         "history": history,
         "facts": facts,

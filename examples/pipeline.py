@@ -2,9 +2,10 @@
 
     observe ──▶ remember (Consolidator.record) ──▶ answer (Consolidator.facts)
 
-Three agent turns flow through queues. ``remember`` records each turn's observation; the
-pack's rules run on ``every: 1``, so the fact is consolidated before the turn moves on and
-``answer`` sees it at once. A final ``tick`` runs whatever else is due, and ``explain``
+Three agent turns flow through queues, one turn at a time: ``remember`` records each
+turn's observation and waits until ``answer`` has answered it. The pack's rules run on
+``every: 1``, so the fact is consolidated before the turn moves on and ``answer`` sees it
+at once. A final ``tick`` runs whatever else is due, and ``explain``
 says why the last answer holds.
 
     python examples/pipeline.py [DB]
@@ -63,6 +64,7 @@ async def remember(
         kinds = ", ".join(f"{k}={v}" for k, v in report.counts.items() if v)
         print(f"remember turn{n}: {kinds}")
         await out.put(turn)
+        await out.join()  # the turn is answered before the next one is remembered
     await out.put(None)
 
 
@@ -74,6 +76,7 @@ async def answer(mem: Consolidator, inbox: asyncio.Queue[Turn | None]) -> None:
             f"answer turn{turn[0]}: "
             + "; ".join(f"{f.subject} {f.predicate} {f.object}" for f in facts)
         )
+        inbox.task_done()
 
 
 async def main(db: Path) -> None:
