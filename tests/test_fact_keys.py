@@ -16,7 +16,7 @@ from packs_helpers import NOW, PARTITION, T0, engine_fact, run_pass, triple
 
 from stargraph_mem.compiler.pack import CompiledPack, compile_file, compile_text
 from stargraph_mem.compiler.sweep_sql import is_sweep
-from stargraph_mem.engine.runtime import PackRuntime
+from stargraph_mem.engine.runtime import FactList, PackRuntime
 from stargraph_mem.stores.fact import EngineFact
 from stargraph_mem.stores.memory import EpisodeRecord
 
@@ -74,6 +74,11 @@ def assert_same_pass(
     keyed = run_pass(compiled, episodes, facts, eligible=rules)
     every = replace(compiled, fact_keys=None, _built=[])
     assert keyed == run_pass(every, episodes, facts, eligible=rules)
+    # as a previous pass leaves them (in order, observation times known, looked up by key)
+    known = FactList(replace(f, observed_us=f.observed_us or f.valid_from_us) for f in facts)
+    assert run_pass(compiled, episodes, known, eligible=rules) == run_pass(
+        every, episodes, list(known), eligible=rules
+    )
 
 
 @st.composite
@@ -178,3 +183,31 @@ def test_only_the_tied_facts_enter_clips() -> None:
     (delta,) = out.deltas
     assert delta.kind == "update" and delta.replaces == ["f007"]
     assert out.facts_after is not None and len(out.facts_after) == 100
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=pass_inputs())
+def test_passes_carrying_the_facts_they_leave_decide_as_passes_given_plain_lists(
+    data: tuple[list[EpisodeRecord], list[EngineFact]],
+) -> None:
+    """One pass per episode, each given the facts the previous one left (a FactList with
+    its lookups), against the same passes given plain copies of those facts."""
+    episodes, facts = data
+    compiled = PACKS["many_matches"]
+    runtime = PackRuntime(compiled)
+    try:
+        carried: list[EngineFact] = facts
+        plain: list[EngineFact] = list(facts)
+        for record in episodes:
+            rules = episode_rules(compiled, [record])
+            out = runtime.run_pass(
+                partition=PARTITION, now=NOW, episodes=[record], facts=carried, eligible=rules
+            )
+            again = runtime.run_pass(
+                partition=PARTITION, now=NOW, episodes=[record], facts=plain, eligible=rules
+            )
+            assert out == again
+            assert out.facts_after is not None and isinstance(out.facts_after, FactList)
+            carried, plain = out.facts_after, list(out.facts_after)
+    finally:
+        runtime.close()

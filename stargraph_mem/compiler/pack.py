@@ -7,6 +7,7 @@ import hashlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, TypeAlias
 
@@ -48,11 +49,11 @@ class CompiledRule:
     select: SelectSQL | None
     position: tuple[int | None, int | None]
 
-    @property
+    @cached_property
     def id(self) -> str:
         return self.program.info.rule.id
 
-    @property
+    @cached_property
     def index(self) -> int:
         return self.program.info.index
 

@@ -368,7 +368,8 @@ class PackRuntime:
         ``eligible`` maps a rule index to the seqs it may see (after its watermark, select
         and salience gate); ``None`` means every rule sees every episode.
         """
-        job = PassInput(partition, episodes, list(facts), eligible, history, archived)
+        given = facts if isinstance(facts, FactList) else list(facts)
+        job = PassInput(partition, episodes, given, eligible, history, archived)
         return self.run_passes([job], now=now, chunk=chunk, stamp=stamp, matched=matched)[0]
 
     def run_passes(
@@ -515,7 +516,7 @@ class PackRuntime:
         keys = self.compiled.fact_keys
         if keys is None:
             return None
-        wanted: list[tuple[Callable[[EngineFact], Any], set[Any]]] = []
+        wanted: list[tuple[tuple[str, ...], set[Any]]] = []
         for pairs in keys:
             seen: set[Any] = set()
             for record in episodes:
@@ -524,11 +525,20 @@ class PackRuntime:
                 except _BadValue:  # the episode enters no rule
                     continue
                 seen.add(values[0] if len(values) == 1 else tuple(values))
-            wanted.append((attrgetter(*(fname for fname, _ in pairs)), seen))
-        if len(wanted) == 1:
-            ((of, seen),) = wanted
-            return lambda facts: [f for f in facts if of(f) in seen]
-        return lambda facts: [f for f in facts if any(of(f) in seen for of, seen in wanted)]
+            wanted.append((tuple(fname for fname, _ in pairs), seen))
+
+        def tied(facts: Sequence[EngineFact]) -> list[EngineFact]:
+            if isinstance(facts, FactList):  # through its lookups: as many steps as found
+                at: set[int] = set()
+                for fields, seen in wanted:
+                    keyed = facts.keyed(fields)
+                    for value in seen:
+                        at.update(keyed.get(value, ()))
+                return [facts[i] for i in sorted(at)]
+            getters = [(attrgetter(*fields), seen) for fields, seen in wanted]
+            return [f for f in facts if any(of(f) in seen for of, seen in getters)]
+
+        return tied
 
     def _field_value(self, record: EpisodeRecord, name: str) -> Any:
         """An episode field's value as its CLIPS slot holds it (a string field's value
@@ -1149,6 +1159,35 @@ def _episode_rules_read_pins(compiled: CompiledPack) -> bool:
     return False
 
 
+class FactList(list[EngineFact]):
+    """A partition's current facts as a pass leaves them: ordered by ``valid_from``, then
+    id, each with its observation time, and the lookups the next pass needs, made on first
+    use. Never changed once made (a pass makes a new one)."""
+
+    __slots__ = ("_ids", "_keyed")
+
+    def __init__(self, facts: Iterable[EngineFact] = ()) -> None:
+        super().__init__(facts)
+        self._ids: dict[str, EngineFact] | None = None
+        self._keyed: dict[tuple[str, ...], dict[Any, list[int]]] = {}
+
+    def ids(self) -> dict[str, EngineFact]:
+        """The facts by id."""
+        if self._ids is None:
+            self._ids = {f.id: f for f in self}
+        return self._ids
+
+    def keyed(self, fields: tuple[str, ...]) -> dict[Any, list[int]]:
+        """Positions of the facts by their values of ``fields`` (one field: the value)."""
+        found = self._keyed.get(fields)
+        if found is None:
+            of = attrgetter(*fields)
+            found = self._keyed[fields] = {}
+            for i, fact in enumerate(self):
+                found.setdefault(of(fact), []).append(i)
+        return found
+
+
 class _PassFacts:
     """The partition's current facts during a pass, by id: the stored ones as given, each
     turned into a :class:`_PassFact` only once the pass reads or changes it (a pass over
@@ -1158,7 +1197,7 @@ class _PassFacts:
 
     def __init__(self, facts: list[EngineFact]) -> None:
         self.given = facts
-        self.stored = {f.id: f for f in facts}
+        self.stored = facts.ids() if isinstance(facts, FactList) else {f.id: f for f in facts}
         self.used: dict[str, _PassFact] = {}
         """Facts read, changed or made in the pass, by id."""
         self.gone: set[str] = set()
@@ -1187,16 +1226,20 @@ class _PassFacts:
 
     def after(self) -> list[EngineFact]:
         """The current facts once the pass is done, ordered by ``valid_from``, then id."""
-        used, gone = self.used, self.gone
-        if used or gone:
-            out = [f for f in self.given if f.id not in used and f.id not in gone]
+        used, gone, given = self.used, self.gone, self.given
+        if isinstance(given, FactList):  # in order, observation times known
+            if not used and not gone:
+                return given
+            out = [f for f in given if f.id not in used and f.id not in gone]
         else:
-            out = list(self.given)
-        if any(not f.observed_us for f in out):
-            out = [f if f.observed_us else _observed(f) for f in out]
+            out = [
+                f if f.observed_us else _observed(f)
+                for f in given
+                if f.id not in used and f.id not in gone
+            ]
         out += [_to_engine(f) for f in used.values()]
         out.sort(key=_fact_order)
-        return out
+        return FactList(out)
 
 
 def _fact_order(f: EngineFact) -> tuple[int, str]:
