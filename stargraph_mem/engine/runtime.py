@@ -389,9 +389,11 @@ class PackRuntime:
             builders = self._builders()
             done = False
             try:
-                outputs = [
-                    self._one(job, now, chunk, stamp, matched, reader, builders) for job in jobs
-                ]
+                with gc_paused():  # every job's deltas and facts are short-lived objects
+                    outputs = [
+                        self._one(job, now, chunk, stamp, matched, reader, builders)
+                        for job in jobs
+                    ]
                 done = True
                 return outputs
             finally:
@@ -493,13 +495,12 @@ class PackRuntime:
             self._run(budget)
         self._output("flush", clips.Symbol(OUT))
         lines = reader.read().splitlines()
-        with gc_paused():
-            collector = _Collector(self, job.partition, now, episodes, fact_list, out, stamp)
-            collector.archived = {f.id: _from_engine(f, "archived") for f in job.archived}
-            collector.history = hist
-            collector.keep_matched = matched
-            collector.collect(lines)
-            out.facts_after = collector.facts_after()
+        collector = _Collector(self, job.partition, now, episodes, fact_list, out, stamp)
+        collector.archived = {f.id: _from_engine(f, "archived") for f in job.archived}
+        collector.history = hist
+        collector.keep_matched = matched
+        collector.collect(lines)
+        out.facts_after = collector.facts_after()
         return out
 
     def _tied_to(
