@@ -211,3 +211,51 @@ def test_passes_carrying_the_facts_they_leave_decide_as_passes_given_plain_lists
             carried, plain = out.facts_after, list(out.facts_after)
     finally:
         runtime.close()
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    facts=st.lists(
+        st.tuples(st.sampled_from(WORDS[:3]), st.sampled_from(WORDS[:3]), st.integers(0, 3)),
+        max_size=12,
+    ),
+    gone=st.sets(st.integers(0, 11)),
+    made=st.lists(
+        st.tuples(st.integers(0, 15), st.sampled_from(WORDS[:3]), st.integers(0, 4)), max_size=5
+    ),
+)
+def test_a_fact_list_changed_equals_one_built_anew(
+    facts: list[tuple[str, str, int]],
+    gone: set[int],
+    made: list[tuple[int, str, int]],
+) -> None:
+    """What a pass leaves (facts closed, changed or made) is the sorted list built anew,
+    with the same lookups by id and by key, whichever lookups the old list had made."""
+
+    def fact(k: int, subject: str, obj: str, day: int) -> EngineFact:
+        made_at = T0 + timedelta(days=day)
+        return replace(
+            engine_fact(f"f{k:02d}", (subject, "p", obj), valid_from=made_at),
+            observed_us=1,
+        )
+
+    old = FactList(
+        sorted(
+            (fact(k, s, o, d) for k, (s, o, d) in enumerate(facts)),
+            key=lambda f: (f.valid_from_us, f.id),
+        )
+    )
+    old.keyed(("subject",))  # a lookup made before the change comes along
+    new = [fact(k, s, "new", d) for k, s, d in {k: (k, s, d) for k, s, d in made}.values()]
+    closed = {f"f{k:02d}" for k in gone}
+    after = old.changed(closed, new)
+    dropped = closed | {f.id for f in new}
+    expected = sorted(
+        [f for f in old if f.id not in dropped] + new, key=lambda f: (f.valid_from_us, f.id)
+    )
+    assert list(after) == expected
+    fresh = FactList(expected)
+    assert after.ids() == fresh.ids()
+    for fields in [("subject",), ("subject", "object")]:
+        assert after.keyed(fields) == fresh.keyed(fields)
+    assert list(old) == sorted(old, key=lambda f: (f.valid_from_us, f.id))  # unchanged

@@ -12,6 +12,7 @@ import math
 import tempfile
 import threading
 import weakref
+from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -391,8 +392,7 @@ class PackRuntime:
             try:
                 with gc_paused():  # every job's deltas and facts are short-lived objects
                     outputs = [
-                        self._one(job, now, chunk, stamp, matched, reader, builders)
-                        for job in jobs
+                        self._one(job, now, chunk, stamp, matched, reader, builders) for job in jobs
                     ]
                 done = True
                 return outputs
@@ -530,12 +530,12 @@ class PackRuntime:
 
         def tied(facts: Sequence[EngineFact]) -> list[EngineFact]:
             if isinstance(facts, FactList):  # through its lookups: as many steps as found
-                at: set[int] = set()
+                found: dict[str, EngineFact] = {}
                 for fields, seen in wanted:
                     keyed = facts.keyed(fields)
                     for value in seen:
-                        at.update(keyed.get(value, ()))
-                return [facts[i] for i in sorted(at)]
+                        found.update((f.id, f) for f in keyed.get(value, ()))
+                return sorted(found.values(), key=_fact_order)  # the list's own order
             getters = [(attrgetter(*fields), seen) for fields, seen in wanted]
             return [f for f in facts if any(of(f) in seen for of, seen in getters)]
 
@@ -1162,15 +1162,16 @@ def _episode_rules_read_pins(compiled: CompiledPack) -> bool:
 
 class FactList(list[EngineFact]):
     """A partition's current facts as a pass leaves them: ordered by ``valid_from``, then
-    id, each with its observation time, and the lookups the next pass needs, made on first
-    use. Never changed once made (a pass makes a new one)."""
+    id, each with its observation time, with the lookups the next pass needs (made on
+    first use, and carried into the list the next pass leaves). Never changed once made:
+    :meth:`changed` makes the next one."""
 
     __slots__ = ("_ids", "_keyed")
 
     def __init__(self, facts: Iterable[EngineFact] = ()) -> None:
         super().__init__(facts)
         self._ids: dict[str, EngineFact] | None = None
-        self._keyed: dict[tuple[str, ...], dict[Any, list[int]]] = {}
+        self._keyed: dict[tuple[str, ...], dict[Any, list[EngineFact]]] = {}
 
     def ids(self) -> dict[str, EngineFact]:
         """The facts by id."""
@@ -1178,15 +1179,49 @@ class FactList(list[EngineFact]):
             self._ids = {f.id: f for f in self}
         return self._ids
 
-    def keyed(self, fields: tuple[str, ...]) -> dict[Any, list[int]]:
-        """Positions of the facts by their values of ``fields`` (one field: the value)."""
+    def keyed(self, fields: tuple[str, ...]) -> dict[Any, list[EngineFact]]:
+        """The facts by their values of ``fields`` (one field: the value), each list in
+        the order of this one."""
         found = self._keyed.get(fields)
         if found is None:
             of = attrgetter(*fields)
             found = self._keyed[fields] = {}
-            for i, fact in enumerate(self):
-                found.setdefault(of(fact), []).append(i)
+            for fact in self:
+                found.setdefault(of(fact), []).append(fact)
         return found
+
+    def changed(self, gone: Iterable[str], made: Sequence[EngineFact]) -> FactList:
+        """The list without the facts of ids ``gone`` and with ``made`` (which replace
+        any facts of the same ids), in order; lookups made so far come along, changed
+        only where the facts changed."""
+        ids = self.ids()
+        removed = [ids[fid] for fid in {*gone, *(f.id for f in made)} if fid in ids]
+        out = FactList(self)
+        for fact in removed:
+            at = bisect_left(out, _fact_order(fact), key=_fact_order)
+            assert out[at] is fact
+            del out[at]
+        for fact in made:
+            insort(out, fact, key=_fact_order)
+        new_ids = dict(ids)
+        for fact in removed:
+            del new_ids[fact.id]
+        new_ids.update((f.id, f) for f in made)
+        out._ids = new_ids
+        for fields, index in self._keyed.items():
+            of, carried = attrgetter(*fields), dict(index)
+            for fact in removed:
+                kept = [f for f in carried[of(fact)] if f is not fact]
+                if kept:
+                    carried[of(fact)] = kept
+                else:
+                    del carried[of(fact)]
+            for fact in made:
+                same = list(carried.get(of(fact), ()))
+                insort(same, fact, key=_fact_order)
+                carried[of(fact)] = same
+            out._keyed[fields] = carried
+        return out
 
 
 class _PassFacts:
@@ -1231,13 +1266,12 @@ class _PassFacts:
         if isinstance(given, FactList):  # in order, observation times known
             if not used and not gone:
                 return given
-            out = [f for f in given if f.id not in used and f.id not in gone]
-        else:
-            out = [
-                f if f.observed_us else _observed(f)
-                for f in given
-                if f.id not in used and f.id not in gone
-            ]
+            return given.changed(gone, [_to_engine(f) for f in used.values()])
+        out = [
+            f if f.observed_us else _observed(f)
+            for f in given
+            if f.id not in used and f.id not in gone
+        ]
         out += [_to_engine(f) for f in used.values()]
         out.sort(key=_fact_order)
         return FactList(out)
