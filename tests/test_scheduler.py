@@ -16,7 +16,7 @@ from e2e_helpers import episode, spo
 
 from stargraph_mem.compiler.pack import compile_text
 from stargraph_mem.engine.api import Consolidator
-from stargraph_mem.engine.scheduler import ConsolidationReport
+from stargraph_mem.engine.scheduler import ConsolidationReport, ScheduleProgram
 from stargraph_mem.errors import PassConflictError, ScheduleError, StoreError
 from stargraph_mem.stores.fact import WatermarkAdvance
 from stargraph_mem.stores.models import Cadence, Episode
@@ -353,3 +353,54 @@ def test_cadence_model_rejects_bad_cron_and_zone() -> None:
         Cadence(cron="61 * * * *")
     with pytest.raises(ValueError, match="unknown time zone 'Mars/Base'"):
         Cadence(cron="0 3 * * *", tz="Mars/Base")
+
+
+ALL_CADENCES = """\
+ir_version: 1
+pack: cadences
+version: "1"
+fields: {subject: string}
+rules:
+  - id: every_one
+    cadence: {every: 1}
+    when: [{episode: {subject: {bind: s}}}]
+    emit: {kind: noop, reason: "{s}"}
+  - id: every_three
+    cadence: {every: 3}
+    when: [{episode: {subject: {bind: s}}}]
+    emit: {kind: noop, reason: "{s}"}
+  - id: or_after
+    cadence: {every: 5, or_after: {hours: 1}}
+    when: [{episode: {subject: {bind: s}}}]
+    emit: {kind: noop, reason: "{s}"}
+  - id: idle
+    cadence: {idle: {minutes: 30}}
+    when: [{episode: {subject: {bind: s}}}]
+    emit: {kind: noop, reason: "{s}"}
+  - id: nightly
+    cadence: {cron: "0 3 * * *"}
+    when: [{episode: {subject: {bind: s}}}]
+    emit: {kind: noop, reason: "{s}"}
+"""
+
+
+def test_a_count_only_question_has_one_answer_whatever_the_clock() -> None:
+    """The schedule program keeps its answers to questions of counts alone: sound only if
+    no cadence's rule reads the clock without a clock or span fact. Asked of every
+    cadence kind at far apart times, directly (nothing kept), the answers agree."""
+    compiled = compile_text(ALL_CADENCES)
+    program = ScheduleProgram(compiled.name, compiled.schedule)
+    indexes = [r.index for r in compiled.rules]
+    times = [0, 10**15, 2 * 10**15, 4 * 10**15]
+    for pending in range(7):
+        counts = [(index, part, pending) for index in indexes for part in (0, 1)]
+        answers = {tuple(program._run(now, counts, (), ())) for now in times}
+        assert len(answers) == 1
+        (answer,) = answers
+        assert program.due(times[0], counts) == list(answer)
+        assert program.due(times[-1], counts) == list(answer)  # kept, same
+        due_rules = {compiled.by_index()[i].id for i, _ in answer}
+        expected = {"every_one"} if pending >= 1 else set()
+        expected |= {"every_three"} if pending >= 3 else set()
+        expected |= {"or_after"} if pending >= 5 else set()
+        assert due_rules == expected

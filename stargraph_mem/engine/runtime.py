@@ -1199,8 +1199,10 @@ class FactList(list[EngineFact]):
         out = FactList(self)
         for fact in removed:
             at = bisect_left(out, _fact_order(fact), key=_fact_order)
-            assert out[at] is fact
-            del out[at]
+            if at < len(out) and out[at] is fact:
+                del out[at]
+            else:  # not where the order puts it: find it the long way
+                out.remove(fact)
         for fact in made:
             insort(out, fact, key=_fact_order)
         new_ids = dict(ids)
