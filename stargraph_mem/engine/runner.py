@@ -293,8 +293,8 @@ class PassRunner:
                             report.read_version = version
                         if last:  # nothing left to compute meanwhile
                             await self._apply(report, runs, holder, last)
-                            break
-                        applying.start(self._apply(report, runs, holder, last))
+                        else:
+                            applying.start(self._apply(report, runs, holder, last))
                     if last:
                         break
                     previous = None  # a worker carries its own passes

@@ -115,10 +115,8 @@ _BUSY_TIMEOUT_PRAGMA: Final = "PRAGMA busy_timeout={}"
 
 
 def _is_busy(exc: sqlite3.OperationalError) -> bool:
-    code = getattr(exc, "sqlite_errorcode", None)
-    if code is not None:
-        return (code & 0xFF) in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
-    return "locked" in str(exc) or "busy" in str(exc)
+    """Whether ``exc`` says another connection holds the lock (nothing was done)."""
+    return (exc.sqlite_errorcode & 0xFF) in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 
 class _Checkpointer:
@@ -126,7 +124,8 @@ class _Checkpointer:
     database when asked: a passive checkpoint, which never blocks a writer, so commits
     made on the caller's thread (:func:`~stargraph_mem.stores.inline.inline_statements`)
     do not wait for the disk to sync. Commits still checkpoint for themselves once the
-    log holds :data:`WAL_AUTOCHECKPOINT_PAGES`, so the log stays short if this falls behind."""
+    log holds :data:`BEHIND_CHECKPOINTER_PAGES`, so the log stays short if this falls
+    behind."""
 
     def __init__(self, path: str) -> None:
         self._path = path
@@ -296,7 +295,8 @@ class StoreConnection(aiosqlite.Connection):
 
     async def close(self) -> None:
         try:
-            await asyncio.to_thread(self._stop_checkpointer)
+            if self._checkpointer is not None:
+                await asyncio.to_thread(self._stop_checkpointer)
             await super().close()
         finally:
             _OPEN.discard(self)
