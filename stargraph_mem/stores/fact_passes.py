@@ -231,22 +231,33 @@ async def fresh_passes(db: Conn, sql: FactStatements, passes: Sequence[PassWrite
     if not passes:
         return []
     keys = [p.basis.partition.key for p in passes]
-    packs = {p.basis.pack for p in passes}
-    marks = {pack: await marks_of(db, sql, pack, keys) for pack in packs}
-    versions = await versions_of(db, sql, keys)
+    packs = sorted({p.basis.pack for p in passes})
+    ids = sql.ids(keys)
+    marks: dict[tuple[str, str], dict[str, int]] = {}
+    versions: dict[str, int] = {}
+    claims: list[tuple[str, str, int]] = []
+    for kind, pack, key, text, number in await db.fetch(
+        sql.fresh_of, (sql.ids(packs), ids, ids, ids)
+    ):
+        if kind == 0:
+            marks.setdefault((str(pack), str(key)), {})[str(text)] = int(number)
+        elif kind == 1:
+            versions[str(key)] = 0 if number is None else int(number)
+        else:
+            claims.append((str(key), str(text), int(number)))
     claimed: set[str] = set()
-    for key, holder, expires_us in await db.fetch(sql.claims_of, (sql.ids(keys),)):
+    for key, holder, expires_us in claims:
         basis = next(p.basis for p in passes if p.basis.partition.key == key)
         if holder == basis.holder:  # the claim the pass runs under
             continue
-        if int(expires_us) > basis.now_us and not holder_is_dead(str(holder)):
-            claimed.add(str(key))
+        if expires_us > basis.now_us and not holder_is_dead(holder):
+            claimed.add(key)
         else:
             await db.execute(sql.drop_claim, (key, holder))
     return [
         p.basis.partition.key not in claimed
         and versions[p.basis.partition.key] == p.basis.version
-        and marks[p.basis.pack].get(p.basis.partition.key, {}) == p.basis.marks
+        and marks.get((p.basis.pack, p.basis.partition.key), {}) == p.basis.marks
         and await resumed_present(db, sql, p.basis.pack, p.basis.partition, p.basis.time)
         for p in passes
     ]

@@ -57,6 +57,11 @@ class FactStatements:
     """``key, max audit seq`` of each of the given keys (``(keys,)``)."""
     claims_of: str
     """``partition_key, holder, expires_us`` of the claims on the given keys."""
+    fresh_of: str
+    """What an apply checks of the passes it is given, in one read (``(packs, keys, keys,
+    keys)``): rows ``(0, pack, key, rule_id, last_seq)`` for the packs' watermarks,
+    ``(1, NULL, key, NULL, max audit seq)`` for each key, ``(2, NULL, key, holder,
+    expires_us)`` for the claims on the keys."""
     current_of: str
     """Current facts (the current-facts columns, then ``partition_key``) of the given keys."""
     claim_of: str

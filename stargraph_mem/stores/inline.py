@@ -13,25 +13,17 @@ from __future__ import annotations
 import contextvars
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Protocol
 
 __all__ = ["InlineScope", "current_scope", "inline_statements"]
 
 
-class _Restorable(Protocol):
-    def restore_busy_timeout(self) -> None: ...
-
-
 class InlineScope:
-    """What one :func:`inline_statements` scope changed: the connections whose busy
-    timeout it lowered, and those that found the file locked."""
+    """What one :func:`inline_statements` scope found: the connections that found the file
+    locked."""
 
-    __slots__ = ("lowered", "refused")
+    __slots__ = ("refused",)
 
     def __init__(self) -> None:
-        self.lowered: list[_Restorable] = []
-        """Connections that ran statements here: their busy timeout is zero meanwhile, so
-        nothing waits for a lock on the calling thread."""
         self.refused: set[int] = set()
         """Connections (by id) that found the file locked: the rest of the scope queues
         their statements, which wait for the lock on the connection's thread as usual."""
@@ -54,13 +46,13 @@ def inline_statements() -> Iterator[None]:
 
     A statement runs here only while its connection's thread is idle (nothing queued on
     it), so the two never use the connection at once; a statement that finds the file
-    locked by another writer is queued instead, and waits there.
+    locked by another writer is queued instead, and waits there. A connection that ran
+    statements here keeps a busy timeout of zero (nothing waits for a lock on the calling
+    thread) until the next statement handed to its own thread, which puts the timeout
+    back first: statements wait for locks only there.
     """
-    scope = InlineScope()
-    token = _SCOPE.set(scope)
+    token = _SCOPE.set(InlineScope())
     try:
         yield
     finally:
         _SCOPE.reset(token)
-        for db in scope.lowered:
-            db.restore_busy_timeout()

@@ -169,9 +169,13 @@ BEHIND_CHECKPOINTER_PAGES: Final = 1000
 holds this many pages (SQLite's default; :data:`WAL_AUTOCHECKPOINT_PAGES` otherwise):
 measured, commits of streaming records spent twice as long at 100 pages, most of it in
 the checkpoints they ran themselves while the background one was also running."""
-INLINE_COMMITS_PER_CHECKPOINT: Final = 4
-"""Commits made on the caller's thread between two requests for a background checkpoint
-(a streaming record makes two, of about ten pages each)."""
+INLINE_COMMITS_PER_CHECKPOINT: Final = 32
+"""Commits made on the caller's thread between two requests for a background checkpoint.
+A streaming record makes two, of about 7 and 18 pages: 32 commits leave about 400 pages
+in the log, well below :data:`BEHIND_CHECKPOINTER_PAGES`. Measured in one process
+(``benchmarks/README.md``), a record's p50 was about a quarter lower than with a request
+every 4 commits: while the checkpointer runs, the two threads hand the interpreter lock to
+each other at every statement."""
 
 
 class StoreConnection(aiosqlite.Connection):
@@ -224,7 +228,6 @@ class StoreConnection(aiosqlite.Connection):
             if not self._lowered:
                 self._connection.execute(_BUSY_TIMEOUT_PRAGMA.format(0))
                 self._lowered = True
-                scope.lowered.append(self)
             try:
                 result = fn(*args, **kwargs)
             except sqlite3.OperationalError as exc:
@@ -236,7 +239,8 @@ class StoreConnection(aiosqlite.Connection):
                 if args and args[0] == "COMMIT":
                     self._committed_inline()
                 return result
-        # the timeout is lowered only while the thread is idle and statements run here
+        # the timeout is lowered only while the thread is idle and statements run here;
+        # it is put back before the thread runs one (which may wait for a lock there)
         self.restore_busy_timeout()
         self._queued += 1
         try:

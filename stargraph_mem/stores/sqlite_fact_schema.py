@@ -407,6 +407,14 @@ SQLITE: Final = FactStatements(
         f"SELECT partition_key, holder, expires_us FROM partition_claims "
         f"WHERE partition_key {_IN_JSON}"
     ),
+    fresh_of=(
+        "SELECT 0, pack, partition_key, rule_id, last_seq FROM watermarks "
+        f"WHERE pack {_IN_JSON} AND partition_key {_IN_JSON} "
+        "UNION ALL SELECT 1, NULL, j.value, NULL, "
+        "(SELECT max(a.seq) FROM audit a WHERE a.partition_key = j.value) FROM json_each(?) j "
+        "UNION ALL SELECT 2, NULL, partition_key, holder, expires_us FROM partition_claims "
+        f"WHERE partition_key {_IN_JSON}"
+    ),
     current_of=_CURRENT_OF,
     claim_of="SELECT holder, expires_us FROM partition_claims WHERE partition_key = ?",
     drop_claim="DELETE FROM partition_claims WHERE partition_key = ? AND holder = ?",

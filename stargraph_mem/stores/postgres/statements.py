@@ -150,6 +150,14 @@ FACTS: Final = FactStatements(
         "SELECT partition_key, holder, expires_us FROM partition_claims "
         "WHERE partition_key = ANY(%s)"
     ),
+    fresh_of=(
+        "SELECT 0, pack, partition_key, rule_id, last_seq FROM watermarks "
+        "WHERE pack = ANY(%s) AND partition_key = ANY(%s) "
+        "UNION ALL SELECT 1, NULL, k, NULL, "
+        "(SELECT max(a.seq) FROM audit a WHERE a.partition_key = k) FROM unnest(%s::text[]) AS k "
+        "UNION ALL SELECT 2, NULL, partition_key, holder, expires_us FROM partition_claims "
+        "WHERE partition_key = ANY(%s)"
+    ),
     current_of=_CURRENT_OF,
     claim_of="SELECT holder, expires_us FROM partition_claims WHERE partition_key = %s",
     drop_claim="DELETE FROM partition_claims WHERE partition_key = %s AND holder = %s",
