@@ -169,13 +169,14 @@ BEHIND_CHECKPOINTER_PAGES: Final = 1000
 holds this many pages (SQLite's default; :data:`WAL_AUTOCHECKPOINT_PAGES` otherwise):
 measured, commits of streaming records spent twice as long at 100 pages, most of it in
 the checkpoints they ran themselves while the background one was also running."""
-INLINE_COMMITS_PER_CHECKPOINT: Final = 32
+INLINE_COMMITS_PER_CHECKPOINT: Final = 16
 """Commits made on the caller's thread between two requests for a background checkpoint.
-A streaming record makes two, of about 7 and 18 pages: 32 commits leave about 400 pages
-in the log, well below :data:`BEHIND_CHECKPOINTER_PAGES`. Measured in one process
-(``benchmarks/README.md``), a record's p50 was about a quarter lower than with a request
-every 4 commits: while the checkpointer runs, the two threads hand the interpreter lock to
-each other at every statement."""
+A streaming record makes two, of about 7 and 18 pages: 16 commits leave about 200 pages
+in the log, well below :data:`BEHIND_CHECKPOINTER_PAGES`. Measured in one process,
+alternating blocks of records (``benchmarks/README.md``): against a request every 4
+commits, a record's p50 was 16 % lower and its p99 16 % higher; every 32 commits, 21 %
+lower and 39 % higher. A record that runs while a checkpoint copies pages takes longer,
+and fewer, larger checkpoints overlap fewer records."""
 
 
 class StoreConnection(aiosqlite.Connection):
