@@ -119,6 +119,51 @@ async def test_every_1_fires_on_each_put(new_location: NewLocation) -> None:
         assert fired(again) == []
 
 
+async def run_counts(mem: Consolidator, pack: str = "sched") -> dict[str, int]:
+    return {key: state.runs for (_, key), state in (await mem.schedule_store.runs(pack)).items()}
+
+
+async def test_records_from_two_schedulers_take_turns_without_conflicts(
+    new_location: NewLocation,
+) -> None:
+    """Each scheduler keeps the run tokens its last record stored and decides the next
+    record without reading them; the other scheduler's records change them, which the
+    apply notices: the record decides again from the stores, and the report shows no
+    conflict. Every episode is consolidated once, and every run is counted."""
+    clock = Clock(datetime(2026, 5, 1, tzinfo=UTC))
+    where = new_location()
+    async with opened(where, "{every: 1}", clock) as a, opened(where, "{every: 1}", clock) as b:
+        for n in range(1, 9):
+            mem = a if n % 3 else b  # a, a, b, a, a, b, a, a
+            report = await mem.record(obs(n))
+            assert fired(report) == [("alice", 1)]
+            assert report.conflicts == []
+            assert [d.rule_id for d in report.due] == ["add_all"]
+        subjects = sorted(f.subject for f in await a.facts())
+        assert subjects == sorted(f"alice{n}" for n in range(1, 9))
+        assert await run_counts(a) == {ALICE.key: 8}
+
+
+async def test_a_record_after_another_run_consumed_the_pending_episodes(
+    new_location: NewLocation,
+) -> None:
+    """Between two records of one scheduler, another process consolidates the partition
+    (watermarks move, run records do not): the record's pass is computed again from the
+    stores and consumes only the new episode."""
+    clock = Clock(datetime(2026, 5, 1, tzinfo=UTC))
+    where = new_location()
+    async with opened(where, "{every: 1}", clock) as a, opened(where, "{every: 1}", clock) as b:
+        assert fired(await a.record(obs(1))) == [("alice", 1)]
+        await b.memory.put_many([obs(2), obs(3)])
+        assert [p.episodes for p in (await b.consolidate(now=clock())).passes] == [2]
+        report = await a.record(obs(4))
+        assert fired(report) == [("alice", 1)]
+        assert report.passes[0].first_seq == report.passes[0].last_seq == 4
+        assert report.conflicts == []
+        assert len(await a.facts()) == 4
+        assert await run_counts(a) == {ALICE.key: 2}
+
+
 async def test_cron_rules_do_not_fire_on_record(new_location: NewLocation) -> None:
     clock = Clock(datetime(2026, 5, 1, 10, tzinfo=UTC))
     async with opened(new_location(), '{cron: "* * * * *"}', clock) as mem:

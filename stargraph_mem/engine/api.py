@@ -32,6 +32,7 @@ from stargraph_mem.model.facts import (
 from stargraph_mem.model.time import to_utc, utc_now
 from stargraph_mem.salience import SalienceScorer
 from stargraph_mem.stores.database import open_database
+from stargraph_mem.stores.episode_rows import check_scope
 from stargraph_mem.stores.fact import Explanation
 from stargraph_mem.stores.inline import inline_statements
 from stargraph_mem.stores.lifecycle import AsyncResource, closed_on_failure
@@ -180,11 +181,10 @@ class Consolidator(AsyncResource):
         ``or_after`` time passed) fire now. ``idle`` and cron rules never fire on a record:
         a put ends a quiet spell, and ``tick`` runs them at their time."""
         with inline_statements():
-            await self.memory.put(
-                episode, user=episode.user, session=episode.session, agent=episode.agent
-            )
+            check_scope(episode, episode.user, episode.session, episode.agent)  # as put does
+            stored = await self.memory.put_many([episode])
             partition = Partition(episode.user, episode.agent)
-            return await self.scheduler.on_record(partition, self.clock())
+            return await self.scheduler.on_record(partition, self.clock(), stored=stored > 0)
 
     async def record_many(self, episodes: Sequence[Episode]) -> ConsolidationReport:
         """Store a batch in one transaction (a bad episode stores none of them), then check

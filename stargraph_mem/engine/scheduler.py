@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
@@ -62,6 +62,9 @@ DEFAULT_LEASE_SECONDS = 30.0
 """A tick leases a partition for this long (renewed by each pass it applies); another
 scheduler takes it over once it expires."""
 RETRIES = 8
+KNOWN_TOKENS_MAX = 10_000
+"""Partitions whose last record's run tokens a scheduler keeps (see
+``Scheduler._decide_known``); the oldest are dropped beyond that."""
 """Times a record's streaming check re-decides after another scheduler applied first."""
 
 
@@ -356,6 +359,9 @@ class Scheduler:
         """Due partitions a tick leases at once."""
         self.packs = [self._pack(c) for c in runners]
         self._locks: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._tokens: OrderedDict[tuple[str, str], dict[str, str]] = OrderedDict()
+        """Per (pack, partition key): the run tokens our last record there stored, for
+        count rules a put always makes due (see :meth:`_decide_known`)."""
 
     @staticmethod
     def _pack(runner: PassRunner) -> _Pack:
@@ -555,21 +561,62 @@ class Scheduler:
         states: dict[tuple[str, str], RunState],
         now: datetime,
         report: ConsolidationReport,
+        guessed: bool = False,
     ) -> bool:
         """One scheduled run of ``rules`` over ``partition``; False if another scheduler
-        applied it first (nothing of ours was applied)."""
+        applied it first (nothing of ours was applied). A ``guessed`` run (decided by
+        :meth:`_decide_known`) that finds the run records changed leaves no trace in
+        ``report``: the caller decides again from the stores."""
         runs = self._runs(pack, partition, rules, states, now)
         dues = [Due(pack.name, rule.id, partition) for rule in rules]
-        report.due += dues
+        key = (pack.name, partition.key)
+        self._tokens.pop(key, None)
         try:
             assert pack.runner is not None
-            report.passes += await pack.runner.run(
+            passes = await pack.runner.run(
                 partition, now=now, rule_ids=[r.id for r in rules], runs=runs
             )
         except PassConflictError:
-            report.conflicts += dues
+            if not guessed:
+                report.due += dues
+                report.conflicts += dues
             return False
+        report.due += dues
+        report.passes += passes
+        if any(p.applied for p in passes):  # the run records hold our token now
+            self._tokens[key] = {run.rule_id: run.token for run in runs}
+            while len(self._tokens) > KNOWN_TOKENS_MAX:
+                self._tokens.popitem(last=False)
         return True
+
+    def _decide_known(
+        self, pack: _Pack, partition: Partition
+    ) -> tuple[list[CadenceRule], dict[tuple[str, str], RunState]] | None:
+        """The count rules due after a put that stored a new episode, without reading the
+        stores, when such a put makes every one of them due (each is due at one pending
+        episode, and none waits for time) and our last record in ``partition`` stored the
+        run records: their tokens are those. None otherwise.
+
+        The new episode is pending for each rule, unless another process consolidated it
+        meanwhile; then it also changed the run records or the watermarks,
+        and the apply refuses the pass (run records: :class:`PassConflictError`; watermarks:
+        the pass is computed again from the stores)."""
+        tokens = self._tokens.get((pack.name, partition.key))
+        if tokens is None:
+            return None
+        rules = pack.count_rules
+        if any(r.cadence.or_after is not None for r in rules) or set(tokens) != {
+            r.id for r in rules
+        }:
+            return None
+        due = pack.program.due(0, [(r.index, 0, 1) for r in rules])
+        if len(due) != len(rules):
+            return None
+        self._tokens.move_to_end((pack.name, partition.key))
+        due_rules = [pack.rules[index] for index, _ in due]
+        return due_rules, {
+            (r.id, partition.key): RunState(0, None, 0, tokens[r.id]) for r in due_rules
+        }
 
     async def _run_many(
         self,
@@ -584,6 +631,8 @@ class Scheduler:
         another scheduler applied first are noted as conflicts."""
         assert pack.runner is not None
         runs = {p: self._runs(pack, p, rules, states, now) for p in partitions}
+        for p in partitions:  # their run records change: a record reads them again
+            self._tokens.pop((pack.name, p.key), None)
         dues = {p: [Due(pack.name, rule.id, p) for rule in rules] for p in partitions}
         report.due += [due for p in partitions for due in dues[p]]
         conflicts: list[Partition] = []
@@ -631,12 +680,16 @@ class Scheduler:
         by_index = pack.rules
         return [by_index[index] for index, _ in due], facts.states
 
-    async def on_record(self, partition: Partition, now: datetime) -> ConsolidationReport:
+    async def on_record(
+        self, partition: Partition, now: datetime, *, stored: bool = False
+    ) -> ConsolidationReport:
         """The cadence check after a put: run the partition's count rules that are due
         (``every: 1`` rules on every put; ``or_after`` ones also once their first pending
         episode is old enough). ``idle`` and cron rules wait for a tick: a put is what
         ends an idle spell, never what completes one. Re-decides when another scheduler
-        got there first."""
+        got there first. ``stored``: the put stored a new episode in ``partition`` (then
+        rules every put makes due may be decided without a read, see
+        :meth:`_decide_known`)."""
         now = to_utc(now)
         report = ConsolidationReport(now=now)
         t0 = time.perf_counter()
@@ -644,9 +697,18 @@ class Scheduler:
             for pack in self.packs:
                 if not pack.count_rules:
                     continue
-                for _ in range(RETRIES):
-                    rules, states = await self._decide_record(pack, partition, now)
-                    if not rules or await self._run(pack, partition, rules, states, now, report):
+                for attempt in range(RETRIES):
+                    guess = stored and attempt == 0
+                    known = self._decide_known(pack, partition) if guess else None
+                    if known is None:
+                        rules, states = await self._decide_record(pack, partition, now)
+                    else:
+                        rules, states = known
+                    if not rules:
+                        break
+                    if await self._run(
+                        pack, partition, rules, states, now, report, guessed=known is not None
+                    ):
                         break
         report.timings["total"] = time.perf_counter() - t0
         return report
