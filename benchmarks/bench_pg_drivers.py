@@ -122,11 +122,11 @@ def dollar(sql: str) -> str:
     return re.sub("%s", lambda _: f"${next(counter)}", sql)
 
 
-READS = (FACTS.marks, FACTS.version, FACTS.last_rowid, FACTS.last_seq)
+READS = (FACTS.marks, FACTS.version, FACTS.last_ids)
 
 
 def read_params(key: str) -> Sequence[Sequence[Any]]:
-    return (("bench", key), (key,), (), ())
+    return (("bench", key), (key,), ())
 
 
 def writes(one: Pass) -> list[tuple[Insert | Many | str, Rows]]:

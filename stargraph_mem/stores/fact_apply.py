@@ -261,8 +261,8 @@ class Batch:
         bodies = [delta.canonical_body() for delta in deltas]
         ids = [delta.delta_id for delta in deltas]
         if self._seq < 0:
-            self._rowid = int(await self.db.scalar(self.sql.last_rowid) or 0)
-            self._seq = int(await self.db.scalar(self.sql.last_seq) or 0)
+            ((rowid, seq),) = await self.db.fetch(self.sql.last_ids)
+            self._rowid, self._seq = int(rowid or 0), int(seq or 0)
         stored = await self._stored(deltas, ids)
         await self._load(deltas)
         await self._check_sources(start, deltas)

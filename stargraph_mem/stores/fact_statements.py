@@ -32,8 +32,8 @@ class FactStatements:
     """``id, user, agent, subject, …, delta_id`` of ``facts`` (see ``fact_from_row``)."""
     lineage_columns: str
     audit_columns: str
-    last_rowid: str
-    last_seq: str
+    last_ids: str
+    """The last facts rowid and the last audit seq used (one row, two columns)."""
     stored_facts_in: str
     stored_markers_in: str
     fact_states_in: str

@@ -8,7 +8,7 @@ the BINARY collation (case-sensitive), never ``LIKE``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from urllib.parse import quote
 
 from stargraph_mem.errors import MemoryScopeError
@@ -22,6 +22,12 @@ def escape_component(value: str, name: str) -> str:
         raise MemoryScopeError(f"scope component '{name}' must be a non-empty string", part=name)
     if "\x00" in value:
         raise MemoryScopeError(f"scope component '{name}' must not contain NUL", part=name)
+    return _quoted(value)
+
+
+@lru_cache(maxsize=4096)
+def _quoted(value: str) -> str:
+    """``value`` percent-encoded (cached: a put encodes the same few users and agents)."""
     return quote(value, safe=_SAFE)
 
 

@@ -19,8 +19,7 @@ import threading
 import time
 import weakref
 from abc import abstractmethod
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from functools import partial
 from pathlib import Path
@@ -346,23 +345,49 @@ def read_only_error(where: str, action: str) -> StoreError:
     return StoreError(f"DB is read-only ({where}): cannot {action}", read_only=where)
 
 
-@asynccontextmanager
-async def transaction(db: aiosqlite.Connection) -> AsyncIterator[aiosqlite.Connection]:
-    """``BEGIN IMMEDIATE`` … ``COMMIT``; roll back on any exception (then re-raise).
+def transaction(db: aiosqlite.Connection) -> _Transaction:
+    """``BEGIN IMMEDIATE`` … ``COMMIT`` (``async with transaction(db) as db``); roll back
+    on any exception (then re-raise).
 
     On a connection opened read-only, raises :class:`StoreError` before beginning.
     """
-    where = _READ_ONLY.get(db)
-    if where is not None:
-        raise read_only_error(where, "write to it")
-    await db.execute("BEGIN IMMEDIATE")
-    try:
-        yield db
-        await db.execute("COMMIT")
-    except BaseException:
-        if db.in_transaction:
-            await db.rollback()
-        raise
+    return _Transaction(db)
+
+
+class _Transaction:
+    """:func:`transaction`'s context (a class: a generator-based one costs a few
+    microseconds more each time, and a streaming record opens two)."""
+
+    __slots__ = ("_db",)
+
+    def __init__(self, db: aiosqlite.Connection) -> None:
+        self._db = db
+
+    async def __aenter__(self) -> aiosqlite.Connection:
+        db = self._db
+        where = _READ_ONLY.get(db)
+        if where is not None:
+            raise read_only_error(where, "write to it")
+        await db.execute("BEGIN IMMEDIATE")
+        return db
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        db = self._db
+        if kind is None:
+            try:
+                await db.execute("COMMIT")
+            except BaseException:
+                await _roll_back(db)
+                raise
+            return
+        await _roll_back(db)
+
+
+async def _roll_back(db: aiosqlite.Connection) -> None:
+    if db.in_transaction:
+        await db.rollback()
 
 
 async def fetch(
@@ -662,17 +687,13 @@ class SQLiteStoreBase(AsyncResource):
     async def _bootstrap(self, db: aiosqlite.Connection) -> None:
         """Create the schema and its initial rows (IF NOT EXISTS: idempotent)."""
 
-    @asynccontextmanager
-    async def _read(self) -> AsyncIterator[aiosqlite.Connection]:
+    def _read(self) -> _Holding:
         """The connection, held exclusively by this coroutine (autocommit reads)."""
-        async with self._lock:
-            yield await self._ready()
+        return _Holding(self, write=False)
 
-    @asynccontextmanager
-    async def _write(self) -> AsyncIterator[aiosqlite.Connection]:
+    def _write(self) -> _Holding:
         """The connection inside a ``BEGIN IMMEDIATE`` transaction held by this coroutine."""
-        async with self._lock, transaction(await self._ready()) as db:
-            yield db
+        return _Holding(self, write=True)
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -742,3 +763,37 @@ class SQLiteStoreBase(AsyncResource):
     @abstractmethod
     async def _figures(self, db: aiosqlite.Connection) -> dict[str, Any]:
         """The store's own :class:`StoreHealth` fields, read from a bootstrapped file."""
+
+
+class _Holding:
+    """``async with store._read()`` / ``store._write()``: the store's lock held, its
+    connection ready (and, to write, inside :func:`transaction`)."""
+
+    __slots__ = ("_store", "_transaction", "_write")
+
+    def __init__(self, store: SQLiteStoreBase, *, write: bool) -> None:
+        self._store = store
+        self._write = write
+        self._transaction: _Transaction | None = None
+
+    async def __aenter__(self) -> aiosqlite.Connection:
+        lock = self._store._lock
+        await lock.acquire()
+        try:
+            db = await self._store._ready()
+            if self._write:
+                self._transaction = _Transaction(db)
+                await self._transaction.__aenter__()
+        except BaseException:
+            lock.release()
+            raise
+        return db
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        try:
+            if self._transaction is not None:
+                await self._transaction.__aexit__(kind, exc, tb)
+        finally:
+            self._store._lock.release()

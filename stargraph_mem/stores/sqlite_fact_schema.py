@@ -284,9 +284,9 @@ _INSERT_AUDIT: Final = (
     "applied_at_us, delta) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _PREFIXED: Final = ", ".join(f"f.{c.strip()}" for c in _FACT_COLUMNS.split(","))
-_LAST_ROWID: Final = "SELECT coalesce(max(rowid), 0) FROM facts"
-_LAST_SEQ: Final = (
-    "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'audit'), 0), "
+_LAST_IDS: Final = (
+    "SELECT (SELECT coalesce(max(rowid), 0) FROM facts), "
+    "max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'audit'), 0), "
     "coalesce((SELECT max(seq) FROM audit), 0))"
 )
 _CLOSE: Final = (
@@ -371,8 +371,7 @@ SQLITE: Final = FactStatements(
     fact_columns=_FACT_COLUMNS,
     lineage_columns=_LINEAGE_COLUMNS,
     audit_columns=_AUDIT_COLUMNS,
-    last_rowid=_LAST_ROWID,
-    last_seq=_LAST_SEQ,
+    last_ids=_LAST_IDS,
     stored_facts_in=_STORED_FACTS,
     stored_markers_in=_STORED_MARKERS,
     fact_states_in=_FACT_STATES,

@@ -93,8 +93,10 @@ FACTS: Final = FactStatements(
     fact_columns=FACT_COLUMNS,
     lineage_columns=_LINEAGE,
     audit_columns=_AUDIT,
-    last_rowid="SELECT coalesce(max(rowid), 0) FROM facts",
-    last_seq="SELECT coalesce(max(seq), 0) FROM audit",
+    last_ids=(
+        "SELECT (SELECT coalesce(max(rowid), 0) FROM facts), "
+        "(SELECT coalesce(max(seq), 0) FROM audit)"
+    ),
     stored_facts_in="SELECT id FROM facts WHERE id = ANY(%s)",
     stored_markers_in=f"SELECT delta_id FROM audit WHERE {_MARKERS} AND delta_id = ANY(%s)",
     fact_states_in=(
