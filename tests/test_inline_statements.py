@@ -2,23 +2,33 @@
 runs them: they run there while the connection's thread is idle, never wait for a lock
 there (a file another writer locks is waited for on the connection's thread, the event
 loop free meanwhile), leave the busy timeout as it was, and commits made there are
-checkpointed in the background."""
+checkpointed in the background; a record's put waits for its pass's commit, and is
+committed, once, whatever the pass does."""
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import sqlite3
 import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import aiosqlite
+import pytest
+
 from stargraph_mem.compiler.pack import compile_text
 from stargraph_mem.engine.api import Consolidator
-from stargraph_mem.stores import sqlite_base
+from stargraph_mem.stores import fact_passes, sqlite_base
 from stargraph_mem.stores.inline import current_scope, inline_statements
 from stargraph_mem.stores.models import Episode
-from stargraph_mem.stores.sqlite_base import BUSY_TIMEOUT_MS, open_connection, scalar
+from stargraph_mem.stores.sqlite_base import (
+    BUSY_TIMEOUT_MS,
+    open_connection,
+    scalar,
+    transaction,
+)
 
 NOW = datetime(2026, 5, 1, 12, tzinfo=UTC)
 
@@ -141,3 +151,111 @@ async def test_commits_on_the_calling_thread_are_checkpointed_in_the_background(
             await asyncio.sleep(0.01)
         assert checkpointer.checkpoints >= 1
     assert not [t for t in threading.enumerate() if "sqlite checkpoints" in t.name]
+
+
+# --- a record's put and pass in one commit ----------------------------------------------
+
+
+def seen_elsewhere(path: Path, sql: str) -> list[tuple[object, ...]]:
+    """Rows another connection reads (only what is committed)."""
+    other = sqlite3.connect(path)
+    try:
+        return list(other.execute(sql))
+    finally:
+        other.close()
+
+
+async def insert_again(db: aiosqlite.Connection) -> None:
+    await db.execute("INSERT INTO t (x) VALUES ('first')")
+
+
+async def test_a_deferred_transaction_is_joined_by_the_next_and_committed_with_it(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "x.db"
+    db = await open_connection(path)
+    try:
+        await db.execute("CREATE TABLE t (x TEXT)")
+        with inline_statements(defer_commit=True):
+            async with transaction(db, redo=insert_again):
+                await insert_again(db)
+            assert db.in_transaction  # left open for the next transaction
+            assert seen_elsewhere(path, "SELECT x FROM t") == []
+            async with transaction(db):
+                await db.execute("INSERT INTO t (x) VALUES ('second')")
+            assert not db.in_transaction
+        assert seen_elsewhere(path, "SELECT x FROM t ORDER BY x") == [("first",), ("second",)]
+    finally:
+        await db.close()
+
+
+async def test_a_failed_joining_transaction_leaves_the_first_one_done_once(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "x.db"
+    db = await open_connection(path)
+    try:
+        await db.execute("CREATE TABLE t (x TEXT)")
+        with inline_statements(defer_commit=True):
+            async with transaction(db, redo=insert_again):
+                await insert_again(db)
+            with pytest.raises(RuntimeError, match="pass failed"):
+                async with transaction(db):
+                    await db.execute("INSERT INTO t (x) VALUES ('second')")
+                    raise RuntimeError("pass failed")
+            assert not db.in_transaction
+        assert seen_elsewhere(path, "SELECT x FROM t") == [("first",)]
+    finally:
+        await db.close()
+
+
+async def test_the_scope_end_or_another_task_commits_a_deferred_transaction(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "x.db"
+    db = await open_connection(path)
+    try:
+        await db.execute("CREATE TABLE t (x TEXT)")
+        with inline_statements(defer_commit=True):  # nothing joins it: the end commits
+            async with transaction(db, redo=insert_again):
+                await insert_again(db)
+        assert not db.in_transaction
+        assert seen_elsewhere(path, "SELECT count(*) FROM t") == [(1,)]
+        with inline_statements(defer_commit=True):
+            async with transaction(db, redo=insert_again):
+                await insert_again(db)
+            # a task outside the scope uses the connection first: it commits, then runs
+            outside = asyncio.create_task(
+                scalar(db, "SELECT count(*) FROM t"), context=contextvars.Context()
+            )
+            assert await outside == 2
+            assert not db.in_transaction
+            assert seen_elsewhere(path, "SELECT count(*) FROM t") == [(2,)]
+    finally:
+        await db.close()
+
+
+async def test_a_record_whose_pass_fails_keeps_its_episode(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The put waits for the pass's commit; the pass fails inside its transaction: the
+    put is done again and committed, so the episode is stored (once) and still pending,
+    and the next record consolidates both."""
+    path = tmp_path / "m.db"
+    async with streaming(path) as mem:
+        await mem.record(observation(1))
+
+        async def failing(*args: object, **kwargs: object) -> None:
+            raise RuntimeError("the apply broke")
+
+        with monkeypatch.context() as patch:
+            patch.setattr(fact_passes, "advance_passes", failing)
+            with pytest.raises(RuntimeError, match="the apply broke"):
+                await mem.record(observation(2, "coffee"))
+        stored = seen_elsewhere(path, "SELECT id FROM episodes ORDER BY seq")
+        assert stored == [("e1",), ("e2",)]
+        assert sorted(f.object for f in await mem.facts(user="alice", agent="rag")) == ["tea"]
+        report = await mem.record(observation(3, "juice"))
+        assert [p.episodes for p in report.passes] == [2]
+        facts = await mem.facts(user="alice", agent="rag")
+        assert sorted(f.object for f in facts) == ["coffee", "juice", "tea"]

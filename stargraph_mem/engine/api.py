@@ -105,6 +105,10 @@ class Consolidator(AsyncResource):
         ]
         """One per pack, shared by ``record``, ``tick`` and ``consolidate`` (passes of a
         pack are serialised: they share one CLIPS environment)."""
+        self._joined_record = not any(r.select is not None for p in self.packs for r in p.rules)
+        """Whether a record's put may leave its commit to its pass's (see
+        :func:`~stargraph_mem.stores.inline.inline_statements`): not when a rule's ``select``
+        reads the file through a connection of its own, which would not see the put."""
         self.scheduler = Scheduler(
             self.runners,
             self.memory,
@@ -179,8 +183,13 @@ class Consolidator(AsyncResource):
         """Store one episode under its own scope, then check the partition's count
         cadences: ``every: 1`` rules (and ``every: N`` ones that just reached N, or whose
         ``or_after`` time passed) fire now. ``idle`` and cron rules never fire on a record:
-        a put ends a quiet spell, and ``tick`` runs them at their time."""
-        with inline_statements():
+        a put ends a quiet spell, and ``tick`` runs them at their time.
+
+        On SQLite the put and the first pass it fires commit together, unless a rule's
+        ``select`` reads the file itself. A pass that fails still leaves the episode
+        stored (the put is done again on its own); a process killed before the commit
+        has stored neither."""
+        with inline_statements(defer_commit=self._joined_record):
             check_scope(episode, episode.user, episode.session, episode.agent)  # as put does
             stored = await self.memory.put_many([episode])
             partition = Partition(episode.user, episode.agent)

@@ -12,18 +12,34 @@ from __future__ import annotations
 
 import contextvars
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
+from typing import Protocol
 
 __all__ = ["InlineScope", "current_scope", "inline_statements"]
 
 
+class _Deferring(Protocol):
+    def commit_deferred(self) -> None: ...
+
+
 class InlineScope:
-    """What one :func:`inline_statements` scope found: the connections that found the file
+    """What one :func:`inline_statements` scope asked for and found: whether its first
+    write transaction leaves its commit to the next one, the connections holding such a
+    transaction, what went wrong committing one, and the connections that found the file
     locked."""
 
-    __slots__ = ("refused",)
+    __slots__ = ("defer_commit", "deferred", "lost", "refused")
 
-    def __init__(self) -> None:
+    def __init__(self, defer_commit: bool = False) -> None:
+        self.defer_commit = defer_commit
+        """Whether the scope's next write transaction that runs here ends without its
+        commit, for the scope's next transaction on the same connection to join (see
+        :func:`~stargraph_mem.stores.sqlite_base.transaction`)."""
+        self.deferred: list[_Deferring] = []
+        """Connections holding a transaction of this scope whose commit waits."""
+        self.lost: Exception | None = None
+        """Why such a transaction was rolled back instead of committed (raised at the
+        scope's end)."""
         self.refused: set[int] = set()
         """Connections (by id) that found the file locked: the rest of the scope queues
         their statements, which wait for the lock on the connection's thread as usual."""
@@ -40,7 +56,7 @@ def current_scope() -> InlineScope | None:
 
 
 @contextmanager
-def inline_statements() -> Iterator[None]:
+def inline_statements(*, defer_commit: bool = False) -> Iterator[None]:
     """Run this task's SQLite statements, and its small passes, on the calling thread
     while the scope lasts.
 
@@ -50,9 +66,22 @@ def inline_statements() -> Iterator[None]:
     statements here keeps a busy timeout of zero (nothing waits for a lock on the calling
     thread) until the next statement handed to its own thread, which puts the timeout
     back first: statements wait for locks only there.
+
+    With ``defer_commit`` (a streaming record), the scope's first write transaction that
+    runs here (the put) is left open, and the scope's next write transaction on that
+    connection (the pass) joins it under a savepoint: one commit instead of two. If the
+    joining part fails, it alone is rolled back and the first part is committed. Anything
+    else that uses the connection first (a statement another task queues, another
+    transaction) commits the open one, and so does the scope's end.
     """
-    token = _SCOPE.set(InlineScope())
+    scope = InlineScope(defer_commit)
+    token = _SCOPE.set(scope)
     try:
         yield
     finally:
         _SCOPE.reset(token)
+        while scope.deferred:
+            with suppress(Exception):  # a failure is kept as scope.lost
+                scope.deferred.pop().commit_deferred()
+        if scope.lost is not None:
+            raise scope.lost

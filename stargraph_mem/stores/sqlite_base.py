@@ -19,7 +19,7 @@ import threading
 import time
 import weakref
 from abc import abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from functools import partial
 from pathlib import Path
@@ -30,7 +30,7 @@ import aiosqlite
 
 from stargraph_mem.errors import StoreError
 from stargraph_mem.model.time import EPOCH, ONE_US, from_us, to_us, utc_now
-from stargraph_mem.stores.inline import current_scope
+from stargraph_mem.stores.inline import InlineScope, current_scope
 from stargraph_mem.stores.lifecycle import AsyncResource, closed_on_failure
 from stargraph_mem.stores.models import StoreHealth
 from stargraph_mem.stores.mounts import network_filesystem_warning
@@ -212,6 +212,12 @@ class StoreConnection(aiosqlite.Connection):
         """Requests handed to the thread and not answered yet (0: the thread is idle)."""
         self._lowered = False
         """Whether inline statements lowered the busy timeout (see :func:`inline_statements`)."""
+        self.deferred_by: InlineScope | None = None
+        """The inline scope whose write transaction is open here, waiting for the scope's
+        next transaction to commit it (see :func:`transaction`); meanwhile nothing has
+        been handed to the thread."""
+        self.deferred_redo: Redo | None = None
+        """How to do that transaction's work again, should the joining one fail."""
         _OPEN.add(self)
 
     async def _execute(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -240,13 +246,55 @@ class StoreConnection(aiosqlite.Connection):
                     self._committed_inline()
                 return result
         # the timeout is lowered only while the thread is idle and statements run here;
-        # it is put back before the thread runs one (which may wait for a lock there)
+        # it is put back before the thread runs one (which may wait for a lock there),
+        # and a transaction waiting for its commit is committed first
+        self.commit_deferred()
         self.restore_busy_timeout()
         self._queued += 1
         try:
             return await super()._execute(fn, *args, **kwargs)  # type: ignore[no-untyped-call]
         finally:
             self._queued -= 1
+
+    def defer(self, scope: InlineScope, redo: Redo) -> bool:
+        """Leave the open write transaction for ``scope``'s next one to commit (``redo``
+        does its work again, should that one fail). False (the caller commits) unless the
+        thread is idle, as it then stays until the commit (a request handed to it commits
+        first)."""
+        conn = self._connection
+        if self._queued or conn is None or not conn.in_transaction:
+            return False
+        scope.defer_commit = False
+        self.deferred_by, self.deferred_redo = scope, redo
+        scope.deferred.append(self)
+        return True
+
+    def commit_deferred(self) -> None:
+        """Commit the transaction :meth:`defer` left open, if any (here: the thread is
+        idle). A failed commit rolls it back and raises, here and at the end of the scope
+        that left it open."""
+        scope, self.deferred_by, self.deferred_redo = self.deferred_by, None, None
+        conn = self._connection
+        if scope is None or conn is None or not conn.in_transaction:
+            return
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self.abandon_deferred(scope, exc)
+            raise
+        self._committed_inline()
+
+    def abandon_deferred(self, scope: InlineScope, exc: BaseException) -> None:
+        """Roll back the transaction ``scope`` left open (it failed with ``exc``); the
+        scope's end raises a :class:`StoreError` saying so."""
+        self.deferred_by = self.deferred_redo = None
+        conn = self._connection
+        if conn is not None and conn.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+        if scope.lost is None:
+            where = self._path or "the database"
+            scope.lost = StoreError(f"{where}: a write transaction was rolled back: {exc}")
 
     def _committed_inline(self) -> None:
         """Ask for a background checkpoint every few commits made on the caller's thread."""
@@ -299,6 +347,7 @@ class StoreConnection(aiosqlite.Connection):
 
     async def close(self) -> None:
         try:
+            self.commit_deferred()
             if self._checkpointer is not None:
                 await asyncio.to_thread(self._stop_checkpointer)
             await super().close()
@@ -345,29 +394,47 @@ def read_only_error(where: str, action: str) -> StoreError:
     return StoreError(f"DB is read-only ({where}): cannot {action}", read_only=where)
 
 
-def transaction(db: aiosqlite.Connection) -> _Transaction:
+Redo = Callable[[aiosqlite.Connection], Awaitable[object]]
+"""Does a transaction's work again on the connection (inside a new transaction)."""
+
+
+def transaction(db: aiosqlite.Connection, *, redo: Redo | None = None) -> _Transaction:
     """``BEGIN IMMEDIATE`` … ``COMMIT`` (``async with transaction(db) as db``); roll back
     on any exception (then re-raise).
 
     On a connection opened read-only, raises :class:`StoreError` before beginning.
+
+    Inside :func:`~stargraph_mem.stores.inline.inline_statements` with ``defer_commit``,
+    the scope's first transaction here that can be done again (``redo``) ends without its
+    commit, and the scope's next one on the same connection joins it: on success one
+    commit ends both. On failure both are rolled back, then ``redo`` does the first one's
+    work again and commits it (a savepoint would keep the first part, but SQLite then
+    copies every page the second part changes, which cost more than the commit saved).
     """
-    return _Transaction(db)
+    return _Transaction(db, redo)
 
 
 class _Transaction:
     """:func:`transaction`'s context (a class: a generator-based one costs a few
     microseconds more each time, and a streaming record opens two)."""
 
-    __slots__ = ("_db",)
+    __slots__ = ("_db", "_joined", "_redo")
 
-    def __init__(self, db: aiosqlite.Connection) -> None:
+    def __init__(self, db: aiosqlite.Connection, redo: Redo | None = None) -> None:
         self._db = db
+        self._redo = redo
+        self._joined: StoreConnection | None = None
 
     async def __aenter__(self) -> aiosqlite.Connection:
         db = self._db
         where = _READ_ONLY.get(db)
         if where is not None:
             raise read_only_error(where, "write to it")
+        if isinstance(db, StoreConnection) and db.deferred_by is not None:
+            if db.deferred_by is current_scope() and db.in_transaction:
+                self._joined = db
+                return db
+            db.commit_deferred()  # another scope's: committed before this one begins
         await db.execute("BEGIN IMMEDIATE")
         return db
 
@@ -375,7 +442,23 @@ class _Transaction:
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
     ) -> None:
         db = self._db
+        joined = self._joined
+        if joined is not None:
+            if kind is None:
+                joined.commit_deferred()  # both parts
+            else:
+                await _redone(joined, exc)
+            return
         if kind is None:
+            scope = current_scope()
+            if (
+                scope is not None
+                and scope.defer_commit
+                and self._redo is not None
+                and isinstance(db, StoreConnection)
+                and db.defer(scope, self._redo)
+            ):
+                return
             try:
                 await db.execute("COMMIT")
             except BaseException:
@@ -383,6 +466,27 @@ class _Transaction:
                 raise
             return
         await _roll_back(db)
+
+
+async def _redone(db: StoreConnection, exc: BaseException | None) -> None:
+    """After a joining transaction failed: roll both back, then do the deferred one's
+    work again and commit it (if that fails too, its scope's end says so)."""
+    scope, redo = db.deferred_by, db.deferred_redo
+    db.deferred_by = db.deferred_redo = None
+    await _roll_back(db)
+    if scope is None or redo is None:
+        return
+    try:
+        await db.execute("BEGIN IMMEDIATE")
+        await redo(db)
+        await db.execute("COMMIT")
+    except Exception as again:
+        await _roll_back(db)
+        if scope.lost is None:
+            scope.lost = StoreError(
+                f"{db._path or 'the database'}: a write rolled back with a failed pass "
+                f"({exc!r}) could not be done again: {again}"
+            )
 
 
 async def _roll_back(db: aiosqlite.Connection) -> None:
@@ -691,9 +795,10 @@ class SQLiteStoreBase(AsyncResource):
         """The connection, held exclusively by this coroutine (autocommit reads)."""
         return _Holding(self, write=False)
 
-    def _write(self) -> _Holding:
-        """The connection inside a ``BEGIN IMMEDIATE`` transaction held by this coroutine."""
-        return _Holding(self, write=True)
+    def _write(self, *, redo: Redo | None = None) -> _Holding:
+        """The connection inside a ``BEGIN IMMEDIATE`` transaction held by this coroutine
+        (``redo``: see :func:`transaction`)."""
+        return _Holding(self, write=True, redo=redo)
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -769,11 +874,12 @@ class _Holding:
     """``async with store._read()`` / ``store._write()``: the store's lock held, its
     connection ready (and, to write, inside :func:`transaction`)."""
 
-    __slots__ = ("_store", "_transaction", "_write")
+    __slots__ = ("_redo", "_store", "_transaction", "_write")
 
-    def __init__(self, store: SQLiteStoreBase, *, write: bool) -> None:
+    def __init__(self, store: SQLiteStoreBase, *, write: bool, redo: Redo | None = None) -> None:
         self._store = store
         self._write = write
+        self._redo = redo
         self._transaction: _Transaction | None = None
 
     async def __aenter__(self) -> aiosqlite.Connection:
@@ -782,7 +888,7 @@ class _Holding:
         try:
             db = await self._store._ready()
             if self._write:
-                self._transaction = _Transaction(db)
+                self._transaction = _Transaction(db, self._redo)
                 await self._transaction.__aenter__()
         except BaseException:
             lock.release()

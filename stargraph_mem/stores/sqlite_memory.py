@@ -15,6 +15,7 @@ import logging
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any, Final
 
 import aiosqlite
@@ -275,6 +276,11 @@ class _MemoryConn(SQLiteConn):
         return await _rows(self.db, sql, params)
 
 
+async def _put_again(rows: Sequence[Any], db: aiosqlite.Connection) -> None:
+    """Insert ``rows`` again (a put whose commit was rolled back with its record's pass)."""
+    await put_rows(_MemoryConn(db), _STATEMENTS, rows)
+
+
 # --- the store ------------------------------------------------------------------------
 
 
@@ -337,7 +343,8 @@ class SQLiteMemoryStore(SQLiteStoreBase):
         rows = dedupe_batch([episode_row(episode) for episode in episodes])
         if not rows:
             return 0
-        async with self._write() as db:
+        # a record's put may leave its commit to its pass, and be redone if that fails
+        async with self._write(redo=partial(_put_again, rows)) as db:
             inserted = await put_rows(_MemoryConn(db), _STATEMENTS, rows, progress)
             if inserted != len(rows):
                 await self._check_conflicts(db, rows)
