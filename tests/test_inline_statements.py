@@ -12,6 +12,8 @@ import contextvars
 import sqlite3
 import threading
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -169,61 +171,64 @@ async def insert_again(db: aiosqlite.Connection) -> None:
     await db.execute("INSERT INTO t (x) VALUES ('first')")
 
 
+@asynccontextmanager
+async def table(path: Path) -> AsyncIterator[aiosqlite.Connection]:
+    """A connection to a new file with one table ``t``."""
+    db = await open_connection(path)
+    try:
+        await db.execute("CREATE TABLE t (x TEXT)")
+        yield db
+    finally:
+        await db.close()
+
+
+async def deferred_first(db: aiosqlite.Connection) -> None:
+    """Inside a scope with ``defer_commit``: insert 'first', left uncommitted."""
+    async with transaction(db, redo=insert_again):
+        await insert_again(db)
+    assert db.in_transaction
+
+
 async def test_a_deferred_transaction_is_joined_by_the_next_and_committed_with_it(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "x.db"
-    db = await open_connection(path)
-    try:
-        await db.execute("CREATE TABLE t (x TEXT)")
+    async with table(path) as db:
         with inline_statements(defer_commit=True):
-            async with transaction(db, redo=insert_again):
-                await insert_again(db)
-            assert db.in_transaction  # left open for the next transaction
+            await deferred_first(db)
             assert seen_elsewhere(path, "SELECT x FROM t") == []
             async with transaction(db):
                 await db.execute("INSERT INTO t (x) VALUES ('second')")
             assert not db.in_transaction
         assert seen_elsewhere(path, "SELECT x FROM t ORDER BY x") == [("first",), ("second",)]
-    finally:
-        await db.close()
 
 
 async def test_a_failed_joining_transaction_leaves_the_first_one_done_once(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "x.db"
-    db = await open_connection(path)
-    try:
-        await db.execute("CREATE TABLE t (x TEXT)")
+    async with table(path) as db:
         with inline_statements(defer_commit=True):
-            async with transaction(db, redo=insert_again):
-                await insert_again(db)
+            await deferred_first(db)
             with pytest.raises(RuntimeError, match="pass failed"):
                 async with transaction(db):
                     await db.execute("INSERT INTO t (x) VALUES ('second')")
                     raise RuntimeError("pass failed")
             assert not db.in_transaction
         assert seen_elsewhere(path, "SELECT x FROM t") == [("first",)]
-    finally:
-        await db.close()
 
 
 async def test_the_scope_end_or_another_task_commits_a_deferred_transaction(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "x.db"
-    db = await open_connection(path)
-    try:
-        await db.execute("CREATE TABLE t (x TEXT)")
+    async with table(path) as db:
         with inline_statements(defer_commit=True):  # nothing joins it: the end commits
-            async with transaction(db, redo=insert_again):
-                await insert_again(db)
+            await deferred_first(db)
         assert not db.in_transaction
         assert seen_elsewhere(path, "SELECT count(*) FROM t") == [(1,)]
         with inline_statements(defer_commit=True):
-            async with transaction(db, redo=insert_again):
-                await insert_again(db)
+            await deferred_first(db)
             # a task outside the scope uses the connection first: it commits, then runs
             outside = asyncio.create_task(
                 scalar(db, "SELECT count(*) FROM t"), context=contextvars.Context()
@@ -231,8 +236,6 @@ async def test_the_scope_end_or_another_task_commits_a_deferred_transaction(
             assert await outside == 2
             assert not db.in_transaction
             assert seen_elsewhere(path, "SELECT count(*) FROM t") == [(2,)]
-    finally:
-        await db.close()
 
 
 async def test_a_record_whose_pass_fails_keeps_its_episode(
