@@ -168,14 +168,15 @@ BEHIND_CHECKPOINTER_PAGES: Final = 1000
 holds this many pages (SQLite's default; :data:`WAL_AUTOCHECKPOINT_PAGES` otherwise):
 measured, commits of streaming records spent twice as long at 100 pages, most of it in
 the checkpoints they ran themselves while the background one was also running."""
-INLINE_COMMITS_PER_CHECKPOINT: Final = 16
+INLINE_COMMITS_PER_CHECKPOINT: Final = 8
 """Commits made on the caller's thread between two requests for a background checkpoint.
-A streaming record makes two, of about 7 and 18 pages: 16 commits leave about 200 pages
-in the log, well below :data:`BEHIND_CHECKPOINTER_PAGES`. Measured in one process,
-alternating blocks of records (``benchmarks/README.md``): against a request every 4
-commits, a record's p50 was 16 % lower and its p99 16 % higher; every 32 commits, 21 %
-lower and 39 % higher. A record that runs while a checkpoint copies pages takes longer,
-and fewer, larger checkpoints overlap fewer records."""
+A streaming record makes one, of about 25 pages (its put and its pass commit together):
+8 commits leave about 200 pages in the log, well below :data:`BEHIND_CHECKPOINTER_PAGES`.
+Measured in one process, alternating blocks of records (``benchmarks/README.md``): a
+record that runs while a checkpoint copies pages takes longer, so fewer, larger
+checkpoints lower the p50 and raise the p99. Against a request every 4 commits, every 8
+gave p50 −3 % and p99 +14 %, every 16 p50 −7 % and p99 +38 % (when a record made two
+commits, a request every 16 commits had given p50 −16 % and p99 +16 % against 4)."""
 
 
 class StoreConnection(aiosqlite.Connection):
