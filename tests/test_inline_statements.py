@@ -262,3 +262,34 @@ async def test_a_record_whose_pass_fails_keeps_its_episode(
         assert [p.episodes for p in report.passes] == [2]
         facts = await mem.facts(user="alice", agent="rag")
         assert sorted(f.object for f in facts) == ["coffee", "juice", "tea"]
+
+
+SELECTING = """\
+ir_version: 1
+pack: selecting
+version: "1"
+fields: {subject: string, predicate: string, object: string}
+defaults: {cadence: {every: 1}}
+rules:
+  - id: add_liked
+    select: {predicate: {eq: likes}}
+    when:
+      - episode: {subject: {bind: s}, predicate: {bind: p}, object: {bind: o}}
+    emit: {kind: add, subject: "{s}", predicate: "{p}", object: "{o}"}
+"""
+
+
+async def test_a_record_whose_pack_selects_from_the_file_commits_its_put_first(
+    tmp_path: Path,
+) -> None:
+    """A ``select`` reads the episodes through a connection of its own, which sees only
+    what is committed: the put is committed before the pass, and the pass finds it."""
+    async with Consolidator(tmp_path / "m.db", [compile_text(SELECTING)], clock=lambda: NOW) as mem:
+        assert not mem._joined_record
+        for n, obj in enumerate(["tea", "coffee"], start=1):
+            report = await mem.record(observation(n, obj))
+            assert [(p.episodes, p.applied) for p in report.passes] == [(1, True)]
+        facts = await mem.facts(user="alice", agent="rag")
+        assert sorted(f.object for f in facts) == ["coffee", "tea"]
+    async with streaming(tmp_path / "n.db") as plain:
+        assert plain._joined_record
