@@ -34,13 +34,19 @@ from stargraph_mem.stores.sqlite_base import (
 
 NOW = datetime(2026, 5, 1, 12, tzinfo=UTC)
 
-STREAMING = """\
-ir_version: 1
-pack: streaming
-version: "1"
-fields: {subject: string, predicate: string, object: string}
-defaults: {cadence: {every: 1}}
-rules:
+
+def every_put(name: str, rules: str) -> str:
+    """A pack of ``rules`` (YAML list items) over subject/predicate/object, all ``every: 1``."""
+    return (
+        f'ir_version: 1\npack: {name}\nversion: "1"\n'
+        "fields: {subject: string, predicate: string, object: string}\n"
+        "defaults: {cadence: {every: 1}}\nrules:\n" + rules
+    )
+
+
+STREAMING = every_put(
+    "streaming",
+    """\
   - id: known_noop
     priority: 20
     when:
@@ -53,7 +59,8 @@ rules:
       - episode: {subject: {bind: s}, predicate: {bind: p}, object: {bind: o}}
       - not: {subject: {var: s}, predicate: {var: p}, object: {var: o}}
     emit: {kind: add, subject: "{s}", predicate: "{p}", object: "{o}"}
-"""
+""",
+)
 
 
 def observation(n: int, obj: str = "tea") -> Episode:
@@ -264,19 +271,16 @@ async def test_a_record_whose_pass_fails_keeps_its_episode(
         assert sorted(f.object for f in facts) == ["coffee", "juice", "tea"]
 
 
-SELECTING = """\
-ir_version: 1
-pack: selecting
-version: "1"
-fields: {subject: string, predicate: string, object: string}
-defaults: {cadence: {every: 1}}
-rules:
+SELECTING = every_put(
+    "selecting",
+    """\
   - id: add_liked
     select: {predicate: {eq: likes}}
     when:
       - episode: {subject: {bind: s}, predicate: {bind: p}, object: {bind: o}}
     emit: {kind: add, subject: "{s}", predicate: "{p}", object: "{o}"}
-"""
+""",
+)
 
 
 async def test_a_record_whose_pack_selects_from_the_file_commits_its_put_first(
