@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections import Counter
 from datetime import UTC, datetime
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -124,8 +125,11 @@ def test_two_scheduler_processes_never_apply_a_pass_twice_nor_lose_one(tmp_path:
     go.touch()
     tallies = [result(p) for p in procs]
     assert all(t["passes"] > 0 for t in tallies)
-    # they did run together: passes lost a compare-and-set race, or ticks met the lease
-    assert sum(t["conflicts"] + t["lease_held"] for t in tallies) > 0
+    # they did run together: their puts interleave in the file (a record that found the
+    # run records changed by the other decides again without reporting a conflict, so
+    # conflicts alone no longer show it)
+    writers = [row[0].split("-")[0] for row in query(db, "SELECT id FROM episodes ORDER BY seq")]
+    assert sum(1 for x, y in pairwise(writers) if x != y) > 2
 
     episodes = {row[0] for row in query(db, "SELECT id FROM episodes")}
     assert len(episodes) == 2 * per_worker
