@@ -8,6 +8,7 @@ committed, once, whatever the pass does."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import sqlite3
 import threading
@@ -196,33 +197,26 @@ async def deferred_first(db: aiosqlite.Connection) -> None:
     assert db.in_transaction
 
 
-async def test_a_deferred_transaction_is_joined_by_the_next_and_committed_with_it(
-    tmp_path: Path,
+@pytest.mark.parametrize("fails", [False, True])
+async def test_a_deferred_transaction_is_joined_by_the_next_and_done_once(
+    tmp_path: Path, fails: bool
 ) -> None:
+    """The next transaction joins the deferred one and commits both; if it fails, only
+    the deferred one's work is there afterwards (done again, once)."""
     path = tmp_path / "x.db"
     async with table(path) as db:
         with inline_statements(defer_commit=True):
             await deferred_first(db)
             assert seen_elsewhere(path, "SELECT x FROM t") == []
-            async with transaction(db):
-                await db.execute("INSERT INTO t (x) VALUES ('second')")
-            assert not db.in_transaction
-        assert seen_elsewhere(path, "SELECT x FROM t ORDER BY x") == [("first",), ("second",)]
-
-
-async def test_a_failed_joining_transaction_leaves_the_first_one_done_once(
-    tmp_path: Path,
-) -> None:
-    path = tmp_path / "x.db"
-    async with table(path) as db:
-        with inline_statements(defer_commit=True):
-            await deferred_first(db)
-            with pytest.raises(RuntimeError, match="pass failed"):
+            failing = pytest.raises(RuntimeError, match="pass failed")
+            with failing if fails else contextlib.nullcontext():
                 async with transaction(db):
                     await db.execute("INSERT INTO t (x) VALUES ('second')")
-                    raise RuntimeError("pass failed")
+                    if fails:
+                        raise RuntimeError("pass failed")
             assert not db.in_transaction
-        assert seen_elsewhere(path, "SELECT x FROM t") == [("first",)]
+        expected = [("first",)] if fails else [("first",), ("second",)]
+        assert seen_elsewhere(path, "SELECT x FROM t ORDER BY x") == expected
 
 
 async def test_the_scope_end_or_another_task_commits_a_deferred_transaction(

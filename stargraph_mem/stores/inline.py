@@ -19,12 +19,12 @@ __all__ = ["InlineScope", "current_scope", "inline_statements"]
 
 
 class _Deferring(Protocol):
-    def commit_deferred(self) -> None: ...
+    def commit_deferred(self, scope: InlineScope | None = None) -> None: ...
 
 
 class InlineScope:
     """What one :func:`inline_statements` scope asked for and found: whether its first
-    write transaction leaves its commit to the next one, the connections holding such a
+    write transaction leaves its commit to the next one, the connection holding such a
     transaction, what went wrong committing one, and the connections that found the file
     locked."""
 
@@ -35,14 +35,20 @@ class InlineScope:
         """Whether the scope's next write transaction that runs here ends without its
         commit, for the scope's next transaction on the same connection to join (see
         :func:`~stargraph_mem.stores.sqlite_base.transaction`)."""
-        self.deferred: list[_Deferring] = []
-        """Connections holding a transaction of this scope whose commit waits."""
+        self.deferred: _Deferring | None = None
+        """The connection holding the transaction of this scope whose commit waits."""
         self.lost: Exception | None = None
         """Why such a transaction was rolled back instead of committed (raised at the
         scope's end)."""
         self.refused: set[int] = set()
         """Connections (by id) that found the file locked: the rest of the scope queues
         their statements, which wait for the lock on the connection's thread as usual."""
+
+    def lose(self, error: Exception) -> None:
+        """Note that the transaction this scope left open is lost (the first reason
+        stays)."""
+        if self.lost is None:
+            self.lost = error
 
 
 _SCOPE: contextvars.ContextVar[InlineScope | None] = contextvars.ContextVar(
@@ -80,8 +86,8 @@ def inline_statements(*, defer_commit: bool = False) -> Iterator[None]:
         yield
     finally:
         _SCOPE.reset(token)
-        while scope.deferred:
+        if scope.deferred is not None:
             with suppress(Exception):  # a failure is kept as scope.lost
-                scope.deferred.pop().commit_deferred()
+                scope.deferred.commit_deferred(scope)
         if scope.lost is not None:
             raise scope.lost

@@ -213,12 +213,11 @@ class StoreConnection(aiosqlite.Connection):
         """Requests handed to the thread and not answered yet (0: the thread is idle)."""
         self._lowered = False
         """Whether inline statements lowered the busy timeout (see :func:`inline_statements`)."""
-        self.deferred_by: InlineScope | None = None
+        self.deferred: tuple[InlineScope, Redo] | None = None
         """The inline scope whose write transaction is open here, waiting for the scope's
-        next transaction to commit it (see :func:`transaction`); meanwhile nothing has
-        been handed to the thread."""
-        self.deferred_redo: Redo | None = None
-        """How to do that transaction's work again, should the joining one fail."""
+        next transaction to commit it (see :func:`transaction`), and how to do that
+        transaction's work again should the joining one fail; meanwhile nothing has been
+        handed to the thread."""
         _OPEN.add(self)
 
     async def _execute(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -266,36 +265,29 @@ class StoreConnection(aiosqlite.Connection):
         if self._queued or conn is None or not conn.in_transaction:
             return False
         scope.defer_commit = False
-        self.deferred_by, self.deferred_redo = scope, redo
-        scope.deferred.append(self)
+        self.deferred = scope, redo
+        scope.deferred = self
         return True
 
-    def commit_deferred(self) -> None:
-        """Commit the transaction :meth:`defer` left open, if any (here: the thread is
-        idle). A failed commit rolls it back and raises, here and at the end of the scope
-        that left it open."""
-        scope, self.deferred_by, self.deferred_redo = self.deferred_by, None, None
+    def commit_deferred(self, scope: InlineScope | None = None) -> None:
+        """Commit the transaction :meth:`defer` left open, if any (only ``scope``'s, when
+        given; here: the thread is idle). A failed commit rolls it back and raises, here
+        and at the end of the scope that left it open."""
+        held = self.deferred
+        if held is None or (scope is not None and held[0] is not scope):
+            return
+        self.deferred = None
         conn = self._connection
-        if scope is None or conn is None or not conn.in_transaction:
+        if conn is None or not conn.in_transaction:
             return
         try:
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
-            self.abandon_deferred(scope, exc)
-            raise
-        self._committed_inline()
-
-    def abandon_deferred(self, scope: InlineScope, exc: BaseException) -> None:
-        """Roll back the transaction ``scope`` left open (it failed with ``exc``); the
-        scope's end raises a :class:`StoreError` saying so."""
-        self.deferred_by = self.deferred_redo = None
-        conn = self._connection
-        if conn is not None and conn.in_transaction:
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
-        if scope.lost is None:
-            where = self._path or "the database"
-            scope.lost = StoreError(f"{where}: a write transaction was rolled back: {exc}")
+            held[0].lose(StoreError(f"{self._path or 'the database'}: a write was lost: {exc}"))
+            raise
+        self._committed_inline()
 
     def _committed_inline(self) -> None:
         """Ask for a background checkpoint every few commits made on the caller's thread."""
@@ -431,8 +423,8 @@ class _Transaction:
         where = _READ_ONLY.get(db)
         if where is not None:
             raise read_only_error(where, "write to it")
-        if isinstance(db, StoreConnection) and db.deferred_by is not None:
-            if db.deferred_by is current_scope() and db.in_transaction:
+        if isinstance(db, StoreConnection) and db.deferred is not None:
+            if db.deferred[0] is current_scope() and db.in_transaction:
                 self._joined = db
                 return db
             db.commit_deferred()  # another scope's: committed before this one begins
@@ -472,22 +464,23 @@ class _Transaction:
 async def _redone(db: StoreConnection, exc: BaseException | None) -> None:
     """After a joining transaction failed: roll both back, then do the deferred one's
     work again and commit it (if that fails too, its scope's end says so)."""
-    scope, redo = db.deferred_by, db.deferred_redo
-    db.deferred_by = db.deferred_redo = None
+    held, db.deferred = db.deferred, None
     await _roll_back(db)
-    if scope is None or redo is None:
+    if held is None:
         return
+    scope, redo = held
     try:
         await db.execute("BEGIN IMMEDIATE")
         await redo(db)
         await db.execute("COMMIT")
     except Exception as again:
         await _roll_back(db)
-        if scope.lost is None:
-            scope.lost = StoreError(
+        scope.lose(
+            StoreError(
                 f"{db._path or 'the database'}: a write rolled back with a failed pass "
                 f"({exc!r}) could not be done again: {again}"
             )
+        )
 
 
 async def _roll_back(db: aiosqlite.Connection) -> None:
