@@ -107,6 +107,10 @@ def _columns(conn: sqlite3.Connection, table: str) -> list[str]:
     return [str(row[1]) for row in conn.execute(f"PRAGMA table_info('{table}')")]
 
 
+INDEX_LAYOUT_TABLES = ("fact_text_data", "fact_text_idx")
+"""The search index's segments (dumped by content instead, see :func:`dump_tables`)."""
+
+
 def _tables(conn: sqlite3.Connection) -> list[str]:
     rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
     return [str(row[0]) for row in rows]
@@ -116,7 +120,9 @@ def dump_tables(path: Path, *, skip_wall_clock: bool = False) -> dict[str, list[
     """Every table of the file (schema included) with its rows, sorted, read outside the stores.
 
     ``skip_wall_clock`` leaves out :data:`WALL_CLOCK_COLUMNS`, so two databases fed the
-    same input at the same pass time compare equal.
+    same input at the same pass time compare equal. The search index is dumped as what it
+    holds (each term's occurrences by fact rowid), not as its segments, whose layout
+    depends on how many transactions wrote it.
     """
     conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
     try:
@@ -127,10 +133,17 @@ def dump_tables(path: Path, *, skip_wall_clock: bool = False) -> dict[str, list[
             )
         }
         for table in _tables(conn):
+            if table in INDEX_LAYOUT_TABLES:
+                continue
             skip = WALL_CLOCK_COLUMNS.get(table, ()) if skip_wall_clock else ()
             columns = [c for c in _columns(conn, table) if c not in skip]
             rows = conn.execute(f"SELECT {', '.join(columns)} FROM {table}").fetchall()
             out[table] = sorted(rows, key=repr)
+        if "fact_text" in out:
+            conn.execute(
+                "CREATE VIRTUAL TABLE temp.terms USING fts5vocab(main, fact_text, 'instance')"
+            )
+            out["fact_text"] = sorted(conn.execute("SELECT * FROM temp.terms").fetchall())
         return out
     finally:
         conn.close()

@@ -7,6 +7,8 @@ import sqlite3
 from stargraph_mem.stores.postgres.schema import V4_SWEEP_INDEXES
 from stargraph_mem.stores.sweep_schema import index_ddl
 
+UNDO_VERSION_6 = ("DELETE FROM fact_store_meta WHERE key = 'text_indexed_through'",)
+"""What version 6 added: the search index's mark (a version 5 file indexed every fact)."""
 UNDO_VERSION_5 = (
     "DROP INDEX facts_archived",
     "DROP TABLE fact_pins",
@@ -26,8 +28,15 @@ UNDO_VERSION_4 = (
 """What version 4 added: aggregates, observation times, deferred episodes, pass times."""
 
 
+def undo_version_6(db: sqlite3.Connection) -> None:
+    """Remove what version 6 added (the caller sets the version it wants)."""
+    for statement in UNDO_VERSION_6:
+        db.execute(statement)
+
+
 def undo_version_5(db: sqlite3.Connection) -> None:
-    """Remove what version 5 added (the caller sets the version it wants)."""
+    """Remove what versions 5 and 6 added (the caller sets the version it wants)."""
+    undo_version_6(db)
     for statement in UNDO_VERSION_5:
         db.execute(statement)
 

@@ -337,7 +337,7 @@ async def test_a_version_4_sqlite_file_is_migrated_with_its_facts(tmp_path: Path
         undo_version_5(db)
         db.execute("UPDATE fact_store_meta SET value = '4' WHERE key = 'schema_version'")
     async with SQLiteFactStore(path) as store:
-        assert (await store.health()).schema_version == 5
+        assert (await store.health()).schema_version == 6
         assert await store.query(FactPattern(status="all")) == facts
         assert await store.current_facts(ALICE) == engine
         assert {f.object: f.status for f in facts} == {

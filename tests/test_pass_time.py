@@ -363,7 +363,7 @@ async def test_a_version_3_sqlite_file_gains_the_tables(tmp_path: Path) -> None:
         undo_version_4(db)
         db.execute("UPDATE fact_store_meta SET value = '3' WHERE key = 'schema_version'")
     async with SQLiteFactStore(path) as facts:
-        assert (await facts.health()).schema_version == SCHEMA_VERSION == 5
+        assert (await facts.health()).schema_version == SCHEMA_VERSION == 6
         assert await facts.deferred_of("default", [U]) == [[]]
     async with Consolidator.open(path, [DEFAULT]) as mem:
         await mem.memory.put_many([observation("f", 120, "b", subject="t")])

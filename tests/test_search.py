@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from backends import BACKENDS, AnyFactStore, open_backend
 from readme_helpers import readme_section_example, run_example
-from schema_helpers import undo_version_4
+from schema_helpers import undo_version_4, undo_version_6
 from typer.testing import CliRunner, Result
 
 from stargraph_mem.cli import app
@@ -30,6 +30,7 @@ from stargraph_mem.stores import (
     UpdateDelta,
 )
 from stargraph_mem.stores.sqlite_fact import SCHEMA_VERSION
+from stargraph_mem.stores.sqlite_search import TEXT_LAG_MAX, TEXT_MARK
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 ROOT = Path(__file__).resolve().parents[1]
@@ -248,7 +249,7 @@ async def test_a_version_2_file_is_migrated_and_indexed(tmp_path: Path) -> None:
     async with SQLiteFactStore(path) as store:
         assert sorted(objects(await store.search("tea coffee jazz"))) == ["coffee", "jazz"]
         health = await store.health()
-        assert health.ok and health.schema_version == SCHEMA_VERSION == 5
+        assert health.ok and health.schema_version == SCHEMA_VERSION == 6
 
 
 async def test_an_unknown_schema_version_is_refused_untouched(tmp_path: Path) -> None:
@@ -371,3 +372,94 @@ def test_cli_search_refuses_bad_requests(
     assert result.exit_code == code
     assert result.stderr.startswith(message)
     assert searched_db.read_bytes() == before
+
+
+def indexed(path: Path) -> tuple[int, int, int]:
+    """Facts in the file, facts its search index holds, and the index's mark."""
+    with closing(sqlite3.connect(path)) as db:
+        ((facts,),) = db.execute("SELECT count(*) FROM facts")
+        ((held,),) = db.execute("SELECT count(*) FROM fact_text_docsize")
+        ((mark,),) = db.execute(
+            "SELECT CAST(value AS INTEGER) FROM fact_store_meta WHERE key = ?", (TEXT_MARK,)
+        )
+    return int(facts), int(held), int(mark)
+
+
+@pytest.mark.parametrize("touch", [True, False])
+async def test_the_index_trails_a_few_new_facts_and_a_search_first_indexes_them(
+    tmp_path: Path, touch: bool
+) -> None:
+    path = tmp_path / "m.db"
+    async with SQLiteFactStore(path) as store:
+        for n, drink in enumerate(("tea", "coffee", "green tea")):
+            await store.apply_deltas([add("alice", "likes", drink, src=f"e{n}")])
+        assert indexed(path) == (3, 0, 0)
+        found = await store.search("tea", touch=touch)
+        assert sorted(objects(found)) == ["green tea", "tea"]
+        assert indexed(path) == (3, 3, 3)
+        again = await store.search("tea", touch=touch)  # nothing left to index
+        assert [(h.fact.id, h.score) for h in again] == [(h.fact.id, h.score) for h in found]
+        assert indexed(path) == (3, 3, 3)
+
+
+async def test_a_write_that_leaves_the_index_too_far_behind_indexes_every_fact(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "m.db"
+    async with SQLiteFactStore(path) as store:
+        for n in range(TEXT_LAG_MAX - 1):
+            await store.apply_deltas([add("alice", "likes", f"drink{n}", src=f"e{n}")])
+        assert indexed(path) == (TEXT_LAG_MAX - 1, 0, 0)
+        await store.apply_deltas([add("alice", "likes", "tea", src="last")])
+        assert indexed(path) == (TEXT_LAG_MAX, TEXT_LAG_MAX, TEXT_LAG_MAX)
+        batch = [add("bob", "likes", f"dish{n}", user="bob", src=f"b{n}") for n in range(100)]
+        await store.apply_deltas(batch)  # one transaction, far more than the lag allowed
+        total = TEXT_LAG_MAX + 100
+        assert indexed(path) == (total, total, total)
+        assert objects(await store.search("dish42", touch=False)) == ["dish42"]
+
+
+async def test_a_read_only_search_sees_the_facts_the_index_lacks_ranked_alike(
+    tmp_path: Path,
+) -> None:
+    """A reader of a file a writer has open (its index trailing) searches its own copy of
+    the index: the same hits and scores as once the writer's close indexed them."""
+    path = tmp_path / "m.db"
+    async with SQLiteFactStore(path) as writer:
+        await writer.apply_deltas(
+            [add("alice", "likes", f"tea number {n}", src=f"e{n}") for n in range(70)]
+        )
+        for n, drink in enumerate(("green tea", "tea", "jasmine tea with tea leaves")):
+            await writer.apply_deltas([add("alice", "likes", drink, src=f"late{n}")])
+        assert indexed(path) == (73, 70, 70)
+        reader = SQLiteFactStore(path)
+        reader.read_only = True
+        async with reader:
+            hits = await reader.search("tea jasmine", touch=False, limit=5)
+            assert objects(hits)[0] == "jasmine tea with tea leaves"
+            await writer.apply_deltas([add("alice", "likes", "green juice", src="later")])
+            newer = await reader.search("green", touch=False)  # the copy catches up too
+            assert sorted(objects(newer)) == ["green juice", "green tea"]
+            hits = await reader.search("tea jasmine", touch=False, limit=5)
+            assert reader.read_only_reason == "opened read-only"
+        assert indexed(path) == (74, 70, 70)
+    assert indexed(path) == (74, 74, 74)  # the writer's close indexed the rest
+    async with SQLiteFactStore(path) as store:
+        after = await store.search("tea jasmine", touch=False, limit=5)
+    assert [(h.fact.object, h.score) for h in hits] == [(h.fact.object, h.score) for h in after]
+
+
+async def test_a_version_5_file_gets_its_index_mark(tmp_path: Path) -> None:
+    path = tmp_path / "v5.db"
+    async with SQLiteFactStore(path) as store:
+        await store.apply_deltas(
+            [add("alice", "likes", f"tea {n}", src=f"e{n}") for n in range(70)]
+        )
+    with closing(sqlite3.connect(path)) as db, db:
+        undo_version_6(db)
+        db.execute("UPDATE fact_store_meta SET value = '5' WHERE key = 'schema_version'")
+    async with SQLiteFactStore(path) as store:
+        assert (await store.health()).schema_version == SCHEMA_VERSION == 6
+        assert indexed(path) == (70, 70, 70)
+        assert len(await store.search("tea", limit=100)) == 70
+        assert indexed(path) == (70, 70, 70)

@@ -29,7 +29,7 @@ from stargraph_mem.stores.sqlite_base import SharedConnection, scalar, transacti
 from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
 from stargraph_mem.stores.sqlite_memory import SQLiteMemoryStore
 from stargraph_mem.stores.sqlite_schedule import SQLiteScheduleStore
-from stargraph_mem.stores.sqlite_search import SEARCH_BACKFILL
+from stargraph_mem.stores.sqlite_search import catch_up_text
 
 if TYPE_CHECKING:
     from stargraph_mem.stores.copy import Table
@@ -213,7 +213,7 @@ class _SQLiteTables:
     async def finish(self) -> None:
         """Index the copied facts for search."""
         assert self.db is not None
-        await self.db.execute(SEARCH_BACKFILL)
+        await catch_up_text(self.db)
 
 
 def open_database(

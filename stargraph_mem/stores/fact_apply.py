@@ -44,7 +44,7 @@ from stargraph_mem.stores.fact_statements import FactStatements
 from stargraph_mem.stores.fact_status import ARCHIVED
 from stargraph_mem.stores.pass_time import resumed_present
 from stargraph_mem.stores.scope import Partition
-from stargraph_mem.stores.search_common import body_text
+from stargraph_mem.stores.search_common import TEXT_LAG_MAX, body_text
 from stargraph_mem.stores.sql_conn import Conn, Insert, Many
 
 __all__ = [
@@ -243,6 +243,9 @@ class Batch:
         audit seq of its delta."""
         self._rowid = self._seq = -1
         """Last facts rowid and audit seq used (read when the first chunk starts)."""
+        self._text_mark: int | None = None
+        """The highest facts rowid the search index holds, when the backend lets it trail
+        the facts (see :mod:`~stargraph_mem.stores.sqlite_search`)."""
         self.check_sources: bool | None = None
         """Whether cited episodes are checked against the delta's scope (None: not yet
         known whether this file has an episodes table)."""
@@ -261,8 +264,10 @@ class Batch:
         bodies = [delta.canonical_body() for delta in deltas]
         ids = [delta.delta_id for delta in deltas]
         if self._seq < 0:
-            ((rowid, seq),) = await self.db.fetch(self.sql.last_ids)
+            ((rowid, seq, mark),) = await self.db.fetch(self.sql.last_ids)
             self._rowid, self._seq = int(rowid or 0), int(seq or 0)
+            if self.sql.catch_up_text and mark is not None:
+                self._text_mark = int(mark)
         stored = await self._stored(deltas, ids)
         await self._load(deltas)
         await self._check_sources(start, deltas)
@@ -601,7 +606,12 @@ class Batch:
         writes: tuple[tuple[Insert | Many, Sequence[Sequence[Any]]], ...] = (
             (sql.insert_fact, [fact_row + closing.get(fact_row[1], _OPEN) for fact_row, _ in rows]),
             (sql.insert_lineage, [lineage_row for _, lineage_row in rows]),
-            (sql.index_fact, [self._indexed(fact_row) for fact_row, _ in rows]),
+            (
+                sql.index_fact,
+                [self._indexed(fact_row) for fact_row, _ in rows]
+                if self._text_mark is None
+                else (),
+            ),
             (sql.close, closes),
             (sql.insert_audit, self._audit),
             (sql.insert_reinforcement, self._reinforcements),
@@ -619,6 +629,11 @@ class Batch:
                 await self.db.run_many(statement, params)
         self._audit, self._closes, self._reinforcements = [], [], []
         self._carried, self._pins, self._restores = [], [], []
+        mark = self._text_mark
+        if mark is not None and self._rowid - mark >= TEXT_LAG_MAX:
+            await self.db.execute(sql.catch_up_text, (mark,))
+            await self.db.execute(sql.move_text_mark, (self._rowid,))
+            self._text_mark = self._rowid
 
     async def _event_rows(self) -> list[tuple[Any, ...]]:
         """The chunk's status events, numbered after the stored ones (read once)."""

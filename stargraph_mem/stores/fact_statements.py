@@ -33,7 +33,9 @@ class FactStatements:
     lineage_columns: str
     audit_columns: str
     last_ids: str
-    """The last facts rowid and the last audit seq used (one row, two columns)."""
+    """The last facts rowid and the last audit seq used, and the highest facts rowid the
+    search index is known to hold (one row, three columns; the third NULL when each fact
+    is indexed by the transaction that makes it)."""
     stored_facts_in: str
     stored_markers_in: str
     fact_states_in: str
@@ -44,6 +46,11 @@ class FactStatements:
     insert_fact: Insert
     insert_lineage: Insert
     index_fact: Insert
+    catch_up_text: str
+    """Index the facts above the rowid ``(mark,)`` (see :data:`last_ids`; empty: the
+    backend indexes each fact in the transaction that makes it)."""
+    move_text_mark: str
+    """Set the highest facts rowid the index holds ``(rowid,)``."""
     close: Many
     insert_audit: Insert
     insert_reinforcement: Insert

@@ -18,6 +18,7 @@ from stargraph_mem.model.facts import FactPattern
 __all__ = [
     "MAX_LIMIT",
     "MAX_WORDS",
+    "TEXT_LAG_MAX",
     "body_text",
     "check_known",
     "check_limit",
@@ -30,6 +31,10 @@ MAX_LIMIT: Final = 1000
 """The most hits one search returns."""
 MAX_WORDS: Final = 64
 """The most words a query may hold (each is one term of the full-text match)."""
+TEXT_LAG_MAX: Final = 64
+"""How many facts a backend's index may trail the ``facts`` table by, when it lets the
+index trail at all (SQLite, see :mod:`~stargraph_mem.stores.sqlite_search`): a write that
+leaves it that far behind indexes them all."""
 
 _WORD: Final = re.compile(r"\w+")
 

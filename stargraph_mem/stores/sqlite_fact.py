@@ -10,6 +10,8 @@ PostgreSQL store), so a failure anywhere leaves the file exactly as it was.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sqlite3
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -105,10 +107,13 @@ from stargraph_mem.stores.sqlite_migration import apply_plan, check_plan
 from stargraph_mem.stores.sqlite_schedule import RuleRun, record_runs
 from stargraph_mem.stores.sqlite_search import (
     TOUCH,
+    catch_up_text,
     check_limit,
     match_expression,
     search_pattern,
     search_query,
+    text_behind,
+    text_copy,
 )
 from stargraph_mem.stores.sweep_reads import sweep_facts, sweep_partitions
 from stargraph_mem.stores.sweep_schema import DROP_SWEEP_INDEXES, ON_DEMAND_MARK, to_make
@@ -163,11 +168,19 @@ class SQLiteFactStore(SQLiteStoreBase):
         """The connection's own checkpoints are off (``wal_autocheckpoint=0``)."""
 
     async def close(self) -> None:
-        """Close the connection (a later call reopens it), after any background checkpoint."""
+        """Close the connection (a later call reopens it), after any background checkpoint;
+        the search index is brought up to date first, so a file at rest has every fact
+        indexed (should that fail, the next search indexes them)."""
         try:
             async with self._lock:
                 await self._settle()
                 self._deferred = False
+                db = self._db
+                if db is not None and self.read_only_reason is None:
+                    with contextlib.suppress(sqlite3.Error, StoreError):
+                        if await text_behind(db) is not None:
+                            async with transaction(db):
+                                await catch_up_text(db)
         finally:
             await super().close()
 
@@ -221,7 +234,8 @@ class SQLiteFactStore(SQLiteStoreBase):
         await checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     async def _bootstrap(self, db: aiosqlite.Connection) -> None:
-        """Create the schema, or migrate a version 1, 2 or 3 file (one transaction either way)."""
+        """Create the schema, or migrate a file of an older version (one transaction either
+        way)."""
         async with transaction(db):
             version = await stored_version(db)
             if version in MIGRATIONS:
@@ -230,7 +244,7 @@ class SQLiteFactStore(SQLiteStoreBase):
             elif version is not None and version != SCHEMA_VERSION:
                 raise StoreError(
                     f"{self.path}: fact store schema version {version} is not supported "
-                    f"(this version reads {SCHEMA_VERSION} and migrates 1 to 3)",
+                    f"(this version reads {SCHEMA_VERSION} and migrates 1 to {SCHEMA_VERSION - 1})",
                     schema_version=version,
                 )
             for statement in SCHEMA:
@@ -444,27 +458,31 @@ class SQLiteFactStore(SQLiteStoreBase):
         each returned fact's access count and last access are recorded (see
         :meth:`access`) in the same call; ``touch=False`` reads without a trace and works
         on a read-only file.
+
+        The search index may trail the newest facts (see
+        :mod:`~stargraph_mem.stores.sqlite_search`): a search first indexes them, in a
+        write transaction, or on a read-only file searches its connection's own copy of
+        the index, so every search sees every fact.
         """
         match = match_expression(query)
         where, params = pattern_filter(
             search_pattern(user, agent, subject, predicate, min_confidence)
         )
-        sql, args = search_query(
-            match,
-            where,
-            params,
-            SQLITE.fact_columns,
-            check_limit(limit),
-            include_history=include_history,
-        )
+        shape = (match, where, params, SQLITE.fact_columns, check_limit(limit), include_history)
+        sql, args = search_query(*shape)
         if not touch:
             async with self._read() as db:
-                rows = await fetch(db, sql, args)
-            return hits(rows)
+                behind = await text_behind(db)
+                if behind is None or self.read_only_reason is not None:
+                    if behind is not None:  # see the facts the file's index lacks
+                        sql, args = search_query(*shape, table=await text_copy(db))
+                    return hits(await fetch(db, sql, args))
         async with self._write() as db:
+            await catch_up_text(db)
             rows = await fetch(db, sql, args)
-            now_us = self._now_us()
-            await db.executemany(TOUCH, [(row[0], now_us) for row in rows])
+            if touch:
+                now_us = self._now_us()
+                await db.executemany(TOUCH, [(row[0], now_us) for row in rows])
         return hits(rows)
 
     async def record_access(self, fact_ids: Sequence[str], *, at: datetime | None = None) -> None:

@@ -28,10 +28,14 @@ from stargraph_mem.stores.sql_conn import Insert, Many
 from stargraph_mem.stores.sqlite_base import fetch, scalar
 from stargraph_mem.stores.sqlite_migration import Ledger
 from stargraph_mem.stores.sqlite_search import (
+    CATCH_UP_TEXT,
     INDEX_FACT,
+    MOVE_TEXT_MARK,
     SEARCH_BACKFILL,
     SEARCH_SCHEMA,
     SEARCH_TABLES,
+    TEXT_MARK,
+    TEXT_MARK_INIT,
 )
 
 __all__ = [
@@ -48,7 +52,7 @@ __all__ = [
     "stored_version",
 ]
 
-SCHEMA_VERSION: Final = 5
+SCHEMA_VERSION: Final = 6
 """2: lineage rows share their fact's rowid and name the creating audit row; audit delta
 ids are indexed for delete and noop deltas only. 3: the full-text index of facts and the
 access table (:mod:`~stargraph_mem.stores.sqlite_search`). 4: the durable aggregates of
@@ -188,6 +192,7 @@ SCHEMA: Final = (
     *STATUS_TABLES,
     f"INSERT OR IGNORE INTO fact_store_meta (key, value) VALUES ('schema_version', "
     f"'{SCHEMA_VERSION}')",
+    TEXT_MARK_INIT,
 )
 _MIGRATE_V1: Final = (
     _LINEAGE_TABLE.format(name="lineage_v2"),
@@ -238,11 +243,18 @@ _MIGRATE_V4: Final = (
 """Version 4 → 5, in the bootstrap transaction: closed facts get their status (superseded
 when a successor is named, else deleted); reinforcement bases start at 0 and times at the
 fact's ``valid_from``; no pins, no status events."""
+_MIGRATE_V5: Final = (
+    TEXT_MARK_INIT,
+    "UPDATE fact_store_meta SET value = '6' WHERE key = 'schema_version'",
+)
+"""Version 5 → 6, in the bootstrap transaction: the search index's mark (every fact of a
+version 5 file was indexed by the transaction that made it)."""
 MIGRATIONS: Final = {
-    1: (*_MIGRATE_V1, *_MIGRATE_V2, *_MIGRATE_V3, *_MIGRATE_V4),
-    2: (*_MIGRATE_V2, *_MIGRATE_V3, *_MIGRATE_V4),
-    3: (*_MIGRATE_V3, *_MIGRATE_V4),
-    4: _MIGRATE_V4,
+    1: (*_MIGRATE_V1, *_MIGRATE_V2, *_MIGRATE_V3, *_MIGRATE_V4, *_MIGRATE_V5),
+    2: (*_MIGRATE_V2, *_MIGRATE_V3, *_MIGRATE_V4, *_MIGRATE_V5),
+    3: (*_MIGRATE_V3, *_MIGRATE_V4, *_MIGRATE_V5),
+    4: (*_MIGRATE_V4, *_MIGRATE_V5),
+    5: _MIGRATE_V5,
 }
 """The statements that bring a file of each older version to :data:`SCHEMA_VERSION`."""
 TABLES: Final = (
@@ -287,7 +299,8 @@ _PREFIXED: Final = ", ".join(f"f.{c.strip()}" for c in _FACT_COLUMNS.split(","))
 _LAST_IDS: Final = (
     "SELECT (SELECT coalesce(max(rowid), 0) FROM facts), "
     "max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'audit'), 0), "
-    "coalesce((SELECT max(seq) FROM audit), 0))"
+    "coalesce((SELECT max(seq) FROM audit), 0)), "
+    f"(SELECT CAST(value AS INTEGER) FROM fact_store_meta WHERE key = '{TEXT_MARK}')"
 )
 _CLOSE: Final = (
     "UPDATE facts SET valid_until_us = ?, superseded_by = ?, closed_by = ?, status = ? "
@@ -382,6 +395,8 @@ SQLITE: Final = FactStatements(
     insert_fact=Insert("facts", FACT_INSERT_COLUMNS, _INSERT_FACT),
     insert_lineage=Insert("lineage", LINEAGE_INSERT_COLUMNS, _INSERT_LINEAGE),
     index_fact=Insert("fact_text", ("rowid", "body"), INDEX_FACT),
+    catch_up_text=CATCH_UP_TEXT,
+    move_text_mark=MOVE_TEXT_MARK,
     close=Many(_CLOSE),
     insert_audit=Insert("audit", AUDIT_INSERT_COLUMNS, _INSERT_AUDIT),
     insert_reinforcement=Insert(

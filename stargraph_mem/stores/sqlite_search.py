@@ -1,9 +1,18 @@
 """Search over facts (SQLite FTS5) and the access statistics reads leave behind.
 
-The full-text index holds every fact, current or closed, as history does: the batch that
-inserts a fact indexes its subject, predicate, object and payload in the very transaction
-that applies the pass, and nothing is ever taken out (a search joins the ``facts`` row
-and keeps the current ones unless asked for history). Removing a closed fact's words
+The full-text index holds every fact, current or closed, as history does: its subject,
+predicate, object and payload; nothing is ever taken out (a search joins the ``facts`` row
+and keeps the current ones unless asked for history).
+
+The index may trail the ``facts`` table by fewer than :data:`TEXT_LAG_MAX` facts: the
+facts of rowid above the mark ``text_indexed_through`` (in ``fact_store_meta``) are not
+indexed yet, all those at or below it are. A write that leaves the index that far behind
+indexes every such fact in its own transaction (one ``INSERT … SELECT``, and the mark
+moves), and a search first brings the index up to date (in a write transaction; on a file
+opened read-only, it searches a copy of the index kept in its connection's temporary
+database instead, so it sees the same facts and ranks them alike). Indexing each fact in
+the transaction that made it cost a streaming ``record`` about a tenth of its time: FTS5
+writes a new segment at every commit. Removing a closed fact's words
 (an FTS5 'delete') halved the throughput of update-heavy batches; leaving them costs a
 search only the closed facts its words also match. The index is contentless: it keeps
 the words, not the text (nothing is stored twice). Writes go through ``executemany``,
@@ -20,13 +29,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
+import aiosqlite
+
 from stargraph_mem.stores.search_common import (
     MAX_LIMIT,
+    TEXT_LAG_MAX,
     body_text,
     check_limit,
     query_words,
     search_pattern,
 )
+from stargraph_mem.stores.sqlite_base import fetch
 
 __all__ = [
     "ACCESS_TABLE",
@@ -34,12 +47,17 @@ __all__ = [
     "MAX_LIMIT",
     "SEARCH_SCHEMA",
     "SEARCH_TABLES",
+    "TEXT_LAG_MAX",
+    "TEXT_MARK",
     "TOUCH",
     "body_text",
+    "catch_up_text",
     "check_limit",
     "match_expression",
     "search_pattern",
     "search_query",
+    "text_behind",
+    "text_copy",
 ]
 
 SEARCH_TABLE: Final = "fact_text"
@@ -66,6 +84,36 @@ SEARCH_BACKFILL: Final = (
 
 INDEX_FACT: Final = f"INSERT INTO {SEARCH_TABLE} (rowid, body) VALUES (?, ?)"
 """Index one new fact: its rowid and :func:`body_text`."""
+
+TEXT_MARK: Final = "text_indexed_through"
+"""The ``fact_store_meta`` key of the highest facts rowid the index is known to hold."""
+TEXT_MARK_INIT: Final = (
+    f"INSERT OR IGNORE INTO fact_store_meta (key, value) VALUES ('{TEXT_MARK}', "
+    "(SELECT coalesce(max(rowid), 0) FROM facts))"
+)
+"""A new file's mark, or that of a file whose every fact was indexed when written."""
+TEXT_BEHIND: Final = (
+    "SELECT (SELECT coalesce(max(rowid), 0) FROM facts), "
+    f"(SELECT CAST(value AS INTEGER) FROM fact_store_meta WHERE key = '{TEXT_MARK}')"
+)
+"""The last facts rowid and the index's mark (one row)."""
+CATCH_UP_TEXT: Final = (
+    f"INSERT INTO {SEARCH_TABLE} (rowid, body) SELECT rowid, {BODY_SQL} FROM facts "
+    "WHERE rowid > ?1 ORDER BY rowid"
+)
+"""Index the facts above the mark ``?1``."""
+MOVE_TEXT_MARK: Final = f"UPDATE fact_store_meta SET value = ?1 WHERE key = '{TEXT_MARK}'"
+"""Set the mark (a facts rowid)."""
+TEXT_COPY: Final = "fact_text_copy"
+"""A read-only connection's own copy of the index (in its temporary database)."""
+TEXT_COPY_SCHEMA: Final = f"""CREATE VIRTUAL TABLE IF NOT EXISTS temp.{TEXT_COPY} USING fts5(
+        body, content='', tokenize='unicode61 remove_diacritics 2')"""
+TEXT_COPY_THROUGH: Final = f"SELECT coalesce(max(id), 0) FROM temp.{TEXT_COPY}_docsize"
+"""The highest facts rowid the copy holds (its document sizes are kept by rowid)."""
+TEXT_COPY_CATCH_UP: Final = (
+    f"INSERT INTO temp.{TEXT_COPY} (rowid, body) SELECT rowid, {BODY_SQL} FROM main.facts "
+    "WHERE rowid > ?1 ORDER BY rowid"
+)
 TOUCH: Final = (
     f"INSERT INTO {ACCESS_TABLE} (fact_id, count, last_access_us) VALUES (?, 1, ?) "
     "ON CONFLICT (fact_id) DO UPDATE SET count = count + 1, "
@@ -90,14 +138,16 @@ def search_query(
     params: Sequence[Any],
     columns: str,
     limit: int,
-    *,
     include_history: bool = False,
+    *,
+    table: str = SEARCH_TABLE,
 ) -> tuple[str, list[Any]]:
     """SQL and parameters of a search: ``columns`` of facts plus a score column.
 
     ``where``/``params`` are conditions over ``facts`` columns (the pattern filter); only
     current facts unless ``include_history``. The score is minus BM25 (higher is better);
-    a search without words scores 0 and ranks by confidence.
+    a search without words scores 0 and ranks by confidence. ``table``: the index searched
+    (the file's, or a read-only connection's copy of it).
     """
     conditions = [*where] if include_history else [*where, "valid_until_us IS NULL"]
     condition = " AND ".join(conditions) or "TRUE"
@@ -106,9 +156,40 @@ def search_query(
         sql = f"SELECT {columns}, 0.0 FROM facts WHERE {condition} ORDER BY {order} LIMIT ?"
         return sql, [*params, limit]
     sql = (
-        f"WITH hits AS (SELECT rowid AS hit_rowid, bm25({SEARCH_TABLE}) AS hit_rank "
-        f"FROM {SEARCH_TABLE} WHERE {SEARCH_TABLE} MATCH ?) "
+        f"WITH hits AS (SELECT rowid AS hit_rowid, bm25({table}) AS hit_rank "
+        f"FROM {table} WHERE {table} MATCH ?) "
         f"SELECT {columns}, -hit_rank FROM hits JOIN facts ON facts.rowid = hits.hit_rowid "
         f"WHERE {condition} ORDER BY hit_rank, {order} LIMIT ?"
     )
     return sql, [match, *params, limit]
+
+
+async def text_behind(db: aiosqlite.Connection) -> int | None:
+    """The index's mark when facts above it are not indexed yet; else None."""
+    ((last, mark),) = await fetch(db, TEXT_BEHIND)
+    return None if mark is None or int(last) <= int(mark) else int(mark)
+
+
+async def catch_up_text(db: aiosqlite.Connection) -> None:
+    """Index the facts the index lacks and move its mark (inside the caller's write
+    transaction)."""
+    ((last, mark),) = await fetch(db, TEXT_BEHIND)
+    if mark is not None and int(last) > int(mark):
+        await db.execute(CATCH_UP_TEXT, (int(mark),))
+        await db.execute(MOVE_TEXT_MARK, (int(last),))
+
+
+async def text_copy(db: aiosqlite.Connection) -> str:
+    """The name of this connection's own copy of the index, made or brought up to date
+    from the ``facts`` table (in its temporary database, which a connection opened
+    read-only can write): it holds every fact, as the file's index will once caught up."""
+    # the file is opened read-only; query_only (which also guards the temporary
+    # database) is lifted for these statements only
+    await db.execute("PRAGMA query_only=OFF")
+    try:
+        await db.execute(TEXT_COPY_SCHEMA)
+        ((through,),) = await fetch(db, TEXT_COPY_THROUGH)
+        await db.execute(TEXT_COPY_CATCH_UP, (int(through),))
+    finally:
+        await db.execute("PRAGMA query_only=ON")
+    return TEXT_COPY

@@ -95,7 +95,7 @@ FACTS: Final = FactStatements(
     audit_columns=_AUDIT,
     last_ids=(
         "SELECT (SELECT coalesce(max(rowid), 0) FROM facts), "
-        "(SELECT coalesce(max(seq), 0) FROM audit)"
+        "(SELECT coalesce(max(seq), 0) FROM audit), NULL"
     ),
     stored_facts_in="SELECT id FROM facts WHERE id = ANY(%s)",
     stored_markers_in=f"SELECT delta_id FROM audit WHERE {_MARKERS} AND delta_id = ANY(%s)",
@@ -115,6 +115,8 @@ FACTS: Final = FactStatements(
     insert_fact=_insert("facts", FACT_INSERT_COLUMNS),
     insert_lineage=_insert("lineage", LINEAGE_INSERT_COLUMNS),
     index_fact=_insert("fact_text", ("rowid", "text")),
+    catch_up_text="",  # each fact is indexed by the transaction that makes it
+    move_text_mark="",
     close=Many(
         "UPDATE facts SET valid_until_us = %s, superseded_by = %s, closed_by = %s, "
         "status = %s WHERE id = %s AND valid_until_us IS NULL",
