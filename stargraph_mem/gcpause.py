@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import gc
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 
 class GCPause:
@@ -21,20 +19,23 @@ class GCPause:
         self._active = 0
         self._was_enabled = False
 
-    @contextmanager
-    def __call__(self) -> Iterator[None]:
+    def __call__(self) -> GCPause:
+        """``with gc_paused():`` (the pause is counted process-wide, so the object itself
+        is the context manager)."""
+        return self
+
+    def __enter__(self) -> None:
         with self._lock:
             if self._active == 0:
                 self._was_enabled = gc.isenabled()
                 gc.disable()
             self._active += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._active -= 1
-                if self._active == 0 and self._was_enabled:
-                    gc.enable()
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self._active -= 1
+            if self._active == 0 and self._was_enabled:
+                gc.enable()
 
 
 gc_paused = GCPause()

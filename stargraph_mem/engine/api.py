@@ -20,6 +20,7 @@ from stargraph_mem.engine.scheduler import (
     merge_sweep,
 )
 from stargraph_mem.engine.sweep import Sweeper, swept
+from stargraph_mem.gcpause import gc_paused
 from stargraph_mem.model.episodes import Episode
 from stargraph_mem.model.facts import (
     Fact,
@@ -189,7 +190,8 @@ class Consolidator(AsyncResource):
         ``select`` reads the file itself. A pass that fails still leaves the episode
         stored (the put is done again on its own); a process killed before the commit
         has stored neither."""
-        with inline_statements(defer_commit=self._joined_record):
+        # a record's objects are short-lived: the cycle search waits until it returns
+        with inline_statements(defer_commit=self._joined_record), gc_paused():
             check_scope(episode, episode.user, episode.session, episode.agent)  # as put does
             stored = await self.memory.put_many([episode])
             partition = Partition(episode.user, episode.agent)

@@ -493,7 +493,8 @@ class PackRuntime:
             self._run(budget)
         elif not episodes:
             self._run(budget)
-        self._output("flush", clips.Symbol(OUT))
+        with self._unrouted():  # a flush asks every router whether the file is its own
+            self._output("flush", clips.Symbol(OUT))
         lines = reader.read().splitlines()
         collector = _Collector(self, job.partition, now, episodes, fact_list, out, stamp)
         collector.archived = {f.id: _from_engine(f, "archived") for f in job.archived}
