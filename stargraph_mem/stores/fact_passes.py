@@ -230,15 +230,18 @@ async def fresh_passes(db: Conn, sql: FactStatements, passes: Sequence[PassWrite
     expired or dead claim is cleared, as :func:`other_claim` does)."""
     if not passes:
         return []
-    keys = [p.basis.partition.key for p in passes]
-    packs = sorted({p.basis.pack for p in passes})
-    ids = sql.ids(keys)
+    if len(passes) == 1:  # a record's pass: plain equalities
+        one = passes[0].basis
+        key = one.partition.key
+        rows = await db.fetch(sql.fresh_one, (one.pack, key, key, key, key))
+    else:
+        ids = sql.ids([p.basis.partition.key for p in passes])
+        packs = sql.ids(sorted({p.basis.pack for p in passes}))
+        rows = await db.fetch(sql.fresh_of, (packs, ids, ids, ids))
     marks: dict[tuple[str, str], dict[str, int]] = {}
     versions: dict[str, int] = {}
     claims: list[tuple[str, str, int]] = []
-    for kind, pack, key, text, number in await db.fetch(
-        sql.fresh_of, (sql.ids(packs), ids, ids, ids)
-    ):
+    for kind, pack, key, text, number in rows:
         if kind == 0:
             marks.setdefault((str(pack), str(key)), {})[str(text)] = int(number)
         elif kind == 1:

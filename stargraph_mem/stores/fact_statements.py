@@ -69,6 +69,8 @@ class FactStatements:
     keys)``): rows ``(0, pack, key, rule_id, last_seq)`` for the packs' watermarks,
     ``(1, NULL, key, NULL, max audit seq)`` for each key, ``(2, NULL, key, holder,
     expires_us)`` for the claims on the keys."""
+    fresh_one: str
+    """:attr:`fresh_of` for one pass, by equalities (``(pack, key, key, key, key)``)."""
     current_of: str
     """Current facts (the current-facts columns, then ``partition_key``) of the given keys."""
     claim_of: str

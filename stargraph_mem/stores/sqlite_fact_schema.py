@@ -429,6 +429,13 @@ SQLITE: Final = FactStatements(
         "UNION ALL SELECT 2, NULL, partition_key, holder, expires_us FROM partition_claims "
         f"WHERE partition_key {_IN_JSON}"
     ),
+    fresh_one=(
+        "SELECT 0, pack, partition_key, rule_id, last_seq FROM watermarks "
+        "WHERE pack = ? AND partition_key = ? "
+        "UNION ALL SELECT 1, NULL, ?, NULL, (SELECT max(seq) FROM audit WHERE partition_key = ?) "
+        "UNION ALL SELECT 2, NULL, partition_key, holder, expires_us FROM partition_claims "
+        "WHERE partition_key = ?"
+    ),
     current_of=_CURRENT_OF,
     claim_of="SELECT holder, expires_us FROM partition_claims WHERE partition_key = ?",
     drop_claim="DELETE FROM partition_claims WHERE partition_key = ? AND holder = ?",

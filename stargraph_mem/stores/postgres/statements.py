@@ -162,6 +162,14 @@ FACTS: Final = FactStatements(
         "UNION ALL SELECT 2, NULL, partition_key, holder, expires_us FROM partition_claims "
         "WHERE partition_key = ANY(%s)"
     ),
+    fresh_one=(
+        "SELECT 0, pack, partition_key, rule_id, last_seq FROM watermarks "
+        "WHERE pack = %s AND partition_key = %s "
+        "UNION ALL SELECT 1, NULL, %s::text, NULL, "
+        "(SELECT max(seq) FROM audit WHERE partition_key = %s) "
+        "UNION ALL SELECT 2, NULL, partition_key, holder, expires_us FROM partition_claims "
+        "WHERE partition_key = %s"
+    ),
     current_of=_CURRENT_OF,
     claim_of="SELECT holder, expires_us FROM partition_claims WHERE partition_key = %s",
     drop_claim="DELETE FROM partition_claims WHERE partition_key = %s AND holder = %s",
