@@ -24,7 +24,7 @@ from datetime import datetime
 from functools import partial
 from pathlib import Path
 from queue import SimpleQueue
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar, Final, cast
 
 import aiosqlite
 
@@ -40,18 +40,23 @@ __all__ = [
     "BUSY_TIMEOUT_MS",
     "EPOCH",
     "EXIT_CLOSE_SECONDS",
+    "NOT_HERE",
     "ONE_US",
     "SQLiteConn",
     "SQLiteStoreBase",
     "SharedConnection",
     "StoreConnection",
     "fetch",
+    "fetch_rows",
     "file_size",
     "from_us",
+    "here",
     "open_connection",
     "open_read_only",
     "read_only_reason",
     "read_only_uri",
+    "run_rows",
+    "run_statement",
     "scalar",
     "to_us",
     "transaction",
@@ -77,6 +82,9 @@ them together); a thread still busy after that is left to end with the process."
 
 _Requests = SimpleQueue[tuple["asyncio.Future[Any] | None", Callable[[], Any]]]
 _STOP = object()
+NOT_HERE: Final = object()
+"""What :meth:`StoreConnection.run_here` returns when the statement must go to the
+connection's thread."""
 """What a connection thread's last request returns: the thread ends after it."""
 
 
@@ -220,31 +228,40 @@ class StoreConnection(aiosqlite.Connection):
         handed to the thread."""
         _OPEN.add(self)
 
+    def run_here(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` here, inside :func:`inline_statements` while the connection's
+        thread is idle (see there); :data:`NOT_HERE` when it must go to that thread
+        instead (outside such a scope, while the thread works, or after a busy refusal)."""
+        scope = current_scope()
+        if (
+            scope is None
+            or self._queued
+            or self._connection is None
+            or not self._running
+            or id(self) in scope.refused
+        ):
+            return NOT_HERE
+        if not self._lowered:
+            self._connection.execute(_BUSY_TIMEOUT_PRAGMA.format(0))
+            self._lowered = True
+        try:
+            result = fn(*args)
+        except sqlite3.OperationalError as exc:
+            if not _is_busy(exc):
+                raise
+            # nothing was done: wait for the lock on the thread, as outside the scope
+            scope.refused.add(id(self))
+            return NOT_HERE
+        if "COMMIT" in args[:2]:  # (sql, …) from aiosqlite, (conn, sql, …) from SQLiteConn
+            self._committed_inline()
+        return result
+
     async def _execute(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run ``fn`` on the connection's thread; or here, inside :func:`inline_statements`
         while that thread is idle (see there)."""
-        scope = current_scope()
-        if (
-            scope is not None
-            and self._queued == 0
-            and self._connection is not None
-            and self._running
-            and id(self) not in scope.refused
-        ):
-            if not self._lowered:
-                self._connection.execute(_BUSY_TIMEOUT_PRAGMA.format(0))
-                self._lowered = True
-            try:
-                result = fn(*args, **kwargs)
-            except sqlite3.OperationalError as exc:
-                if not _is_busy(exc):
-                    raise
-                # nothing was done: wait for the lock on the thread, as outside the scope
-                scope.refused.add(id(self))
-            else:
-                if args and args[0] == "COMMIT":
-                    self._committed_inline()
-                return result
+        result = self.run_here(partial(fn, **kwargs) if kwargs else fn, *args)
+        if result is not NOT_HERE:
+            return result
         # the timeout is lowered only while the thread is idle and statements run here;
         # it is put back before the thread runs one (which may wait for a lock there),
         # and a transaction waiting for its commit is committed first
@@ -428,7 +445,8 @@ class _Transaction:
                 self._joined = db
                 return db
             db.commit_deferred()  # another scope's: committed before this one begins
-        await db.execute("BEGIN IMMEDIATE")
+        if here(db, run_statement, "BEGIN IMMEDIATE", ()) is NOT_HERE:
+            await db.execute("BEGIN IMMEDIATE")
         return db
 
     async def __aexit__(
@@ -492,7 +510,10 @@ async def fetch(
     db: aiosqlite.Connection, sql: str, params: Sequence[Any] = ()
 ) -> list[sqlite3.Row]:
     """All rows of one statement, as a list (aiosqlite types them as an iterable)."""
-    return list(await db.execute_fetchall(sql, params))
+    rows = here(db, fetch_rows, sql, params)
+    if rows is NOT_HERE:
+        return list(await db.execute_fetchall(sql, params))
+    return cast(list[sqlite3.Row], rows)
 
 
 async def scalar(db: aiosqlite.Connection, sql: str, params: Sequence[Any] = ()) -> Any:
@@ -511,25 +532,62 @@ class SQLiteConn:
 
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         before = self.db.total_changes
-        await self.db.execute(sql, params)
+        if self._here(run_statement, sql, params) is NOT_HERE:
+            await self.db.execute(sql, params)
         return self.db.total_changes - before
 
     async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> int:
         before = self.db.total_changes
-        await self.db.executemany(sql, rows)
+        if self._here(run_rows, sql, rows) is NOT_HERE:
+            await self.db.executemany(sql, rows)
         return self.db.total_changes - before
 
     async def insert_many(self, insert: Insert, rows: Sequence[Sequence[Any]]) -> None:
-        await self.db.executemany(insert.sql, rows)
+        if self._here(run_rows, insert.sql, rows) is NOT_HERE:
+            await self.db.executemany(insert.sql, rows)
 
     async def run_many(self, statement: Many, rows: Sequence[Sequence[Any]]) -> None:
-        await self.db.executemany(statement.sql, rows)
+        if self._here(run_rows, statement.sql, rows) is NOT_HERE:
+            await self.db.executemany(statement.sql, rows)
 
     async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[Sequence[Any]]:
-        return list(await self.db.execute_fetchall(sql, params))
+        rows = self._here(fetch_rows, sql, params)
+        if rows is NOT_HERE:
+            return list(await self.db.execute_fetchall(sql, params))
+        return cast(list[Sequence[Any]], rows)
+
+    def _here(self, fn: Callable[..., Any], sql: str, params: Any) -> Any:
+        return here(self.db, fn, sql, params)
 
     async def scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
         return await scalar(self.db, sql, params)
+
+
+def here(db: aiosqlite.Connection, fn: Callable[..., Any], sql: str, params: Any) -> Any:
+    """``fn(connection, sql, params)`` (:func:`run_statement`, :func:`run_rows`,
+    :func:`fetch_rows`) on the caller's thread when it may run there (see
+    :meth:`StoreConnection.run_here`), without aiosqlite's layers; else :data:`NOT_HERE`."""
+    if type(db) is not StoreConnection or db._connection is None:
+        return NOT_HERE
+    return db.run_here(fn, db._connection, sql, params)
+
+
+def run_statement(conn: sqlite3.Connection, sql: str, params: Any) -> None:
+    conn.execute(sql, params)
+
+
+def run_rows(conn: sqlite3.Connection, sql: str, rows: Any) -> None:
+    conn.executemany(sql, rows)
+
+
+def fetch_rows(conn: sqlite3.Connection, sql: str, params: Any) -> list[Any]:
+    """Every row; the statement is reset even when reading fails part way (an unfinished
+    one would keep a read snapshot open on the connection)."""
+    cursor = conn.execute(sql, params)
+    try:
+        return cursor.fetchall()
+    finally:
+        cursor.close()
 
 
 async def _enable_wal(db: aiosqlite.Connection) -> None:

@@ -16,7 +16,7 @@ import sqlite3
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import aiosqlite
 import orjson
@@ -63,9 +63,12 @@ from stargraph_mem.stores.models import ConsolidationRule, MigrationPlan
 from stargraph_mem.stores.scope import Partition
 from stargraph_mem.stores.sqlite_base import BUSY_TIMEOUT_MS as BUSY_TIMEOUT_MS  # re-export
 from stargraph_mem.stores.sqlite_base import (
+    NOT_HERE,
     SQLiteConn,
     SQLiteStoreBase,
     fetch,
+    fetch_rows,
+    here,
     scalar,
     transaction,
 )
@@ -207,6 +210,9 @@ async def _all(db: aiosqlite.Connection, sql: str, params: Sequence[Any]) -> lis
     """Every row of one statement; when reading fails part way the cursor is closed (an
     unfinished statement would keep a read snapshot open on the connection, and a later
     ``BEGIN IMMEDIATE`` on it would fail as busy)."""
+    rows = here(db, fetch_rows, sql, params)
+    if rows is not NOT_HERE:
+        return cast(list[Any], rows)
     cursor = await db.execute(sql, params)
     try:
         return list(await cursor.fetchall())
