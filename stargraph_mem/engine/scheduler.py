@@ -62,10 +62,10 @@ DEFAULT_LEASE_SECONDS = 30.0
 """A tick leases a partition for this long (renewed by each pass it applies); another
 scheduler takes it over once it expires."""
 RETRIES = 8
+"""Times a record's streaming check re-decides after another scheduler applied first."""
 KNOWN_TOKENS_MAX = 10_000
 """Partitions whose last record's run tokens a scheduler keeps (see
 ``Scheduler._decide_known``); the oldest are dropped beyond that."""
-"""Times a record's streaming check re-decides after another scheduler applied first."""
 
 
 @dataclass(frozen=True, order=True)

@@ -74,11 +74,12 @@ def inline_statements(*, defer_commit: bool = False) -> Iterator[None]:
     back first: statements wait for locks only there.
 
     With ``defer_commit`` (a streaming record), the scope's first write transaction that
-    runs here (the put) is left open, and the scope's next write transaction on that
-    connection (the pass) joins it under a savepoint: one commit instead of two. If the
-    joining part fails, it alone is rolled back and the first part is committed. Anything
-    else that uses the connection first (a statement another task queues, another
-    transaction) commits the open one, and so does the scope's end.
+    runs here and can be done again (the put) is left open, and the scope's next write
+    transaction on that connection (the pass) joins it: one commit instead of two. If the
+    joining part fails, both are rolled back and the first one's work is done again and
+    committed on its own (see :func:`~stargraph_mem.stores.sqlite_base.transaction`).
+    Anything else that uses the connection first (a statement another task queues,
+    another transaction) commits the open one, and so does the scope's end.
     """
     scope = InlineScope(defer_commit)
     token = _SCOPE.set(scope)

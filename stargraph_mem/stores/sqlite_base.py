@@ -82,10 +82,10 @@ them together); a thread still busy after that is left to end with the process."
 
 _Requests = SimpleQueue[tuple["asyncio.Future[Any] | None", Callable[[], Any]]]
 _STOP = object()
+"""What a connection thread's last request returns: the thread ends after it."""
 NOT_HERE: Final = object()
 """What :meth:`StoreConnection.run_here` returns when the statement must go to the
 connection's thread."""
-"""What a connection thread's last request returns: the thread ends after it."""
 
 
 def _reply(future: asyncio.Future[Any] | None, value: Any, failed: bool) -> None:

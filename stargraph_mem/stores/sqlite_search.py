@@ -66,9 +66,25 @@ SEARCH_TABLES: Final = (SEARCH_TABLE, ACCESS_TABLE)
 
 BODY_SQL: Final = "subject || ' ' || predicate || ' ' || object || ' ' || CAST(payload AS TEXT)"
 """A fact row's indexed text in SQL; :func:`body_text` builds the same text in Python."""
+
+
+def _index_table(name: str) -> str:
+    """A contentless full-text index of fact bodies named ``name`` (``IF NOT EXISTS``)."""
+    return (
+        f"CREATE VIRTUAL TABLE IF NOT EXISTS {name} USING fts5("
+        "body, content='', tokenize='unicode61 remove_diacritics 2')"
+    )
+
+
+def _indexing(into: str, facts: str, where: str = "") -> str:
+    """Index the rows of ``facts`` (``where``: which) into the index ``into``, in rowid
+    order."""
+    select = f"SELECT rowid, {BODY_SQL} FROM {facts}{where} ORDER BY rowid"
+    return f"INSERT INTO {into} (rowid, body) {select}"
+
+
 SEARCH_SCHEMA: Final = (
-    f"""CREATE VIRTUAL TABLE IF NOT EXISTS {SEARCH_TABLE} USING fts5(
-        body, content='', tokenize='unicode61 remove_diacritics 2')""",
+    _index_table(SEARCH_TABLE),
     f"""CREATE TABLE IF NOT EXISTS {ACCESS_TABLE} (
         fact_id TEXT PRIMARY KEY,
         count INTEGER NOT NULL,
@@ -77,9 +93,7 @@ SEARCH_SCHEMA: Final = (
 )
 """The index and the access table (``IF NOT EXISTS``: idempotent)."""
 
-SEARCH_BACKFILL: Final = (
-    f"INSERT INTO {SEARCH_TABLE} (rowid, body) SELECT rowid, {BODY_SQL} FROM facts ORDER BY rowid"
-)
+SEARCH_BACKFILL: Final = _indexing(SEARCH_TABLE, "facts")
 """Index the facts of a file written before the index existed (its migration)."""
 
 INDEX_FACT: Final = f"INSERT INTO {SEARCH_TABLE} (rowid, body) VALUES (?, ?)"
@@ -97,23 +111,16 @@ TEXT_BEHIND: Final = (
     f"(SELECT CAST(value AS INTEGER) FROM fact_store_meta WHERE key = '{TEXT_MARK}')"
 )
 """The last facts rowid and the index's mark (one row)."""
-CATCH_UP_TEXT: Final = (
-    f"INSERT INTO {SEARCH_TABLE} (rowid, body) SELECT rowid, {BODY_SQL} FROM facts "
-    "WHERE rowid > ?1 ORDER BY rowid"
-)
+CATCH_UP_TEXT: Final = _indexing(SEARCH_TABLE, "facts", " WHERE rowid > ?1")
 """Index the facts above the mark ``?1``."""
 MOVE_TEXT_MARK: Final = f"UPDATE fact_store_meta SET value = ?1 WHERE key = '{TEXT_MARK}'"
 """Set the mark (a facts rowid)."""
 TEXT_COPY: Final = "fact_text_copy"
 """A read-only connection's own copy of the index (in its temporary database)."""
-TEXT_COPY_SCHEMA: Final = f"""CREATE VIRTUAL TABLE IF NOT EXISTS temp.{TEXT_COPY} USING fts5(
-        body, content='', tokenize='unicode61 remove_diacritics 2')"""
+TEXT_COPY_SCHEMA: Final = _index_table(f"temp.{TEXT_COPY}")
 TEXT_COPY_THROUGH: Final = f"SELECT coalesce(max(id), 0) FROM temp.{TEXT_COPY}_docsize"
 """The highest facts rowid the copy holds (its document sizes are kept by rowid)."""
-TEXT_COPY_CATCH_UP: Final = (
-    f"INSERT INTO temp.{TEXT_COPY} (rowid, body) SELECT rowid, {BODY_SQL} FROM main.facts "
-    "WHERE rowid > ?1 ORDER BY rowid"
-)
+TEXT_COPY_CATCH_UP: Final = _indexing(f"temp.{TEXT_COPY}", "main.facts", " WHERE rowid > ?1")
 TOUCH: Final = (
     f"INSERT INTO {ACCESS_TABLE} (fact_id, count, last_access_us) VALUES (?, 1, ?) "
     "ON CONFLICT (fact_id) DO UPDATE SET count = count + 1, "
