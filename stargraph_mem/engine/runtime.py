@@ -169,11 +169,14 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def _dispose(builders: dict[str, _FactBuilder], *keep_alive: object) -> None:
-    """Dispose of ``builders`` (``keep_alive``: what must outlive them)."""
-    for builder in builders.values():
-        builder.dispose()
-    builders.clear()
+def _dispose(
+    builders: dict[str, _FactBuilder], calls: dict[str, _Call], *keep_alive: object
+) -> None:
+    """Dispose of ``builders`` and ``calls`` (``keep_alive``: what must outlive them)."""
+    for held in (builders, calls):
+        for builder in held.values():
+            builder.dispose()
+        held.clear()
 
 
 class _FactBuilder:
@@ -217,6 +220,30 @@ class _FactBuilder:
         lib.FBDispose(self._fb)
 
 
+class _Call:
+    """One CLIPS function call with fixed symbol arguments, through a function call
+    builder made once (clipspy's ``call`` converts every argument and the result on each
+    call); returns whether the function returned TRUE."""
+
+    def __init__(self, env: clips.Environment, function: str, *symbols: str) -> None:
+        self._envp = env._env
+        self._function = function.encode()
+        self._fcb = lib.CreateFunctionCallBuilder(self._envp, len(symbols))
+        cell = ffi.new("CLIPSValue *")
+        for symbol in symbols:
+            cell.lexemeValue = lib.CreateSymbol(self._envp, symbol.encode())
+            lib.FCBAppend(self._fcb, cell)
+        self._result = ffi.new("CLIPSValue *")
+
+    def __call__(self) -> bool:
+        if lib.FCBCall(self._fcb, self._function, self._result) != lib.FCBE_NO_ERROR:
+            return False
+        return bool(self._result.lexemeValue == lib.TrueSymbol(self._envp))
+
+    def dispose(self) -> None:
+        lib.FCBDispose(self._fcb)
+
+
 _BUILT: Final = ("sm-pass", "sm-cursor", "sm-elig", "sm-fact", "sm-episode", "sm-end")
 """The deftemplates a pass asserts facts of."""
 
@@ -255,8 +282,10 @@ class PackRuntime:
         self._clean = False
         """Whether the environment holds no facts (reset since its last pass)."""
         self._fact_builders: dict[str, _FactBuilder] = {}
+        self._calls: dict[str, _Call] = {}
+        """Function calls a pass makes, by name (made once, like the fact builders)."""
         # the builders go before the environment does (CLIPS reports them as leaked)
-        weakref.finalize(self, _dispose, self._fact_builders, self.env)
+        weakref.finalize(self, _dispose, self._fact_builders, self._calls, self.env)
         self.plans: dict[tuple[str, Stamp | None], _Plan] = {}
         """How each rule's deltas are built (per rule, and stamp: see :class:`_Plan`)."""
 
@@ -335,8 +364,12 @@ class PackRuntime:
             )
 
     def _run(self, budget: int) -> None:
-        with self._unrouted():
-            fired = self.env.run(budget)
+        envp = self.env._env  # the router off as in _unrouted, without a generator's cost
+        lib.DeactivateRouter(envp, ERROR_ROUTER)
+        try:
+            fired = lib.Run(envp, budget)
+        finally:
+            lib.ActivateRouter(envp, ERROR_ROUTER)
         if fired >= budget and next(iter(self.env.activations()), None) is not None:
             raise EngineError(
                 f"pack '{self.compiled.name}' fired more than {budget} rules in one step; "
@@ -424,6 +457,24 @@ class PackRuntime:
                 raise
         return self._reader
 
+    def _flush(self) -> None:
+        """Flush the deltas file, the error router off (a flush asks every router whether
+        the file is its own); a failure raises, so a partial file is never read."""
+        flush = self._calls.get("flush")
+        if flush is None:
+            flush = self._calls["flush"] = _Call(self.env, "flush", OUT)
+        envp = self.env._env
+        lib.DeactivateRouter(envp, ERROR_ROUTER)
+        try:
+            done = flush()
+        finally:
+            lib.ActivateRouter(envp, ERROR_ROUTER)
+        if not done:
+            raise EngineError(
+                f"pack '{self.compiled.name}': flush of the deltas file failed",
+                pack=self.compiled.name,
+            )
+
     def _close_deltas_file(self) -> None:
         reader, self._reader = self._reader, None
         if reader is not None:
@@ -493,8 +544,7 @@ class PackRuntime:
             self._run(budget)
         elif not episodes:
             self._run(budget)
-        with self._unrouted():  # a flush asks every router whether the file is its own
-            self._output("flush", clips.Symbol(OUT))
+        self._flush()
         lines = reader.read().splitlines()
         collector = _Collector(self, job.partition, now, episodes, fact_list, out, stamp)
         collector.archived = {f.id: _from_engine(f, "archived") for f in job.archived}
@@ -599,7 +649,7 @@ class PackRuntime:
     def close(self) -> None:
         with self._lock:
             self._close_deltas_file()
-            _dispose(self._fact_builders)
+            _dispose(self._fact_builders, self._calls)
         self._out.unlink(missing_ok=True)
         Path(self._dir).rmdir()
 
