@@ -40,6 +40,7 @@ from stargraph_mem.compiler.pack import CompiledPack, CompiledRule
 from stargraph_mem.compiler.sweep_sql import is_sweep
 from stargraph_mem.engine.history import HistoryFacts, HistoryInput
 from stargraph_mem.engine.history import compute as compute_history
+from stargraph_mem.engine.layered import GONE, Gone, Layered
 from stargraph_mem.errors import EngineError
 from stargraph_mem.gcpause import gc_paused
 from stargraph_mem.ir.checks import PAYLOAD_PREFIX, VarInfo, parse_template, pattern_of
@@ -1215,30 +1216,32 @@ class FactList(list[EngineFact]):
     """A partition's current facts as a pass leaves them: ordered by ``valid_from``, then
     id, each with its observation time, with the lookups the next pass needs (made on
     first use, and carried into the list the next pass leaves). Never changed once made:
-    :meth:`changed` makes the next one."""
+    :meth:`changed` makes the next one, whose lookups share this one's (see
+    :class:`~stargraph_mem.engine.layered.Layered`)."""
 
     __slots__ = ("_ids", "_keyed")
 
     def __init__(self, facts: Iterable[EngineFact] = ()) -> None:
         super().__init__(facts)
-        self._ids: dict[str, EngineFact] | None = None
-        self._keyed: dict[tuple[str, ...], dict[Any, list[EngineFact]]] = {}
+        self._ids: Layered[str, EngineFact] | None = None
+        self._keyed: dict[tuple[str, ...], Layered[Any, list[EngineFact]]] = {}
 
-    def ids(self) -> dict[str, EngineFact]:
+    def ids(self) -> Layered[str, EngineFact]:
         """The facts by id."""
         if self._ids is None:
-            self._ids = {f.id: f for f in self}
+            self._ids = Layered({f.id: f for f in self})
         return self._ids
 
-    def keyed(self, fields: tuple[str, ...]) -> dict[Any, list[EngineFact]]:
+    def keyed(self, fields: tuple[str, ...]) -> Layered[Any, list[EngineFact]]:
         """The facts by their values of ``fields`` (one field: the value), each list in
         the order of this one."""
         found = self._keyed.get(fields)
         if found is None:
             of = attrgetter(*fields)
-            found = self._keyed[fields] = {}
+            index: dict[Any, list[EngineFact]] = {}
             for fact in self:
-                found.setdefault(of(fact), []).append(fact)
+                index.setdefault(of(fact), []).append(fact)
+            found = self._keyed[fields] = Layered(index)
         return found
 
     def changed(self, gone: Iterable[str], made: Sequence[EngineFact]) -> FactList:
@@ -1256,24 +1259,23 @@ class FactList(list[EngineFact]):
                 out.remove(fact)
         for fact in made:
             insort(out, fact, key=_fact_order)
-        new_ids = dict(ids)
-        for fact in removed:
-            del new_ids[fact.id]
-        new_ids.update((f.id, f) for f in made)
-        out._ids = new_ids
+        by_id: dict[str, EngineFact | Gone] = {fact.id: GONE for fact in removed}
+        by_id.update((f.id, f) for f in made)
+        out._ids = ids.changed(by_id)
         for fields, index in self._keyed.items():
-            of, carried = attrgetter(*fields), dict(index)
+            of = attrgetter(*fields)
+            lists: dict[Any, list[EngineFact]] = {}
             for fact in removed:
-                kept = [f for f in carried[of(fact)] if f is not fact]
-                if kept:
-                    carried[of(fact)] = kept
-                else:
-                    del carried[of(fact)]
+                key = of(fact)
+                lists[key] = [f for f in lists.get(key, index.get(key, ())) if f is not fact]
             for fact in made:
-                same = list(carried.get(of(fact), ()))
+                key = of(fact)
+                same = list(lists.get(key, index.get(key, ())))
                 insort(same, fact, key=_fact_order)
-                carried[of(fact)] = same
-            out._keyed[fields] = carried
+                lists[key] = same
+            out._keyed[fields] = index.changed(
+                {key: same if same else GONE for key, same in lists.items()}
+            )
         return out
 
 
@@ -1286,7 +1288,9 @@ class _PassFacts:
 
     def __init__(self, facts: list[EngineFact]) -> None:
         self.given = facts
-        self.stored = facts.ids() if isinstance(facts, FactList) else {f.id: f for f in facts}
+        self.stored: Mapping[str, EngineFact] = (
+            facts.ids() if isinstance(facts, FactList) else {f.id: f for f in facts}
+        )
         self.used: dict[str, _PassFact] = {}
         """Facts read, changed or made in the pass, by id."""
         self.gone: set[str] = set()
