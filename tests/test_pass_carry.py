@@ -149,3 +149,50 @@ def test_a_streaming_pass_reuses_its_facts_only_while_nobody_changed_them(
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(SQLiteFactStore, "current_facts", counting)
         assert asyncio.run(scenario()) == [("ann", "tea", False), ("bo", "tea", False)]
+
+
+def test_the_facts_kept_between_passes_stay_within_one_budget_for_all_partitions(
+    tmp_path: Path,
+) -> None:
+    """Passes reuse the facts their last pass left while all partitions' kept facts fit
+    in ``KNOWN_FACTS_MAX``: past it the least recently used partition is read again, and
+    a partition with more facts than the whole budget is read at every pass."""
+    from stargraph_mem.compiler.pack import compile_text
+    from stargraph_mem.engine import runner
+    from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
+
+    text = (RULES / "dedup_against_facts.yaml").read_text(encoding="utf-8")
+    pack = compile_text(text.replace('{cron: "0 3 * * *"}', "{every: 1}"))
+    reads: list[str] = []
+    original = SQLiteFactStore.current_facts
+
+    async def counting(self: SQLiteFactStore, partition: Partition) -> list[EngineFact]:
+        reads.append(partition.user)
+        return await original(self, partition)
+
+    def put(n: int, user: str, subject: str) -> Any:
+        return episode(f"e{n}", n, user=user, **spo(subject, "likes", "tea"))
+
+    async def scenario() -> None:
+        async with Consolidator(tmp_path / "m.db", [pack]) as mem:
+            await mem.record(put(1, "ann", "a1"))  # ann: 1 fact, kept (1 in all)
+            await mem.record(put(2, "bo", "b1"))  # bo: 1 fact, kept (2 in all)
+            await mem.record(put(3, "ann", "a2"))  # ann reused: 2 facts, 3 in all
+            assert reads == ["ann", "bo"]
+            await mem.record(put(4, "bo", "b2"))  # bo reused: 2 facts, 4 > 3: ann dropped
+            assert reads == ["ann", "bo"]
+            await mem.record(put(5, "ann", "a1"))  # ann read again
+            assert reads == ["ann", "bo", "ann"]
+            for n, subject in enumerate(["c1", "c2", "c3", "c4", "c5", "c6"], start=6):
+                await mem.record(put(n, "cy", subject))
+            # cy's first pass reads; the next three reuse (the second drops ann); the
+            # fourth leaves 4 facts, more than the whole budget: every pass after reads
+            assert reads[3:] == ["cy", "cy", "cy"]
+            (known,) = [r for r in mem.runners if r.pack == pack.name]
+            assert known._known_facts == sum(len(k.facts) for k in known._known.values())
+            assert known._known_facts <= 3
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(SQLiteFactStore, "current_facts", counting)
+        mp.setattr(runner, "KNOWN_FACTS_MAX", 3)
+        asyncio.run(scenario())

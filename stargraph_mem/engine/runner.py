@@ -69,9 +69,10 @@ INLINE_PASS_EPISODES = 64
 episodes runs on the calling thread; a larger one (a backlog) runs on a worker thread."""
 
 KNOWN_PARTITIONS_MAX = 256
-KNOWN_FACTS_MAX = 10_000
-"""Passes reuse the facts their previous pass left for up to this many recent partitions
-(of at most this many facts each) instead of reading them again."""
+KNOWN_FACTS_MAX = 200_000
+"""Passes reuse the facts their previous pass left for up to this many recent partitions,
+holding at most this many facts in all (the least recent are dropped first; a partition
+with more is read again each pass), instead of reading them again."""
 
 
 class PassRunner:
@@ -118,6 +119,8 @@ class PassRunner:
         self._known: OrderedDict[str, _Known] = OrderedDict()
         """Per partition key: what this object's last pass there left (reused while the
         partition has not moved; every apply checks that it has not)."""
+        self._known_facts = 0
+        """How many facts ``_known`` holds in all."""
 
     @property
     def pack(self) -> str:
@@ -568,15 +571,19 @@ class PassRunner:
         """Keep what an applied pass left (facts, watermarks, version) for the next one."""
         if facts is None or len(facts) > KNOWN_FACTS_MAX or self.runtime.volatile:
             return
-        self._known[report.partition.key] = _Known(
-            version, facts, report.marks_after(), report.deferred_after()
-        )
-        while len(self._known) > KNOWN_PARTITIONS_MAX:
-            self._known.popitem(last=False)
+        key = report.partition.key
+        self.forget(report.partition)
+        self._known[key] = _Known(version, facts, report.marks_after(), report.deferred_after())
+        self._known_facts += len(facts)
+        while len(self._known) > KNOWN_PARTITIONS_MAX or self._known_facts > KNOWN_FACTS_MAX:
+            _, oldest = self._known.popitem(last=False)
+            self._known_facts -= len(oldest.facts)
 
     def forget(self, partition: Partition) -> None:
         """Drop the facts kept for ``partition`` (a pass over it is being applied)."""
-        self._known.pop(partition.key, None)
+        gone = self._known.pop(partition.key, None)
+        if gone is not None:
+            self._known_facts -= len(gone.facts)
 
     def _leased(self, partition: Partition) -> str | None:
         """The holder of the caller's lease on ``partition``, if it took one."""
