@@ -1,9 +1,10 @@
 """Streaming consolidation latency: ``Consolidator.record`` with an ``every: 1`` pack, from
 the put to the facts being committed, against databases holding H episodes of history.
 
-The measured partition always holds the same 1,000 episodes, consolidated for real (about
-150 current facts); the rest of the history is spread over 1,000 other partitions, marked
-consolidated through their watermarks. Only the size of the table changes between runs.
+The measured partition holds the same 1,000 episodes (``--own``), consolidated for real:
+about 150 current facts, as its episodes speak of 50 subjects (``--subjects``). The rest
+of the history is spread over 1,000 other partitions, marked consolidated through their
+watermarks. Only the size of the table changes between runs.
 Each measured record puts one episode and runs the pass the cadence check fires. The
 baseline does the same put and the same pass, but reads the whole episodes table each
 time and keeps the partition's unconsolidated rows, as a scheduler without watermarks would.
@@ -13,6 +14,7 @@ see the same machine, and the ratio record p50 ÷ put p50 is what consolidating 
 put costs on top of storing it.
 
     python benchmarks/bench_streaming.py --sizes 1000 100000 1000000
+    python benchmarks/bench_streaming.py --sizes 20000 --own 20000 --subjects 5000  # 11,000 facts
 """
 
 from __future__ import annotations
@@ -39,6 +41,10 @@ ROOT = Path(__file__).resolve().parents[1]
 PARTITION = Partition("bench-user", "bench-agent")
 OTHERS = 1000
 OWN = 1000
+"""Episodes of the measured partition (``--own``)."""
+SUBJECTS = 50
+"""Subjects its episodes speak of (``--subjects``): with 3 predicates, up to 3 × this many
+current facts."""
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 ALL_ROWS = (
     "SELECT seq, id, content, ts_us, tz_offset_s, source_node, user, session, agent, metadata, "
@@ -61,7 +67,7 @@ def observation(n: int, user: str, agent: str, rng: random.Random) -> Episode:
         session=f"s{n % 10}",
         agent=agent,
         metadata={
-            "subject": f"s{rng.randrange(50)}",
+            "subject": f"s{rng.randrange(SUBJECTS)}",
             "predicate": f"p{rng.randrange(3)}",
             "object": f"o{rng.randrange(5)}",
         },
@@ -226,11 +232,19 @@ async def measure(history: int, count: int, baseline_count: int) -> dict[str, fl
 
 
 def main() -> None:
+    global OWN, SUBJECTS
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 100_000])
     parser.add_argument("--records", type=int, default=1000, help="measured records per size")
     parser.add_argument("--baseline-records", type=int, default=20)
+    parser.add_argument(
+        "--own", type=int, default=OWN, help="episodes of the measured partition (at most H)"
+    )
+    parser.add_argument(
+        "--subjects", type=int, default=SUBJECTS, help="subjects its episodes speak of"
+    )
     args = parser.parse_args()
+    OWN, SUBJECTS = args.own, args.subjects
     print(
         "history    facts  build s  p50 ms  p99 ms  p99.9 ms  max ms  mean ms  cpu p50 ms"
         "  baseline p50 ms  ratio  put p50 ms  record/put"

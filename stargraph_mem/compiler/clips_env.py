@@ -1,14 +1,22 @@
-"""CLIPS environments that never print: every message is captured, none reaches stdout."""
+"""CLIPS environments that never print: every message is captured, none reaches stdout.
+
+The one exception: while a pass runs its rules, the Python routers are off (see
+``PackRuntime._routers_off``), so a rule's runtime error goes to stderr."""
 
 from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from typing import Final
 
 import clips
 from clips.routers import Router
 
 from stargraph_mem.errors import CompileError
+
+QUIET_ROUTER: Final = b"stargraph-quiet"
+"""The name of the :class:`QuietRouter` (a pass's run switches it off: see
+``PackRuntime._routers_off``)."""
 
 
 class QuietRouter(Router):  # type: ignore[misc]
@@ -16,7 +24,7 @@ class QuietRouter(Router):  # type: ignore[misc]
     which has a higher priority and raises them as ``CLIPSError``)."""
 
     def __init__(self) -> None:
-        super().__init__("stargraph-quiet", 30)
+        super().__init__(QUIET_ROUTER.decode(), 30)
         self.captured: list[str] = []
 
     def query(self, name: str) -> bool:

@@ -13,8 +13,7 @@ import tempfile
 import threading
 import weakref
 from bisect import bisect_left, insort
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
@@ -26,7 +25,7 @@ import clips
 from clips._clips import ffi, lib
 from pydantic import ValidationError
 
-from stargraph_mem.compiler.clips_env import load_constructs, new_environment
+from stargraph_mem.compiler.clips_env import QUIET_ROUTER, load_constructs, new_environment
 from stargraph_mem.compiler.generator import (
     DAY_US,
     OUT,
@@ -342,18 +341,20 @@ class PackRuntime:
             fb.put(slot, value)
         fb.assert_fact()
 
-    @contextmanager
-    def _unrouted(self) -> Iterator[None]:
-        """clipspy's Python error router off: it would be asked about every write a rule
-        makes (each delta line), a callback per write. It captures nothing during a run
-        (run raises no CLIPSError), and CLIPS still reports a rule's runtime error on
-        stderr."""
+    def _routers_off(self) -> None:
+        """Switch off the environment's Python routers (clipspy's error router and the
+        quiet one) for a run or a flush: CLIPS asks every router of a higher priority than
+        its file router about each write a rule makes, and a Python router answers by a
+        callback, several per delta line. Neither has anything to capture then (a run
+        raises no CLIPSError); a rule's runtime error goes to stderr."""
         envp = self.env._env
         lib.DeactivateRouter(envp, ERROR_ROUTER)
-        try:
-            yield
-        finally:
-            lib.ActivateRouter(envp, ERROR_ROUTER)
+        lib.DeactivateRouter(envp, QUIET_ROUTER)
+
+    def _routers_on(self) -> None:
+        envp = self.env._env
+        lib.ActivateRouter(envp, QUIET_ROUTER)
+        lib.ActivateRouter(envp, ERROR_ROUTER)
 
     def _output(self, function: str, *args: Any) -> None:
         """Open or close the deltas file, called directly (parsing a command asks every
@@ -365,12 +366,11 @@ class PackRuntime:
             )
 
     def _run(self, budget: int) -> None:
-        envp = self.env._env  # the router off as in _unrouted, without a generator's cost
-        lib.DeactivateRouter(envp, ERROR_ROUTER)
+        self._routers_off()
         try:
-            fired = lib.Run(envp, budget)
+            fired = lib.Run(self.env._env, budget)
         finally:
-            lib.ActivateRouter(envp, ERROR_ROUTER)
+            self._routers_on()
         if fired >= budget and next(iter(self.env.activations()), None) is not None:
             raise EngineError(
                 f"pack '{self.compiled.name}' fired more than {budget} rules in one step; "
@@ -459,17 +459,16 @@ class PackRuntime:
         return self._reader
 
     def _flush(self) -> None:
-        """Flush the deltas file, the error router off (a flush asks every router whether
+        """Flush the deltas file, the Python routers off (a flush asks every router whether
         the file is its own); a failure raises, so a partial file is never read."""
         flush = self._calls.get("flush")
         if flush is None:
             flush = self._calls["flush"] = _Call(self.env, "flush", OUT)
-        envp = self.env._env
-        lib.DeactivateRouter(envp, ERROR_ROUTER)
+        self._routers_off()
         try:
             done = flush()
         finally:
-            lib.ActivateRouter(envp, ERROR_ROUTER)
+            self._routers_on()
         if not done:
             raise EngineError(
                 f"pack '{self.compiled.name}': flush of the deltas file failed",
