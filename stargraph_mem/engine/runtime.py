@@ -352,6 +352,7 @@ class PackRuntime:
         lib.DeactivateRouter(envp, QUIET_ROUTER)
 
     def _routers_on(self) -> None:
+        """Switch the routers :meth:`_routers_off` switched off back on."""
         envp = self.env._env
         lib.ActivateRouter(envp, QUIET_ROUTER)
         lib.ActivateRouter(envp, ERROR_ROUTER)
