@@ -4,6 +4,7 @@ an earlier one (FactList's lookups rely on it)."""
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -77,15 +78,17 @@ def test_changes_are_folded_into_a_new_base_once_they_outnumber_the_threshold() 
     assert first[3] == 3 and 16 in first and len(first) == 100
 
 
+def fact(k: int, subject: str) -> EngineFact:
+    """Fact ``f<k>`` (subject, p, o<k>), made ``k`` hours after T0, its observation known."""
+    return replace(
+        engine_fact(f"f{k:04d}", (subject, "p", f"o{k}"), valid_from=T0 + timedelta(hours=k)),
+        observed_us=1,
+    )
+
+
 def test_a_fact_list_changed_many_times_keeps_every_earlier_list_and_its_lookups() -> None:
     """A streaming run: each pass closes one fact and makes another, long past the point
     where the lookups fold their changes; every list (and its lookups) stays as made."""
-
-    def fact(k: int, subject: str) -> EngineFact:
-        return replace(
-            engine_fact(f"f{k:04d}", (subject, "p", f"o{k}"), valid_from=T0 + timedelta(hours=k)),
-            observed_us=1,
-        )
 
     current = FactList(fact(k, f"s{k % 7}") for k in range(50))
     current.ids()
@@ -102,3 +105,25 @@ def test_a_fact_list_changed_many_times_keeps_every_earlier_list_and_its_lookups
         assert made.keyed(("subject", "object")) == fresh.keyed(("subject", "object"))
     assert len(lists[0]) == len(lists[-1]) == 50
     assert lists[0].ids().keys().isdisjoint({f"f{1000 + k:04d}" for k in range(120)})
+
+
+def test_a_changed_fact_list_pickles_with_its_removals() -> None:
+    """A worker process gets the facts a pass left pickled: a removed id stays removed
+    there, an emptied key stays empty, and the next change folds as it would here."""
+
+    facts = FactList(fact(k, f"s{k}") for k in range(40))
+    facts.ids()
+    facts.keyed(("subject",))
+    changed = facts.changed(["f0001", "f0002"], [fact(100, "s3")])
+    copy = pickle.loads(pickle.dumps(changed))
+    assert pickle.loads(pickle.dumps(GONE)) is GONE
+    assert "f0001" not in copy.ids() and copy.ids().get("f0001") is None
+    assert "s1" not in copy.keyed(("subject",))
+    assert copy.keyed(("subject",)).get("s1", ()) == ()
+    assert copy.ids() == changed.ids() == FactList(list(changed)).ids()
+    # enough further changes to fold the removals into a new base, on both sides
+    more = [f"f{k:04d}" for k in range(3, 30)]
+    here, there = changed.changed(more, []), copy.changed(more, [])
+    assert here.ids() == there.ids() == FactList(list(here)).ids()
+    assert here.keyed(("subject",)) == there.keyed(("subject",))
+    assert set(there.ids()) == {f"f{k:04d}" for k in (0, *range(30, 40), 100)}

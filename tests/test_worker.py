@@ -196,3 +196,32 @@ def test_worker_mode_is_checked(tmp_path: Path) -> None:
         Consolidator.open(tmp_path / "m.db", [DEFAULT], worker="sometimes")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="needs the built-in RuleBasedScorer"):
         Consolidator.open(tmp_path / "m.db", [DEFAULT], worker="always", scorer=Custom())
+
+
+def test_a_worker_continues_from_facts_a_streaming_pass_changed(tmp_path: Path) -> None:
+    """Records leave the partition's facts in memory with some of them closed (an update);
+    a backlog consolidated afterwards hands those facts, pickled, to a worker process,
+    which must see the closed ones as gone, exactly as this process does."""
+    text = DEDUP.read_text(encoding="utf-8").replace('{cron: "0 3 * * *"}', "{every: 1}")
+    pack = tmp_path / "dedup_every_1.yaml"
+    pack.write_text(text, encoding="utf-8")
+
+    async def scenario(db: Path, worker: WorkerMode) -> list[tuple[str, str, str, float]]:
+        async with Consolidator.open(db, [pack], max_episodes=3, worker=worker) as mem:
+            await mem.record(episode("e1", 1, **spo("ann", "likes", "tea")))
+            await mem.record(episode("e2", 2, **spo("bo", "likes", "tea")))
+            await mem.record(episode("e3", 3, **spo("ann", "likes", "coffee")))  # closes tea
+            backlog = [
+                episode(f"b{n}", 10 + n, **spo(["ann", "bo", "cy"][n % 3], "likes", f"o{n % 4}"))
+                for n in range(20)
+            ]
+            await mem.memory.put_many(backlog)
+            report = await mem.consolidate(now=NOW)
+            assert len(report.passes) > 2  # the backlog takes several passes
+            facts = await mem.facts(user="alice", agent="rag")
+            return sorted((f.subject, f.predicate, f.object, f.confidence) for f in facts)
+
+    local = asyncio.run(scenario(tmp_path / "local.db", "never"))
+    remote = asyncio.run(scenario(tmp_path / "remote.db", "always"))
+    assert local == remote
+    assert ("ann", "likes", "tea", 0.8) not in local

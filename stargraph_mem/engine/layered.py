@@ -21,11 +21,15 @@ T = TypeVar("T")
 
 
 class Gone:
-    """The value of a key a change removed."""
+    """The value of a key a change removed (one instance, :data:`GONE`, also once
+    unpickled: a worker process gets the facts a pass left this way)."""
 
     __slots__ = ()
 
     def __repr__(self) -> str:
+        return "GONE"
+
+    def __reduce__(self) -> str:
         return "GONE"
 
 
