@@ -1,7 +1,7 @@
 """CLIPS environments that never print: every message is captured, none reaches stdout.
 
 The one exception: while a pass runs its rules, the Python routers are off (see
-``PackRuntime._routers_off``), so a rule's runtime error goes to stderr."""
+``PackRuntime._unrouted``), so a rule's runtime error goes to stderr."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from stargraph_mem.errors import CompileError
 
 QUIET_ROUTER: Final = b"stargraph-quiet"
 """The name of the :class:`QuietRouter` (a pass's run switches it off: see
-``PackRuntime._routers_off``)."""
+``PackRuntime._unrouted``)."""
 
 
 class QuietRouter(Router):  # type: ignore[misc]

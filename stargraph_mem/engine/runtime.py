@@ -341,21 +341,20 @@ class PackRuntime:
             fb.put(slot, value)
         fb.assert_fact()
 
-    def _routers_off(self) -> None:
-        """Switch off the environment's Python routers (clipspy's error router and the
-        quiet one) for a run or a flush: CLIPS asks every router of a higher priority than
-        its file router about each write a rule makes, and a Python router answers by a
-        callback, several per delta line. Neither has anything to capture then (a run
-        raises no CLIPSError); a rule's runtime error goes to stderr."""
+    def _unrouted(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` with the environment's Python routers (clipspy's error router and
+        the quiet one) switched off, for a run or a flush: CLIPS asks every router of a
+        higher priority than its file router about each write a rule makes, and a Python
+        router answers by a callback, several per delta line. Neither has anything to
+        capture then (a run raises no CLIPSError); a rule's runtime error goes to stderr."""
         envp = self.env._env
         lib.DeactivateRouter(envp, ERROR_ROUTER)
         lib.DeactivateRouter(envp, QUIET_ROUTER)
-
-    def _routers_on(self) -> None:
-        """Switch the routers :meth:`_routers_off` switched off back on."""
-        envp = self.env._env
-        lib.ActivateRouter(envp, QUIET_ROUTER)
-        lib.ActivateRouter(envp, ERROR_ROUTER)
+        try:
+            return fn(*args)
+        finally:
+            lib.ActivateRouter(envp, QUIET_ROUTER)
+            lib.ActivateRouter(envp, ERROR_ROUTER)
 
     def _output(self, function: str, *args: Any) -> None:
         """Open or close the deltas file, called directly (parsing a command asks every
@@ -367,11 +366,7 @@ class PackRuntime:
             )
 
     def _run(self, budget: int) -> None:
-        self._routers_off()
-        try:
-            fired = lib.Run(self.env._env, budget)
-        finally:
-            self._routers_on()
+        fired: int = self._unrouted(lib.Run, self.env._env, budget)
         if fired >= budget and next(iter(self.env.activations()), None) is not None:
             raise EngineError(
                 f"pack '{self.compiled.name}' fired more than {budget} rules in one step; "
@@ -465,11 +460,7 @@ class PackRuntime:
         flush = self._calls.get("flush")
         if flush is None:
             flush = self._calls["flush"] = _Call(self.env, "flush", OUT)
-        self._routers_off()
-        try:
-            done = flush()
-        finally:
-            self._routers_on()
+        done: bool = self._unrouted(flush)
         if not done:
             raise EngineError(
                 f"pack '{self.compiled.name}': flush of the deltas file failed",

@@ -532,32 +532,31 @@ class SQLiteConn:
 
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         before = self.db.total_changes
-        if self._here(run_statement, sql, params) is NOT_HERE:
+        if here(self.db, run_statement, sql, params) is NOT_HERE:
             await self.db.execute(sql, params)
         return self.db.total_changes - before
 
     async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> int:
         before = self.db.total_changes
-        if self._here(run_rows, sql, rows) is NOT_HERE:
+        if not self._rows_here(sql, rows):
             await self.db.executemany(sql, rows)
         return self.db.total_changes - before
 
     async def insert_many(self, insert: Insert, rows: Sequence[Sequence[Any]]) -> None:
-        if self._here(run_rows, insert.sql, rows) is NOT_HERE:
+        if not self._rows_here(insert.sql, rows):
             await self.db.executemany(insert.sql, rows)
 
     async def run_many(self, statement: Many, rows: Sequence[Sequence[Any]]) -> None:
-        if self._here(run_rows, statement.sql, rows) is NOT_HERE:
+        if not self._rows_here(statement.sql, rows):
             await self.db.executemany(statement.sql, rows)
 
-    async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[Sequence[Any]]:
-        rows = self._here(fetch_rows, sql, params)
-        if rows is NOT_HERE:
-            return list(await self.db.execute_fetchall(sql, params))
-        return cast(list[Sequence[Any]], rows)
+    def _rows_here(self, sql: str, rows: Sequence[Sequence[Any]]) -> bool:
+        """Whether ``rows`` were written on the caller's thread (a plain call, not a
+        coroutine: a record makes several of these)."""
+        return here(self.db, run_rows, sql, rows) is not NOT_HERE
 
-    def _here(self, fn: Callable[..., Any], sql: str, params: Any) -> Any:
-        return here(self.db, fn, sql, params)
+    async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[Sequence[Any]]:
+        return cast(list[Sequence[Any]], await fetch(self.db, sql, params))
 
     async def scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
         return await scalar(self.db, sql, params)

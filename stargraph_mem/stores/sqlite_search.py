@@ -171,19 +171,27 @@ def search_query(
     return sql, [match, *params, limit]
 
 
+async def _behind(db: aiosqlite.Connection) -> tuple[int, int] | None:
+    """The index's mark and the last facts rowid, when facts above the mark are not
+    indexed yet; else None."""
+    ((last, mark),) = await fetch(db, TEXT_BEHIND)
+    return None if mark is None or int(last) <= int(mark) else (int(mark), int(last))
+
+
 async def text_behind(db: aiosqlite.Connection) -> int | None:
     """The index's mark when facts above it are not indexed yet; else None."""
-    ((last, mark),) = await fetch(db, TEXT_BEHIND)
-    return None if mark is None or int(last) <= int(mark) else int(mark)
+    behind = await _behind(db)
+    return None if behind is None else behind[0]
 
 
 async def catch_up_text(db: aiosqlite.Connection) -> None:
     """Index the facts the index lacks and move its mark (inside the caller's write
     transaction)."""
-    ((last, mark),) = await fetch(db, TEXT_BEHIND)
-    if mark is not None and int(last) > int(mark):
-        await db.execute(CATCH_UP_TEXT, (int(mark),))
-        await db.execute(MOVE_TEXT_MARK, (int(last),))
+    behind = await _behind(db)
+    if behind is not None:
+        mark, last = behind
+        await db.execute(CATCH_UP_TEXT, (mark,))
+        await db.execute(MOVE_TEXT_MARK, (last,))
 
 
 async def text_copy(db: aiosqlite.Connection) -> str:
