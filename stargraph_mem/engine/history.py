@@ -632,6 +632,9 @@ class HistoryFacts:
     """Episode id → its time (µs), for the episodes :meth:`counted` has cited."""
     seeds: dict[int, EpisodeRecord] = field(default_factory=dict)
     """Negative ordinals → episodes of earlier passes found by ``earlier``."""
+    kept: set[int] = field(default_factory=set)
+    """Ordinals of the pass's episodes folded into a durable aggregate: evidence a later
+    pass still sees, so an episode no rule used yet is not lost."""
     write: AggregateWrite | None = None
 
     def counted(self, rel: int, ordinal: int) -> list[str]:
@@ -807,11 +810,14 @@ def compute(
                     shared[rel.index] = counted
                 if counted is not None:
                     count, grew, newest, seen = counted
+                    out.kept.add(ordinal)
                     out.counts.setdefault(ordinal, []).append((rel, count, grew, newest))
                     out.sources[(rel.index, ordinal)] = seen
             else:
                 key = memo[seq] if seq in memo else memo.setdefault(seq, state.key_of(record))
                 found = None if key is None else state.feed(record, key, ordinal)
+                if key is not None:
+                    out.kept.add(ordinal)
                 if found is not None:
                     out.earlier.setdefault(ordinal, []).append((rel, *found))
     write = out.write

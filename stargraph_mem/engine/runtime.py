@@ -81,6 +81,11 @@ from_micros = from_us
 """Former name of :func:`stargraph_mem.model.time.from_us` (UTC µs → datetime)."""
 
 
+UNMATCHED: Final = "no-rule-matched"
+"""The rule id of a rejection for an episode that several rules saw and none matched (rule
+ids cannot contain hyphens, so it names no rule)."""
+
+
 @dataclass(frozen=True, slots=True)
 class RejectedEpisode:
     """An episode (or the delta a rule made from it) that could not be used, and why."""
@@ -112,6 +117,9 @@ class PassOutput:
     ``None`` when rules read access statistics, which reads change outside passes."""
     aggregates: AggregateWrite | None = None
     """What the pass changes in the partition's durable aggregates (``over: history``)."""
+    kept: list[str] = field(default_factory=list)
+    """Ids of consumed episodes no delta cites yet that a durable aggregate (``over:
+    history``) holds as evidence for later passes."""
 
 
 class _BadValue(Exception):
@@ -544,7 +552,61 @@ class PackRuntime:
         collector.keep_matched = matched
         collector.collect(lines)
         out.facts_after = collector.facts_after()
+        self._account(episodes, ok_sets, groups, hist, out)
         return out
+
+    def _account(
+        self,
+        episodes: Sequence[EpisodeRecord],
+        ok_sets: Sequence[int],
+        groups: Mapping[int, tuple[int, ...]],
+        hist: HistoryFacts | None,
+        out: PassOutput,
+    ) -> None:
+        """Every episode the pass consumes (one an episode rule could see) ends as the
+        source of a delta, a rejection, or evidence a durable aggregate keeps: one no rule
+        used is rejected here, with the reason, so nothing is consumed silently."""
+        seen_by = {
+            set_id: [self.rules[idx] for idx in members if idx not in self.sweeps]
+            for set_id, members in groups.items()
+        }
+        if not any(seen_by.values()):
+            return
+        used = {eid for delta in out.deltas for eid in delta.source_episode_ids}
+        used.update(r.episode_id for r in out.rejected if r.episode_id is not None)
+        kept = hist.kept if hist is not None else set()
+        for ordinal, record in enumerate(episodes, start=1):
+            rules = seen_by.get(ok_sets[ordinal - 1])
+            if not rules or record.id in used:
+                continue
+            if ordinal in kept:
+                out.kept.append(record.id)
+                continue
+            out.rejected.append(
+                RejectedEpisode(
+                    record.id,
+                    rules[0].id if len(rules) == 1 else UNMATCHED,
+                    self._unmatched_reason(record, rules),
+                )
+            )
+
+    def _unmatched_reason(self, record: EpisodeRecord, rules: Sequence[CompiledRule]) -> str:
+        """Why an episode produced nothing: no rule's patterns matched it, and which of the
+        fields the pack's rules read it lacks."""
+        if len(rules) == 1:
+            reason = f"rule '{rules[0].id}' did not match it"
+        elif len(rules) == len(self.rules) - len(self.sweeps):
+            reason = f"no rule of pack '{self.compiled.name}' matched it"
+        else:
+            reason = "none of the rules " + ", ".join(f"'{r.id}'" for r in rules) + " matched it"
+        missing = [
+            name
+            for name in self.fields
+            if name not in self.builtins and record.metadata.get(name) is None
+        ]
+        if missing:
+            reason += "; it has no " + ", ".join(missing)
+        return reason + "; nothing was derived from it"
 
     def _tied_to(
         self, episodes: Sequence[EpisodeRecord]
