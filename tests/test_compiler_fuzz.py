@@ -129,7 +129,7 @@ def test_fuzzed_strings_are_literal_data(s: str, a: str, b: str, c: str, d: str,
         for i, (subj, note) in enumerate(zip(subjects, notes, strict=True))
     ]
     out = run_pass(compiled, episodes)
-    assert out.rejected == []
+    assert [r for r in out.rejected if not r.unmatched] == []
     exact = [ep.id for ep in episodes if ep.metadata["subject"] == s]
     observed = [
         ep.id

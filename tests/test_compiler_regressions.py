@@ -31,7 +31,8 @@ def test_boolean_literals_stay_boolean() -> None:
     runtime = PackRuntime(compile_text(text))
     out = runtime.run_pass(partition=PARTITION, now=NOW, episodes=records)
     assert [d.source_episode_ids for d in out.deltas] == [["e1"]]
-    assert [r.episode_id for r in out.rejected] == ["e3"]
+    assert [r.episode_id for r in out.rejected if not r.unmatched] == ["e3"]
+    assert [r.episode_id for r in out.rejected if r.unmatched] == ["e2"]
 
 
 def test_float_literal_keeps_its_type() -> None:

@@ -238,7 +238,8 @@ async def test_dedup_pack_decides_against_stored_facts(tmp_path: Path) -> None:
             await c.record(ep)
         first = (await c.consolidate(now=NOW)).passes
         assert [r.counts for r in first] == [{"add": 2, "update": 1, "delete": 0, "noop": 1}]
-        assert (first[0].rejected, first[0].gated) == ([], [])
+        assert [(r.episode_id, r.unmatched) for r in first[0].rejected] == [("d5", True)]
+        assert first[0].gated == []
         tea_add, tea_noop, coffee_update, age_add = first[0].deltas
         assert isinstance(tea_add, AddDelta)
         assert isinstance(tea_noop, NoopDelta)
@@ -309,7 +310,10 @@ async def test_dedup_pack_decides_against_stored_facts(tmp_path: Path) -> None:
         audit = await c.fact_store.audit_rows()
         assert [a.kind for a in audit] == ["add", "noop", "update", "add", "noop", "update", "add"]
         assert {a.pack_hash for a in audit} == {sha}
-        assert await c.fact_store.rejections() == []
+        # the episode with no triple matches no rule of this pack: recorded, not dropped
+        assert [(r.id, r.rule_id) for r in await c.fact_store.rejections()] == [
+            ("d5", "no-rule-matched")
+        ]
         top = await c.memory.max_seq(ALICE)
         assert await c.fact_store.watermarks("dedup_against_facts", ALICE) == {
             "known_fact_noop": top,

@@ -93,6 +93,9 @@ class RejectedEpisode:
     episode_id: str | None
     rule_id: str | None
     reason: str
+    unmatched: bool = False
+    """True when no rule used the episode (see ``PackRuntime._account``), False when a
+    rule or the episode's own data refused it."""
 
 
 ERROR_ROUTER: Final = b"python-error-router"
@@ -587,6 +590,7 @@ class PackRuntime:
                     record.id,
                     rules[0].id if len(rules) == 1 else UNMATCHED,
                     self._unmatched_reason(record, rules),
+                    unmatched=True,
                 )
             )
 
