@@ -30,8 +30,10 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKS = sorted((ROOT / "rules").glob("*.yaml")) + sorted(
     (ROOT / "tests" / "fixtures" / "compiler").glob("*.yaml")
 )
-STREAMING_DEFAULT = (ROOT / "rules" / "default.yaml").read_text().replace(
-    'cadence: {cron: "0 3 * * *"}', "cadence: {every: 1}"
+STREAMING_DEFAULT = (
+    (ROOT / "rules" / "default.yaml")
+    .read_text()
+    .replace('cadence: {cron: "0 3 * * *"}', "cadence: {every: 1}")
 )
 
 
@@ -114,13 +116,15 @@ async def test_incomplete_update_is_rejected_by_the_specification_consolidate(
 
 
 async def test_incomplete_update_is_rejected_on_postgresql() -> None:
-    async with pg_schema() as schema:
-        async with Consolidator.open(f"{PG_URL}?schema={schema}", [DEFAULT]) as c:
-            old = await _seed(c)
-            await c.memory.put_many([_incomplete_update(old)])
-            report = await c.consolidate(now=NOW.replace(day=3))
-            _assert_rejected_incomplete(report.rejected)
-            assert [r.id for r in await c.fact_store.rejections()] == ["upd"]
+    async with (
+        pg_schema() as schema,
+        Consolidator.open(f"{PG_URL}?schema={schema}", [DEFAULT]) as c,
+    ):
+        old = await _seed(c)
+        await c.memory.put_many([_incomplete_update(old)])
+        report = await c.consolidate(now=NOW.replace(day=3))
+        _assert_rejected_incomplete(report.rejected)
+        assert [r.id for r in await c.fact_store.rejections()] == ["upd"]
 
 
 # --- the property -----------------------------------------------------------------------
@@ -229,9 +233,8 @@ def test_every_consumed_episode_is_recorded_in_the_store(
                         continue
                 await c.memory.put_many(stored)
                 await c.consolidate(now=NOW)
-                audited = {
-                    e for row in await c.fact_store.audit_rows() for e in row.delta.source_episode_ids
-                }
+                rows = await c.fact_store.audit_rows()
+                audited = {e for row in rows for e in row.delta.source_episode_ids}
                 rejected = {r.id for r in await c.fact_store.rejections()}
                 assert {e.id for e in stored} <= audited | rejected
 
