@@ -8,10 +8,12 @@ from the delta and from the stored fact, on both backends.
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
 from backends import Backend
+from readme_helpers import readme_example_after, run_example
 from pydantic import ValidationError
 
 from stargraph_mem.model.facts import Fact
@@ -61,7 +63,11 @@ def test_a_full_string_triple_is_the_facts_structure() -> None:
 def test_facts_with_a_triple_keep_their_ids() -> None:
     """The canonical body of a fact with a triple is what it was before payloads became
     free-form (ids computed by the earlier release)."""
-    flat = add({"subject": "alice", "predicate": "likes", "object": "tea", "since": 2019}, user=None, agent=None)
+    flat = add(
+        {"subject": "alice", "predicate": "likes", "object": "tea", "since": 2019},
+        user=None,
+        agent=None,
+    )
     assert flat.delta_id == "d5a2e4b14ca8cc052fa10faeaed98c57"
     ours = AddDelta(
         fact={"subject": "alice", "predicate": "likes", "object": "tea"},
@@ -84,9 +90,7 @@ def test_facts_with_a_triple_keep_their_ids() -> None:
 )
 def test_our_fact_form_refuses_a_partial_or_empty_fact(fact: dict[str, Any], message: str) -> None:
     with pytest.raises(ValidationError, match=message):
-        AddDelta(
-            fact=fact, source_episode_ids=["e1"], promotion_ts=T, rule_id="r", confidence=0.5
-        )
+        AddDelta(fact=fact, source_episode_ids=["e1"], promotion_ts=T, rule_id="r", confidence=0.5)
 
 
 def test_an_empty_spec_payload_is_refused() -> None:
@@ -163,3 +167,10 @@ async def test_payload_only_facts_update_delete_and_search(backend: Backend) -> 
         )
     )
     assert await backend.facts.query(FactPattern(user="alice")) == []
+
+
+def test_the_readme_payload_example_runs_verbatim(tmp_path: Path) -> None:
+    code, output = readme_example_after("### Free-form fact payloads")
+    done = run_example(code, tmp_path, "rules/default.yaml", timeout=60)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout == output
