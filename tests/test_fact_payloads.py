@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 from backends import Backend
-from readme_helpers import readme_example_after, run_example
 from pydantic import ValidationError
+from readme_helpers import readme_example_after, run_example
 
 from stargraph_mem.model.facts import Fact
 from stargraph_mem.stores import AddDelta, DeleteDelta, Episode, FactPattern, UpdateDelta
