@@ -30,10 +30,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKS = sorted((ROOT / "rules").glob("*.yaml")) + sorted(
     (ROOT / "tests" / "fixtures" / "compiler").glob("*.yaml")
 )
-STREAMING_DEFAULT = (
-    (ROOT / "rules" / "default.yaml")
-    .read_text()
-    .replace('cadence: {cron: "0 3 * * *"}', "cadence: {every: 1}")
+STREAMING_DEFAULT = (ROOT / "rules" / "default.yaml").read_text().replace(
+    'cadence: {cron: "0 3 * * *"}', "cadence: {every: 1}"
 )
 
 
@@ -240,9 +238,7 @@ def test_every_consumed_episode_is_recorded_in_the_store(
                 )
                 await c.consolidate(now=NOW)
                 audited = {
-                    e
-                    for row in await c.fact_store.audit_rows()
-                    for e in row.delta.source_episode_ids
+                    e for row in await c.fact_store.audit_rows() for e in row.delta.source_episode_ids
                 }
                 rejected = {r.id for r in await c.fact_store.rejections()}
                 assert {r.id for r in records} <= audited | rejected
