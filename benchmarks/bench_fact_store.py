@@ -55,7 +55,7 @@ def make_updates(adds: list[AddDelta]) -> list[UpdateDelta]:
             **add.model_dump(exclude={"kind", "promotion_ts", "fact"}),
             promotion_ts=add.promotion_ts + later,
             replaces=[add.new_fact_id],
-            fact=add.fact.model_copy(update={"object": add.fact.object + "-v2"}),
+            fact=add.fact.model_copy(update={"object": add.fact.triple[2] + "-v2"}),
         )
         for add in adds
     ]

@@ -993,9 +993,17 @@ def facts(
     shown = status not in (None, "current")
     rows: list[list[str]] = [[*head[:-1], "STATUS", "OBJECT"] if shown else head]
     for f in found:
-        row = [f.id, f.user, f.agent, f.subject, f.predicate, f"{f.confidence:g}", f.object]
-        rows.append([*row[:-1], f.status, f.object] if shown else row)
+        what = object_column(f)
+        row = [f.id, f.user, f.agent, f.subject, f.predicate, f"{f.confidence:g}", what]
+        rows.append([*row[:-1], f.status, what] if shown else row)
     typer.echo("\n".join(aligned(rows)))
+
+
+def object_column(fact: Fact) -> str:
+    """A table's OBJECT cell: the object, or a payload-only fact's payload as JSON."""
+    if fact.has_triple:
+        return fact.object
+    return orjson.dumps(fact.payload).decode()
 
 
 def search_facts(
@@ -1040,7 +1048,7 @@ def search_facts(
             h.fact.predicate,
             f"{h.fact.confidence:g}",
             f"{h.score:.3f}",
-            h.fact.object,
+            object_column(h.fact),
         )
         for h in hits
     ]

@@ -106,7 +106,7 @@ def summary(delta: MemoryDelta) -> tuple[Any, ...]:
     elif delta.kind == "noop":
         links = list(delta.reinforces)
     if delta.kind in ("add", "update"):
-        spo = (delta.fact.subject, delta.fact.predicate, delta.fact.object)
+        spo = delta.fact.triple
     return (
         delta.kind,
         delta.rule_id,

@@ -20,6 +20,15 @@ def readme_section_example(heading: str) -> tuple[str, str]:
     return code, output
 
 
+def readme_example_after(marker: str) -> tuple[str, str]:
+    """The first ``python`` block after ``marker`` in the README, and the output shown
+    after it (the block that follows ``prints``)."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8").split(marker, 1)[1]
+    code = text.split("```python\n", 1)[1].split("```\n", 1)[0]
+    output = text.split("prints\n\n```\n", 1)[1].split("```\n", 1)[0]
+    return code, output
+
+
 def run_example(
     code: str, tmp_path: Path, pack: str, timeout: float
 ) -> subprocess.CompletedProcess[str]:

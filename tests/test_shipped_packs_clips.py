@@ -213,7 +213,7 @@ def current_facts(facts: list[EngineFact], out: PassOutput) -> list[EngineFact]:
             for fid in delta.replaces:
                 del by_id[fid]
         if delta.kind in ("add", "update"):
-            spo = (delta.fact.subject, delta.fact.predicate, delta.fact.object)
+            spo = delta.fact.triple
             fid = new_fact_id(delta)
             by_id[fid] = engine_fact(fid, spo, sources=tuple(delta.source_episode_ids))
     return list(by_id.values())

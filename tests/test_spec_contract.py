@@ -141,7 +141,7 @@ def test_spec_delta_classes_build_and_round_trip_through_the_union() -> None:
         assert again == delta and again.delta_id == delta.delta_id
         assert TypeAdapter(spec_union).validate_python(delta.model_dump()) == delta
     add = spec_deltas()[0]
-    assert add.fact_payload == {**PAYLOAD, "payload": {}}
+    assert add.fact_payload == PAYLOAD  # read back exactly as written
     assert add.user is None and add.agent is None
 
 
@@ -317,10 +317,10 @@ async def test_an_episode_without_a_full_triple_adds_a_note(store: SQLiteMemoryS
     assert [(d.kind, d.fact_payload, d.source_episode_ids) for d in deltas] == [
         (
             "add",
-            {"subject": "user", "predicate": "noted", "object": "call the bank", "payload": {}},
+            {"subject": "user", "predicate": "noted", "object": "call the bank"},
             ["c1"],
         ),
-        ("add", {"subject": "user", "predicate": "noted", "object": "half", "payload": {}}, ["c2"]),
+        ("add", {"subject": "user", "predicate": "noted", "object": "half"}, ["c2"]),
     ]
     async with SQLiteFactStore(store.path) as facts:
         assert {f.object for f in await facts.query(FactPattern(user="alice"))} == {

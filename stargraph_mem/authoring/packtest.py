@@ -544,7 +544,7 @@ REJECTION_FIELDS = ("episode", "rule", "reason")
 def delta_view(delta: MemoryDelta, run: CaseRun) -> View:
     view: View = {"kind": delta.kind, "rule": delta.rule_id}
     if isinstance(delta, AddDelta | UpdateDelta):
-        view["triple"] = (delta.fact.subject, delta.fact.predicate, delta.fact.object)
+        view["triple"] = delta.fact.triple
     for fid, role in touched_facts(delta):
         view.setdefault(role, []).append(run.name(fid))
     if isinstance(delta, NoopDelta):

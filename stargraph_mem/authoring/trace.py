@@ -76,7 +76,7 @@ class DeltaTrace:
 
 def _triple(delta: MemoryDelta) -> Triple | None:
     if isinstance(delta, AddDelta | UpdateDelta):
-        return (delta.fact.subject, delta.fact.predicate, delta.fact.object)
+        return delta.fact.triple
     return None
 
 
@@ -129,7 +129,7 @@ def _extra_matches(
 def pass_facts(deltas: Iterable[MemoryDelta]) -> dict[str, KnownFact]:
     """The facts a pass's add and update deltas create, by id (stored or not)."""
     return {
-        d.new_fact_id: KnownFact((d.fact.subject, d.fact.predicate, d.fact.object), d.rule_id)
+        d.new_fact_id: KnownFact(d.fact.triple, d.rule_id)
         for d in deltas
         if isinstance(d, AddDelta | UpdateDelta)
     }

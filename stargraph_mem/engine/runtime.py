@@ -879,9 +879,7 @@ class _Collector:
                 self.temp[temp_id] = delta.new_fact_id
             made = _PassFact(
                 delta.new_fact_id,
-                delta.fact.subject,
-                delta.fact.predicate,
-                delta.fact.object,
+                *delta.fact.triple,
                 delta.confidence,
                 delta.rule_id,
                 self.now_us,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import math
 from functools import cached_property
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, Self
 
 from pydantic import Field, JsonValue, TypeAdapter, field_validator, model_validator
 
@@ -58,18 +58,23 @@ def _finite_unit(value: float) -> float:
 
 
 class FactPayload(FrozenModel):
-    """The statement a fact makes: subject/predicate/object plus free-form payload."""
+    """The statement a fact makes: any JSON object, with subject/predicate/object as
+    optional structure on top (rules and search use the triple when it is there).
 
-    subject: str = Field(min_length=1)
-    predicate: str = Field(min_length=1)
-    object: str
+    The triple is all or nothing: a fact has subject, predicate and object, or none of
+    them and a non-empty free-form ``payload``."""
+
+    subject: str | None = Field(default=None, min_length=1, exclude_if=lambda v: v is None)
+    predicate: str | None = Field(default=None, min_length=1, exclude_if=lambda v: v is None)
+    object: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    """Left out of the canonical body when absent: facts with a triple keep their ids."""
     payload: dict[str, JsonValue] = Field(default_factory=dict)
 
     @model_validator(mode="before")
     @classmethod
     def _fold_extra_keys(cls, data: Any) -> Any:
-        """A flat dict (``{"subject", "predicate", "object", "since": …}``, the
-        specification's ``fact_payload: dict[str, Any]``) keeps its other keys in ``payload``."""
+        """A flat dict (``{"subject", "predicate", "object", "since": …}``) keeps its other
+        keys in ``payload``."""
         if not isinstance(data, dict):
             return data
         extra = {key: value for key, value in data.items() if key not in _FACT_FIELDS}
@@ -85,13 +90,61 @@ class FactPayload(FrozenModel):
         return {**kept, "payload": {**payload, **extra}}
 
     @model_validator(mode="after")
-    def _check_nul(self) -> FactPayload:
+    def _check(self) -> FactPayload:
+        parts = (self.subject, self.predicate, self.object)
+        if None in parts:
+            if parts != (None, None, None):
+                missing = [n for n, v in zip(_TRIPLE, parts, strict=True) if v is None]
+                raise ValueError(
+                    "subject, predicate and object go together: give all three or none "
+                    f"(a free-form payload); missing {', '.join(missing)}"
+                )
+            if not self.payload:
+                raise ValueError("a fact needs subject, predicate and object, or a payload")
+            return self
         # one check for the three fields: this runs for every delta a pass builds
-        text = self.subject + self.predicate + self.object
+        text = self.subject + self.predicate + self.object  # type: ignore[operator]
         if "\x00" in text or not text.isascii():
-            for name in ("subject", "predicate", "object"):
+            for name in _TRIPLE:
                 check_unicode(no_nul(getattr(self, name), f"fact.{name}"), f"fact.{name}")
         return self
+
+    @property
+    def has_triple(self) -> bool:
+        return self.subject is not None
+
+    @property
+    def triple(self) -> tuple[str, str, str]:
+        """``(subject, predicate, object)``; ``("", "", "")`` for a payload-only fact (a
+        subject or predicate is never empty, so the two cannot be confused)."""
+        if self.subject is None or self.predicate is None or self.object is None:
+            return ("", "", "")
+        return (self.subject, self.predicate, self.object)
+
+    def flat(self) -> dict[str, Any]:
+        """The fact as one JSON object: the payload's keys and the triple's, as the
+        specification's ``fact_payload`` is written."""
+        out: dict[str, Any] = dict(self.payload)
+        if self.subject is not None:
+            out.update(subject=self.subject, predicate=self.predicate, object=self.object)
+        return out
+
+
+_TRIPLE: Final = ("subject", "predicate", "object")
+
+
+def spec_fact(value: Any) -> Any:
+    """The specification's flat ``fact_payload`` (any JSON object) as our ``fact``: its
+    subject/predicate/object become the triple when all three are strings (subject and
+    predicate non-empty); every other key, ``payload`` included, stays in the payload as
+    written. Reading ``fact_payload`` back gives the same object."""
+    if not isinstance(value, dict):
+        return value
+    parts = [value.get(name) for name in _TRIPLE]
+    if all(isinstance(p, str) for p in parts) and parts[0] and parts[1]:
+        rest = {key: item for key, item in value.items() if key not in _TRIPLE}
+        return {**dict(zip(_TRIPLE, parts, strict=True)), "payload": rest}
+    return {"payload": dict(value)}
 
 
 _FACT_FIELDS: frozenset[str] = frozenset(("subject", "predicate", "object", "payload"))
@@ -104,7 +157,7 @@ def _fact_payload_alias(data: Any) -> Any:
     if "fact" in data:
         raise ValueError("give the fact as 'fact' or 'fact_payload', not both")
     out = {key: value for key, value in data.items() if key != "fact_payload"}
-    out["fact"] = data["fact_payload"]
+    out["fact"] = spec_fact(data["fact_payload"])
     return out
 
 
@@ -163,8 +216,9 @@ class _FactDelta(_DeltaBase):
 
     @property
     def fact_payload(self) -> dict[str, Any]:
-        """The specification's name for the fact, as a dict (``subject``, …, ``payload``)."""
-        return self.fact.model_dump(mode="json")
+        """The specification's name for the fact: one JSON object, as it was written
+        (the payload's keys and, when the fact has one, the triple's)."""
+        return self.fact.flat()
 
     @property
     def new_fact_id(self) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, JsonValue
 
@@ -37,6 +37,21 @@ class Fact(FrozenModel):
     @property
     def is_current(self) -> bool:
         return self.valid_until is None
+
+    @property
+    def has_triple(self) -> bool:
+        """Whether the fact has subject/predicate/object (a payload-only fact has ``""``
+        for all three: a subject is never empty)."""
+        return self.subject != ""
+
+    @property
+    def fact_payload(self) -> dict[str, Any]:
+        """The fact as one JSON object, as the specification's ``fact_payload`` was
+        written: the payload's keys and, when it has one, the triple's."""
+        out: dict[str, Any] = dict(self.payload)
+        if self.has_triple:
+            out.update(subject=self.subject, predicate=self.predicate, object=self.object)
+        return out
 
 
 class FactPattern(FrozenModel):

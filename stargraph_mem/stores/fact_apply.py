@@ -418,15 +418,16 @@ class Batch:
         """Stage the delta's fact for the adapter (which checks the chunk's pairs at once)."""
         fact_id = "f" + did[1:]
         payload = delta.fact
+        subject, predicate, obj = payload.triple  # "" for a payload-only fact
         fact = trusted(
             Fact,
             {
                 "id": fact_id,
                 "user": delta.user,
                 "agent": delta.agent,
-                "subject": payload.subject,
-                "predicate": payload.predicate,
-                "object": payload.object,
+                "subject": subject,
+                "predicate": predicate,
+                "object": obj,
                 "payload": payload.payload,
                 "confidence": delta.confidence,
                 "valid_from": delta.promotion_ts,
