@@ -35,6 +35,8 @@ BIG, BIG_EACH = 3, 400
 SMALL, SMALL_EACH = 30, 4
 """Partitions small enough to be consolidated many per batch."""
 MAX_EPISODES = 100
+MANY, MANY_EACH = 1100, 5
+"""Partitions (and episodes each) of the ``consolidate`` command's run: several batches."""
 QUICK = Reconnect(seconds=60, first_delay=0.05, max_delay=0.5)
 WARNING = re.compile(r"^warning: database connection lost \(.+\); reconnected after \d+\.\d s$")
 SCHEDULED = DEDUP.read_text("utf-8").replace('cron: "0 3 * * *"', "every: 2")
@@ -254,6 +256,66 @@ def test_a_run_worker_survives_a_server_restart(tmp_path: Path) -> None:
             assert _facts_and_watermarks(hit) == _facts_and_watermarks(calm)
             ids = audit_ids(hit)
             assert max(ids.values()) == 1 and sum(ids.values()) == len(first) + len(later)
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        proxy.down()
+
+
+def test_the_consolidate_command_survives_a_server_restart(tmp_path: Path) -> None:
+    """``stargraph-mem consolidate`` through a proxy over many partitions: once passes are
+    applied, its sessions are terminated and the server is away for a while; it finishes
+    (exit 0), says so on stderr, and the tables equal an uninterrupted run's."""
+    app = f"sgm-{uuid.uuid4().hex[:12]}"
+    killer = Killer(app)
+    proxy = Proxy()
+    proxy.up()
+    items = [
+        episode(f"m{u}-{n}", n, user=f"u{u}", **spo("s", f"p{n % 3}", f"o{n % 5}"))
+        for u in range(MANY)
+        for n in range(MANY_EACH)
+    ]
+
+    def consolidate(schema: str, port: int | None) -> tuple[str, str]:
+        url = url_of(schema, app if port is not None else "")
+        options = ["--pack", str(DEDUP), "--db", through(url, port) if port else url]
+        options += ["--now", NOW.isoformat(), "--reconnect-seconds", "60"]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "stargraph_mem.cli", "consolidate", *options],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=tmp_path,
+        )
+        try:
+            if port is not None:
+                wait_until(lambda: _some(schema), proc, "a pass")
+                killer.kill()
+                proxy.down()
+                time.sleep(1.0)
+                killer.kill()
+                proxy.up()
+            out, err = proc.communicate(timeout=600)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        assert proc.returncode == 0, err
+        return out, err
+
+    async def scenario() -> None:
+        async with pg_schema() as hit, pg_schema() as calm:
+            await filled(url_of(hit), DEDUP, items)
+            await filled(url_of(calm), DEDUP, items)
+            _, err = await asyncio.to_thread(consolidate, hit, proxy.port)
+            lines = err.splitlines()
+            assert lines and all(WARNING.match(line) for line in lines), err
+            _, calm_err = await asyncio.to_thread(consolidate, calm, None)
+            assert calm_err == ""
+            assert dump(hit) == dump(calm)
+            ids = audit_ids(hit)
+            assert max(ids.values()) == 1 and sum(ids.values()) == len(items)
 
     try:
         asyncio.run(scenario())
