@@ -4,7 +4,9 @@
 ``pg_terminate_backend`` (what a restart does to them: ``AdminShutdown``), repeatedly for
 a while, so reconnects fail too. :class:`Proxy` forwards a local port to the server;
 :meth:`Proxy.down` cuts every connection and refuses new ones (what clients see while the
-server restarts), :meth:`Proxy.up` accepts them again.
+server restarts), :meth:`Proxy.up` accepts them again; an armed :attr:`Proxy.trap` cuts
+the next connection that sends ``COMMIT`` once the server has it, before its answer
+reaches the client (a commit that was applied, but the client cannot know).
 """
 
 from __future__ import annotations
@@ -20,6 +22,11 @@ import psycopg
 from backends import PG_URL
 
 __all__ = ["Killer", "Proxy", "dump", "through"]
+
+COMMIT = b"COMMIT\x00"
+"""How a ``COMMIT`` statement travels in the protocol (simple or extended query)."""
+COMMIT_GRACE_S = 0.3
+"""How long a trapped connection waits for the server to commit before it is cut."""
 
 
 class Killer:
@@ -68,6 +75,9 @@ class Proxy:
         self._listener: socket.socket | None = None
         self._sockets: list[socket.socket] = []
         self._lock = threading.Lock()
+        self.trap = threading.Event()
+        """Armed: cut the next connection that commits (see the module)."""
+        self.commits_cut = 0
 
     def up(self) -> None:
         """Accept connections (on the same port as before, once there was one)."""
@@ -106,21 +116,32 @@ class Proxy:
                 continue
             with self._lock:
                 self._sockets += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=_pump, args=(a, b), daemon=True).start()
+            held = threading.Event()
+            for a, b, out in ((client, upstream, True), (upstream, client, False)):
+                threading.Thread(target=self._pump, args=(a, b, out, held), daemon=True).start()
 
-
-def _pump(source: socket.socket, sink: socket.socket) -> None:
-    """Copy bytes one way until either side closes."""
-    try:
-        while data := source.recv(65536):
-            sink.sendall(data)
-    except OSError:
-        pass
-    finally:
-        for sock in (source, sink):
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
+    def _pump(
+        self, source: socket.socket, sink: socket.socket, out: bool, held: threading.Event
+    ) -> None:
+        """Copy bytes one way until either side closes; ``held``: the server's answers
+        are dropped (a trapped commit's connection)."""
+        try:
+            while data := source.recv(65536):
+                if out and COMMIT in data and self.trap.is_set():
+                    self.trap.clear()
+                    held.set()  # before the server can answer
+                    sink.sendall(data)
+                    time.sleep(COMMIT_GRACE_S)
+                    self.commits_cut += 1
+                    return
+                if not held.is_set():
+                    sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, sink):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
 
 
 def through(url: str, port: int) -> str:

@@ -126,6 +126,48 @@ def test_a_long_consolidate_survives_its_sessions_being_killed(tmp_path: Path) -
         assert outage.attempts >= 1
 
 
+def test_a_commit_whose_answer_was_lost_is_not_applied_twice() -> None:
+    """Mid-run, a connection is cut right after the server received its ``COMMIT``: the
+    run cannot know whether it was applied, redoes the work from a fresh read, and every
+    delta is applied once."""
+    proxy = Proxy()
+    proxy.up()
+    outages: list[Outage] = []
+    items = episodes()
+
+    def progress(done: int, total: int) -> None:
+        if done >= 400 and not proxy.commits_cut:
+            proxy.trap.set()
+
+    async def consolidate(url: str, on_progress: object = None) -> None:
+        async with Consolidator.open(
+            url,
+            [DEDUP],
+            max_episodes=MAX_EPISODES,
+            worker="never",
+            reconnect=QUICK,
+            on_outage=outages.append,
+        ) as mem:
+            await mem.consolidate(now=NOW, progress=on_progress)  # type: ignore[arg-type]
+
+    async def scenario() -> None:
+        async with pg_schema() as hit, pg_schema() as calm:
+            await filled(url_of(hit), DEDUP, items)
+            await filled(url_of(calm), DEDUP, items)
+            await consolidate(through(url_of(hit), proxy.port), progress)
+            await consolidate(url_of(calm))
+            assert proxy.commits_cut == 1
+            assert dump(hit) == dump(calm)
+            ids = audit_ids(hit)
+            assert max(ids.values()) == 1 and sum(ids.values()) == len(items)
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        proxy.down()
+    assert len(outages) == 1
+
+
 def test_a_consolidate_with_a_worker_process_survives_its_sessions_being_killed(
     tmp_path: Path,
 ) -> None:

@@ -51,6 +51,8 @@ CONNECT_TIMEOUT_S: Final = 10
 """How long opening a connection may take before it fails (never hang on a dead server)."""
 CLOSE_TIMEOUT_S: Final = 5.0
 """How long closing waits for connections still in use before it drops them."""
+RETIRE_TIMEOUT_S: Final = 1.0
+"""How long closing a pool whose connections were lost waits for its background tasks."""
 _IDENTIFIER: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _LOCK_SPACE: Final = 0x5347
 """First key of every advisory lock the stores take (the second names schema and purpose)."""
@@ -146,7 +148,7 @@ class PostgresDatabase(AsyncResource):
         async with self._opening:
             pool, self._pool = self._pool, None
         if pool is not None:
-            await pool.close(timeout=0)
+            await pool.close(timeout=RETIRE_TIMEOUT_S)
         await self._ready()
 
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
@@ -183,7 +185,7 @@ class PostgresDatabase(AsyncResource):
         """Close pools retired after a lost connection (their connections are dead)."""
         retired, self._retired = self._retired, []
         for pool in retired:
-            await pool.close(timeout=0)
+            await pool.close(timeout=RETIRE_TIMEOUT_S)
 
     async def _ready(self) -> AsyncConnectionPool[Any]:
         """The open pool, after the schema is migrated (done once per open)."""
@@ -220,7 +222,7 @@ class PostgresDatabase(AsyncResource):
         try:
             await pool.open(wait=True, timeout=CONNECT_TIMEOUT_S)
         except psycopg.Error as exc:
-            await pool.close(timeout=0)
+            await pool.close(timeout=RETIRE_TIMEOUT_S)
             if connection_lost(exc, None):
                 raise self._lost(exc, None) from exc
             raise
