@@ -15,6 +15,7 @@ import sys
 import time
 import uuid
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import psycopg
@@ -23,12 +24,17 @@ from backends import PG_URL, pg_schema
 from e2e_helpers import DEDUP, NOW, episode, spo
 from outage_helpers import Killer, Proxy, dump, through
 
+from stargraph_mem.compiler.pack import compile_file
 from stargraph_mem.engine.api import Consolidator
 from stargraph_mem.engine.reconnect import Outage, Reconnect
+from stargraph_mem.engine.runner import WorkerPass, WorkerSetup
+from stargraph_mem.engine.worker import WorkerProcess
 from stargraph_mem.errors import DatabaseUnavailableError
 from stargraph_mem.model.episodes import Episode
+from stargraph_mem.salience import RuleBasedScorer
 from stargraph_mem.stores.postgres import PostgresDatabase
 from stargraph_mem.stores.postgres.failures import connection_lost
+from stargraph_mem.stores.scope import Partition
 
 BIG, BIG_EACH = 3, 400
 """Partitions with a backlog of several passes (run alone, pass after pass)."""
@@ -209,6 +215,32 @@ def test_a_consolidate_with_a_worker_process_survives_its_sessions_being_killed(
 
     asyncio.run(scenario())
     assert outages
+
+
+def test_a_worker_process_that_loses_the_database_says_so() -> None:
+    """The worker process's own lost connection comes back to the run as
+    :class:`DatabaseUnavailableError` (not a driver error), which the run survives."""
+    proxy = Proxy()
+    proxy.up()
+    port = proxy.port
+    proxy.down()  # nothing listens there now: connections are refused
+    worker = WorkerProcess()
+    try:
+        worker.request(
+            WorkerSetup(
+                location=through(url_of("t_nowhere"), port),
+                compiled=replace(compile_file(DEDUP), _built=[]),  # as a run sends it
+                max_episodes=MAX_EPISODES,
+                keep_deltas=False,
+                scorer=RuleBasedScorer(),
+            )
+        )
+        job = WorkerPass(Partition("alice", "rag"), NOW, ["new_fact_add"], None, None)
+        with pytest.raises(DatabaseUnavailableError, match="cannot connect") as caught:
+            worker.request(job)
+        assert caught.value.context["reason"].startswith("connection failed")
+    finally:
+        worker.close()
 
 
 def start_worker(pack: Path, url: str, reconnect_seconds: float) -> subprocess.Popen[str]:
