@@ -26,7 +26,7 @@ from outage_helpers import Killer, Proxy, dump, through
 
 from stargraph_mem.compiler.pack import compile_file
 from stargraph_mem.engine.api import Consolidator
-from stargraph_mem.engine.reconnect import Outage, Reconnect
+from stargraph_mem.engine.reconnect import Outage, Reconnect, Survivor
 from stargraph_mem.engine.runner import WorkerPass, WorkerSetup
 from stargraph_mem.engine.worker import WorkerProcess
 from stargraph_mem.errors import DatabaseUnavailableError
@@ -534,3 +534,99 @@ def test_a_lost_connection_is_one_error_when_reconnecting_is_off() -> None:
 
     asyncio.run(scenario())
     assert killed
+
+
+class FlakyDatabase:
+    """A database whose reconnects fail ``refusals`` times, then work."""
+
+    def __init__(self, refusals: int) -> None:
+        self.refusals = refusals
+        self.reconnects = 0
+
+    async def reconnect(self) -> None:
+        self.reconnects += 1
+        if self.refusals:
+            self.refusals -= 1
+            raise lost("connection refused")
+
+
+def lost(reason: str) -> DatabaseUnavailableError:
+    return DatabaseUnavailableError(f"lost: {reason}", where="db", reason=reason)
+
+
+TINY = Reconnect(seconds=60, first_delay=0.001, max_delay=0.002)
+
+
+def test_an_action_is_run_again_once_the_database_is_back() -> None:
+    database = FlakyDatabase(refusals=3)
+    outages: list[Outage] = []
+    forgotten: list[bool] = []
+    calls: list[int] = []
+
+    async def action() -> str:
+        calls.append(1)
+        if len(calls) == 1:
+            raise lost("terminating connection due to administrator command")
+        return "done"
+
+    survivor = Survivor(
+        database,  # type: ignore[arg-type]
+        TINY,
+        on_outage=outages.append,
+        forget=lambda: forgotten.append(True),
+    )
+    assert asyncio.run(survivor.run(action)) == "done"
+    assert len(calls) == 2 and database.reconnects == 4 and forgotten == [True]
+    [outage] = outages
+    assert (outage.reason, outage.attempts) == (
+        "terminating connection due to administrator command",
+        4,
+    )
+
+
+def test_a_database_that_keeps_failing_without_progress_ends_in_one_error() -> None:
+    """Reconnects work but the action keeps losing the connection: the bound is shared
+    by the outages of one stretch without progress."""
+    outages: list[Outage] = []
+
+    async def action() -> None:
+        raise lost("server closed the connection unexpectedly")
+
+    survivor = Survivor(
+        FlakyDatabase(refusals=0),  # type: ignore[arg-type]
+        Reconnect(seconds=1.0, first_delay=0.01, max_delay=0.02),
+        on_outage=outages.append,
+    )
+    with pytest.raises(DatabaseUnavailableError, match=r"^the database at db did not come back"):
+        asyncio.run(survivor.run(action))
+    assert outages, "the outages before the bound were survived and reported"
+
+
+def test_progress_starts_the_bound_again() -> None:
+    """An action that applies passes between outages is never cut off by the bound."""
+    applied = [0]
+
+    async def action() -> str:
+        applied[0] += 1
+        if applied[0] < 40:
+            raise lost("server closed the connection unexpectedly")
+        return "caught up"
+
+    async def slow_reconnect() -> None:
+        await asyncio.sleep(0.03)  # 40 outages last longer than the bound
+
+    database = FlakyDatabase(refusals=0)
+    database.reconnect = slow_reconnect  # type: ignore[method-assign]
+    survivor = Survivor(
+        database,  # type: ignore[arg-type]
+        Reconnect(seconds=0.5, first_delay=0.001, max_delay=0.001),
+        on_outage=lambda _: None,
+    )
+    assert asyncio.run(survivor.run(action, lambda: applied[0])) == "caught up"
+
+
+def test_reconnect_settings_are_checked() -> None:
+    with pytest.raises(ValueError, match="seconds >= 0"):
+        Reconnect(seconds=-1)
+    with pytest.raises(ValueError, match="first_delay <= max_delay"):
+        Reconnect(first_delay=2, max_delay=1)
