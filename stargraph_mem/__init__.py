@@ -20,6 +20,7 @@ if TYPE_CHECKING:
         CompileError,
         ConsolidationRuleError,
         CorruptRowError,
+        DatabaseUnavailableError,
         DeltaValidationError,
         DuplicateEpisodeError,
         EngineError,
@@ -113,6 +114,7 @@ _LAZY: dict[str, str] = {
     "SearchError": "stargraph_mem.errors",
     "StoreConfigError": "stargraph_mem.errors",
     "CorruptRowError": "stargraph_mem.errors",
+    "DatabaseUnavailableError": "stargraph_mem.errors",
 }
 """Public name → the module that defines it."""
 
@@ -125,6 +127,7 @@ __all__ = [
     "ConsolidationRuleError",
     "Consolidator",
     "CorruptRowError",
+    "DatabaseUnavailableError",
     "DeleteDelta",
     "DeltaValidationError",
     "DuplicateEpisodeError",

@@ -21,6 +21,7 @@ Conventions every command follows: ``--db`` falls back to ``$STARGRAPH_MEM_DB``,
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import sqlite3
@@ -49,6 +50,7 @@ from stargraph_mem.model.time import NaiveTimestampError, parse_iso, utc_now
 if TYPE_CHECKING:
     from pydantic import JsonValue
 
+    from stargraph_mem.engine.reconnect import Outage, Reconnect
     from stargraph_mem.engine.report import PassReport
     from stargraph_mem.engine.scheduler import ConsolidationReport
     from stargraph_mem.model.cadence import Cadence
@@ -239,6 +241,17 @@ JsonOption = Annotated[
     bool, typer.Option("--json", help="Print the result as one JSON document (keys sorted).")
 ]
 UserOption = Annotated[str, typer.Option("--user", help="User the episodes belong to.")]
+ReconnectOption = Annotated[
+    float,
+    typer.Option(
+        "--reconnect-seconds",
+        min=0.0,
+        help="How long to wait for a database server that went away (a restart, a "
+        "failover) before giving up; the work it interrupted is redone once it is back "
+        "(0: give up at once).",
+    ),
+]
+DEFAULT_RECONNECT_SECONDS = 60.0
 
 
 # --- helpers shared by every command ----------------------------------------------------
@@ -308,9 +321,29 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
     """Run one library coroutine to completion, mapping known errors to exit code 1."""
     import asyncio
 
+    quiet_driver_logs()
     with known_errors():
         return asyncio.run(coro)
     raise AssertionError("unreachable")  # pragma: no cover - known_errors always re-raises
+
+
+def quiet_driver_logs() -> None:
+    """Keep the PostgreSQL driver's own log lines (a pool dropping a dead connection) off
+    stderr: commands report a lost database themselves, as one line."""
+    logger = logging.getLogger("psycopg")
+    if not any(isinstance(handler, logging.NullHandler) for handler in logger.handlers):
+        logger.addHandler(logging.NullHandler())
+
+
+def reconnecting(seconds: float) -> tuple[Reconnect, Callable[[Outage], None]]:
+    """The reconnect policy of ``--reconnect-seconds`` and the outage report for it: one
+    ``warning: database connection lost (…); reconnected after N s`` line on stderr."""
+    from stargraph_mem.engine.reconnect import Reconnect
+
+    def warn(outage: Outage) -> None:
+        typer.echo(f"warning: {printable(outage.describe(), backslashes=False)}", err=True)
+
+    return Reconnect(seconds=seconds), warn
 
 
 async def using_store(db: str, action: Callable[[EpisodeRepository], Awaitable[T]]) -> T:
@@ -782,6 +815,7 @@ def consolidate(
             "backlog of several passes), always or never.",
         ),
     ] = WorkerChoice.auto,
+    reconnect_seconds: ReconnectOption = DEFAULT_RECONNECT_SECONDS,
     as_json: Annotated[
         bool,
         typer.Option(
@@ -799,10 +833,14 @@ def consolidate(
     later pass whose time reaches them.
 
     A progress bar (episodes read by passes) shows on stderr when it is a terminal.
+
+    When the database server goes away mid-run (a restart, a failover), the run waits for
+    it (--reconnect-seconds), says so on stderr and goes on; no pass is applied twice.
     """
     from stargraph_mem.engine.api import Consolidator
 
     when = parse_aware(now, "--now")
+    policy, warn = reconnecting(reconnect_seconds)
 
     async def action(
         bar: Progress | None,
@@ -812,7 +850,12 @@ def consolidate(
                 bar("consolidate", done, total)
 
         async with Consolidator.open(
-            existing(db), packs, keep_deltas=dry_run or trace, worker=worker.value
+            existing(db),
+            packs,
+            keep_deltas=dry_run or trace,
+            worker=worker.value,
+            reconnect=policy,
+            on_outage=warn,
         ) as mem:
             report = await mem.consolidate(
                 user=user, agent=agent, now=when, dry_run=dry_run, progress=progress

@@ -11,7 +11,9 @@ import typer
 
 from stargraph_mem.cli import (
     DEFAULT_DB,
+    DEFAULT_RECONNECT_SECONDS,
     DbOption,
+    ReconnectOption,
     aligned,
     app,
     cadence_document,
@@ -21,6 +23,7 @@ from stargraph_mem.cli import (
     parse_aware,
     pass_document,
     printable,
+    reconnecting,
     report_line,
     run,
 )
@@ -149,13 +152,15 @@ def run_cmd(
             "passes, conflicts).",
         ),
     ] = False,
+    reconnect_seconds: ReconnectOption = DEFAULT_RECONNECT_SECONDS,
 ) -> None:
     """Run the cadence scheduler: every N episodes (or after a time), cron times, idle
     partitions; SIGINT/SIGTERM stop it.
 
     Any number of these may run on one memory (on PostgreSQL, on any number of machines):
     each leases the due partitions it consolidates, so they share the work and no pass is
-    applied twice.
+    applied twice. When the database server goes away (a restart, a failover), a worker
+    waits for it (--reconnect-seconds), says so on stderr and goes on.
     """
     from stargraph_mem.engine.api import Consolidator
 
@@ -165,12 +170,19 @@ def run_cmd(
     if as_json and not once:
         raise typer.BadParameter("--json needs --once", param_hint="--json")
 
+    policy, warn = reconnecting(reconnect_seconds)
+
+    def opened() -> Consolidator:
+        return Consolidator.open(
+            existing(db), packs, lease_seconds=lease_seconds, reconnect=policy, on_outage=warn
+        )
+
     async def once_action() -> ConsolidationReport:
-        async with Consolidator.open(existing(db), packs, lease_seconds=lease_seconds) as mem:
+        async with opened() as mem:
             return await mem.tick(when or utc_now())
 
     async def loop_action() -> str:
-        async with Consolidator.open(existing(db), packs, lease_seconds=lease_seconds) as mem:
+        async with opened() as mem:
             return await _loop(mem, interval)
 
     if not once:

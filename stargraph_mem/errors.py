@@ -134,6 +134,16 @@ class StoreError(StargraphMemError):
     """A store operation failed for a reason that is not the caller's SQLite error."""
 
 
+class DatabaseUnavailableError(StoreError):
+    """The database server dropped a connection or refused a new one (a restart, a
+    failover, a network cut), as opposed to refusing a statement.
+
+    The transaction in progress is rolled back by the server, or, when the connection broke
+    during its commit, may have committed: a run redoes its work from a fresh read, and the
+    checked apply keeps a pass from being applied twice. ``where`` names the database and
+    ``reason`` the driver's first line."""
+
+
 class MemoryScopeError(StoreError):
     """A scope is empty/invalid, or disagrees with the episode's own user/session/agent."""
 

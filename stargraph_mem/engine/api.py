@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from datetime import datetime
 from pathlib import Path
 
 from stargraph_mem.compiler.pack import CompiledPack, compile_file
 from stargraph_mem.engine.limits import DEFAULT_MAX_EPISODES
+from stargraph_mem.engine.reconnect import OnOutage, Reconnect, Survivor
 from stargraph_mem.engine.report import LegacyFilter, PassReport
 from stargraph_mem.engine.runner import PassRunner, WorkerMode
 from stargraph_mem.engine.runtime import PackRuntime
@@ -20,6 +22,7 @@ from stargraph_mem.engine.scheduler import (
     merge_sweep,
 )
 from stargraph_mem.engine.sweep import Sweeper, swept
+from stargraph_mem.errors import DatabaseUnavailableError
 from stargraph_mem.gcpause import gc_paused
 from stargraph_mem.model.episodes import Episode
 from stargraph_mem.model.facts import (
@@ -62,6 +65,13 @@ class Consolidator(AsyncResource):
 
     ``read_only`` (default ``None``: when the file cannot be written) opens the stores
     read-only: reads work on a current schema, writes raise ``DB is read-only …``.
+
+    ``tick`` and ``consolidate`` survive a database restart or failover: when the
+    connection is lost they reconnect as ``reconnect`` says (by default for up to 60 s
+    without progress), redo the interrupted work from a fresh read and go on; each outage
+    is reported to ``on_outage`` (default: a warning logged on ``stargraph_mem.reconnect``).
+    A database that stays away longer raises
+    :class:`~stargraph_mem.errors.DatabaseUnavailableError`.
     """
 
     def __init__(
@@ -77,6 +87,8 @@ class Consolidator(AsyncResource):
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         worker: WorkerMode = "auto",
         read_only: bool | None = None,
+        reconnect: Reconnect | None = None,
+        on_outage: OnOutage | None = None,
     ) -> None:
         self.database = open_database(path, read_only=read_only)
         """The owner of the connections; ``memory``, ``fact_store`` and ``schedule_store``
@@ -119,6 +131,20 @@ class Consolidator(AsyncResource):
             lease_seconds=lease_seconds,
         )
         self._ticked = False
+        self.survivor = Survivor(
+            self.database, reconnect or Reconnect(), on_outage=on_outage, forget=self._forget
+        )
+        """Runs ``tick`` and ``consolidate`` again after a lost connection."""
+
+    def _forget(self) -> None:
+        """Drop what passes and records kept from before an outage: they read again."""
+        for runner in self.runners:
+            runner.forget_all()
+        self.scheduler.forget()
+
+    def _applied(self) -> int:
+        """Passes applied so far by every pack (the progress an outage's bound sees)."""
+        return sum(runner.applied_passes for runner in self.runners)
 
     @classmethod
     def open(
@@ -134,6 +160,8 @@ class Consolidator(AsyncResource):
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         worker: WorkerMode = "auto",
         read_only: bool | None = None,
+        reconnect: Reconnect | None = None,
+        on_outage: OnOutage | None = None,
     ) -> Consolidator:
         """Compile ``packs`` (YAML files) and prepare stores at ``path``; use ``async with``.
 
@@ -149,6 +177,8 @@ class Consolidator(AsyncResource):
             lease_seconds=lease_seconds,
             worker=worker,
             read_only=read_only,
+            reconnect=reconnect,
+            on_outage=on_outage,
         )
 
     @property
@@ -169,10 +199,12 @@ class Consolidator(AsyncResource):
                 await self.scheduler.register()
 
     async def close(self) -> None:
-        """Give the scheduler lease up if this instance ticked, then close the stores."""
+        """Give the scheduler lease up if this instance ticked, then close the stores (a
+        lease that cannot be given back, the database being away, expires by itself)."""
         try:
             if self._ticked and self.schedule_store.read_only_reason is None:
-                await self.scheduler.release()
+                with suppress(DatabaseUnavailableError):
+                    await self.scheduler.release()
         finally:
             await self._close_stores()
 
@@ -210,9 +242,14 @@ class Consolidator(AsyncResource):
 
     async def tick(self, now: datetime | None = None) -> ConsolidationReport:
         """Run whatever is due (cron times reached, ``every: N`` counts reached, ``or_after``
-        times passed, partitions quiet for their ``idle`` duration), once."""
+        times passed, partitions quiet for their ``idle`` duration), once.
+
+        A tick that loses the database ticks again once it is back (leases and due-ness
+        are decided again from the stores)."""
         self._ticked = True
-        return await self.scheduler.tick(now or self.clock())
+        return await self.survivor.run(
+            lambda: self.scheduler.tick(now or self.clock()), self._applied
+        )
 
     async def status(
         self, now: datetime | None = None, *, registered: bool = False
@@ -236,9 +273,52 @@ class Consolidator(AsyncResource):
         due at ``now`` over every partition (of ``user`` / ``agent``) with candidates.
 
         ``progress(done, total)`` counts episodes read by passes, summed over packs.
+
+        A run that loses the database goes on from a fresh read once it is back (see the
+        class); the report keeps the passes applied before the outage.
         """
         t0 = time.perf_counter()
         when = to_utc(now or utc_now())
+        kept: list[PassReport] = []
+        """Passes applied by attempts that lost the database."""
+
+        async def attempt() -> ConsolidationReport:
+            report = ConsolidationReport(now=when)
+            seen: list[PassReport] = []
+            try:
+                await self._consolidate(
+                    report, seen, user, agent, dry_run, rule_ids, legacy, progress, kept
+                )
+            except DatabaseUnavailableError:
+                known = {id(r) for r in kept}
+                for done in (*report.passes, *seen):
+                    if done.applied and id(done) not in known:
+                        known.add(id(done))
+                        kept.append(done)
+                raise
+            return report
+
+        report = await self.survivor.run(attempt, self._applied)
+        report.passes[:0] = kept
+        report.timings["total"] = time.perf_counter() - t0
+        return report
+
+    async def _consolidate(
+        self,
+        report: ConsolidationReport,
+        seen: list[PassReport],
+        user: str | None,
+        agent: str | None,
+        dry_run: bool,
+        rule_ids: Sequence[str] | None,
+        legacy: LegacyFilter | None,
+        progress: Callable[[int, int], None] | None,
+        kept: Sequence[PassReport],
+    ) -> None:
+        """One attempt of :meth:`consolidate` into ``report``; every pass computed is
+        added to ``seen``, and progress counts on from the ``kept`` passes of earlier
+        attempts."""
+        when = report.now
         partitions = [
             p
             for p in await self.memory.partitions()
@@ -246,20 +326,20 @@ class Consolidator(AsyncResource):
         ]
         if user is not None and agent is not None and not partitions:
             partitions = [Partition(user, agent)]
-        report = ConsolidationReport(now=when)
-        on_pass: Callable[[PassReport], None] | None = None
+        done = sum(r.episodes for r in kept)
+        total = done
         if progress is not None:
-            total = 0
             for runner in self.runners:
                 total += sum(await runner.pending_of(partitions, rule_ids))
-            done = 0
+            progress(done, total)
 
-            def on_pass(done_pass: PassReport) -> None:
-                nonlocal done
-                done += done_pass.episodes
+        def on_pass(done_pass: PassReport) -> None:
+            nonlocal done
+            seen.append(done_pass)
+            done += done_pass.episodes
+            if progress is not None:
                 progress(done, max(total, done))
 
-            progress(0, total)
         for runner in self.runners:
             episode_rules = [r.id for r in runner.rules_of(rule_ids) if not swept(r)]
             if episode_rules:
@@ -277,8 +357,6 @@ class Consolidator(AsyncResource):
                 when, keep=_named(user, agent), rule_ids=rule_ids, dry_run=dry_run
             )
             merge_sweep(report, runner.pack, outcome)
-        report.timings["total"] = time.perf_counter() - t0
-        return report
 
     async def facts(
         self,

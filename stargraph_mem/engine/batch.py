@@ -24,7 +24,7 @@ from stargraph_mem.engine.inflight import Behind
 from stargraph_mem.engine.pass_clock import resumed_records
 from stargraph_mem.engine.report import LegacyFilter, PassReport
 from stargraph_mem.engine.runtime import PassInput, PassOutput
-from stargraph_mem.errors import PassConflictError
+from stargraph_mem.errors import DatabaseUnavailableError, PassConflictError
 from stargraph_mem.stores.fact import EngineFact
 from stargraph_mem.stores.fact_rows import PassWrite
 from stargraph_mem.stores.memory import EpisodeRecord
@@ -230,7 +230,9 @@ class BatchRun:
 
     async def _apply(self, reports: list[PassReport]) -> None:
         """Apply the batch in one transaction; stale partitions, and every partition when
-        the transaction fails, are run again alone."""
+        the transaction fails, are run again alone (a lost connection is not a failure of
+        the batch: it ends the run, which starts again from a fresh read once the
+        database is back)."""
         runner = self.runner
         t0 = time.perf_counter()
         facts_after = [r.facts_after for r in reports]
@@ -250,6 +252,8 @@ class BatchRun:
             report.facts_after = None
         try:
             versions = await runner.facts.apply_passes(writes, pack_hash=runner.runtime.sha256)
+        except DatabaseUnavailableError:
+            raise
         except Exception:
             for report in reports:
                 await self.alone(report.partition)

@@ -121,6 +121,13 @@ class PassRunner:
         partition has not moved; every apply checks that it has not)."""
         self._known_facts = 0
         """How many facts ``_known`` holds in all."""
+        self.claimer = claim_holder()
+        """The holder of the claims this runner's runs take after a lost race (one name
+        for all of them: its runs never overlap, and a claim left behind by a run that lost
+        its database connection is renewed by the next run, not waited for)."""
+        self.applied_passes = 0
+        """Passes this runner applied so far (a run that survives an outage measures its
+        progress by it)."""
 
     @property
     def pack(self) -> str:
@@ -216,7 +223,7 @@ class PassRunner:
                 # optimistic first: the apply checks nothing moved and nobody else holds a
                 # claim; after a lost race, the run claims the partition
                 if attempt > 0 and not dry_run:
-                    holder = holder or self._leased(partition) or claim_holder()
+                    holder = holder or self._leased(partition) or self.claimer
                     await self._claim(partition, holder)
                     held = True
                 try:
@@ -585,6 +592,12 @@ class PassRunner:
         if gone is not None:
             self._known_facts -= len(gone.facts)
 
+    def forget_all(self) -> None:
+        """Drop everything kept from earlier passes (after a lost connection, whose last
+        commit may or may not have been applied, passes read the stores again)."""
+        self._known.clear()
+        self._known_facts = 0
+
     def _leased(self, partition: Partition) -> str | None:
         """The holder of the caller's lease on ``partition``, if it took one."""
         lease = self.leases.get(partition.key)
@@ -621,6 +634,7 @@ class PassRunner:
     def applied(self, report: PassReport, seconds: float) -> None:
         """Mark ``report`` applied; drop its deltas unless they are kept."""
         report.applied = True
+        self.applied_passes += 1
         if not self.keep_deltas:
             report.deltas = []
         report.timings["apply"] = seconds

@@ -789,6 +789,11 @@ class Scheduler:
                 runner.leases.pop(key, None)
             await self.facts.release_partitions(mine, self.holder)
 
+    def forget(self) -> None:
+        """Drop the run tokens kept from earlier records (after a lost connection, the
+        next record reads the run records again)."""
+        self._tokens.clear()
+
     async def release(self) -> None:
         """Give up the lease (on shutdown) so another scheduler can take over at once."""
         await self.store.release_lease(LEASE_NAME, self.holder)

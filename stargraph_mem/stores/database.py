@@ -148,6 +148,9 @@ class SQLiteDatabase(AsyncResource):
         finally:
             await self.connection.close()
 
+    async def reconnect(self) -> None:
+        """Nothing to do: a SQLite file has no server connection to lose."""
+
     def source(self) -> _SQLiteTables:
         """Whole-table reads for a copy from this database."""
         return _SQLiteTables(self)

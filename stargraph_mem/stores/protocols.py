@@ -255,6 +255,11 @@ class Database(Protocol):
 
     async def close(self) -> None: ...
 
+    async def reconnect(self) -> None:
+        """Open fresh connections after a lost one (raises
+        :class:`~stargraph_mem.errors.DatabaseUnavailableError` while the server is away)."""
+        ...
+
     async def __aenter__(self) -> Self: ...
 
     async def __aexit__(

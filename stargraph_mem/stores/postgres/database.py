@@ -11,6 +11,11 @@ a schema written by a newer version is refused untouched.
 Writes that must not interleave (episode seqs committed in order, a batch's fact rowids
 and audit seqs, claims and leases) take a transaction-level advisory lock, the
 equivalent of SQLite's one writer, so several workers on several machines can share it.
+
+A connection the server drops or refuses (a restart, a failover) raises
+:class:`~stargraph_mem.errors.DatabaseUnavailableError` and retires the pool, whose other
+connections are likely dead too; the next use (or :meth:`PostgresDatabase.reconnect`)
+opens a fresh one. Statements the server refuses raise psycopg's errors unchanged.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from stargraph_mem.errors import StoreError
+from stargraph_mem.errors import DatabaseUnavailableError, StoreError
 from stargraph_mem.model.time import to_us, utc_now
 from stargraph_mem.stores.database import redact
 from stargraph_mem.stores.fact import ProvenanceAdapter
@@ -34,6 +39,7 @@ from stargraph_mem.stores.lifecycle import AsyncResource
 from stargraph_mem.stores.models import StoreHealth
 from stargraph_mem.stores.postgres.connection import PgConn
 from stargraph_mem.stores.postgres.fact import PostgresFactStore
+from stargraph_mem.stores.postgres.failures import connection_lost, first_line
 from stargraph_mem.stores.postgres.memory import PostgresMemoryStore
 from stargraph_mem.stores.postgres.schedule import PostgresScheduleStore
 from stargraph_mem.stores.postgres.schema import LEDGER_TABLE, MIGRATIONS, SCHEMA_VERSION
@@ -45,6 +51,8 @@ CONNECT_TIMEOUT_S: Final = 10
 """How long opening a connection may take before it fails (never hang on a dead server)."""
 CLOSE_TIMEOUT_S: Final = 5.0
 """How long closing waits for connections still in use before it drops them."""
+RETIRE_TIMEOUT_S: Final = 1.0
+"""How long closing a pool whose connections were lost waits for its background tasks."""
 _IDENTIFIER: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _LOCK_SPACE: Final = 0x5347
 """First key of every advisory lock the stores take (the second names schema and purpose)."""
@@ -99,6 +107,7 @@ class PostgresDatabase(AsyncResource):
         self.clock = clock
         self._max = max_connections
         self._pool: AsyncConnectionPool[Any] | None = None
+        self._retired: list[AsyncConnectionPool[Any]] = []
         self._opening = asyncio.Lock()
         self.memory = PostgresMemoryStore(self)
         self.facts = PostgresFactStore(self, adapter=adapter)
@@ -129,23 +138,61 @@ class PostgresDatabase(AsyncResource):
     async def close(self) -> None:
         """Close the pool (a later use reopens it); waits at most ``CLOSE_TIMEOUT_S``."""
         pool, self._pool = self._pool, None
+        await self._close_retired()
         if pool is not None:
             await pool.close(timeout=CLOSE_TIMEOUT_S)
 
+    async def reconnect(self) -> None:
+        """Drop the pool and open a fresh one (after the server was restarted, its old
+        connections are dead); :class:`DatabaseUnavailableError` while it is still away."""
+        async with self._opening:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close(timeout=RETIRE_TIMEOUT_S)
+        await self._ready()
+
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
-        """A direct connection (autocommit), its failure told with the server it tried."""
+        """A direct connection (autocommit), its failure told with the server it tried
+        (:class:`DatabaseUnavailableError` when the server could not be reached)."""
         try:
             return await psycopg.AsyncConnection.connect(
                 self.conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
             )
         except psycopg.Error as exc:
-            raise StoreError(f"cannot connect to PostgreSQL at {self.where}: {exc}") from exc
+            message = f"cannot connect to PostgreSQL at {self.where}: {exc}"
+            if connection_lost(exc, None):
+                raise DatabaseUnavailableError(
+                    message, where=self.where, reason=first_line(exc)
+                ) from exc
+            raise StoreError(message) from exc
+
+    def _lost(
+        self, exc: psycopg.Error, pool: AsyncConnectionPool[Any] | None
+    ) -> DatabaseUnavailableError:
+        """The error for a lost connection; ``pool`` (if still ours) is retired, so the
+        next use opens a fresh one instead of reusing its dead connections."""
+        if pool is not None and self._pool is pool:
+            self._pool = None
+            self._retired.append(pool)
+        reason = first_line(exc)
+        return DatabaseUnavailableError(
+            f"lost the connection to PostgreSQL at {self.where}: {reason}",
+            where=self.where,
+            reason=reason,
+        )
+
+    async def _close_retired(self) -> None:
+        """Close pools retired after a lost connection (their connections are dead)."""
+        retired, self._retired = self._retired, []
+        for pool in retired:
+            await pool.close(timeout=RETIRE_TIMEOUT_S)
 
     async def _ready(self) -> AsyncConnectionPool[Any]:
         """The open pool, after the schema is migrated (done once per open)."""
         if self._pool is not None:
             return self._pool
         async with self._opening:
+            await self._close_retired()
             if self._pool is None:
                 self._pool = await self._open()
             return self._pool
@@ -154,6 +201,10 @@ class PostgresDatabase(AsyncResource):
         conn = await self._connect()
         try:
             await self._migrate(conn)
+        except psycopg.Error as exc:
+            if connection_lost(exc, conn):
+                raise self._lost(exc, None) from exc
+            raise
         finally:
             await conn.close()
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
@@ -168,7 +219,13 @@ class PostgresDatabase(AsyncResource):
                 "options": f'-c search_path="{self.schema}"',
             },
         )
-        await pool.open(wait=True, timeout=CONNECT_TIMEOUT_S)
+        try:
+            await pool.open(wait=True, timeout=CONNECT_TIMEOUT_S)
+        except psycopg.Error as exc:
+            await pool.close(timeout=RETIRE_TIMEOUT_S)
+            if connection_lost(exc, None):
+                raise self._lost(exc, None) from exc
+            raise
         return pool
 
     async def _migrate(self, conn: psycopg.AsyncConnection[Any]) -> None:
@@ -220,19 +277,34 @@ class PostgresDatabase(AsyncResource):
     async def connection(self) -> AsyncIterator[PgConn]:
         """A pooled connection in autocommit mode (each statement commits: reads)."""
         pool = await self._ready()
-        async with pool.connection() as conn:
-            yield PgConn(conn)
+        conn: psycopg.AsyncConnection[Any] | None = None
+        try:
+            async with pool.connection() as conn:
+                yield PgConn(conn)
+        except psycopg.Error as exc:
+            if connection_lost(exc, conn):
+                raise self._lost(exc, pool) from exc
+            raise
 
     @asynccontextmanager
     async def transaction(self, lock: str | None = None) -> AsyncIterator[PgConn]:
         """A pooled connection inside one transaction: committed when the block ends,
-        rolled back when it raises. ``lock`` names an advisory lock held until the end."""
+        rolled back when it raises. ``lock`` names an advisory lock held until the end.
+
+        A connection lost on the way, its commit included, raises
+        :class:`DatabaseUnavailableError` (a lost commit may have been applied)."""
         pool = await self._ready()
-        async with pool.connection() as conn, conn.transaction():
-            db = PgConn(conn)
-            if lock is not None:
-                await self._lock(db, lock)
-            yield db
+        conn: psycopg.AsyncConnection[Any] | None = None
+        try:
+            async with pool.connection() as conn, conn.transaction():
+                db = PgConn(conn)
+                if lock is not None:
+                    await self._lock(db, lock)
+                yield db
+        except psycopg.Error as exc:
+            if connection_lost(exc, conn):
+                raise self._lost(exc, pool) from exc
+            raise
 
     # --- copies ------------------------------------------------------------------------
 
