@@ -279,9 +279,7 @@ def _too_deep(path: Sequence[object]) -> ItemValueError:
     first steps are named: the rest repeat the nesting)."""
     shown = "".join(f"[{step!r}]" for step in path[:_DEPTH_SHOWN])
     more = "…" if len(path) > _DEPTH_SHOWN else ""
-    return _bad_value(
-        f"value{shown}{more}", f"nests deeper than {MAX_JSON_DEPTH} levels"
-    )
+    return _bad_value(f"value{shown}{more}", f"nests deeper than {MAX_JSON_DEPTH} levels")
 
 
 def encode_value(value: object) -> str:
