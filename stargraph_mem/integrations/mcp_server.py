@@ -11,7 +11,11 @@ written; the server goes on serving.
 Embed it (the caller owns the Consolidator)::
 
     async with Consolidator.open("memory.db", ["rules/dedup_against_facts.yaml"]) as mem:
-        await build_server(mem).run_stdio_async()
+        await serve_stdio_lines(build_server(mem))
+
+:func:`~stargraph_mem.integrations.mcp_stdio.serve_stdio_lines` answers every request
+line, even one no server could read (not JSON, a lone surrogate, nested too deep), with a
+JSON-RPC error carrying its id; the SDK's ``run_stdio_async`` leaves such lines unanswered.
 
 ``stargraph-mem mcp --db PATH --pack PACK`` runs :func:`serve_stdio`.
 """
@@ -35,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 from stargraph_mem.engine.api import Consolidator
 from stargraph_mem.engine.report import PassReport
 from stargraph_mem.errors import StargraphMemError
+from stargraph_mem.integrations.mcp_stdio import serve_stdio_lines
 from stargraph_mem.model.base import ID_PATTERN
 from stargraph_mem.model.canonical import default_episode_id
 from stargraph_mem.model.episodes import Episode
@@ -52,6 +57,7 @@ __all__ = [
     "SearchResult",
     "build_server",
     "serve_stdio",
+    "serve_stdio_lines",
 ]
 
 SERVER_NAME: Final = "stargraph-mem"
@@ -462,4 +468,4 @@ async def serve_stdio(db: str | Path, packs: Sequence[str | Path]) -> None:
     """Open the stores at ``db`` with ``packs``, serve MCP on stdin/stdout until stdin
     closes, then close the stores (the call returns; nothing is left running)."""
     async with Consolidator.open(db, packs, keep_deltas=False) as mem:
-        await build_server(mem).run_stdio_async()
+        await serve_stdio_lines(build_server(mem))
