@@ -16,6 +16,8 @@ from typer.testing import CliRunner
 from stargraph_mem.cli import app
 from stargraph_mem.engine.api import Consolidator
 from stargraph_mem.errors import FactNotFoundError
+from stargraph_mem.stores import SQLiteFactStore
+from stargraph_mem.stores.postgres import PostgresFactStore
 
 UNUSABLE: list[Any] = ["\ud800", "f\udfff1", "a\x00b", "\x00", 5, None, b"f1"]
 
@@ -43,7 +45,9 @@ async def test_unusable_ids_are_not_found_and_change_nothing(
         await mem.consolidate()
         (fact,) = await mem.facts(user="alice")
         assert await mem.pin(fact.id)
-        before = await snapshot(mem.fact_store)
+        store = mem.fact_store
+        assert isinstance(store, SQLiteFactStore | PostgresFactStore)
+        before = await snapshot(store)
         for name, call in CALLS.items():
             for fact_id in UNUSABLE:
                 with pytest.raises(FactNotFoundError) as caught:
@@ -53,7 +57,7 @@ async def test_unusable_ids_are_not_found_and_change_nothing(
         # a good id beside an unusable one: all or nothing
         with pytest.raises(FactNotFoundError, match="no fact with id '\\\\ud800'"):
             await mem.record_access([fact.id, "\ud800"])
-        assert await snapshot(mem.fact_store) == before
+        assert await snapshot(store) == before
         assert (await mem.access(fact.id)).count == 0
         assert [e.event for e in await mem.status_history(fact.id)] == ["created", "pinned"]
 

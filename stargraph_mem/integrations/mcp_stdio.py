@@ -246,6 +246,8 @@ def _checked(raw: bytes, parsed: object, utf8: bool) -> Answer:
             "method" in parsed,
             request_id,
         )
+    if "id" in parsed and "method" in parsed and _usable_id(request_id) is None:
+        return _error(INVALID_REQUEST, "Invalid Request: an id is a string or an integer")
     try:
         message = jsonrpc_message_adapter.validate_json(raw, by_name=False)
     except ValidationError:
