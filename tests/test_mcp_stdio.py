@@ -164,7 +164,7 @@ def test_every_unreadable_request_gets_an_error_with_its_id_and_nothing_is_writt
             "Invalid params: params.arguments.content is not UTF-8 text"
         )
         assert error_of(server.ask(b"hello, server"), None, -32700) == (
-            "Parse error: Expecting value at character 1"
+            "Parse error: Expecting value (character 1)"
         )
         assert error_of(server.ask(b'{"jsonrpc": "2.0", "id": 8, '), None, -32700)
         assert error_of(server.ask(b"[1, 2]"), None, -32600) == (
@@ -238,6 +238,9 @@ def test_brackets_in_strings_are_not_nesting_and_escaped_keys_are_read() -> None
         ('{"jsonrpc": "2.0", "id": 2, "method": "ping", "params": {"n": NaN}}', -32700),
         ('{"jsonrpc": "2.0", "id": 2, "method": "ping", "params": {"n": 1} x', -32700),
         ('{"jsonrpc": "2.0", "id": true, "method": "ping"}', -32600),
+        ('{"jsonrpc": "2.0", "id": 1.5, "method": "ping"}', -32600),
+        ("]]]] " + '"id": 1', -32700),
+        ('{"a": ' * 100, -32600),  # too deep to parse, and no method: no request
     ],
 )
 def test_an_id_that_cannot_be_echoed_is_answered_as_null(line: str, code: int) -> None:
@@ -253,6 +256,8 @@ def test_an_id_that_cannot_be_echoed_is_answered_as_null(line: str, code: int) -
         b'{"jsonrpc": "2.0", "method": "notifications/x", "params": {"a": "\\ud800"}}',
         b'{"jsonrpc": "2.0", "method": "notifications/x", "params": {"a": ' + b"[" * 5000 + b"}",
         b'{"jsonrpc": "2.0", "id": 3, "result": {"a": "\\ud800"}}',
+        b'{"jsonrpc": "2.0", "id": 3, "error": {"code": 1, "message": "' + b"\xff" + b'"}}',
+        b'{"jsonrpc": "2.0", "id": 3, "result": ' + b"[" * 5000 + b"}",
     ],
 )
 def test_blank_lines_notifications_and_responses_get_no_reply(line: bytes) -> None:

@@ -27,7 +27,7 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Final
@@ -37,6 +37,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from mcp.server.mcpserver import MCPServer
 from mcp.shared.message import SessionMessage
 from mcp.types import (
+    INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,
     PARSE_ERROR,
@@ -87,16 +88,16 @@ def _outline(text: str, limit: int) -> _Outline:
     keys: list[str | None] = [None] * (_WHERE_LEVELS + 1)
     for token in _TOKEN.finditer(text):
         mark = token.group()
-        if mark in "[{":
+        if mark in ("[", "{"):
             depth += 1
             found.depth = max(found.depth, depth)
             if depth <= _WHERE_LEVELS:
                 keys[depth] = None
             elif depth > limit and found.deep_at is None:
                 found.deep_at = [key for key in keys[1:] if key is not None]
-        elif mark in "]}":
+        elif mark in ("]", "}"):
             depth -= 1
-        elif depth <= _WHERE_LEVELS and (colon := _COLON.match(text, token.end())):
+        elif 0 < depth <= _WHERE_LEVELS and (colon := _COLON.match(text, token.end())):
             key = _decoded(mark)
             keys[depth] = key
             if depth == 1 and key is not None:
@@ -158,13 +159,16 @@ def _error(code: int, message: str, request_id: object = None) -> JSONRPCError:
     )
 
 
-def _answer(code: int, message: str, has_id: bool, has_method: bool, request_id: object) -> Answer:
-    """The error for a request (with its id); nothing for a notification or a response,
-    which JSON-RPC never answers (the refusal is logged)."""
-    if has_id and has_method:
-        return _error(code, message, request_id)
-    logger.warning("ignored a message that is not a request: %s", message)
-    return None
+def _answer(code: int, message: str, members: Collection[str], request_id: object) -> Answer:
+    """The error replying to a message with these top-level ``members``; nothing for a
+    notification (``method``, no ``id``) or a response (``result`` or ``error``), which
+    JSON-RPC never answers (the refusal is logged)."""
+    notification = "method" in members and "id" not in members
+    response = "method" not in members and ("result" in members or "error" in members)
+    if notification or response:
+        logger.warning("ignored a message that is not a request: %s", message)
+        return None
+    return _error(code, message, request_id)
 
 
 # --- checks on parsed messages ----------------------------------------------------------------
@@ -221,15 +225,20 @@ def screen_line(line: bytes) -> Answer:
 
 def _too_deep(text: str, outline: _Outline) -> Answer:
     """The refusal of a message nested deeper than :data:`MAX_MESSAGE_DEPTH` (never
-    parsed: its id is read from the text)."""
+    parsed: its id is read from the text); a request's params are invalid, anything else
+    is no request."""
     where = _path(list(outline.deep_at or ()))
+    code, kind = (
+        (INVALID_PARAMS, "Invalid params")
+        if "method" in outline.top
+        else (INVALID_REQUEST, "Invalid Request")
+    )
     message = (
-        f"Invalid params: {where} nests deeper than {MAX_MESSAGE_DEPTH} levels "
+        f"{kind}: {where} nests deeper than {MAX_MESSAGE_DEPTH} levels "
         f"(a tool's arguments may nest {MAX_JSON_DEPTH})"
     )
-    has_id = "id" in outline.top
-    request_id = _scalar_at(text, outline.top["id"]) if has_id else None
-    return _answer(INVALID_PARAMS, message, has_id, "method" in outline.top, request_id)
+    request_id = _scalar_at(text, outline.top["id"]) if "id" in outline.top else None
+    return _answer(code, message, outline.top, request_id)
 
 
 def _checked(raw: bytes, parsed: object, utf8: bool) -> Answer:
@@ -239,13 +248,7 @@ def _checked(raw: bytes, parsed: object, utf8: bool) -> Answer:
     request_id = parsed.get("id")
     problem = _bad_text(parsed, utf8)
     if problem is not None:
-        return _answer(
-            INVALID_PARAMS,
-            f"Invalid params: {problem}",
-            "id" in parsed,
-            "method" in parsed,
-            request_id,
-        )
+        return _answer(INVALID_PARAMS, f"Invalid params: {problem}", parsed, request_id)
     if "id" in parsed and "method" in parsed and _usable_id(request_id) is None:
         return _error(INVALID_REQUEST, "Invalid Request: an id is a string or an integer")
     try:
@@ -264,7 +267,7 @@ def _parse_problem(exc: BaseException, utf8: bool) -> str:
     if not utf8:
         return "the line is not UTF-8 text"
     if isinstance(exc, json.JSONDecodeError):
-        return f"{exc.msg} at character {exc.pos + 1}"
+        return f"{exc.msg} (character {exc.pos + 1})"
     return str(exc)
 
 
@@ -282,7 +285,12 @@ def _wire() -> Iterator[tuple[BinaryIO, BinaryIO]]:
     """The process's stdin and stdout for the protocol alone: while serving, fds 0 and 1
     point at the null device and at stderr; both are restored afterwards."""
     try:
-        wire_in, wire_out = os.dup(0), os.dup(1)
+        wire_in = os.dup(0)
+        try:
+            wire_out = os.dup(1)
+        except OSError:
+            os.close(wire_in)
+            raise
     except OSError:  # no descriptors to move: serve the streams in place
         yield sys.stdin.buffer, sys.stdout.buffer
         return
@@ -311,7 +319,11 @@ async def _read(
     """Hand each good line to the server and answer each bad one; close both at the end."""
     async with to_server, to_client:
         async for line in lines:
-            answer = screen_line(line)
+            try:
+                answer = screen_line(line)
+            except Exception:  # a bug here must not end the session, nor leave a request
+                logger.exception("could not check a line read from stdin")
+                answer = _error(INTERNAL_ERROR, "Internal error: the line could not be checked")
             if isinstance(answer, SessionMessage):
                 await to_server.send(answer)
             elif answer is not None:
