@@ -240,6 +240,7 @@ def test_brackets_in_strings_are_not_nesting_and_escaped_keys_are_read() -> None
         ('{"jsonrpc": "2.0", "id": true, "method": "ping"}', -32600),
         ('{"jsonrpc": "2.0", "id": 1.5, "method": "ping"}', -32600),
         ("]]]] " + '"id": 1', -32700),
+        ("]" * 20 + "[" * 5 + '"id": 1', -32700),
         ('{"a": ' * 100, -32600),  # too deep to parse, and no method: no request
     ],
 )

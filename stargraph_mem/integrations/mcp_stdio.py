@@ -72,17 +72,17 @@ Answer = SessionMessage | JSONRPCError | None
 
 @dataclass
 class _Outline:
-    """What a scan of the text finds without building anything: the deepest nesting, the
-    object keys around the first place it passes the limit, and the top-level members."""
+    """What a scan of the text finds without building anything: the object keys around
+    the first place its nesting passes the limit, and the top-level members."""
 
-    depth: int = 0
     deep_at: list[str] | None = None
     top: dict[str, int] = field(default_factory=dict)
     """Top-level keys (``id``, ``method``) and where their values start."""
 
 
 def _outline(text: str, limit: int) -> _Outline:
-    """Scan ``text`` token by token: nesting depth, and the keys a refusal names."""
+    """Scan ``text`` token by token for nesting deeper than ``limit`` and the keys a
+    refusal names (text that is not JSON gives some outline; its parse fails later)."""
     found = _Outline()
     depth = 0
     keys: list[str | None] = [None] * (_WHERE_LEVELS + 1)
@@ -90,8 +90,7 @@ def _outline(text: str, limit: int) -> _Outline:
         mark = token.group()
         if mark in ("[", "{"):
             depth += 1
-            found.depth = max(found.depth, depth)
-            if depth <= _WHERE_LEVELS:
+            if 0 < depth <= _WHERE_LEVELS:
                 keys[depth] = None
             elif depth > limit and found.deep_at is None:
                 found.deep_at = [key for key in keys[1:] if key is not None]
