@@ -326,6 +326,17 @@ async def test_values_nested_too_deep_are_refused_before_any_recursion(
     assert await store.consolidator.memory.partitions() == []
 
 
+@pytest.mark.parametrize("levels", [MAX_JSON_DEPTH, 5_000])
+async def test_filters_nested_too_deep_are_refused(store: StargraphStore, levels: int) -> None:
+    await store.aput(("alice",), "k", {"a": 1})
+    deep: Any = 1
+    for _ in range(levels):
+        deep = {"a": deep}
+    with pytest.raises(FilterError) as caught:
+        await store.asearch(("alice",), filter={"a": deep})
+    assert str(caught.value) == "filter ['a']['a']['a']['a']… nests deeper than 64 levels"
+
+
 async def test_values_nested_to_the_limit_come_back_equal(store: StargraphStore) -> None:
     # the item's dict, 61 lists, a dict, a list: 64 levels
     deepest = {"a": nested(MAX_JSON_DEPTH - 3, {"leaf": [1.5, None]})}

@@ -274,12 +274,16 @@ def _check_json(value: object, where: str) -> None:
         raise _bad_value(where, f"is {_a(value)}")
 
 
-def _too_deep(path: Sequence[object]) -> ItemValueError:
-    """The refusal of a value nested deeper than :data:`MAX_JSON_DEPTH` at ``path`` (its
-    first steps are named: the rest repeat the nesting)."""
+def _steps(path: Sequence[object]) -> str:
+    """``['a'][0][0][0]…``: the first steps of a path into nested JSON (the rest repeat
+    the nesting)."""
     shown = "".join(f"[{step!r}]" for step in path[:_DEPTH_SHOWN])
-    more = "…" if len(path) > _DEPTH_SHOWN else ""
-    return _bad_value(f"value{shown}{more}", f"nests deeper than {MAX_JSON_DEPTH} levels")
+    return shown + ("…" if len(path) > _DEPTH_SHOWN else "")
+
+
+def _too_deep(path: Sequence[object]) -> ItemValueError:
+    """The refusal of a value nested deeper than :data:`MAX_JSON_DEPTH` at ``path``."""
+    return _bad_value(f"value{_steps(path)}", f"nests deeper than {MAX_JSON_DEPTH} levels")
 
 
 def encode_value(value: object) -> str:
@@ -374,6 +378,9 @@ def _check_filter(filter_: object) -> dict[str, Any] | None:
         return None
     if not isinstance(filter_, Mapping):
         raise FilterError(f"filter must be a dict, not {_a(filter_)}")
+    path = json_depth_exceeded(dict(filter_))
+    if path is not None:
+        raise FilterError(f"filter {_steps(path)} nests deeper than {MAX_JSON_DEPTH} levels")
 
     def walk(condition: object, where: str) -> None:
         if isinstance(condition, Mapping):
