@@ -172,6 +172,12 @@ def test_every_unreadable_request_gets_an_error_with_its_id_and_nothing_is_writt
         )
         no_method = server.ask(b'{"jsonrpc": "2.0", "id": 9}')
         assert "not a JSON-RPC 2.0 request" in error_of(no_method, 9, -32600)
+        # wrong types: params the SDK refuses (-32602), arguments a tool refuses (isError)
+        wrong = b'{"jsonrpc": "2.0", "id": 13, "method": "tools/call", "params": {"name": 5}}'
+        assert error_of(server.ask(wrong), 13, -32602)
+        typed = server.ask(call(14, "record_episode", episode_args(content="5")))
+        assert typed["id"] == 14 and typed["result"]["isError"] is True
+        assert "content" in typed["result"]["content"][0]["text"]
         # a notification is never answered, even a bad one: the next reply is the next id's
         server.send(b'{"jsonrpc": "2.0", "method": "notifications/x", "params": {"a": "\\udfff"}}')
         listed = server.ask(b'{"jsonrpc": "2.0", "id": 10, "method": "tools/list"}')
