@@ -11,11 +11,11 @@ written; the server goes on serving.
 Embed it (the caller owns the Consolidator)::
 
     async with Consolidator.open("memory.db", ["rules/dedup_against_facts.yaml"]) as mem:
-        await serve_stdio_lines(build_server(mem))
+        await build_server(mem).run_stdio_async()
 
-:func:`~stargraph_mem.integrations.mcp_stdio.serve_stdio_lines` answers every request
-line, even one no server could read (not JSON, a lone surrogate, nested too deep), with a
-JSON-RPC error carrying its id; the SDK's ``run_stdio_async`` leaves such lines unanswered.
+Its stdio transport (:func:`~stargraph_mem.integrations.mcp_stdio.serve_stdio_lines`)
+answers every request line, even one no server could read (not JSON, a lone surrogate,
+nested too deep), with a JSON-RPC error carrying the request's id.
 
 ``stargraph-mem mcp --db PATH --pack PACK`` runs :func:`serve_stdio`.
 """
@@ -282,6 +282,15 @@ def _tool(fn: Callable[..., Any], annotations: ToolAnnotations) -> Tool:
 # --- the server -----------------------------------------------------------------------------
 
 
+class _Server(MCPServer[Any]):
+    """The SDK's server, served on stdio by :func:`serve_stdio_lines` (every request gets
+    an answer, even a line the SDK's own transport would drop)."""
+
+    async def run_stdio_async(self) -> None:
+        """Serve on stdin/stdout until stdin closes."""
+        await serve_stdio_lines(self)
+
+
 def build_server(mem: Consolidator, *, name: str = SERVER_NAME) -> MCPServer[Any]:
     """An MCP server whose tools call ``mem`` (open it first; the caller closes it)."""
 
@@ -461,11 +470,11 @@ def build_server(mem: Consolidator, *, name: str = SERVER_NAME) -> MCPServer[Any
         _tool(explain_fact, reads),
         _tool(consolidate, catch_up),
     ]  # in the order of TOOL_NAMES
-    return MCPServer(name, instructions=INSTRUCTIONS, tools=tools, log_level="WARNING")
+    return _Server(name, instructions=INSTRUCTIONS, tools=tools, log_level="WARNING")
 
 
 async def serve_stdio(db: str | Path, packs: Sequence[str | Path]) -> None:
     """Open the stores at ``db`` with ``packs``, serve MCP on stdin/stdout until stdin
     closes, then close the stores (the call returns; nothing is left running)."""
     async with Consolidator.open(db, packs, keep_deltas=False) as mem:
-        await serve_stdio_lines(build_server(mem))
+        await build_server(mem).run_stdio_async()
