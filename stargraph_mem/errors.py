@@ -157,7 +157,8 @@ class FactConflictError(StoreError):
 
 
 class FactNotFoundError(StoreError):
-    """No fact has the requested id (the id is in ``fact_id``)."""
+    """No fact has the requested id (the id is in ``fact_id``), or no fact could: a lone
+    surrogate, NUL or a value that is not a string is refused before any query."""
 
 
 class FactStatusError(StoreError):

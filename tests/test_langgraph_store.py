@@ -51,6 +51,7 @@ from stargraph_mem.integrations.langgraph_store import (
     item_value,
     store_pack,
 )
+from stargraph_mem.model.base import MAX_JSON_DEPTH
 from stargraph_mem.model.episodes import Episode
 from stargraph_mem.model.facts import FactPattern
 
@@ -292,6 +293,56 @@ async def test_values_that_would_not_come_back_equal_are_refused(
     with pytest.raises(ItemValueError, match=re.escape(where)):
         await store.aput(("alice",), "k", value)
     assert await store.aget(("alice",), "k") is None
+
+
+def nested(levels: int, leaf: Any = 1) -> Any:
+    """``leaf`` inside ``levels`` lists: ``[[1]]`` is ``nested(2)``."""
+    value = leaf
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("levels", [MAX_JSON_DEPTH, 500, 1_000, 5_000])
+async def test_values_nested_too_deep_are_refused_before_any_recursion(
+    store: StargraphStore, levels: int
+) -> None:
+    tail = ": values are JSON objects of dict, list, str, finite float, 64-bit int, bool and None"
+    cases = [
+        ({"a": nested(levels)}, "value['a'][0][0][0]… nests deeper than 64 levels" + tail),
+        (  # the NaN at the bottom is never reached
+            {"a": {"b": nested(levels, {"c": math.nan})}},
+            "value['a']['b'][0][0]… nests deeper than 64 levels" + tail,
+        ),
+    ]
+    for value, message in cases:
+        with pytest.raises(ItemValueError) as caught:
+            await store.aput(("alice",), "k", value)
+        assert str(caught.value) == message
+        with pytest.raises(ItemValueError, match=re.escape(message)):
+            await store.abatch([PutOp(("alice",), "j", {"ok": 1}), PutOp(("alice",), "k", value)])
+    assert await store.aget(("alice",), "k") is None
+    assert await store.aget(("alice",), "j") is None
+    assert await store.consolidator.memory.partitions() == []
+
+
+@pytest.mark.parametrize("levels", [MAX_JSON_DEPTH, 5_000])
+async def test_filters_nested_too_deep_are_refused(store: StargraphStore, levels: int) -> None:
+    await store.aput(("alice",), "k", {"a": 1})
+    deep: Any = 1
+    for _ in range(levels):
+        deep = {"a": deep}
+    with pytest.raises(FilterError) as caught:
+        await store.asearch(("alice",), filter={"a": deep})
+    assert str(caught.value) == "filter ['a']['a']['a']['a']… nests deeper than 64 levels"
+
+
+async def test_values_nested_to_the_limit_come_back_equal(store: StargraphStore) -> None:
+    # the item's dict, 61 lists, a dict, a list: 64 levels
+    deepest = {"a": nested(MAX_JSON_DEPTH - 3, {"leaf": [1.5, None]})}
+    await store.aput(("alice",), "k", deepest)
+    item = await store.aget(("alice",), "k")
+    assert item is not None and item.value == deepest
 
 
 async def test_a_refused_op_refuses_the_whole_batch(store: StargraphStore) -> None:

@@ -18,7 +18,8 @@
 - **Values are JSON objects**, kept as their JSON text in the fact's ``payload["value"]``
   (pack payloads are text) and returned equal: ``dict``, ``list``, ``str``, finite
   ``float``, 64-bit ``int``, ``bool`` and ``None``, nothing else (a tuple would come back
-  as a list): anything else is refused with :class:`ItemValueError`, naming where.
+  as a list), nested at most :data:`~stargraph_mem.model.base.MAX_JSON_DEPTH` (64)
+  levels: anything else is refused with :class:`ItemValueError`, naming where.
 - **Timestamps come from the facts**: ``updated_at`` is the current fact's
   ``valid_from``, ``created_at`` the ``valid_from`` of the fact that first created the
   item (after its last delete).
@@ -69,7 +70,7 @@ from langgraph.store.base import (
 from stargraph_mem.compiler.pack import CompiledPack, compile_file
 from stargraph_mem.engine.api import Consolidator
 from stargraph_mem.errors import CorruptRowError, SearchError, StargraphMemError
-from stargraph_mem.model.base import unicode_problem
+from stargraph_mem.model.base import MAX_JSON_DEPTH, json_depth_exceeded, unicode_problem
 from stargraph_mem.model.episodes import Episode
 from stargraph_mem.model.facts import Fact, FactPattern
 from stargraph_mem.model.time import utc_now
@@ -109,6 +110,8 @@ MAX_LABEL_CHARS: Final = 256
 """Longest namespace label: the longest user or agent a scope takes."""
 _INT_RANGE: Final = (-(2**63), 2**64 - 1)
 """Integers JSON text keeps exactly here (orjson's range)."""
+_DEPTH_SHOWN: Final = 4
+"""Steps of a too deeply nested value's path an error names before ``…``."""
 _OPERATORS: Final = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte")
 
 T = TypeVar("T")
@@ -131,8 +134,8 @@ class ItemKeyError(LangGraphStoreError, ValueError):
 
 
 class ItemValueError(LangGraphStoreError, ValueError):
-    """A value that would not come back equal: not a JSON object of plain JSON values
-    (``where`` names the part, as ``value['a'][0]``)."""
+    """A value that would not come back equal: not a JSON object of plain JSON values, or
+    nested deeper than 64 levels (``where`` names the part, as ``value['a'][0]``)."""
 
 
 class FilterError(LangGraphStoreError, ValueError):
@@ -271,12 +274,28 @@ def _check_json(value: object, where: str) -> None:
         raise _bad_value(where, f"is {_a(value)}")
 
 
+def _steps(path: Sequence[object]) -> str:
+    """``['a'][0][0][0]…``: the first steps of a path into nested JSON (the rest repeat
+    the nesting)."""
+    shown = "".join(f"[{step!r}]" for step in path[:_DEPTH_SHOWN])
+    return shown + ("…" if len(path) > _DEPTH_SHOWN else "")
+
+
+def _too_deep(path: Sequence[object]) -> ItemValueError:
+    """The refusal of a value nested deeper than :data:`MAX_JSON_DEPTH` at ``path``."""
+    return _bad_value(f"value{_steps(path)}", f"nests deeper than {MAX_JSON_DEPTH} levels")
+
+
 def encode_value(value: object) -> str:
     """The JSON text an item's value is kept as (key order kept); :class:`ItemValueError`
-    when it is not a JSON object that would come back equal."""
+    when it is not a JSON object that would come back equal, or nests deeper than
+    :data:`MAX_JSON_DEPTH` levels (checked first, without recursion)."""
     if not isinstance(value, Mapping):
         raise _bad_value("value", f"is {_a(value)}, not a dict")
     plain = dict(value)
+    path = json_depth_exceeded(plain)
+    if path is not None:
+        raise _too_deep(path)
     _check_json(plain, "value")
     return orjson.dumps(plain).decode()
 
@@ -359,6 +378,9 @@ def _check_filter(filter_: object) -> dict[str, Any] | None:
         return None
     if not isinstance(filter_, Mapping):
         raise FilterError(f"filter must be a dict, not {_a(filter_)}")
+    path = json_depth_exceeded(dict(filter_))
+    if path is not None:
+        raise FilterError(f"filter {_steps(path)} nests deeper than {MAX_JSON_DEPTH} levels")
 
     def walk(condition: object, where: str) -> None:
         if isinstance(condition, Mapping):

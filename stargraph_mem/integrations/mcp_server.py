@@ -13,6 +13,10 @@ Embed it (the caller owns the Consolidator)::
     async with Consolidator.open("memory.db", ["rules/dedup_against_facts.yaml"]) as mem:
         await build_server(mem).run_stdio_async()
 
+Its stdio transport (:func:`~stargraph_mem.integrations.mcp_stdio.serve_stdio_lines`)
+answers every request line, even one no server could read (not JSON, a lone surrogate,
+nested too deep), with a JSON-RPC error carrying the request's id.
+
 ``stargraph-mem mcp --db PATH --pack PACK`` runs :func:`serve_stdio`.
 """
 
@@ -35,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 from stargraph_mem.engine.api import Consolidator
 from stargraph_mem.engine.report import PassReport
 from stargraph_mem.errors import StargraphMemError
+from stargraph_mem.integrations.mcp_stdio import serve_stdio_lines
 from stargraph_mem.model.base import ID_PATTERN
 from stargraph_mem.model.canonical import default_episode_id
 from stargraph_mem.model.episodes import Episode
@@ -52,6 +57,7 @@ __all__ = [
     "SearchResult",
     "build_server",
     "serve_stdio",
+    "serve_stdio_lines",
 ]
 
 SERVER_NAME: Final = "stargraph-mem"
@@ -276,6 +282,15 @@ def _tool(fn: Callable[..., Any], annotations: ToolAnnotations) -> Tool:
 # --- the server -----------------------------------------------------------------------------
 
 
+class _Server(MCPServer[Any]):
+    """The SDK's server, served on stdio by :func:`serve_stdio_lines` (every request gets
+    an answer, even a line the SDK's own transport would drop)."""
+
+    async def run_stdio_async(self) -> None:
+        """Serve on stdin/stdout until stdin closes."""
+        await serve_stdio_lines(self)
+
+
 def build_server(mem: Consolidator, *, name: str = SERVER_NAME) -> MCPServer[Any]:
     """An MCP server whose tools call ``mem`` (open it first; the caller closes it)."""
 
@@ -455,7 +470,7 @@ def build_server(mem: Consolidator, *, name: str = SERVER_NAME) -> MCPServer[Any
         _tool(explain_fact, reads),
         _tool(consolidate, catch_up),
     ]  # in the order of TOOL_NAMES
-    return MCPServer(name, instructions=INSTRUCTIONS, tools=tools, log_level="WARNING")
+    return _Server(name, instructions=INSTRUCTIONS, tools=tools, log_level="WARNING")
 
 
 async def serve_stdio(db: str | Path, packs: Sequence[str | Path]) -> None:

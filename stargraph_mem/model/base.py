@@ -68,6 +68,31 @@ def check_unicode(value: str, what: str) -> str:
     return value
 
 
+MAX_JSON_DEPTH: Final = 64
+"""The deepest nesting of JSON taken from outside (LangGraph item values, MCP tool
+arguments), as for rule packs: deeper input is refused before any parser, encoder or
+recursive check could exhaust the stack (orjson stops at 255 levels, pydantic at 256)."""
+
+
+def json_depth_exceeded(value: object, limit: int = MAX_JSON_DEPTH) -> list[object] | None:
+    """The path (keys and indexes) to the first dict or list of ``value`` nested deeper
+    than ``limit`` levels (``value`` itself is level 1), or ``None``; checked without
+    recursion, so any depth is safe."""
+    stack: list[tuple[object, int, list[object]]] = [(value, 1, [])]
+    while stack:
+        item, depth, path = stack.pop()
+        if isinstance(item, dict):
+            children: list[tuple[object, object]] = list(item.items())
+        elif isinstance(item, list):
+            children = list(enumerate(item))
+        else:
+            continue
+        if depth > limit:
+            return path
+        stack.extend((child, depth + 1, [*path, key]) for key, child in reversed(children))
+    return None
+
+
 _INT_RANGE = (-(2**63), 2**64 - 1)
 """Integers orjson stores exactly; beyond this range it would fail or silently go to float."""
 

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from stargraph_mem.errors import FactNotFoundError, SearchError
+from stargraph_mem.model.base import unicode_problem
 from stargraph_mem.model.facts import FactPattern
 
 __all__ = [
@@ -20,6 +21,8 @@ __all__ = [
     "MAX_WORDS",
     "TEXT_LAG_MAX",
     "body_text",
+    "check_fact_id",
+    "check_fact_ids",
     "check_known",
     "check_limit",
     "fold",
@@ -94,6 +97,19 @@ def search_pattern(
         predicate=predicate,
         min_confidence=min_confidence,
     )
+
+
+def check_fact_id(fact_id: object) -> str:
+    """``fact_id``, unless no fact can have it: not a string, NUL or a lone surrogate (no
+    store can even look such an id up) raise :class:`FactNotFoundError` before any query."""
+    if not isinstance(fact_id, str) or "\x00" in fact_id or unicode_problem(fact_id) is not None:
+        raise FactNotFoundError(f"no fact with id {fact_id!r}", fact_id=fact_id)
+    return fact_id
+
+
+def check_fact_ids(fact_ids: Sequence[str]) -> list[str]:
+    """:func:`check_fact_id` of each id, in order."""
+    return [check_fact_id(fact_id) for fact_id in fact_ids]
 
 
 def check_known(fact_ids: Sequence[str], found: set[str]) -> None:

@@ -81,7 +81,7 @@ from stargraph_mem.stores.fact_status import (
 from stargraph_mem.stores.models import MigrationPlan
 from stargraph_mem.stores.pass_time import Deferral, deferred_of
 from stargraph_mem.stores.scope import Partition
-from stargraph_mem.stores.search_common import check_known
+from stargraph_mem.stores.search_common import check_fact_id, check_fact_ids, check_known
 from stargraph_mem.stores.sqlite_base import (
     WAL_AUTOCHECKPOINT_PAGES,
     SharedConnection,
@@ -489,6 +489,7 @@ class SQLiteFactStore(SQLiteStoreBase):
         """Count one read of each fact at ``at`` (default: now): for reads made outside
         :meth:`search`, such as a fact an agent put in a prompt. All or nothing; an unknown
         id raises :class:`FactNotFoundError` and records nothing."""
+        fact_ids = check_fact_ids(fact_ids)
         at_us = self._now_us() if at is None else to_us(at)
         async with self._write() as db:
             known = await fetch(db, *_known_ids(fact_ids))
@@ -497,6 +498,7 @@ class SQLiteFactStore(SQLiteStoreBase):
 
     async def access(self, fact_id: str) -> FactAccess:
         """How often ``fact_id`` was read by access-recording reads, and when last."""
+        fact_id = check_fact_id(fact_id)
         async with self._read() as db:
             rows = await fetch(
                 db,
@@ -515,6 +517,7 @@ class SQLiteFactStore(SQLiteStoreBase):
 
     async def get(self, fact_id: str) -> Fact:
         """One fact by id, current or closed; :class:`FactNotFoundError` if unknown."""
+        fact_id = check_fact_id(fact_id)
         async with self._read() as db:
             rows = await fetch(db, SQLITE.fact_by_id, (fact_id,))
         if not rows:
@@ -523,6 +526,7 @@ class SQLiteFactStore(SQLiteStoreBase):
 
     async def lineage(self, fact_id: str) -> ProvenanceBundle:
         """The provenance bundle recorded with a fact."""
+        fact_id = check_fact_id(fact_id)
         async with self._read() as db:
             return await lineage_of(SQLiteConn(db), SQLITE, fact_id)
 
@@ -572,11 +576,13 @@ class SQLiteFactStore(SQLiteStoreBase):
     async def explain(self, fact_id: str) -> Explanation:
         """Rule, pack hash, reason, bindings, source episodes, supersession chain, audit
         and status history."""
+        fact_id = check_fact_id(fact_id)
         async with self._read() as db:
             return await explain(SQLiteConn(db), SQLITE, fact_id)
 
     async def status_history(self, fact_id: str) -> list[StatusEvent]:
         """What happened to a fact, oldest first (see :class:`StatusEvent`)."""
+        fact_id = check_fact_id(fact_id)
         async with self._read() as db:
             return await status_history(SQLiteConn(db), SQLITE, fact_id)
 
@@ -585,12 +591,14 @@ class SQLiteFactStore(SQLiteStoreBase):
     async def pin(self, fact_id: str, *, reason: str = "") -> bool:
         """Pin a current fact (sweeps leave it alone); False when it was pinned already.
         A closed or unknown fact raises and changes nothing."""
+        fact_id = check_fact_id(fact_id)
         now_us = self._now_us()
         async with self._write() as db:
             return await pin_fact(SQLiteConn(db), SQLITE, fact_id, now_us, reason)
 
     async def unpin(self, fact_id: str, *, reason: str = "") -> bool:
         """Unpin a current fact; False when it was not pinned."""
+        fact_id = check_fact_id(fact_id)
         now_us = self._now_us()
         async with self._write() as db:
             return await unpin_fact(SQLiteConn(db), SQLITE, fact_id, now_us, reason)
@@ -599,6 +607,7 @@ class SQLiteFactStore(SQLiteStoreBase):
         """Make an archived fact current again as a new fact (same statement, payload and
         confidence; it keeps the archived one's reinforcement, access and pin); the
         archived fact stays closed. Returns the new fact."""
+        fact_id = check_fact_id(fact_id)
         async with self._applying("") as (conn, batch, _):
             return await restore_in(conn, SQLITE, batch, fact_id, reason)
 

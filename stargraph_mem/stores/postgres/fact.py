@@ -86,6 +86,8 @@ from stargraph_mem.stores.postgres.statements import CURRENT, FACTS, PLANS, RUNS
 from stargraph_mem.stores.schedule_runs import RuleRun, record_runs
 from stargraph_mem.stores.scope import Partition
 from stargraph_mem.stores.search_common import (
+    check_fact_id,
+    check_fact_ids,
     check_known,
     check_limit,
     fold,
@@ -333,6 +335,7 @@ class PostgresFactStore(PostgresRepository):
     async def record_access(self, fact_ids: Sequence[str], *, at: datetime | None = None) -> None:
         """Count one read of each fact at ``at`` (default: now); see
         :meth:`SQLiteFactStore.record_access`."""
+        fact_ids = check_fact_ids(fact_ids)
         at_us = self.database.now_us() if at is None else to_us(at)
         async with self.database.transaction() as db:
             rows = await db.fetch("SELECT id FROM facts WHERE id = ANY(%s)", (list(fact_ids),))
@@ -341,6 +344,7 @@ class PostgresFactStore(PostgresRepository):
 
     async def access(self, fact_id: str) -> FactAccess:
         """How often ``fact_id`` was read by access-recording reads, and when last."""
+        fact_id = check_fact_id(fact_id)
         async with self.database.connection() as db:
             rows = await db.fetch(
                 "SELECT f.id, a.count, a.last_access_us FROM facts f "
@@ -358,6 +362,7 @@ class PostgresFactStore(PostgresRepository):
 
     async def get(self, fact_id: str) -> Fact:
         """One fact by id, current or closed; :class:`FactNotFoundError` if unknown."""
+        fact_id = check_fact_id(fact_id)
         found = await self._facts(FACTS.fact_by_id, (fact_id,))
         if not found:
             raise FactNotFoundError(f"no fact with id {fact_id!r}", fact_id=fact_id)
@@ -365,6 +370,7 @@ class PostgresFactStore(PostgresRepository):
 
     async def lineage(self, fact_id: str) -> ProvenanceBundle:
         """The provenance bundle recorded with a fact."""
+        fact_id = check_fact_id(fact_id)
         async with self.database.connection() as db:
             return await lineage_of(db, FACTS, fact_id)
 
@@ -412,11 +418,13 @@ class PostgresFactStore(PostgresRepository):
     async def explain(self, fact_id: str) -> Explanation:
         """Rule, pack hash, reason, bindings, source episodes, supersession chain, audit
         and status history."""
+        fact_id = check_fact_id(fact_id)
         async with self.database.connection() as db:
             return await explain(db, FACTS, fact_id)
 
     async def status_history(self, fact_id: str) -> list[StatusEvent]:
         """What happened to a fact, oldest first (see :class:`StatusEvent`)."""
+        fact_id = check_fact_id(fact_id)
         async with self.database.connection() as db:
             return await status_history(db, FACTS, fact_id)
 
@@ -424,12 +432,14 @@ class PostgresFactStore(PostgresRepository):
 
     async def pin(self, fact_id: str, *, reason: str = "") -> bool:
         """Pin a current fact (see :meth:`SQLiteFactStore.pin`); False when pinned already."""
+        fact_id = check_fact_id(fact_id)
         now_us = self.database.now_us()
         async with self.database.transaction(_LOCK) as db:
             return await pin_fact(db, FACTS, fact_id, now_us, reason)
 
     async def unpin(self, fact_id: str, *, reason: str = "") -> bool:
         """Unpin a current fact; False when it was not pinned."""
+        fact_id = check_fact_id(fact_id)
         now_us = self.database.now_us()
         async with self.database.transaction(_LOCK) as db:
             return await unpin_fact(db, FACTS, fact_id, now_us, reason)
@@ -437,6 +447,7 @@ class PostgresFactStore(PostgresRepository):
     async def restore(self, fact_id: str, *, reason: str = "") -> Fact:
         """Make an archived fact current again as a new fact (see
         :meth:`SQLiteFactStore.restore`); returns the new fact."""
+        fact_id = check_fact_id(fact_id)
         async with self._applying("") as (db, batch, _):
             return await restore_in(db, FACTS, batch, fact_id, reason)
 
