@@ -68,6 +68,20 @@ async def test_the_rules_tau_decides_whether_an_old_episode_passes(tmp_path: Pat
     assert (short.gated, added(short)) == (["e1"], 0)  # 0.5·e^(−120) ≈ 0
 
 
+async def test_an_episode_every_gate_keeps_out_is_recorded_as_a_rejection(tmp_path: Path) -> None:
+    """The pass consumes a gated episode (the watermark passes it): the fact store keeps a
+    rejection saying why, so it is never dropped silently."""
+    async with consolidator(tmp_path / "m.db", "{min: 0.45, tau_seconds: 60}") as mem:
+        report = await mem.record(obs("e1", age=timedelta(hours=2)))
+        assert (report.gated, report.rejected) == (["e1"], [])
+        (stored,) = await mem.fact_store.rejections()
+        assert (stored.id, stored.rule_id, stored.reason) == (
+            "e1",
+            "salience-gate",
+            "salience below the gate of every rule that could see it",
+        )
+
+
 # --- importance and min ------------------------------------------------------------------
 
 IMPORTANT = "{min: 0.8, tau_seconds: 3600, importance_key: imp}"

@@ -78,6 +78,9 @@ class Eligibility:
                 gated |= dropped
             eligible[rule.index] = seqs
         report.gated = sorted(gated)
+        if gated:  # gated by every rule that could see it: recorded, never silent
+            seen = set().union(*eligible.values())
+            report.gated_out = [r.id for r in records if r.id in gated and r.seq not in seen]
         return eligible
 
     async def _gate(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Final
 
 from stargraph_mem.engine.history import HistoryInput
 from stargraph_mem.engine.pass_clock import after_pass
@@ -15,6 +16,10 @@ from stargraph_mem.stores.fact import EngineFact, Rejection, WatermarkAdvance
 from stargraph_mem.stores.memory import QuarantinedRow
 from stargraph_mem.stores.pass_time import Deferral, PassTime
 from stargraph_mem.stores.scope import Partition
+
+GATED: Final = "salience-gate"
+"""The rule id of the rejection recorded for an episode every gate kept out (rule ids
+cannot contain hyphens, so it names no rule)."""
 
 
 @dataclass
@@ -51,6 +56,9 @@ class PassReport:
     delta_counts: dict[str, int] = field(default_factory=dict)
     rejected: list[RejectedEpisode] = field(default_factory=list)
     gated: list[str] = field(default_factory=list)
+    gated_out: list[str] = field(default_factory=list)
+    """Gated episodes no rule saw (each rule that could see it gated it): the pass
+    consumes them, and the fact store records each as a rejection (:data:`GATED`)."""
     fired: dict[str, int] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     applied: bool = False
@@ -108,8 +116,13 @@ class PassReport:
         self.aggregates = out.aggregates
 
     def rejections(self) -> list[Rejection]:
-        """The fact store's rejection records for the pass's rejected episodes."""
-        return rejections_of(self.rejected, self.pack, self.partition)
+        """The fact store's rejection records for the pass's rejected episodes, and for
+        the episodes every rule's salience gate kept out."""
+        gated = [
+            RejectedEpisode(eid, GATED, "salience below the gate of every rule that could see it")
+            for eid in self.gated_out
+        ]
+        return rejections_of([*self.rejected, *gated], self.pack, self.partition)
 
 
 def rejections_of(
