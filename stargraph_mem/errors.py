@@ -119,6 +119,11 @@ class ConsolidationRuleError(StargraphMemError):
     """A consolidation rule (or its legacy ``when_filter``) is invalid or was refused."""
 
 
+class MalformedRuleError(ConsolidationRuleError, ValueError):
+    """A ``ConsolidationRule`` was built with a bad field (named in ``field``); a
+    ``ValueError`` too, like the pydantic error it replaces."""
+
+
 class ScheduleError(StargraphMemError):
     """A cadence could not be evaluated, or a scheduler lease could not be taken."""
 

@@ -7,7 +7,11 @@ The vocabulary itself lives in :mod:`stargraph_mem.model`; it is re-exported her
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Any, Self
+
+from pydantic import Field, ValidationError
+
+from stargraph_mem.errors import MalformedRuleError
 
 from stargraph_mem.model.base import (
     ID_PATTERN,
@@ -57,6 +61,25 @@ from stargraph_mem.model.time import (
 DELTA_KINDS: tuple[DeltaKind, ...] = ("add", "update", "delete", "noop")
 
 
+def _rule_error(exc: ValidationError) -> MalformedRuleError:
+    """The first problem pydantic found in a rule, as a :class:`ConsolidationRuleError`
+    naming the field (``ConsolidationRule.cadence: …``); every problem is in ``errors``."""
+    errors = exc.errors(include_url=False)
+    first = errors[0]
+    raised = first.get("ctx", {}).get("error")
+    if isinstance(raised, MalformedRuleError):  # model_validate runs __init__, which raised
+        return raised
+    field = ".".join(str(part) for part in first["loc"]) or "(rule)"
+    detail = str(first["msg"]).removeprefix("Value error, ")
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return MalformedRuleError(
+        f"malformed ConsolidationRule: {field}: {detail}{more}",
+        field=field,
+        violation=detail,
+        errors=errors,
+    )
+
+
 class ConsolidationRule(FrozenModel):
     """The specification's rule contract: id, cadence, legacy SQL filter, emitted channels.
 
@@ -64,12 +87,53 @@ class ConsolidationRule(FrozenModel):
     name that is a delta kind (``add``, ``update``, ``delete``, ``noop``) is our extension
     and restricts the kinds the rule emits. Channels are accepted and reported
     (:attr:`channels`): all facts live in one table, so a channel selects no storage.
+
+    A malformed rule raises :class:`~stargraph_mem.errors.MalformedRuleError` (a
+    ``ConsolidationRuleError`` and a ``ValueError``) naming the field, whether built by keywords or ``model_validate``.
+    ``cadence`` reads like stargraph 0.8's dict too (``rule.cadence["every"]``).
     """
 
     id: Identifier
     cadence: Cadence = SLEEP_CYCLE
     when_filter: str | None = None
     then_emits: tuple[Identifier, ...] = DELTA_KINDS
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise _rule_error(exc) from exc
+
+    @classmethod
+    def model_validate(
+        cls,
+        obj: Any,
+        *,
+        strict: bool | None = None,
+        from_attributes: bool | None = None,
+        context: Any | None = None,
+        **kwargs: Any,
+    ) -> Self:
+        try:
+            return super().model_validate(
+                obj, strict=strict, from_attributes=from_attributes, context=context, **kwargs
+            )
+        except ValidationError as exc:
+            raise _rule_error(exc) from exc
+
+    @classmethod
+    def model_validate_json(
+        cls,
+        json_data: str | bytes | bytearray,
+        *,
+        strict: bool | None = None,
+        context: Any | None = None,
+        **kwargs: Any,
+    ) -> Self:
+        try:
+            return super().model_validate_json(json_data, strict=strict, context=context, **kwargs)
+        except ValidationError as exc:
+            raise _rule_error(exc) from exc
 
     @property
     def kinds(self) -> tuple[DeltaKind, ...]:
