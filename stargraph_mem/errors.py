@@ -164,6 +164,15 @@ class DeltaValidationError(StoreError):
     """A delta failed validation at ``apply_delta`` entry."""
 
 
+class DeltaProvenanceError(DeltaValidationError, ConsolidationRuleError, ValueError):
+    """A delta lacks its provenance (``rule_id``, ``source_episode_ids``, ``promotion_ts``,
+    ``confidence``; ``replaces`` on update and delete). Raised by
+    ``stores._delta._validate_delta_provenance`` with stargraph 0.8's fields (``rule_id``,
+    ``delta_type``, ``violation``) and ours (``field``); it is a ``DeltaValidationError``,
+    a ``ConsolidationRuleError`` (what 0.8 raises) and a ``ValueError`` (what 0.8
+    documents)."""
+
+
 class SearchError(StoreError):
     """A fact search was asked for with an unusable query or limit."""
 

@@ -17,7 +17,7 @@ from typing import Any, Final
 import orjson
 from pydantic import ValidationError
 
-from stargraph_mem.errors import CorruptRowError, DeltaValidationError
+from stargraph_mem.errors import CorruptRowError, DeltaProvenanceError, DeltaValidationError
 from stargraph_mem.model.deltas import DELTA_ADAPTER, AddDelta, DeleteDelta, NoopDelta, UpdateDelta
 from stargraph_mem.model.facts import Fact, FactHit, FactPattern
 from stargraph_mem.model.time import from_us
@@ -351,6 +351,13 @@ def write_rows(
 # --- validation ---------------------------------------------------------------------------
 
 
+PROVENANCE_FIELDS: Final = frozenset(
+    ("rule_id", "source_episode_ids", "promotion_ts", "confidence", "replaces")
+)
+"""Fields whose failure is a :class:`DeltaProvenanceError` (the specification's mandatory
+provenance, and ``replaces`` on update and delete)."""
+
+
 def _validation_error(index: int, exc: ValidationError) -> DeltaValidationError:
     """Name the index and the first failing field (the union's ``kind`` tag dropped)."""
     first = exc.errors(include_url=False)[0]
@@ -359,9 +366,30 @@ def _validation_error(index: int, exc: ValidationError) -> DeltaValidationError:
         loc = loc[1:]
     loc = [part for part in loc if part not in _UNION_TAGS and not part.startswith("list[")]
     field = ".".join(loc) or "kind"
-    return DeltaValidationError(
-        f"deltas[{index}].{field}: {first['msg']}", index=index, field=field
+    body = first["input"] if not first["loc"] else None
+    given = exc.errors(include_url=False)
+    kind = _given(given, "kind")
+    provenance = field.split(".")[0] in PROVENANCE_FIELDS
+    error = DeltaProvenanceError if provenance else DeltaValidationError
+    return error(
+        f"deltas[{index}].{field}: {first['msg']}",
+        index=index,
+        field=field,
+        violation=f"{field}: {first['msg']}",
+        rule_id=_given(given, "rule_id", body),
+        delta_type=kind,
     )
+
+
+def _given(errors: Sequence[Any], name: str, body: object = None) -> str | None:
+    """A top-level string field of the delta that failed (stargraph 0.8's error fields)."""
+    for error in errors:
+        source = error.get("input") if len(error["loc"]) <= 2 else None
+        if isinstance(source, dict) and isinstance(source.get(name), str):
+            return str(source[name])
+    if isinstance(body, dict) and isinstance(body.get(name), str):
+        return str(body[name])
+    return None
 
 
 def validate_deltas(items: Iterable[DeltaInput]) -> list[Delta]:

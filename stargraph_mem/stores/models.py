@@ -12,7 +12,6 @@ from typing import Any, Self
 from pydantic import Field, ValidationError
 
 from stargraph_mem.errors import MalformedRuleError
-
 from stargraph_mem.model.base import (
     ID_PATTERN,
     FrozenModel,
@@ -89,7 +88,8 @@ class ConsolidationRule(FrozenModel):
     (:attr:`channels`): all facts live in one table, so a channel selects no storage.
 
     A malformed rule raises :class:`~stargraph_mem.errors.MalformedRuleError` (a
-    ``ConsolidationRuleError`` and a ``ValueError``) naming the field, whether built by keywords or ``model_validate``.
+    ``ConsolidationRuleError`` and a ``ValueError``) naming the field, whether built by
+    keywords or by ``model_validate``.
     ``cadence`` reads like stargraph 0.8's dict too (``rule.cadence["every"]``).
     """
 
