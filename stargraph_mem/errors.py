@@ -182,6 +182,10 @@ class MigrationNotSupported(StoreError):
 
     Names the store, the plan and, when one operation is at fault, its index and kind:
     ``memory store: migration 'm2': operations[0] (drop_column): … is not supported``.
+    The context carries stargraph 0.8's fields (``store``; ``operation``, the operation's
+    kind such as ``drop_column``; ``reason``, e.g. ``v1-add-column-only`` or
+    ``non-nullable-add``) and ours (``plan``, ``index``, ``op``, ``position``,
+    ``detail``).
     """
 
     def __init__(
@@ -192,20 +196,23 @@ class MigrationNotSupported(StoreError):
         plan: str | None = None,
         index: int | None = None,
         op: str | None = None,
+        reason: str | None = None,
     ) -> None:
         where = f"{store} store: migration"
         if plan is not None:
             where += f" {plan!r}"
-        operation = None if index is None else f"operations[{index}]"
-        if operation is not None:
-            where += f": {operation} ({op})"
+        position = None if index is None else f"operations[{index}]"
+        if position is not None:
+            where += f": {position} ({op})"
         super().__init__(
             f"{where}: {detail}",
             store=store,
             plan=plan,
-            operation=operation,
+            operation=op,
+            position=position,
             index=index,
             op=op,
+            reason=reason,
             detail=detail,
         )
 

@@ -390,11 +390,13 @@ async def test_migration_errors_name_store_and_operation(store: SQLiteMemoryStor
         "memory store: migration 'm1': operations[0] (drop_column): "
         "operation 'drop_column' is not supported"
     )
-    assert {k: info.value.context[k] for k in ("store", "operation", "index", "op")} == {
+    context = info.value.context
+    assert {k: context[k] for k in ("store", "operation", "position", "index", "reason")} == {
         "store": "memory",
-        "operation": "operations[0]",
+        "operation": "drop_column",
+        "position": "operations[0]",
         "index": 0,
-        "op": "drop_column",
+        "reason": "v1-add-column-only",
     }
 
 
@@ -411,7 +413,8 @@ async def test_fact_store_migrate_follows_the_memory_store_rules(tmp_path: Path)
             await facts.migrate(plan(table="episodes", name="m2"))
         with pytest.raises(MigrationNotSupported, match="already exists") as info:
             await facts.migrate(plan(name="m3"))
-        assert info.value.context["operation"] == "operations[0]"
+        assert info.value.context["position"] == "operations[0]"
+        assert info.value.context["reason"] == "column-exists"
 
 
 # --- health on network filesystems -----------------------------------------------------------

@@ -7,9 +7,10 @@ The vocabulary itself lives in :mod:`stargraph_mem.model`; it is re-exported her
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Self
 
-from pydantic import Field, ValidationError
+from pydantic import Field, JsonValue, ValidationError, model_validator
 
 from stargraph_mem.errors import MalformedRuleError
 from stargraph_mem.model.base import (
@@ -166,20 +167,75 @@ class StoreHealth(FrozenModel):
 
 
 class MigrationOp(FrozenModel):
-    """One schema change. Only nullable ``add_column`` is supported."""
+    """One schema change. Only nullable ``add_column`` is supported.
+
+    ``options`` keeps the keys of a stargraph 0.8 operation dict that are none of ours
+    (``{"op": "rename_column", "from": …, "to": …}``); an ``add_column`` with any is
+    refused by ``migrate``.
+    """
 
     op: str
     table: str
     column: str
     type: str = "TEXT"
     nullable: bool = True
+    options: dict[str, JsonValue] = Field(default_factory=dict, exclude_if=lambda v: not v)
+
+
+_OP_FIELDS: frozenset[str] = frozenset(("op", "table", "column", "type", "nullable"))
+
+
+def _op_from_08(raw: Any) -> Any:
+    """A stargraph 0.8 operation dict as our fields: ``nullable`` defaults to False there
+    (a non-nullable add is refused), ``name`` may name the column, other keys are kept in
+    ``options``; anything but a dict is left for validation to refuse."""
+    if not isinstance(raw, Mapping):
+        return raw
+    known = {key: value for key, value in raw.items() if key in _OP_FIELDS}
+    other = {str(key): value for key, value in raw.items() if key not in _OP_FIELDS}
+    if "column" not in known and isinstance(other.get("name"), str):
+        known["column"] = other.pop("name")
+    return {
+        "table": "",
+        "column": "",
+        "nullable": False,
+        **known,
+        "options": other,
+    }
 
 
 class MigrationPlan(FrozenModel):
-    """An ordered list of schema operations applied in one transaction."""
+    """An ordered list of schema operations applied in one transaction.
+
+    Ours: ``MigrationPlan(name="m1", operations=[MigrationOp(...)])``. stargraph 0.8's form
+    is accepted too: ``MigrationPlan(target_version=2, operations=[{"op": "add_column",
+    "table": "episodes", "column": "mood", "nullable": True}])`` (operations as dicts, the
+    name ``target_version_2``, an empty list allowed). Either way ``migrate`` applies
+    nullable ``add_column`` only and refuses type narrowing, renames, drops and
+    non-nullable adds with :class:`~stargraph_mem.errors.MigrationNotSupported`.
+    """
 
     name: str = Field(min_length=1)
-    operations: list[MigrationOp] = Field(min_length=1)
+    operations: list[MigrationOp]
+    target_version: int | None = Field(default=None, exclude_if=lambda v: v is None)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_08(cls, data: Any) -> Any:
+        """stargraph 0.8's ``target_version`` form, in our fields."""
+        if not isinstance(data, Mapping) or "target_version" not in data or "name" in data:
+            return data
+        version = data["target_version"]
+        operations = data.get("operations")
+        if isinstance(operations, list):
+            operations = [_op_from_08(op) for op in operations]
+        return {**data, "name": f"target_version_{version}", "operations": operations}
+
+    @model_validator(mode="after")
+    def _some_operation(self) -> Self:
+        if not self.operations and self.target_version is None:
+            raise ValueError("operations: a plan needs at least one operation")
+        return self
 
 
 __all__ = [
