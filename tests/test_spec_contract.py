@@ -15,7 +15,12 @@ from pydantic import Field, TypeAdapter, ValidationError
 
 from stargraph_mem.engine.filters import utc_text
 from stargraph_mem.engine.legacy import RUNS_PACK
-from stargraph_mem.errors import DeltaValidationError, MigrationNotSupported, StoreConfigError
+from stargraph_mem.errors import (
+    ConsolidationRuleError,
+    DeltaValidationError,
+    MigrationNotSupported,
+    StoreConfigError,
+)
 from stargraph_mem.stores import (
     ConsolidationRule,
     Episode,
@@ -223,7 +228,7 @@ def test_then_emits_takes_fact_channel_names() -> None:
     assert rule.kinds == ("add", "update", "delete", "noop")
     mixed = ConsolidationRule(id="r", then_emits=["facts", "add", "noop"])
     assert (mixed.channels, mixed.kinds) == (("facts",), ("add", "noop"))
-    with pytest.raises(ValidationError):
+    with pytest.raises(ConsolidationRuleError, match="then_emits.0"):
         ConsolidationRule(id="r", then_emits=["not a name"])
 
 

@@ -107,7 +107,9 @@ _SCHEMA: Final = (
         last_accessed_us INTEGER NULL,
         access_count INTEGER NOT NULL DEFAULT 0
     )""",
-    "CREATE INDEX IF NOT EXISTS episodes_scope_ts ON episodes (scope_key, ts_us, seq)",
+    # the specification's name for the scope index; files made before it get it on open
+    "CREATE INDEX IF NOT EXISTS idx_episodes_scope_ts ON episodes (scope_key, ts_us, seq)",
+    "DROP INDEX IF EXISTS episodes_scope_ts",
     "CREATE INDEX IF NOT EXISTS episodes_partition_seq ON episodes (partition_key, seq)",
     "CREATE INDEX IF NOT EXISTS episodes_partition_ts ON episodes (partition_key, ts_us, seq)",
     """CREATE TABLE IF NOT EXISTS schema_migrations (
