@@ -34,6 +34,7 @@ from stargraph_mem.stores.fact_statements import FactStatements
 from stargraph_mem.stores.pass_time import PassTime
 from stargraph_mem.stores.schedule_runs import RuleRun
 from stargraph_mem.stores.scope import Partition, partition_key, prefix_upper_bound, user_prefix
+from stargraph_mem.stores.sql_conn import Conn
 
 __all__ = [
     "AUDIT_INSERT_COLUMNS",
@@ -223,6 +224,37 @@ def fact_from_row(row: Sequence[Any]) -> Fact:
         )
     except (ValueError, TypeError, OverflowError) as exc:
         raise corrupt("facts", row[0], exc) from exc
+
+
+async def with_provenance(db: Conn, sql: FactStatements, facts: list[Fact]) -> list[Fact]:
+    """``facts`` carrying their lineage and pin time (``Fact.lineage``, ``Fact.pinned_at``),
+    read in one statement."""
+    if not facts:
+        return facts
+    ids = list(dict.fromkeys(fact.id for fact in facts))
+    found: dict[str, tuple[list[dict[str, Any]], int | None]] = {}
+    for row in await db.fetch(sql.provenance_in, (sql.ids(ids),)):
+        fact_id = str(row[0])
+        entries: list[dict[str, Any]] = []
+        if row[1] is not None:
+            bundle = bundle_from_row(fact_id, row[1:10])
+            entries.append(
+                {
+                    "rule_id": bundle.rule_id,
+                    "source_episode_ids": list(bundle.source_episode_ids),
+                    "promotion_ts": bundle.promotion_ts.isoformat(),
+                    "delta_id": bundle.delta_id,
+                    "pack_hash": bundle.pack_hash,
+                    "confidence": bundle.confidence,
+                    "reason": bundle.reason,
+                }
+            )
+        found[fact_id] = (entries, None if row[10] is None else int(row[10]))
+    out = []
+    for fact in facts:
+        entries, pinned_us = found.get(fact.id, ([], None))
+        out.append(fact.with_provenance(entries, None if pinned_us is None else from_us(pinned_us)))
+    return out
 
 
 def bundle_from_row(fact_id: str, row: Sequence[Any]) -> ProvenanceBundle:

@@ -118,3 +118,6 @@ class FactStatements:
     of the given keys."""
     index_text: Callable[[str], str]
     """What a fact's body text becomes before :attr:`index_fact` stores it."""
+    provenance_in: str
+    """``id``, the lineage columns and ``pinned_at_us`` of the given fact ids (``(ids,)``):
+    what ``Fact.lineage`` and ``Fact.pinned_at`` read."""

@@ -200,6 +200,11 @@ FACTS: Final = FactStatements(
     reinforcing_deltas="SELECT delta_id FROM reinforcements WHERE fact_id = %s",
     audit_markers_in=f"SELECT {_AUDIT} FROM audit WHERE {_MARKERS} AND delta_id = ANY(%s)",
     index_text=fold,
+    provenance_in=(
+        f"SELECT f.id, {_LINEAGE_PREFIXED}, p.pinned_at_us FROM facts f "
+        "LEFT JOIN lineage l ON l.rowid = f.rowid "
+        "LEFT JOIN fact_pins p ON p.fact_id = f.id WHERE f.id = ANY(%s)"
+    ),
     aggregates_in=(
         "SELECT ref, value, n, last_us, last_id, data FROM aggregates "
         "WHERE pack = %s AND ref = ANY(%s)"
