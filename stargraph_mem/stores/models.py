@@ -215,7 +215,7 @@ class MigrationPlan(FrozenModel):
     non-nullable adds with :class:`~stargraph_mem.errors.MigrationNotSupported`.
     """
 
-    name: str = Field(min_length=1)
+    name: str = ""
     operations: list[MigrationOp]
     target_version: int | None = Field(default=None, exclude_if=lambda v: v is None)
 
@@ -232,9 +232,12 @@ class MigrationPlan(FrozenModel):
         return {**data, "name": f"target_version_{version}", "operations": operations}
 
     @model_validator(mode="after")
-    def _some_operation(self) -> Self:
-        if not self.operations and self.target_version is None:
-            raise ValueError("operations: a plan needs at least one operation")
+    def _named_with_operations(self) -> Self:
+        if self.target_version is None:
+            if not self.name:
+                raise ValueError("name: a plan needs a name (or stargraph 0.8's target_version)")
+            if not self.operations:
+                raise ValueError("operations: a plan needs at least one operation")
         return self
 
 
