@@ -377,3 +377,19 @@ async def test_apply_delta_names_the_missing_provenance(backend: Backend) -> Non
     )
     assert context["violation"] == "source_episode_ids: Field required"
     assert await backend.facts.audit_rows() == []
+
+
+# --- health: stargraph 0.8's StoreHealth fields --------------------------------------------
+
+
+async def test_health_reads_like_stargraph_08s(backend: Backend) -> None:
+    await backend.memory.put(episode("e1"), **SCOPE)
+    for store, count in ((backend.memory, 1), (backend.facts, None)):
+        health = await store.health()
+        assert health.ok and health.version >= 1 and health.lock_state == "free"
+        assert (health.node_count, health.embedding_hash) == (None, None)
+        assert isinstance(health.fs_type, str) and health.fs_type
+        if count is not None:
+            assert health.fragment_count == count
+    if backend.name == "postgresql":
+        assert (await backend.memory.health()).fs_type == "unknown"

@@ -8,7 +8,8 @@ The vocabulary itself lives in :mod:`stargraph_mem.model`; it is re-exported her
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Self
+from pathlib import Path
+from typing import Any, Literal, Self
 
 from pydantic import Field, JsonValue, ValidationError, model_validator
 
@@ -57,6 +58,7 @@ from stargraph_mem.model.time import (
     to_utc,
     utc_now,
 )
+from stargraph_mem.stores.mounts import filesystem_of
 
 DELTA_KINDS: tuple[DeltaKind, ...] = ("add", "update", "delete", "noop")
 
@@ -164,6 +166,37 @@ class StoreHealth(FrozenModel):
     """The specification's name for the episode count (same figure as ``episode_count``)."""
     warnings: tuple[str, ...] = ()
     """Problems that do not make the store unusable (e.g. WAL on a network filesystem)."""
+
+    # stargraph 0.8's StoreHealth fields, read from ours
+
+    @property
+    def version(self) -> int:
+        """stargraph 0.8's name for :attr:`schema_version` (0 when unknown)."""
+        return self.schema_version or 0
+
+    @property
+    def fs_type(self) -> str:
+        """The filesystem holding a SQLite file (``ext4``, ``nfs4``, …); ``unknown`` when
+        the mount table cannot tell, or for a server database."""
+        if "://" in self.path:
+            return "unknown"
+        return filesystem_of(Path(self.path)) or "unknown"
+
+    @property
+    def lock_state(self) -> Literal["free", "held"]:
+        """Always ``free``: writers take the database's own lock per transaction, and no
+        lock outlives one."""
+        return "free"
+
+    @property
+    def node_count(self) -> int | None:
+        """Not a graph store: ``None``, as stargraph 0.8's memory and fact stores report."""
+        return None
+
+    @property
+    def embedding_hash(self) -> str | None:
+        """``None``, as stargraph 0.8's memory and fact stores report."""
+        return None
 
 
 class MigrationOp(FrozenModel):
