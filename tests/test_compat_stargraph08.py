@@ -169,17 +169,38 @@ async def test_a_repeat_replaces_the_fact_the_earlier_episode_made(tmp_path: Pat
     )
     first, repeat = await store.consolidate(ConsolidationRule(id="r", when_filter=""))
     assert isinstance(first, AddDelta) and isinstance(repeat, UpdateDelta)
-    # the specification's "prior episode id": the id of the fact episode e1 made
+    # the specification's "prior episode id", as the id of the fact episode e1 made
     assert repeat.replaces == [first.new_fact_id]
     assert "e1" in repeat.source_episode_ids
     async with SQLiteFactStore(path=store.path) as facts:
-        made = await facts.get(first.new_fact_id)
-        assert made.lineage[0]["source_episode_ids"] == ["e1"]
-        with pytest.raises(FactConflictError, match="unknown fact"):
-            await facts.apply_delta(
-                {**add_delta("e2", triple("alice", "likes", "milk")), "kind": "update"}
-                | {"replaces": ["e1"]}
-            )
+        assert (await facts.get(first.new_fact_id)).lineage[0]["source_episode_ids"] == ["e1"]
+
+
+async def test_replaces_may_name_the_prior_episode(backend: Backend) -> None:
+    for item in (
+        episode("e1", 0, triple("alice", "likes", "tea")),
+        episode("e2", 1, triple("alice", "likes", "coffee")),
+        episode("e3", 2, triple("alice", "likes", "milk")),
+    ):
+        await backend.memory.put(item, **SCOPE)
+    stored = add_delta("e1", triple("alice", "likes", "tea"))
+    await backend.facts.apply_delta(stored)  # e1's fact exists before the batch
+    update = {**add_delta("e2", triple("alice", "likes", "coffee")), "kind": "update"}
+    again = {**add_delta("e3", triple("alice", "likes", "milk")), "kind": "update"}
+    batch = [update | {"replaces": ["e1"]}, again | {"replaces": ["e2"]}]  # e2's: same batch
+    result = await backend.facts.apply_deltas(batch)
+    assert (result.updated, len(result.closed_fact_ids)) == (2, 2)
+    (current,) = await backend.facts.query(FactPattern(user="alice"))
+    assert (current.object, current.lineage[0]["source_episode_ids"]) == ("milk", ["e3"])
+    audit = await backend.facts.audit_rows()
+    assert [row.delta.model_dump().get("replaces") for row in audit[1:]] == [["e1"], ["e2"]]
+    assert (await backend.facts.apply_deltas(batch)).skipped == 2  # again: a no-op
+    with pytest.raises(FactConflictError, match="unknown fact"):
+        await backend.facts.apply_delta(update | {"replaces": ["e9"], "confidence": 0.5})
+    twice = [add_delta("e1", triple("alice", x, "y"), rule_id=x) for x in ("owns", "wants")]
+    await backend.facts.apply_deltas(twice)  # two current facts made from e1
+    with pytest.raises(FactConflictError, match="episode 'e1' made 2 current facts"):
+        await backend.facts.apply_delta(update | {"replaces": ["e1"], "confidence": 0.4})
 
 
 # --- names the specification gives: FathomAdapter, _validate_delta_provenance, the index --

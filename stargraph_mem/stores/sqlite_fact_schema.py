@@ -508,6 +508,11 @@ SQLITE: Final = FactStatements(
     mark_restored=Many("UPDATE facts SET superseded_by = ? WHERE id = ?"),
     archived_of=_ARCHIVED_OF,
     index_text=_no_change,
+    made_from=(
+        "SELECT f.id FROM facts f JOIN lineage l ON l.rowid = f.rowid "
+        "WHERE f.partition_key = ? AND f.valid_until_us IS NULL "
+        "AND substr(l.source_episode_ids, 1, ?) = ?"
+    ),
     provenance_in=(
         "SELECT f.id, "
         + ", ".join(f"l.{c.strip()}" for c in _LINEAGE_COLUMNS.split(","))
