@@ -109,7 +109,9 @@ class SalienceContext:
     ``last_accessed``), ``decay_tau_seconds`` (same as ``tau_seconds``),
     ``rule_match_count`` (N matching rules give ``rule_match = tanh(N / 5)``) and
     ``weights`` (``{"recency", "relevance", "importance"}``: they replace the scorer's own
-    weights for this call). Both spellings of a value may be given only when they agree.
+    weights for this call). The first three are read into ours and left ``None`` (so
+    ``dataclasses.replace`` changes what they named); both spellings of a value may be
+    given only when they agree.
     """
 
     now: datetime = field(default_factory=utc_now)
