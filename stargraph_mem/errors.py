@@ -119,6 +119,11 @@ class ConsolidationRuleError(StargraphMemError):
     """A consolidation rule (or its legacy ``when_filter``) is invalid or was refused."""
 
 
+class MalformedRuleError(ConsolidationRuleError, ValueError):
+    """A ``ConsolidationRule`` was built with a bad field (named in ``field``); a
+    ``ValueError`` too, like the pydantic error it replaces."""
+
+
 class ScheduleError(StargraphMemError):
     """A cadence could not be evaluated, or a scheduler lease could not be taken."""
 
@@ -170,6 +175,15 @@ class DeltaValidationError(StoreError):
     """A delta failed validation at ``apply_delta`` entry."""
 
 
+class DeltaProvenanceError(DeltaValidationError, ConsolidationRuleError, ValueError):
+    """A delta lacks its provenance (``rule_id``, ``source_episode_ids``, ``promotion_ts``,
+    ``confidence``; ``replaces`` on update and delete). Raised by
+    ``stores._delta._validate_delta_provenance`` with stargraph 0.8's fields (``rule_id``,
+    ``delta_type``, ``violation``) and ours (``field``); it is a ``DeltaValidationError``,
+    a ``ConsolidationRuleError`` (what 0.8 raises) and a ``ValueError`` (what 0.8
+    documents)."""
+
+
 class SearchError(StoreError):
     """A fact search was asked for with an unusable query or limit."""
 
@@ -179,6 +193,10 @@ class MigrationNotSupported(StoreError):
 
     Names the store, the plan and, when one operation is at fault, its index and kind:
     ``memory store: migration 'm2': operations[0] (drop_column): … is not supported``.
+    The context carries stargraph 0.8's fields (``store``; ``operation``, the operation's
+    kind such as ``drop_column``; ``reason``, e.g. ``v1-add-column-only`` or
+    ``non-nullable-add``) and ours (``plan``, ``index``, ``op``, ``position``,
+    ``detail``).
     """
 
     def __init__(
@@ -189,20 +207,23 @@ class MigrationNotSupported(StoreError):
         plan: str | None = None,
         index: int | None = None,
         op: str | None = None,
+        reason: str | None = None,
     ) -> None:
         where = f"{store} store: migration"
         if plan is not None:
             where += f" {plan!r}"
-        operation = None if index is None else f"operations[{index}]"
-        if operation is not None:
-            where += f": {operation} ({op})"
+        position = None if index is None else f"operations[{index}]"
+        if position is not None:
+            where += f": {position} ({op})"
         super().__init__(
             f"{where}: {detail}",
             store=store,
             plan=plan,
-            operation=operation,
+            operation=op,
+            position=position,
             index=index,
             op=op,
+            reason=reason,
             detail=detail,
         )
 

@@ -34,18 +34,20 @@ frequency factor towards 1.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol, TypeVar, runtime_checkable
 
 from stargraph_mem.model.episodes import Episode
+from stargraph_mem.model.time import utc_now
 from stargraph_mem.stores.memory import EpisodeRecord
 
 __all__ = [
     "DEFAULT_FREQUENCY_SCALE",
     "DEFAULT_TAU_SECONDS",
     "GATE_W_IMPORTANCE",
+    "WEIGHT_NAMES",
     "RuleBasedScorer",
     "SalienceContext",
     "SalienceScorer",
@@ -71,24 +73,48 @@ def _require_aware(value: datetime, name: str) -> None:
         raise ValueError(f"{name} must be a timezone-aware datetime (got naive {value!r})")
 
 
+def _checked_weights(weights: Mapping[str, float]) -> dict[str, float]:
+    """A context's ``weights``: the three names only, finite and >= 0 (missing ones 0)."""
+    unknown = sorted(set(weights) - set(WEIGHT_NAMES))
+    if unknown:
+        raise ValueError(f"weights: unknown names {unknown} (expected {list(WEIGHT_NAMES)})")
+    checked = {name: float(weights.get(name, 0.0)) for name in WEIGHT_NAMES}
+    for name, value in checked.items():
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"weights[{name!r}] must be a finite number >= 0 (got {value!r})")
+    return checked
+
+
 def _require_finite(value: float, name: str, low: float, high: float) -> None:
     if not math.isfinite(value) or not low <= value <= high:
         raise ValueError(f"{name} must be a finite number in [{low:g}, {high:g}] (got {value!r})")
+
+
+WEIGHT_NAMES: tuple[str, str, str] = ("recency", "relevance", "importance")
+"""The keys of a context's ``weights`` (stargraph 0.8's form)."""
 
 
 @dataclass(frozen=True, slots=True)
 class SalienceContext:
     """What the scorer needs beyond the episode: the pass's ``now`` and access statistics.
 
-    ``last_accessed`` None means never accessed: recency then runs from the episode's own
-    timestamp. ``rule_match`` is the fraction of the conditions of the rule's ``episode``
-    pattern the episode could satisfy. ``query_embedding`` is carried for scorers that
-    compute their own relevance; :class:`RuleBasedScorer` reads the precomputed cosine
-    ``relevance``.
+    ``now`` defaults to the current time. ``last_accessed`` None means never accessed:
+    recency then runs from the episode's own timestamp. ``rule_match`` is the fraction of
+    the conditions of the rule's ``episode`` pattern the episode could satisfy.
+    ``query_embedding`` is carried for scorers that compute their own relevance;
+    :class:`RuleBasedScorer` reads the precomputed cosine ``relevance``.
     ``tau_seconds`` (a rule gate's τ) overrides the scorer's own τ when given.
+
+    stargraph 0.8's keywords are accepted too: ``last_access_ts`` (same as
+    ``last_accessed``), ``decay_tau_seconds`` (same as ``tau_seconds``),
+    ``rule_match_count`` (N matching rules give ``rule_match = tanh(N / 5)``) and
+    ``weights`` (``{"recency", "relevance", "importance"}``: they replace the scorer's own
+    weights for this call). The first three are read into ours and left ``None`` (so
+    ``dataclasses.replace`` changes what they named); both spellings of a value may be
+    given only when they agree.
     """
 
-    now: datetime
+    now: datetime = field(default_factory=utc_now)
     last_accessed: datetime | None = None
     access_count: int = 0
     rule_match: float = 1.0
@@ -96,8 +122,13 @@ class SalienceContext:
     relevance: float | None = None
     importance: float = 0.0
     tau_seconds: float | None = None
+    last_access_ts: datetime | None = None
+    rule_match_count: int | None = None
+    weights: Mapping[str, float] | None = None
+    decay_tau_seconds: float | None = None
 
     def __post_init__(self) -> None:
+        self._merge_aliases()
         _require_aware(self.now, "now")
         if self.last_accessed is not None:
             _require_aware(self.last_accessed, "last_accessed")
@@ -117,6 +148,29 @@ class SalienceContext:
             if not all(math.isfinite(x) for x in embedding):
                 raise ValueError("query_embedding must contain only finite numbers")
             object.__setattr__(self, "query_embedding", embedding)
+
+    def _merge_aliases(self) -> None:
+        """Fold stargraph 0.8's keywords into ours; they are consumed (left ``None``), so
+        ``dataclasses.replace`` of a context changes what it names."""
+        for ours, theirs in (
+            ("last_accessed", "last_access_ts"),
+            ("tau_seconds", "decay_tau_seconds"),
+        ):
+            mine, other = getattr(self, ours), getattr(self, theirs)
+            if other is None:
+                continue
+            if mine is not None and mine != other:
+                raise ValueError(f"{ours} ({mine!r}) and {theirs} ({other!r}) disagree")
+            object.__setattr__(self, ours, other)
+            object.__setattr__(self, theirs, None)
+        matches = self.rule_match_count
+        if matches is not None:
+            if isinstance(matches, bool) or not isinstance(matches, int) or matches < 0:
+                raise ValueError(f"rule_match_count must be an int >= 0 (got {matches!r})")
+            object.__setattr__(self, "rule_match", math.tanh(matches / 5.0))
+            object.__setattr__(self, "rule_match_count", None)
+        if self.weights is not None:
+            object.__setattr__(self, "weights", _checked_weights(self.weights))
 
     @classmethod
     def for_record(
@@ -143,8 +197,9 @@ class SalienceContext:
 class SalienceScorer(Protocol):
     """Anything with ``async score(episode, context) -> float`` in [0, 1]; no base class."""
 
-    async def score(self, episode: Episode | EpisodeRecord, context: SalienceContext) -> float:
-        """The episode's salience in [0, 1]; higher is more worth consolidating."""
+    async def score(self, memory: Episode | EpisodeRecord, context: SalienceContext) -> float:
+        """The salience of the episode ``memory`` in [0, 1]; higher is more worth
+        consolidating (the specification names the parameters ``memory`` and ``context``)."""
         ...
 
 
@@ -185,7 +240,7 @@ class RuleBasedScorer:
             f"w_importance={w_imp!r}, frequency_scale={self.frequency_scale!r})"
         )
 
-    def score_sync(self, episode: Episode | EpisodeRecord, context: SalienceContext) -> float:
+    def score_sync(self, memory: Episode | EpisodeRecord, context: SalienceContext) -> float:
         """The score, computed synchronously: the runtime's hot loop calls this directly.
 
         No awaiting, no allocation beyond floats; the context was validated when built.
@@ -193,13 +248,17 @@ class RuleBasedScorer:
         """
         reference = context.last_accessed
         if reference is None:
-            reference = episode.timestamp
+            reference = memory.timestamp
             _require_aware(reference, "episode.timestamp")
         elapsed = (context.now - reference).total_seconds()
         tau = context.tau_seconds
         inv_tau = self._inv_tau if tau is None else 1.0 / tau
         recency = math.exp(-elapsed * inv_tau) if elapsed > 0 else 1.0
-        w_rec, w_rel, w_imp = self.weights
+        given = context.weights
+        if given is None:
+            w_rec, w_rel, w_imp = self.weights
+        else:
+            w_rec, w_rel, w_imp = (given[name] for name in WEIGHT_NAMES)
         base = w_rec * recency
         if w_rel and context.relevance is not None and context.relevance > 0:
             base += w_rel * context.relevance
@@ -209,9 +268,9 @@ class RuleBasedScorer:
         match = 0.5 + 0.5 * context.rule_match
         return min(1.0, max(0.0, base * frequency * match))
 
-    async def score(self, episode: Episode | EpisodeRecord, context: SalienceContext) -> float:
+    async def score(self, memory: Episode | EpisodeRecord, context: SalienceContext) -> float:
         """:meth:`score_sync`, for callers that hold any :class:`SalienceScorer`."""
-        return self.score_sync(episode, context)
+        return self.score_sync(memory, context)
 
 
 def gate_scorer() -> RuleBasedScorer:

@@ -70,3 +70,9 @@ PG_UNDO_VERSION_5 = (
 )
 """What PostgreSQL migration 5 removed (the sweep indexes, now made on demand), and its
 ledger row."""
+PG_UNDO_VERSION_6 = (
+    "ALTER INDEX idx_episodes_scope_ts RENAME TO episodes_scope_ts",
+    "DELETE FROM schema_ledger WHERE version = 6",
+)
+"""What PostgreSQL migration 6 renamed (the scope index, to the specification's name), and
+its ledger row."""

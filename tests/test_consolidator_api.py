@@ -122,9 +122,9 @@ class Favourites:
         self.favourites = favourites
         self.scored: list[str] = []
 
-    async def score(self, episode: Episode | EpisodeRecord, context: SalienceContext) -> float:
-        self.scored.append(episode.id)
-        return 1.0 if episode.metadata.get("object") in self.favourites else 0.0
+    async def score(self, memory: Episode | EpisodeRecord, context: SalienceContext) -> float:
+        self.scored.append(memory.id)
+        return 1.0 if memory.metadata.get("object") in self.favourites else 0.0
 
 
 async def test_a_swapped_in_scorer_is_honoured_through_the_protocol(

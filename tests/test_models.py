@@ -196,7 +196,7 @@ EPISODE: dict[str, Any] = {
 @pytest.mark.parametrize(
     ("metadata", "message"),
     [
-        ({"intent": "merge"}, "metadata.intent"),
+        ({"intent": 3}, "metadata.intent must be a string"),
         ({"replaces": "f1"}, "metadata.replaces"),
         ({"replaces": ["f1", 2]}, "metadata.replaces"),
         ({"subject": 3}, "metadata.subject"),
@@ -210,6 +210,11 @@ EPISODE: dict[str, Any] = {
 def test_episode_metadata_checks(metadata: dict[str, Any], message: str) -> None:
     with pytest.raises(ValidationError, match=message):
         Episode.model_validate({**EPISODE, "metadata": metadata})
+
+
+def test_an_unknown_intent_string_is_kept() -> None:
+    episode = Episode.model_validate({**EPISODE, "metadata": {"intent": "merge"}})
+    assert episode.metadata["intent"] == "merge"
 
 
 @pytest.mark.parametrize(

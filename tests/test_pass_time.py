@@ -19,7 +19,13 @@ import pytest
 from backends import PG_URL, open_backend, pg_schema, raw_execute, raw_rows
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from schema_helpers import PG_UNDO_VERSION_3, PG_UNDO_VERSION_4, PG_UNDO_VERSION_5, undo_version_4
+from schema_helpers import (
+    PG_UNDO_VERSION_3,
+    PG_UNDO_VERSION_4,
+    PG_UNDO_VERSION_5,
+    PG_UNDO_VERSION_6,
+    undo_version_4,
+)
 from typer.testing import CliRunner, Result
 
 from stargraph_mem.cli import app
@@ -377,6 +383,7 @@ async def test_a_postgresql_database_at_version_1_is_migrated() -> None:
         async with PostgresDatabase(url) as db:
             await db.memory.put_many([observation("e", 0, "a")])
             for undo in (
+                *PG_UNDO_VERSION_6,
                 *PG_UNDO_VERSION_5,
                 *PG_UNDO_VERSION_4,
                 *PG_UNDO_VERSION_3,

@@ -15,7 +15,12 @@ from pydantic import Field, TypeAdapter, ValidationError
 
 from stargraph_mem.engine.filters import utc_text
 from stargraph_mem.engine.legacy import RUNS_PACK
-from stargraph_mem.errors import DeltaValidationError, MigrationNotSupported, StoreConfigError
+from stargraph_mem.errors import (
+    ConsolidationRuleError,
+    DeltaValidationError,
+    MigrationNotSupported,
+    StoreConfigError,
+)
 from stargraph_mem.stores import (
     ConsolidationRule,
     Episode,
@@ -223,7 +228,7 @@ def test_then_emits_takes_fact_channel_names() -> None:
     assert rule.kinds == ("add", "update", "delete", "noop")
     mixed = ConsolidationRule(id="r", then_emits=["facts", "add", "noop"])
     assert (mixed.channels, mixed.kinds) == (("facts",), ("add", "noop"))
-    with pytest.raises(ValidationError):
+    with pytest.raises(ConsolidationRuleError, match=r"then_emits\.0"):
         ConsolidationRule(id="r", then_emits=["not a name"])
 
 
@@ -335,19 +340,27 @@ async def test_an_episode_without_a_full_triple_adds_a_note(store: SQLiteMemoryS
 async def test_every_n_waits_for_n_pending_episodes(store: SQLiteMemoryStore) -> None:
     rule = ConsolidationRule(id="batch3", cadence={"every": 3})
     await put(store, episode("e1", "one"), episode("e2", "two", at=T0 + timedelta(minutes=1)))
-    assert await store.consolidate(rule) == []
+    assert await store.consolidate(rule, due_only=True) == []
     await put(store, episode("e3", "three", at=T0 + timedelta(minutes=2)))
-    assert [d.source_episode_ids for d in await store.consolidate(rule)] == [["e1"], ["e2"], ["e3"]]
-    assert await store.consolidate(rule) == []
+    deltas = await store.consolidate(rule, due_only=True)
+    assert [d.source_episode_ids for d in deltas] == [["e1"], ["e2"], ["e3"]]
+    assert await store.consolidate(rule, due_only=True) == []
+
+
+async def test_a_direct_call_runs_whatever_the_cadence(store: SQLiteMemoryStore) -> None:
+    rule = ConsolidationRule(id="batch3", cadence={"every": 3})
+    await put(store, episode("e1", "one"), episode("e2", "two", at=T0 + timedelta(minutes=1)))
+    assert [d.source_episode_ids for d in await store.consolidate(rule)] == [["e1"], ["e2"]]
+    assert await store.consolidate(rule) == []  # nothing new since
 
 
 async def test_cron_runs_once_then_waits_for_a_fire_time(store: SQLiteMemoryStore) -> None:
     rule = ConsolidationRule(id="sleep", cadence={"cron": "0 3 * * *"})
     await put(store, episode("e1", "one"))
-    assert len(await store.consolidate(rule)) == 1
+    assert len(await store.consolidate(rule, due_only=True)) == 1
     await put(store, episode("e2", "two", at=T0 + timedelta(minutes=1)))
     # next 03:00 lies ahead of the last run: not due, episode stays pending
-    assert await store.consolidate(rule) == []
+    assert await store.consolidate(rule, due_only=True) == []
     with sqlite3.connect(store.path) as db:
         (runs,) = db.execute(
             "SELECT count(*) FROM rule_runs WHERE pack = ? AND rule_id = 'sleep'", (RUNS_PACK,)
@@ -355,7 +368,7 @@ async def test_cron_runs_once_then_waits_for_a_fire_time(store: SQLiteMemoryStor
         two_days_us = 2 * 86_400 * 1_000_000
         db.execute("UPDATE rule_runs SET last_run_us = last_run_us - ?", (two_days_us,))
     assert runs == 1
-    assert [d.source_episode_ids for d in await store.consolidate(rule)] == [["e2"]]
+    assert [d.source_episode_ids for d in await store.consolidate(rule, due_only=True)] == [["e2"]]
 
 
 # --- when_filter's timestamp column -----------------------------------------------------------
@@ -390,11 +403,13 @@ async def test_migration_errors_name_store_and_operation(store: SQLiteMemoryStor
         "memory store: migration 'm1': operations[0] (drop_column): "
         "operation 'drop_column' is not supported"
     )
-    assert {k: info.value.context[k] for k in ("store", "operation", "index", "op")} == {
+    context = info.value.context
+    assert {k: context[k] for k in ("store", "operation", "position", "index", "reason")} == {
         "store": "memory",
-        "operation": "operations[0]",
+        "operation": "drop_column",
+        "position": "operations[0]",
         "index": 0,
-        "op": "drop_column",
+        "reason": "v1-add-column-only",
     }
 
 
@@ -411,7 +426,8 @@ async def test_fact_store_migrate_follows_the_memory_store_rules(tmp_path: Path)
             await facts.migrate(plan(table="episodes", name="m2"))
         with pytest.raises(MigrationNotSupported, match="already exists") as info:
             await facts.migrate(plan(name="m3"))
-        assert info.value.context["operation"] == "operations[0]"
+        assert info.value.context["position"] == "operations[0]"
+        assert info.value.context["reason"] == "column-exists"
 
 
 # --- health on network filesystems -----------------------------------------------------------

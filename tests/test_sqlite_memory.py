@@ -139,7 +139,7 @@ async def test_bootstrap_creates_parents_wal_and_baseline_idempotently(tmp_path:
         rows = db.execute("SELECT version, name FROM schema_migrations").fetchall()
         indexes = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='index'")}
     assert rows == [(1, "0001_episodes")]
-    assert {"episodes_scope_ts", "episodes_partition_seq"} <= indexes
+    assert {"idx_episodes_scope_ts", "episodes_partition_seq"} <= indexes
 
 
 async def test_store_reopens_after_close(tmp_path: Path) -> None:
@@ -198,7 +198,7 @@ async def test_session_read_uses_index_without_sort(sqlite_store: SQLiteMemorySt
     sql, params = recent_query("alice", "s1", "a1", 20)
     with sqlite3.connect(store.path) as db:
         plan = " | ".join(r[3] for r in db.execute(f"EXPLAIN QUERY PLAN {sql}", params))
-    assert "USING INDEX episodes_scope_ts (scope_key=?)" in plan
+    assert "USING INDEX idx_episodes_scope_ts (scope_key=?)" in plan
     assert "SCAN" not in plan
     assert "TEMP B-TREE" not in plan
 

@@ -462,10 +462,10 @@ async def test_consolidate_rule_honours_idle(tmp_path: Path) -> None:
     recent = datetime.now(UTC) - timedelta(minutes=5)
     await store.put(obs(1, at=recent), user="alice", session="s1", agent="rag")
     rule = ConsolidationRule(id="quiet", cadence=Cadence(idle="10m"))
-    assert await store.consolidate(rule) == []
+    assert await store.consolidate(rule, due_only=True) == []
     quiet = ConsolidationRule(id="quiet", cadence=Cadence(idle="1m"))
-    assert [d.kind for d in await store.consolidate(quiet)] == ["add"]
-    assert await store.consolidate(quiet) == []
+    assert [d.kind for d in await store.consolidate(quiet, due_only=True)] == ["add"]
+    assert await store.consolidate(quiet, due_only=True) == []
 
 
 # --- lint ----------------------------------------------------------------------------------

@@ -95,7 +95,8 @@ def episode_schema() -> Schema:
     schema = model_schema(Episode, "stargraph_mem episode (one JSON line of ingest)")
     text = {"type": ["string", "null"]}
     honoured: dict[str, Any] = {name: text for name in HONOURED_METADATA_KEYS}
-    honoured["intent"] = {"enum": [*get_args(Intent), None]}
+    # any string intent is stored; one other than noop/delete/update classifies as an add
+    honoured["intent"] = {"type": ["string", "null"], "examples": [*get_args(Intent)]}
     honoured["replaces"] = {"type": ["array", "null"], "items": {"type": "string"}}
     schema["properties"]["metadata"]["properties"] = honoured
     return schema

@@ -1,11 +1,15 @@
 """The specification's ``MemoryStore.consolidate(rule)`` contract, run through the runtime.
 
 ``consolidate(rule)`` runs the shipped default classification pack over every partition
-that is due, incrementally (one watermark per consolidation rule id), honours the rule's
-legacy ``when_filter`` and the delta kinds named in ``then_emits``, stamps ``rule.id`` on
-every delta, applies the deltas to the fact store in the same database and returns them.
+with new episodes, incrementally (one watermark per consolidation rule id), honours the
+rule's legacy ``when_filter`` and the delta kinds named in ``then_emits``, stamps
+``rule.id`` on every delta, applies the deltas to the fact store in the same database and
+returns them. As the specification says, a call runs the rule: the cadence says when a
+scheduler should call, not whether a direct call does anything. Re-applying a returned
+delta (``fact_store.apply_delta(d)``, as the specification's callers do) is a no-op.
 
-The rule's cadence decides, per partition, whether a direct call consolidates it:
+With ``consolidate(rule, due_only=True)`` the rule's cadence decides, per partition,
+whether the call consolidates it:
 
 - ``{every: N}``: when at least N episodes arrived after the rule's watermark; the pass
   then consumes all of them. Fewer stay pending (no deltas for that partition).
@@ -62,8 +66,11 @@ def default_pack() -> CompiledPack:
     return _DEFAULT[0]
 
 
-async def consolidate_rule(store: SQLiteMemoryStore, rule: ConsolidationRule) -> list[MemoryDelta]:
-    """Consolidate the new episodes of every due partition under ``rule``; return the deltas.
+async def consolidate_rule(
+    store: SQLiteMemoryStore, rule: ConsolidationRule, *, due_only: bool = False
+) -> list[MemoryDelta]:
+    """Consolidate the new episodes of every partition (every due one with ``due_only``)
+    under ``rule``; return the deltas.
 
     A ``when_filter`` that cannot be one safe SQL expression is refused before any pass
     runs; one refused while running (work budget, time limit, value size) stops the run
@@ -80,9 +87,9 @@ async def consolidate_rule(store: SQLiteMemoryStore, rule: ConsolidationRule) ->
     deltas: list[MemoryDelta] = []
     async with SQLiteFactStore(store.path) as facts:
         runner = PassRunner(runtime_for(compiled), store, facts)
-        runs = await _run_states(store, rule)
+        runs = await _run_states(store, rule) if due_only else {}
         for partition in await store.partitions():
-            due = await _due(runner, rule, partition, runs, now)
+            due = await _due(runner, rule, partition, runs, now) if due_only else []
             if due is None:
                 continue
             try:

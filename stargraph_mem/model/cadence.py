@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import re
 import zoneinfo
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Annotated, Any
 
@@ -243,6 +244,44 @@ class Cadence(FrozenModel):
             if out.get(name) is None:
                 out.pop(name, None)
         return out
+
+    def as_dict(self) -> dict[str, Any]:
+        """The cadence as the IR (and stargraph 0.8's ``ConsolidationRule.cadence``) writes
+        it: ``{"every": 100}``, ``{"cron": "0 3 * * *"}``; ``tz`` only when not UTC."""
+        return {
+            name: value
+            for name, value in self.model_dump(mode="json").items()
+            if value is not None and not (name == "tz" and value == "UTC")
+        }
+
+    def __getitem__(self, key: str) -> Any:
+        """``cadence["every"]``, as on stargraph 0.8's cadence dict (``KeyError`` if unset)."""
+        return self.as_dict()[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.as_dict()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """``cadence.get("cron")``, as on stargraph 0.8's cadence dict."""
+        return self.as_dict().get(key, default)
+
+    def keys(self) -> list[str]:
+        return list(self.as_dict())
+
+    def items(self) -> list[tuple[str, Any]]:
+        return list(self.as_dict().items())
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to another cadence with the same fields, or to the dict it writes."""
+        if isinstance(other, Mapping):
+            try:
+                return self == Cadence.model_validate(dict(other))
+            except ValueError:
+                return False
+        return super().__eq__(other)
+
+    def __hash__(self) -> int:
+        return hash(tuple(sorted(self.as_dict().items())))
 
     @property
     def kind(self) -> str:

@@ -23,12 +23,16 @@ HONOURED_METADATA_KEYS = ("intent", "replaces", "subject", "predicate", "object"
 
 def check_honoured_metadata(value: dict[str, Any]) -> None:
     """Raise ``ValueError`` when a key the default classification reads has the wrong shape
-    (``intent``, ``replaces``, ``subject``, ``predicate``, ``object``)."""
+    (``replaces``, ``subject``, ``predicate``, ``object``).
+
+    Any string ``intent`` is kept: as in stargraph 0.8, one other than ``noop``, ``delete``
+    and ``update`` is classified as the default (an add). A non-string one is refused here,
+    where the caller sees it, rather than rejected by the next pass (the default pack
+    reads ``intent`` as a string).
+    """
     intent = value.get("intent")
-    if intent is not None and intent not in ("add", "update", "delete", "noop"):
-        raise ValueError(
-            f"metadata.intent must be one of add, update, delete, noop (got {intent!r})"
-        )
+    if intent is not None and not isinstance(intent, str):
+        raise ValueError(f"metadata.intent must be a string (got {type(intent).__name__})")
     replaces = value.get("replaces")
     if replaces is not None and not (
         isinstance(replaces, list) and all(isinstance(r, str) for r in replaces)

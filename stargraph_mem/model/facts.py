@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import builtins
+from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import Field, JsonValue
+from pydantic import Field, JsonValue, PrivateAttr
 
 from stargraph_mem.model.base import FrozenModel, Identifier, ScopePart, StoredDatetime
 
@@ -34,6 +36,19 @@ class Fact(FrozenModel):
     status: str = "current"
     """``current`` while valid, else the closing status (see ``FACT_STATUSES``)."""
 
+    _lineage: tuple[dict[str, JsonValue], ...] | None = PrivateAttr(default=None)
+    _pinned_at: datetime | None = PrivateAttr(default=None)
+
+    def __eq__(self, other: builtins.object) -> bool:
+        """Facts are equal when their fields are: what a read attached for :attr:`lineage`
+        and :attr:`pinned_at` does not count."""
+        if isinstance(other, Fact):
+            return type(self) is type(other) and self.__dict__ == other.__dict__
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((self.id, self.delta_id, self.valid_until, self.status))
+
     @property
     def is_current(self) -> bool:
         return self.valid_until is None
@@ -52,6 +67,35 @@ class Fact(FrozenModel):
         if self.has_triple:
             out.update(subject=self.subject, predicate=self.predicate, object=self.object)
         return out
+
+    @property
+    def lineage(self) -> list[dict[str, Any]]:
+        """stargraph 0.8's lineage: the rule firing that made the fact, as
+        ``[{"rule_id", "source_episode_ids", "promotion_ts", "delta_id", "pack_hash",
+        "confidence", "reason"}]`` (``promotion_ts`` ISO 8601 text). Facts read by a store's
+        ``query``, ``as_of`` or ``get`` carry it all; one built otherwise names its rule and
+        delta only (``FactStore.lineage(id)`` reads the full bundle)."""
+        private = self.__pydantic_private__
+        found = None if private is None else private.get("_lineage")
+        if found is not None:
+            return [dict(entry) for entry in found]
+        return [{"rule_id": self.rule_id, "delta_id": self.delta_id}]
+
+    @property
+    def pinned_at(self) -> datetime | None:
+        """When the fact was pinned (``FactStore.pin``), ``None`` while it is not pinned.
+        Known on facts read by a store's ``query``, ``as_of`` or ``get``."""
+        private = self.__pydantic_private__
+        return None if private is None else private.get("_pinned_at")
+
+    def with_provenance(
+        self, lineage: list[dict[str, JsonValue]], pinned_at: datetime | None
+    ) -> Fact:
+        """This fact carrying what :attr:`lineage` and :attr:`pinned_at` read (stores call
+        this on the facts they return)."""
+        made = self.model_copy()
+        made.__pydantic_private__ = {"_lineage": tuple(lineage), "_pinned_at": pinned_at}
+        return made
 
 
 class FactPattern(FrozenModel):

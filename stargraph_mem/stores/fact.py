@@ -40,6 +40,7 @@ __all__ = [
     "Explanation",
     "FactListener",
     "FactStore",
+    "FathomAdapter",
     "ProvenanceAdapter",
     "ProvenanceBundle",
     "Rejection",
@@ -411,6 +412,11 @@ class ProvenanceAdapter:
     def discard(self) -> None:
         """Forget staged pairs (after a rolled-back batch)."""
         self._staged = []
+
+
+FathomAdapter = ProvenanceAdapter
+"""The specification's name for the adapter: ``FathomAdapter.assert_with_provenance(fact,
+bundle)`` is the seam every delta's fact goes through (stargraph 0.8's adapter class)."""
 
 
 # --- results and read models ---------------------------------------------------------------

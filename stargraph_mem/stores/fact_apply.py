@@ -37,6 +37,7 @@ from stargraph_mem.stores.fact_rows import (
     Delta,
     PassBasis,
     holder_is_dead,
+    json_text,
     key_of,
     write_rows,
 )
@@ -46,6 +47,8 @@ from stargraph_mem.stores.pass_time import resumed_present
 from stargraph_mem.stores.scope import Partition
 from stargraph_mem.stores.search_common import TEXT_LAG_MAX, body_text
 from stargraph_mem.stores.sql_conn import Conn, Insert, Many
+
+_Replacing = UpdateDelta | DeleteDelta
 
 __all__ = [
     "Batch",
@@ -236,6 +239,8 @@ class Batch:
         """Access rows, pin rows and status events new facts carry; restored facts."""
         self._times: dict[str, int] = {}
         """Observation time of the chunk's cited episodes that this database holds."""
+        self._made_here: dict[tuple[str, str], list[str]] = {}
+        """Facts this batch made, by (partition key, the episode each was made from)."""
         self._event_seq = -1
         self._asserting: list[tuple[Fact, ProvenanceBundle]] = []
         self._asserting_at: list[tuple[int, int]] = []
@@ -278,6 +283,8 @@ class Batch:
                 continue
             self.seen.add(did)
             self._seq += 1
+            if isinstance(delta, UpdateDelta | DeleteDelta):
+                delta = await self._by_episode(start + offset, delta, did)
             try:
                 self._apply(start + offset, delta, did)
             except DeltaValidationError as exc:
@@ -293,6 +300,49 @@ class Batch:
                 raise
             raise _at(at[position][0], exc) from exc
         await self._flush([seq for _, seq in at])
+
+    async def _by_episode(self, index: int, delta: _Replacing, did: str) -> _Replacing:
+        """``delta`` with each ``replaces`` id that names no fact but an episode replaced by
+        the current fact of the delta's (user, agent) made from that episode (the first of
+        its sources), as stargraph 0.8's deltas name what they replace; ``delta`` itself
+        when every id names a fact. Its id (``did``) and audit row stay those of ``delta``
+        as given. Two current facts made from one episode: :class:`FactConflictError`."""
+        unknown = [fid for fid in delta.replaces if fid not in self.known]
+        if not unknown:
+            return delta
+        key = key_of(str(delta.user), str(delta.agent))
+        resolved: dict[str, str] = {}
+        for eid in unknown:
+            made = await self._made_from(key, eid)
+            if len(made) > 1:
+                raise FactConflictError(
+                    f"deltas[{index}] ({delta.kind} {did}) cannot replace {eid}: episode "
+                    f"{eid!r} made {len(made)} current facts ({', '.join(made)})",
+                    fact_ids=[eid],
+                    candidates=made,
+                    index=index,
+                    delta_id=did,
+                )
+            if made:
+                resolved[eid] = made[0]
+        if not resolved:
+            return delta
+        replaces = [resolved.get(fid, fid) for fid in delta.replaces]
+        return delta.model_copy(update={"replaces": replaces})
+
+    async def _made_from(self, key: str, eid: str) -> list[str]:
+        """The current facts of partition ``key`` made from episode ``eid`` (their first
+        source), stored or made earlier in this batch, sorted."""
+        prefix = json_text([eid])[:-1]  # '["<id>"': the sources' JSON text begins so
+        rows = await self.db.fetch(self.sql.made_from, (key, len(prefix), prefix))
+        stored = [str(row[0]) for row in rows]
+        missing = sorted(set(stored) - self.known.keys())
+        if missing:
+            for row in await self.db.fetch(self.sql.fact_states_in, (self.sql.ids(missing),)):
+                self.known[row[0]] = _state(row)
+        here = self._made_here.get((key, eid), [])
+        found = {fid for fid in [*stored, *here] if fid in self.known}
+        return sorted(fid for fid in found if not self.known[fid].closed)
 
     async def _stored(self, deltas: Sequence[Delta], ids: Sequence[str]) -> set[str]:
         """Ids of ``deltas`` applied before: add and update deltas by the fact they made."""
@@ -453,6 +503,8 @@ class Batch:
         self._lifecycles.append((seen, state.reinforced_us, state.count))
         self.known[fact_id] = state
         self.created.append(fact_id)
+        made_from = (key_of(user, agent), delta.source_episode_ids[0])
+        self._made_here.setdefault(made_from, []).append(fact_id)
 
     def _carry(
         self, delta: UpdateDelta, did: str, fact_id: str, state: _State, before: list[_State]

@@ -17,7 +17,7 @@ from typing import Any, Final
 import orjson
 from pydantic import ValidationError
 
-from stargraph_mem.errors import CorruptRowError, DeltaValidationError
+from stargraph_mem.errors import CorruptRowError, DeltaProvenanceError, DeltaValidationError
 from stargraph_mem.model.deltas import DELTA_ADAPTER, AddDelta, DeleteDelta, NoopDelta, UpdateDelta
 from stargraph_mem.model.facts import Fact, FactHit, FactPattern
 from stargraph_mem.model.time import from_us
@@ -34,6 +34,7 @@ from stargraph_mem.stores.fact_statements import FactStatements
 from stargraph_mem.stores.pass_time import PassTime
 from stargraph_mem.stores.schedule_runs import RuleRun
 from stargraph_mem.stores.scope import Partition, partition_key, prefix_upper_bound, user_prefix
+from stargraph_mem.stores.sql_conn import Conn
 
 __all__ = [
     "AUDIT_INSERT_COLUMNS",
@@ -225,6 +226,37 @@ def fact_from_row(row: Sequence[Any]) -> Fact:
         raise corrupt("facts", row[0], exc) from exc
 
 
+async def with_provenance(db: Conn, sql: FactStatements, facts: list[Fact]) -> list[Fact]:
+    """``facts`` carrying their lineage and pin time (``Fact.lineage``, ``Fact.pinned_at``),
+    read in one statement."""
+    if not facts:
+        return facts
+    ids = list(dict.fromkeys(fact.id for fact in facts))
+    found: dict[str, tuple[list[dict[str, Any]], int | None]] = {}
+    for row in await db.fetch(sql.provenance_in, (sql.ids(ids),)):
+        fact_id = str(row[0])
+        entries: list[dict[str, Any]] = []
+        if row[1] is not None:
+            bundle = bundle_from_row(fact_id, row[1:10])
+            entries.append(
+                {
+                    "rule_id": bundle.rule_id,
+                    "source_episode_ids": list(bundle.source_episode_ids),
+                    "promotion_ts": bundle.promotion_ts.isoformat(),
+                    "delta_id": bundle.delta_id,
+                    "pack_hash": bundle.pack_hash,
+                    "confidence": bundle.confidence,
+                    "reason": bundle.reason,
+                }
+            )
+        found[fact_id] = (entries, None if row[10] is None else int(row[10]))
+    out = []
+    for fact in facts:
+        entries, pinned_us = found.get(fact.id, ([], None))
+        out.append(fact.with_provenance(entries, None if pinned_us is None else from_us(pinned_us)))
+    return out
+
+
 def bundle_from_row(fact_id: str, row: Sequence[Any]) -> ProvenanceBundle:
     """A :class:`ProvenanceBundle` from a ``lineage_columns`` row."""
     try:
@@ -351,6 +383,13 @@ def write_rows(
 # --- validation ---------------------------------------------------------------------------
 
 
+PROVENANCE_FIELDS: Final = frozenset(
+    ("rule_id", "source_episode_ids", "promotion_ts", "confidence", "replaces")
+)
+"""Fields whose failure is a :class:`DeltaProvenanceError` (the specification's mandatory
+provenance, and ``replaces`` on update and delete)."""
+
+
 def _validation_error(index: int, exc: ValidationError) -> DeltaValidationError:
     """Name the index and the first failing field (the union's ``kind`` tag dropped)."""
     first = exc.errors(include_url=False)[0]
@@ -359,9 +398,30 @@ def _validation_error(index: int, exc: ValidationError) -> DeltaValidationError:
         loc = loc[1:]
     loc = [part for part in loc if part not in _UNION_TAGS and not part.startswith("list[")]
     field = ".".join(loc) or "kind"
-    return DeltaValidationError(
-        f"deltas[{index}].{field}: {first['msg']}", index=index, field=field
+    body = first["input"] if not first["loc"] else None
+    given = exc.errors(include_url=False)
+    kind = _given(given, "kind")
+    provenance = field.split(".")[0] in PROVENANCE_FIELDS
+    error = DeltaProvenanceError if provenance else DeltaValidationError
+    return error(
+        f"deltas[{index}].{field}: {first['msg']}",
+        index=index,
+        field=field,
+        violation=f"{field}: {first['msg']}",
+        rule_id=_given(given, "rule_id", body),
+        delta_type=kind,
     )
+
+
+def _given(errors: Sequence[Any], name: str, body: object = None) -> str | None:
+    """A top-level string field of the delta that failed (stargraph 0.8's error fields)."""
+    for error in errors:
+        source = error.get("input") if len(error["loc"]) <= 2 else None
+        if isinstance(source, dict) and isinstance(source.get(name), str):
+            return str(source[name])
+    if isinstance(body, dict) and isinstance(body.get(name), str):
+        return str(body[name])
+    return None
 
 
 def validate_deltas(items: Iterable[DeltaInput]) -> list[Delta]:

@@ -118,3 +118,9 @@ class FactStatements:
     of the given keys."""
     index_text: Callable[[str], str]
     """What a fact's body text becomes before :attr:`index_fact` stores it."""
+    made_from: str
+    """Ids of the current facts of a partition whose sources (JSON text) start with an
+    episode: ``(partition_key, len(prefix), prefix)``, the prefix being ``["<id>"``."""
+    provenance_in: str
+    """``id``, the lineage columns and ``pinned_at_us`` of the given fact ids (``(ids,)``):
+    what ``Fact.lineage`` and ``Fact.pinned_at`` read."""

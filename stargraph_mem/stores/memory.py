@@ -156,7 +156,8 @@ __all__ = [
 ]
 
 
-ConsolidateHook = Callable[[Any, ConsolidationRule], Awaitable[list[MemoryDelta]]]
+ConsolidateHook = Callable[..., Awaitable[list[MemoryDelta]]]
+"""Called as ``hook(store, rule, due_only=...)``."""
 DEFAULT_CONSOLIDATION_RUNTIME: Final = "stargraph_mem.engine.legacy:consolidate_rule"
 """``module:function`` of the runtime behind ``consolidate(rule)`` unless one is installed."""
 _HOOKS: list[ConsolidateHook] = []

@@ -15,6 +15,7 @@ from typing import Final
 __all__ = [
     "MOUNT_TABLES",
     "NETWORK_FILESYSTEMS",
+    "filesystem_of",
     "filesystem_type",
     "network_filesystem_warning",
 ]
@@ -85,6 +86,12 @@ def _mount_table() -> str | None:
         except OSError:
             continue
     return None
+
+
+def filesystem_of(path: Path) -> str | None:
+    """The filesystem type of the mount holding ``path`` (``None`` when unknown)."""
+    table = _mount_table()
+    return None if table is None else filesystem_type(path, table)
 
 
 def network_filesystem_warning(path: Path, table: str | None = None) -> str | None:

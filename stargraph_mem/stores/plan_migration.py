@@ -48,24 +48,35 @@ class PlanDialect:
     """The backend's type for one of the plan types (upper case)."""
 
 
-def _refuse(store: str, plan: MigrationPlan, index: int, detail: str) -> MigrationNotSupported:
+def _refuse(
+    store: str, plan: MigrationPlan, index: int, detail: str, reason: str
+) -> MigrationNotSupported:
     op = plan.operations[index].op
-    return MigrationNotSupported(detail, store=store, plan=plan.name, index=index, op=op)
+    return MigrationNotSupported(
+        detail, store=store, plan=plan.name, index=index, op=op, reason=reason
+    )
 
 
-def _operation_problem(op: MigrationOp, tables: Collection[str] | None) -> str | None:
-    """Why ``op`` cannot run (only nullable ``add_column`` with safe names and plain types)."""
+def _operation_problem(op: MigrationOp, tables: Collection[str] | None) -> tuple[str, str] | None:
+    """Why ``op`` cannot run (only nullable ``add_column`` with safe names and plain types):
+    the detail and a short reason (stargraph 0.8's ``v1-add-column-only`` and
+    ``non-nullable-add``, and ours)."""
     if op.op != "add_column":
-        return f"operation {op.op!r} is not supported"
+        return f"operation {op.op!r} is not supported", "v1-add-column-only"
     if not op.nullable:
-        return "only nullable columns can be added"
+        return "only nullable columns can be added", "non-nullable-add"
+    if op.options:
+        keys = ", ".join(map(repr, sorted(op.options)))
+        return f"add_column does not take {keys}", "unsupported-option"
     for what, name in (("table", op.table), ("column", op.column)):
         if not _IDENTIFIER.match(name) or name.lower().startswith("sqlite_"):
-            return f"invalid {what} name {name!r}"
+            return f"invalid {what} name {name!r}", f"invalid-{what}-name"
     if tables is not None and op.table not in tables:
-        return f"table {op.table!r} is not one of this store's tables ({', '.join(tables)})"
+        listed = ", ".join(tables)
+        return f"table {op.table!r} is not one of this store's tables ({listed})", "unknown-table"
     if op.type.upper() not in _COLUMN_TYPES:
-        return f"column type {op.type!r} is not one of {', '.join(sorted(_COLUMN_TYPES))}"
+        types = ", ".join(sorted(_COLUMN_TYPES))
+        return f"column type {op.type!r} is not one of {types}", "unsupported-type"
     return None
 
 
@@ -74,7 +85,7 @@ def check_plan(plan: MigrationPlan, *, store: str, tables: Collection[str] | Non
     for index, op in enumerate(plan.operations):
         problem = _operation_problem(op, tables)
         if problem is not None:
-            raise _refuse(store, plan, index, problem)
+            raise _refuse(store, plan, index, *problem)
 
 
 async def _check_targets(db: Conn, plan: MigrationPlan, store: str, dialect: PlanDialect) -> None:
@@ -83,10 +94,11 @@ async def _check_targets(db: Conn, plan: MigrationPlan, store: str, dialect: Pla
     for index, op in enumerate(plan.operations):
         columns = {str(row[0]).lower() for row in await db.fetch(dialect.columns, (op.table,))}
         if not columns:
-            raise _refuse(store, plan, index, f"table {op.table!r} does not exist")
+            raise _refuse(store, plan, index, f"table {op.table!r} does not exist", "no-table")
         key = (op.table.lower(), op.column.lower())
         if key[1] in columns or key in added:
-            raise _refuse(store, plan, index, f"column {op.table}.{op.column} already exists")
+            detail = f"column {op.table}.{op.column} already exists"
+            raise _refuse(store, plan, index, detail, "column-exists")
         added.add(key)
 
 
@@ -112,7 +124,10 @@ async def apply_plan(
         if bytes(applied) == body:
             return False
         raise MigrationNotSupported(
-            "already applied with different operations", store=store, plan=plan.name
+            "already applied with different operations",
+            store=store,
+            plan=plan.name,
+            reason="plan-changed",
         )
     await _check_targets(db, plan, store, dialect)
     for op in plan.operations:

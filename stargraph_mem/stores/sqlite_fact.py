@@ -69,6 +69,7 @@ from stargraph_mem.stores.fact_rows import (
     pattern_filter,
     rejection_from_row,
     validate_deltas,
+    with_provenance,
 )
 from stargraph_mem.stores.fact_rows import fact_query as dialect_query
 from stargraph_mem.stores.fact_status import (
@@ -424,18 +425,21 @@ class SQLiteFactStore(SQLiteStoreBase):
     # --- reads --------------------------------------------------------------------------
 
     async def query(self, pattern: FactPattern) -> list[Fact]:
-        """Facts matching ``pattern`` (current only unless ``include_history``)."""
+        """Facts matching ``pattern`` (current only unless ``include_history``), with their
+        lineage and pin time (``Fact.lineage``, ``Fact.pinned_at``)."""
         sql, params = fact_query(pattern)
-        async with self._read() as db:
-            rows = await fetch(db, sql, params)
-        return [fact_from_row(row) for row in rows]
+        return await self._facts(sql, params)
 
     async def as_of(self, t: datetime, pattern: FactPattern | None = None) -> list[Fact]:
         """Facts valid at ``t`` (``valid_from <= t < valid_until``); naive ``t`` is refused."""
         sql, params = fact_query(pattern or FactPattern(), as_of_us=to_us(t, "as_of time"))
+        return await self._facts(sql, params)
+
+    async def _facts(self, sql: str, params: Sequence[Any]) -> list[Fact]:
+        """The facts ``sql`` selects, with their lineage and pin time (one read)."""
         async with self._read() as db:
             rows = await fetch(db, sql, params)
-        return [fact_from_row(row) for row in rows]
+            return await with_provenance(SQLiteConn(db), SQLITE, [fact_from_row(r) for r in rows])
 
     async def search(
         self,
@@ -518,11 +522,10 @@ class SQLiteFactStore(SQLiteStoreBase):
     async def get(self, fact_id: str) -> Fact:
         """One fact by id, current or closed; :class:`FactNotFoundError` if unknown."""
         fact_id = check_fact_id(fact_id)
-        async with self._read() as db:
-            rows = await fetch(db, SQLITE.fact_by_id, (fact_id,))
-        if not rows:
+        found = await self._facts(SQLITE.fact_by_id, (fact_id,))
+        if not found:
             raise FactNotFoundError(f"no fact with id {fact_id!r}", fact_id=fact_id)
-        return fact_from_row(rows[0])
+        return found[0]
 
     async def lineage(self, fact_id: str) -> ProvenanceBundle:
         """The provenance bundle recorded with a fact."""
@@ -588,10 +591,12 @@ class SQLiteFactStore(SQLiteStoreBase):
 
     # --- statuses and pins --------------------------------------------------------------
 
-    async def pin(self, fact_id: str, *, reason: str = "") -> bool:
+    async def pin(self, fact: str | Fact, *, reason: str = "") -> bool:
         """Pin a current fact (sweeps leave it alone); False when it was pinned already.
-        A closed or unknown fact raises and changes nothing."""
-        fact_id = check_fact_id(fact_id)
+        A closed or unknown fact raises and changes nothing. ``fact`` is its id or, as in
+        stargraph 0.8, the :class:`Fact` itself (read from this store: facts enter only
+        through deltas)."""
+        fact_id = check_fact_id(fact if isinstance(fact, str) else fact.id)
         now_us = self._now_us()
         async with self._write() as db:
             return await pin_fact(SQLiteConn(db), SQLITE, fact_id, now_us, reason)

@@ -508,5 +508,16 @@ SQLITE: Final = FactStatements(
     mark_restored=Many("UPDATE facts SET superseded_by = ? WHERE id = ?"),
     archived_of=_ARCHIVED_OF,
     index_text=_no_change,
+    made_from=(
+        "SELECT f.id FROM facts f JOIN lineage l ON l.rowid = f.rowid "
+        "WHERE f.partition_key = ? AND f.valid_until_us IS NULL "
+        "AND substr(l.source_episode_ids, 1, ?) = ?"
+    ),
+    provenance_in=(
+        "SELECT f.id, "
+        + ", ".join(f"l.{c.strip()}" for c in _LINEAGE_COLUMNS.split(","))
+        + ", p.pinned_at_us FROM facts f LEFT JOIN lineage l ON l.rowid = f.rowid "
+        f"LEFT JOIN fact_pins p ON p.fact_id = f.id WHERE f.id {_IN_JSON}"
+    ),
 )
 """The SQLite statements of the shared apply and read code."""

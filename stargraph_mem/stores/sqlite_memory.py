@@ -107,7 +107,9 @@ _SCHEMA: Final = (
         last_accessed_us INTEGER NULL,
         access_count INTEGER NOT NULL DEFAULT 0
     )""",
-    "CREATE INDEX IF NOT EXISTS episodes_scope_ts ON episodes (scope_key, ts_us, seq)",
+    # the specification's name for the scope index; files made before it get it on open
+    "CREATE INDEX IF NOT EXISTS idx_episodes_scope_ts ON episodes (scope_key, ts_us, seq)",
+    "DROP INDEX IF EXISTS episodes_scope_ts",
     "CREATE INDEX IF NOT EXISTS episodes_partition_seq ON episodes (partition_key, seq)",
     "CREATE INDEX IF NOT EXISTS episodes_partition_ts ON episodes (partition_key, ts_us, seq)",
     """CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -541,13 +543,17 @@ class SQLiteMemoryStore(SQLiteStoreBase):
 
     # --- consolidation: run by the consolidation runtime (stargraph_mem.engine) ----------
 
-    async def consolidate(self, rule: ConsolidationRule) -> list[MemoryDelta]:
-        """Run ``rule`` (default classification table, incrementally) and apply its deltas.
+    async def consolidate(
+        self, rule: ConsolidationRule, *, due_only: bool = False
+    ) -> list[MemoryDelta]:
+        """Run ``rule`` now (default classification table, over the episodes after its
+        watermark) and apply its deltas; return them. ``due_only=True``: only partitions
+        the rule's cadence says are due (see :mod:`stargraph_mem.engine.legacy`).
 
         The runtime is looked up when this runs (``stores.memory.consolidation_hook``), so
         importing the store loads neither the engine nor CLIPS.
         """
-        return await consolidation_hook()(self, rule)
+        return await consolidation_hook()(self, rule, due_only=due_only)
 
     # --- many partitions at once (batched passes) ----------------------------------------
 

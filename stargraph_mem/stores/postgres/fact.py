@@ -68,6 +68,7 @@ from stargraph_mem.stores.fact_rows import (
     pattern_filter,
     rejection_from_row,
     validate_deltas,
+    with_provenance,
 )
 from stargraph_mem.stores.fact_status import (
     ARCHIVED,
@@ -288,9 +289,11 @@ class PostgresFactStore(PostgresRepository):
     # --- reads --------------------------------------------------------------------------
 
     async def _facts(self, sql: str, params: Sequence[Any]) -> list[Fact]:
+        """The facts ``sql`` selects, with their lineage and pin time (``Fact.lineage``,
+        ``Fact.pinned_at``)."""
         async with self.database.connection() as db:
             rows = await db.fetch(sql, params)
-        return [fact_from_row(row) for row in rows]
+            return await with_provenance(db, FACTS, [fact_from_row(row) for row in rows])
 
     async def query(self, pattern: FactPattern) -> list[Fact]:
         """Facts matching ``pattern`` (current only unless ``include_history``)."""
@@ -430,9 +433,9 @@ class PostgresFactStore(PostgresRepository):
 
     # --- statuses and pins --------------------------------------------------------------
 
-    async def pin(self, fact_id: str, *, reason: str = "") -> bool:
+    async def pin(self, fact: str | Fact, *, reason: str = "") -> bool:
         """Pin a current fact (see :meth:`SQLiteFactStore.pin`); False when pinned already."""
-        fact_id = check_fact_id(fact_id)
+        fact_id = check_fact_id(fact if isinstance(fact, str) else fact.id)
         now_us = self.database.now_us()
         async with self.database.transaction(_LOCK) as db:
             return await pin_fact(db, FACTS, fact_id, now_us, reason)

@@ -301,7 +301,9 @@ class PostgresMemoryStore(PostgresRepository):
                 found.append(partition)
         return sorted(found, key=lambda p: (p.user, p.agent))
 
-    async def consolidate(self, rule: ConsolidationRule) -> list[MemoryDelta]:
+    async def consolidate(
+        self, rule: ConsolidationRule, *, due_only: bool = False
+    ) -> list[MemoryDelta]:
         """Not available: this legacy entry point opens SQLite stores by path (use
         ``Consolidator.open(url, packs)``).
 

@@ -238,12 +238,19 @@ V4_SWEEP_INDEXES: Final = (
 )
 """The sweep indexes migration 4 made (migration 5 drops them: they are made on demand)."""
 
+_SPEC_INDEX_NAME: Final = (
+    "ALTER INDEX IF EXISTS episodes_scope_ts RENAME TO idx_episodes_scope_ts",
+)
+"""The scope index under the specification's name (``idx_episodes_scope_ts``); its columns
+stay ``(scope_key, ts_us, seq)``, which a scan reads in either direction."""
+
 MIGRATIONS: Final = (
     (1, "0001_stores", (*_EPISODES, *_FACTS, *_SCHEDULE)),
     (2, "0002_history_and_pass_times", (*POSTGRES_TABLES, *_AGGREGATES)),
     (3, "0003_fact_statuses", _STATUSES),
     (4, "0004_sweep_indexes", tuple(index_ddl(name) for name in V4_SWEEP_INDEXES)),
     (5, "0005_sweep_indexes_on_demand", DROP_SWEEP_INDEXES),
+    (6, "0006_spec_scope_index_name", _SPEC_INDEX_NAME),
 )
 """``(version, name, statements)`` in order; a database at version n gets those above n."""
 SCHEMA_VERSION: Final = MIGRATIONS[-1][0]

@@ -200,6 +200,16 @@ FACTS: Final = FactStatements(
     reinforcing_deltas="SELECT delta_id FROM reinforcements WHERE fact_id = %s",
     audit_markers_in=f"SELECT {_AUDIT} FROM audit WHERE {_MARKERS} AND delta_id = ANY(%s)",
     index_text=fold,
+    made_from=(
+        "SELECT f.id FROM facts f JOIN lineage l ON l.rowid = f.rowid "
+        "WHERE f.partition_key = %s AND f.valid_until_us IS NULL "
+        "AND substr(l.source_episode_ids, 1, %s) = %s"
+    ),
+    provenance_in=(
+        f"SELECT f.id, {_LINEAGE_PREFIXED}, p.pinned_at_us FROM facts f "
+        "LEFT JOIN lineage l ON l.rowid = f.rowid "
+        "LEFT JOIN fact_pins p ON p.fact_id = f.id WHERE f.id = ANY(%s)"
+    ),
     aggregates_in=(
         "SELECT ref, value, n, last_us, last_id, data FROM aggregates "
         "WHERE pack = %s AND ref = ANY(%s)"
