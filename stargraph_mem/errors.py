@@ -168,7 +168,8 @@ class FactNotFoundError(StoreError):
 
 class FactStatusError(StoreError):
     """A pin, unpin or restore was refused: the fact is closed (or, for a restore, not an
-    archived fact that was never restored); ``fact_id`` and ``status`` name it."""
+    archived fact that was never restored), or its reason cannot be stored as text;
+    ``fact_id`` and ``status`` name it."""
 
 
 class DeltaValidationError(StoreError):

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from stargraph_mem.cli import app
 from stargraph_mem.engine.api import Consolidator
-from stargraph_mem.errors import FactNotFoundError
+from stargraph_mem.errors import FactNotFoundError, FactStatusError
 from stargraph_mem.stores import SQLiteFactStore
 from stargraph_mem.stores.postgres import PostgresFactStore
 
@@ -82,3 +82,23 @@ def test_the_cli_refuses_an_unusable_id_and_changes_nothing(tmp_path: Path) -> N
         nul = runner.invoke(app, [command, "--db", str(db), "a\x00b"])
         assert (nul.exit_code, nul.output) == (1, "error: no fact with id 'a\\x00b'\n"), command
     assert db.read_bytes() == before
+
+
+@pytest.mark.parametrize("reason", ["\ud800", "a\x00b"])
+async def test_an_unusable_reason_is_refused_and_changes_nothing(
+    new_location: Callable[[], str], reason: str
+) -> None:
+    """pin, unpin and restore refuse a reason no text column can hold, before any write."""
+    async with Consolidator.open(new_location(), [DEDUP]) as mem:
+        await mem.record(episode("e1", **spo("alice", "likes", "tea")))
+        await mem.consolidate()
+        (fact,) = await mem.facts(user="alice")
+        store = mem.fact_store
+        assert isinstance(store, SQLiteFactStore | PostgresFactStore)
+        before = await snapshot(store)
+        for action in ("pin", "unpin", "restore"):
+            with pytest.raises(
+                FactStatusError, match=f"cannot {action} fact {fact.id}: its reason"
+            ):
+                await getattr(mem, action)(fact.id, reason=reason)
+        assert await snapshot(store) == before

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Final
 import orjson
 
 from stargraph_mem.errors import FactNotFoundError, FactStatusError
+from stargraph_mem.model.base import unicode_problem
 from stargraph_mem.model.deltas import UpdateDelta
 from stargraph_mem.model.facts import Fact, StatusEvent
 from stargraph_mem.model.time import from_us, to_us
@@ -111,6 +112,21 @@ def check_status(fact: Fact, action: str, wanted: str = "current") -> None:
         )
 
 
+def check_reason(action: str, fact_id: str, reason: str) -> None:
+    """Raise :class:`FactStatusError` when ``reason`` cannot be stored as text (a lone
+    surrogate or a NUL character), before anything is read or written."""
+    if not isinstance(reason, str):
+        problem: str | None = f"must be a string, not {type(reason).__name__}"
+    elif "\x00" in reason:
+        problem = "must not contain NUL characters"
+    else:
+        problem = unicode_problem(reason)
+    if problem is not None:
+        raise FactStatusError(
+            f"cannot {action} fact {fact_id}: its reason {problem}", fact_id=fact_id, status=None
+        )
+
+
 async def _event_row(
     db: Conn, sql: FactStatements, fact_id: str, event: str, at_us: int, reason: str
 ) -> None:
@@ -120,6 +136,7 @@ async def _event_row(
 
 async def pin_fact(db: Conn, sql: FactStatements, fact_id: str, at_us: int, reason: str) -> bool:
     """Pin a current fact (inside the caller's transaction); False when already pinned."""
+    check_reason("pin", fact_id, reason)
     fact, _ = await _fact(db, sql, fact_id)
     check_status(fact, "pin")
     if await db.fetch(sql.pin_of, (fact_id,)):
@@ -131,6 +148,7 @@ async def pin_fact(db: Conn, sql: FactStatements, fact_id: str, at_us: int, reas
 
 async def unpin_fact(db: Conn, sql: FactStatements, fact_id: str, at_us: int, reason: str) -> bool:
     """Unpin a current fact (inside the caller's transaction); False when it was not pinned."""
+    check_reason("unpin", fact_id, reason)
     fact, _ = await _fact(db, sql, fact_id)
     check_status(fact, "unpin")
     if not await db.execute(sql.delete_pin, (fact_id,)):
@@ -145,6 +163,7 @@ async def restore_delta(
     """The update that restores an archived fact: same statement, payload and confidence,
     its lineage's sources, ``lifecycle: inherit``; :class:`FactStatusError` unless the fact
     is archived and not restored yet."""
+    check_reason("restore", fact_id, reason)
     fact, _ = await _fact(db, sql, fact_id)
     check_status(fact, "restore", ARCHIVED)
     if fact.superseded_by is not None:

@@ -596,7 +596,7 @@ class SQLiteFactStore(SQLiteStoreBase):
         A closed or unknown fact raises and changes nothing. ``fact`` is its id or, as in
         stargraph 0.8, the :class:`Fact` itself (read from this store: facts enter only
         through deltas)."""
-        fact_id = check_fact_id(fact if isinstance(fact, str) else fact.id)
+        fact_id = check_fact_id(fact.id if isinstance(fact, Fact) else fact)
         now_us = self._now_us()
         async with self._write() as db:
             return await pin_fact(SQLiteConn(db), SQLITE, fact_id, now_us, reason)

@@ -435,7 +435,7 @@ class PostgresFactStore(PostgresRepository):
 
     async def pin(self, fact: str | Fact, *, reason: str = "") -> bool:
         """Pin a current fact (see :meth:`SQLiteFactStore.pin`); False when pinned already."""
-        fact_id = check_fact_id(fact if isinstance(fact, str) else fact.id)
+        fact_id = check_fact_id(fact.id if isinstance(fact, Fact) else fact)
         now_us = self.database.now_us()
         async with self.database.transaction(_LOCK) as db:
             return await pin_fact(db, FACTS, fact_id, now_us, reason)
