@@ -159,6 +159,44 @@ def describe_types(types: frozenset[FieldType]) -> str:
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " or " + words[-1]
 
 
+OPERATOR_ALIASES: Mapping[str, str] = MappingProxyType(
+    {
+        "==": "eq",
+        "=": "eq",
+        "equals": "eq",
+        "equal": "eq",
+        "is": "eq",
+        "!=": "ne",
+        "<>": "ne",
+        "neq": "ne",
+        "not_eq": "ne",
+        "is_not": "ne",
+        "in_": "in",
+        "one_of": "in",
+        "nin": "not_in",
+        "not_in_": "not_in",
+        "notin": "not_in",
+        "<": "lt",
+        "<=": "le",
+        "lte": "le",
+        ">": "gt",
+        ">=": "ge",
+        "gte": "ge",
+        "exist": "exists",
+        "present": "exists",
+        "absent": "missing",
+        "has": "contains",
+        "includes": "contains",
+        "startswith": "prefix",
+        "starts_with": "prefix",
+        "before": "older_than",
+        "after": "newer_than",
+    }
+)
+"""Names other languages give operators (SQL, MongoDB, Python), and the table's name
+each means: a "did you mean" suggests the table's name, not the nearest spelling."""
+
+
 def unknown_operator(name: str) -> str:
     """The error for a test name that is not in the table, with the names that are."""
     return f"unknown operator '{name}' (operators: {', '.join(OPERATORS)})"
