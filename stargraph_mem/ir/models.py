@@ -339,7 +339,7 @@ def _fields_directly(kind: str, data: Any) -> Any:
             first = next(iter(inner[wrong]), "subject")
             raise ValueError(
                 f"'{kind}' takes the fact's fields directly: write \"{kind}: {{{first}: …}}\", "
-                f"not \"{kind}: {{{wrong}: {{…}}}}\""
+                f'not "{kind}: {{{wrong}: {{…}}}}"'
             )
     return data
 
