@@ -84,7 +84,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "stargraph-mem run --pack rules/default.yaml --once --json",
     ),
     "status": ("stargraph-mem status --pack rules/default.yaml",),
-    "mcp": ("stargraph-mem mcp --db memory.db",),
+    "mcp": ("stargraph-mem mcp --pack rules/default.yaml --db memory.db",),
     "replay": (
         "stargraph-mem replay --pack rules/default.yaml",
         "stargraph-mem replay --pack rules/default.yaml --exit-code --json",
