@@ -20,7 +20,7 @@ from typing import Literal
 
 OperandKind = Literal["value", "values", "flag", "duration"]
 """``value``: one literal or ``{var: x}``; ``values``: a list of literals;
-``flag``: ``true``; ``duration``: ``{days: 7}`` relative to the pass time."""
+``flag``: ``true``; ``duration``: ``{days: 7}`` or ``7d``, relative to the pass time."""
 
 FieldType = Literal["string", "integer", "number", "boolean", "timestamp", "list"]
 
