@@ -42,6 +42,7 @@ from typer._click import Context as ClickContext  # typer vendors click
 from typer.core import TyperGroup
 
 from stargraph_mem.authoring.schemas import SCHEMA_DIR
+from stargraph_mem.cli_help import HelpTyper, examples_epilog, readable_params
 from stargraph_mem.errors import DuplicateEpisodeError, IRIssue, StargraphMemError
 from stargraph_mem.ir.operators import with_readme_table
 from stargraph_mem.model.canonical import default_episode_id
@@ -154,6 +155,11 @@ class CommandGroup(TyperGroup):
             self._named_shell_completion(ctx, args[0], args[1])
         return super().parse_args(ctx, args)
 
+    def get_params(self, ctx: ClickContext) -> list[Any]:
+        params = super().get_params(ctx)
+        readable_params(params)
+        return params
+
     def _named_shell_completion(self, ctx: ClickContext, option: str, shell: str) -> None:
         """Show or install the completion script of ``shell`` (exits), as typer's options do
         for the shell they detect; an unknown shell is a usage error."""
@@ -182,9 +188,10 @@ class CommandGroup(TyperGroup):
         return "command" if index == 0 else f"argument {index + 1}"
 
 
-app = typer.Typer(
+app = HelpTyper(
     name="stargraph-mem",
     help="Deterministic, auditable episodic-to-semantic memory consolidation.",
+    epilog=examples_epilog(""),
     cls=CommandGroup,
     no_args_is_help=True,
     add_completion=True,

@@ -197,6 +197,38 @@ def test_loose_spellings_are_refused_by_both(text: str, tmp_path: Path) -> None:
     assert yaml_schema_errors("pack", path) != []
 
 
+COUNT_WITHIN = "      - count: {as: n, keys: [subject], over: history, within: %s}\n"
+DURATIONS = {
+    "older_than as text": one_rule(tests=", timestamp: {older_than: 30d}"),
+    "newer_than as text in parts": one_rule(tests=", timestamp: {newer_than: 1h30m}"),
+    "a count window as text": one_rule(more=COUNT_WITHIN % "7d", emit=", sources: [n]"),
+}
+"""Durations written as cadences write them (``7d``): both accept them."""
+BAD_FORMS = {
+    "a duration in words": one_rule(tests=", timestamp: {older_than: 30 days}"),
+    "an empty duration": one_rule(tests=", timestamp: {older_than: ''}"),
+    "a pattern wrapped in 'not'": one_rule(more="      - not: {fact: {subject: {var: s}}}\n"),
+    "a pattern wrapped in 'exists'": one_rule(more="      - exists: {fact: {subject: {var: s}}}\n"),
+}
+"""Forms the validator refuses with the fix, as the schema refuses them."""
+
+
+@pytest.mark.parametrize("text", DURATIONS.values(), ids=list(DURATIONS))
+def test_durations_as_text_pass_schema_and_validator(text: str, tmp_path: Path) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text(text, encoding="utf-8")
+    assert validate_file(path) == []
+    assert yaml_schema_errors("pack", path) == []
+
+
+@pytest.mark.parametrize("text", BAD_FORMS.values(), ids=list(BAD_FORMS))
+def test_forms_with_a_fix_are_refused_by_both(text: str, tmp_path: Path) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text(text, encoding="utf-8")
+    assert validate_file(path) != []
+    assert yaml_schema_errors("pack", path) != []
+
+
 # --- pack test files -----------------------------------------------------------------------
 
 PACK_TEST_FILES = sorted(
@@ -214,6 +246,9 @@ PASSES = (
 )
 
 VALID_TESTS = {
+    "an episode time as a duration text": TESTS_HEAD
+    + CASE.replace("triple: [a, b, c]", "at: 2d, content: x")
+    + EXPECT,
     "passes without a file time": "pack: p\ncases:\n  - name: c\n" + PASSES + EXPECT,
     "an expect on a pass only": "pack: p\ncases:\n  - name: c\n"
     + PASSES
@@ -227,6 +262,10 @@ VALID_TESTS = {
 }
 INVALID_TESTS = {
     "unknown key": TESTS_HEAD + "coverge: {min: 1}\n" + CASE + EXPECT,
+    "a number as an episode time": TESTS_HEAD
+    + CASE.replace("triple: [a, b, c]", "at: 5, content: x")
+    + EXPECT,
+    "a number as the file time": "pack: p\nnow: 1700000000\n" + CASE + EXPECT,
     "no cases": TESTS_HEAD + "cases: []\n",
     "no expect": TESTS_HEAD + CASE,
     "empty expect": TESTS_HEAD + CASE + "    expect: {}\n",

@@ -16,6 +16,7 @@ from __future__ import annotations
 import difflib
 import itertools
 import math
+import re
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -27,10 +28,12 @@ from pydantic import (
     AfterValidator,
     AwareDatetime,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     JsonValue,
     ValidationError,
+    ValidationInfo,
     model_validator,
 )
 
@@ -86,8 +89,44 @@ Triple = Annotated[
     Field(json_schema_extra={"minItems": 3, "maxItems": 3}),
 ]
 """``[subject, predicate, object]``."""
-When = Annotated[AwareDatetime | Duration, Field(union_mode="left_to_right")]
-"""An ISO-8601 time with offset, or a duration such as ``{days: 40}`` before ``now``."""
+_NUMBER = re.compile(r"\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*")
+TIME_EXAMPLE = "2026-03-01T09:00:00+00:00"
+
+
+def _shown(value: Any) -> str:
+    return f"the number {value}" if isinstance(value, int | float) else repr(value)
+
+
+def _no_number(value: Any, info: ValidationInfo) -> Any:
+    """A number is not a time here (pydantic would read ``5`` as seconds since 1970)."""
+    if (isinstance(value, int | float) and not isinstance(value, bool)) or (
+        isinstance(value, str) and _NUMBER.fullmatch(value)
+    ):
+        raise ValueError(
+            f"'{info.field_name}' is a time: write an ISO-8601 time with an offset "
+            f"({TIME_EXAMPLE}), not {_shown(value)}"
+        )
+    return value
+
+
+def _no_number_when(value: Any, info: ValidationInfo) -> Any:
+    """As :func:`_no_number`, for a field that also takes a duration before ``now``."""
+    try:
+        return _no_number(value, info)
+    except ValueError:
+        raise ValueError(
+            f"'{info.field_name}' is a time: write an ISO-8601 time with an offset "
+            f"({TIME_EXAMPLE}) or a duration before now (7d, {{days: 40}}), not {_shown(value)}"
+        ) from None
+
+
+Time = Annotated[AwareDatetime, BeforeValidator(_no_number)]
+"""An ISO-8601 time with offset (never a number: ``5`` is not 1970-01-01T00:00:05Z)."""
+When = Annotated[
+    AwareDatetime | Duration, Field(union_mode="left_to_right"), BeforeValidator(_no_number_when)
+]
+"""An ISO-8601 time with offset, or a duration such as ``{days: 40}`` (or ``40d``) before
+``now``."""
 
 
 class _Model(BaseModel):
@@ -173,7 +212,7 @@ class Pass(_Model):
     """One consolidation of a multi-pass case: its episodes are stored, then the pack runs
     at ``now``; ``expect`` (optional) is checked against this pass alone."""
 
-    now: AwareDatetime
+    now: Time
     episodes: list[TestEpisode] = Field(default_factory=list)
     expect: Expect | None = None
 
@@ -187,7 +226,7 @@ class Case(_Model):
     pass has an ``expect``."""
 
     name: str = Field(min_length=1)
-    now: AwareDatetime | None = None
+    now: Time | None = None
     user: ScopePart = "user"
     agent: ScopePart = "agent"
     facts: list[SeedFact] = Field(default_factory=list)
@@ -205,7 +244,7 @@ class PackTests(_Model):
     """A test file: the pack it tests, its coverage threshold, its cases."""
 
     pack: str
-    now: AwareDatetime | None = None
+    now: Time | None = None
     coverage: CoverageSpec = CoverageSpec()
     cases: list[Case] = Field(min_length=1)
 

@@ -54,10 +54,11 @@ def pack_tests_schema() -> Schema:
     ``pack`` names the pack.
     """
     from stargraph_mem.authoring.packtest import Expect, PackTests
-    from stargraph_mem.ir.schema import model_schema
+    from stargraph_mem.ir.schema import duration_text, model_schema
 
     schema = model_schema(PackTests, "stargraph_mem pack test file")
     defs = schema["$defs"]
+    duration_text(defs)
     defs["Expect"]["anyOf"] = [
         {"required": [name], "properties": {name: {"type": "array"}}}
         for name in Expect.model_fields

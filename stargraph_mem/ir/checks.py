@@ -250,10 +250,7 @@ class _Checker:
         self.check_emit(info, (*path, "emit"))
         for name, var in info.variables.items():
             if name not in info.used_vars:
-                self.err(
-                    self._bind_path(info, var),
-                    f"variable '{name}' is bound but never used",
-                )
+                self.err(self._bind_path(info, var), _unused_message(var))
         return info
 
     def check_importance_key(self, key: str, path: PathKey) -> None:
@@ -269,6 +266,11 @@ class _Checker:
             )
 
     def _bind_path(self, info: RuleInfo, var: VarInfo) -> PathKey:
+        if var.kind == "count":
+            for j, item in enumerate(info.rule.when):
+                kind, pattern = pattern_of(item)
+                if kind == "count" and getattr(pattern, "alias", None) == var.name:
+                    return (*info.path, "when", j, kind, "as")
         for j, item in enumerate(info.rule.when):
             kind, pattern = pattern_of(item)
             mine = (getattr(pattern, "alias", None) or unnamed_alias(j)) == var.alias
@@ -584,6 +586,8 @@ class _Checker:
         for k, name in enumerate(emit.sources):
             if name not in info.aliases:
                 self.err((*path, "sources", k), f"'{name}' is not a named pattern of this rule")
+            elif info.aliases[name] == "count":
+                info.used_vars.add(name)  # its episodes are cited: the count is used
         if info.episode_alias is None and not any(
             info.aliases.get(s) == "fact" for s in emit.sources
         ):
@@ -743,6 +747,16 @@ class _Checker:
 def is_arithmetic(value: object) -> TypeGuard[ArithOp]:
     """Whether ``value`` is a typed confidence operation."""
     return isinstance(value, tuple(ARITHMETIC.values()))
+
+
+def _unused_message(var: VarInfo) -> str:
+    """What to do with a variable nothing uses: use it, or do not bind it."""
+    name = var.name
+    if var.kind == "count":
+        todo = f'cite it in sources ("sources: [{name}]") or drop "as: {name}"'
+    else:
+        todo = f'use it ("{{{name}}}" in emit, or {{var: {name}}}) or drop "bind: {name}"'
+    return f"variable '{name}' is bound but never used: {todo}"
 
 
 def pattern_of(item: WhenItem) -> tuple[str, Any]:

@@ -12,7 +12,7 @@ import difflib
 import re
 import types
 import typing
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -149,14 +149,42 @@ def unknown_key_message(root: type[BaseModel], loc: Sequence[str | int]) -> str:
     model = locate_type(root, loc[:-1]).annotation
     if not _is_model(model):
         return unknown_field_message(bad, [])
-    return unknown_field_message(bad, model_keys(model), getattr(model, "key_name", "field"))
+    return unknown_field_message(
+        bad,
+        model_keys(model),
+        getattr(model, "key_name", "field"),
+        getattr(model, "key_aliases", {}),
+    )
 
 
-def unknown_field_message(bad: str, allowed: Iterable[str], what: str = "field") -> str:
-    """``unknown field 'x'; did you mean 'y'?`` when a close spelling exists."""
-    close = difflib.get_close_matches(bad, sorted(allowed), n=1, cutoff=0.6)
+def unknown_field_message(
+    bad: str, allowed: Iterable[str], what: str = "field", aliases: Mapping[str, str] | None = None
+) -> str:
+    """``unknown field 'x'; did you mean 'y'?`` when a known alias (``gte`` for ``ge``) or a
+    close spelling exists."""
+    close = suggestion(bad, allowed, aliases)
     text = f"unknown {what} '{bad}'"
-    return f"{text}; did you mean '{close[0]}'?" if close else text
+    return f"{text}; did you mean '{close}'?" if close else text
+
+
+def suggestion(
+    bad: str, allowed: Iterable[str], aliases: Mapping[str, str] | None = None
+) -> str | None:
+    """The allowed key ``bad`` was meant to be: its known alias, else the closest spelling."""
+    keys = sorted(allowed)
+    meant = (aliases or {}).get(bad) or (aliases or {}).get(bad.lower())
+    if meant in keys:
+        return meant
+    close = difflib.get_close_matches(bad, keys, n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def _key_suggestion(root: type[BaseModel], loc: Sequence[str | int]) -> str | None:
+    """The key meant by the unknown key at the end of ``loc``."""
+    model = locate_type(root, loc[:-1]).annotation
+    if not _is_model(model) or not loc:
+        return None
+    return suggestion(str(loc[-1]), model_keys(model), getattr(model, "key_aliases", {}))
 
 
 # --- locs to YAML paths ------------------------------------------------------------------
@@ -365,6 +393,42 @@ def _message(error: _Error, loc_key: str | int | None) -> str:
     return msg[0].lower() + msg[1:] if msg else kind
 
 
+def _misspelled_pattern_key(root: type[BaseModel], error: _Error) -> tuple[int, str] | None:
+    """For an error on a pattern's field whose value is no condition at all
+    (``earlier: {kyes: [subject]}``) and whose name is close to one of the pattern's own
+    keys: where ``where`` is in the loc, and the key meant."""
+    loc = error.loc
+    if "where" not in loc or error.detail["type"] not in _KIND_ERRORS:
+        return None
+    at = loc.index("where")
+    if len(loc) != at + 2 or not isinstance(loc[-1], str):
+        return None
+    pattern = locate_type(root, loc[:at]).annotation
+    own = getattr(pattern, "_own_keys", None)
+    if own is None or loc[-1] in own():
+        return None
+    meant = suggestion(loc[-1], own())
+    return (at, meant) if meant is not None else None
+
+
+def _one_message_per_typo(root: type[BaseModel], errors: list[_Error]) -> list[_Error]:
+    """A misspelled key is one message (``unknown field 'varr'; did you mean 'var'?``),
+    not that one and ``missing required field 'var'`` beside it."""
+    meant: set[tuple[str | int, ...]] = set()
+    for error in errors:
+        if error.detail["type"] == "extra_forbidden":
+            key = _key_suggestion(root, error.loc)
+            if key is not None:
+                meant.add((*error.loc[:-1], key))
+            continue
+        typo = _misspelled_pattern_key(root, error)
+        if typo is not None:
+            at, key = typo
+            error.text = unknown_field_message(str(error.loc[-1]), [key])
+            meant.add((*error.loc[:at], key))
+    return [e for e in errors if not (e.detail["type"] == "missing" and e.loc in meant)]
+
+
 def validation_issues(
     exc: ValidationError, source: SourceMap, root: type[BaseModel]
 ) -> list[IRIssue]:
@@ -376,7 +440,7 @@ def validation_issues(
     ]
     issues: list[IRIssue] = []
     seen: set[tuple[PathKey, str]] = set()
-    for error in _one_member(errors):
+    for error in _one_message_per_typo(root, _one_member(errors)):
         loc = error.loc
         path = yaml_path(loc, source.data)
         if error.text is None and error.detail["type"] == "extra_forbidden":

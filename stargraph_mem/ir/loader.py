@@ -669,9 +669,34 @@ def validate_document(model: type[Model], source: SourceMap) -> Model:
     return value
 
 
+PACK_TEST_KEYS = frozenset({"cases"})
+"""Top-level keys only a pack-test file has (``rules/tests/<pack>.yaml``)."""
+
+
+def pack_of_tests(file: str) -> str:
+    """The pack a pack-test file tests, by the layout ``<dir>/tests/<pack file name>``
+    (``<pack>`` when the file is elsewhere)."""
+    path = Path(file)
+    if path.parent.name != "tests":
+        return "<pack>"
+    return str(path.parent.parent / path.name)
+
+
+def _refuse_pack_tests(source: SourceMap) -> None:
+    """A pack-test file given where a pack is wanted: say so, not which pack keys it lacks."""
+    data = source.data
+    if isinstance(data, dict) and "rules" not in data and PACK_TEST_KEYS & set(data):
+        key = sorted(PACK_TEST_KEYS & set(data))[0]
+        pack = pack_of_tests(source.file)
+        message = f'this is a pack-test file: run "stargraph-mem test {pack}"'
+        raise IRError(source.issue((key,), message))
+
+
 def load_pack_text(text: str, file: str = "<string>") -> tuple[RulePack, SourceMap]:
-    """Parse and structurally validate a pack; raise the first :class:`IRError`."""
+    """Parse and structurally validate a pack; raise the first :class:`IRError` (a pack-test
+    file is one error saying what it is)."""
     source = parse_yaml(text, file)
+    _refuse_pack_tests(source)
     return validate_document(RulePack, source), source
 
 

@@ -9,6 +9,8 @@ metadata fields and current facts through condition objects such as ``{gt: 3}`` 
 from __future__ import annotations
 
 import keyword
+import re
+from collections.abc import Mapping
 from difflib import get_close_matches
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union
 
@@ -29,9 +31,15 @@ from pydantic import (
     model_validator,
 )
 
-from stargraph_mem.ir.operators import FLAGS, OPERATORS, OperandKind, unknown_operator
+from stargraph_mem.ir.operators import (
+    FLAGS,
+    OPERATOR_ALIASES,
+    OPERATORS,
+    OperandKind,
+    unknown_operator,
+)
 from stargraph_mem.ir.operators import FieldType as FieldType
-from stargraph_mem.model.cadence import Cadence
+from stargraph_mem.model.cadence import DURATION_PATTERN, DURATION_UNITS, Cadence
 from stargraph_mem.model.deltas import CloseStatus
 
 PayloadType = Literal["string", "integer", "number", "boolean", "timestamp"]
@@ -74,8 +82,13 @@ Far beyond any retention window, yet its microseconds (about 3.2e15) stay exact 
 float and well inside the signed 64-bit integers CLIPS and SQLite compare."""
 
 
+DURATION_FORMS = "7d, 12h, 30m, 90s or 1h30m (or {days: 7})"
+"""How a duration may be written, for error messages."""
+
+
 class Duration(_IR):
-    """A span relative to the pass time: ``{days: 30}``, ``{hours: 2, minutes: 5}``.
+    """A span relative to the pass time: ``{days: 30}``, ``{hours: 2, minutes: 5}``, or
+    the same as text, as cadences write it: ``30d``, ``2h5m``.
 
     Parts are finite and non-negative, and add up to at most 100 years.
     """
@@ -84,6 +97,21 @@ class Duration(_IR):
     hours: float = Field(default=0, ge=0, allow_inf_nan=False)
     minutes: float = Field(default=0, ge=0, allow_inf_nan=False)
     seconds: float = Field(default=0, ge=0, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_text(cls, data: Any) -> Any:
+        """``7d`` is ``{days: 7}``, ``1h30m`` is ``{hours: 1, minutes: 30}``."""
+        if not isinstance(data, str):
+            return data
+        found = re.match(DURATION_PATTERN, data)
+        if not data or found is None:
+            raise ValueError(f"invalid duration {data!r}: write {DURATION_FORMS}")
+        return {
+            name: float(amount)
+            for amount, (_, name, _) in zip(found.groups(), DURATION_UNITS, strict=True)
+            if amount
+        }
 
     @model_validator(mode="after")
     def _bounded(self) -> Duration:
@@ -125,6 +153,8 @@ class ConditionBase(_IR):
     """
 
     bind: Name | None = None
+    key_name: ClassVar[str] = "operator"
+    key_aliases: ClassVar[Mapping[str, str]] = OPERATOR_ALIASES
 
     @model_validator(mode="before")
     @classmethod
@@ -298,16 +328,42 @@ class CountItem(_IR):
     count: CountPattern
 
 
+def _fields_directly(kind: str, data: Any) -> Any:
+    """``not: {fact: {subject: …}}`` is refused with the form meant: ``not`` and ``exists``
+    take the fact's fields directly (a fact has no field named after a pattern)."""
+    inner = data.get(kind) if isinstance(data, dict) else None
+    if isinstance(inner, dict):
+        nested = [k for k, v in inner.items() if k in WHEN_KINDS and isinstance(v, dict)]
+        if nested:
+            wrong = nested[0]
+            first = next(iter(inner[wrong]), "subject")
+            raise ValueError(
+                f"'{kind}' takes the fact's fields directly: write \"{kind}: {{{first}: …}}\", "
+                f'not "{kind}: {{{wrong}: {{…}}}}"'
+            )
+    return data
+
+
 class NotItem(_IR):
     """No current fact matches (variables bound inside stay inside)."""
 
     not_: FactPattern = Field(alias="not")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _direct(cls, data: Any) -> Any:
+        return _fields_directly("not", data)
 
 
 class ExistsItem(_IR):
     """At least one current fact matches (binds nothing)."""
 
     exists: FactPattern
+
+    @model_validator(mode="before")
+    @classmethod
+    def _direct(cls, data: Any) -> Any:
+        return _fields_directly("exists", data)
 
 
 WHEN_KINDS: dict[str, type[Any]] = {

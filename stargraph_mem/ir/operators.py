@@ -20,7 +20,7 @@ from typing import Literal
 
 OperandKind = Literal["value", "values", "flag", "duration"]
 """``value``: one literal or ``{var: x}``; ``values``: a list of literals;
-``flag``: ``true``; ``duration``: ``{days: 7}`` relative to the pass time."""
+``flag``: ``true``; ``duration``: ``{days: 7}`` or ``7d``, relative to the pass time."""
 
 FieldType = Literal["string", "integer", "number", "boolean", "timestamp", "list"]
 
@@ -157,6 +157,44 @@ def describe_types(types: frozenset[FieldType]) -> str:
         else:
             words.append(ftype)
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " or " + words[-1]
+
+
+OPERATOR_ALIASES: Mapping[str, str] = MappingProxyType(
+    {
+        "==": "eq",
+        "=": "eq",
+        "equals": "eq",
+        "equal": "eq",
+        "is": "eq",
+        "!=": "ne",
+        "<>": "ne",
+        "neq": "ne",
+        "not_eq": "ne",
+        "is_not": "ne",
+        "in_": "in",
+        "one_of": "in",
+        "nin": "not_in",
+        "not_in_": "not_in",
+        "notin": "not_in",
+        "<": "lt",
+        "<=": "le",
+        "lte": "le",
+        ">": "gt",
+        ">=": "ge",
+        "gte": "ge",
+        "exist": "exists",
+        "present": "exists",
+        "absent": "missing",
+        "has": "contains",
+        "includes": "contains",
+        "startswith": "prefix",
+        "starts_with": "prefix",
+        "before": "older_than",
+        "after": "newer_than",
+    }
+)
+"""Names other languages give operators (SQL, MongoDB, Python), and the table's name
+each means: a "did you mean" suggests the table's name, not the nearest spelling."""
 
 
 def unknown_operator(name: str) -> str:

@@ -272,6 +272,17 @@ def _cadence(cadence: Schema) -> None:
     cadence["dependentRequired"] = {"or_after": ["every"]}
 
 
+def duration_text(defs: dict[str, Schema]) -> None:
+    """A duration is parts (``{days: 7}``) or the same as text (``7d``, ``1h30m``)."""
+    parts = defs["Duration"]
+    text: Schema = {"type": "string", "pattern": DURATION_PATTERN, "minLength": 1}
+    defs["Duration"] = {
+        "anyOf": [text, {k: v for k, v in parts.items() if k not in ("title", "description")}],
+        "title": parts["title"],
+        "description": parts["description"],
+    }
+
+
 def _fields(pack: Schema) -> None:
     """Declared fields: names, not a built-in episode field, and a field type."""
     fields = pack["properties"]["fields"]
@@ -302,6 +313,7 @@ def rule_pack_schema() -> Schema:
     _emit(defs["Emit"])
     _rule(defs["Rule"])
     _cadence(defs["Cadence"])
+    duration_text(defs)
     _fields(schema)
     _payload_templates(schema)
     schema["$defs"] = dict(sorted(defs.items()))
