@@ -41,7 +41,7 @@ from typer._click import Context as ClickContext  # typer vendors click
 from typer.core import TyperGroup
 
 from stargraph_mem.authoring.schemas import SCHEMA_DIR
-from stargraph_mem.errors import DuplicateEpisodeError, IRIssue, StargraphMemError
+from stargraph_mem.errors import DuplicateEpisodeError, IRIssue, LimitError, StargraphMemError
 from stargraph_mem.ir.operators import with_readme_table
 from stargraph_mem.model.canonical import default_episode_id
 from stargraph_mem.model.time import NaiveTimestampError, parse_iso, utc_now
@@ -1234,8 +1234,9 @@ class BadLines:
         return out
 
 
-def conflict_problem(conflict: DuplicateEpisodeError) -> tuple[int, str]:
-    """``(line, problem)`` for an episode whose id another episode took."""
+def conflict_problem(conflict: StargraphMemError) -> tuple[int, str]:
+    """``(line, problem)`` for an episode whose id another episode took, or one over a
+    size limit."""
     first = conflict.context.get("first_tag")
     where = f" (first on line {first})" if first is not None else ""
     return int(conflict.context["tag"]), f"{describe(conflict)}{where}"
@@ -1261,7 +1262,7 @@ async def ingest_stream(
 
     from stargraph_mem.stores.database import open_database, parse_database_url
 
-    Inserting = tuple[asyncio.Task[list[DuplicateEpisodeError]], list[tuple[int, str]]]
+    Inserting = tuple[asyncio.Task[list[DuplicateEpisodeError | LimitError]], list[tuple[int, str]]]
     pending: Inserting | None = None
 
     async def settle() -> None:

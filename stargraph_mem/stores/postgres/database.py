@@ -27,6 +27,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from stargraph_mem.errors import StoreError
+from stargraph_mem.model.limits import Limits
 from stargraph_mem.model.time import to_us, utc_now
 from stargraph_mem.stores.database import redact
 from stargraph_mem.stores.fact import ProvenanceAdapter
@@ -93,6 +94,7 @@ class PostgresDatabase(AsyncResource):
         clock: Callable[[], datetime] = utc_now,
         adapter: ProvenanceAdapter | None = None,
         max_connections: int = 4,
+        limits: Limits | None = None,
     ) -> None:
         self.url = url
         self.conninfo, self.schema = split_url(url)
@@ -101,6 +103,8 @@ class PostgresDatabase(AsyncResource):
         self._pool: AsyncConnectionPool[Any] | None = None
         self._opening = asyncio.Lock()
         self.memory = PostgresMemoryStore(self)
+        if limits is not None:
+            self.memory.limits = limits
         self.facts = PostgresFactStore(self, adapter=adapter)
         self.schedule = PostgresScheduleStore(self)
 
