@@ -30,6 +30,7 @@ from stargraph_mem.model.facts import (
     StatusEvent,
     StatusFilter,
 )
+from stargraph_mem.model.limits import DEFAULT_LIMITS, Limits
 from stargraph_mem.model.time import to_utc, utc_now
 from stargraph_mem.salience import SalienceScorer
 from stargraph_mem.stores.database import open_database
@@ -62,6 +63,10 @@ class Consolidator(AsyncResource):
 
     ``read_only`` (default ``None``: when the file cannot be written) opens the stores
     read-only: reads work on a current schema, writes raise ``DB is read-only …``.
+
+    ``limits`` (default :data:`~stargraph_mem.model.limits.DEFAULT_LIMITS`) bound an
+    episode's content and metadata (``record`` raises :class:`~stargraph_mem.errors.
+    LimitError`) and a delta's rendered text (its episode is rejected in the pass).
     """
 
     def __init__(
@@ -77,8 +82,12 @@ class Consolidator(AsyncResource):
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         worker: WorkerMode = "auto",
         read_only: bool | None = None,
+        limits: Limits | None = None,
     ) -> None:
-        self.database = open_database(path, read_only=read_only)
+        self.limits = limits or DEFAULT_LIMITS
+        """Size limits: episodes' content and metadata at ``record``, deltas' rendered text
+        in passes (see :mod:`stargraph_mem.model.limits`)."""
+        self.database = open_database(path, read_only=read_only, limits=self.limits)
         """The owner of the connections; ``memory``, ``fact_store`` and ``schedule_store``
         are its repositories."""
         self.location = self.database.memory.location
@@ -101,6 +110,7 @@ class Consolidator(AsyncResource):
                 max_episodes=max_episodes,
                 keep_deltas=keep_deltas,
                 worker=worker,
+                fact_bytes=self.limits.fact_bytes,
             )
             for compiled in self.packs
         ]
@@ -134,6 +144,7 @@ class Consolidator(AsyncResource):
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         worker: WorkerMode = "auto",
         read_only: bool | None = None,
+        limits: Limits | None = None,
     ) -> Consolidator:
         """Compile ``packs`` (YAML files) and prepare stores at ``path``; use ``async with``.
 
@@ -149,6 +160,7 @@ class Consolidator(AsyncResource):
             lease_seconds=lease_seconds,
             worker=worker,
             read_only=read_only,
+            limits=limits,
         )
 
     @property

@@ -226,6 +226,7 @@ class BatchRun:
             ],
             now=self.now,
             matched=self.runner.keep_deltas,
+            fact_bytes=self.runner.fact_bytes,
         )
 
     async def _apply(self, reports: list[PassReport]) -> None:

@@ -19,7 +19,9 @@ __all__ = [
     "DEFAULT_LIMITS",
     "DEFAULT_METADATA_BYTES",
     "KEY_BYTES",
+    "LIMIT_MAX",
     "SEARCH_TEXT_CHARS",
+    "TEMPLATE_CHARS_MAX",
     "Limits",
     "over",
     "utf8_size",
@@ -40,6 +42,13 @@ SEARCH_TEXT_CHARS: Final = 32_768
 index holds, on both backends. PostgreSQL's ``tsvector`` holds at most 1 MiB; the most
 hostile 32,768 characters measured (three-letter CJK compounds) make 306 KB of it."""
 
+LIMIT_MAX: Final = 64 << 20
+"""The largest content or metadata limit a :class:`Limits` accepts (64 MiB)."""
+TEMPLATE_CHARS_MAX: Final = 16 << 20
+"""The longest text (characters) CLIPS builds for a rendered template with many variable
+references; it is also the largest ``fact_bytes`` a :class:`Limits` accepts, so that any
+delta the limit lets through was built whole in CLIPS as well."""
+
 
 @dataclass(frozen=True, slots=True)
 class Limits:
@@ -50,10 +59,16 @@ class Limits:
     fact_bytes: int = DEFAULT_FACT_BYTES
 
     def __post_init__(self) -> None:
-        for name in ("content_bytes", "metadata_bytes", "fact_bytes"):
+        for name, most in (
+            ("content_bytes", LIMIT_MAX),
+            ("metadata_bytes", LIMIT_MAX),
+            ("fact_bytes", TEMPLATE_CHARS_MAX),
+        ):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"limit {name} must be a positive integer (got {value!r})")
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+                raise ValueError(
+                    f"limit {name} must be an integer from 1 to {most:,} (got {value!r})"
+                )
 
 
 DEFAULT_LIMITS: Final = Limits()
