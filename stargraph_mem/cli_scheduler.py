@@ -12,18 +12,22 @@ import typer
 from stargraph_mem.cli import (
     DEFAULT_DB,
     DbOption,
+    FactLimitOption,
     aligned,
     app,
     cadence_document,
     cadence_text,
     echo_json,
     existing,
+    exit_if_failed,
+    failure_line,
     parse_aware,
     pass_document,
     printable,
     report_line,
     run,
 )
+from stargraph_mem.model.limits import DEFAULT_FACT_BYTES, Limits
 from stargraph_mem.model.time import utc_now
 
 if TYPE_CHECKING:
@@ -66,7 +70,7 @@ def tick_document(report: ConsolidationReport) -> dict[str, Any]:
     """A tick as JSON-ready data: the applied passes, the conflicts and the due pairs left
     to another scheduler's lease, as :func:`tick_lines` shows them (``ran`` and
     ``lease_holder`` stay for compatibility: ticks lease partitions, not the database)."""
-    return {
+    document: dict[str, Any] = {
         "now": report.now.isoformat(),
         "ran": report.ran,
         "lease_holder": report.lease_holder,
@@ -74,11 +78,16 @@ def tick_document(report: ConsolidationReport) -> dict[str, Any]:
         "conflicts": _dues(report.conflicts),
         "held": _dues(report.held),
     }
+    if report.failed:  # partitions quarantined for this tick
+        document["failed"] = [pass_document(p) for p in report.failed]
+    return document
 
 
 def _emit(report: ConsolidationReport) -> None:
     for line in tick_lines(report):
         typer.echo(line)
+    for failed in report.failed:
+        typer.echo(failure_line(failed), err=True)
 
 
 async def _loop(mem: Consolidator, interval: float) -> str:
@@ -149,6 +158,7 @@ def run_cmd(
             "passes, conflicts).",
         ),
     ] = False,
+    max_fact: FactLimitOption = DEFAULT_FACT_BYTES,
 ) -> None:
     """Run the cadence scheduler: every N episodes (or after a time), cron times, idle
     partitions; SIGINT/SIGTERM stop it.
@@ -165,12 +175,18 @@ def run_cmd(
     if as_json and not once:
         raise typer.BadParameter("--json needs --once", param_hint="--json")
 
+    limits = Limits(fact_bytes=max_fact)
+
     async def once_action() -> ConsolidationReport:
-        async with Consolidator.open(existing(db), packs, lease_seconds=lease_seconds) as mem:
+        async with Consolidator.open(
+            existing(db), packs, lease_seconds=lease_seconds, limits=limits
+        ) as mem:
             return await mem.tick(when or utc_now())
 
     async def loop_action() -> str:
-        async with Consolidator.open(existing(db), packs, lease_seconds=lease_seconds) as mem:
+        async with Consolidator.open(
+            existing(db), packs, lease_seconds=lease_seconds, limits=limits
+        ) as mem:
             return await _loop(mem, interval)
 
     if not once:
@@ -179,10 +195,12 @@ def run_cmd(
     report = run(once_action())
     if as_json:
         echo_json(tick_document(report))
+        exit_if_failed(report)
         return
     _emit(report)
     passes = sum(1 for p in report.passes if p.applied)
     typer.echo(f"{passes} pass{'es' if passes != 1 else ''} run" if passes else "nothing due")
+    exit_if_failed(report)
 
 
 def _when(value: datetime | None) -> str:
