@@ -415,3 +415,93 @@ async def test_a_failing_partition_fails_the_scheduler_tick_for_itself_only(
         notes = await notes_by_user(mem)
         assert notes[POISON] == []
         assert all(notes[u] for u in USERS if u != POISON)
+
+
+# --- the integrations -------------------------------------------------------------------
+
+
+async def test_the_langgraph_store_refuses_a_value_over_the_limits_before_writing(
+    new_location: NewLocation,
+) -> None:
+    from stargraph_mem.integrations.langgraph_store import ItemValueError, StargraphStore
+
+    huge = {f"k{i}": i for i in range(200_000)}
+    location = new_location()
+    async with StargraphStore.from_path(location, clock=lambda: T0) as store:
+        with pytest.raises(ItemValueError) as caught:
+            await store.aput(("alice", "rag"), "prefs", huge)
+        assert caught.value.context["limit"] == "fact_bytes"
+        assert str(caught.value).startswith(
+            "value of 'prefs' in ('alice', 'rag') is 3,177,781 bytes of JSON"
+        )
+        assert str(caught.value).endswith(f"over the limit of {DEFAULT_FACT_BYTES:,} (fact_bytes)")
+        await store.aput(("bob", "rag"), "prefs", {"tea": True})  # others go on
+        assert await store.aget(("alice", "rag"), "prefs") is None
+        assert await store.consolidator.memory.recent("alice", limit=5) == []
+        item = await store.aget(("bob", "rag"), "prefs")
+        assert item is not None and item.value == {"tea": True}
+    raised = Limits(metadata_bytes=8 << 20, fact_bytes=8 << 20)
+    async with StargraphStore.from_path(location, clock=lambda: T0, limits=raised) as store:
+        await store.aput(("alice", "rag"), "prefs", huge)
+        item = await store.aget(("alice", "rag"), "prefs")
+        assert item is not None and item.value == huge
+
+
+async def test_the_mcp_consolidate_tool_names_a_quarantined_partition(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mcp import Client
+    from mcp.types import TextContent
+
+    from stargraph_mem.integrations.mcp_server import build_server
+
+    async with (
+        Consolidator.open(tmp_path / "m.db", [DEFAULT], clock=lambda: NOW) as mem,
+        Client(build_server(mem)) as client,
+    ):
+        await mem.memory.put_many(tenants("poisoned by the test"))
+        fail_for(monkeypatch, POISON)
+        result = await client.call_tool("consolidate", {})
+        assert result.is_error
+        (block,) = result.content
+        assert isinstance(block, TextContent)
+        assert block.text == (
+            "Error executing tool consolidate: 1 partition(s) quarantined for this call, "
+            "every other one was consolidated: "
+            f"default user='{POISON}' agent='rag': pass failed, nothing applied: "
+            f"RuntimeError: simulated driver failure for {POISON}"
+        )
+        notes = await notes_by_user(mem)
+        assert notes[POISON] == [] and all(notes[u] for u in USERS if u != POISON)
+
+
+def test_the_cli_prints_a_quarantined_partition_and_exits_1_after_the_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+
+    from typer.testing import CliRunner
+
+    from stargraph_mem.cli import app
+
+    db = tmp_path / "m.db"
+
+    async def seed() -> None:
+        async with open_database(db) as database:
+            await database.memory.put_many(tenants("poisoned by the test"))
+
+    asyncio.run(seed())
+    fail_for(monkeypatch, POISON)
+    result = CliRunner().invoke(
+        app, ["consolidate", "--pack", str(DEFAULT), "--db", str(db), "--now", NOW.isoformat()]
+    )
+    assert result.exit_code == 1
+    assert result.stderr.splitlines() == [
+        f"error: default user={POISON} agent=rag: pass failed, nothing applied: "
+        f"RuntimeError: simulated driver failure for {POISON}",
+        "error: 1 partition quarantined for this run (see above); every other partition "
+        "was consolidated",
+    ]
+    assert [line.split(" episodes=")[0] for line in result.stdout.splitlines()] == [
+        f"default user={u} agent=rag" for u in USERS if u != POISON
+    ]

@@ -579,14 +579,16 @@ class StargraphStore(BaseStore):
         session: str = DEFAULT_SESSION,
         clock: Callable[[], datetime] = utc_now,
         read_only: bool | None = None,
+        limits: Limits | None = None,
     ) -> StargraphStore:
         """A store over the database at ``path`` running the store's pack (and ``packs``,
         which consolidate the same episodes); open it with ``async with`` or ``with``.
-        ``clock`` stamps the episodes and the facts' validity times."""
+        ``clock`` stamps the episodes and the facts' validity times; ``limits`` bound a
+        value's size (see :mod:`stargraph_mem.model.limits`)."""
         own = PACK_PATH.resolve()
         extra = [compile_file(p) for p in packs if Path(p).resolve() != own]
         compiled = [store_pack(), *extra]
-        mem = Consolidator(path, compiled, clock=clock, read_only=read_only)
+        mem = Consolidator(path, compiled, clock=clock, read_only=read_only, limits=limits)
         store = cls(mem, session=session)
         store._owns = True
         return store
