@@ -47,6 +47,7 @@ from stargraph_mem.model.canonical import default_episode_id
 from stargraph_mem.model.limits import (
     DEFAULT_CONTENT_BYTES,
     DEFAULT_FACT_BYTES,
+    DEFAULT_LIMITS,
     DEFAULT_METADATA_BYTES,
     LIMIT_MAX,
     TEMPLATE_CHARS_MAX,
@@ -1274,14 +1275,50 @@ class Chunk:
     read: int = 0
 
 
-def read_chunks(source: BinaryIO, size: int | None = None) -> Iterator[Chunk]:
+def line_bytes(limits: Limits) -> int:
+    """The longest JSON line ``ingest`` reads whole: an episode at ``limits`` whose content
+    is all escaped (``\\u0001`` is 6 bytes for 1), plus its metadata and 64 KiB of fields."""
+    return 6 * limits.content_bytes + limits.metadata_bytes + (64 << 10)
+
+
+def input_lines(source: BinaryIO, most: int) -> Iterator[bytes | int]:
+    """The lines of ``source``; a line longer than ``most`` bytes is read in pieces and
+    given as its length (never held whole)."""
+    while line := source.readline(most + 1):
+        if len(line) <= most or line.endswith(b"\n"):
+            yield line
+            continue
+        length = len(line)
+        while piece := source.readline(1 << 20):
+            length += len(piece)
+            if piece.endswith(b"\n"):
+                break
+        yield length
+
+
+def read_chunks(
+    source: BinaryIO, size: int | None = None, limits: Limits = DEFAULT_LIMITS
+) -> Iterator[Chunk]:
     """Validate JSON lines ``size`` (default :data:`INGEST_CHUNK`) at a time; blank lines
-    are skipped. Only one chunk is held at a time, so memory does not grow with the input."""
+    are skipped. Only one chunk is held at a time, so memory does not grow with the input;
+    a line no episode within ``limits`` could fill is refused unread (:func:`line_bytes`)."""
     size = size or INGEST_CHUNK
+    most = line_bytes(limits)
     chunk, read = Chunk(), 0
-    for number, line in enumerate(source, start=1):
-        read += len(line)
-        if line.strip():
+    for number, line in enumerate(input_lines(source, most), start=1):
+        if isinstance(line, int):
+            read += line
+            chunk.problems.append(
+                (
+                    number,
+                    f"line is {line:,} bytes, longer than any episode within the limits "
+                    f"can be ({most:,} bytes: content_bytes {limits.content_bytes:,}, "
+                    f"metadata_bytes {limits.metadata_bytes:,})",
+                )
+            )
+        else:
+            read += len(line)
+        if isinstance(line, bytes) and line.strip():
             parsed = episode_line(line)
             if isinstance(parsed, str):
                 chunk.problems.append((number, parsed))
@@ -1371,7 +1408,8 @@ async def ingest_stream(
     async with AsyncExitStack() as stack:
         writer: Any = None
         try:
-            for chunk in read_chunks(source):  # parses while the last chunk is inserted
+            # parses while the last chunk is inserted
+            for chunk in read_chunks(source, limits=limits or DEFAULT_LIMITS):
                 await settle()
                 lines += len(chunk.episodes)
                 if not chunk.episodes:

@@ -505,3 +505,21 @@ def test_the_cli_prints_a_quarantined_partition_and_exits_1_after_the_others(
     assert [line.split(" episodes=")[0] for line in result.stdout.splitlines()] == [
         f"default user={u} agent=rag" for u in USERS if u != POISON
     ]
+
+
+def test_ingest_refuses_a_line_longer_than_any_episode_within_the_limits_unread(
+    tmp_path: Path,
+) -> None:
+    db = str(tmp_path / "m.db")
+    source = tmp_path / "in.jsonl"
+    long_line = episode_line("huge", "u", "z" * 1_000_000)
+    source.write_text("\n".join([episode_line("i1", "u", "small"), long_line]) + "\n")
+    refused = cli("ingest", str(source), "--db", db, "--max-content-bytes", "100")
+    assert refused.returncode == 1
+    most = 6 * 100 + DEFAULT_METADATA_BYTES + (64 << 10)
+    assert refused.stderr == (
+        f"error: {source}:2: line is {len(long_line) + 1:,} bytes, longer than any episode "
+        f"within the limits can be ({most:,} bytes: content_bytes 100, metadata_bytes "
+        f"{DEFAULT_METADATA_BYTES:,})\n"
+    )
+    assert cli("ingest", str(source), "--db", db).returncode == 0  # the default lets it in
