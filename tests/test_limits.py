@@ -523,3 +523,36 @@ def test_ingest_refuses_a_line_longer_than_any_episode_within_the_limits_unread(
         f"{DEFAULT_METADATA_BYTES:,})\n"
     )
     assert cli("ingest", str(source), "--db", db).returncode == 0  # the default lets it in
+
+
+async def test_a_long_aggregate_key_is_counted_the_same_on_both_backends(
+    new_location: NewLocation,
+) -> None:
+    """A count over history keyed by a 3,000-character object (random: it does not
+    compress): its aggregate row's key is held as a digest, so PostgreSQL's index row
+    holds it as SQLite does, and the third session promotes the observation."""
+    import random
+
+    from e2e_helpers import FREQUENCY
+
+    rng = random.Random(7)
+    obj = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(3000))
+    episodes = [
+        Episode(
+            id=f"o{i}",
+            content="seen",
+            timestamp=T0.replace(hour=9 + i),
+            user="user0",
+            session=f"s{i}",
+            agent="rag",
+            metadata={"subject": "alice", "predicate": "likes", "object": obj},
+        )
+        for i in range(3)
+    ]
+    async with Consolidator.open(new_location(), [FREQUENCY]) as mem:
+        for episode in episodes:  # one pass each: the count comes from the stored rows
+            await mem.memory.put_many([episode])
+            report = await mem.consolidate(now=episode.timestamp)
+            assert report.failed == []
+        facts = await mem.facts(user="user0", agent="rag")
+        assert [(f.subject, f.predicate, f.object) for f in facts] == [("alice", "likes", obj)]
