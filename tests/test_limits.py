@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from backends import Backend, snapshot
 from e2e_helpers import DEFAULT, ROOT
 
 from stargraph_mem.engine.api import Consolidator
@@ -25,6 +26,7 @@ from stargraph_mem.engine.batch import BatchRun
 from stargraph_mem.engine.runner import PassRunner
 from stargraph_mem.errors import LimitError
 from stargraph_mem.model.episodes import Episode
+from stargraph_mem.model.facts import FactPattern
 from stargraph_mem.model.limits import (
     DEFAULT_CONTENT_BYTES,
     DEFAULT_FACT_BYTES,
@@ -556,3 +558,36 @@ async def test_a_long_aggregate_key_is_counted_the_same_on_both_backends(
             assert report.failed == []
         facts = await mem.facts(user="user0", agent="rag")
         assert [(f.subject, f.predicate, f.object) for f in facts] == [("alice", "likes", obj)]
+
+
+async def test_a_delta_whose_key_would_not_fit_an_index_row_is_refused_by_both_fact_stores(
+    backend: Backend,
+) -> None:
+    from stargraph_mem.errors import DeltaValidationError
+    from stargraph_mem.stores.models import AddDelta, FactPayload
+
+    episode = note("src", "alice", "x")
+    await backend.memory.put(episode, user="alice", session="s1", agent="rag")
+    before = await snapshot(backend.facts)
+
+    def add(subject: str) -> AddDelta:
+        return AddDelta(
+            user="alice",
+            agent="rag",
+            source_episode_ids=["src"],
+            promotion_ts=T0,
+            rule_id="r1",
+            confidence=0.7,
+            fact=FactPayload(subject=subject, predicate="likes", object="tea"),
+        )
+
+    with pytest.raises(DeltaValidationError) as caught:
+        await backend.facts.apply_deltas([add("a" * 2600)])
+    assert str(caught.value) == (
+        "deltas[0].fact: subject and predicate are 2,605 bytes (UTF-8) beside a partition "
+        "key of 22: over the 2,600 an index row holds (KEY_BYTES)"
+    )
+    assert await snapshot(backend.facts) == before
+    await backend.facts.apply_deltas([add("a" * 2500)])  # within the limit: stored
+    facts = await backend.facts.query(FactPattern(user="alice", agent="rag"))
+    assert [len(f.subject) for f in facts] == [2500]
