@@ -591,3 +591,32 @@ async def test_a_delta_whose_key_would_not_fit_an_index_row_is_refused_by_both_f
     await backend.facts.apply_deltas([add("a" * 2500)])  # within the limit: stored
     facts = await backend.facts.query(FactPattern(user="alice", agent="rag"))
     assert [len(f.subject) for f in facts] == [2500]
+
+
+def test_run_once_prints_a_quarantined_partition_and_exits_1_after_the_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+
+    from typer.testing import CliRunner
+
+    from stargraph_mem.cli import app
+
+    db = tmp_path / "m.db"
+
+    async def seed() -> None:
+        async with open_database(db) as database:
+            await database.memory.put_many(tenants("poisoned by the test"))
+
+    asyncio.run(seed())
+    fail_for(monkeypatch, POISON)
+    args = ["run", "--once", "--pack", str(DEFAULT), "--db", str(db), "--now", NOW.isoformat()]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 1
+    assert result.stderr.splitlines() == [
+        f"error: default user={POISON} agent=rag: pass failed, nothing applied: "
+        f"RuntimeError: simulated driver failure for {POISON}",
+        "error: 1 partition quarantined for this run (see above); every other partition "
+        "was consolidated",
+    ]
+    assert result.stdout.splitlines()[-1] == f"{len(USERS) - 1} passes run"
