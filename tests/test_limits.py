@@ -620,3 +620,31 @@ def test_run_once_prints_a_quarantined_partition_and_exits_1_after_the_others(
         "was consolidated",
     ]
     assert result.stdout.splitlines()[-1] == f"{len(USERS) - 1} passes run"
+
+
+async def test_the_mcp_record_tool_refuses_content_over_the_limit(tmp_path: Path) -> None:
+    from mcp import Client
+    from mcp.types import TextContent
+
+    from stargraph_mem.integrations.mcp_server import build_server
+
+    async with (
+        Consolidator.open(tmp_path / "m.db", [DEFAULT], clock=lambda: NOW) as mem,
+        Client(build_server(mem)) as client,
+    ):
+        arguments = {
+            "content": "x" * (DEFAULT_CONTENT_BYTES + 1),
+            "user": "alice",
+            "session": "s1",
+            "agent": "rag",
+            "id": "too-long",
+        }
+        result = await client.call_tool("record_episode", arguments)
+        assert result.is_error
+        (block,) = result.content
+        assert isinstance(block, TextContent)
+        assert block.text.endswith(
+            "episode 'too-long': content is 1,048,577 bytes (UTF-8), over the limit of "
+            "1,048,576 (content_bytes)"
+        )
+        assert await mem.memory.recent("alice", limit=5) == []
