@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         FactStatusError,
         IRError,
         IRIssue,
+        LimitError,
         MalformedRuleError,
         MemoryScopeError,
         MigrationNotSupported,
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
     )
     from stargraph_mem.model.episodes import Episode
     from stargraph_mem.model.facts import Fact, FactAccess, FactHit, FactPattern, StatusEvent
+    from stargraph_mem.model.limits import Limits
     from stargraph_mem.salience import RuleBasedScorer, SalienceContext, SalienceScorer
     from stargraph_mem.stores.fact import Explanation, FactStore
     from stargraph_mem.stores.memory import MemoryStore
@@ -98,6 +100,8 @@ _LAZY: dict[str, str] = {
     "StargraphMemError": "stargraph_mem.errors",
     "IRError": "stargraph_mem.errors",
     "IRIssue": "stargraph_mem.errors",
+    "LimitError": "stargraph_mem.errors",
+    "Limits": "stargraph_mem.model.limits",
     "CompileError": "stargraph_mem.errors",
     "ScaffoldError": "stargraph_mem.errors",
     "EngineError": "stargraph_mem.errors",
@@ -150,6 +154,8 @@ __all__ = [
     "FactStore",
     "IRError",
     "IRIssue",
+    "LimitError",
+    "Limits",
     "MalformedRuleError",
     "MemoryDelta",
     "MemoryScopeError",

@@ -43,9 +43,18 @@ from typer.core import TyperGroup
 
 from stargraph_mem.authoring.schemas import SCHEMA_DIR
 from stargraph_mem.cli_help import HelpTyper, examples_epilog, readable_params
-from stargraph_mem.errors import DuplicateEpisodeError, IRIssue, StargraphMemError
+from stargraph_mem.errors import DuplicateEpisodeError, IRIssue, LimitError, StargraphMemError
 from stargraph_mem.ir.operators import with_readme_table
 from stargraph_mem.model.canonical import default_episode_id
+from stargraph_mem.model.limits import (
+    DEFAULT_CONTENT_BYTES,
+    DEFAULT_FACT_BYTES,
+    DEFAULT_LIMITS,
+    DEFAULT_METADATA_BYTES,
+    LIMIT_MAX,
+    TEMPLATE_CHARS_MAX,
+    Limits,
+)
 from stargraph_mem.model.time import NaiveTimestampError, parse_iso, utc_now
 
 if TYPE_CHECKING:
@@ -227,6 +236,35 @@ KNOWN_ERRORS: tuple[type[Exception], ...] = (
 )
 """Errors reported as one line and exit code 1; anything else is a bug and keeps its traceback."""
 
+ContentLimitOption = Annotated[
+    int,
+    typer.Option(
+        "--max-content-bytes",
+        min=1,
+        max=LIMIT_MAX,
+        help="Refuse an episode whose content is longer (UTF-8 bytes).",
+    ),
+]
+MetadataLimitOption = Annotated[
+    int,
+    typer.Option(
+        "--max-metadata-bytes",
+        min=1,
+        max=LIMIT_MAX,
+        help="Refuse an episode whose metadata JSON is longer (bytes).",
+    ),
+]
+FactLimitOption = Annotated[
+    int,
+    typer.Option(
+        "--max-fact-bytes",
+        min=1,
+        max=TEMPLATE_CHARS_MAX,
+        help="Reject an episode whose delta's rendered text (reason, subject, predicate, "
+        "object, payload) would be longer (UTF-8 bytes).",
+    ),
+]
+
 DEFAULT_DB = "stargraph_mem.db"
 DB_ENV = "STARGRAPH_MEM_DB"
 """The environment variable ``--db`` falls back to (before :data:`DEFAULT_DB`)."""
@@ -353,22 +391,28 @@ def reconnecting(seconds: float) -> tuple[Reconnect, Callable[[Outage], None]]:
     return Reconnect(seconds=seconds), warn
 
 
-async def using_store(db: str, action: Callable[[EpisodeRepository], Awaitable[T]]) -> T:
+async def using_store(
+    db: str, action: Callable[[EpisodeRepository], Awaitable[T]], limits: Limits | None = None
+) -> T:
     """Open the database at ``db`` with its episodes bootstrapped, run ``action``, close it."""
-    async with opened(db, "memory", create=True) as database:
+    async with opened(db, "memory", create=True, limits=limits) as database:
         return await action(database.memory)
 
 
 @asynccontextmanager
 async def opened(
-    db: str, part: Literal["memory", "facts"], *, create: bool = False
+    db: str,
+    part: Literal["memory", "facts"],
+    *,
+    create: bool = False,
+    limits: Limits | None = None,
 ) -> AsyncIterator[Database]:
     """The database at ``db`` with one repository's schema bootstrapped (the others are
     created by the first command that needs them, and a read changes nothing); unless
     ``create``, a SQLite file must exist already."""
     from stargraph_mem.stores.database import open_database
 
-    database = open_database(db if create else existing(db))
+    database = open_database(db if create else existing(db), limits=limits)
     try:
         await getattr(database, part).bootstrap()
         yield database
@@ -455,6 +499,8 @@ def put(
         list[str] | None,
         typer.Option("--meta", help="Metadata KEY=VALUE (VALUE as JSON if it parses); repeatable."),
     ] = None,
+    max_content: ContentLimitOption = DEFAULT_CONTENT_BYTES,
+    max_metadata: MetadataLimitOption = DEFAULT_METADATA_BYTES,
 ) -> None:
     """Store one episode and print its id."""
     from stargraph_mem.model.episodes import Episode
@@ -471,7 +517,12 @@ def put(
             agent=agent,
             metadata=metadata,
         )
-    run(using_store(db, lambda s: s.put(episode, user=user, session=session, agent=agent)))
+    limits = Limits(content_bytes=max_content, metadata_bytes=max_metadata)
+
+    async def put_one(store: EpisodeRepository) -> None:
+        await store.put(episode, user=user, session=session, agent=agent)
+
+    run(using_store(db, put_one, limits))
     typer.echo(printable(episode.id))
 
 
@@ -740,9 +791,10 @@ def aligned(rows: Sequence[Sequence[str]]) -> list[str]:
 
 
 def pass_document(report: PassReport) -> dict[str, Any]:
-    """One pass as JSON-ready data: what :func:`report_line` and the rejected lines say."""
+    """One pass as JSON-ready data: what :func:`report_line` and the rejected lines say
+    (and ``failed``, the reason, for a partition quarantined for this run)."""
     p = report.partition
-    return {
+    document: dict[str, Any] = {
         "pack": report.pack,
         "pack_hash": report.pack_hash,
         "user": p.user,
@@ -769,6 +821,32 @@ def pass_document(report: PassReport) -> dict[str, Any]:
         ],
         "applied": report.applied,
     }
+    if report.failed is not None:
+        document["failed"] = report.failed
+    return document
+
+
+def failure_line(report: PassReport) -> str:
+    """``error: <pack> user=… agent=…: pass failed, nothing applied: …`` for a partition
+    quarantined for this run."""
+    p = report.partition
+    return (
+        f"error: {printable(report.pack)} user={printable(p.user)} agent={printable(p.agent)}: "
+        f"{printable(report.failed or '')}"
+    )
+
+
+def exit_if_failed(report: ConsolidationReport) -> None:
+    """Exit with code 1 (after everything else was printed) when a partition was
+    quarantined: every other partition was consolidated."""
+    failed = len({(r.pack, r.partition) for r in report.failed})
+    if failed:
+        typer.echo(
+            f"error: {failed} partition{'s' if failed > 1 else ''} quarantined for this run "
+            "(see above); every other partition was consolidated",
+            err=True,
+        )
+        raise typer.Exit(1)
 
 
 def report_line(report: PassReport) -> str:
@@ -831,6 +909,7 @@ def consolidate(
             "trace lines under --trace) and the coverage under --coverage.",
         ),
     ] = False,
+    max_fact: FactLimitOption = DEFAULT_FACT_BYTES,
 ) -> None:
     """Consolidate new episodes into facts with the given packs.
 
@@ -863,6 +942,7 @@ def consolidate(
             worker=worker.value,
             reconnect=policy,
             on_outage=warn,
+            limits=Limits(fact_bytes=max_fact),
         ) as mem:
             report = await mem.consolidate(
                 user=user, agent=agent, now=when, dry_run=dry_run, progress=progress
@@ -890,8 +970,12 @@ def consolidate(
         if coverage:
             document["coverage"] = [cli_authoring.coverage_document(c) for c in extra.coverages]
         echo_json(document)
+        exit_if_failed(result)
         return
     for report, traced in zip(reports, extra.traces, strict=True):
+        if report.failed is not None:
+            typer.echo(failure_line(report), err=True)
+            continue
         if dry_run:
             for delta in report.deltas:
                 typer.echo(delta.model_dump_json())
@@ -913,6 +997,7 @@ def consolidate(
             f"{result.now.isoformat()} stay pending for a later pass",
             err=dry_run,
         )
+    exit_if_failed(result)
 
 
 def parse_confidence(value: float | None) -> float | None:
@@ -1245,14 +1330,50 @@ class Chunk:
     read: int = 0
 
 
-def read_chunks(source: BinaryIO, size: int | None = None) -> Iterator[Chunk]:
+def line_bytes(limits: Limits) -> int:
+    """The longest JSON line ``ingest`` reads whole: an episode at ``limits`` whose content
+    is all escaped (``\\u0001`` is 6 bytes for 1), plus its metadata and 64 KiB of fields."""
+    return 6 * limits.content_bytes + limits.metadata_bytes + (64 << 10)
+
+
+def input_lines(source: BinaryIO, most: int) -> Iterator[bytes | int]:
+    """The lines of ``source``; a line longer than ``most`` bytes is read in pieces and
+    given as its length (never held whole)."""
+    while line := source.readline(most + 1):
+        if len(line) <= most or line.endswith(b"\n"):
+            yield line
+            continue
+        length = len(line)
+        while piece := source.readline(1 << 20):
+            length += len(piece)
+            if piece.endswith(b"\n"):
+                break
+        yield length
+
+
+def read_chunks(
+    source: BinaryIO, size: int | None = None, limits: Limits = DEFAULT_LIMITS
+) -> Iterator[Chunk]:
     """Validate JSON lines ``size`` (default :data:`INGEST_CHUNK`) at a time; blank lines
-    are skipped. Only one chunk is held at a time, so memory does not grow with the input."""
+    are skipped. Only one chunk is held at a time, so memory does not grow with the input;
+    a line no episode within ``limits`` could fill is refused unread (:func:`line_bytes`)."""
     size = size or INGEST_CHUNK
+    most = line_bytes(limits)
     chunk, read = Chunk(), 0
-    for number, line in enumerate(source, start=1):
-        read += len(line)
-        if line.strip():
+    for number, line in enumerate(input_lines(source, most), start=1):
+        if isinstance(line, int):
+            read += line
+            chunk.problems.append(
+                (
+                    number,
+                    f"line is {line:,} bytes, longer than any episode within the limits "
+                    f"can be ({most:,} bytes: content_bytes {limits.content_bytes:,}, "
+                    f"metadata_bytes {limits.metadata_bytes:,})",
+                )
+            )
+        else:
+            read += len(line)
+        if isinstance(line, bytes) and line.strip():
             parsed = episode_line(line)
             if isinstance(parsed, str):
                 chunk.problems.append((number, parsed))
@@ -1292,15 +1413,21 @@ class BadLines:
         return out
 
 
-def conflict_problem(conflict: DuplicateEpisodeError) -> tuple[int, str]:
-    """``(line, problem)`` for an episode whose id another episode took."""
+def conflict_problem(conflict: StargraphMemError) -> tuple[int, str]:
+    """``(line, problem)`` for an episode whose id another episode took, or one over a
+    size limit."""
     first = conflict.context.get("first_tag")
     where = f" (first on line {first})" if first is not None else ""
     return int(conflict.context["tag"]), f"{describe(conflict)}{where}"
 
 
 async def ingest_stream(
-    source: BinaryIO, db: str, bad: BadLines, total: int | None, progress: Progress | None
+    source: BinaryIO,
+    db: str,
+    bad: BadLines,
+    total: int | None,
+    progress: Progress | None,
+    limits: Limits | None = None,
 ) -> tuple[int, int]:
     """Store every episode line of ``source`` in one transaction; ``(new rows, episode
     lines)``. Every line is validated and inserted (ids repeated with other fields are
@@ -1319,7 +1446,7 @@ async def ingest_stream(
 
     from stargraph_mem.stores.database import open_database, parse_database_url
 
-    Inserting = tuple[asyncio.Task[list[DuplicateEpisodeError]], list[tuple[int, str]]]
+    Inserting = tuple[asyncio.Task[list[DuplicateEpisodeError | LimitError]], list[tuple[int, str]]]
     pending: Inserting | None = None
 
     async def settle() -> None:
@@ -1336,7 +1463,8 @@ async def ingest_stream(
     async with AsyncExitStack() as stack:
         writer: Any = None
         try:
-            for chunk in read_chunks(source):  # parses while the last chunk is inserted
+            # parses while the last chunk is inserted
+            for chunk in read_chunks(source, limits=limits or DEFAULT_LIMITS):
                 await settle()
                 lines += len(chunk.episodes)
                 if not chunk.episodes:
@@ -1350,7 +1478,9 @@ async def ingest_stream(
                                 target = str(Path(scratch) / "check.db")
                             else:
                                 created = True
-                        database = await stack.enter_async_context(open_database(target))
+                        database = await stack.enter_async_context(
+                            open_database(target, limits=limits)
+                        )
                         writer = await stack.enter_async_context(database.memory.writing())
                     write = writer.write(chunk.episodes, chunk.numbers)
                     pending = (asyncio.create_task(write), chunk.problems)
@@ -1401,6 +1531,8 @@ def ingest(
             "--max-errors", min=1, help="List at most this many bad lines (then count the rest)."
         ),
     ] = 20,
+    max_content: ContentLimitOption = DEFAULT_CONTENT_BYTES,
+    max_metadata: MetadataLimitOption = DEFAULT_METADATA_BYTES,
 ) -> None:
     """Store every episode of a JSON-lines file (or of standard input: -) in one
     transaction: all or nothing.
@@ -1413,15 +1545,16 @@ def ingest(
     """
     stdin = file == "-"
     bad = BadLines(STDIN_NAME if stdin else file, max_errors)
+    limits = Limits(content_bytes=max_content, metadata_bytes=max_metadata)
     with progress_bar() as progress:
         if stdin:
             source = typer.get_binary_stream("stdin")
-            written, lines = run(ingest_stream(source, db, bad, None, progress))
+            written, lines = run(ingest_stream(source, db, bad, None, progress, limits))
         else:
             with known_errors(), open(file, "rb") as fh:
                 info = os.fstat(fh.fileno())
                 total = info.st_size if stat.S_ISREG(info.st_mode) else None  # not a pipe
-                written, lines = run(ingest_stream(fh, db, bad, total, progress))
+                written, lines = run(ingest_stream(fh, db, bad, total, progress, limits))
     if bad.count:
         echo_lines([f"error: {line}" for line in bad.lines()], err=True)
         raise typer.Exit(1)

@@ -13,6 +13,7 @@ from stargraph_mem.cli import (
     DEFAULT_DB,
     DEFAULT_RECONNECT_SECONDS,
     DbOption,
+    FactLimitOption,
     ReconnectOption,
     aligned,
     app,
@@ -20,6 +21,8 @@ from stargraph_mem.cli import (
     cadence_text,
     echo_json,
     existing,
+    exit_if_failed,
+    failure_line,
     parse_aware,
     pass_document,
     printable,
@@ -27,6 +30,7 @@ from stargraph_mem.cli import (
     report_line,
     run,
 )
+from stargraph_mem.model.limits import DEFAULT_FACT_BYTES, Limits
 from stargraph_mem.model.time import utc_now
 
 if TYPE_CHECKING:
@@ -69,7 +73,7 @@ def tick_document(report: ConsolidationReport) -> dict[str, Any]:
     """A tick as JSON-ready data: the applied passes, the conflicts and the due pairs left
     to another scheduler's lease, as :func:`tick_lines` shows them (``ran`` and
     ``lease_holder`` stay for compatibility: ticks lease partitions, not the database)."""
-    return {
+    document: dict[str, Any] = {
         "now": report.now.isoformat(),
         "ran": report.ran,
         "lease_holder": report.lease_holder,
@@ -77,11 +81,16 @@ def tick_document(report: ConsolidationReport) -> dict[str, Any]:
         "conflicts": _dues(report.conflicts),
         "held": _dues(report.held),
     }
+    if report.failed:  # partitions quarantined for this tick
+        document["failed"] = [pass_document(p) for p in report.failed]
+    return document
 
 
 def _emit(report: ConsolidationReport) -> None:
     for line in tick_lines(report):
         typer.echo(line)
+    for failed in report.failed:
+        typer.echo(failure_line(failed), err=True)
 
 
 async def _loop(mem: Consolidator, interval: float) -> str:
@@ -153,6 +162,7 @@ def run_cmd(
         ),
     ] = False,
     reconnect_seconds: ReconnectOption = DEFAULT_RECONNECT_SECONDS,
+    max_fact: FactLimitOption = DEFAULT_FACT_BYTES,
 ) -> None:
     """Run the cadence scheduler: every N episodes (or after a time), cron times, idle
     partitions; SIGINT/SIGTERM stop it.
@@ -171,10 +181,16 @@ def run_cmd(
         raise typer.BadParameter("--json needs --once", param_hint="--json")
 
     policy, warn = reconnecting(reconnect_seconds)
+    limits = Limits(fact_bytes=max_fact)
 
     def opened() -> Consolidator:
         return Consolidator.open(
-            existing(db), packs, lease_seconds=lease_seconds, reconnect=policy, on_outage=warn
+            existing(db),
+            packs,
+            lease_seconds=lease_seconds,
+            reconnect=policy,
+            on_outage=warn,
+            limits=limits,
         )
 
     async def once_action() -> ConsolidationReport:
@@ -191,10 +207,12 @@ def run_cmd(
     report = run(once_action())
     if as_json:
         echo_json(tick_document(report))
+        exit_if_failed(report)
         return
     _emit(report)
     passes = sum(1 for p in report.passes if p.applied)
     typer.echo(f"{passes} pass{'es' if passes != 1 else ''} run" if passes else "nothing due")
+    exit_if_failed(report)
 
 
 def _when(value: datetime | None) -> str:

@@ -241,3 +241,9 @@ class CorruptRowError(StoreError):
 class StoreConfigError(StoreError):
     """A ``stores:`` mapping names an unknown store or a location that cannot be opened
     (``key`` and ``value`` in the context)."""
+
+
+class LimitError(StoreError):
+    """A value is larger than a size limit allows: an episode's content, metadata or scope
+    key at a store's door (``episode_id``, ``limit``, ``size``, ``maximum`` in the
+    context, and the line under ``ingest``)."""

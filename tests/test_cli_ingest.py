@@ -20,7 +20,7 @@ from typer.testing import CliRunner, Result
 
 from stargraph_mem import cli
 from stargraph_mem.cli import app
-from stargraph_mem.errors import DuplicateEpisodeError
+from stargraph_mem.errors import DuplicateEpisodeError, LimitError
 from stargraph_mem.model.episodes import Episode
 from stargraph_mem.stores.sqlite_memory import SQLiteMemoryStore
 
@@ -355,8 +355,8 @@ def model(i: int, content: str | None = None) -> Episode:
 
 async def write_stream(
     db: Path, chunks: list[list[Episode]], *, discard: bool = False
-) -> tuple[int, list[DuplicateEpisodeError]]:
-    conflicts: list[DuplicateEpisodeError] = []
+) -> tuple[int, list[DuplicateEpisodeError | LimitError]]:
+    conflicts: list[DuplicateEpisodeError | LimitError] = []
     async with SQLiteMemoryStore(db) as store, store.writing() as writer:
         for chunk in chunks:
             conflicts += await writer.write(chunk)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -60,6 +61,7 @@ from stargraph_mem.ir.models import (
 )
 from stargraph_mem.ir.operators import unknown_operator
 from stargraph_mem.ir.reference import evaluate
+from stargraph_mem.model.limits import TEMPLATE_CHARS_MAX
 
 SAL_DROP = 9950
 SAL_COUNT = 9900
@@ -100,6 +102,11 @@ LIFECYCLE_SLOTS: Mapping[str, str] = {
 }
 """The lifecycle slots of ``sm-fact``: declared only when a rule of the pack reads them, so
 a pack that does not pays nothing per asserted fact."""
+
+TEMPLATE_REFS_UNCHECKED: Final = 4
+"""Variable references an emit template may hold before CLIPS checks the length of the
+text it would build (see :meth:`Generator.template_expr`): at most four copies of
+an episode's largest value."""
 
 STATEMENT_FIELDS: Final = frozenset({"subject", "predicate", "object"})
 """The fact fields that are strings in CLIPS and in the store alike."""
@@ -748,17 +755,30 @@ class Generator:
         return out
 
     def template_expr(self, ctx: _Ctx, text: str) -> str:
-        """A template as a CLIPS ``str-cat`` expression (used for working-memory facts)."""
+        """A template as a CLIPS ``str-cat`` expression (used for working-memory facts).
+
+        With more than :data:`TEMPLATE_REFS_UNCHECKED` variable references, the text is
+        built only when its length stays within :data:`TEMPLATE_CHARS_MAX` characters
+        (else it is empty: the runtime rejects such a delta), so that no template makes
+        CLIPS build a string of repeated episode text it has no memory for."""
         parts = []
+        refs: Counter[str] = Counter()
+        constant = 0
         for kind, value in parse_template(text):
             if kind == "text":
                 parts.append(clips_string(value))
+                constant += len(value)
             else:
                 var = ctx.info.variables[value]
                 parts.append(self.var_expr(ctx, var))
+                refs[parts[-1]] += 1
         if not parts:
             return '""'
-        return "(str-cat " + " ".join(parts) + ")"
+        built = "(str-cat " + " ".join(parts) + ")"
+        if refs.total() <= TEMPLATE_REFS_UNCHECKED:
+            return built
+        length = " ".join(f"(* {n} (str-length (str-cat {expr})))" for expr, n in refs.items())
+        return f'(if (> (+ {constant} {length}) {TEMPLATE_CHARS_MAX}) then "" else {built})'
 
     def var_expr(self, ctx: _Ctx, var: VarInfo) -> str:
         if var.type == "boolean":

@@ -33,6 +33,7 @@ from stargraph_mem.model.facts import (
     StatusEvent,
     StatusFilter,
 )
+from stargraph_mem.model.limits import DEFAULT_LIMITS, Limits
 from stargraph_mem.model.time import to_utc, utc_now
 from stargraph_mem.salience import SalienceScorer
 from stargraph_mem.stores.database import open_database
@@ -72,6 +73,10 @@ class Consolidator(AsyncResource):
     is reported to ``on_outage`` (default: a warning logged on ``stargraph_mem.reconnect``).
     A database that stays away longer raises
     :class:`~stargraph_mem.errors.DatabaseUnavailableError`.
+
+    ``limits`` (default :data:`~stargraph_mem.model.limits.DEFAULT_LIMITS`) bound an
+    episode's content and metadata (``record`` raises :class:`~stargraph_mem.errors.
+    LimitError`) and a delta's rendered text (its episode is rejected in the pass).
     """
 
     def __init__(
@@ -89,8 +94,12 @@ class Consolidator(AsyncResource):
         read_only: bool | None = None,
         reconnect: Reconnect | None = None,
         on_outage: OnOutage | None = None,
+        limits: Limits | None = None,
     ) -> None:
-        self.database = open_database(path, read_only=read_only)
+        self.limits = limits or DEFAULT_LIMITS
+        """Size limits: episodes' content and metadata at ``record``, deltas' rendered text
+        in passes (see :mod:`stargraph_mem.model.limits`)."""
+        self.database = open_database(path, read_only=read_only, limits=self.limits)
         """The owner of the connections; ``memory``, ``fact_store`` and ``schedule_store``
         are its repositories."""
         self.location = self.database.memory.location
@@ -113,6 +122,7 @@ class Consolidator(AsyncResource):
                 max_episodes=max_episodes,
                 keep_deltas=keep_deltas,
                 worker=worker,
+                fact_bytes=self.limits.fact_bytes,
             )
             for compiled in self.packs
         ]
@@ -162,6 +172,7 @@ class Consolidator(AsyncResource):
         read_only: bool | None = None,
         reconnect: Reconnect | None = None,
         on_outage: OnOutage | None = None,
+        limits: Limits | None = None,
     ) -> Consolidator:
         """Compile ``packs`` (YAML files) and prepare stores at ``path``; use ``async with``.
 
@@ -179,6 +190,7 @@ class Consolidator(AsyncResource):
             read_only=read_only,
             reconnect=reconnect,
             on_outage=on_outage,
+            limits=limits,
         )
 
     @property

@@ -7,11 +7,18 @@ facts) in one trip to a thread, and applies every pass in one transaction (group
 Each pass keeps its own basis: a partition that changed meanwhile is computed again alone,
 as is one whose backlog needs more than one pass. When the batch's transaction fails, each
 of its partitions is run alone, so an error surfaces exactly as without batching.
+
+A partition whose run alone still fails (the database or CLIPS refused something while
+computing or applying its pass) is **quarantined for this run**: nothing of the failed
+pass was applied (it is one transaction), its report says why (``PassReport.failed``),
+and the other partitions go on. Errors that concern the pack or the database as a whole
+(an invalid rule, a read-only file) still raise.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -24,7 +31,14 @@ from stargraph_mem.engine.inflight import Behind
 from stargraph_mem.engine.pass_clock import resumed_records
 from stargraph_mem.engine.report import LegacyFilter, PassReport
 from stargraph_mem.engine.runtime import PassInput, PassOutput
-from stargraph_mem.errors import DatabaseUnavailableError, PassConflictError
+from stargraph_mem.errors import (
+    CompileError,
+    ConsolidationRuleError,
+    DatabaseUnavailableError,
+    IRError,
+    PassConflictError,
+    StargraphMemError,
+)
 from stargraph_mem.stores.fact import EngineFact
 from stargraph_mem.stores.fact_rows import PassWrite
 from stargraph_mem.stores.memory import EpisodeRecord
@@ -34,6 +48,28 @@ from stargraph_mem.stores.scope import Partition
 
 if TYPE_CHECKING:
     from stargraph_mem.engine.runner import PassRunner
+
+logger = logging.getLogger(__name__)
+
+FAILURE_CHARS = 500
+"""The most characters of an error's message a quarantined partition's reason keeps."""
+
+
+def whole_run(error: Exception) -> bool:
+    """Whether ``error`` concerns the pack or the database as a whole (so it is raised):
+    an invalid pack or rule, or a database that cannot be written."""
+    if isinstance(error, CompileError | IRError | ConsolidationRuleError):
+        return True
+    return isinstance(error, StargraphMemError) and "read_only" in error.context
+
+
+def failure_reason(error: Exception) -> str:
+    """``pass failed, nothing applied: <error type>: <message>`` (one line, bounded)."""
+    text = " ".join(str(error).split())
+    if len(text) > FAILURE_CHARS:
+        text = text[:FAILURE_CHARS] + "…"
+    return f"pass failed, nothing applied: {type(error).__name__}: {text}"
+
 
 BATCH_PARTITIONS = 512
 """Partitions whose bases, backlogs and facts are read together (then batched)."""
@@ -95,7 +131,14 @@ class BatchRun:
                     if len(group) == 1:
                         await self.alone(group[0].partition)
                         continue
-                    reports = await self.compute(group)
+                    try:
+                        reports = await self.compute(group)
+                    except Exception as error:
+                        if whole_run(error):
+                            raise
+                        for item in group:  # find the partition at fault: each alone
+                            await self.alone(item.partition)
+                        continue
                     await applying.wait()
                     if not self.dry_run:
                         applying.start(self._apply(reports))
@@ -162,6 +205,30 @@ class BatchRun:
             if self.conflicts is None:
                 raise
             self.conflicts.append(partition)
+        except Exception as error:
+            if whole_run(error):
+                raise
+            self.reports[partition].append(self.quarantined(partition, error))
+
+    def quarantined(self, partition: Partition, error: Exception) -> PassReport:
+        """The report of a partition whose pass failed (nothing of it applied)."""
+        runner = self.runner
+        reason = failure_reason(error)
+        logger.error(
+            "pack %s: partition user=%r agent=%r quarantined for this run: %s",
+            runner.pack,
+            partition.user,
+            partition.agent,
+            reason,
+        )
+        return PassReport(
+            pack=runner.pack,
+            pack_hash=runner.runtime.sha256,
+            partition=partition,
+            now=self.now,
+            rules=[r.id for r in self.rules],
+            failed=reason,
+        )
 
     async def compute(self, group: list[_Planned]) -> list[PassReport]:
         """Read and run one batch through the pack; nothing is written."""
@@ -226,6 +293,7 @@ class BatchRun:
             ],
             now=self.now,
             matched=self.runner.keep_deltas,
+            fact_bytes=self.runner.fact_bytes,
         )
 
     async def _apply(self, reports: list[PassReport]) -> None:

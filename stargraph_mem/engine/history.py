@@ -46,6 +46,7 @@ from stargraph_mem.stores.aggregates import (
     AggregateRow,
     AggregateWindow,
     AggregateWrite,
+    counted_value,
     marker_ref,
     overlay,
     relation_ref,
@@ -407,7 +408,7 @@ class _Count(_Relation):
             distinct = _typed(record, rel.distinct, self.types[rel.distinct])
             if distinct is None:
                 return None
-            value = orjson.dumps(distinct).decode()
+            value = counted_value(distinct)
         else:
             value = record.id if width is not None else ""
         ref = self.ref(key)
@@ -896,7 +897,7 @@ def window_of(
                     continue
                 value = _typed(record, rel.distinct, rel.type_of[rel.distinct])
                 if value is not None:
-                    values.add(orjson.dumps(value).decode())
+                    values.add(counted_value(value))
     return AggregateWindow(  # refs imply counts and episodes
         refs=sorted(refs),
         low=min(times) - max(widths),

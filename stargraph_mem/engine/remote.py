@@ -37,6 +37,7 @@ class PassServer:
                 max_episodes=message.max_episodes,
                 keep_deltas=message.keep_deltas,
                 worker="never",
+                fact_bytes=message.fact_bytes,
             )
             return None
         if not isinstance(message, WorkerPass):

@@ -62,6 +62,9 @@ class PassReport:
     fired: dict[str, int] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     applied: bool = False
+    failed: str | None = None
+    """Why the partition's pass failed (``None``: it did not): nothing of it was applied,
+    the partition is quarantined for this run and the others went on."""
     advances: list[WatermarkAdvance] = field(default_factory=list, repr=False, compare=False)
     """The watermarks the pass moves forward."""
     read_marks: dict[str, int] = field(default_factory=dict, repr=False, compare=False)

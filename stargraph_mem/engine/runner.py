@@ -33,6 +33,7 @@ from stargraph_mem.engine.worker import WorkerProcess
 from stargraph_mem.errors import StalePassError
 from stargraph_mem.gcpause import gc_paused
 from stargraph_mem.model.deltas import DELTA_ADAPTER, MemoryDelta
+from stargraph_mem.model.limits import DEFAULT_FACT_BYTES
 from stargraph_mem.model.time import seconds_us, to_us, to_utc
 from stargraph_mem.salience import RuleBasedScorer, SalienceScorer, gate_scorer
 from stargraph_mem.stores.aggregates import AggregateWrite
@@ -89,8 +90,12 @@ class PassRunner:
         keep_deltas: bool = True,
         worker: WorkerMode = "auto",
         claim_seconds: float = CLAIM_SECONDS,
+        fact_bytes: int = DEFAULT_FACT_BYTES,
     ) -> None:
         self.runtime = runtime
+        self.fact_bytes = fact_bytes
+        """The most UTF-8 bytes a delta's rendered text may hold (else its episode is
+        rejected)."""
         self.claim_seconds = claim_seconds
         self.leases: dict[str, tuple[str, float]] = {}
         """Partition key → (holder, seconds) of a lease the caller (a scheduler) took on it:
@@ -341,6 +346,7 @@ class PassRunner:
             max_episodes=self.max_episodes,
             keep_deltas=self.keep_deltas,
             scorer=self.scorer,
+            fact_bytes=self.fact_bytes,
         )
         try:
             await worker.call(setup)
@@ -509,6 +515,7 @@ class PassRunner:
             matched=self.keep_deltas,
             history=history,
             archived=archived,
+            fact_bytes=self.fact_bytes,
         )
         # a small pass of a record costs less than the hand-over to a thread
         small = current_scope() is not None and len(records) <= INLINE_PASS_EPISODES
@@ -760,6 +767,7 @@ class WorkerSetup:
     max_episodes: int
     keep_deltas: bool
     scorer: SalienceScorer
+    fact_bytes: int = DEFAULT_FACT_BYTES
 
 
 @dataclass

@@ -13,6 +13,7 @@ import tempfile
 import threading
 import weakref
 from bisect import bisect_left, insort
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -60,6 +61,7 @@ from stargraph_mem.ir.models import (
 from stargraph_mem.ir.reference import ILL_TYPED, MISSING, read_value
 from stargraph_mem.ir.reference import raw_value as raw_history
 from stargraph_mem.model.deltas import AddDelta, DeleteDelta, MemoryDelta, NoopDelta, UpdateDelta
+from stargraph_mem.model.limits import DEFAULT_FACT_BYTES, KEY_BYTES, utf8_size
 from stargraph_mem.model.time import EPOCH as EPOCH  # re-export
 from stargraph_mem.model.time import from_us, to_us, to_utc
 from stargraph_mem.stores.aggregates import AggregateWrite
@@ -400,6 +402,7 @@ class PackRuntime:
         matched: bool = False,
         history: HistoryInput | None = None,
         archived: Sequence[EngineFact] = (),
+        fact_bytes: int = DEFAULT_FACT_BYTES,
     ) -> PassOutput:
         """Run every compiled rule once over ``episodes`` and collect deltas.
 
@@ -408,11 +411,15 @@ class PackRuntime:
         the time the episodes describe, not the order they were stored in.
 
         ``eligible`` maps a rule index to the seqs it may see (after its watermark, select
-        and salience gate); ``None`` means every rule sees every episode.
+        and salience gate); ``None`` means every rule sees every episode. A delta whose
+        rendered text would exceed ``fact_bytes`` rejects its episode (see
+        :meth:`_Plan.too_large`).
         """
         given = facts if isinstance(facts, FactList) else list(facts)
         job = PassInput(partition, episodes, given, eligible, history, archived)
-        return self.run_passes([job], now=now, chunk=chunk, stamp=stamp, matched=matched)[0]
+        return self.run_passes(
+            [job], now=now, chunk=chunk, stamp=stamp, matched=matched, fact_bytes=fact_bytes
+        )[0]
 
     def run_passes(
         self,
@@ -422,6 +429,7 @@ class PackRuntime:
         chunk: int = DEFAULT_CHUNK,
         stamp: Stamp | None = None,
         matched: bool = False,
+        fact_bytes: int = DEFAULT_FACT_BYTES,
     ) -> list[PassOutput]:
         """:meth:`run_pass` over each job in turn, the environment reset before each (a
         job's rules see its own episodes and facts only). Every job's deltas go through one
@@ -433,7 +441,8 @@ class PackRuntime:
             try:
                 with gc_paused():  # every job's deltas and facts are short-lived objects
                     outputs = [
-                        self._one(job, now, chunk, stamp, matched, reader, builders) for job in jobs
+                        self._one(job, now, chunk, stamp, matched, reader, builders, fact_bytes)
+                        for job in jobs
                     ]
                 done = True
                 return outputs
@@ -493,6 +502,7 @@ class PackRuntime:
         matched: bool,
         reader: TextIO,
         builders: dict[str, _FactBuilder],
+        fact_bytes: int = DEFAULT_FACT_BYTES,
     ) -> PassOutput:
         """One job's pass; its deltas are what the file gained since the previous job."""
         episodes, fact_list = in_time_order(job.episodes), job.facts
@@ -553,6 +563,7 @@ class PackRuntime:
         collector.archived = {f.id: _from_engine(f, "archived") for f in job.archived}
         collector.history = hist
         collector.keep_matched = matched
+        collector.fact_bytes = fact_bytes
         collector.collect(lines)
         out.facts_after = collector.facts_after()
         self._account(episodes, ok_sets, groups, hist, out)
@@ -816,6 +827,10 @@ class _Collector:
         self.times: dict[str, int] | None = None
         self.archived: dict[str, _PassFact] = {}
         """The partition's archived facts a pattern may match (they can be replaced)."""
+        self.fact_bytes = DEFAULT_FACT_BYTES
+        """The most UTF-8 bytes a delta's rendered text may hold (see :meth:`_Plan.too_large`)."""
+        self.key_bytes = utf8_size(partition.key)
+        """The partition key's share of an indexed key (see :data:`KEY_BYTES`)."""
 
     @staticmethod
     def _from_engine(f: EngineFact) -> _PassFact:
@@ -865,6 +880,9 @@ class _Collector:
             closed = self.close_replaced(delta)
         except (KeyError, _Unresolved) as exc:
             self.reject(anchor, rule, f"unresolved reference: {exc}", temp_id)
+            return
+        except _TooLarge as exc:
+            self.reject(anchor, rule, str(exc), temp_id)
             return
         except ValidationError as exc:
             first = exc.errors()[0]
@@ -984,6 +1002,9 @@ class _Collector:
     ) -> MemoryDelta:
         plan = self.plan(program)
         values = {name: get(refs, anchor) for name, get in plan.getters}
+        problem = plan.too_large(values, self.fact_bytes, KEY_BYTES - self.key_bytes)
+        if problem is not None:
+            raise _TooLarge(problem)
         body: dict[str, Any] = {
             "user": self.partition.user,
             "agent": self.partition.agent,
@@ -1064,6 +1085,26 @@ def _filler(text: str | None) -> Filler:
     return lambda values: pattern.format(*[_text(values[name]) for name in names])
 
 
+Sizer = Callable[[Mapping[str, Any]], int]
+
+
+def _sizer(text: str | None) -> Sizer:
+    """A function giving the UTF-8 size of a template once filled, without filling it
+    (each distinct variable's text is measured once, however often it repeats)."""
+    parts = _template(text or "")
+    constant = sum(utf8_size(value) for kind, value in parts if kind == "text")
+    uses = Counter(value for kind, value in parts if kind == "var")
+    if not uses:
+        return lambda values: constant
+    return lambda values: (
+        constant + sum(n * utf8_size(_text(values[name])) for name, n in uses.items())
+    )
+
+
+class _TooLarge(Exception):
+    """A delta's rendered text would exceed a size limit (the message says which)."""
+
+
 def _getter(var: VarInfo, builtins: set[str]) -> Getter:
     """A function reading one variable's value from the pass's references."""
     alias, fname = var.alias, var.field
@@ -1103,6 +1144,17 @@ class _Plan:
         self.subject = _filler(emit.subject)
         self.predicate = _filler(emit.predicate)
         self.object = _filler(emit.object)
+        self.sizes = [
+            (what, _sizer(text))
+            for what, text in (
+                ("reason", emit.reason),
+                ("subject", emit.subject),
+                ("predicate", emit.predicate),
+                ("object", emit.object),
+                *((f"payload.{key}", t) for key, t in emit.payload.items() if isinstance(t, str)),
+            )
+        ]
+        """What :meth:`too_large` measures: each text template of the emit."""
         declared = runtime.compiled.pack.fact_payload
         self.payload = [
             (key, _payload_filler(t, declared.get(key), info)) for key, t in emit.payload.items()
@@ -1114,6 +1166,28 @@ class _Plan:
         """An update's lifecycle: a confirmation (``reinforce`` arithmetic), a sweep's
         change that is no observation (``inherit``), or an observation (``new``)."""
         self.confidence = _confidence(emit.confidence, runtime.compiled.pack.defaults.confidence)
+
+    def too_large(self, values: Mapping[str, Any], most: int, key_room: int) -> str | None:
+        """Why the delta would be too large to build (``None``: it fits), measured before
+        any text is built: its reason, subject, predicate, object and payload texts over
+        ``most`` UTF-8 bytes together, or its subject and predicate over ``key_room``
+        (what an indexed key leaves beside the partition key)."""
+        sizes = {what: size(values) for what, size in self.sizes}
+        total = sum(sizes.values())
+        if total > most:
+            biggest = max(sizes, key=lambda what: sizes[what])
+            return (
+                f"delta too large: its rendered text would be {total:,} bytes (UTF-8; "
+                f"{biggest} {sizes[biggest]:,}), over the limit of {most:,} (fact_bytes)"
+            )
+        key = sizes["subject"] + sizes["predicate"]
+        if key > key_room:
+            return (
+                f"delta too large: its subject and predicate would be {key:,} bytes "
+                f"(UTF-8), over the {key_room:,} an indexed key leaves beside the "
+                f"partition key (KEY_BYTES {KEY_BYTES:,})"
+            )
+        return None
 
 
 Confidence = Callable[[Mapping[str, Any], Mapping[str, Any], int], float]

@@ -109,6 +109,12 @@ class ConsolidationReport:
         return self.lease_holder is None
 
     @property
+    def failed(self) -> list[PassReport]:
+        """The reports of partitions quarantined for this call: their pass failed and
+        nothing of it was applied (``PassReport.failed`` says why)."""
+        return [report for report in self.passes if report.failed is not None]
+
+    @property
     def episodes(self) -> int:
         """Episodes read by the passes (an episode read by two packs counts twice)."""
         return sum(report.episodes for report in self.passes)

@@ -234,7 +234,11 @@ class Sweeper:
             for p, found, old in zip(partitions, loaded, archived, strict=True)
         ]
         outs = await asyncio.to_thread(
-            runner.runtime.run_passes, jobs, now=fire, matched=runner.keep_deltas
+            runner.runtime.run_passes,
+            jobs,
+            now=fire,
+            matched=runner.keep_deltas,
+            fact_bytes=runner.fact_bytes,
         )
         reports: list[PassReport] = []
         for p, (marks, version), result in zip(partitions, bases, outs, strict=True):

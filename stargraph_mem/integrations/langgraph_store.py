@@ -73,6 +73,7 @@ from stargraph_mem.errors import CorruptRowError, SearchError, StargraphMemError
 from stargraph_mem.model.base import MAX_JSON_DEPTH, json_depth_exceeded, unicode_problem
 from stargraph_mem.model.episodes import Episode
 from stargraph_mem.model.facts import Fact, FactPattern
+from stargraph_mem.model.limits import Limits, utf8_size
 from stargraph_mem.model.time import utc_now
 from stargraph_mem.stores.sqlite_search import MAX_LIMIT
 
@@ -135,7 +136,8 @@ class ItemKeyError(LangGraphStoreError, ValueError):
 
 class ItemValueError(LangGraphStoreError, ValueError):
     """A value that would not come back equal: not a JSON object of plain JSON values, or
-    nested deeper than 64 levels (``where`` names the part, as ``value['a'][0]``)."""
+    nested deeper than 64 levels (``where`` names the part, as ``value['a'][0]``), or one
+    over the consolidator's size limits (``limit`` names it)."""
 
 
 class FilterError(LangGraphStoreError, ValueError):
@@ -462,6 +464,25 @@ def _count(value: object, what: str) -> int:
     return value
 
 
+def _check_size(op: _Put, limits: Limits) -> None:
+    """Raise :class:`ItemValueError` when a put's value would make an episode or a fact
+    over ``limits``: its JSON text is the episode's ``store_value`` and the fact's payload."""
+    assert op.text is not None
+    size = utf8_size(op.text)
+    metadata = len(orjson.dumps({"store_op": "put", "store_key": op.key, "store_value": op.text}))
+    for what, used, most in (
+        ("fact_bytes", size + utf8_size(op.key), limits.fact_bytes),
+        ("metadata_bytes", metadata, limits.metadata_bytes),
+    ):
+        if used > most:
+            raise ItemValueError(
+                f"value of {op.key!r} in {op.namespace!r} is {size:,} bytes of JSON; with its "
+                f"key that is {used:,} bytes, over the limit of {most:,} ({what})",
+                where=op.key,
+                limit=what,
+            )
+
+
 def _check_op(op: Op) -> _Checked:
     """One operation checked and mapped to scopes (no I/O)."""
     if isinstance(op, GetOp):
@@ -580,14 +601,16 @@ class StargraphStore(BaseStore):
         session: str = DEFAULT_SESSION,
         clock: Callable[[], datetime] = utc_now,
         read_only: bool | None = None,
+        limits: Limits | None = None,
     ) -> StargraphStore:
         """A store over the database at ``path`` running the store's pack (and ``packs``,
         which consolidate the same episodes); open it with ``async with`` or ``with``.
-        ``clock`` stamps the episodes and the facts' validity times."""
+        ``clock`` stamps the episodes and the facts' validity times; ``limits`` bound a
+        value's size (see :mod:`stargraph_mem.model.limits`)."""
         own = PACK_PATH.resolve()
         extra = [compile_file(p) for p in packs if Path(p).resolve() != own]
         compiled = [store_pack(), *extra]
-        mem = Consolidator(path, compiled, clock=clock, read_only=read_only)
+        mem = Consolidator(path, compiled, clock=clock, read_only=read_only, limits=limits)
         store = cls(mem, session=session)
         store._owns = True
         return store
@@ -685,13 +708,21 @@ class StargraphStore(BaseStore):
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         """Run ``ops`` in order from synchronous code (see the module docstring)."""
-        checked = [_check_op(op) for op in ops]
+        checked = self._checked(ops)
         return self._call(lambda: self._run(checked))
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         """Run ``ops`` in order; every op is checked before any is run."""
-        checked = [_check_op(op) for op in ops]
+        checked = self._checked(ops)
         return await self._acall(lambda: self._run(checked))
+
+    def _checked(self, ops: Iterable[Op]) -> list[_Checked]:
+        """Every op checked (no I/O), values against the consolidator's size limits."""
+        checked = [_check_op(op) for op in ops]
+        for op in checked:
+            if isinstance(op, _Put) and op.text is not None:
+                _check_size(op, self.consolidator.limits)
+        return checked
 
     async def _run(self, ops: Sequence[_Checked]) -> list[Result]:
         results: list[Result] = []

@@ -240,6 +240,21 @@ def _aware(value: str | None, name: str) -> datetime | None:
         ) from None
 
 
+def _raise_failed(failed: Sequence[PassReport]) -> None:
+    """A tool error naming the partitions quarantined for this call (every other one was
+    consolidated), when there are any."""
+    if not failed:
+        return
+    named = "; ".join(
+        f"{r.pack} user={r.partition.user!r} agent={r.partition.agent!r}: {r.failed}"
+        for r in failed[:MAX_LISTED]
+    )
+    raise ToolError(
+        f"{len(failed)} partition(s) quarantined for this call, every other one was "
+        f"consolidated: {named}"
+    )
+
+
 def _summary(passes: Sequence[PassReport]) -> ConsolidationResult:
     counts = {"add": 0, "update": 0, "delete": 0, "noop": 0}
     fired: dict[str, None] = {}
@@ -456,6 +471,7 @@ def build_server(mem: Consolidator, *, name: str = SERVER_NAME) -> MCPServer[Any
         when = _aware(now, "now") or mem.clock()
         with _refused():
             reports = await mem.consolidate(user=user, agent=agent, now=when)
+        _raise_failed(reports.failed)
         return _summary(reports.passes)
 
     reads = ToolAnnotations(read_only_hint=True, open_world_hint=False)

@@ -21,6 +21,7 @@ be rebuilt from the episodes.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
@@ -30,10 +31,13 @@ import orjson
 from stargraph_mem.stores.scope import Partition
 
 __all__ = [
+    "AGGREGATE_TEXT_BYTES",
     "MARKER",
     "AggregateRow",
     "AggregateWindow",
     "AggregateWrite",
+    "bounded",
+    "counted_value",
     "marker_ref",
     "relation_ref",
 ]
@@ -43,9 +47,33 @@ MARKER: Final = "#kept"
 JSON texts or episode ids, and episode ids are validated identifiers)."""
 
 
+AGGREGATE_TEXT_BYTES: Final = 512
+"""The longest key or counted value an aggregate row holds as itself; a longer one is held
+as its digest (``#sha256:…``), on both backends, so that the row's primary key stays
+within an index row (see :data:`~stargraph_mem.model.limits.KEY_BYTES`)."""
+DIGEST: Final = "#sha256:"
+
+
+def bounded(text: str) -> str:
+    """``text``, or its digest when it is longer than :data:`AGGREGATE_TEXT_BYTES` (keys
+    and counted values are JSON texts: none starts with ``#``, a digest stays itself)."""
+    if len(text) * 4 <= AGGREGATE_TEXT_BYTES or text.startswith(DIGEST):
+        return text
+    raw = text.encode()
+    if len(raw) <= AGGREGATE_TEXT_BYTES:
+        return text
+    return DIGEST + hashlib.sha256(raw).hexdigest()
+
+
+def counted_value(value: object) -> str:
+    """The ``value`` of a distinct count's row for one typed value (JSON, :func:`bounded`)."""
+    return bounded(orjson.dumps(value).decode())
+
+
 def relation_ref(partition: Partition, rule_id: str, relation: str, key: str) -> str:
-    """The ``ref`` of one key's rows: unambiguous JSON, whatever the scope components hold."""
-    return orjson.dumps([partition.user, partition.agent, rule_id, relation, key]).decode()
+    """The ``ref`` of one key's rows: unambiguous JSON, whatever the scope components hold
+    (a long key is held as its digest: :func:`bounded`)."""
+    return orjson.dumps([partition.user, partition.agent, rule_id, relation, bounded(key)]).decode()
 
 
 def marker_ref(partition: Partition, rule_id: str, relation: str) -> str:

@@ -22,6 +22,7 @@ from urllib.parse import urlsplit, urlunsplit
 import aiosqlite
 
 from stargraph_mem.errors import StoreConfigError
+from stargraph_mem.model.limits import Limits
 from stargraph_mem.model.time import utc_now
 from stargraph_mem.stores.lifecycle import AsyncResource, closed_on_failure
 from stargraph_mem.stores.protocols import Database
@@ -120,12 +121,15 @@ class SQLiteDatabase(AsyncResource):
         *,
         clock: Callable[[], datetime] = utc_now,
         read_only: bool | None = None,
+        limits: Limits | None = None,
     ) -> None:
         self.path = Path(path)
         self.location = DatabaseURL("sqlite", str(path), self.path)
         self.connection = SharedConnection(self.path)
         self.connection.read_only = read_only
         self.memory = SQLiteMemoryStore(self.path, clock=clock, shared=self.connection)
+        if limits is not None:
+            self.memory.limits = limits
         self.facts = SQLiteFactStore(self.path, clock=clock, shared=self.connection)
         self.schedule = SQLiteScheduleStore(self.path, clock=clock, shared=self.connection)
 
@@ -224,13 +228,15 @@ def open_database(
     *,
     clock: Callable[[], datetime] = utc_now,
     read_only: bool | None = None,
+    limits: Limits | None = None,
 ) -> Database:
     """The owner of the database at ``location`` (nothing is opened until
-    ``async with`` or ``bootstrap``)."""
+    ``async with`` or ``bootstrap``); ``limits`` are the size limits its writes check
+    (default :data:`~stargraph_mem.model.limits.DEFAULT_LIMITS`)."""
     url = location if isinstance(location, DatabaseURL) else parse_database_url(location)
     if url.backend == "sqlite":
         assert url.path is not None
-        return SQLiteDatabase(url.path, clock=clock, read_only=read_only)
+        return SQLiteDatabase(url.path, clock=clock, read_only=read_only, limits=limits)
     try:
         from stargraph_mem.stores.postgres import PostgresDatabase
     except ImportError as exc:  # the optional extra is not installed
@@ -240,4 +246,4 @@ def open_database(
         ) from exc
     if read_only:
         raise _bad(str(url), "a PostgreSQL memory cannot be opened read-only")
-    return PostgresDatabase(url.url, clock=clock)
+    return PostgresDatabase(url.url, clock=clock, limits=limits)

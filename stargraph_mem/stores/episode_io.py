@@ -14,8 +14,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
-from stargraph_mem.errors import DuplicateEpisodeError
+from stargraph_mem.errors import DuplicateEpisodeError, LimitError
 from stargraph_mem.model.episodes import Episode
+from stargraph_mem.model.limits import DEFAULT_LIMITS, Limits
 from stargraph_mem.model.time import from_us
 from stargraph_mem.stores.episode_rows import (
     Row,
@@ -105,9 +106,12 @@ class EpisodeWriter:
     bytes), to name where a conflicting id first appeared.
     """
 
-    def __init__(self, db: Conn, sql: EpisodeStatements, start_seq: int) -> None:
+    def __init__(
+        self, db: Conn, sql: EpisodeStatements, start_seq: int, limits: Limits = DEFAULT_LIMITS
+    ) -> None:
         self._db = db
         self._sql = sql
+        self._limits = limits
         self._start = start_seq
         """The highest ``seq`` before the stream: rows above it were written by this stream."""
         self._last = start_seq
@@ -124,8 +128,9 @@ class EpisodeWriter:
 
     async def write(
         self, episodes: Sequence[Episode], tags: Sequence[int] | None = None
-    ) -> list[DuplicateEpisodeError]:
-        """Insert one chunk; return the episodes whose id is taken by a different episode.
+    ) -> list[DuplicateEpisodeError | LimitError]:
+        """Insert one chunk; return the episodes whose id is taken by a different episode,
+        and those over the store's size limits (:class:`LimitError`, ``context["tag"]``).
 
         ``tags`` (one int per episode, e.g. line numbers; default: the position in the
         stream, from 1) name the episodes in the conflicts: ``context["tag"]`` is the
@@ -141,12 +146,17 @@ class EpisodeWriter:
         elif len(tags) != len(episodes):
             raise ValueError(f"{len(tags)} tags for {len(episodes)} episodes")
         self._given += len(episodes)
-        conflicts: list[DuplicateEpisodeError] = []
+        conflicts: list[DuplicateEpisodeError | LimitError] = []
         index: dict[str, int] = {}
         rows: list[Row] = []
         row_tags: list[int] = []
         for episode, tag in zip(episodes, tags, strict=True):
-            row = episode_row(episode)
+            try:
+                row = episode_row(episode, self._limits)
+            except LimitError as error:
+                error.context["tag"] = tag
+                conflicts.append(error)
+                continue
             at = index.get(row[0])
             if at is None:
                 index[row[0]] = len(rows)

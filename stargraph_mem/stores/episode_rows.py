@@ -21,11 +21,13 @@ import orjson
 from stargraph_mem.errors import (
     CorruptRowError,
     DuplicateEpisodeError,
+    LimitError,
     MemoryScopeError,
     StoreError,
 )
 from stargraph_mem.model.base import ID_PATTERN, unicode_problem
 from stargraph_mem.model.episodes import Episode
+from stargraph_mem.model.limits import DEFAULT_LIMITS, KEY_BYTES, Limits, over
 from stargraph_mem.model.time import TimestampRangeError, from_us, to_us
 from stargraph_mem.stores.memory import EpisodeRecord, QuarantinedRow
 from stargraph_mem.stores.scope import (
@@ -43,10 +45,12 @@ __all__ = [
     "Row",
     "check_limit",
     "check_scope",
+    "check_size",
     "dedupe_batch",
     "duplicate_error",
     "episode_row",
     "key_of_partition",
+    "limit_error",
     "not_utf8_error",
     "parse_partition_key",
     "partition_of",
@@ -100,19 +104,26 @@ def _keys(user: str, session: str, agent: str) -> tuple[str, str]:
     return scope_key(user, session, agent), partition_key(user, agent)
 
 
-def episode_row(episode: Episode) -> Row:
-    """The row ``episode`` is stored as; raises on naive timestamps or unstorable metadata."""
+def episode_row(episode: Episode, limits: Limits = DEFAULT_LIMITS) -> Row:
+    """The row ``episode`` is stored as; raises on naive timestamps, unstorable metadata,
+    or content, metadata or a scope key over ``limits`` (:class:`LimitError`)."""
     ts = episode.timestamp
     offset = ts.utcoffset()
     if offset is None:
         raise ValueError(f"episode {episode.id!r}: timestamp is a naive datetime")
+    check_size(episode.id, "content", episode.content, limits.content_bytes, "content_bytes")
     scope, partition = _keys(episode.user, episode.session, episode.agent)
+    check_size(episode.id, "scope key", scope, KEY_BYTES, "KEY_BYTES")
     try:
         metadata = orjson.dumps(episode.metadata)
     except orjson.JSONEncodeError as exc:
         raise StoreError(
             f"episode {episode.id!r}: metadata cannot be stored: {exc}", episode_id=episode.id
         ) from exc
+    if len(metadata) > limits.metadata_bytes:
+        raise limit_error(
+            episode.id, "metadata JSON", len(metadata), limits.metadata_bytes, "metadata_bytes"
+        )
     try:
         ts_us = to_us(ts)
     except TimestampRangeError as error:  # models built without validation
@@ -129,6 +140,26 @@ def episode_row(episode: Episode) -> Row:
         episode.content,
         episode.source_node,
         metadata,
+    )
+
+
+def check_size(episode_id: str, what: str, text: str, maximum: int, limit: str) -> None:
+    """Raise :class:`LimitError` when ``text`` is over ``maximum`` UTF-8 bytes."""
+    size = over(text, maximum)
+    if size is not None:
+        raise limit_error(episode_id, what, size, maximum, limit)
+
+
+def limit_error(episode_id: str, what: str, size: int, maximum: int, limit: str) -> LimitError:
+    """``episode 'e1': content is 2,000,000 bytes (UTF-8), over the limit of 1,048,576
+    (content_bytes)``."""
+    return LimitError(
+        f"episode {episode_id!r}: {what} is {size:,} bytes (UTF-8), over the limit of "
+        f"{maximum:,} ({limit})",
+        episode_id=episode_id,
+        limit=limit,
+        size=size,
+        maximum=maximum,
     )
 
 

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from stargraph_mem.errors import CorruptRowError, DeltaProvenanceError, DeltaValidationError
 from stargraph_mem.model.deltas import DELTA_ADAPTER, AddDelta, DeleteDelta, NoopDelta, UpdateDelta
 from stargraph_mem.model.facts import Fact, FactHit, FactPattern
+from stargraph_mem.model.limits import KEY_BYTES, utf8_size
 from stargraph_mem.model.time import from_us
 from stargraph_mem.stores.aggregates import AggregateWrite
 from stargraph_mem.stores.fact import (
@@ -425,14 +426,42 @@ def _given(errors: Sequence[Any], name: str, body: object = None) -> str | None:
 
 
 def validate_deltas(items: Iterable[DeltaInput]) -> list[Delta]:
-    """Validate every item through ``DELTA_ADAPTER`` (dicts or models), before any write."""
+    """Validate every item through ``DELTA_ADAPTER`` (dicts or models), before any write;
+    a fact whose indexed key would not fit an index row is refused (:func:`key_problem`)."""
     out: list[Delta] = []
     for index, item in enumerate(items):
         try:
-            out.append(DELTA_ADAPTER.validate_python(item))
+            delta = DELTA_ADAPTER.validate_python(item)
         except ValidationError as exc:
             raise _validation_error(index, exc) from exc
+        problem = key_problem(delta)
+        if problem is not None:
+            raise DeltaValidationError(
+                f"deltas[{index}].fact: {problem}", index=index, field="fact"
+            )
+        out.append(delta)
     return out
+
+
+def key_problem(delta: Delta) -> str | None:
+    """Why an add's or update's fact would not fit an index row, or ``None``: its subject
+    and predicate, with its partition key when the delta names its scope, over
+    :data:`~stargraph_mem.model.limits.KEY_BYTES` (UTF-8 bytes)."""
+    if not isinstance(delta, AddDelta | UpdateDelta):
+        return None
+    subject, predicate, _ = delta.fact.triple  # "" for a payload-only fact
+    if (len(subject) + len(predicate)) * 4 <= KEY_BYTES // 2:
+        return None
+    size = utf8_size(subject) + utf8_size(predicate)
+    scope = 0
+    if delta.user is not None and delta.agent is not None:
+        scope = utf8_size(partition_key(delta.user, delta.agent))
+    if size + scope <= KEY_BYTES:
+        return None
+    return (
+        f"subject and predicate are {size:,} bytes (UTF-8) beside a partition key of "
+        f"{scope:,}: over the {KEY_BYTES:,} an index row holds (KEY_BYTES)"
+    )
 
 
 # --- filters ------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from typing import Final
 from stargraph_mem.errors import FactNotFoundError, SearchError
 from stargraph_mem.model.base import unicode_problem
 from stargraph_mem.model.facts import FactPattern
+from stargraph_mem.model.limits import SEARCH_TEXT_CHARS
 
 __all__ = [
     "MAX_LIMIT",
@@ -26,6 +27,7 @@ __all__ = [
     "check_known",
     "check_limit",
     "fold",
+    "fold_indexed",
     "query_words",
     "search_pattern",
 ]
@@ -71,8 +73,15 @@ def fold(text: str) -> str:
 
 
 def body_text(subject: str, predicate: str, obj: str, payload: bytes) -> str:
-    """A fact's indexed text: subject, predicate, object and payload JSON."""
-    return f"{subject} {predicate} {obj} {payload.decode()}"
+    """A fact's indexed text: the first :data:`SEARCH_TEXT_CHARS` characters of its
+    subject, predicate, object and payload JSON (SQL: ``BODY_SQL``), on both backends."""
+    return f"{subject} {predicate} {obj} {payload.decode()}"[:SEARCH_TEXT_CHARS]
+
+
+def fold_indexed(text: str) -> str:
+    """:func:`fold` of an indexed text, kept within :data:`SEARCH_TEXT_CHARS` characters
+    (folding may expand a character: a ``tsvector`` must stay within its limit)."""
+    return fold(text)[:SEARCH_TEXT_CHARS]
 
 
 def check_limit(limit: int) -> int:

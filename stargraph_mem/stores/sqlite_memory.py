@@ -15,7 +15,9 @@ import logging
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from datetime import datetime
 from functools import partial
+from pathlib import Path
 from typing import Any, Final, cast
 
 import aiosqlite
@@ -24,6 +26,8 @@ import orjson
 from stargraph_mem.errors import StoreError
 from stargraph_mem.model.deltas import MemoryDelta
 from stargraph_mem.model.episodes import Episode
+from stargraph_mem.model.limits import DEFAULT_LIMITS, Limits
+from stargraph_mem.model.time import utc_now
 from stargraph_mem.stores.episode_io import (
     Discarded,
     EpisodeStatements,
@@ -64,6 +68,7 @@ from stargraph_mem.stores.scope import Partition
 from stargraph_mem.stores.sqlite_base import BUSY_TIMEOUT_MS as BUSY_TIMEOUT_MS  # re-export
 from stargraph_mem.stores.sqlite_base import (
     NOT_HERE,
+    SharedConnection,
     SQLiteConn,
     SQLiteStoreBase,
     fetch,
@@ -300,6 +305,20 @@ class SQLiteMemoryStore(SQLiteStoreBase):
     """
 
     _tables = (TABLE, "schema_migrations")
+    limits: Limits = DEFAULT_LIMITS
+    """The size limits every write checks (``open_database(limits=…)`` sets them)."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        clock: Callable[[], datetime] = utc_now,
+        shared: SharedConnection | None = None,
+        limits: Limits | None = None,
+    ) -> None:
+        super().__init__(path, clock=clock, shared=shared)
+        if limits is not None:
+            self.limits = limits
 
     async def _bootstrap(self, db: aiosqlite.Connection) -> None:
         """Create the schema and record the baseline migration (IF NOT EXISTS: idempotent)."""
@@ -348,7 +367,7 @@ class SQLiteMemoryStore(SQLiteStoreBase):
         within the batch) raises :class:`DuplicateEpisodeError` and nothing is written.
         ``progress(done, total)`` is called as rows are written (still one transaction).
         """
-        rows = dedupe_batch([episode_row(episode) for episode in episodes])
+        rows = dedupe_batch([episode_row(episode, self.limits) for episode in episodes])
         if not rows:
             return 0
         # a record's put may leave its commit to its pass, and be redone if that fails
@@ -372,7 +391,7 @@ class SQLiteMemoryStore(SQLiteStoreBase):
         try:
             async with self._write() as db:
                 start = await scalar(db, "SELECT coalesce(max(seq), 0) FROM episodes")
-                writer = EpisodeWriter(_MemoryConn(db), _STATEMENTS, int(start))
+                writer = EpisodeWriter(_MemoryConn(db), _STATEMENTS, int(start), self.limits)
                 yield writer
                 if writer.discarded:
                     raise Discarded

@@ -31,6 +31,7 @@ from typing import Any, Final
 
 import aiosqlite
 
+from stargraph_mem.model.limits import SEARCH_TEXT_CHARS
 from stargraph_mem.stores.search_common import (
     MAX_LIMIT,
     TEXT_LAG_MAX,
@@ -64,8 +65,12 @@ SEARCH_TABLE: Final = "fact_text"
 ACCESS_TABLE: Final = "fact_access"
 SEARCH_TABLES: Final = (SEARCH_TABLE, ACCESS_TABLE)
 
-BODY_SQL: Final = "subject || ' ' || predicate || ' ' || object || ' ' || CAST(payload AS TEXT)"
-"""A fact row's indexed text in SQL; :func:`body_text` builds the same text in Python."""
+BODY_SQL: Final = (
+    "substr(subject || ' ' || predicate || ' ' || object || ' ' || CAST(payload AS TEXT), "
+    f"1, {SEARCH_TEXT_CHARS})"
+)
+"""A fact row's indexed text in SQL (its first characters); :func:`body_text` builds the
+same text in Python."""
 
 
 def _index_table(name: str) -> str:

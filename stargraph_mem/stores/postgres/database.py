@@ -32,6 +32,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from stargraph_mem.errors import DatabaseUnavailableError, StoreError
+from stargraph_mem.model.limits import Limits
 from stargraph_mem.model.time import to_us, utc_now
 from stargraph_mem.stores.database import redact
 from stargraph_mem.stores.fact import ProvenanceAdapter
@@ -101,6 +102,7 @@ class PostgresDatabase(AsyncResource):
         clock: Callable[[], datetime] = utc_now,
         adapter: ProvenanceAdapter | None = None,
         max_connections: int = 4,
+        limits: Limits | None = None,
     ) -> None:
         self.url = url
         self.conninfo, self.schema = split_url(url)
@@ -110,6 +112,8 @@ class PostgresDatabase(AsyncResource):
         self._retired: list[AsyncConnectionPool[Any]] = []
         self._opening = asyncio.Lock()
         self.memory = PostgresMemoryStore(self)
+        if limits is not None:
+            self.memory.limits = limits
         self.facts = PostgresFactStore(self, adapter=adapter)
         self.schedule = PostgresScheduleStore(self)
 

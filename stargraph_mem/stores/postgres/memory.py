@@ -19,6 +19,7 @@ import psycopg
 from stargraph_mem.errors import StoreError
 from stargraph_mem.model.deltas import MemoryDelta
 from stargraph_mem.model.episodes import Episode
+from stargraph_mem.model.limits import DEFAULT_LIMITS, Limits
 from stargraph_mem.stores.episode_io import (
     Discarded,
     EpisodeWriter,
@@ -118,6 +119,9 @@ def recent_query(
 class PostgresMemoryStore(PostgresRepository):
     """The episodic memory store of a :class:`PostgresDatabase` (its pool, its schema)."""
 
+    limits: Limits = DEFAULT_LIMITS
+    """The size limits every write checks (``open_database(limits=…)`` sets them)."""
+
     def _now_us(self) -> int:
         return self.database.now_us()
 
@@ -155,7 +159,7 @@ class PostgresMemoryStore(PostgresRepository):
     ) -> int:
         """Store a batch in one transaction; return how many rows were new (see
         :meth:`SQLiteMemoryStore.put_many`)."""
-        rows = dedupe_batch([episode_row(episode) for episode in episodes])
+        rows = dedupe_batch([episode_row(episode, self.limits) for episode in episodes])
         if not rows:
             return 0
         async with self.database.transaction(_LOCK) as db:
@@ -170,7 +174,7 @@ class PostgresMemoryStore(PostgresRepository):
         try:
             async with self.database.transaction(_LOCK) as db:
                 start = await db.scalar("SELECT coalesce(max(seq), 0) FROM episodes")
-                writer = EpisodeWriter(db, EPISODES, int(start))
+                writer = EpisodeWriter(db, EPISODES, int(start), self.limits)
                 yield writer
                 if writer.discarded:
                     raise Discarded

@@ -17,7 +17,7 @@ from stargraph_mem.stores.fact_statements import FactStatements
 from stargraph_mem.stores.fact_status import EVENT_COLUMNS
 from stargraph_mem.stores.plan_migration import PlanDialect
 from stargraph_mem.stores.schedule_runs import RunStatements
-from stargraph_mem.stores.search_common import fold
+from stargraph_mem.stores.search_common import fold_indexed
 from stargraph_mem.stores.sql_conn import Insert, Many
 
 __all__ = [
@@ -199,7 +199,7 @@ FACTS: Final = FactStatements(
     ),
     reinforcing_deltas="SELECT delta_id FROM reinforcements WHERE fact_id = %s",
     audit_markers_in=f"SELECT {_AUDIT} FROM audit WHERE {_MARKERS} AND delta_id = ANY(%s)",
-    index_text=fold,
+    index_text=fold_indexed,
     made_from=(
         "SELECT f.id FROM facts f JOIN lineage l ON l.rowid = f.rowid "
         "WHERE f.partition_key = %s AND f.valid_until_us IS NULL "
