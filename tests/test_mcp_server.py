@@ -330,8 +330,8 @@ async def test_refused_calls_are_tool_errors_that_change_nothing(tmp_path: Path,
         assert await refused(client, "record_episode", **nul) == said(
             "record_episode", "content: Value error, text fields must not contain NUL characters"
         )
-        bad_intent = {**tea, "metadata": {"intent": "forget"}}
-        assert "metadata.intent must be one of add, update, delete, noop" in await refused(
+        bad_intent = {**tea, "metadata": {"intent": 5}}
+        assert "metadata.intent must be a string (got int)" in await refused(
             client, "record_episode", **bad_intent
         )
         for scope, value, problem in [
