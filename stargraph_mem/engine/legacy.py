@@ -13,8 +13,10 @@ The rule's cadence decides, per partition, whether a direct call consolidates it
   duration; ``{every: N, or_after: DURATION}`` also once the oldest of them is that old.
 - ``{cron: …}`` (the default is the nightly sleep cycle): the first call for a partition
   consolidates it; later calls do only once a cron time (in the rule's ``tz``) passed
-  since the last call that did. The run time is stored (``rule_runs``, pack
-  :data:`RUNS_PACK`) in the transaction that applies the pass, so it survives restarts.
+  since the last call that did.
+
+Whatever the cadence, the run time is stored (``rule_runs``, pack :data:`RUNS_PACK`) in
+the transaction that applies the pass, so it survives restarts.
 
 Stores reach :func:`consolidate_rule` by name, when ``consolidate(rule)`` first runs
 (:func:`stargraph_mem.stores.memory.consolidation_hook`); nothing registers it on import.
@@ -100,9 +102,8 @@ async def consolidate_rule(store: SQLiteMemoryStore, rule: ConsolidationRule) ->
 async def _run_states(
     store: SQLiteMemoryStore, rule: ConsolidationRule
 ) -> dict[tuple[str, str], RunState]:
-    """Stored runs of ``rule`` by (rule id, partition key); only cron rules keep them."""
-    if rule.cadence.cron is None:
-        return {}
+    """Stored runs of ``rule`` by (rule id, partition key): every pass records its run
+    (a cron cadence is decided on them)."""
     async with SQLiteScheduleStore(store.path) as schedule:
         return await schedule.runs(RUNS_PACK)
 
@@ -119,15 +120,26 @@ async def _due(
     if every is not None or rule.cadence.idle is not None:
         mark = await runner.facts.watermark(runner.pack, rule.id, partition)
         pending = await runner.memory.count_since(partition, mark)
-        if every is not None and pending >= every:
-            return []
-        return [] if pending and await _due_by_time(runner, rule, partition, mark, now) else None
+        due = (every is not None and pending >= every) or bool(
+            pending and await _due_by_time(runner, rule, partition, mark, now)
+        )
+        return _run(rule, partition, runs, now) if due else None
     state = runs.get((rule.id, partition.key))
     if state is not None and next_fire(rule.cadence, from_us(state.since_us), rule.id) > now:
         return None
-    token = uuid.uuid4().hex
+    return _run(rule, partition, runs, now)
+
+
+def _run(
+    rule: ConsolidationRule,
+    partition: Partition,
+    runs: dict[tuple[str, str], RunState],
+    now: datetime,
+) -> list[RuleRun]:
+    """The run record of one due partition (every cadence records its last run)."""
+    state = runs.get((rule.id, partition.key))
     expect = "" if state is None else state.token
-    return [RuleRun(RUNS_PACK, rule.id, partition, now, token, expect)]
+    return [RuleRun(RUNS_PACK, rule.id, partition, now, uuid.uuid4().hex, expect)]
 
 
 async def _due_by_time(
