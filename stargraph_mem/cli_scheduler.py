@@ -221,7 +221,7 @@ def status_document(rows: list[StatusRow]) -> dict[str, Any]:
 def _pending(row: StatusRow, count: int | None = None) -> str:
     """Pending episodes, or a sweep's candidate facts (``3 facts``)."""
     n = row.pending if count is None else count
-    return f"{n} facts" if row.sweep else str(n)
+    return f"{n} fact{'' if n == 1 else 's'}" if row.sweep else str(n)
 
 
 def status_lines(rows: list[StatusRow]) -> list[str]:

@@ -875,10 +875,11 @@ class Scheduler:
             await self._pending(pack, partitions, facts, counted, now_us)
             await self._spans(pack, partitions, facts, [r for r in pack.span_rules if r in rules])
             for rule in rules:
-                if not partitions:
-                    rows.append(
-                        StatusRow(pack.name, rule.id, rule.cadence, None, 0, None, None, False)
-                    )
+                if not partitions:  # a rule with no partition yet (none that was asked for)
+                    if user is None and agent is None:
+                        rows.append(
+                            StatusRow(pack.name, rule.id, rule.cadence, None, 0, None, None, False)
+                        )
                     continue
                 filt = pack.sweeps.get(rule.id)
                 if filt is not None:
