@@ -5,6 +5,7 @@ rule when there are many partitions (on SQLite and PostgreSQL)."""
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -195,3 +196,19 @@ def test_the_specifications_consolidate_records_its_runs(tmp_path: Path) -> None
         ("every1", "/user/alice/agent/a/", 1, 1),
         ("idle", "/user/alice/agent/a/", 1, 1),
     ]
+
+
+def test_readme_night_with_bad_lines_runs_verbatim(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The README's worked example: ingest with --skip-invalid, consolidate, status."""
+    from readme_helpers import check_transcript
+
+    for name in ("examples/night_with_bad_lines.jsonl", "rules/fact_lifecycle.yaml"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        shutil.copy(ROOT / name, tmp_path / name)
+    monkeypatch.chdir(tmp_path)
+    check_transcript("an id used twice; the good lines go in", 4)
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    shown = readme.split("`rejects.jsonl` then holds:\n\n```\n", 1)[1].split("```\n", 1)[0]
+    assert (tmp_path / "rejects.jsonl").read_text(encoding="utf-8") == shown
