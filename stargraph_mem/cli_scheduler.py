@@ -326,7 +326,7 @@ def status(
 ) -> None:
     """Each rule's cadence, pending episodes, last and next run per partition (idle and
     or_after rules: when the partition is next due by time). A sweep shows its candidate
-    facts (``3 facts``), not episodes: it never consumes them.
+    facts (e.g. 3 facts), not episodes: it never consumes them.
 
     Beyond 20 rows the table is summed per rule (partitions, due, pending, last run);
     --user, --agent and --rule narrow it, --all shows every row, --json has every row.

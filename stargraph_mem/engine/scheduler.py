@@ -328,6 +328,10 @@ class _Pack:
         return cls(name, program, list(rules), sweeps=sweeps)
 
 
+_JSON_PARAM = (str, int, float, bool, dict, type(None))
+"""Sweep filter parameters that read back from JSON as they were written."""
+
+
 def registered_cadence(rule: CadenceRule) -> str:
     """What is registered of a rule: its cadence as JSON, with a sweep's pre-filter under
     ``"sweep"`` (its SQL, parameters, pass-time offsets as ``{"now_minus_us": µs}``), so
@@ -339,6 +343,8 @@ def registered_cadence(rule: CadenceRule) -> str:
         params = [
             {"now_minus_us": p.micros} if isinstance(p, NowOffset) else p for p in filt.raw_params
         ]
+        if not all(isinstance(p, _JSON_PARAM) for p in params):
+            return orjson.dumps(document).decode()  # not kept: status cannot count them
         document["sweep"] = {"sql": filt.sql, "params": params, "archived": filt.archived}
     return orjson.dumps(document).decode()
 
