@@ -1418,6 +1418,16 @@ def input_file(value: str) -> str:
     return value
 
 
+def writable(path: Path) -> None:
+    """Fail (exit code 1) unless ``path`` can be written: its folder exists and may be
+    written, and the file, if it exists, too."""
+    folder = path.parent
+    if not folder.is_dir():
+        fail(f"{path}: folder does not exist")
+    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        fail(f"{path}: permission denied")
+
+
 @app.command()
 def ingest(
     file: Annotated[
@@ -1469,6 +1479,7 @@ def ingest(
     stdin = file == "-"
     bad = BadLines(STDIN_NAME if stdin else file, max_errors)
     if rejects is not None:
+        writable(rejects)  # checked before the ingest commits anything
         bad.rejects = []
     with progress_bar() as progress:
         if stdin:

@@ -160,3 +160,14 @@ def test_json_problems_in_plain_words(tmp_path: Path, line: str, problem: str) -
     result = invoke("ingest", str(data), "--db", str(tmp_path / "m.db"))
     assert (result.exit_code, result.stdout) == (1, "")
     assert result.stderr == f"error: {data}:1: not valid JSON: {problem}\n"
+
+
+def test_a_rejects_file_that_cannot_be_written_stores_nothing(tmp_path: Path) -> None:
+    data, db = nightly(tmp_path), tmp_path / "m.db"
+    rejects = tmp_path / "missing" / "r.jsonl"
+    result = invoke(
+        "ingest", str(data), "--db", str(db), "--skip-invalid", "--rejects", str(rejects)
+    )
+    assert (result.exit_code, result.stdout) == (1, "")
+    assert result.stderr == f"error: {rejects}: folder does not exist\n"
+    assert not db.exists()
