@@ -168,7 +168,9 @@ def test_many_partitions_are_summed_per_rule(new_location: Any, tmp_path: Path) 
 
 
 def test_the_specifications_consolidate_records_its_runs(tmp_path: Path) -> None:
-    """Every cadence of ``consolidate(rule)`` records the partition's last run."""
+    """Every cadence of ``consolidate(rule)`` records the partition's last run, and
+    ``status`` shows its rules (pack ``consolidate(rule)``), pending counted after the
+    watermarks its passes keep."""
     import asyncio
     from datetime import UTC, datetime
 
@@ -176,25 +178,44 @@ def test_the_specifications_consolidate_records_its_runs(tmp_path: Path) -> None
 
     path = tmp_path / "m.db"
 
+    def ep(eid: str, user: str, day: int) -> Episode:
+        at = datetime(2026, 1, day, tzinfo=UTC)
+        return Episode(id=eid, content="x", timestamp=at, user=user, session="s", agent="a")
+
     async def scenario() -> None:
         async with SQLiteMemoryStore(path=path) as store:
-            at = datetime(2026, 1, 1, tzinfo=UTC)
-            ep = Episode(id="e1", content="x", timestamp=at, user="alice", session="s", agent="a")
-            await store.put(ep, user="alice", session="s", agent="a")
+            for episode in (ep("e1", "alice", 1), ep("e2", "bob", 1)):
+                await store.put(episode, user=episode.user, session="s", agent="a")
+            every2 = ConsolidationRule(id="every2", cadence={"every": 2})
+            assert await store.consolidate(every2) == []
             await store.consolidate(ConsolidationRule(id="every1", cadence={"every": 1}))
             await store.consolidate(ConsolidationRule(id="idle", cadence={"idle": "1m"}))
+            await store.put(ep("e3", "alice", 2), user="alice", session="s", agent="a")
 
     asyncio.run(scenario())
     with sqlite3.connect(path) as db:
         rows = db.execute(
-            "SELECT rule_id, partition_key, runs, last_run_us IS NOT NULL FROM rule_runs "
-            "WHERE pack = ? ORDER BY rule_id",
+            "SELECT rule_id, partition_key, runs FROM rule_runs WHERE pack = ? "
+            "AND last_run_us IS NOT NULL ORDER BY rule_id, partition_key",
             (RUNS_PACK,),
         ).fetchall()
     db.close()
     assert rows == [
-        ("every1", "/user/alice/agent/a/", 1, 1),
-        ("idle", "/user/alice/agent/a/", 1, 1),
+        ("every1", "/user/alice/agent/a/", 1),
+        ("every1", "/user/bob/agent/a/", 1),
+        ("idle", "/user/alice/agent/a/", 1),
+        ("idle", "/user/bob/agent/a/", 1),
+    ]  # every2 saw one episode per partition: not due, no run
+    code, out, _ = invoke("status", "--db", str(path), "--json", "--user", "alice")
+    assert code == 0
+    shown = [
+        (r["pack"], r["rule"], r["pending"], r["last_run"] is not None, r["due"])
+        for r in json.loads(out)["rules"]
+    ]
+    assert shown == [
+        ("consolidate(rule)", "every2", 2, False, True),
+        ("consolidate(rule)", "every1", 1, True, True),
+        ("consolidate(rule)", "idle", 1, True, True),
     ]
 
 

@@ -36,6 +36,7 @@ from stargraph_mem.engine.filters import check_when_filter
 from stargraph_mem.engine.report import LegacyFilter
 from stargraph_mem.engine.runner import PassRunner
 from stargraph_mem.engine.runtime import Stamp
+from stargraph_mem.engine.scheduler import registered_cadence_text
 from stargraph_mem.errors import ConsolidationRuleError
 from stargraph_mem.model.cadence import span_due_us
 from stargraph_mem.model.deltas import MemoryDelta
@@ -105,7 +106,24 @@ async def _run_states(
     """Stored runs of ``rule`` by (rule id, partition key): every pass records its run
     (a cron cadence is decided on them)."""
     async with SQLiteScheduleStore(store.path) as schedule:
+        await _register(schedule, rule)
         return await schedule.runs(RUNS_PACK)
+
+
+async def _register(schedule: SQLiteScheduleStore, rule: ConsolidationRule) -> None:
+    """Register ``rule``'s cadence under :data:`RUNS_PACK` beside the rules registered
+    before (so ``status`` shows its partitions), its pending episodes counted after the
+    default pack's watermarks, where its passes keep them."""
+    text = registered_cadence_text(rule.cadence, watermarks=default_pack().name)
+    rows = {rid: (rid, index, cadence) for rid, index, cadence in (
+        (await schedule.registered()).get(RUNS_PACK, [])
+    )}  # fmt: skip
+    known = rows.get(rule.id)
+    if known is not None and known[2] == text:
+        return
+    index = known[1] if known is not None else max((r[1] for r in rows.values()), default=-1) + 1
+    rows[rule.id] = (rule.id, index, text)
+    await schedule.register(RUNS_PACK, sorted(rows.values(), key=lambda r: r[1]))
 
 
 async def _due(

@@ -300,6 +300,13 @@ class _Pack:
     runner: PassRunner | None = None
     sweeps: dict[str, SweepFilter] = field(default_factory=dict)
     """The pre-filters of the pack's sweeps, by rule id."""
+    watermarks: str = ""
+    """The pack name its passes keep watermarks under (its own, when empty)."""
+
+    @property
+    def marks(self) -> str:
+        """The pack name to read the watermarks and deferred episodes of its passes by."""
+        return self.watermarks or self.name
 
     @property
     def count_rules(self) -> list[CadenceRule]:
@@ -349,18 +356,30 @@ def registered_cadence(rule: CadenceRule) -> str:
     return orjson.dumps(document).decode()
 
 
-def read_registered(text: str) -> tuple[Cadence, SweepFilter | None]:
-    """A registered rule's cadence and, for a sweep, its pre-filter (see
-    :func:`registered_cadence`)."""
+def registered_cadence_text(cadence: Cadence, *, watermarks: str) -> str:
+    """What is registered of a rule whose passes keep their watermarks under another
+    pack's name (``"watermarks"``): the specification's ``consolidate(rule)``."""
+    document = orjson.loads(cadence.model_dump_json())
+    document["watermarks"] = watermarks
+    return orjson.dumps(document).decode()
+
+
+def read_registered(text: str) -> tuple[Cadence, SweepFilter | None, str | None]:
+    """A registered rule's cadence, for a sweep its pre-filter (see
+    :func:`registered_cadence`), and the pack whose watermarks its passes keep, when
+    another's (see :func:`registered_cadence_text`)."""
     document = orjson.loads(text)
     sweep = document.pop("sweep", None) if isinstance(document, dict) else None
+    marks = document.pop("watermarks", None) if isinstance(document, dict) else None
+    watermarks = marks if isinstance(marks, str) else None
     cadence = Cadence.model_validate_json(orjson.dumps(document))
     if not isinstance(sweep, dict):
-        return cadence, None
+        return cadence, None, watermarks
     params = tuple(
         NowOffset(int(p["now_minus_us"])) if isinstance(p, dict) else p for p in sweep["params"]
     )
-    return cadence, SweepFilter(str(sweep["sql"]), params, False, bool(sweep["archived"]))
+    filt = SweepFilter(str(sweep["sql"]), params, False, bool(sweep["archived"]))
+    return cadence, filt, watermarks
 
 
 @dataclass
@@ -431,13 +450,16 @@ class Scheduler:
         for name, rules in sorted(found.items()):
             if name in skip:
                 continue
-            scheduled, sweeps = [], {}
+            scheduled, sweeps, marks = [], {}, None
             for rid, index, text in rules:
-                cadence, filt = read_registered(text)
+                cadence, filt, watermarks = read_registered(text)
                 scheduled.append(ScheduledRule(rid, index, cadence))
+                marks = marks or watermarks
                 if filt is not None:
                     sweeps[rid] = filt
-            packs.append(_Pack.registered(name, scheduled, sweeps))
+            pack = _Pack.registered(name, scheduled, sweeps)
+            pack.watermarks = marks or name
+            packs.append(pack)
         return packs
 
     # --- facts for the schedule program ------------------------------------------------
@@ -456,8 +478,8 @@ class Scheduler:
         (stamped at or before ``now_us``)."""
         if not rules or not partitions:
             return
-        bases = await self.facts.pass_bases(pack.name, partitions)
-        deferred = await self.facts.deferred_of(pack.name, partitions)
+        bases = await self.facts.pass_bases(pack.marks, partitions)
+        deferred = await self.facts.deferred_of(pack.marks, partitions)
         wanted = {
             (part, marks.get(rule.id, 0)) for part, (marks, _) in enumerate(bases) for rule in rules
         }
@@ -486,8 +508,8 @@ class Scheduler:
         watermark, in one statement), and those its passes deferred."""
         if not rules or not partitions:
             return
-        bases = await self.facts.pass_bases(pack.name, partitions)
-        deferred = await self.facts.deferred_of(pack.name, partitions)
+        bases = await self.facts.pass_bases(pack.marks, partitions)
+        deferred = await self.facts.deferred_of(pack.marks, partitions)
         pairs = sorted(
             {
                 (part, marks.get(rule.id, 0))
@@ -535,7 +557,7 @@ class Scheduler:
         if not missing:
             return []
         parts = list(dict.fromkeys(partition for _, partition in missing))
-        marks = dict(zip(parts, await self.facts.pass_bases(pack.name, parts), strict=True))
+        marks = dict(zip(parts, await self.facts.pass_bases(pack.marks, parts), strict=True))
         after = [(p, marks[p][0].get(rule.id, 0)) for rule, p in missing]
         reads = await self.memory.since_checked_of(after, limit=1)
         anchors: list[tuple[str, Partition, int]] = []
