@@ -1308,25 +1308,89 @@ STDIN_NAME = "<stdin>"
 
 
 def episode_line(line: bytes) -> Episode | str:
-    """The episode one JSON line holds, or what is wrong with it (one line of text)."""
+    """The episode one JSON line holds, or what is wrong with it (one line of text): a line
+    that is not JSON at all is described in plain words (:func:`json_problem`)."""
     from stargraph_mem.model.episodes import Episode
 
     try:
         return Episode.model_validate_json(line)
     except ValidationError as exc:
+        if any(error["type"] == "json_invalid" for error in exc.errors()):
+            return json_problem(line, exc)
         return describe(exc)
     except UnicodeDecodeError as exc:
         return f"not UTF-8 text ({exc.reason} at byte {exc.start})"
 
 
+_JSON_EXPECTED = {
+    "Expecting value": "a value",
+    "Expecting property name enclosed in double quotes": 'a property name in "double quotes"',
+    "Expecting ':' delimiter": "':' after a property name",
+    "Expecting ',' delimiter": "',' or a closing bracket",
+}
+"""What the standard library's JSON messages say was expected, in plain words."""
+
+
+def json_problem(line: bytes, exc: ValidationError) -> str:
+    """``not valid JSON: …`` in plain words for a line the JSON parser refused: where it
+    stops and why (``the line ends in the middle of a string (truncated?)``, ``unexpected
+    character 'x' at column 12``), columns counted in characters from 1."""
+    try:
+        text = line.decode("utf-8").rstrip("\r\n")
+    except UnicodeDecodeError as bad:
+        return f"not UTF-8 text ({bad.reason} at byte {bad.start})"
+    import json
+
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as error:
+        return f"not valid JSON: {_json_reason(error, text)}"
+    except RecursionError:
+        return "not valid JSON: nested too deeply"
+    # the standard library accepts what the episode parser does not (lone surrogates): its
+    # own words, with the column only (the line is the input's)
+    first = exc.errors()[0]
+    detail = str((first.get("ctx") or {}).get("error", ""))
+    detail = re.sub(r" at line \d+ column (\d+)$", r" at column \1", detail)
+    return f"not valid JSON: {detail}" if detail else "not valid JSON"
+
+
+def _json_reason(error: Any, text: str) -> str:
+    """Plain words for one :class:`json.JSONDecodeError` of the one-line ``text``."""
+    pos, column = error.pos, error.pos + 1
+    found = text[pos] if pos < len(text) else None
+    shown = f"{found!r}" if found is not None and found.isprintable() else None
+    message: str = error.msg
+    if message.startswith("Unterminated string"):
+        return "the line ends in the middle of a string (truncated?)"
+    if found is None and message in _JSON_EXPECTED:
+        return "the line ends before the JSON value is complete (truncated?)"
+    if message.startswith("Invalid control character"):
+        return f"control character U+{ord(text[pos]):04X} inside a string at column {column}"
+    if message.startswith("Invalid \\"):
+        return f"invalid escape sequence in a string at column {column}"
+    if message == "Extra data":
+        return f"unexpected text after the JSON value at column {column}"
+    what = shown or f"U+{ord(text[pos]):04X}" if found is not None else "the end of the line"
+    if message == "Expecting value":
+        return f"unexpected character {what} at column {column}"
+    expected = _JSON_EXPECTED.get(message)
+    if expected is not None:
+        return f"expected {expected} at column {column}, found {what}"
+    return f"{message[:1].lower()}{message[1:]} at column {column}"
+
+
 @dataclass
 class Chunk:
-    """Up to :data:`INGEST_CHUNK` lines of input: the good episodes with their line numbers,
-    the bad lines' numbers and problems, and the input's bytes read so far."""
+    """Up to :data:`INGEST_CHUNK` lines of input: the good episodes with their line numbers
+    (and the lines themselves), the bad lines' numbers, problems and text, and the input's
+    bytes read so far."""
 
     episodes: list[Episode] = field(default_factory=list)
     numbers: list[int] = field(default_factory=list)
     problems: list[tuple[int, str]] = field(default_factory=list)
+    texts: dict[int, bytes] = field(default_factory=dict)
+    """Line number → the line as read, for every line of the chunk that is not blank."""
     read: int = 0
 
 
@@ -1374,6 +1438,7 @@ def read_chunks(
         else:
             read += len(line)
         if isinstance(line, bytes) and line.strip():
+            chunk.texts[number] = line
             parsed = episode_line(line)
             if isinstance(parsed, str):
                 chunk.problems.append((number, parsed))
@@ -1390,27 +1455,41 @@ def read_chunks(
 
 @dataclass
 class BadLines:
-    """The bad lines of an input: the first ``limit`` by line number, and how many."""
+    """The bad lines of an input: the first ``limit`` by line number, and how many; with
+    ``rejects``, every one of them as a :func:`reject_document` as well."""
 
     name: str
     limit: int
     shown: list[tuple[int, str]] = field(default_factory=list)
     count: int = 0
+    rejects: list[dict[str, Any]] | None = None
 
-    def add(self, found: Sequence[tuple[int, str]]) -> None:
-        """Add one chunk's bad lines (any order; chunks come in input order)."""
+    def add(self, found: Sequence[tuple[int, str]], texts: dict[int, bytes] | None = None) -> None:
+        """Add one chunk's bad lines (any order; chunks come in input order) and, when
+        rejects are kept, the text of each (from ``texts``, the chunk's lines)."""
         self.count += len(found)
+        ordered = sorted(found)
+        if self.rejects is not None:
+            lines = texts or {}
+            self.rejects += [reject_document(n, why, lines.get(n, b"")) for n, why in ordered]
         room = self.limit - len(self.shown)
         if room > 0:
-            self.shown += sorted(found)[:room]
+            self.shown += ordered[:room]
 
-    def lines(self) -> list[str]:
-        """``name:line: problem`` for each shown, then ``… and N more bad lines``."""
-        out = [f"{self.name}:{number}: {problem}" for number, problem in self.shown]
+    def lines(self, prefix: str = "") -> list[str]:
+        """``{prefix}name:line: problem`` for each shown, then ``… and N more bad lines``."""
+        out = [f"{prefix}{self.name}:{number}: {problem}" for number, problem in self.shown]
         rest = self.count - len(self.shown)
         if rest:
             out.append(f"… and {rest} more bad line{'s' if rest > 1 else ''}")
         return out
+
+
+def reject_document(number: int, reason: str, line: bytes) -> dict[str, Any]:
+    """One line of a ``--rejects`` file: ``{"line", "reason", "text"}``, the text being the
+    line without its line ending (bytes that are not UTF-8 read as U+FFFD)."""
+    text = line.decode("utf-8", errors="replace").rstrip("\r\n")
+    return {"line": number, "reason": reason, "text": text}
 
 
 def conflict_problem(conflict: StargraphMemError) -> tuple[int, str]:
@@ -1428,10 +1507,13 @@ async def ingest_stream(
     total: int | None,
     progress: Progress | None,
     limits: Limits | None = None,
+    skip_invalid: bool = False,
 ) -> tuple[int, int]:
     """Store every episode line of ``source`` in one transaction; ``(new rows, episode
     lines)``. Every line is validated and inserted (ids repeated with other fields are
-    bad lines too); when ``bad`` holds any line at the end, the transaction is rolled back.
+    bad lines too); when ``bad`` holds any line at the end, the transaction is rolled back,
+    unless ``skip_invalid``: then the good lines are committed and the bad ones are only
+    reported (the episode lines counted are the good ones).
 
     Chunks are pipelined: while SQLite's thread inserts one, this thread parses the next.
     The store opens with the first chunk that has episodes. When a bad line came before
@@ -1446,18 +1528,24 @@ async def ingest_stream(
 
     from stargraph_mem.stores.database import open_database, parse_database_url
 
-    Inserting = tuple[asyncio.Task[list[DuplicateEpisodeError | LimitError]], list[tuple[int, str]]]
+    Inserting = tuple[
+        asyncio.Task[list[DuplicateEpisodeError | LimitError]],
+        list[tuple[int, str]],
+        dict[int, bytes],
+    ]
     pending: Inserting | None = None
+    lines = repeats = 0
 
     async def settle() -> None:
         """Wait for the chunk being inserted; record its bad lines and repeated ids."""
-        nonlocal pending
+        nonlocal pending, repeats
         if pending is not None:
-            task, found = pending
+            task, found, texts = pending
             pending = None
-            bad.add(found + [conflict_problem(c) for c in await task])
+            conflicts = [conflict_problem(c) for c in await task]
+            repeats += len(conflicts)
+            bad.add(found + conflicts, texts)
 
-    lines = 0
     created = False
     path = parse_database_url(db).path
     async with AsyncExitStack() as stack:
@@ -1468,12 +1556,12 @@ async def ingest_stream(
                 await settle()
                 lines += len(chunk.episodes)
                 if not chunk.episodes:
-                    bad.add(chunk.problems)
+                    bad.add(chunk.problems, chunk.texts)
                 else:
                     if writer is None:
                         target = db
                         if path is not None and not path.exists():
-                            if bad.count or chunk.problems:
+                            if not skip_invalid and (bad.count or chunk.problems):
                                 scratch = stack.enter_context(tempfile.TemporaryDirectory())
                                 target = str(Path(scratch) / "check.db")
                             else:
@@ -1483,7 +1571,7 @@ async def ingest_stream(
                         )
                         writer = await stack.enter_async_context(database.memory.writing())
                     write = writer.write(chunk.episodes, chunk.numbers)
-                    pending = (asyncio.create_task(write), chunk.problems)
+                    pending = (asyncio.create_task(write), chunk.problems, chunk.texts)
                     await asyncio.sleep(0)  # the task hands its rows to SQLite's thread
                 if progress is not None:
                     progress("read bytes", chunk.read, total)
@@ -1496,6 +1584,8 @@ async def ingest_stream(
             progress("write", lines, lines)
         if writer is None:
             return 0, lines
+        if skip_invalid:
+            return writer.written, lines - repeats
         if not bad.count:
             return writer.written, lines
         writer.discard()
@@ -1512,6 +1602,16 @@ def input_file(value: str) -> str:
         what = "is a directory" if path.exists() else "does not exist"
         raise typer.BadParameter(f"{what}: {value!r}")  # the problem first: long paths wrap
     return value
+
+
+def writable(path: Path) -> None:
+    """Fail (exit code 1) unless ``path`` can be written: its folder exists and may be
+    written, and the file, if it exists, too."""
+    folder = path.parent
+    if not folder.is_dir():
+        fail(f"{path}: folder does not exist")
+    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        fail(f"{path}: permission denied")
 
 
 @app.command()
@@ -1533,32 +1633,71 @@ def ingest(
     ] = 20,
     max_content: ContentLimitOption = DEFAULT_CONTENT_BYTES,
     max_metadata: MetadataLimitOption = DEFAULT_METADATA_BYTES,
+    skip_invalid: Annotated[
+        bool,
+        typer.Option(
+            "--skip-invalid",
+            help="Store the good lines (in one transaction) and skip the bad ones, instead "
+            "of storing nothing: each bad line is listed on stderr, or written to --rejects.",
+        ),
+    ] = False,
+    rejects: Annotated[
+        Path | None,
+        typer.Option(
+            "--rejects",
+            metavar="FILE",
+            dir_okay=False,
+            help="With --skip-invalid: write the bad lines to FILE as JSON lines, "
+            '{"line": N, "reason": "...", "text": "<the line>"}, instead of listing them.',
+        ),
+    ] = None,
 ) -> None:
     """Store every episode of a JSON-lines file (or of standard input: -) in one
-    transaction: all or nothing.
+    transaction: all or nothing, unless --skip-invalid.
 
     The input is read, validated and written in chunks, so memory does not grow with it.
     Every line is checked: each bad one is listed as FILE:LINE: problem (up to
-    --max-errors), an id repeated with other fields counts as bad, and when any line is
-    bad nothing is stored and the exit code is 1. A progress bar shows on stderr when it
-    is a terminal.
+    --max-errors), an id repeated with other fields counts as bad (the later line), and
+    when any line is bad nothing is stored and the exit code is 1. With --skip-invalid
+    the good lines are stored, the bad ones are skipped and reported (exit code 0). A
+    progress bar shows on stderr when it is a terminal.
     """
+    if rejects is not None and not skip_invalid:
+        usage_fail("--rejects goes with --skip-invalid")
     stdin = file == "-"
     bad = BadLines(STDIN_NAME if stdin else file, max_errors)
     limits = Limits(content_bytes=max_content, metadata_bytes=max_metadata)
+    if rejects is not None:
+        writable(rejects)  # checked before the ingest commits anything
+        bad.rejects = []
     with progress_bar() as progress:
         if stdin:
             source = typer.get_binary_stream("stdin")
-            written, lines = run(ingest_stream(source, db, bad, None, progress, limits))
+            written, lines = run(
+                ingest_stream(source, db, bad, None, progress, limits, skip_invalid)
+            )
         else:
             with known_errors(), open(file, "rb") as fh:
                 info = os.fstat(fh.fileno())
                 total = info.st_size if stat.S_ISREG(info.st_mode) else None  # not a pipe
-                written, lines = run(ingest_stream(fh, db, bad, total, progress, limits))
-    if bad.count:
+                written, lines = run(
+                    ingest_stream(fh, db, bad, total, progress, limits, skip_invalid)
+                )
+    if bad.count and not skip_invalid:
         echo_lines([f"error: {line}" for line in bad.lines()], err=True)
         raise typer.Exit(1)
-    typer.echo(f"ingested {written} new episodes ({lines} lines) into {printable(str(db))}")
+    summary = f"ingested {written} new episodes ({lines} lines) into {printable(str(db))}"
+    if not skip_invalid:
+        typer.echo(summary)
+        return
+    if rejects is not None:
+        with known_errors():
+            rejects.write_bytes(b"".join(orjson.dumps(doc) + b"\n" for doc in bad.rejects or []))
+    elif bad.count:
+        echo_lines(bad.lines(prefix="skipped "), err=True)
+    where = f", written to {printable(str(rejects))}" if rejects is not None else ""
+    noun = "line" if bad.count == 1 else "lines"
+    typer.echo(f"{summary}; skipped {bad.count} invalid {noun}{where}")
 
 
 # Commands defined in sibling modules register themselves on ``app`` when imported.

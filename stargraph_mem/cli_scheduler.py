@@ -226,7 +226,8 @@ def _iso(value: datetime | None) -> str | None:
 def status_document(rows: list[StatusRow]) -> dict[str, Any]:
     """The status table as JSON-ready data (``user``/``agent`` are ``null`` for a rule with
     no partition yet; ``next_run`` is ``null`` for count cadences, and for ``idle`` and
-    ``or_after`` ones while nothing is pending)."""
+    ``or_after`` ones while nothing is pending; for a sweep, ``sweep`` is true and
+    ``pending`` counts its candidate facts)."""
     return {
         "rules": [
             {
@@ -240,10 +241,17 @@ def status_document(rows: list[StatusRow]) -> dict[str, Any]:
                 "last_run": _iso(row.last_run),
                 "next_run": _iso(row.next_run),
                 "due": row.due,
+                "sweep": row.sweep,
             }
             for row in rows
         ]
     }
+
+
+def _pending(row: StatusRow, count: int | None = None) -> str:
+    """Pending episodes, or a sweep's candidate facts (``3 facts``)."""
+    n = row.pending if count is None else count
+    return f"{n} fact{'' if n == 1 else 's'}" if row.sweep else str(n)
 
 
 def status_lines(rows: list[StatusRow]) -> list[str]:
@@ -257,12 +265,44 @@ def status_lines(rows: list[StatusRow]) -> list[str]:
                 cadence_text(row.cadence),
                 row.partition.user if row.partition else "-",
                 row.partition.agent if row.partition else "-",
-                str(row.pending),
+                _pending(row),
                 _when(row.last_run),
                 _upcoming(row),
             )
         )
     return aligned(table)
+
+
+SUMMARY_ROWS = 20
+"""``status`` shows one row per rule instead of one per partition beyond this many rows."""
+
+
+def status_summary(rows: list[StatusRow]) -> list[str]:
+    """One row per (pack, rule): its partitions, how many are due, the pending total (a
+    sweep's: candidate facts) and the latest run; then how to see every row."""
+    groups: dict[tuple[str, str], list[StatusRow]] = {}
+    for row in rows:
+        groups.setdefault((row.pack, row.rule_id), []).append(row)
+    table = [("PACK", "RULE", "CADENCE", "PARTITIONS", "DUE", "PENDING", "LAST RUN")]
+    for (pack, rule), group in groups.items():
+        runs = [r.last_run for r in group if r.last_run is not None]
+        table.append(
+            (
+                pack,
+                rule,
+                cadence_text(group[0].cadence),
+                str(sum(1 for r in group if r.partition is not None)),
+                str(sum(1 for r in group if r.due)),
+                _pending(group[0], sum(r.pending for r in group)),
+                _when(max(runs) if runs else None),
+            )
+        )
+    partitions = len({r.partition.key for r in rows if r.partition is not None})
+    hint = (
+        f"{len(rows)} rows for {partitions} partitions, summed per rule; narrow them with "
+        "--user, --agent or --rule, or show every row with --all"
+    )
+    return [*aligned(table), hint]
 
 
 def _upcoming(row: StatusRow) -> str:
@@ -291,13 +331,36 @@ def status(
     now: Annotated[
         str | None, typer.Option("--now", help="Status as of this ISO-8601 time.")
     ] = None,
+    user: Annotated[
+        str | None, typer.Option("--user", help="Only the partitions of this user.")
+    ] = None,
+    agent: Annotated[
+        str | None, typer.Option("--agent", help="Only the partitions of this agent.")
+    ] = None,
+    rules: Annotated[
+        list[str] | None,
+        typer.Option("--rule", metavar="RULE", help="Only this rule (repeatable)."),
+    ] = None,
+    show_all: Annotated[
+        bool,
+        typer.Option(
+            "--all",
+            help=f"One row per rule and partition even beyond {SUMMARY_ROWS} rows (which are "
+            "otherwise summed per rule).",
+        ),
+    ] = False,
     as_json: Annotated[
         bool,
         typer.Option("--json", help='Print one JSON document: {"rules": [...]} (empty when none).'),
     ] = False,
 ) -> None:
     """Each rule's cadence, pending episodes, last and next run per partition (idle and
-    or_after rules: when the partition is next due by time)."""
+    or_after rules: when the partition is next due by time). A sweep shows its candidate
+    facts (e.g. 3 facts), not episodes: it never consumes them.
+
+    Beyond 20 rows the table is summed per rule (partitions, due, pending, last run);
+    --user, --agent and --rule narrow it, --all shows every row, --json has every row.
+    """
     from stargraph_mem.engine.api import Consolidator
 
     when = parse_aware(now, "--now")
@@ -306,13 +369,19 @@ def status(
         async with Consolidator.open(
             existing(db), packs or [], clock=lambda: when or utc_now()
         ) as mem:
-            return await mem.status(registered=True)
+            return await mem.status(registered=True, user=user, agent=agent, rule_ids=rules)
 
     rows = run(action())
     if as_json:
         echo_json(status_document(rows))
         return
     if not rows:
+        if user is not None or agent is not None or rules:
+            typer.echo("no rows match --user, --agent or --rule")
+            return
         typer.echo("no scheduled rules: run `stargraph-mem run --pack …` first")
+        return
+    if len(rows) > SUMMARY_ROWS and not show_all:
+        typer.echo("\n".join(status_summary(rows)))
         return
     typer.echo("\n".join(status_lines(rows)))

@@ -145,12 +145,12 @@ def test_every_bad_line_is_listed_with_its_number(tmp_path: Path, small_chunks: 
     result = invoke("ingest", str(data), "--db", str(db))
     assert (result.exit_code, result.stdout) == (1, "")
     assert result.stderr.splitlines() == [
-        f"error: {data}:3: Episode: Invalid JSON: expected ident at line 1 column 2",
+        f"error: {data}:3: not valid JSON: unexpected character 'n' at column 1",
         f"error: {data}:18: {BAD_ID}",
         f"error: {data}:25: Episode: Input should be an object",
         f"error: {data}:40: metadata: Value error, metadata.intent must be one of add, update, "
         "delete, noop (got 'merge')",
-        f"error: {data}:41: Episode: Invalid JSON: invalid unicode code point at line 1 column 30",
+        f"error: {data}:41: not UTF-8 text (invalid continuation byte at byte 29)",
     ]
     assert not db.exists()  # the first chunk had a bad line: checked in a scratch database
 
@@ -161,7 +161,8 @@ def test_stdin_errors_name_stdin(tmp_path: Path) -> None:
     result = invoke("ingest", "-", "--db", str(db), stdin=stdin)
     assert (result.exit_code, result.stdout) == (1, "")
     assert result.stderr == (
-        "error: <stdin>:2: Episode: Invalid JSON: EOF while parsing an object at line 2 column 0\n"
+        "error: <stdin>:2: not valid JSON: the line ends before the JSON value is complete "
+        "(truncated?)\n"
     )
 
 
@@ -176,7 +177,7 @@ def test_a_failed_ingest_into_a_new_path_creates_no_file(tmp_path: Path, small_c
     result = invoke("ingest", str(data), "--db", str(db))
     assert result.exit_code == 1
     assert result.stderr.splitlines() == [
-        f"error: {data}:1: Episode: Invalid JSON: expected ident at line 1 column 2",
+        f"error: {data}:1: not valid JSON: unexpected character 'n' at column 1",
         f"error: {data}:26: episode id 'e3' appears twice in the batch with different content "
         "(first on line 4)",
     ]
@@ -415,7 +416,7 @@ def test_a_late_bad_line_into_a_new_path_leaves_no_file(tmp_path: Path, small_ch
     data.write_text(jsonl(rows), encoding="utf-8")
     result = invoke("ingest", str(data), "--db", str(db))
     assert result.exit_code == 1
-    assert result.stderr.startswith(f"error: {data}:30: Episode: Invalid JSON")
+    assert result.stderr.startswith(f"error: {data}:30: not valid JSON")
     assert list(tmp_path.iterdir()) == [data]
 
 

@@ -148,8 +148,9 @@ async def test_a_record_after_another_run_consumed_the_pending_episodes(
     new_location: NewLocation,
 ) -> None:
     """Between two records of one scheduler, another process consolidates the partition
-    (watermarks move, run records do not): the record's pass is computed again from the
-    stores and consumes only the new episode."""
+    (watermarks and run records move: a consolidate records its run as well): the record's
+    pass is decided again from the stores and consumes only the new episode; each of the
+    three runs is counted."""
     clock = Clock(datetime(2026, 5, 1, tzinfo=UTC))
     where = new_location()
     async with opened(where, "{every: 1}", clock) as a, opened(where, "{every: 1}", clock) as b:
@@ -161,7 +162,7 @@ async def test_a_record_after_another_run_consumed_the_pending_episodes(
         assert report.passes[0].first_seq == report.passes[0].last_seq == 4
         assert report.conflicts == []
         assert len(await a.facts()) == 4
-        assert await run_counts(a) == {ALICE.key: 2}
+        assert await run_counts(a) == {ALICE.key: 3}
 
 
 async def test_cron_rules_do_not_fire_on_record(new_location: NewLocation) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from contextlib import suppress
 from datetime import datetime
@@ -16,6 +17,7 @@ from stargraph_mem.engine.runner import PassRunner, WorkerMode
 from stargraph_mem.engine.runtime import PackRuntime
 from stargraph_mem.engine.scheduler import (
     DEFAULT_LEASE_SECONDS,
+    RETRIES,
     ConsolidationReport,
     Scheduler,
     StatusRow,
@@ -41,6 +43,7 @@ from stargraph_mem.stores.episode_rows import check_scope
 from stargraph_mem.stores.fact import Explanation
 from stargraph_mem.stores.inline import inline_statements
 from stargraph_mem.stores.lifecycle import AsyncResource, closed_on_failure
+from stargraph_mem.stores.schedule_runs import RuleRun, RunState
 from stargraph_mem.stores.scope import Partition
 
 _RUNTIMES: dict[str, PackRuntime] = {}
@@ -264,11 +267,20 @@ class Consolidator(AsyncResource):
         )
 
     async def status(
-        self, now: datetime | None = None, *, registered: bool = False
+        self,
+        now: datetime | None = None,
+        *,
+        registered: bool = False,
+        user: str | None = None,
+        agent: str | None = None,
+        rule_ids: Sequence[str] | None = None,
     ) -> list[StatusRow]:
-        """Each rule's cadence, pending count, last and next run per partition; with
-        ``registered``, also the packs other schedulers registered in the file."""
-        return await self.scheduler.status(now or self.clock(), registered=registered)
+        """Each rule's cadence, pending count (a sweep's: its candidate facts), last and
+        next run per partition; with ``registered``, also the packs other schedulers
+        registered in the file; ``user``, ``agent`` and ``rule_ids`` narrow the rows."""
+        return await self.scheduler.status(
+            now or self.clock(), registered=registered, user=user, agent=agent, rule_ids=rule_ids
+        )
 
     async def consolidate(
         self,
@@ -354,21 +366,45 @@ class Consolidator(AsyncResource):
 
         for runner in self.runners:
             episode_rules = [r.id for r in runner.rules_of(rule_ids) if not swept(r)]
-            if episode_rules:
+            todo = partitions
+            for _ in range(RETRIES if episode_rules else 0):
+                conflicts: list[Partition] = []
+                runs = {} if dry_run else await self._runs(runner.pack, todo, episode_rules, when)
                 report.passes += await runner.run_many(
-                    partitions,
+                    todo,
                     now=when,
                     rule_ids=episode_rules,
                     dry_run=dry_run,
                     legacy=legacy,
                     on_pass=on_pass,
+                    runs=runs,
+                    conflicts=conflicts,
                 )
+                todo = conflicts  # a scheduler ran them meanwhile: again, from its state
+                if not todo:
+                    break
         for runner in self.runners:  # then sweeps, at their fire times, over their candidates
             sweeper = Sweeper(runner, self.scheduler.store)
             outcome = await sweeper.sweep(
                 when, keep=_named(user, agent), rule_ids=rule_ids, dry_run=dry_run
             )
             merge_sweep(report, runner.pack, outcome)
+
+    async def _runs(
+        self, pack: str, partitions: Sequence[Partition], rule_ids: Sequence[str], now: datetime
+    ) -> dict[Partition, Sequence[RuleRun]]:
+        """The run records of a ``consolidate`` over ``partitions``: each pass records its
+        rules' last run as a scheduler's does (``status`` shows it, and cron clocks run
+        from it), with a compare-and-set on the run tokens read here."""
+        states = await self.schedule_store.runs_of(pack, partitions)
+        token = uuid.uuid4().hex
+        return {
+            p: [
+                RuleRun(pack, rule_id, p, now, token, _token(states.get((rule_id, p.key))))
+                for rule_id in rule_ids
+            ]
+            for p in partitions
+        }
 
     async def facts(
         self,
@@ -450,6 +486,10 @@ class Consolidator(AsyncResource):
     async def status_history(self, fact_id: str) -> list[StatusEvent]:
         """What happened to a fact, oldest first: created, pins, its close, a restore."""
         return await self.fact_store.status_history(fact_id)
+
+
+def _token(state: RunState | None) -> str:
+    return "" if state is None else state.token
 
 
 def _named(user: str | None, agent: str | None) -> Callable[[Partition], bool] | None:

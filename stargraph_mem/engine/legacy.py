@@ -17,8 +17,10 @@ whether the call consolidates it:
   duration; ``{every: N, or_after: DURATION}`` also once the oldest of them is that old.
 - ``{cron: …}`` (the default is the nightly sleep cycle): the first call for a partition
   consolidates it; later calls do only once a cron time (in the rule's ``tz``) passed
-  since the last call that did. The run time is stored (``rule_runs``, pack
-  :data:`RUNS_PACK`) in the transaction that applies the pass, so it survives restarts.
+  since the last call that did.
+
+Whatever the cadence, the run time is stored (``rule_runs``, pack :data:`RUNS_PACK`) in
+the transaction that applies the pass, so it survives restarts.
 
 Stores reach :func:`consolidate_rule` by name, when ``consolidate(rule)`` first runs
 (:func:`stargraph_mem.stores.memory.consolidation_hook`); nothing registers it on import.
@@ -38,6 +40,7 @@ from stargraph_mem.engine.filters import check_when_filter
 from stargraph_mem.engine.report import LegacyFilter
 from stargraph_mem.engine.runner import PassRunner
 from stargraph_mem.engine.runtime import Stamp
+from stargraph_mem.engine.scheduler import registered_cadence_text
 from stargraph_mem.errors import ConsolidationRuleError
 from stargraph_mem.model.cadence import span_due_us
 from stargraph_mem.model.deltas import MemoryDelta
@@ -107,11 +110,27 @@ async def consolidate_rule(
 async def _run_states(
     store: SQLiteMemoryStore, rule: ConsolidationRule
 ) -> dict[tuple[str, str], RunState]:
-    """Stored runs of ``rule`` by (rule id, partition key); only cron rules keep them."""
-    if rule.cadence.cron is None:
-        return {}
+    """Stored runs of ``rule`` by (rule id, partition key): every pass records its run
+    (a cron cadence is decided on them)."""
     async with SQLiteScheduleStore(store.path) as schedule:
+        await _register(schedule, rule)
         return await schedule.runs(RUNS_PACK)
+
+
+async def _register(schedule: SQLiteScheduleStore, rule: ConsolidationRule) -> None:
+    """Register ``rule``'s cadence under :data:`RUNS_PACK` beside the rules registered
+    before (so ``status`` shows its partitions), its pending episodes counted after the
+    default pack's watermarks, where its passes keep them."""
+    text = registered_cadence_text(rule.cadence, watermarks=default_pack().name)
+    rows = {rid: (rid, index, cadence) for rid, index, cadence in (
+        (await schedule.registered()).get(RUNS_PACK, [])
+    )}  # fmt: skip
+    known = rows.get(rule.id)
+    if known is not None and known[2] == text:
+        return
+    index = known[1] if known is not None else max((r[1] for r in rows.values()), default=-1) + 1
+    rows[rule.id] = (rule.id, index, text)
+    await schedule.register(RUNS_PACK, sorted(rows.values(), key=lambda r: r[1]))
 
 
 async def _due(
@@ -126,15 +145,26 @@ async def _due(
     if every is not None or rule.cadence.idle is not None:
         mark = await runner.facts.watermark(runner.pack, rule.id, partition)
         pending = await runner.memory.count_since(partition, mark)
-        if every is not None and pending >= every:
-            return []
-        return [] if pending and await _due_by_time(runner, rule, partition, mark, now) else None
+        due = (every is not None and pending >= every) or bool(
+            pending and await _due_by_time(runner, rule, partition, mark, now)
+        )
+        return _run(rule, partition, runs, now) if due else None
     state = runs.get((rule.id, partition.key))
     if state is not None and next_fire(rule.cadence, from_us(state.since_us), rule.id) > now:
         return None
-    token = uuid.uuid4().hex
+    return _run(rule, partition, runs, now)
+
+
+def _run(
+    rule: ConsolidationRule,
+    partition: Partition,
+    runs: dict[tuple[str, str], RunState],
+    now: datetime,
+) -> list[RuleRun]:
+    """The run record of one due partition (every cadence records its last run)."""
+    state = runs.get((rule.id, partition.key))
     expect = "" if state is None else state.token
-    return [RuleRun(RUNS_PACK, rule.id, partition, now, token, expect)]
+    return [RuleRun(RUNS_PACK, rule.id, partition, now, uuid.uuid4().hex, expect)]
 
 
 async def _due_by_time(

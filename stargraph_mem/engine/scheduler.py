@@ -29,13 +29,17 @@ from datetime import datetime
 from functools import lru_cache
 
 import clips
+import orjson
 
 from stargraph_mem.compiler.cadence import CadenceRule, next_fire, schedule_program
 from stargraph_mem.compiler.clips_env import load_constructs, new_environment
+from stargraph_mem.compiler.pack import CompiledRule
+from stargraph_mem.compiler.select_sql import NowOffset
+from stargraph_mem.compiler.sweep_sql import SweepFilter, sweep_filter
 from stargraph_mem.engine.report import PassReport
 from stargraph_mem.engine.runner import PassRunner
 from stargraph_mem.engine.runtime import RejectedEpisode
-from stargraph_mem.engine.sweep import Sweeper, SweepOutcome, swept
+from stargraph_mem.engine.sweep import Sweeper, SweepOutcome, fire_time, fired, swept
 from stargraph_mem.errors import CompileError, PassConflictError, ScheduleError
 from stargraph_mem.model.cadence import Cadence, span_due_us
 from stargraph_mem.model.time import from_us, to_us, to_utc
@@ -190,6 +194,10 @@ class StatusRow:
     not_yet_due: int = 0
     """Of ``pending``, the deferred episodes stamped after the status time (a pass at
     that time would leave them pending)."""
+    sweep: bool = False
+    """The rule is a sweep: ``pending`` counts its candidates (the current facts of the
+    partition its pre-filter selects at its fire time), not episodes, which it never
+    consumes; it is due when it has candidates and its latest fire is not applied."""
 
 
 COUNT_ANSWERS_MAX = 4096
@@ -296,6 +304,15 @@ class _Pack:
     program: ScheduleProgram
     all_rules: list[CadenceRule]
     runner: PassRunner | None = None
+    sweeps: dict[str, SweepFilter] = field(default_factory=dict)
+    """The pre-filters of the pack's sweeps, by rule id."""
+    watermarks: str = ""
+    """The pack name its passes keep watermarks under (its own, when empty)."""
+
+    @property
+    def marks(self) -> str:
+        """The pack name to read the watermarks and deferred episodes of its passes by."""
+        return self.watermarks or self.name
 
     @property
     def count_rules(self) -> list[CadenceRule]:
@@ -316,9 +333,59 @@ class _Pack:
         return {r.index: r for r in self.all_rules}
 
     @classmethod
-    def registered(cls, name: str, rules: Sequence[ScheduledRule]) -> _Pack:
-        """A pack known only by its registered cadences (for status)."""
-        return cls(name, ScheduleProgram(name, schedule_program(rules)), list(rules))
+    def registered(
+        cls, name: str, rules: Sequence[ScheduledRule], sweeps: dict[str, SweepFilter]
+    ) -> _Pack:
+        """A pack known only by its registered cadences and sweep filters (for status)."""
+        program = ScheduleProgram(name, schedule_program(rules))
+        return cls(name, program, list(rules), sweeps=sweeps)
+
+
+_JSON_PARAM = (str, int, float, bool, dict, type(None))
+"""Sweep filter parameters that read back from JSON as they were written."""
+
+
+def registered_cadence(rule: CadenceRule) -> str:
+    """What is registered of a rule: its cadence as JSON, with a sweep's pre-filter under
+    ``"sweep"`` (its SQL, parameters, pass-time offsets as ``{"now_minus_us": µs}``), so
+    ``status`` can count a sweep's candidates without the pack file."""
+    document = orjson.loads(rule.cadence.model_dump_json())
+    if swept(rule):
+        assert isinstance(rule, CompiledRule)
+        filt = sweep_filter(rule.program.info.rule)
+        params = [
+            {"now_minus_us": p.micros} if isinstance(p, NowOffset) else p for p in filt.raw_params
+        ]
+        if not all(isinstance(p, _JSON_PARAM) for p in params):
+            return orjson.dumps(document).decode()  # not kept: status cannot count them
+        document["sweep"] = {"sql": filt.sql, "params": params, "archived": filt.archived}
+    return orjson.dumps(document).decode()
+
+
+def registered_cadence_text(cadence: Cadence, *, watermarks: str) -> str:
+    """What is registered of a rule whose passes keep their watermarks under another
+    pack's name (``"watermarks"``): the specification's ``consolidate(rule)``."""
+    document = orjson.loads(cadence.model_dump_json())
+    document["watermarks"] = watermarks
+    return orjson.dumps(document).decode()
+
+
+def read_registered(text: str) -> tuple[Cadence, SweepFilter | None, str | None]:
+    """A registered rule's cadence, for a sweep its pre-filter (see
+    :func:`registered_cadence`), and the pack whose watermarks its passes keep, when
+    another's (see :func:`registered_cadence_text`)."""
+    document = orjson.loads(text)
+    sweep = document.pop("sweep", None) if isinstance(document, dict) else None
+    marks = document.pop("watermarks", None) if isinstance(document, dict) else None
+    watermarks = marks if isinstance(marks, str) else None
+    cadence = Cadence.model_validate_json(orjson.dumps(document))
+    if not isinstance(sweep, dict):
+        return cadence, None, watermarks
+    params = tuple(
+        NowOffset(int(p["now_minus_us"])) if isinstance(p, dict) else p for p in sweep["params"]
+    )
+    filt = SweepFilter(str(sweep["sql"]), params, False, bool(sweep["archived"]))
+    return cadence, filt, watermarks
 
 
 @dataclass
@@ -373,28 +440,33 @@ class Scheduler:
     def _pack(runner: PassRunner) -> _Pack:
         compiled = runner.runtime.compiled
         program = ScheduleProgram(compiled.name, compiled.schedule)
-        return _Pack(compiled.name, program, list(compiled.rules), runner)
+        sweeps = {r.id: sweep_filter(r.program.info.rule) for r in compiled.rules if swept(r)}
+        return _Pack(compiled.name, program, list(compiled.rules), runner, sweeps)
 
     async def register(self) -> None:
         """Record each pack's rule cadences, so ``status`` can run without the pack files."""
         for pack in self.packs:
-            rules = [(r.id, r.index, r.cadence.model_dump_json()) for r in pack.all_rules]
+            rules = [(r.id, r.index, registered_cadence(r)) for r in pack.all_rules]
             await self.store.register(pack.name, rules)
 
     async def registered_packs(self, skip: Sequence[str] = ()) -> list[_Pack]:
         """Packs registered in the file by earlier schedulers (except ``skip``)."""
         found = await self.store.registered()
-        return [
-            _Pack.registered(
-                name,
-                [
-                    ScheduledRule(rid, index, Cadence.model_validate_json(c))
-                    for rid, index, c in rules
-                ],
-            )
-            for name, rules in sorted(found.items())
-            if name not in skip
-        ]
+        packs: list[_Pack] = []
+        for name, rules in sorted(found.items()):
+            if name in skip:
+                continue
+            scheduled, sweeps, marks = [], {}, None
+            for rid, index, text in rules:
+                cadence, filt, watermarks = read_registered(text)
+                scheduled.append(ScheduledRule(rid, index, cadence))
+                marks = marks or watermarks
+                if filt is not None:
+                    sweeps[rid] = filt
+            pack = _Pack.registered(name, scheduled, sweeps)
+            pack.watermarks = marks or name
+            packs.append(pack)
+        return packs
 
     # --- facts for the schedule program ------------------------------------------------
 
@@ -412,8 +484,8 @@ class Scheduler:
         (stamped at or before ``now_us``)."""
         if not rules or not partitions:
             return
-        bases = await self.facts.pass_bases(pack.name, partitions)
-        deferred = await self.facts.deferred_of(pack.name, partitions)
+        bases = await self.facts.pass_bases(pack.marks, partitions)
+        deferred = await self.facts.deferred_of(pack.marks, partitions)
         wanted = {
             (part, marks.get(rule.id, 0)) for part, (marks, _) in enumerate(bases) for rule in rules
         }
@@ -442,8 +514,8 @@ class Scheduler:
         watermark, in one statement), and those its passes deferred."""
         if not rules or not partitions:
             return
-        bases = await self.facts.pass_bases(pack.name, partitions)
-        deferred = await self.facts.deferred_of(pack.name, partitions)
+        bases = await self.facts.pass_bases(pack.marks, partitions)
+        deferred = await self.facts.deferred_of(pack.marks, partitions)
         pairs = sorted(
             {
                 (part, marks.get(rule.id, 0))
@@ -491,7 +563,7 @@ class Scheduler:
         if not missing:
             return []
         parts = list(dict.fromkeys(partition for _, partition in missing))
-        marks = dict(zip(parts, await self.facts.pass_bases(pack.name, parts), strict=True))
+        marks = dict(zip(parts, await self.facts.pass_bases(pack.marks, parts), strict=True))
         after = [(p, marks[p][0].get(rule.id, 0)) for rule, p in missing]
         reads = await self.memory.since_checked_of(after, limit=1)
         anchors: list[tuple[str, Partition, int]] = []
@@ -806,31 +878,94 @@ class Scheduler:
 
     # --- status ----------------------------------------------------------------------
 
-    async def status(self, now: datetime, *, registered: bool = False) -> list[StatusRow]:
+    async def status(
+        self,
+        now: datetime,
+        *,
+        registered: bool = False,
+        user: str | None = None,
+        agent: str | None = None,
+        rule_ids: Sequence[str] | None = None,
+    ) -> list[StatusRow]:
         """Each rule's cadence, pending count, last and next run per partition (reads only).
 
         With ``registered``, packs other schedulers registered in the file are shown too.
+        ``user``, ``agent`` and ``rule_ids`` keep the rows of those partitions and rules.
+        A sweep's row counts its candidate facts and is due as a tick would run it.
         """
         now = to_utc(now)
         now_us = to_us(now)
-        partitions = await self.memory.partitions()
+        partitions = [
+            p
+            for p in await self.memory.partitions()
+            if (user is None or p.user == user) and (agent is None or p.agent == agent)
+        ]
         packs = list(self.packs)
         if registered:
             packs += await self.registered_packs(skip=[p.name for p in self.packs])
         rows: list[StatusRow] = []
         for pack in packs:
+            rules = [r for r in pack.all_rules if rule_ids is None or r.id in rule_ids]
+            if not rules:
+                continue
             facts = _Facts()
             facts.states = await self.store.runs(pack.name)
-            rules = pack.all_rules
-            await self._pending(pack, partitions, facts, rules, now_us)
-            await self._spans(pack, partitions, facts, pack.span_rules)
+            counted = [r for r in rules if r.id not in pack.sweeps]
+            await self._pending(pack, partitions, facts, counted, now_us)
+            await self._spans(pack, partitions, facts, [r for r in pack.span_rules if r in rules])
             for rule in rules:
-                if not partitions:
-                    rows.append(
-                        StatusRow(pack.name, rule.id, rule.cadence, None, 0, None, None, False)
-                    )
+                if not partitions:  # a rule with no partition yet (none that was asked for)
+                    if user is None and agent is None:
+                        rows.append(
+                            StatusRow(pack.name, rule.id, rule.cadence, None, 0, None, None, False)
+                        )
+                    continue
+                filt = pack.sweeps.get(rule.id)
+                if filt is not None:
+                    rows += await self._sweep_rows(pack, rule, filt, partitions, facts, now)
+                    continue
                 for part, partition in enumerate(partitions):
                     rows.append(await self._status_row(pack, rule, partition, part, facts, now_us))
+        return rows
+
+    async def _sweep_rows(
+        self,
+        pack: _Pack,
+        rule: CadenceRule,
+        filt: SweepFilter,
+        partitions: Sequence[Partition],
+        facts: _Facts,
+        now: datetime,
+    ) -> list[StatusRow]:
+        """A sweep's rows: per partition its candidates at its latest fire time, due (as
+        a tick would run it) when it has some and that fire is not applied yet; the next
+        run is that fire while due, else the one after ``now``."""
+        fire = fire_time(rule, now)
+        found = await self.facts.sweep_candidates(
+            filt.sql, filt.params(to_us(fire)), archived=filt.archived
+        )
+        after = to_utc(next_fire(rule.cadence, now, rule.id))
+        rows: list[StatusRow] = []
+        for partition in partitions:
+            state = facts.states.get((rule.id, partition.key))
+            last = (
+                None if state is None or state.last_run_us is None else from_us(state.last_run_us)
+            )
+            candidates = found.get(partition, 0)
+            due = candidates > 0 and not fired(state, fire)
+            rows.append(
+                StatusRow(
+                    pack.name,
+                    rule.id,
+                    rule.cadence,
+                    partition,
+                    candidates,
+                    last,
+                    fire if due else after,
+                    due,
+                    sweep=True,
+                )
+            )
         return rows
 
     async def _status_row(

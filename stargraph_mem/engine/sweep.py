@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from croniter import croniter
 
-from stargraph_mem.compiler.cadence import next_fire, zone
+from stargraph_mem.compiler.cadence import CadenceRule, next_fire, zone
 from stargraph_mem.compiler.pack import CompiledPack, CompiledRule
 from stargraph_mem.compiler.sweep_sql import SweepFilter, is_sweep, sweep_filter
 from stargraph_mem.engine.batch import BATCH_PARTITIONS
@@ -64,7 +64,7 @@ def swept(rule: object) -> bool:
     )
 
 
-def fire_time(rule: CompiledRule, now: datetime) -> datetime:
+def fire_time(rule: CadenceRule, now: datetime) -> datetime:
     """The rule's latest cron time at or before ``now`` (in its time zone), in UTC."""
     now = to_utc(now)
     at = next_fire(rule.cadence, now - timedelta(microseconds=1), rule.id)
@@ -162,7 +162,7 @@ class Sweeper:
     ) -> list[Partition]:
         """Those of ``partitions`` whose fire at ``fire`` is not recorded yet."""
         states = await self.store.runs_of(self.pack, partitions)
-        return [p for p in partitions if not _fired(states.get((rule.id, p.key)), fire)]
+        return [p for p in partitions if not fired(states.get((rule.id, p.key)), fire)]
 
     async def _leased(self, fire: _Fire, partitions: list[Partition]) -> None:
         """Sweep ``partitions`` under a lease (when this sweeper has a holder)."""
@@ -191,7 +191,7 @@ class Sweeper:
         for attempt in range(SWEEP_RETRIES):
             states = await self.store.runs_of(self.pack, todo)
             if attempt:
-                done = [p for p in todo if _fired(states.get((rule.id, p.key)), at)]
+                done = [p for p in todo if fired(states.get((rule.id, p.key)), at)]
                 out.conflicts += [(rule.id, p) for p in done]
                 todo = [p for p in todo if p not in done]
             if not todo:
@@ -288,7 +288,7 @@ class Sweeper:
         return stale
 
 
-def _fired(state: RunState | None, fire: datetime) -> bool:
+def fired(state: RunState | None, fire: datetime) -> bool:
     """Whether the stored run state shows the fire at ``fire`` (or a later one) applied."""
     return state is not None and state.last_run_us is not None and state.last_run_us >= to_us(fire)
 

@@ -172,6 +172,10 @@ class FactRepository(FactStore, Protocol):
         self, where: str, params: Sequence[Any], *, archived: bool = False
     ) -> list[Partition]: ...
 
+    async def sweep_candidates(
+        self, where: str, params: Sequence[Any], *, archived: bool = False
+    ) -> dict[Partition, int]: ...
+
     async def sweep_facts(
         self, where: str, params: Sequence[Any], partitions: Sequence[Partition]
     ) -> list[list[EngineFact]]: ...

@@ -116,7 +116,7 @@ from stargraph_mem.stores.sqlite_search import (
     text_behind,
     text_copy,
 )
-from stargraph_mem.stores.sweep_reads import sweep_facts, sweep_partitions
+from stargraph_mem.stores.sweep_reads import sweep_candidates, sweep_facts, sweep_partitions
 from stargraph_mem.stores.sweep_schema import DROP_SWEEP_INDEXES, ON_DEMAND_MARK, to_make
 
 __all__ = [
@@ -664,6 +664,13 @@ class SQLiteFactStore(SQLiteStoreBase):
         """Partitions with a current fact a sweep's pre-filter ``where`` selects."""
         async with self._read() as db:
             return await sweep_partitions(SQLiteConn(db), SQLITE, where, params, archived=archived)
+
+    async def sweep_candidates(
+        self, where: str, params: Sequence[Any], *, archived: bool = False
+    ) -> dict[Partition, int]:
+        """Per partition, how many facts a sweep's pre-filter ``where`` selects."""
+        async with self._read() as db:
+            return await sweep_candidates(SQLiteConn(db), SQLITE, where, params, archived=archived)
 
     async def sweep_facts(
         self, where: str, params: Sequence[Any], partitions: Sequence[Partition]

@@ -17,7 +17,7 @@ from stargraph_mem.stores.fact_statements import FactStatements
 from stargraph_mem.stores.scope import Partition
 from stargraph_mem.stores.sql_conn import Conn
 
-__all__ = ["sweep_facts", "sweep_partitions"]
+__all__ = ["sweep_candidates", "sweep_facts", "sweep_partitions"]
 
 _CURRENT: Final = "f.valid_until_us IS NULL"
 
@@ -42,6 +42,20 @@ async def sweep_partitions(
         tuple(params),
     )
     return [Partition(str(user), str(agent)) for user, agent in rows]
+
+
+async def sweep_candidates(
+    db: Conn, sql: FactStatements, where: str, params: Sequence[Any], *, archived: bool = False
+) -> dict[Partition, int]:
+    """How many facts ``where`` selects in each partition that has some (what a sweep would
+    look at there; current facts, and archived ones with ``archived``)."""
+    which = _CURRENT_OR_ARCHIVED if archived else _CURRENT
+    rows = await db.fetch(
+        f'SELECT f."user", f.agent, count(*) FROM facts f WHERE {which} '
+        f"AND ({_where(sql, where)}) GROUP BY 1, 2 ORDER BY 1, 2",
+        tuple(params),
+    )
+    return {Partition(str(user), str(agent)): int(n) for user, agent, n in rows}
 
 
 async def sweep_facts(

@@ -95,7 +95,7 @@ from stargraph_mem.stores.search_common import (
     query_words,
     search_pattern,
 )
-from stargraph_mem.stores.sweep_reads import sweep_facts, sweep_partitions
+from stargraph_mem.stores.sweep_reads import sweep_candidates, sweep_facts, sweep_partitions
 from stargraph_mem.stores.sweep_schema import to_make
 
 if TYPE_CHECKING:
@@ -501,6 +501,13 @@ class PostgresFactStore(PostgresRepository):
         """Partitions with a current fact a sweep's pre-filter ``where`` selects."""
         async with self.database.connection() as db:
             return await sweep_partitions(db, FACTS, where, params, archived=archived)
+
+    async def sweep_candidates(
+        self, where: str, params: Sequence[Any], *, archived: bool = False
+    ) -> dict[Partition, int]:
+        """Per partition, how many facts a sweep's pre-filter ``where`` selects."""
+        async with self.database.connection() as db:
+            return await sweep_candidates(db, FACTS, where, params, archived=archived)
 
     async def sweep_facts(
         self, where: str, params: Sequence[Any], partitions: Sequence[Partition]
