@@ -187,9 +187,13 @@ def test_the_specifications_consolidate_records_its_runs(tmp_path: Path) -> None
             for episode in (ep("e1", "alice", 1), ep("e2", "bob", 1)):
                 await store.put(episode, user=episode.user, session="s", agent="a")
             every2 = ConsolidationRule(id="every2", cadence={"every": 2})
-            assert await store.consolidate(every2) == []
-            await store.consolidate(ConsolidationRule(id="every1", cadence={"every": 1}))
-            await store.consolidate(ConsolidationRule(id="idle", cadence={"idle": "1m"}))
+            assert await store.consolidate(every2, due_only=True) == []
+            await store.consolidate(
+                ConsolidationRule(id="every1", cadence={"every": 1}), due_only=True
+            )
+            await store.consolidate(
+                ConsolidationRule(id="idle", cadence={"idle": "1m"}), due_only=True
+            )
             await store.put(ep("e3", "alice", 2), user="alice", session="s", agent="a")
 
     asyncio.run(scenario())
