@@ -134,6 +134,19 @@ class StoreError(StargraphMemError):
     """A store operation failed for a reason that is not the caller's SQLite error."""
 
 
+class ForeignDatabaseError(StoreError):
+    """A database file is not one of stargraph_mem's: it was left exactly as it was."""
+
+
+class NewerSchemaError(StoreError):
+    """A database was written by a newer stargraph_mem: refused before anything is written."""
+
+
+class DamagedDatabaseError(StoreError):
+    """Tables of stargraph_mem's are missing from an existing database; they are named,
+    never recreated empty."""
+
+
 class MemoryScopeError(StoreError):
     """A scope is empty/invalid, or disagrees with the episode's own user/session/agent."""
 

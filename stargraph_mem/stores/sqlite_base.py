@@ -28,13 +28,14 @@ from typing import Any, ClassVar, Final, cast
 
 import aiosqlite
 
-from stargraph_mem.errors import StoreError
+from stargraph_mem.errors import DamagedDatabaseError, StoreError
 from stargraph_mem.model.time import EPOCH, ONE_US, from_us, to_us, utc_now
 from stargraph_mem.stores.inline import InlineScope, current_scope
 from stargraph_mem.stores.lifecycle import AsyncResource, closed_on_failure
 from stargraph_mem.stores.models import StoreHealth
 from stargraph_mem.stores.mounts import network_filesystem_warning
 from stargraph_mem.stores.sql_conn import Insert, Many
+from stargraph_mem.stores.sqlite_identity import Identity, identify
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
@@ -395,6 +396,9 @@ def _connect(database: str | Path, **kwargs: Any) -> StoreConnection:
     return StoreConnection(connector, f"sqlite {database}", path)
 
 
+_TABLE_NAMES: Final = "SELECT name FROM sqlite_master WHERE type = 'table'"
+_IDENTITIES: weakref.WeakKeyDictionary[aiosqlite.Connection, Identity] = weakref.WeakKeyDictionary()
+"""What each open connection's file was found to be when it opened (before any write)."""
 _READ_ONLY: weakref.WeakKeyDictionary[aiosqlite.Connection, str] = weakref.WeakKeyDictionary()
 """Connections opened read-only, with ``path: why`` (for the error a write raises)."""
 
@@ -604,12 +608,15 @@ async def _enable_wal(db: aiosqlite.Connection) -> None:
 async def open_connection(path: Path) -> aiosqlite.Connection:
     """Open ``path`` (creating parent folders) in autocommit mode with the stores' pragmas.
 
-    If a pragma fails the connection is closed before the error propagates.
+    The file is identified first (:func:`~stargraph_mem.stores.sqlite_identity.identify`):
+    another program's file, or one of a newer version, is refused before anything is
+    written to it. If a pragma fails the connection is closed before the error propagates.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     db = await _connect(path, isolation_level=None)
     async with closed_on_failure(db.close):
         await db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        _IDENTITIES[db] = await identify(db, path)  # before the first write
         await _enable_wal(db)
         await db.execute("PRAGMA synchronous=NORMAL")
         await db.execute(f"PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT_PAGES}")
@@ -666,7 +673,7 @@ async def open_read_only(path: Path, why: str) -> aiosqlite.Connection:
         async with closed_on_failure(db.close):
             await db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             await db.execute("PRAGMA query_only=ON")
-            await db.execute("SELECT count(*) FROM sqlite_master")
+            _IDENTITIES[db] = await identify(db, path)
     except sqlite3.Error as exc:
         hint = ""
         if _sidecar(path, "-wal").exists() and not _sidecar(path, "-shm").exists():
@@ -702,6 +709,10 @@ class SharedConnection:
         self.read_only_reason: str | None = None
         self.ready: weakref.WeakSet[SQLiteStoreBase] = weakref.WeakSet()
         """The stores whose schema was bootstrapped (or checked) on the open connection."""
+        self.members: list[weakref.ref[SQLiteStoreBase]] = []
+        """The stores that use this connection: whichever one is prepared first checks the
+        tables of all of them for damage (a command that uses one store still refuses a
+        damaged file)."""
 
     def _why(self) -> str | None:
         """Why the next connection opens read-only (``None``: read-write)."""
@@ -749,6 +760,11 @@ class SQLiteStoreBase(AsyncResource):
     """Extra statements run on each new connection, after the shared pragmas."""
     _tables: ClassVar[tuple[str, ...]] = ()
     """The tables a bootstrapped file has; :meth:`health` names those missing, in this order."""
+    _added_later: ClassVar[tuple[str, ...]] = ()
+    """Tables files of older versions may lack (the bootstrap creates them there); a file
+    stamped with this version's layout has them whenever it has the store's others."""
+    _store_name: ClassVar[str] = "store"
+    """How messages name the store (``memory``, ``fact``, ``schedule``)."""
 
     def __init__(
         self,
@@ -763,6 +779,7 @@ class SQLiteStoreBase(AsyncResource):
         """The connection this store uses: its own, or its database's (see
         :class:`SharedConnection`)."""
         self._owned = shared is None
+        self._slot.members.append(weakref.ref(self))
 
     @property
     def location(self) -> str:
@@ -822,13 +839,50 @@ class SQLiteStoreBase(AsyncResource):
             async with closed_on_failure(slot.close_now if opened else _nothing):
                 for pragma in self._pragmas:
                     await db.execute(pragma)
-                why = slot.read_only_reason
-                if why is None:
-                    await self._bootstrap(db)
-                else:
-                    await self._check_schema(db, why)
+                await self._prepare(db)
             slot.ready.add(self)
         return db
+
+    async def _prepare(self, db: aiosqlite.Connection) -> None:
+        """Refuse a damaged schema (of any store on this connection), then bootstrap this
+        store's (or, read-only, check it)."""
+        for member in self._slot.members:
+            store = member()
+            if store is not None:
+                await store._check_intact(db)
+        why = self._slot.read_only_reason
+        if why is None:
+            await self._bootstrap(db)
+        else:
+            await self._check_schema(db, why)
+
+    @property
+    def _stamped(self) -> bool:
+        """Whether the file carried our application id when the connection opened."""
+        db = self._slot.db
+        identity = None if db is None else _IDENTITIES.get(db)
+        return identity is not None and identity.stamped
+
+    async def _required_tables(self, db: aiosqlite.Connection) -> tuple[str, ...]:
+        """The tables the file must have, given that it has some of the store's."""
+        if self._stamped:
+            return (*self._tables, *(t for t in self._added_later if t not in self._tables))
+        return tuple(t for t in self._tables if t not in self._added_later)
+
+    async def _check_intact(self, db: aiosqlite.Connection) -> None:
+        """A store whose tables are partly there is damaged: say which are missing
+        (creating them empty would hide the loss); none there means a new store."""
+        names = {row[0] for row in await fetch(db, _TABLE_NAMES)}
+        if not any(t in names for t in (*self._tables, *self._added_later)):
+            return
+        missing = [t for t in await self._required_tables(db) if t not in names]
+        if missing:
+            raise DamagedDatabaseError(
+                f"{self.path} is damaged: the {self._store_name} store's table(s) "
+                f"{', '.join(missing)} are missing while its other tables are there "
+                "(they are not recreated empty: restore the file from a backup)",
+                missing=missing,
+            )
 
     async def _check_schema(self, db: aiosqlite.Connection, why: str) -> None:
         """A read-only file must hold the store's tables: they cannot be created."""
@@ -862,8 +916,8 @@ class SQLiteStoreBase(AsyncResource):
         async with self._lock:
             if self._db is None or self not in self._slot.ready:
                 await self._ready()
-            elif self.read_only_reason is None:
-                await self._bootstrap(self._db)
+            else:
+                await self._prepare(self._db)
 
     async def health(self) -> StoreHealth:
         """Real figures from a look at the file (reads only); never creates it, never raises.

@@ -73,6 +73,7 @@ from stargraph_mem.stores.sqlite_base import (
     transaction,
 )
 from stargraph_mem.stores.sqlite_base import to_us as to_us  # re-export
+from stargraph_mem.stores.sqlite_identity import stamp
 from stargraph_mem.stores.sqlite_migration import Ledger, apply_plan, check_plan
 
 __all__ = [
@@ -298,11 +299,14 @@ class SQLiteMemoryStore(SQLiteStoreBase):
     """
 
     _tables = (TABLE, "schema_migrations")
+    _added_later = ("quarantine",)
+    _store_name = "memory"
 
     async def _bootstrap(self, db: aiosqlite.Connection) -> None:
         """Create the schema and record the baseline migration (IF NOT EXISTS: idempotent)."""
         baseline = (SCHEMA_VERSION, BASELINE_MIGRATION, self._now_us(), b'{"baseline":true}')
         async with transaction(db):
+            await stamp(db)
             for statement in _SCHEMA:
                 await db.execute(statement)
             await db.execute(_BASELINE_SQL, baseline)

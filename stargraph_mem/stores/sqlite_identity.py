@@ -1,0 +1,149 @@
+"""Whose SQLite file this is, decided before anything is written to it.
+
+A file is ours to initialise when it holds no schema at all (a new or empty file). An
+existing file is ours when its header carries :data:`APPLICATION_ID` (every file this
+version bootstraps gets it, with :data:`FILE_VERSION` in ``PRAGMA user_version``), or,
+for files of older versions, which set neither, when it holds one of our schema markers:
+the memory store's baseline row in ``schema_migrations``, the fact store's
+``schema_version`` in ``fact_store_meta``, or nothing but the scheduler's tables.
+
+Anything else is another program's file: it is refused with
+:class:`~stargraph_mem.errors.ForeignDatabaseError` and left byte for byte as it was (no
+journal mode switch, no table). A file of ours written by a newer version (a higher file
+version, or a newer fact store schema) is refused the same way, with
+:class:`~stargraph_mem.errors.NewerSchemaError`. Only reads run here.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import aiosqlite
+
+from stargraph_mem.errors import ForeignDatabaseError, NewerSchemaError
+
+__all__ = [
+    "APPLICATION_ID",
+    "FACT_SCHEMA_VERSION",
+    "FILE_VERSION",
+    "Identity",
+    "identify",
+    "stamp",
+]
+
+APPLICATION_ID: Final = 0x53474D31
+"""``PRAGMA application_id`` of our files: ``SGM1`` in ASCII."""
+FILE_VERSION: Final = 1
+"""``PRAGMA user_version`` of our files: the layout of the file as a whole. A release whose
+files this one cannot read raises it; a file with a higher one is refused untouched."""
+FACT_SCHEMA_VERSION: Final = 6
+"""The fact store schema this version reads (the fact store's ``SCHEMA_VERSION``; kept
+here because a newer one is refused when the file opens, whichever store opens it)."""
+_BASELINE: Final = "0001_episodes"
+_SCHEDULE_TABLES: Final = frozenset({"rule_runs", "scheduler_lease", "schedule_rules"})
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """What :func:`identify` found: ``new`` (no schema yet: ours to create) and
+    ``stamped`` (the header carries our application id: this version's layout, in which
+    every table of a store that exists is there)."""
+
+    new: bool
+    stamped: bool
+
+
+async def _rows(db: aiosqlite.Connection, sql: str) -> list[Any]:
+    return list(await db.execute_fetchall(sql))
+
+
+async def _first(db: aiosqlite.Connection, sql: str) -> Any:
+    rows = await _rows(db, sql)
+    return rows[0][0] if rows else None
+
+
+async def _quietly(db: aiosqlite.Connection, sql: str) -> Any:
+    """:func:`_first`, or ``None`` when the statement fails (a table that is not ours)."""
+    try:
+        return await _first(db, sql)
+    except sqlite3.OperationalError:
+        return None
+
+
+def foreign(path: Path, why: str) -> ForeignDatabaseError:
+    """``<path> is not a stargraph_mem database (why)``."""
+    return ForeignDatabaseError(f"{path} is not a stargraph_mem database ({why})", path=str(path))
+
+
+def newer(path: Path, what: str, found: int, known: int) -> NewerSchemaError:
+    """The one error for a file written by a newer version."""
+    return NewerSchemaError(
+        f"{path}: {what} {found} is not supported: it was written by a newer stargraph_mem "
+        f"(this version reads up to {known}); upgrade stargraph_mem to open it",
+        path=str(path),
+        schema_version=found,
+    )
+
+
+async def identify(db: aiosqlite.Connection, path: Path) -> Identity:
+    """Decide whether the file open on ``db`` is ours (reads only); raise
+    :class:`ForeignDatabaseError` or :class:`NewerSchemaError` when it is not to be used."""
+    try:
+        app_id = int(await _first(db, "PRAGMA application_id"))
+        names = {str(row[0]) for row in await _rows(db, "SELECT name FROM sqlite_master")}
+        version = int(await _first(db, "PRAGMA user_version"))
+    except sqlite3.DatabaseError as exc:
+        if exc.sqlite_errorcode != sqlite3.SQLITE_NOTADB:
+            raise
+        raise foreign(path, "file is not a database") from exc
+    if app_id == APPLICATION_ID:
+        if version > FILE_VERSION:
+            raise newer(path, "file version", version, FILE_VERSION)
+    elif app_id != 0:
+        raise foreign(path, f"application id {app_id:#010x}, ours is {APPLICATION_ID:#010x}")
+    elif not names:
+        return Identity(new=True, stamped=False)
+    elif not await _has_marker(db, names):
+        shown = ", ".join(sorted(names)[:6]) + (", …" if len(names) > 6 else "")
+        raise foreign(path, f"it holds {shown} and none of stargraph_mem's schema markers")
+    await _check_fact_version(db, path, names)
+    return Identity(new=False, stamped=app_id == APPLICATION_ID)
+
+
+async def _has_marker(db: aiosqlite.Connection, names: set[str]) -> bool:
+    """Whether a file of an older version (no application id) holds one of our markers."""
+    if "fact_store_meta" in names and await _quietly(
+        db, "SELECT 1 FROM fact_store_meta WHERE key = 'schema_version'"
+    ):
+        return True
+    if "schema_migrations" in names and await _quietly(
+        db, f"SELECT 1 FROM schema_migrations WHERE version = 1 AND name = '{_BASELINE}'"
+    ):
+        return True
+    tables = {name for name in names if not name.startswith(("sqlite_", "sqlite_autoindex"))}
+    return tables <= _SCHEDULE_TABLES and any(name in _SCHEDULE_TABLES for name in tables)
+
+
+async def _check_fact_version(db: aiosqlite.Connection, path: Path, names: set[str]) -> None:
+    """Refuse a fact store schema newer than :data:`FACT_SCHEMA_VERSION`."""
+    if "fact_store_meta" not in names:
+        return
+    value = await _quietly(db, "SELECT value FROM fact_store_meta WHERE key = 'schema_version'")
+    try:
+        version = int(value)
+    except (TypeError, ValueError):
+        return  # no version, or not a number: the fact store says so when it opens
+    if version > FACT_SCHEMA_VERSION:
+        raise newer(path, "fact store schema version", version, FACT_SCHEMA_VERSION)
+
+
+async def stamp(db: aiosqlite.Connection) -> None:
+    """Mark the file as ours, at this version's layout (inside the caller's write
+    transaction, which the header change joins)."""
+    if await _first(db, "PRAGMA application_id") != APPLICATION_ID:
+        await db.execute(f"PRAGMA application_id={APPLICATION_ID}")
+    if int(await _first(db, "PRAGMA user_version")) < FILE_VERSION:
+        await db.execute(f"PRAGMA user_version={FILE_VERSION}")
