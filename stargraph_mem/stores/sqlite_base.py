@@ -64,6 +64,9 @@ __all__ = [
 ]
 
 BUSY_TIMEOUT_MS: Final = 30_000
+BUSY_SLICE_MS: Final = 200
+"""A write transaction waits for another connection's lock this long at a time (up to
+:data:`BUSY_TIMEOUT_MS` in all), so that an interrupted wait ends promptly."""
 WAL_AUTOCHECKPOINT_PAGES: Final = 100
 """Checkpoint the write-ahead log once it holds this many pages (SQLite's default: 1000).
 
@@ -274,6 +277,35 @@ class StoreConnection(aiosqlite.Connection):
         finally:
             self._queued -= 1
 
+    async def begin(self) -> None:
+        """``BEGIN IMMEDIATE`` on the connection's thread, waiting for another
+        connection's write lock in slices of :data:`BUSY_SLICE_MS` (the busy timeout in
+        all): a caller that stops waiting (SIGINT cancels its task) ends the wait within
+        one slice, so closing the connection afterwards is not held up by it."""
+        given_up = threading.Event()
+        try:
+            await self._execute(self._begin_in_slices, given_up)
+        except asyncio.CancelledError:
+            given_up.set()
+            raise
+
+    def _begin_in_slices(self, given_up: threading.Event) -> None:
+        """On the connection's thread: ``BEGIN IMMEDIATE`` until it succeeds, the busy
+        timeout has passed, or the caller gave up (the last busy error is raised)."""
+        conn = self._conn
+        deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+        conn.execute(_BUSY_TIMEOUT_PRAGMA.format(BUSY_SLICE_MS))
+        try:
+            while True:
+                try:
+                    conn.execute("BEGIN IMMEDIATE")
+                    return
+                except sqlite3.OperationalError as exc:
+                    if not _is_busy(exc) or given_up.is_set() or time.monotonic() >= deadline:
+                        raise
+        finally:
+            conn.execute(_BUSY_TIMEOUT_PRAGMA.format(BUSY_TIMEOUT_MS))
+
     def defer(self, scope: InlineScope, redo: Redo) -> bool:
         """Leave the open write transaction for ``scope``'s next one to commit (``redo``
         does its work again, should that one fail). False (the caller commits) unless the
@@ -450,7 +482,7 @@ class _Transaction:
                 return db
             db.commit_deferred()  # another scope's: committed before this one begins
         if here(db, run_statement, "BEGIN IMMEDIATE", ()) is NOT_HERE:
-            await db.execute("BEGIN IMMEDIATE")
+            await _begin(db)
         return db
 
     async def __aexit__(
@@ -492,7 +524,7 @@ async def _redone(db: StoreConnection, exc: BaseException | None) -> None:
         return
     scope, redo = held
     try:
-        await db.execute("BEGIN IMMEDIATE")
+        await _begin(db)
         await redo(db)
         await db.execute("COMMIT")
     except Exception as again:
@@ -503,6 +535,14 @@ async def _redone(db: StoreConnection, exc: BaseException | None) -> None:
                 f"({exc!r}) could not be done again: {again}"
             )
         )
+
+
+async def _begin(db: aiosqlite.Connection) -> None:
+    """``BEGIN IMMEDIATE`` on the connection's thread (see :meth:`StoreConnection.begin`)."""
+    if isinstance(db, StoreConnection):
+        await db.begin()
+    else:
+        await db.execute("BEGIN IMMEDIATE")
 
 
 async def _roll_back(db: aiosqlite.Connection) -> None:
