@@ -24,7 +24,7 @@ from datetime import datetime
 from functools import partial
 from pathlib import Path
 from queue import SimpleQueue
-from typing import Any, ClassVar, Final, cast
+from typing import Any, ClassVar, Final, TypeVar, cast
 
 import aiosqlite
 
@@ -35,7 +35,7 @@ from stargraph_mem.stores.lifecycle import AsyncResource, closed_on_failure
 from stargraph_mem.stores.models import StoreHealth
 from stargraph_mem.stores.mounts import network_filesystem_warning
 from stargraph_mem.stores.sql_conn import Insert, Many
-from stargraph_mem.stores.sqlite_identity import Identity, identify
+from stargraph_mem.stores.sqlite_identity import APPLICATION_ID, FILE_VERSION, Identity, identify
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
@@ -59,9 +59,12 @@ __all__ = [
     "run_rows",
     "run_statement",
     "scalar",
+    "stamp",
     "to_us",
     "transaction",
 ]
+
+T = TypeVar("T")
 
 BUSY_TIMEOUT_MS: Final = 30_000
 BUSY_SLICE_MS: Final = 200
@@ -276,6 +279,11 @@ class StoreConnection(aiosqlite.Connection):
             return await super()._execute(fn, *args, **kwargs)  # type: ignore[no-untyped-call]
         finally:
             self._queued -= 1
+
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(connection, *args)`` with the underlying ``sqlite3`` connection, on the
+        connection's thread."""
+        return cast(T, await self._execute(lambda: fn(self._conn, *args)))
 
     async def begin(self) -> None:
         """``BEGIN IMMEDIATE`` on the connection's thread, waiting for another
@@ -656,11 +664,27 @@ async def open_connection(path: Path) -> aiosqlite.Connection:
     db = await _connect(path, isolation_level=None)
     async with closed_on_failure(db.close):
         await db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-        _IDENTITIES[db] = await identify(db, path)  # before the first write
+        await _identify(db, path)  # before the first write
         await _enable_wal(db)
         await db.execute("PRAGMA synchronous=NORMAL")
         await db.execute(f"PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT_PAGES}")
     return db
+
+
+async def _identify(db: aiosqlite.Connection, path: Path) -> None:
+    """Decide whether the file is ours, before anything is written to it (see
+    :mod:`~stargraph_mem.stores.sqlite_identity`); what was found is kept for the stores."""
+    assert isinstance(db, StoreConnection)
+    _IDENTITIES[db] = await db.call(identify, path)
+
+
+async def stamp(db: aiosqlite.Connection) -> None:
+    """Mark the file as ours, at this version's layout (inside the caller's write
+    transaction, which the header change joins)."""
+    if await scalar(db, "PRAGMA application_id") != APPLICATION_ID:
+        await db.execute(f"PRAGMA application_id={APPLICATION_ID}")
+    if int(await scalar(db, "PRAGMA user_version")) < FILE_VERSION:
+        await db.execute(f"PRAGMA user_version={FILE_VERSION}")
 
 
 def _sidecar(path: Path, suffix: str) -> Path:
@@ -713,7 +737,7 @@ async def open_read_only(path: Path, why: str) -> aiosqlite.Connection:
         async with closed_on_failure(db.close):
             await db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             await db.execute("PRAGMA query_only=ON")
-            _IDENTITIES[db] = await identify(db, path)
+            await _identify(db, path)
     except sqlite3.Error as exc:
         hint = ""
         if _sidecar(path, "-wal").exists() and not _sidecar(path, "-shm").exists():
@@ -805,6 +829,19 @@ class SQLiteStoreBase(AsyncResource):
     stamped with this version's layout has them whenever it has the store's others."""
     _store_name: ClassVar[str] = "store"
     """How messages name the store (``memory``, ``fact``, ``schedule``)."""
+    _kinds: ClassVar[list[type[SQLiteStoreBase]]] = []
+    """Every store class with tables: a file is stamped as this version's layout only
+    when each store it holds has all of its tables."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls._tables:
+            SQLiteStoreBase._kinds.append(cls)
+
+    @classmethod
+    def _all_tables(cls) -> tuple[str, ...]:
+        """The tables of this version's layout of the store."""
+        return (*cls._tables, *(t for t in cls._added_later if t not in cls._tables))
 
     def __init__(
         self,
@@ -906,7 +943,7 @@ class SQLiteStoreBase(AsyncResource):
     async def _required_tables(self, db: aiosqlite.Connection) -> tuple[str, ...]:
         """The tables the file must have, given that it has some of the store's."""
         if self._stamped:
-            return (*self._tables, *(t for t in self._added_later if t not in self._tables))
+            return self._all_tables()
         return tuple(t for t in self._tables if t not in self._added_later)
 
     async def _check_intact(self, db: aiosqlite.Connection) -> None:
@@ -931,6 +968,16 @@ class SQLiteStoreBase(AsyncResource):
         if missing:
             action = f"create the missing table(s) {', '.join(missing)}"
             raise read_only_error(f"{self.path}: {why}", action)
+
+    async def _stamp_if_complete(self, db: aiosqlite.Connection) -> None:
+        """Stamp the file (:func:`stamp`) once every store it holds has all of its tables
+        (at the end of a bootstrap transaction)."""
+        names = {row[0] for row in await fetch(db, _TABLE_NAMES)}
+        for kind in self._kinds:
+            tables = kind._all_tables()
+            if any(t in names for t in tables) and not all(t in names for t in tables):
+                return
+        await stamp(db)
 
     @abstractmethod
     async def _bootstrap(self, db: aiosqlite.Connection) -> None:

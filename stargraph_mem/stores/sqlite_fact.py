@@ -103,7 +103,6 @@ from stargraph_mem.stores.sqlite_fact_schema import (
     TABLES,
     stored_version,
 )
-from stargraph_mem.stores.sqlite_identity import stamp
 from stargraph_mem.stores.sqlite_migration import apply_plan, check_plan
 from stargraph_mem.stores.sqlite_schedule import RuleRun, record_runs
 from stargraph_mem.stores.sqlite_search import (
@@ -239,7 +238,6 @@ class SQLiteFactStore(SQLiteStoreBase):
         """Create the schema, or migrate a file of an older version (one transaction either
         way)."""
         async with transaction(db):
-            await stamp(db)
             version = await stored_version(db)
             if version in MIGRATIONS:
                 for statement in MIGRATIONS[version]:
@@ -253,6 +251,7 @@ class SQLiteFactStore(SQLiteStoreBase):
             for statement in SCHEMA:
                 await db.execute(statement)
             await _sweep_indexes_on_demand(db)
+            await self._stamp_if_complete(db)
 
     async def _required_tables(self, db: aiosqlite.Connection) -> tuple[str, ...]:
         """Every table at this version; the tables migrations read at older ones."""

@@ -11,7 +11,8 @@ Anything else is another program's file: it is refused with
 :class:`~stargraph_mem.errors.ForeignDatabaseError` and left byte for byte as it was (no
 journal mode switch, no table). A file of ours written by a newer version (a higher file
 version, or a newer fact store schema) is refused the same way, with
-:class:`~stargraph_mem.errors.NewerSchemaError`. Only reads run here.
+:class:`~stargraph_mem.errors.NewerSchemaError`. Only reads run here, on a plain
+``sqlite3`` connection (the stores run them on their connection's thread).
 """
 
 from __future__ import annotations
@@ -21,8 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-import aiosqlite
-
 from stargraph_mem.errors import ForeignDatabaseError, NewerSchemaError
 
 __all__ = [
@@ -31,7 +30,6 @@ __all__ = [
     "FILE_VERSION",
     "Identity",
     "identify",
-    "stamp",
 ]
 
 APPLICATION_ID: Final = 0x53474D31
@@ -56,19 +54,23 @@ class Identity:
     stamped: bool
 
 
-async def _rows(db: aiosqlite.Connection, sql: str) -> list[Any]:
-    return list(await db.execute_fetchall(sql))
+def _rows(db: sqlite3.Connection, sql: str) -> list[Any]:
+    cursor = db.execute(sql)
+    try:
+        return cursor.fetchall()
+    finally:
+        cursor.close()
 
 
-async def _first(db: aiosqlite.Connection, sql: str) -> Any:
-    rows = await _rows(db, sql)
+def _first(db: sqlite3.Connection, sql: str) -> Any:
+    rows = _rows(db, sql)
     return rows[0][0] if rows else None
 
 
-async def _quietly(db: aiosqlite.Connection, sql: str) -> Any:
+def _quietly(db: sqlite3.Connection, sql: str) -> Any:
     """:func:`_first`, or ``None`` when the statement fails (a table that is not ours)."""
     try:
-        return await _first(db, sql)
+        return _first(db, sql)
     except sqlite3.OperationalError:
         return None
 
@@ -88,13 +90,13 @@ def newer(path: Path, what: str, found: int, known: int) -> NewerSchemaError:
     )
 
 
-async def identify(db: aiosqlite.Connection, path: Path) -> Identity:
+def identify(db: sqlite3.Connection, path: Path) -> Identity:
     """Decide whether the file open on ``db`` is ours (reads only); raise
     :class:`ForeignDatabaseError` or :class:`NewerSchemaError` when it is not to be used."""
     try:
-        app_id = int(await _first(db, "PRAGMA application_id"))
-        names = {str(row[0]) for row in await _rows(db, "SELECT name FROM sqlite_master")}
-        version = int(await _first(db, "PRAGMA user_version"))
+        app_id = int(_first(db, "PRAGMA application_id"))
+        names = {str(row[0]) for row in _rows(db, "SELECT name FROM sqlite_master")}
+        version = int(_first(db, "PRAGMA user_version"))
     except sqlite3.DatabaseError as exc:
         if exc.sqlite_errorcode != sqlite3.SQLITE_NOTADB:
             raise
@@ -106,20 +108,20 @@ async def identify(db: aiosqlite.Connection, path: Path) -> Identity:
         raise foreign(path, f"application id {app_id:#010x}, ours is {APPLICATION_ID:#010x}")
     elif not names:
         return Identity(new=True, stamped=False)
-    elif not await _has_marker(db, names):
+    elif not _has_marker(db, names):
         shown = ", ".join(sorted(names)[:6]) + (", …" if len(names) > 6 else "")
         raise foreign(path, f"it holds {shown} and none of stargraph_mem's schema markers")
-    await _check_fact_version(db, path, names)
+    _check_fact_version(db, path, names)
     return Identity(new=False, stamped=app_id == APPLICATION_ID)
 
 
-async def _has_marker(db: aiosqlite.Connection, names: set[str]) -> bool:
+def _has_marker(db: sqlite3.Connection, names: set[str]) -> bool:
     """Whether a file of an older version (no application id) holds one of our markers."""
-    if "fact_store_meta" in names and await _quietly(
+    if "fact_store_meta" in names and _quietly(
         db, "SELECT 1 FROM fact_store_meta WHERE key = 'schema_version'"
     ):
         return True
-    if "schema_migrations" in names and await _quietly(
+    if "schema_migrations" in names and _quietly(
         db, f"SELECT 1 FROM schema_migrations WHERE version = 1 AND name = '{_BASELINE}'"
     ):
         return True
@@ -127,23 +129,14 @@ async def _has_marker(db: aiosqlite.Connection, names: set[str]) -> bool:
     return tables <= _SCHEDULE_TABLES and any(name in _SCHEDULE_TABLES for name in tables)
 
 
-async def _check_fact_version(db: aiosqlite.Connection, path: Path, names: set[str]) -> None:
+def _check_fact_version(db: sqlite3.Connection, path: Path, names: set[str]) -> None:
     """Refuse a fact store schema newer than :data:`FACT_SCHEMA_VERSION`."""
     if "fact_store_meta" not in names:
         return
-    value = await _quietly(db, "SELECT value FROM fact_store_meta WHERE key = 'schema_version'")
+    value = _quietly(db, "SELECT value FROM fact_store_meta WHERE key = 'schema_version'")
     try:
         version = int(value)
     except (TypeError, ValueError):
         return  # no version, or not a number: the fact store says so when it opens
     if version > FACT_SCHEMA_VERSION:
         raise newer(path, "fact store schema version", version, FACT_SCHEMA_VERSION)
-
-
-async def stamp(db: aiosqlite.Connection) -> None:
-    """Mark the file as ours, at this version's layout (inside the caller's write
-    transaction, which the header change joins)."""
-    if await _first(db, "PRAGMA application_id") != APPLICATION_ID:
-        await db.execute(f"PRAGMA application_id={APPLICATION_ID}")
-    if int(await _first(db, "PRAGMA user_version")) < FILE_VERSION:
-        await db.execute(f"PRAGMA user_version={FILE_VERSION}")

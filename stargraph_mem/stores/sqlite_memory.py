@@ -73,7 +73,6 @@ from stargraph_mem.stores.sqlite_base import (
     transaction,
 )
 from stargraph_mem.stores.sqlite_base import to_us as to_us  # re-export
-from stargraph_mem.stores.sqlite_identity import stamp
 from stargraph_mem.stores.sqlite_migration import Ledger, apply_plan, check_plan
 
 __all__ = [
@@ -306,10 +305,10 @@ class SQLiteMemoryStore(SQLiteStoreBase):
         """Create the schema and record the baseline migration (IF NOT EXISTS: idempotent)."""
         baseline = (SCHEMA_VERSION, BASELINE_MIGRATION, self._now_us(), b'{"baseline":true}')
         async with transaction(db):
-            await stamp(db)
             for statement in _SCHEMA:
                 await db.execute(statement)
             await db.execute(_BASELINE_SQL, baseline)
+            await self._stamp_if_complete(db)
 
     async def _figures(self, db: aiosqlite.Connection) -> dict[str, Any]:
         count = await scalar(db, "SELECT count(*) FROM episodes")

@@ -32,8 +32,13 @@ from stargraph_mem.stores.schedule_runs import (
 )
 from stargraph_mem.stores.schedule_runs import record_runs as record_run_rows
 from stargraph_mem.stores.scope import Partition
-from stargraph_mem.stores.sqlite_base import SQLiteConn, SQLiteStoreBase, fetch, scalar, transaction
-from stargraph_mem.stores.sqlite_identity import stamp
+from stargraph_mem.stores.sqlite_base import (
+    SQLiteConn,
+    SQLiteStoreBase,
+    fetch,
+    scalar,
+    transaction,
+)
 
 __all__ = ["LeaseState", "RuleRun", "RunState", "SQLiteScheduleStore", "record_runs"]
 
@@ -129,8 +134,8 @@ class SQLiteScheduleStore(SQLiteStoreBase):
 
     async def _bootstrap(self, db: aiosqlite.Connection) -> None:
         async with transaction(db):
-            await stamp(db)
             await ensure_schema(db)
+            await self._stamp_if_complete(db)
 
     async def _figures(self, db: aiosqlite.Connection) -> dict[str, Any]:
         return {}
