@@ -149,6 +149,19 @@ class DatabaseUnavailableError(StoreError):
     ``reason`` the driver's first line."""
 
 
+class ForeignDatabaseError(StoreError):
+    """A database file is not one of stargraph_mem's: it was left exactly as it was."""
+
+
+class NewerSchemaError(StoreError):
+    """A database was written by a newer stargraph_mem: refused before anything is written."""
+
+
+class DamagedDatabaseError(StoreError):
+    """Tables of stargraph_mem's are missing from an existing database; they are named,
+    never recreated empty."""
+
+
 class MemoryScopeError(StoreError):
     """A scope is empty/invalid, or disagrees with the episode's own user/session/agent."""
 

@@ -414,6 +414,12 @@ NOT_NULL_FREE = """CREATE TABLE episodes (
 )"""
 """An episodes table as an older (or hand-made) schema could have it: few NOT NULLs, and
 no quarantine table beside it."""
+LEGACY_LEDGER = (
+    "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT UNIQUE NOT NULL, "
+    "applied_at_us INTEGER NOT NULL, plan BLOB NOT NULL)",
+    "INSERT INTO schema_migrations VALUES (1, '0001_episodes', 0, '{\"baseline\":true}')",
+)
+"""The migrations ledger an older version created with its episodes table."""
 
 CORRUPTIONS: list[tuple[str, str, tuple[Any, ...], str]] = [
     (
@@ -477,11 +483,14 @@ async def seeded(path: Path, *, legacy: bool = True) -> None:
     older version left it (``legacy``: no NOT NULL on most columns, no quarantine table)."""
     if legacy:
         execute(path, NOT_NULL_FREE)
+        for statement in LEGACY_LEDGER:
+            execute(path, statement)
     async with SQLiteMemoryStore(path) as store:
         await store.put_many([good(f"e{i}", i) for i in range(6)])
         await store.put_many([good("b0", 10, user="bob"), good("b1", 11, user="bob")])
-    if legacy:
-        execute(path, "DROP TABLE quarantine")
+    if legacy:  # and without the mark of this version's layout
+        for statement in ("DROP TABLE quarantine", "PRAGMA application_id = 0"):
+            execute(path, statement)
 
 
 def corrupt(path: Path, eid: str, assignment: str, params: Sequence[Any]) -> None:

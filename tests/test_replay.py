@@ -14,6 +14,7 @@ from stargraph_mem.authoring.replay import FactChange, FactState, diff_facts, re
 from stargraph_mem.compiler.pack import compile_file
 from stargraph_mem.errors import StoreError
 from stargraph_mem.stores.models import Fact
+from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
 from stargraph_mem.stores.sqlite_memory import SQLiteMemoryStore
 
 PROMOTE = "promote_frequent"
@@ -153,8 +154,14 @@ async def test_missing_or_foreign_database_is_an_error(tmp_path: Path) -> None:
         await replay(tmp_path / "none.db", [compile_file(FREQUENCY)], now=NOW)
     other = tmp_path / "other.db"
     sqlite3.connect(other).execute("CREATE TABLE t (x)").connection.close()
-    with pytest.raises(StoreError, match="no episodes table"):
+    foreign = r"other\.db is not a stargraph_mem database \(it holds t "
+    with pytest.raises(StoreError, match=foreign):
         await replay(other, [compile_file(FREQUENCY)], now=NOW)
+    facts_only = tmp_path / "facts.db"
+    async with SQLiteFactStore(facts_only):
+        pass
+    with pytest.raises(StoreError, match="no episodes table"):
+        await replay(facts_only, [compile_file(FREQUENCY)], now=NOW)
 
 
 def fact(fid: str, predicate: str, obj: str, conf: float = 0.8, rule: str = "r") -> Fact:

@@ -52,6 +52,7 @@ from stargraph_mem.stores.episode_rows import partition_of
 from stargraph_mem.stores.memory import QuarantinedRow
 from stargraph_mem.stores.scope import Partition
 from stargraph_mem.stores.sqlite_fact import fact_from_row, fact_query
+from stargraph_mem.stores.sqlite_identity import identify
 from stargraph_mem.stores.sqlite_memory import scope_filter
 
 __all__ = [
@@ -413,6 +414,7 @@ def _copy(
     and the first selected episode's timestamp."""
     db = sqlite3.connect(readonly_uri(real), uri=True, isolation_level=None)
     try:
+        identify(db, real)  # another program's file, or a newer one, is refused here
         db.execute("ATTACH DATABASE ? AS scratch", (str(scratch),))
         db.execute("PRAGMA scratch.synchronous=OFF")
         tables = _tables(db, "main")

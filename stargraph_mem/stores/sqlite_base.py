@@ -24,17 +24,18 @@ from datetime import datetime
 from functools import partial
 from pathlib import Path
 from queue import SimpleQueue
-from typing import Any, ClassVar, Final, cast
+from typing import Any, ClassVar, Final, TypeVar, cast
 
 import aiosqlite
 
-from stargraph_mem.errors import StoreError
+from stargraph_mem.errors import DamagedDatabaseError, StoreError
 from stargraph_mem.model.time import EPOCH, ONE_US, from_us, to_us, utc_now
 from stargraph_mem.stores.inline import InlineScope, current_scope
 from stargraph_mem.stores.lifecycle import AsyncResource, closed_on_failure
 from stargraph_mem.stores.models import StoreHealth
 from stargraph_mem.stores.mounts import network_filesystem_warning
 from stargraph_mem.stores.sql_conn import Insert, Many
+from stargraph_mem.stores.sqlite_identity import APPLICATION_ID, FILE_VERSION, Identity, identify
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
@@ -58,11 +59,17 @@ __all__ = [
     "run_rows",
     "run_statement",
     "scalar",
+    "stamp",
     "to_us",
     "transaction",
 ]
 
+T = TypeVar("T")
+
 BUSY_TIMEOUT_MS: Final = 30_000
+BUSY_SLICE_MS: Final = 200
+"""A write transaction waits for another connection's lock this long at a time (up to
+:data:`BUSY_TIMEOUT_MS` in all), so that an interrupted wait ends promptly."""
 WAL_AUTOCHECKPOINT_PAGES: Final = 100
 """Checkpoint the write-ahead log once it holds this many pages (SQLite's default: 1000).
 
@@ -273,6 +280,40 @@ class StoreConnection(aiosqlite.Connection):
         finally:
             self._queued -= 1
 
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(connection, *args)`` with the underlying ``sqlite3`` connection, on the
+        connection's thread."""
+        return cast(T, await self._execute(lambda: fn(self._conn, *args)))
+
+    async def begin(self) -> None:
+        """``BEGIN IMMEDIATE`` on the connection's thread, waiting for another
+        connection's write lock in slices of :data:`BUSY_SLICE_MS` (the busy timeout in
+        all): a caller that stops waiting (SIGINT cancels its task) ends the wait within
+        one slice, so closing the connection afterwards is not held up by it."""
+        given_up = threading.Event()
+        try:
+            await self._execute(self._begin_in_slices, given_up)
+        except asyncio.CancelledError:
+            given_up.set()
+            raise
+
+    def _begin_in_slices(self, given_up: threading.Event) -> None:
+        """On the connection's thread: ``BEGIN IMMEDIATE`` until it succeeds, the busy
+        timeout has passed, or the caller gave up (the last busy error is raised)."""
+        conn = self._conn
+        deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+        conn.execute(_BUSY_TIMEOUT_PRAGMA.format(BUSY_SLICE_MS))
+        try:
+            while True:
+                try:
+                    conn.execute("BEGIN IMMEDIATE")
+                    return
+                except sqlite3.OperationalError as exc:
+                    if not _is_busy(exc) or given_up.is_set() or time.monotonic() >= deadline:
+                        raise
+        finally:
+            conn.execute(_BUSY_TIMEOUT_PRAGMA.format(BUSY_TIMEOUT_MS))
+
     def defer(self, scope: InlineScope, redo: Redo) -> bool:
         """Leave the open write transaction for ``scope``'s next one to commit (``redo``
         does its work again, should that one fail). False (the caller commits) unless the
@@ -395,6 +436,9 @@ def _connect(database: str | Path, **kwargs: Any) -> StoreConnection:
     return StoreConnection(connector, f"sqlite {database}", path)
 
 
+_TABLE_NAMES: Final = "SELECT name FROM sqlite_master WHERE type = 'table'"
+_IDENTITIES: weakref.WeakKeyDictionary[aiosqlite.Connection, Identity] = weakref.WeakKeyDictionary()
+"""What each open connection's file was found to be when it opened (before any write)."""
 _READ_ONLY: weakref.WeakKeyDictionary[aiosqlite.Connection, str] = weakref.WeakKeyDictionary()
 """Connections opened read-only, with ``path: why`` (for the error a write raises)."""
 
@@ -446,7 +490,7 @@ class _Transaction:
                 return db
             db.commit_deferred()  # another scope's: committed before this one begins
         if here(db, run_statement, "BEGIN IMMEDIATE", ()) is NOT_HERE:
-            await db.execute("BEGIN IMMEDIATE")
+            await _begin(db)
         return db
 
     async def __aexit__(
@@ -488,7 +532,7 @@ async def _redone(db: StoreConnection, exc: BaseException | None) -> None:
         return
     scope, redo = held
     try:
-        await db.execute("BEGIN IMMEDIATE")
+        await _begin(db)
         await redo(db)
         await db.execute("COMMIT")
     except Exception as again:
@@ -499,6 +543,14 @@ async def _redone(db: StoreConnection, exc: BaseException | None) -> None:
                 f"({exc!r}) could not be done again: {again}"
             )
         )
+
+
+async def _begin(db: aiosqlite.Connection) -> None:
+    """``BEGIN IMMEDIATE`` on the connection's thread (see :meth:`StoreConnection.begin`)."""
+    if isinstance(db, StoreConnection):
+        await db.begin()
+    else:
+        await db.execute("BEGIN IMMEDIATE")
 
 
 async def _roll_back(db: aiosqlite.Connection) -> None:
@@ -604,16 +656,35 @@ async def _enable_wal(db: aiosqlite.Connection) -> None:
 async def open_connection(path: Path) -> aiosqlite.Connection:
     """Open ``path`` (creating parent folders) in autocommit mode with the stores' pragmas.
 
-    If a pragma fails the connection is closed before the error propagates.
+    The file is identified first (:func:`~stargraph_mem.stores.sqlite_identity.identify`):
+    another program's file, or one of a newer version, is refused before anything is
+    written to it. If a pragma fails the connection is closed before the error propagates.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     db = await _connect(path, isolation_level=None)
     async with closed_on_failure(db.close):
         await db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        await _identify(db, path)  # before the first write
         await _enable_wal(db)
         await db.execute("PRAGMA synchronous=NORMAL")
         await db.execute(f"PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT_PAGES}")
     return db
+
+
+async def _identify(db: aiosqlite.Connection, path: Path) -> None:
+    """Decide whether the file is ours, before anything is written to it (see
+    :mod:`~stargraph_mem.stores.sqlite_identity`); what was found is kept for the stores."""
+    assert isinstance(db, StoreConnection)
+    _IDENTITIES[db] = await db.call(identify, path)
+
+
+async def stamp(db: aiosqlite.Connection) -> None:
+    """Mark the file as ours, at this version's layout (inside the caller's write
+    transaction, which the header change joins)."""
+    if await scalar(db, "PRAGMA application_id") != APPLICATION_ID:
+        await db.execute(f"PRAGMA application_id={APPLICATION_ID}")
+    if int(await scalar(db, "PRAGMA user_version")) < FILE_VERSION:
+        await db.execute(f"PRAGMA user_version={FILE_VERSION}")
 
 
 def _sidecar(path: Path, suffix: str) -> Path:
@@ -666,7 +737,7 @@ async def open_read_only(path: Path, why: str) -> aiosqlite.Connection:
         async with closed_on_failure(db.close):
             await db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             await db.execute("PRAGMA query_only=ON")
-            await db.execute("SELECT count(*) FROM sqlite_master")
+            await _identify(db, path)
     except sqlite3.Error as exc:
         hint = ""
         if _sidecar(path, "-wal").exists() and not _sidecar(path, "-shm").exists():
@@ -702,6 +773,10 @@ class SharedConnection:
         self.read_only_reason: str | None = None
         self.ready: weakref.WeakSet[SQLiteStoreBase] = weakref.WeakSet()
         """The stores whose schema was bootstrapped (or checked) on the open connection."""
+        self.members: list[weakref.ref[SQLiteStoreBase]] = []
+        """The stores that use this connection: whichever one is prepared first checks the
+        tables of all of them for damage (a command that uses one store still refuses a
+        damaged file)."""
 
     def _why(self) -> str | None:
         """Why the next connection opens read-only (``None``: read-write)."""
@@ -749,6 +824,24 @@ class SQLiteStoreBase(AsyncResource):
     """Extra statements run on each new connection, after the shared pragmas."""
     _tables: ClassVar[tuple[str, ...]] = ()
     """The tables a bootstrapped file has; :meth:`health` names those missing, in this order."""
+    _added_later: ClassVar[tuple[str, ...]] = ()
+    """Tables files of older versions may lack (the bootstrap creates them there); a file
+    stamped with this version's layout has them whenever it has the store's others."""
+    _store_name: ClassVar[str] = "store"
+    """How messages name the store (``memory``, ``fact``, ``schedule``)."""
+    _kinds: ClassVar[list[type[SQLiteStoreBase]]] = []
+    """Every store class with tables: a file is stamped as this version's layout only
+    when each store it holds has all of its tables."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls._tables:
+            SQLiteStoreBase._kinds.append(cls)
+
+    @classmethod
+    def _all_tables(cls) -> tuple[str, ...]:
+        """The tables of this version's layout of the store."""
+        return (*cls._tables, *(t for t in cls._added_later if t not in cls._tables))
 
     def __init__(
         self,
@@ -763,6 +856,7 @@ class SQLiteStoreBase(AsyncResource):
         """The connection this store uses: its own, or its database's (see
         :class:`SharedConnection`)."""
         self._owned = shared is None
+        self._slot.members.append(weakref.ref(self))
 
     @property
     def location(self) -> str:
@@ -822,13 +916,50 @@ class SQLiteStoreBase(AsyncResource):
             async with closed_on_failure(slot.close_now if opened else _nothing):
                 for pragma in self._pragmas:
                     await db.execute(pragma)
-                why = slot.read_only_reason
-                if why is None:
-                    await self._bootstrap(db)
-                else:
-                    await self._check_schema(db, why)
+                await self._prepare(db)
             slot.ready.add(self)
         return db
+
+    async def _prepare(self, db: aiosqlite.Connection) -> None:
+        """Refuse a damaged schema (of any store on this connection), then bootstrap this
+        store's (or, read-only, check it)."""
+        for member in self._slot.members:
+            store = member()
+            if store is not None:
+                await store._check_intact(db)
+        why = self._slot.read_only_reason
+        if why is None:
+            await self._bootstrap(db)
+        else:
+            await self._check_schema(db, why)
+
+    @property
+    def _stamped(self) -> bool:
+        """Whether the file carried our application id when the connection opened."""
+        db = self._slot.db
+        identity = None if db is None else _IDENTITIES.get(db)
+        return identity is not None and identity.stamped
+
+    async def _required_tables(self, db: aiosqlite.Connection) -> tuple[str, ...]:
+        """The tables the file must have, given that it has some of the store's."""
+        if self._stamped:
+            return self._all_tables()
+        return tuple(t for t in self._tables if t not in self._added_later)
+
+    async def _check_intact(self, db: aiosqlite.Connection) -> None:
+        """A store whose tables are partly there is damaged: say which are missing
+        (creating them empty would hide the loss); none there means a new store."""
+        names = {row[0] for row in await fetch(db, _TABLE_NAMES)}
+        if not any(t in names for t in (*self._tables, *self._added_later)):
+            return
+        missing = [t for t in await self._required_tables(db) if t not in names]
+        if missing:
+            raise DamagedDatabaseError(
+                f"{self.path} is damaged: the {self._store_name} store's table(s) "
+                f"{', '.join(missing)} are missing while its other tables are there "
+                "(they are not recreated empty: restore the file from a backup)",
+                missing=missing,
+            )
 
     async def _check_schema(self, db: aiosqlite.Connection, why: str) -> None:
         """A read-only file must hold the store's tables: they cannot be created."""
@@ -837,6 +968,16 @@ class SQLiteStoreBase(AsyncResource):
         if missing:
             action = f"create the missing table(s) {', '.join(missing)}"
             raise read_only_error(f"{self.path}: {why}", action)
+
+    async def _stamp_if_complete(self, db: aiosqlite.Connection) -> None:
+        """Stamp the file (:func:`stamp`) once every store it holds has all of its tables
+        (at the end of a bootstrap transaction)."""
+        names = {row[0] for row in await fetch(db, _TABLE_NAMES)}
+        for kind in self._kinds:
+            tables = kind._all_tables()
+            if any(t in names for t in tables) and not all(t in names for t in tables):
+                return
+        await stamp(db)
 
     @abstractmethod
     async def _bootstrap(self, db: aiosqlite.Connection) -> None:
@@ -862,8 +1003,8 @@ class SQLiteStoreBase(AsyncResource):
         async with self._lock:
             if self._db is None or self not in self._slot.ready:
                 await self._ready()
-            elif self.read_only_reason is None:
-                await self._bootstrap(self._db)
+            else:
+                await self._prepare(self._db)
 
     async def health(self) -> StoreHealth:
         """Real figures from a look at the file (reads only); never creates it, never raises.

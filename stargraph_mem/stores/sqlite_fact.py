@@ -146,6 +146,7 @@ class SQLiteFactStore(SQLiteStoreBase):
 
     _pragmas = (f"PRAGMA cache_size={CACHE_KIB}",)
     _tables = TABLES
+    _store_name = "fact"
 
     def __init__(
         self,
@@ -251,6 +252,12 @@ class SQLiteFactStore(SQLiteStoreBase):
             for statement in SCHEMA:
                 await db.execute(statement)
             await _sweep_indexes_on_demand(db)
+            await self._stamp_if_complete(db)
+
+    async def _required_tables(self, db: aiosqlite.Connection) -> tuple[str, ...]:
+        """Every table at this version; the tables migrations read at older ones."""
+        version = await stored_version(db)
+        return TABLES if version is None or version >= SCHEMA_VERSION else _OLDEST_TABLES
 
     async def _check_schema(self, db: aiosqlite.Connection, why: str) -> None:
         """A read-only file must hold this version's schema: it cannot be migrated."""
@@ -718,6 +725,8 @@ async def _sweep_indexes_on_demand(db: aiosqlite.Connection) -> None:
         await db.execute(_MARK, (ON_DEMAND_MARK,))
 
 
+_OLDEST_TABLES: Final = ("fact_store_meta", "facts", "lineage", "audit")
+"""The tables a fact store of any older version has (its migrations read them)."""
 _MARKED: Final = "SELECT value FROM fact_store_meta WHERE key = ?"
 _MARK: Final = "INSERT INTO fact_store_meta (key, value) VALUES (?, '1')"
 

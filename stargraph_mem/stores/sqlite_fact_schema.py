@@ -26,6 +26,7 @@ from stargraph_mem.stores.fact_status import (
 from stargraph_mem.stores.pass_time import SQLITE_TABLES as PASS_TIME_TABLES
 from stargraph_mem.stores.sql_conn import Insert, Many
 from stargraph_mem.stores.sqlite_base import fetch, scalar
+from stargraph_mem.stores.sqlite_identity import FACT_SCHEMA_VERSION
 from stargraph_mem.stores.sqlite_migration import Ledger
 from stargraph_mem.stores.sqlite_search import (
     CATCH_UP_TEXT,
@@ -52,8 +53,10 @@ __all__ = [
     "stored_version",
 ]
 
-SCHEMA_VERSION: Final = 6
-"""2: lineage rows share their fact's rowid and name the creating audit row; audit delta
+SCHEMA_VERSION: Final = FACT_SCHEMA_VERSION
+"""The fact store schema this version reads (defined in
+:mod:`~stargraph_mem.stores.sqlite_identity`: a newer one is refused when the file opens).
+2: lineage rows share their fact's rowid and name the creating audit row; audit delta
 ids are indexed for delete and noop deltas only. 3: the full-text index of facts and the
 access table (:mod:`~stargraph_mem.stores.sqlite_search`). 4: the durable aggregates of
 ``over: history`` patterns (:mod:`~stargraph_mem.stores.aggregates`), each fact's newest

@@ -305,6 +305,9 @@ class SQLiteMemoryStore(SQLiteStoreBase):
     """
 
     _tables = (TABLE, "schema_migrations")
+    _added_later = ("quarantine",)
+    _store_name = "memory"
+
     limits: Limits = DEFAULT_LIMITS
     """The size limits every write checks (``open_database(limits=…)`` sets them)."""
 
@@ -327,6 +330,7 @@ class SQLiteMemoryStore(SQLiteStoreBase):
             for statement in _SCHEMA:
                 await db.execute(statement)
             await db.execute(_BASELINE_SQL, baseline)
+            await self._stamp_if_complete(db)
 
     async def _figures(self, db: aiosqlite.Connection) -> dict[str, Any]:
         count = await scalar(db, "SELECT count(*) FROM episodes")
@@ -415,7 +419,8 @@ class SQLiteMemoryStore(SQLiteStoreBase):
     ) -> list[Episode]:
         """Newest first (by UTC time, then insertion); widens as session/agent are omitted.
 
-        The rows returned get ``last_accessed`` = now and ``access_count`` + 1. Rows that
+        The rows returned get ``last_accessed`` = now and ``access_count`` + 1 (not on a
+        file opened read-only: there the read records no access). Rows that
         cannot be decoded are skipped (up to ``limit`` good ones are still returned),
         quarantined, and logged as one warning each (:meth:`recent_checked` returns them).
         """
@@ -433,10 +438,15 @@ class SQLiteMemoryStore(SQLiteStoreBase):
         """
         sql, params = recent_query(user, session, agent, limit)
         now_us = self._now_us()
-        async with self._write() as db:
-            found, bad = await read_recent(_MemoryConn(db), sql, params, limit, "?")
-            await db.executemany(_TOUCH_SQL, [(now_us, seq) for seq, _ in found])
-            quarantined = await self._quarantine(db, bad)
+        async with self._read() as db:
+            if self.read_only_reason is not None:  # the accesses cannot be recorded
+                found, bad = await read_recent(_MemoryConn(db), sql, params, limit, "?")
+                quarantined = await self._quarantine(db, bad)
+                return [episode for _, episode in found], quarantined
+            async with transaction(db):
+                found, bad = await read_recent(_MemoryConn(db), sql, params, limit, "?")
+                await db.executemany(_TOUCH_SQL, [(now_us, seq) for seq, _ in found])
+                quarantined = await self._quarantine(db, bad)
         return [episode for _, episode in found], quarantined
 
     async def since(

@@ -32,7 +32,13 @@ from stargraph_mem.stores.schedule_runs import (
 )
 from stargraph_mem.stores.schedule_runs import record_runs as record_run_rows
 from stargraph_mem.stores.scope import Partition
-from stargraph_mem.stores.sqlite_base import SQLiteConn, SQLiteStoreBase, fetch, scalar, transaction
+from stargraph_mem.stores.sqlite_base import (
+    SQLiteConn,
+    SQLiteStoreBase,
+    fetch,
+    scalar,
+    transaction,
+)
 
 __all__ = ["LeaseState", "RuleRun", "RunState", "SQLiteScheduleStore", "record_runs"]
 
@@ -123,10 +129,13 @@ class SQLiteScheduleStore(SQLiteStoreBase):
     """Run records and the scheduler lease, in the same file as the other stores."""
 
     _tables = TABLES
+    _added_later = ("schedule_rules",)
+    _store_name = "schedule"
 
     async def _bootstrap(self, db: aiosqlite.Connection) -> None:
         async with transaction(db):
             await ensure_schema(db)
+            await self._stamp_if_complete(db)
 
     async def _figures(self, db: aiosqlite.Connection) -> dict[str, Any]:
         return {}
