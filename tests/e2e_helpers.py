@@ -44,8 +44,10 @@ WALL_CLOCK_COLUMNS = {
     "watermarks": ("updated_at_us",),
     "rejections": ("at_us",),
     "schema_migrations": ("applied_at_us",),
+    "rule_runs": ("token",),
 }
-"""Columns stamped from the wall clock (not from the pass time), left out of comparisons."""
+"""Columns stamped from the wall clock (not from the pass time), and a run record's random
+compare-and-set token, left out of comparisons."""
 
 Row = tuple[Any, ...]
 Spoc = tuple[str, str, str, float]

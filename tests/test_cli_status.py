@@ -77,7 +77,14 @@ def test_last_run_after_consolidate_and_sweep_candidates(new_location: Any) -> N
         "fact_lifecycle  decay_unreinforced  cron 0 4 * * * (UTC)  alice  rag    0 facts  "
         "2026-11-09T04:00:00+00:00  2026-11-10T04:00:00+00:00"
     )
-    # status agrees with the scheduler: nothing is due right after the pass
+    # the episode rules found nothing new: a consolidate that changes nothing records no
+    # run (it leaves the stores as they were), so they are due as the scheduler sees them
+    nightly = ("--user", "alice", "--rule", "observe_important")
+    assert status(db, NIGHT8, *nightly)[1].endswith(" (due)")
+    code, out, _ = invoke("run", "--db", db, "--pack", LIFECYCLE, "--once", "--now", NIGHT8)
+    assert (code, out.splitlines()[-1]) == (0, "2 passes run")
+    # status agrees with the scheduler: nothing is due right after the passes
+    assert not status(db, NIGHT8, *nightly)[1].endswith(" (due)")
     code, out, _ = invoke("run", "--db", db, "--pack", LIFECYCLE, "--once", "--now", NIGHT8)
     assert (code, out) == (0, "nothing due\n")
     code, out, _ = invoke("status", "--db", db, "--now", NIGHT8, "--json", *decay)

@@ -477,14 +477,9 @@ async def test_the_mcp_consolidate_tool_names_a_quarantined_partition(
         assert notes[POISON] == [] and all(notes[u] for u in USERS if u != POISON)
 
 
-def test_the_cli_prints_a_quarantined_partition_and_exits_1_after_the_others(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def seeded_with_a_failing_partition(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A SQLite file holding every tenant's episodes, whose POISON partition's pass fails."""
     import asyncio
-
-    from typer.testing import CliRunner
-
-    from stargraph_mem.cli import app
 
     db = tmp_path / "m.db"
 
@@ -494,6 +489,17 @@ def test_the_cli_prints_a_quarantined_partition_and_exits_1_after_the_others(
 
     asyncio.run(seed())
     fail_for(monkeypatch, POISON)
+    return db
+
+
+def test_the_cli_prints_a_quarantined_partition_and_exits_1_after_the_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from stargraph_mem.cli import app
+
+    db = seeded_with_a_failing_partition(tmp_path, monkeypatch)
     result = CliRunner().invoke(
         app, ["consolidate", "--pack", str(DEFAULT), "--db", str(db), "--now", NOW.isoformat()]
     )
@@ -596,20 +602,11 @@ async def test_a_delta_whose_key_would_not_fit_an_index_row_is_refused_by_both_f
 def test_run_once_prints_a_quarantined_partition_and_exits_1_after_the_others(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import asyncio
-
     from typer.testing import CliRunner
 
     from stargraph_mem.cli import app
 
-    db = tmp_path / "m.db"
-
-    async def seed() -> None:
-        async with open_database(db) as database:
-            await database.memory.put_many(tenants("poisoned by the test"))
-
-    asyncio.run(seed())
-    fail_for(monkeypatch, POISON)
+    db = seeded_with_a_failing_partition(tmp_path, monkeypatch)
     args = ["run", "--once", "--pack", str(DEFAULT), "--db", str(db), "--now", NOW.isoformat()]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 1

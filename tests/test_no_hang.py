@@ -17,6 +17,7 @@ import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -281,15 +282,8 @@ asyncio.run(main())
         child.stdin.flush()
         assert child.stdout.readline() == "second put\n"
         time.sleep(0.5)  # the put is waiting for the lock (busy timeout: 30 s)
-        started = time.monotonic()
-        child.send_signal(signal.SIGINT)
-        try:
-            _, err = child.communicate(timeout=LIMIT)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.communicate()
-            pytest.fail(f"the interrupted script did not end within {LIMIT:g} s (it hung)")
-        assert time.monotonic() - started < SIGINT_BOUND
+        err, took = sigint(child)
+        assert took < SIGINT_BOUND
         assert child.returncode in (-signal.SIGINT, 128 + signal.SIGINT)
         assert err.rstrip().endswith("KeyboardInterrupt")
     finally:
@@ -326,6 +320,20 @@ def has_open(pid: int, path: Path) -> bool:
         return False
 
 
+def sigint(child: subprocess.Popen[Any]) -> tuple[Any, float]:
+    """Send SIGINT to ``child`` and wait for its end: its stderr and the seconds from the
+    signal to its end (the test fails if it does not end within LIMIT: it hung)."""
+    started = time.monotonic()
+    child.send_signal(signal.SIGINT)
+    try:
+        _, err = child.communicate(timeout=LIMIT)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.communicate()
+        pytest.fail(f"the interrupted process did not end within {LIMIT:g} s (it hung)")
+    return err, time.monotonic() - started
+
+
 def interrupt_while_locked(tmp_path: Path, db: Path, argv: list[str]) -> tuple[int, str, float]:
     """Hold ``db``'s write lock, start ``argv``, SIGINT it once it waits for the lock;
     returns its exit code, its stderr and the seconds from the signal to its end."""
@@ -342,15 +350,8 @@ def interrupt_while_locked(tmp_path: Path, db: Path, argv: list[str]) -> tuple[i
             time.sleep(0.05)
         time.sleep(1.0)  # it opened the file: it is now waiting for the write lock
         assert child.poll() is None
-        started = time.monotonic()
-        child.send_signal(signal.SIGINT)
-        try:
-            _, err = child.communicate(timeout=LIMIT)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.communicate()
-            pytest.fail(f"the interrupted command did not end within {LIMIT:g} s (it hung)")
-        return child.returncode, err.decode(), time.monotonic() - started
+        err, took = sigint(child)
+        return child.returncode, err if isinstance(err, str) else err.decode(), took
     finally:
         lock.close()
         if child.poll() is None:

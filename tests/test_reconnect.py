@@ -44,6 +44,23 @@ MAX_EPISODES = 100
 MANY, MANY_EACH = 1100, 5
 """Partitions (and episodes each) of the ``consolidate`` command's run: several batches."""
 QUICK = Reconnect(seconds=60, first_delay=0.05, max_delay=0.5)
+
+
+async def consolidated(
+    url: str, outages: list[Outage], worker: str, on_progress: object = None
+) -> None:
+    """A dedup consolidation of ``url`` at NOW that reconnects quickly, its outages noted."""
+    async with Consolidator.open(
+        url,
+        [DEDUP],
+        max_episodes=MAX_EPISODES,
+        worker=worker,  # type: ignore[arg-type]
+        reconnect=QUICK,
+        on_outage=outages.append,
+    ) as mem:
+        await mem.consolidate(now=NOW, progress=on_progress)  # type: ignore[arg-type]
+
+
 WARNING = re.compile(r"^warning: database connection lost \(.+\); reconnected after \d+\.\d s$")
 SCHEDULED = DEDUP.read_text("utf-8").replace('cron: "0 3 * * *"', "every: 2")
 
@@ -146,15 +163,7 @@ def test_a_commit_whose_answer_was_lost_is_not_applied_twice() -> None:
             proxy.trap.set()
 
     async def consolidate(url: str, on_progress: object = None) -> None:
-        async with Consolidator.open(
-            url,
-            [DEDUP],
-            max_episodes=MAX_EPISODES,
-            worker="never",
-            reconnect=QUICK,
-            on_outage=outages.append,
-        ) as mem:
-            await mem.consolidate(now=NOW, progress=on_progress)  # type: ignore[arg-type]
+        await consolidated(url, outages, "never", on_progress)
 
     async def scenario() -> None:
         async with pg_schema() as hit, pg_schema() as calm:
@@ -192,15 +201,7 @@ def test_a_consolidate_with_a_worker_process_survives_its_sessions_being_killed(
             killed.append(killer.kill())
 
     async def consolidate(url: str, on_progress: object = None) -> None:
-        async with Consolidator.open(
-            url,
-            [DEDUP],
-            max_episodes=MAX_EPISODES,
-            worker="always",
-            reconnect=QUICK,
-            on_outage=outages.append,
-        ) as mem:
-            await mem.consolidate(now=NOW, progress=on_progress)  # type: ignore[arg-type]
+        await consolidated(url, outages, "always", on_progress)
 
     async def scenario() -> None:
         async with pg_schema() as hit, pg_schema() as calm:

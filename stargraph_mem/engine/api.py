@@ -395,12 +395,21 @@ class Consolidator(AsyncResource):
     ) -> dict[Partition, Sequence[RuleRun]]:
         """The run records of a ``consolidate`` over ``partitions``: each pass records its
         rules' last run as a scheduler's does (``status`` shows it, and cron clocks run
-        from it), with a compare-and-set on the run tokens read here."""
+        from it), with a compare-and-set on the run tokens read here; only a pass that
+        changes something records them, so a consolidate over nothing new writes nothing."""
         states = await self.schedule_store.runs_of(pack, partitions)
         token = uuid.uuid4().hex
         return {
             p: [
-                RuleRun(pack, rule_id, p, now, token, _token(states.get((rule_id, p.key))))
+                RuleRun(
+                    pack,
+                    rule_id,
+                    p,
+                    now,
+                    token,
+                    _token(states.get((rule_id, p.key))),
+                    if_consumed=True,
+                )
                 for rule_id in rule_ids
             ]
             for p in partitions

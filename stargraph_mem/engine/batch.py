@@ -29,7 +29,7 @@ from stargraph_mem.compiler.pack import CompiledRule
 from stargraph_mem.engine.history import HistoryInput
 from stargraph_mem.engine.inflight import Behind
 from stargraph_mem.engine.pass_clock import resumed_records
-from stargraph_mem.engine.report import LegacyFilter, PassReport
+from stargraph_mem.engine.report import LegacyFilter, PassReport, recorded_runs
 from stargraph_mem.engine.runtime import PassInput, PassOutput
 from stargraph_mem.errors import (
     CompileError,
@@ -310,7 +310,7 @@ class BatchRun:
                 r.deltas,
                 r.advances,
                 r.rejections(),
-                self.runs.get(r.partition, ()),
+                recorded_runs(r, self.runs.get(r.partition, ())),
                 r.aggregates,
             )
             for r in reports

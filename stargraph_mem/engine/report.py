@@ -15,6 +15,7 @@ from stargraph_mem.stores.aggregates import AggregateWrite
 from stargraph_mem.stores.fact import EngineFact, Rejection, WatermarkAdvance
 from stargraph_mem.stores.memory import QuarantinedRow
 from stargraph_mem.stores.pass_time import Deferral, PassTime
+from stargraph_mem.stores.schedule_runs import RuleRun
 from stargraph_mem.stores.scope import Partition
 
 GATED: Final = "salience-gate"
@@ -150,3 +151,23 @@ class LegacyFilter:
 
     sql: str
     rule_id: str
+
+
+def changes(report: PassReport) -> bool:
+    """Whether applying ``report`` changes anything (only such passes record their time:
+    a pass that changes nothing leaves the stores as they were)."""
+    time = report.time
+    return bool(
+        any(report.delta_counts.values())
+        or report.advances
+        or report.rejected
+        or (time is not None and (time.deferred or time.resumed))
+    )
+
+
+def recorded_runs(report: PassReport, runs: Sequence[RuleRun]) -> Sequence[RuleRun]:
+    """The run records the apply of ``report`` writes: those marked ``if_consumed`` only
+    when the pass changes something."""
+    if not runs or changes(report):
+        return runs
+    return [r for r in runs if not r.if_consumed]

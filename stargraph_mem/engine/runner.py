@@ -27,7 +27,7 @@ from stargraph_mem.engine.history import HistoryInput, HistoryRead, load_history
 from stargraph_mem.engine.inflight import Behind
 from stargraph_mem.engine.limits import DEFAULT_MAX_EPISODES
 from stargraph_mem.engine.pass_clock import due, not_yet_due, resumed_records, timed
-from stargraph_mem.engine.report import LegacyFilter, PassReport
+from stargraph_mem.engine.report import LegacyFilter, PassReport, changes, recorded_runs
 from stargraph_mem.engine.runtime import PackRuntime, Stamp
 from stargraph_mem.engine.worker import WorkerProcess
 from stargraph_mem.errors import StalePassError
@@ -663,7 +663,7 @@ class PassRunner:
                 report.deltas,
                 report.advances,
                 report.rejections(),
-                runs,
+                recorded_runs(report, runs),
                 report.aggregates,
             )
             (version,) = await self.facts.apply_passes([write], pack_hash=self.runtime.sha256)
@@ -680,7 +680,7 @@ class PassRunner:
                 pack_hash=self.runtime.sha256,
                 watermarks=report.advances,
                 rejections=report.rejections(),
-                runs=runs,
+                runs=recorded_runs(report, runs),
                 version_of=partition,
                 basis=basis,
                 aggregates=[report.aggregates] if report.aggregates else [],
@@ -711,18 +711,6 @@ class PassRunner:
             if high
             > (marks.get(rules[0].id, 0) if stamp is not None and rules else marks.get(key, 0))
         ]
-
-
-def changes(report: PassReport) -> bool:
-    """Whether applying ``report`` changes anything (only such passes record their time:
-    a pass that changes nothing leaves the stores as they were)."""
-    time = report.time
-    return bool(
-        any(report.delta_counts.values())
-        or report.advances
-        or report.rejected
-        or (time is not None and (time.deferred or time.resumed))
-    )
 
 
 def below(read: CheckedRead, horizon: int) -> CheckedRead:

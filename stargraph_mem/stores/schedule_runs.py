@@ -57,6 +57,9 @@ class RuleRun:
     at: datetime
     token: str
     expect: str = ""
+    if_consumed: bool = False
+    """Recorded only by a pass that changes something (a ``consolidate``'s record: running
+    it again over nothing new leaves the stores exactly as they were)."""
 
 
 @dataclass(frozen=True, slots=True)
