@@ -446,6 +446,7 @@ def test_run_once_and_status_json(db: Path, scored: Path) -> None:
         "last_run": NOW,
         "next_run": None,
         "due": False,
+        "sweep": False,
     }
 
 

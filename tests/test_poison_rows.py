@@ -374,7 +374,7 @@ def test_cli_put_ingest_and_passes_refuse_bad_input_and_write_nothing(tmp_path: 
         ({"timestamp": stamp}, f"timestamp: Value error, timestamp {stamp} {RANGE_TAIL}"),
         ({"metadata": {"n": 2**70}}, "metadata.n is an integer outside the 64-bit range"),
         ({"metadata": {"n": math.nan}}, "metadata.n must be a finite number"),
-        ({"content": "\ud800"}, "Invalid JSON"),
+        ({"content": "\ud800"}, "not valid JSON"),
     ]
     for number, (changes, message) in enumerate(bad_lines):
         jsonl = tmp_path / f"bad{number}.jsonl"

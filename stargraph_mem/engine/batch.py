@@ -57,8 +57,11 @@ FAILURE_CHARS = 500
 
 def whole_run(error: Exception) -> bool:
     """Whether ``error`` concerns the pack or the database as a whole (so it is raised):
-    an invalid pack or rule, or a database that cannot be written."""
+    an invalid pack or rule, a database that cannot be written, or a lost connection (the
+    run reconnects and redoes its work: see :mod:`stargraph_mem.engine.reconnect`)."""
     if isinstance(error, CompileError | IRError | ConsolidationRuleError):
+        return True
+    if isinstance(error, DatabaseUnavailableError):
         return True
     return isinstance(error, StargraphMemError) and "read_only" in error.context
 
