@@ -36,6 +36,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "put": (
         'stargraph-mem put --user alice --session s1 --agent chat "I like tea"',
         "stargraph-mem put --user alice --session s1 --agent chat --meta n=3 hi",
+        "stargraph-mem put --user al --session s --agent a --max-content-bytes 9000 hi",
     ),
     "recent": (
         "stargraph-mem recent --user alice",
@@ -58,6 +59,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "stargraph-mem consolidate --pack rules/default.yaml",
         "stargraph-mem consolidate --pack rules/default.yaml --dry-run --trace",
         "stargraph-mem consolidate --pack rules/default.yaml --now 2030-01-01T03:00Z",
+        "stargraph-mem consolidate --pack rules/default.yaml --reconnect-seconds 120",
+        "stargraph-mem consolidate --pack rules/default.yaml --max-fact-bytes 131072",
     ),
     "facts": (
         "stargraph-mem facts --user alice",
@@ -73,6 +76,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "ingest": (
         "stargraph-mem ingest episodes.jsonl",
         "stargraph-mem ingest --max-errors 5 episodes.jsonl",
+        "stargraph-mem ingest --skip-invalid --rejects rejects.jsonl episodes.jsonl",
     ),
     "new": ("stargraph-mem new rules/my_pack",),
     "test": (
@@ -82,8 +86,12 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "run": (
         "stargraph-mem run --pack rules/default.yaml",
         "stargraph-mem run --pack rules/default.yaml --once --json",
+        "stargraph-mem run --pack rules/default.yaml --once --reconnect-seconds 120",
     ),
-    "status": ("stargraph-mem status --pack rules/default.yaml",),
+    "status": (
+        "stargraph-mem status --pack rules/default.yaml",
+        "stargraph-mem status --user alice --rule add_note",
+    ),
     "mcp": ("stargraph-mem mcp --pack rules/default.yaml --db memory.db",),
     "replay": (
         "stargraph-mem replay --pack rules/default.yaml",
