@@ -653,9 +653,9 @@ def schema(
     readme: Annotated[
         Path,
         typer.Option(
-            "--readme", help="README whose operator table is regenerated.", dir_okay=False
+            "--readme", help="Page whose operator table is regenerated.", dir_okay=False
         ),
-    ] = Path("README.md"),
+    ] = Path("docs/rule-packs.md"),
     path: Annotated[
         SchemaKind | None,
         typer.Option(
@@ -666,7 +666,7 @@ def schema(
     ] = None,
 ) -> None:
     """Write (or --check) the JSON Schemas of rule packs, pack test files and episode
-    lines, and the README's operator table."""
+    lines, and the rule-pack reference's operator table (docs/rule-packs.md)."""
     from stargraph_mem.authoring.schemas import check_schemas, schema_path, write_schemas
 
     if path is not None:
@@ -691,7 +691,7 @@ def schema(
 
 
 def _readme_table(readme: Path, *, write: bool) -> bool:
-    """Whether the README's operator table differs from the operator table (rewrite it)."""
+    """Whether the page's operator table differs from the operator table (rewrite it)."""
     if not readme.is_file():
         typer.echo(f"{printable(str(readme))}: not found; operator table skipped", err=True)
         return False

@@ -1,4 +1,4 @@
-"""Run a README section's Python example verbatim and compare what it prints."""
+"""Run a documentation section's Python example verbatim and compare what it prints."""
 
 from __future__ import annotations
 
@@ -8,12 +8,24 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+
+
+def docs_page(marker: str) -> str:
+    """The text of the one documentation page that holds ``marker``."""
+    found = [
+        page.read_text(encoding="utf-8")
+        for page in sorted(DOCS.rglob("*.md"))
+        if marker in page.read_text(encoding="utf-8")
+    ]
+    assert len(found) == 1, f"{len(found)} pages of docs/ hold {marker!r}"
+    return found[0]
 
 
 def readme_section_example(heading: str) -> tuple[str, str]:
     """The first ``python`` block of the README's ``## heading`` section, and the output
     shown after it (the block that follows ``prints``)."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    text = docs_page(f"\n## {heading}\n")
     section = text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
     code = section.split("```python\n", 1)[1].split("```\n", 1)[0]
     output = section.split("prints\n\n```\n", 1)[1].split("```\n", 1)[0]
@@ -21,9 +33,9 @@ def readme_section_example(heading: str) -> tuple[str, str]:
 
 
 def readme_example_after(marker: str) -> tuple[str, str]:
-    """The first ``python`` block after ``marker`` in the README, and the output shown
+    """The first ``python`` block after ``marker`` in the documentation, and the output shown
     after it (the block that follows ``prints``)."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8").split(marker, 1)[1]
+    text = docs_page(marker).split(marker, 1)[1]
     code = text.split("```python\n", 1)[1].split("```\n", 1)[0]
     output = text.split("prints\n\n```\n", 1)[1].split("```\n", 1)[0]
     return code, output
@@ -48,8 +60,8 @@ def run_example(
 
 
 def readme_transcript(marker: str) -> list[tuple[list[str], str]]:
-    """The ``$ command`` / output pairs of the README's first shell block after ``marker``."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    """The ``$ command`` / output pairs of the documentation's first shell block after ``marker``."""
+    text = docs_page(marker)
     block = text.split(marker, 1)[1].split("```\n", 1)[1].split("```\n", 1)[0]
     steps: list[tuple[list[str], str]] = []
     command = ""
@@ -66,8 +78,8 @@ def readme_transcript(marker: str) -> list[tuple[list[str], str]]:
 
 
 def check_transcript(marker: str, count: int) -> None:
-    """Run the README's shell block after ``marker`` (``count`` commands, each
-    ``stargraph-mem ...``) in the working directory; each must print what the README shows."""
+    """Run the documentation's shell block after ``marker`` (``count`` commands, each
+    ``stargraph-mem ...``) in the working directory; each must print what the page shows."""
     from typer.testing import CliRunner
 
     from stargraph_mem.cli import app

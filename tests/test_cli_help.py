@@ -129,12 +129,13 @@ EPISODES = [
 
 @pytest.fixture(scope="module")
 def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A working directory: the shipped packs, the schemas, the README, an episodes file,
-    and memory.db with facts of alice."""
+    """A working directory: the shipped packs, the schemas, the operator table's page, an
+    episodes file, and memory.db with facts of alice."""
     root = tmp_path_factory.mktemp("template")
     shutil.copytree(ROOT / "rules", root / "rules")
     shutil.copytree(ROOT / "ir_schemas", root / "ir_schemas")
-    shutil.copy(ROOT / "README.md", root / "README.md")
+    (root / "docs").mkdir()
+    shutil.copy(ROOT / "docs" / "rule-packs.md", root / "docs" / "rule-packs.md")
     lines = [json.dumps(e) for e in EPISODES]
     (root / "episodes.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     db = str(root / "memory.db")

@@ -90,7 +90,7 @@ def test_new_help() -> None:
 
 def readme_session() -> list[tuple[str, str]]:
     """The README's ``$ stargraph-mem new my_pack`` block: (command, expected output)."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "authoring.md").read_text(encoding="utf-8")
     block = re.search(r"```\n(\$ stargraph-mem new my_pack\n.*?)```", text, re.DOTALL)
     assert block is not None
     steps: list[tuple[str, str]] = []

@@ -241,6 +241,6 @@ def test_readme_night_with_bad_lines_runs_verbatim(
         shutil.copy(ROOT / name, tmp_path / name)
     monkeypatch.chdir(tmp_path)
     check_transcript("an id used twice; the good lines go in", 4)
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    readme = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
     shown = readme.split("`rejects.jsonl` then holds:\n\n```\n", 1)[1].split("```\n", 1)[0]
     assert (tmp_path / "rejects.jsonl").read_text(encoding="utf-8") == shown

@@ -213,7 +213,7 @@ def test_the_readme_database_commands_on_postgresql_and_back(tmp_path: Path) -> 
     from backends import PG_URL, pg_schema
 
     runner = CliRunner()
-    readme = (ROOT / "README.md").read_text("utf-8")
+    readme = (ROOT / "docs" / "integrations.md").read_text("utf-8")
     section = readme.split("\n## Databases: SQLite or PostgreSQL\n", 1)[1]
     commands = section.split("```\n", 2)[1].splitlines()
     assert commands[0] == "pip install -e '.[postgres]'"

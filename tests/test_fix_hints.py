@@ -155,8 +155,8 @@ def test_an_unused_bind_says_to_use_it_or_drop_it(tmp_path: Path) -> None:
 
 def test_the_readme_count_snippet_binds_nothing_unused(tmp_path: Path) -> None:
     """The ``over: history`` snippet of the README, in a pack, validates as it stands."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text.split("### Evidence across passes\n", 1)[1]
+    text = (ROOT / "docs" / "rule-packs.md").read_text(encoding="utf-8")
+    section = text.split("## Evidence across passes\n", 1)[1]
     snippet = section.split("```yaml\n", 1)[1].split("```\n", 1)[0]
     items = "".join(f"      {line}\n" for line in snippet.splitlines())
     pack = PACK.replace("      - not: {subject: {var: s}, predicate: {var: p}}\n", items, 1)

@@ -751,7 +751,7 @@ def test_a_graph_runs_synchronously_on_a_sync_store(sync_store: StargraphStore) 
 
 def readme_blocks() -> list[str]:
     """The Python blocks of the README's "LangGraph store" section, in order."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "integrations.md").read_text(encoding="utf-8")
     section = text.split("\n## LangGraph store\n", 1)[1].split("\n## ", 1)[0]
     return re.findall(r"```python\n(.*?)```", section, flags=re.S)
 

@@ -334,8 +334,8 @@ def test_a_payload_key_not_declared_takes_a_template() -> None:
 
 def readme_lifecycle_pack() -> str:
     """The YAML example of the README's lifecycle section."""
-    text = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
-    section = text.split("### Fact lifecycle in rules\n", 1)[1]
+    text = (Path(__file__).parent.parent / "docs" / "rule-packs.md").read_text(encoding="utf-8")
+    section = text.split("## Fact lifecycle in rules\n", 1)[1]
     return section.split("```yaml\n", 1)[1].split("```\n", 1)[0]
 
 

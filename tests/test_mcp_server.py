@@ -511,7 +511,7 @@ def test_mcp_help_loads_neither_the_sdk_nor_the_engine() -> None:
 
 
 def readme_section() -> str:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    readme = (ROOT / "docs" / "integrations.md").read_text(encoding="utf-8")
     return readme.split("\n## MCP server\n", 1)[1].split("\n## ", 1)[0]
 
 
