@@ -242,5 +242,5 @@ def test_readme_night_with_bad_lines_runs_verbatim(
     monkeypatch.chdir(tmp_path)
     check_transcript("an id used twice; the good lines go in", 4)
     readme = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
-    shown = readme.split("`rejects.jsonl` then holds:\n\n```\n", 1)[1].split("```\n", 1)[0]
+    shown = readme.split("`rejects.jsonl` then holds:\n\n```text\n", 1)[1].split("```\n", 1)[0]
     assert (tmp_path / "rejects.jsonl").read_text(encoding="utf-8") == shown
