@@ -652,9 +652,7 @@ def schema(
     ] = SCHEMA_DIR,
     readme: Annotated[
         Path,
-        typer.Option(
-            "--readme", help="Page whose operator table is regenerated.", dir_okay=False
-        ),
+        typer.Option("--readme", help="Page whose operator table is regenerated.", dir_okay=False),
     ] = Path("docs/rule-packs.md"),
     path: Annotated[
         SchemaKind | None,

@@ -60,7 +60,8 @@ def run_example(
 
 
 def readme_transcript(marker: str) -> list[tuple[list[str], str]]:
-    """The ``$ command`` / output pairs of the documentation's first shell block after ``marker``."""
+    """The ``$ command`` / output pairs of the documentation's first shell block after
+    ``marker``."""
     text = docs_page(marker)
     block = text.split(marker, 1)[1].split("```\n", 1)[1].split("```\n", 1)[0]
     steps: list[tuple[list[str], str]] = []
