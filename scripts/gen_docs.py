@@ -41,7 +41,7 @@ def _help(args: list[str]) -> str:
     """What ``stargraph-mem ARGS --help`` prints, at a fixed width."""
     from stargraph_mem.cli import app
 
-    env = {"COLUMNS": WIDTH, "TERMINAL_WIDTH": WIDTH, "NO_COLOR": "1", "STARGRAPH_MEM_DB": None}
+    env = {"COLUMNS": WIDTH, "NO_COLOR": "1", "STARGRAPH_MEM_DB": None}
     result = CliRunner().invoke(app, [*args, "--help"], env=env, prog_name="stargraph-mem")
     if result.exit_code != 0:
         raise RuntimeError(f"stargraph-mem {' '.join(args)} --help failed: {result.output}")
