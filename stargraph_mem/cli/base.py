@@ -31,11 +31,7 @@ from typer.core import TyperGroup
 
 from stargraph_mem.cli.help import HelpTyper, examples_epilog, readable_params
 from stargraph_mem.errors import IRIssue, StargraphMemError, describe
-from stargraph_mem.model.limits import (
-    LIMIT_MAX,
-    TEMPLATE_CHARS_MAX,
-    Limits,
-)
+from stargraph_mem.model.limits import LIMIT_MAX, TEMPLATE_CHARS_MAX, Limits
 from stargraph_mem.model.time import NaiveTimestampError, parse_iso, utc_now
 
 if TYPE_CHECKING:

@@ -26,10 +26,7 @@ from stargraph_mem.cli.base import (
     reconnecting,
     run,
 )
-from stargraph_mem.model.limits import (
-    DEFAULT_FACT_BYTES,
-    Limits,
-)
+from stargraph_mem.model.limits import DEFAULT_FACT_BYTES, Limits
 
 if TYPE_CHECKING:
     from stargraph_mem.cli.authoring import Extras

@@ -35,11 +35,7 @@ from stargraph_mem.cli.base import (
     using_store,
 )
 from stargraph_mem.model.canonical import default_episode_id
-from stargraph_mem.model.limits import (
-    DEFAULT_CONTENT_BYTES,
-    DEFAULT_METADATA_BYTES,
-    Limits,
-)
+from stargraph_mem.model.limits import DEFAULT_CONTENT_BYTES, DEFAULT_METADATA_BYTES, Limits
 
 if TYPE_CHECKING:
     from stargraph_mem.model.episodes import Episode
