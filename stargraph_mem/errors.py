@@ -260,3 +260,18 @@ class LimitError(StoreError):
     """A value is larger than a size limit allows: an episode's content, metadata or scope
     key at a store's door (``episode_id``, ``limit``, ``size``, ``maximum`` in the
     context, and the line under ``ingest``)."""
+
+
+def describe(exc: Exception) -> str:
+    """One line for a known error, as commands and ingest reports show it: a pydantic
+    validation error as ``field: message; …``, any other as its message on one line."""
+    from pydantic import ValidationError
+
+    if isinstance(exc, ValidationError):
+        text = "; ".join(
+            f"{'.'.join(str(part) for part in error['loc']) or exc.title}: {error['msg']}"
+            for error in exc.errors()
+        )
+    else:
+        text = str(exc)
+    return " ".join(text.splitlines())

@@ -15,7 +15,7 @@ import typer
 from typer.testing import CliRunner
 
 from stargraph_mem.cli import app
-from stargraph_mem.cli_help import EXAMPLES, reflow
+from stargraph_mem.cli.help import EXAMPLES, reflow
 
 ROOT = Path(__file__).resolve().parents[1]
 _GROUP = typer.main.get_command(app)

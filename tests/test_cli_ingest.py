@@ -18,8 +18,8 @@ import pytest
 from test_cli_progress import run_with_tty_stderr
 from typer.testing import CliRunner, Result
 
-from stargraph_mem import cli
 from stargraph_mem.cli import app
+from stargraph_mem.engine import ingest
 from stargraph_mem.errors import DuplicateEpisodeError, LimitError
 from stargraph_mem.model.episodes import Episode
 from stargraph_mem.stores.sqlite_memory import SQLiteMemoryStore
@@ -60,7 +60,7 @@ def stored(db: Path) -> list[tuple[str, str]]:
 @pytest.fixture
 def small_chunks(monkeypatch: pytest.MonkeyPatch) -> int:
     """Chunks of 10 lines, so a few dozen lines make a multi-chunk input."""
-    monkeypatch.setattr(cli, "INGEST_CHUNK", 10)
+    monkeypatch.setattr(ingest, "INGEST_CHUNK", 10)
     return 10
 
 
@@ -323,7 +323,7 @@ def test_a_named_pipe(tmp_path: Path) -> None:
 def test_real_chunks_bad_line_at_the_end(tmp_path: Path) -> None:
     """Three chunks of the real size; the repeat at the end names a line of the first."""
     data, db = tmp_path / "eps.jsonl", tmp_path / "m.db"
-    n = 2 * cli.INGEST_CHUNK + 10
+    n = 2 * ingest.INGEST_CHUNK + 10
     rows = [episode(i) for i in range(n)]
     data.write_text(jsonl([*rows, episode(7, "late change")]), encoding="utf-8")
     result = invoke("ingest", str(data), "--db", str(db))

@@ -74,24 +74,6 @@ def test_info_table() -> None:
     assert len(lines) == 8
 
 
-def test_schema_check_and_drift(tmp_path: Path) -> None:
-    code, out, _ = invoke("schema", "--dir", str(tmp_path))
-    assert code == 0
-    names = ("rule_pack.v1.json", "pack_tests.v1.json", "episode.v1.json")
-    assert out == "".join(f"wrote {tmp_path / name}\n" for name in names)
-    code, out, _ = invoke("schema", "--check", "--dir", str(tmp_path))
-    assert (code, out) == (0, f"schemas up to date in {tmp_path}\n")
-    (tmp_path / "rule_pack.v1.json").write_text("{}", encoding="utf-8")
-    code, _, err = invoke("schema", "--check", "--dir", str(tmp_path))
-    assert code == 1
-    assert err.splitlines()[0] == f"{tmp_path / 'rule_pack.v1.json'}: out of date"
-
-
-def test_committed_schemas_are_current() -> None:
-    code, _, _ = invoke("schema", "--check", "--dir", str(ROOT / "ir_schemas"))
-    assert code == 0
-
-
 def write_jsonl(path: Path, rows: list[dict[str, object]]) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
 

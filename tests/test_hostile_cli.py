@@ -26,7 +26,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from stargraph_mem.cli import app, printable
+from stargraph_mem.cli import app
+from stargraph_mem.cli.base import printable
 from stargraph_mem.compiler import compile_file
 from stargraph_mem.engine.api import Consolidator
 from stargraph_mem.errors import StoreError
@@ -313,7 +314,7 @@ SCOPE = ["--user", "alice", "--session", "s1", "--agent", "a1"]
         (["lint", BAD], "PACKS"),
         (["test", str(DEFAULT), BAD], "TESTS"),
         (["ingest", BAD], "FILE"),
-        (["schema", "--dir", BAD], "--dir"),
+        (["schema", "--path", BAD], "--path"),
     ],
 )
 def test_arguments_that_are_not_utf8_are_usage_errors(

@@ -85,7 +85,7 @@ def test_select_compiler_refuses_an_operator_it_does_not_know(
 
 def test_readme_operator_table_matches_the_specification() -> None:
     readme = (Path(__file__).parent.parent / "docs" / "rule-packs.md").read_text(encoding="utf-8")
-    assert markdown_table() in readme, "run `stargraph-mem schema` to regenerate the README table"
+    assert markdown_table() in readme, "run `python scripts/gen_docs.py` to regenerate the table"
 
 
 def test_bare_flag_names_are_ambiguous() -> None:

@@ -21,8 +21,8 @@ from jsonschema import Draft202012Validator
 
 from stargraph_mem.authoring.packtest import load_tests_text
 from stargraph_mem.authoring.schemas import FILES
-from stargraph_mem.cli import episode_line
 from stargraph_mem.compiler.pack import validate_file
+from stargraph_mem.engine.ingest import episode_line
 from stargraph_mem.errors import IRError
 from stargraph_mem.ir.loader import parse_yaml
 

@@ -4,6 +4,8 @@ template pattern is the template parser's, and the installed copy is the checked
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -110,6 +112,36 @@ def test_packaged_copy_is_preferred(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert schemas.schema_path("tests") == package / schemas.PACKAGED / "pack_tests.v1.json"
 
 
+def script(*args: str) -> tuple[int, str, str]:
+    """Run ``scripts/schemas.py`` (the maintainers' tool) from the repository."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "schemas.py"), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    return done.returncode, done.stdout, done.stderr
+
+
+def test_schema_check_and_drift(tmp_path: Path) -> None:
+    code, out, _ = script("--dir", str(tmp_path))
+    assert code == 0
+    names = ("rule_pack.v1.json", "pack_tests.v1.json", "episode.v1.json")
+    assert out == "".join(f"wrote {tmp_path / name}\n" for name in names)
+    code, out, _ = script("--check", "--dir", str(tmp_path))
+    assert (code, out) == (0, f"schemas up to date in {tmp_path}\n")
+    (tmp_path / "rule_pack.v1.json").write_text("{}", encoding="utf-8")
+    code, _, err = script("--check", "--dir", str(tmp_path))
+    assert code == 1
+    assert err.splitlines()[0] == f"{tmp_path / 'rule_pack.v1.json'}: out of date"
+
+
+def test_committed_schemas_are_current() -> None:
+    code, _, _ = script("--check", "--dir", str(ROOT / "ir_schemas"))
+    assert code == 0
+
+
 @pytest.mark.parametrize("kind", ["pack", "tests", "episode"])
 def test_schema_path_prints_the_installed_file(kind: str) -> None:
     result = runner.invoke(app, ["schema", "--path", kind])
@@ -131,3 +163,14 @@ def test_shipped_yaml_names_its_schema(path: Path) -> None:
     assert first.startswith("# yaml-language-server: $schema=")
     target = (path.parent / first.split("=", 1)[1]).resolve()
     assert target == ROOT / "ir_schemas" / schemas.FILES[kind]
+
+
+def test_the_command_writes_nothing_in_a_users_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "README.md").write_text("# my project\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["schema"])
+    assert result.exit_code == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["README.md"]
+    assert (tmp_path / "README.md").read_text(encoding="utf-8") == "# my project\n"

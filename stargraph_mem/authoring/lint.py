@@ -37,7 +37,7 @@ from stargraph_mem.ir.checks import (
     parse_template,
     pattern_of,
 )
-from stargraph_mem.ir.loader import PathKey, SourceMap, load_pack_file
+from stargraph_mem.ir.loader import load_pack_file
 from stargraph_mem.ir.models import (
     EPISODE_BUILTINS,
     Condition,
@@ -51,6 +51,7 @@ from stargraph_mem.ir.models import (
 )
 from stargraph_mem.ir.operators import OPERATORS, unknown_operator
 from stargraph_mem.ir.reference import passes
+from stargraph_mem.ir.source_map import PathKey, SourceMap
 from stargraph_mem.model.cadence import trigger_text
 from stargraph_mem.stores.models import Cadence
 

@@ -51,14 +51,9 @@ from stargraph_mem.engine.api import Consolidator
 from stargraph_mem.engine.report import PassReport
 from stargraph_mem.engine.runtime import RejectedEpisode
 from stargraph_mem.errors import IRError
-from stargraph_mem.ir.loader import (
-    PathKey,
-    SourceMap,
-    parse_yaml,
-    read_document,
-    validate_document,
-)
+from stargraph_mem.ir.loader import parse_yaml, read_document, validate_document
 from stargraph_mem.ir.models import Duration
+from stargraph_mem.ir.source_map import PathKey, SourceMap
 from stargraph_mem.model.base import Identifier, ScopePart
 from stargraph_mem.model.deltas import (
     AddDelta,

@@ -14,8 +14,8 @@ have no ``$id``: a schema is named by its path, every ``$ref`` is local
 file by a first line such as ``# yaml-language-server: $schema=../ir_schemas/rule_pack.v1.json``
 (a path relative to the YAML file).
 
-The models load when a schema is generated, not on import: the CLI reads
-:data:`SCHEMA_DIR` at start-up.
+The models load when a schema is generated, not on import: ``stargraph-mem schema --path``
+imports this module and starts fast.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ import orjson
 Schema = dict[str, Any]
 
 SCHEMA_DIR = Path("ir_schemas")
-"""Where ``stargraph-mem schema`` writes (relative to the working directory)."""
+"""Where :func:`write_schemas` and :func:`check_schemas` look by default (relative to the
+working directory; ``scripts/schemas.py`` passes the repository's)."""
 FILES = {
     "pack": "rule_pack.v1.json",  # ir_version 1 (tests/test_schemas.py checks IR_VERSION)
     "tests": "pack_tests.v1.json",

@@ -25,14 +25,9 @@ from stargraph_mem.compiler.generator import (
 from stargraph_mem.compiler.select_sql import SelectSQL, compile_select
 from stargraph_mem.errors import CompileError, IRError, IRIssue
 from stargraph_mem.ir.checks import Analysis, RuleInfo, check_or_raise, pattern_of
-from stargraph_mem.ir.loader import (
-    PathKey,
-    SourceMap,
-    format_path,
-    load_pack_file,
-    load_pack_text,
-)
+from stargraph_mem.ir.loader import load_pack_file, load_pack_text
 from stargraph_mem.ir.models import IR_VERSION, FieldType, RulePack
+from stargraph_mem.ir.source_map import PathKey, SourceMap, format_path
 from stargraph_mem.model.cadence import Cadence
 from stargraph_mem.model.canonical import canonical_json
 

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
+from multiprocessing.connection import Connection
+from typing import Any
 
 from stargraph_mem.engine.report import PassReport
 from stargraph_mem.engine.runner import PassRunner, WorkerPass, WorkerSetup
 from stargraph_mem.engine.runtime import PackRuntime
+from stargraph_mem.engine.worker import STOP
+from stargraph_mem.errors import EngineError
 from stargraph_mem.stores.database import open_database
 from stargraph_mem.stores.protocols import Database
 
@@ -71,3 +75,36 @@ class PassServer:
     def close(self) -> None:
         self.loop.run_until_complete(self._close())
         self.loop.close()
+
+
+def serve(requests: Connection, replies: Connection) -> None:
+    """The child's loop: hand each request to the pass server until told to stop."""
+    server = PassServer()
+    try:
+        while True:
+            try:
+                message = requests.recv()
+            except EOFError:
+                return
+            if message is STOP:
+                return
+            try:
+                reply: tuple[str, Any] = ("ok", server.handle(message))
+            except Exception as exc:  # every failure goes back to the parent
+                reply = ("error", exc)
+            try:
+                replies.send(reply)
+            except BrokenPipeError:
+                return
+            except Exception as exc:  # an exception that does not pickle
+                replies.send(("error", EngineError(f"{type(exc).__name__}: {exc}")))
+    finally:
+        server.close()
+
+
+def main(argv: list[str]) -> int:
+    """The child process's program: serve the pipes whose descriptors ``argv`` holds."""
+    requests = Connection(int(argv[0]), writable=False)
+    replies = Connection(int(argv[1]), readable=False)
+    serve(requests, replies)
+    return 0

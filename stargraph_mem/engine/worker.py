@@ -6,8 +6,8 @@ so overlapping them gains little. With a worker, the child reads episodes, runs 
 and builds the deltas of pass k+1 while the parent commits pass k
 (see :meth:`~stargraph_mem.engine.runner.PassRunner.run`).
 
-The child runs :func:`main` with two pipe descriptors: the pipes carry
-pickled requests and replies. It is not started through ``multiprocessing``, so the
+The child runs :func:`stargraph_mem.engine.remote.main` with two pipe descriptors: the
+pipes carry pickled requests and replies. It is not started through ``multiprocessing``, so the
 parent's ``__main__`` module is never imported again in the child. It runs in its own
 session (a terminal's Ctrl-C goes to the parent, which decides what to do with the pass in
 hand) and exits when the parent closes its end of the request pipe, including when the
@@ -27,10 +27,11 @@ from typing import Any
 
 from stargraph_mem.errors import EngineError
 
-_STOP = None
+STOP = None
 """The request that tells the child to exit."""
-_CHILD = "import sys; from stargraph_mem.engine.worker import main; sys.exit(main(sys.argv[1:]))"
-"""The child's program (not ``-m``: this module is imported by its package already)."""
+_CHILD = "import sys; from stargraph_mem.engine.remote import main; sys.exit(main(sys.argv[1:]))"
+"""The child's program: :func:`stargraph_mem.engine.remote.main` (the child's side lives
+there, so this module, which the runner imports, imports nothing of the engine)."""
 
 
 class WorkerProcess:
@@ -91,7 +92,7 @@ class WorkerProcess:
             return
         self.closed = True
         with contextlib.suppress(OSError):
-            self._requests.send(_STOP)
+            self._requests.send(STOP)
         self._requests.close()
         self._replies.close()
         try:
@@ -99,37 +100,3 @@ class WorkerProcess:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
-
-
-def serve(requests: Connection, replies: Connection) -> None:
-    """The child's loop: hand each request to the pass server until told to stop."""
-    from stargraph_mem.engine.remote import PassServer
-
-    server = PassServer()
-    try:
-        while True:
-            try:
-                message = requests.recv()
-            except EOFError:
-                return
-            if message is _STOP:
-                return
-            try:
-                reply: tuple[str, Any] = ("ok", server.handle(message))
-            except Exception as exc:  # every failure goes back to the parent
-                reply = ("error", exc)
-            try:
-                replies.send(reply)
-            except BrokenPipeError:
-                return
-            except Exception as exc:  # an exception that does not pickle
-                replies.send(("error", EngineError(f"{type(exc).__name__}: {exc}")))
-    finally:
-        server.close()
-
-
-def main(argv: list[str]) -> int:
-    requests = Connection(int(argv[0]), writable=False)
-    replies = Connection(int(argv[1]), readable=False)
-    serve(requests, replies)
-    return 0

@@ -13,7 +13,6 @@ from typing import Any, TypeGuard
 
 from stargraph_mem.errors import IRError, IRIssue
 from stargraph_mem.ir.issues import model_keys, unknown_field_message
-from stargraph_mem.ir.loader import PathKey, SourceMap
 from stargraph_mem.ir.models import (
     ARITHMETIC,
     EPISODE_BUILTINS,
@@ -47,6 +46,7 @@ from stargraph_mem.ir.models import (
 )
 from stargraph_mem.ir.operators import FLAGS, OPERATORS, Operator, describe_types
 from stargraph_mem.ir.reference import evaluate, list_item_ok
+from stargraph_mem.ir.source_map import PathKey, SourceMap
 from stargraph_mem.model.deltas import CLOSE_STATUSES
 from stargraph_mem.model.time import iso_us
 

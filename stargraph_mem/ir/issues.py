@@ -24,7 +24,7 @@ from stargraph_mem.model.base import ID_PATTERN
 
 if TYPE_CHECKING:
     from stargraph_mem.errors import IRIssue
-    from stargraph_mem.ir.loader import SourceMap
+    from stargraph_mem.ir.source_map import SourceMap
 
 PathKey = tuple[str | int, ...]
 

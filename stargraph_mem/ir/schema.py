@@ -1,5 +1,5 @@
 """The JSON Schema of the rule packs users write, generated from the IR models and the
-operator table (``stargraph-mem schema`` writes it to ``ir_schemas/rule_pack.v1.json``).
+operator table (``python scripts/schemas.py`` writes it to ``ir_schemas/rule_pack.v1.json``).
 
 ``RulePack.model_json_schema`` gives every part whose YAML is the model's shape (pack,
 rule, emit, cadence, gates, durations), so a field added to a model appears in the

@@ -10,7 +10,7 @@
 - Each command's help ends with examples (:data:`EXAMPLES`, shown as an "Examples"
   epilog); ``tests/test_cli_help.py`` runs every one.
 
-Commands get this by being registered on :class:`HelpTyper` (the app in ``cli.py``);
+Commands get this by being registered on :class:`HelpTyper` (the app in ``cli/base.py``);
 the group applies :func:`readable_params` to its own options.
 """
 
@@ -51,8 +51,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "stargraph-mem compile rules/default.yaml -o .",
     ),
     "schema": (
-        "stargraph-mem schema --check",
         "stargraph-mem schema --path pack",
+        "stargraph-mem schema --path episode",
     ),
     "info": ("stargraph-mem info rules/default.yaml",),
     "consolidate": (

@@ -1,4 +1,4 @@
-"""CLI commands for the cadence scheduler (``run``, ``status``); registered on ``cli.app``."""
+"""Commands of the cadence scheduler (``run``, ``status``)."""
 
 from __future__ import annotations
 
@@ -9,27 +9,24 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from stargraph_mem.cli import (
+from stargraph_mem.cli.base import (
     DEFAULT_DB,
     DEFAULT_RECONNECT_SECONDS,
     DbOption,
     FactLimitOption,
+    PacksOption,
     ReconnectOption,
     aligned,
     app,
-    cadence_document,
-    cadence_text,
     echo_json,
     existing,
-    exit_if_failed,
-    failure_line,
     parse_aware,
-    pass_document,
     printable,
     reconnecting,
-    report_line,
     run,
 )
+from stargraph_mem.cli.consolidate import exit_if_failed, failure_line, pass_document, report_line
+from stargraph_mem.cli.packs import cadence_document, cadence_text
 from stargraph_mem.model.limits import DEFAULT_FACT_BYTES, Limits
 from stargraph_mem.model.time import utc_now
 
@@ -38,10 +35,6 @@ if TYPE_CHECKING:
     from stargraph_mem.engine.scheduler import ConsolidationReport, Due, StatusRow
 
 __all__ = ["run_cmd", "status", "status_document", "tick_document", "tick_lines"]
-
-PacksOption = Annotated[
-    list[Path], typer.Option("--pack", help="Rule pack YAML (repeatable).", dir_okay=False)
-]
 
 
 def tick_lines(report: ConsolidationReport) -> list[str]:

@@ -1,4 +1,4 @@
-"""Review commands for pack changes (``replay``, ``lint``), registered on ``cli.app``."""
+"""Review commands for pack changes (``replay``, ``lint``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from stargraph_mem.cli import (
+from stargraph_mem.cli.base import (
     DEFAULT_DB,
     DbOption,
     JsonOption,

@@ -1,4 +1,4 @@
-"""``stargraph-mem mcp``: serve the memory to MCP clients over stdio; registered on ``cli.app``.
+"""``stargraph-mem mcp``: serve the memory to MCP clients over stdio.
 
 The MCP SDK (optional extra ``mcp``) is imported inside the command, so ``--help`` and the
 other commands never load it.
@@ -6,8 +6,7 @@ other commands never load it.
 
 from __future__ import annotations
 
-from stargraph_mem.cli import DEFAULT_DB, DbOption, app, fail, run
-from stargraph_mem.cli_scheduler import PacksOption
+from stargraph_mem.cli.base import DEFAULT_DB, DbOption, PacksOption, app, fail, run
 
 __all__ = ["mcp"]
 

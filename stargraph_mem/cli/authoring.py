@@ -1,4 +1,5 @@
-"""Rule-pack authoring commands (``new``, ``test``), registered on ``cli.app``."""
+"""Rule-pack authoring commands (``new``, ``test``), and the trace and coverage that
+``consolidate --trace/--coverage`` print."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from stargraph_mem.cli import (
+from stargraph_mem.cli.base import (
     PackArg,
     aligned,
     app,

@@ -1,0 +1,35 @@
+"""Command line: a thin layer that parses arguments, calls one library function and prints.
+
+Known errors become one ``error: …`` line on stderr with exit code 1; usage errors exit 2
+(typer's default). The group and what commands share live in :mod:`~.base`; each command
+module registers its commands on :data:`~.base.app` when imported, and this package
+imports them in the order ``--help`` lists them. Add a command by writing a function in
+one of them that parses its options and hands one coroutine to :func:`~.base.run` (stores
+are opened with :func:`~.base.using_store` or :func:`~.base.opened`).
+
+Commands import the library inside their function (annotation-only types under
+``TYPE_CHECKING``), so ``--help`` and the commands that only read a store start without
+loading the compiler, the engine or CLIPS.
+
+Conventions every command follows: ``--db`` falls back to ``$STARGRAPH_MEM_DB``, then to
+``stargraph_mem.db``; ``--version`` and shell completion (``--install-completion``,
+``--show-completion``) are options of the group; ``--json`` prints one exact JSON document
+(``recent`` and ``facts`` print one object per line).
+"""
+
+from __future__ import annotations
+
+# isort: off
+# Each registers its commands on ``app``; ``--help`` lists them in this order.
+from stargraph_mem.cli import memory, facts, packs, consolidate, scheduler  # noqa: F401
+from stargraph_mem.cli import authoring, review, mcp  # noqa: F401
+
+# isort: on
+from stargraph_mem.cli.base import app
+
+__all__ = ["app", "main"]
+
+
+def main() -> None:
+    """Console-script entry point (``stargraph-mem``)."""
+    app()

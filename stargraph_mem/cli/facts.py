@@ -1,0 +1,295 @@
+"""Fact commands: list or search them (``facts``), ``explain`` one, ``pin``/``unpin``,
+``restore`` an archived one, show its status ``history``."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Annotated, TypeVar
+
+import orjson
+import typer
+
+from stargraph_mem.cli.base import (
+    DEFAULT_DB,
+    DbOption,
+    JsonOption,
+    aligned,
+    app,
+    echo_json,
+    echo_lines,
+    opened,
+    parse_aware,
+    run,
+    usage_fail,
+)
+
+if TYPE_CHECKING:
+    from stargraph_mem.model.facts import Fact, FactHit
+    from stargraph_mem.stores.fact import Explanation
+    from stargraph_mem.stores.protocols import FactRepository
+
+T = TypeVar("T")
+
+
+def parse_confidence(value: float | None) -> float | None:
+    """``--min-confidence``: a number from 0 to 1 (NaN and infinities are refused)."""
+    if value is not None and not 0.0 <= value <= 1.0:  # False for NaN as well
+        raise typer.BadParameter(f"must be a number from 0 to 1, got {value:g}")
+    return value
+
+
+def parse_limit(value: int) -> int:
+    """``--limit``: an integer from 1 to the most hits a search returns (1000)."""
+    from stargraph_mem.stores.sqlite_search import MAX_LIMIT
+
+    if not 1 <= value <= MAX_LIMIT:
+        raise typer.BadParameter(f"must be an integer from 1 to {MAX_LIMIT}, got {value}")
+    return value
+
+
+def fact_order(fact: Fact) -> tuple[str, str, str, str, str, str]:
+    """How ``facts`` sorts: user, agent, subject, predicate, object, then id."""
+    return (fact.user, fact.agent, fact.subject, fact.predicate, fact.object, fact.id)
+
+
+@app.command()
+def facts(
+    db: DbOption = DEFAULT_DB,
+    user: Annotated[str | None, typer.Option("--user", help="Only this user.")] = None,
+    agent: Annotated[str | None, typer.Option("--agent", help="Only this agent.")] = None,
+    subject: Annotated[str | None, typer.Option("--subject", help="Only this subject.")] = None,
+    predicate: Annotated[
+        str | None, typer.Option("--predicate", help="Only this predicate.")
+    ] = None,
+    min_confidence: Annotated[
+        float | None,
+        typer.Option(
+            "--min-confidence",
+            callback=parse_confidence,
+            metavar="0..1",
+            help="Only facts with at least this confidence (a number from 0 to 1).",
+        ),
+    ] = None,
+    as_of: Annotated[
+        str | None, typer.Option("--as-of", help="What was believed at this ISO-8601 time.")
+    ] = None,
+    search: Annotated[
+        str | None,
+        typer.Option(
+            "--search",
+            metavar="WORDS",
+            help="Rank current facts by these words (any of them, in subject, predicate, "
+            "object or payload; case and accents ignored), best first, with a SCORE column.",
+        ),
+    ] = None,
+    limit: Annotated[
+        int,
+        typer.Option(
+            "--limit",
+            metavar="1..1000",
+            callback=parse_limit,
+            help="With --search: at most this many facts.",
+        ),
+    ] = 10,
+    touch: Annotated[
+        bool,
+        typer.Option(
+            "--touch",
+            help="With --search: count an access to each fact shown, as an agent's search "
+            "does (by default this command reads without a trace).",
+        ),
+    ] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json", help="One JSON object per line (with --search: {fact, score} per line)."
+        ),
+    ] = False,
+    status: Annotated[
+        str | None,
+        typer.Option(
+            "--status",
+            metavar="STATUS",
+            help="Facts with this status instead of the current ones: current, superseded, "
+            "deleted, expired, archived, invalidated, or all.",
+        ),
+    ] = None,
+) -> None:
+    """List current facts (or those current at --as-of, or those with --status), sorted by
+    user, agent, subject, predicate, object and id; or search them with --search."""
+    from stargraph_mem.model.deltas import FACT_STATUSES
+    from stargraph_mem.model.facts import FactPattern
+
+    when = parse_aware(as_of, "--as-of")
+    if search is None and (touch or limit != 10):
+        usage_fail("--limit and --touch go with --search")
+    if search is not None and when is not None:
+        usage_fail("--search finds current facts; it cannot be combined with --as-of")
+    if status is not None and (search is not None or when is not None):
+        usage_fail("--status cannot be combined with --search or --as-of")
+    if status is not None and status not in (*FACT_STATUSES, "all"):
+        usage_fail(f"--status must be one of {', '.join(FACT_STATUSES)} or all, got {status!r}")
+    if search is not None:
+        search_facts(
+            db, search, user, agent, subject, predicate, min_confidence, limit, touch, as_json
+        )
+        return
+
+    async def action() -> list[Fact]:
+        async with opened(db, "facts") as database:
+            store = database.facts
+            pattern = FactPattern(
+                user=user,
+                agent=agent,
+                subject=subject,
+                predicate=predicate,
+                min_confidence=min_confidence,
+                status=status,
+            )
+            if when is not None:
+                return await store.as_of(when, pattern)
+            return await store.query(pattern)
+
+    found = sorted(run(action()), key=fact_order)
+    if as_json:
+        for fact in found:
+            typer.echo(fact.model_dump_json())
+        return
+    head = ["ID", "USER", "AGENT", "SUBJECT", "PREDICATE", "CONFIDENCE", "OBJECT"]
+    shown = status not in (None, "current")
+    rows: list[list[str]] = [[*head[:-1], "STATUS", "OBJECT"] if shown else head]
+    for f in found:
+        what = object_column(f)
+        row = [f.id, f.user, f.agent, f.subject, f.predicate, f"{f.confidence:g}", what]
+        rows.append([*row[:-1], f.status, what] if shown else row)
+    typer.echo("\n".join(aligned(rows)))
+
+
+def object_column(fact: Fact) -> str:
+    """A table's OBJECT cell: the object, or a payload-only fact's payload as JSON."""
+    if fact.has_triple:
+        return fact.object
+    return orjson.dumps(fact.payload).decode()
+
+
+def search_facts(
+    db: str,
+    query: str,
+    user: str | None,
+    agent: str | None,
+    subject: str | None,
+    predicate: str | None,
+    min_confidence: float | None,
+    limit: int,
+    touch: bool,
+    as_json: bool,
+) -> None:
+    """``facts --search``: ranked hits as a table (with SCORE) or JSON lines."""
+
+    async def action() -> list[FactHit]:
+        async with opened(db, "facts") as database:
+            return await database.facts.search(
+                query,
+                user=user,
+                agent=agent,
+                subject=subject,
+                predicate=predicate,
+                min_confidence=min_confidence,
+                limit=limit,
+                touch=touch,
+            )
+
+    hits = run(action())
+    if as_json:
+        for hit in hits:
+            typer.echo(hit.model_dump_json())
+        return
+    rows = [("ID", "USER", "AGENT", "SUBJECT", "PREDICATE", "CONFIDENCE", "SCORE", "OBJECT")]
+    rows += [
+        (
+            h.fact.id,
+            h.fact.user,
+            h.fact.agent,
+            h.fact.subject,
+            h.fact.predicate,
+            f"{h.fact.confidence:g}",
+            f"{h.score:.3f}",
+            object_column(h.fact),
+        )
+        for h in hits
+    ]
+    typer.echo("\n".join(aligned(rows)))
+
+
+@app.command()
+def explain(
+    fact_id: Annotated[str, typer.Argument(help="Fact id (from `facts`).")],
+    db: DbOption = DEFAULT_DB,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="The whole explanation as one JSON document.")
+    ] = False,
+) -> None:
+    """Why a fact exists: rule, bindings, source episodes, what it replaced and what followed."""
+    from stargraph_mem.authoring.trace import explanation_lines
+
+    async def action() -> Explanation:
+        async with opened(db, "facts") as database:
+            return await database.facts.explain(fact_id)
+
+    why = run(action())
+    if as_json:
+        echo_json(why.model_dump(mode="json"))
+        return
+    echo_lines(explanation_lines(why))
+
+
+FactIdArg = Annotated[str, typer.Argument(help="Fact id (from `facts`).")]
+ReasonOption = Annotated[
+    str, typer.Option("--reason", help="Why, kept in the fact's status history.")
+]
+
+
+def fact_write(db: str, call: Callable[[FactRepository], Awaitable[T]]) -> T:
+    """Run one fact-store call on the existing database at ``db``."""
+
+    async def action() -> T:
+        async with opened(db, "facts") as database:
+            return await call(database.facts)
+
+    return run(action())
+
+
+@app.command()
+def pin(fact_id: FactIdArg, db: DbOption = DEFAULT_DB, reason: ReasonOption = "") -> None:
+    """Pin a current fact: sweeps leave pinned facts alone (unless a rule tests pinned);
+    the pin carries to the facts that replace it."""
+    changed = fact_write(db, lambda store: store.pin(fact_id, reason=reason))
+    typer.echo(f"pinned {fact_id}" if changed else f"{fact_id} is already pinned")
+
+
+@app.command()
+def unpin(fact_id: FactIdArg, db: DbOption = DEFAULT_DB, reason: ReasonOption = "") -> None:
+    """Take the pin off a current fact."""
+    changed = fact_write(db, lambda store: store.unpin(fact_id, reason=reason))
+    typer.echo(f"unpinned {fact_id}" if changed else f"{fact_id} is not pinned")
+
+
+@app.command()
+def restore(fact_id: FactIdArg, db: DbOption = DEFAULT_DB, reason: ReasonOption = "") -> None:
+    """Make an archived fact current again: a new fact with the same statement, payload
+    and confidence, whose predecessor is the archived one (which stays archived)."""
+    fact = fact_write(db, lambda store: store.restore(fact_id, reason=reason))
+    typer.echo(f"restored {fact_id} as {fact.id}")
+
+
+@app.command()
+def history(fact_id: FactIdArg, db: DbOption = DEFAULT_DB, as_json: JsonOption = False) -> None:
+    """A fact's status history, oldest first: created, pinned, unpinned, its closing status
+    (superseded, deleted, expired, archived, invalidated), restored."""
+    from stargraph_mem.authoring.trace import status_event_text
+
+    events = fact_write(db, lambda store: store.status_history(fact_id))
+    if as_json:
+        echo_json([event.model_dump(mode="json") for event in events])
+        return
+    echo_lines([status_event_text(event) for event in events])
