@@ -379,5 +379,17 @@ DELTA_BY_KIND: Final[dict[str, type[Delta]]] = {
 """Each kind's class, by its ``kind``."""
 DELTA_KINDS: Final[tuple[DeltaKind, ...]] = tuple(DELTA_BY_KIND)  # type: ignore[arg-type]
 """Every delta kind's name, in :data:`Delta`'s order."""
+
+
+def kind_creates(kind: str) -> bool:
+    """Whether a delta of ``kind`` creates a fact."""
+    return DELTA_BY_KIND[kind].creates
+
+
+def kind_takes(kind: str, field: str) -> bool:
+    """Whether a delta of ``kind`` has ``field`` (``replaces``, ``reinforces``, ``status``…)."""
+    return field in DELTA_BY_KIND[kind].model_fields
+
+
 DELTA_ADAPTER: TypeAdapter[Delta] = TypeAdapter(MemoryDelta)
 DELTA_LIST_ADAPTER: TypeAdapter[list[Delta]] = TypeAdapter(list[MemoryDelta])
