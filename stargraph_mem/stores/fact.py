@@ -25,7 +25,7 @@ from stargraph_mem.model.base import (
     check_storable,
     unicode_problem,
 )
-from stargraph_mem.model.deltas import Delta, MemoryDelta
+from stargraph_mem.model.deltas import DELTA_BY_KIND, Delta, MemoryDelta
 from stargraph_mem.model.facts import Fact, FactPattern, StatusEvent
 from stargraph_mem.model.time import TIME_RANGE, from_us
 from stargraph_mem.stores.models import MigrationPlan, StoreHealth
@@ -511,6 +511,7 @@ class ApplyResult(_Frozen):
     updated: int = 0
     deleted: int = 0
     noops: int = 0
+    """Deltas applied by kind (each kind's ``counted_as`` names its field)."""
     skipped: int = 0
     reinforced: int = 0
     rejections: int = 0
@@ -524,7 +525,7 @@ class ApplyResult(_Frozen):
     @property
     def applied(self) -> int:
         """Deltas applied (skipped ones excluded)."""
-        return self.added + self.updated + self.deleted + self.noops
+        return sum(getattr(self, cls.counted_as) for cls in DELTA_BY_KIND.values())
 
 
 class AuditRow(_Frozen):
