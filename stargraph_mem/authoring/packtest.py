@@ -62,7 +62,6 @@ from stargraph_mem.ir.models import Duration
 from stargraph_mem.model.base import Identifier, ScopePart
 from stargraph_mem.model.deltas import (
     AddDelta,
-    DeleteDelta,
     DeltaKind,
     FactDelta,
     FactPayload,
@@ -595,8 +594,8 @@ def delta_view(delta: MemoryDelta, run: CaseRun) -> View:
         reason=delta.reason,
         bindings=dict(delta.bindings),
     )
-    if isinstance(delta, DeleteDelta):
-        view["status"] = delta.status
+    if kind_takes(delta.kind, "status"):
+        view["status"] = delta.close_status
     return view
 
 
