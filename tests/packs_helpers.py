@@ -7,10 +7,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from stargraph_mem.compiler.pack import CompiledPack, compile_text
-from stargraph_mem.engine.runtime import PackRuntime, PassOutput, to_micros
+from stargraph_mem.engine.runtime import PackRuntime, PassOutput
 from stargraph_mem.errors import IRError
 from stargraph_mem.ir.checks import analyze
 from stargraph_mem.ir.loader import load_pack_text
+from stargraph_mem.model.time import to_us as to_micros
 from stargraph_mem.stores.fact import EngineFact
 from stargraph_mem.stores.memory import EpisodeRecord
 from stargraph_mem.stores.models import MemoryDelta

@@ -27,11 +27,11 @@ from stargraph_mem.compiler.generator import CLIPS_TESTS
 from stargraph_mem.compiler.pack import CompiledPack
 from stargraph_mem.compiler.select_sql import SQL_TESTS, compile_select
 from stargraph_mem.engine.filters import select_seqs
-from stargraph_mem.engine.runtime import to_micros
 from stargraph_mem.errors import CompileError, IRError
 from stargraph_mem.ir.models import Condition, FieldType, SelectClause
 from stargraph_mem.ir.operators import OPERATORS, markdown_table
 from stargraph_mem.ir.reference import REFERENCE, evaluate, passes
+from stargraph_mem.model.time import to_us as to_micros
 from stargraph_mem.stores.models import Episode
 from stargraph_mem.stores.sqlite_memory import SQLiteMemoryStore
 

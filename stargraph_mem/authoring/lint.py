@@ -53,6 +53,7 @@ from stargraph_mem.ir.operators import OPERATORS, unknown_operator
 from stargraph_mem.ir.reference import passes
 from stargraph_mem.ir.source_map import PathKey, SourceMap
 from stargraph_mem.model.cadence import trigger_text
+from stargraph_mem.model.deltas import kind_creates
 from stargraph_mem.stores.models import Cadence
 
 __all__ = ["CHECKS", "SUPPRESSIBLE", "LintReport", "LintWarning", "lint_analysis", "lint_file"]
@@ -484,7 +485,7 @@ class _Linter:
         """
         emit = info.rule.emit
         out: list[Target] = []
-        if emit.kind in ("add", "update"):
+        if kind_creates(emit.kind):
             out.append((self.rendered(info, emit.subject), self.rendered(info, emit.predicate)))
         facts = {}
         for item in info.rule.when:

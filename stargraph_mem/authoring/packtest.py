@@ -57,12 +57,12 @@ from stargraph_mem.ir.source_map import PathKey, SourceMap
 from stargraph_mem.model.base import Identifier, ScopePart
 from stargraph_mem.model.deltas import (
     AddDelta,
-    DeleteDelta,
     DeltaKind,
+    FactDelta,
     FactPayload,
     MemoryDelta,
     NoopDelta,
-    UpdateDelta,
+    kind_takes,
 )
 from stargraph_mem.model.episodes import Episode, Intent
 from stargraph_mem.model.facts import Fact
@@ -546,7 +546,7 @@ async def run_case(
                 traces = [t for r in reports for t in await pass_traces(mem, r)] if trace else []
                 deltas = [d for r in reports for d in r.deltas]
                 for d in deltas:
-                    if isinstance(d, AddDelta | UpdateDelta):
+                    if isinstance(d, FactDelta):
                         names.setdefault(d.new_fact_id, d.source_episode_ids[0])
                         known.setdefault(d.source_episode_ids[0], d.new_fact_id)
                 rejected = [x for r in reports for x in r.rejected]
@@ -577,11 +577,11 @@ REJECTION_FIELDS = ("episode", "rule", "reason")
 
 def delta_view(delta: MemoryDelta, run: CaseRun) -> View:
     view: View = {"kind": delta.kind, "rule": delta.rule_id}
-    if isinstance(delta, AddDelta | UpdateDelta):
+    if isinstance(delta, FactDelta):
         view["triple"] = delta.fact.triple
     for fid, role in touched_facts(delta):
         view.setdefault(role, []).append(run.name(fid))
-    if isinstance(delta, NoopDelta):
+    if kind_takes(delta.kind, "reinforces"):
         view.setdefault("reinforces", [])
     view.update(
         sources=list(delta.source_episode_ids),
@@ -589,8 +589,8 @@ def delta_view(delta: MemoryDelta, run: CaseRun) -> View:
         reason=delta.reason,
         bindings=dict(delta.bindings),
     )
-    if isinstance(delta, DeleteDelta):
-        view["status"] = delta.status
+    if kind_takes(delta.kind, "status"):
+        view["status"] = delta.close_status
     return view
 
 

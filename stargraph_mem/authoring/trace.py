@@ -17,7 +17,7 @@ import orjson
 from stargraph_mem.engine.api import Consolidator
 from stargraph_mem.engine.report import PassReport
 from stargraph_mem.errors import FactNotFoundError
-from stargraph_mem.model.deltas import AddDelta, DeleteDelta, MemoryDelta, NoopDelta, UpdateDelta
+from stargraph_mem.model.deltas import FactDelta, MemoryDelta
 from stargraph_mem.model.facts import Fact, StatusEvent
 from stargraph_mem.stores.fact import Explanation
 
@@ -75,18 +75,16 @@ class DeltaTrace:
 
 
 def _triple(delta: MemoryDelta) -> Triple | None:
-    if isinstance(delta, AddDelta | UpdateDelta):
+    if isinstance(delta, FactDelta):
         return delta.fact.triple
     return None
 
 
 def touched_facts(delta: MemoryDelta) -> list[tuple[str, str]]:
     """``(fact id, role)`` for every fact a delta replaces or reinforces."""
-    if isinstance(delta, UpdateDelta | DeleteDelta):
-        return [(fid, "replaces") for fid in delta.replaces]
-    if isinstance(delta, NoopDelta):
-        return [(fid, "reinforces") for fid in delta.reinforces]
-    return []
+    return [(fid, "replaces") for fid in delta.closed_ids] + [
+        (fid, "reinforces") for fid in delta.reinforced_ids
+    ]
 
 
 def known_fact(fact: Fact) -> KnownFact:
@@ -100,7 +98,7 @@ def delta_trace(
     matched: Mapping[str, Sequence[str]] | None = None,
 ) -> DeltaTrace:
     """The trace of a delta, looking its source episodes and touched facts up by id."""
-    created = delta.new_fact_id if isinstance(delta, AddDelta | UpdateDelta) else None
+    created = delta.new_fact_id if isinstance(delta, FactDelta) else None
     return DeltaTrace(
         kind=delta.kind,
         rule_id=delta.rule_id,
@@ -131,7 +129,7 @@ def pass_facts(deltas: Iterable[MemoryDelta]) -> dict[str, KnownFact]:
     return {
         d.new_fact_id: KnownFact(d.fact.triple, d.rule_id)
         for d in deltas
-        if isinstance(d, AddDelta | UpdateDelta)
+        if isinstance(d, FactDelta)
     }
 
 

@@ -95,12 +95,11 @@ def exit_if_failed(report: ConsolidationReport) -> None:
 
 def report_line(report: PassReport) -> str:
     """One summary line per pass."""
-    c = report.counts
+    kinds = " ".join(f"{kind}={n}" for kind, n in report.counts.items())
     p = report.partition
     return (
         f"{printable(report.pack)} user={printable(p.user)} agent={printable(p.agent)} "
-        f"episodes={report.episodes} "
-        f"add={c['add']} update={c['update']} delete={c['delete']} noop={c['noop']} "
+        f"episodes={report.episodes} {kinds} "
         f"rejected={len(report.rejected)} gated={len(report.gated)}"
         + (f" quarantined={len(report.quarantined)}" if report.quarantined else "")
         + (f" not_yet_due={report.not_yet_due}" if report.not_yet_due else "")

@@ -61,6 +61,7 @@ from stargraph_mem.ir.models import (
 )
 from stargraph_mem.ir.operators import unknown_operator
 from stargraph_mem.ir.reference import evaluate
+from stargraph_mem.model.deltas import kind_creates
 from stargraph_mem.model.limits import TEMPLATE_CHARS_MAX
 
 SAL_DROP = 9950
@@ -865,7 +866,7 @@ class Generator:
                 out.append(f"(modify ?i_fa_{ref} (f_reinforced_at ?i_now) (f_observed_at {seen}))")
             else:
                 out.append(f"(modify ?i_fa_{ref} (f_reinforced_at ?i_now))")
-        if emit.kind in ("add", "update"):
+        if kind_creates(emit.kind):
             assert (
                 emit.subject is not None and emit.predicate is not None and emit.object is not None
             )
@@ -960,7 +961,7 @@ class Generator:
             elif kind == "count":
                 program.tokens.append(EmitToken(alias, "count"))
                 program.count_aliases.append(alias)
-        if info.rule.emit.kind in ("add", "update"):
+        if kind_creates(info.rule.emit.kind):
             program.tokens.append(EmitToken("", "temp_id"))
 
     def rule(self, info: RuleInfo, rank: int) -> RuleProgram:

@@ -10,7 +10,7 @@ from typing import Final
 from stargraph_mem.engine.history import HistoryInput
 from stargraph_mem.engine.pass_clock import after_pass
 from stargraph_mem.engine.runtime import PassOutput, RejectedEpisode
-from stargraph_mem.model.deltas import MemoryDelta
+from stargraph_mem.model.deltas import DELTA_KINDS, MemoryDelta
 from stargraph_mem.stores.aggregates import AggregateWrite
 from stargraph_mem.stores.fact import EngineFact, Rejection, WatermarkAdvance
 from stargraph_mem.stores.memory import QuarantinedRow
@@ -92,9 +92,7 @@ class PassReport:
     @property
     def counts(self) -> dict[str, int]:
         """Deltas of the pass by kind (kept even when the deltas themselves are not)."""
-        return {
-            kind: self.delta_counts.get(kind, 0) for kind in ("add", "update", "delete", "noop")
-        }
+        return {kind: self.delta_counts.get(kind, 0) for kind in DELTA_KINDS}
 
     def marks_after(self) -> dict[str, int]:
         """The stored watermarks once this pass is applied (the next pass's basis)."""

@@ -15,7 +15,7 @@ import weakref
 from bisect import bisect_left, insort
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import lru_cache
 from operator import attrgetter
@@ -60,7 +60,8 @@ from stargraph_mem.ir.models import (
 )
 from stargraph_mem.ir.reference import ILL_TYPED, MISSING, read_value
 from stargraph_mem.ir.reference import raw_value as raw_history
-from stargraph_mem.model.deltas import AddDelta, DeleteDelta, MemoryDelta, NoopDelta, UpdateDelta
+from stargraph_mem.model import lifecycle
+from stargraph_mem.model.deltas import DELTA_BY_KIND, DELTA_KINDS, DeltaBase, FactDelta, MemoryDelta
 from stargraph_mem.model.limits import DEFAULT_FACT_BYTES, KEY_BYTES, utf8_size
 from stargraph_mem.model.time import EPOCH as EPOCH  # re-export
 from stargraph_mem.model.time import from_us, to_us, to_utc
@@ -77,8 +78,6 @@ DELTAS_FILE_BYTES = 1 << 22
 opens it again, empty)."""
 DEFAULT_CHUNK = 256
 """Episodes asserted per agenda run: small chunks keep CLIPS join memories small."""
-to_micros = to_us
-"""Former name of :func:`stargraph_mem.model.time.to_us` (aware datetime → UTC µs)."""
 from_micros = from_us
 """Former name of :func:`stargraph_mem.model.time.from_us` (UTC µs → datetime)."""
 
@@ -560,7 +559,7 @@ class PackRuntime:
         self._flush()
         lines = reader.read().splitlines()
         collector = _Collector(self, job.partition, now, episodes, fact_list, out, stamp)
-        collector.archived = {f.id: _from_engine(f, "archived") for f in job.archived}
+        collector.archived = {f.id: _archived(f) for f in job.archived}
         collector.history = hist
         collector.keep_matched = matched
         collector.fact_bytes = fact_bytes
@@ -760,44 +759,7 @@ class Stamp:
     keep only the kinds it emits (the pack rule that decided is kept in the reason)."""
 
     rule_id: str
-    kinds: tuple[str, ...] = ("add", "update", "delete", "noop")
-
-
-@dataclass
-class _PassFact:
-    id: str
-    subject: str
-    predicate: str
-    object: str
-    confidence: float
-    rule_id: str
-    valid_from_us: int
-    reinforced_at_us: int
-    source_episode_ids: tuple[str, ...]
-    observed_us: int
-    reinforcement_count: int = 0
-    access_count: int = 0
-    last_access_us: int = 0
-    pinned: bool = False
-    status: str = "current"
-    payload: Mapping[str, Any] | None = None
-
-    @property
-    def valid_from(self) -> datetime:
-        return from_us(self.valid_from_us)
-
-    @property
-    def last_access(self) -> datetime:
-        """The latest read; a never-read fact's is its ``valid_from``."""
-        return from_us(self.last_access_us or self.valid_from_us)
-
-    @property
-    def observed_at(self) -> datetime:
-        return from_us(self.observed_us)
-
-    @property
-    def reinforced_at(self) -> datetime:
-        return from_us(self.reinforced_at_us)
+    kinds: tuple[str, ...] = DELTA_KINDS
 
 
 class _Collector:
@@ -825,16 +787,12 @@ class _Collector:
         self.keep_matched = False
         self.history: HistoryFacts | None = None
         self.times: dict[str, int] | None = None
-        self.archived: dict[str, _PassFact] = {}
+        self.archived: dict[str, EngineFact] = {}
         """The partition's archived facts a pattern may match (they can be replaced)."""
         self.fact_bytes = DEFAULT_FACT_BYTES
         """The most UTF-8 bytes a delta's rendered text may hold (see :meth:`_Plan.too_large`)."""
         self.key_bytes = utf8_size(partition.key)
         """The partition key's share of an indexed key (see :data:`KEY_BYTES`)."""
-
-    @staticmethod
-    def _from_engine(f: EngineFact) -> _PassFact:
-        return _from_engine(f)
 
     def facts_after(self) -> list[EngineFact]:
         """Current facts after the pass's deltas (the order of ``current_facts``)."""
@@ -892,31 +850,51 @@ class _Collector:
         self.out.deltas.append(delta)
         if self.keep_matched:
             self.out.matched.append(_matched(anchor, refs))
-        if isinstance(delta, AddDelta | UpdateDelta):
-            if temp_id is not None:
-                self.temp[temp_id] = delta.new_fact_id
-            made = _PassFact(
-                delta.new_fact_id,
-                *delta.fact.triple,
-                delta.confidence,
-                delta.rule_id,
-                self.now_us,
-                self.now_us,
-                tuple(delta.source_episode_ids),
-                self.observed(delta, program, refs),
-                payload=delta.fact.payload or None,
-            )
-            if isinstance(delta, UpdateDelta):
-                _carry(made, closed, delta.lifecycle)
-            self.facts[delta.new_fact_id] = made
-        elif isinstance(delta, NoopDelta):
+        if isinstance(delta, FactDelta):
+            self.make(delta, program, refs, closed, temp_id)
+        if delta.reinforced_ids:
             seen = self.observed(delta, program, refs, default=0)
-            for fid in delta.reinforces:
+            for fid in delta.reinforced_ids:
                 known = self.facts.get(fid)
                 if known is not None:
-                    known.reinforced_at_us = max(known.reinforced_at_us, self.now_us)
-                    known.observed_us = max(known.observed_us, seen)
-                    known.reinforcement_count += 1
+                    at, count, observed = lifecycle.reinforced(known, self.now_us, seen)
+                    self.facts[fid] = replace(
+                        known, reinforced_at_us=at, reinforcement_count=count, observed_us=observed
+                    )
+
+    def make(
+        self,
+        delta: FactDelta,
+        program: RuleProgram,
+        refs: Mapping[str, Any],
+        closed: Sequence[EngineFact],
+        temp_id: str | None,
+    ) -> None:
+        """The fact ``delta`` makes, as the fact store will hold it (see
+        :func:`~stargraph_mem.model.lifecycle.carry`), current for the rest of the pass."""
+        fid = delta.new_fact_id
+        if temp_id is not None:
+            self.temp[temp_id] = fid
+        own = lifecycle.Carried(self.now_us, 0, self.observed(delta, program, refs))
+        made = lifecycle.carry(delta.fact_lifecycle, own, closed)
+        subject, predicate, obj = delta.fact.triple
+        self.facts[fid] = EngineFact(
+            fid,
+            subject,
+            predicate,
+            obj,
+            delta.confidence,
+            self.now_us,
+            made.reinforced_at_us,
+            delta.rule_id,
+            tuple(delta.source_episode_ids),
+            made.observed_us,
+            reinforcement_count=made.reinforcement_count,
+            access_count=made.access_count,
+            last_access_us=made.last_access_us,
+            pinned=made.pinned,
+            payload=delta.fact.payload or None,
+        )
 
     def episode(self, n: int) -> EpisodeRecord:
         """The episode of ordinal ``n``: of this pass, or (``n < 0``) of an earlier one."""
@@ -928,7 +906,7 @@ class _Collector:
 
     def observed(
         self,
-        delta: MemoryDelta,
+        delta: DeltaBase,
         program: RuleProgram,
         refs: Mapping[str, Any],
         default: int | None = None,
@@ -952,16 +930,19 @@ class _Collector:
                 found.append(fact.observed_us or fact.valid_from_us)
         return max(found, default=self.now_us if default is None else default)
 
-    def close_replaced(self, delta: MemoryDelta) -> list[_PassFact]:
-        """Replaced facts must be current (or archived, matched) facts of this partition,
+    def close_replaced(self, delta: MemoryDelta) -> list[EngineFact]:
+        """Replaced facts must be current facts of this partition (or archived ones, matched,
+        that the delta may restore: see :func:`~stargraph_mem.model.lifecycle.refusal`),
         each named once; they stop being current for the rest of the pass. Otherwise the
         episode is rejected here instead of failing the whole pass at apply time."""
-        if not isinstance(delta, UpdateDelta | DeleteDelta):
+        replaces = delta.closed_ids
+        if not replaces:
             return []
-        replaces = delta.replaces
         if len(set(replaces)) != len(replaces):
             raise _Unresolved("replaces names the same fact twice")
-        missing = [fid for fid in replaces if fid not in self.facts and fid not in self.archived]
+        missing = [
+            fid for fid in replaces if fid not in self.facts and not self.restorable(fid, delta)
+        ]
         if missing:
             raise _Unresolved(
                 "replaces names facts that are not current in this partition: " + ", ".join(missing)
@@ -970,6 +951,10 @@ class _Collector:
             self.facts.pop(fid) if fid in self.facts else self.archived.pop(fid) for fid in replaces
         ]
 
+    def restorable(self, fid: str, delta: MemoryDelta) -> bool:
+        """Whether ``fid`` is an archived fact of the pass that ``delta`` may name."""
+        return fid in self.archived and lifecycle.refusal(lifecycle.ARCHIVED, False, delta) is None
+
     def reject(
         self, anchor: EpisodeRecord | None, rule: CompiledRule, reason: str, temp_id: str | None
     ) -> None:
@@ -977,7 +962,7 @@ class _Collector:
             self.temp[temp_id] = None
         self.out.rejected.append(RejectedEpisode(anchor.id if anchor else None, rule.id, reason))
 
-    def fact(self, fid: str) -> _PassFact:
+    def fact(self, fid: str) -> EngineFact:
         if fid in self.temp:
             final = self.temp[fid]
             if final is None:
@@ -1015,23 +1000,22 @@ class _Collector:
             "reason": plan.reason_prefix + plan.reason(values),
             "bindings": {name: _json_value(values[name]) for name in plan.binding_names},
         }
-        emit = plan.emit
-        if emit.kind == "noop":
-            body["reinforces"] = [refs[a].id for a in emit.reinforces]
-        else:
-            if plan.status is not None:
-                body["status"] = plan.status
-            if emit.kind == "update" and plan.lifecycle != "new":
-                body["lifecycle"] = plan.lifecycle
-            if emit.kind != "add":
-                body["replaces"] = self.replaces(program, refs, values)
-            if emit.kind != "delete":
-                body["fact"] = {
-                    "subject": plan.subject(values),
-                    "predicate": plan.predicate(values),
-                    "object": plan.object(values),
-                    "payload": {key: fill(values) for key, fill in plan.payload},
-                }
+        fields = plan.fields
+        if "reinforces" in fields:
+            body["reinforces"] = [refs[a].id for a in plan.emit.reinforces]
+        if plan.status is not None:
+            body["status"] = plan.status
+        if "lifecycle" in fields and plan.lifecycle != "new":
+            body["lifecycle"] = plan.lifecycle
+        if "replaces" in fields:
+            body["replaces"] = self.replaces(program, refs, values)
+        if plan.model.creates:
+            body["fact"] = {
+                "subject": plan.subject(values),
+                "predicate": plan.predicate(values),
+                "object": plan.object(values),
+                "payload": {key: fill(values) for key, fill in plan.payload},
+            }
         return plan.model.model_validate(body)
 
     def replaces(
@@ -1133,7 +1117,9 @@ class _Plan:
     def __init__(self, runtime: PackRuntime, program: RuleProgram, stamp: Stamp | None) -> None:
         info = program.info
         emit = self.emit = info.rule.emit
-        self.model: type[MemoryDelta] = _MODELS[emit.kind]
+        self.model: type[MemoryDelta] = DELTA_BY_KIND[emit.kind]
+        self.fields = frozenset(self.model.model_fields)
+        """The delta's fields: which of the emit's parts the body takes."""
         self.getters = [
             (name, _getter(var, runtime.builtins)) for name, var in info.variables.items()
         ]
@@ -1246,7 +1232,7 @@ def arithmetic(op: Any, values: Mapping[str, Any], refs: Mapping[str, Any], now_
     raise EngineError(f"unknown confidence operation: {type(op).__name__}")
 
 
-def _ebbinghaus(op: EbbinghausOp, fact: _PassFact, now_us: int) -> float:
+def _ebbinghaus(op: EbbinghausOp, fact: EngineFact, now_us: int) -> float:
     """``c·exp(−λ·(d_now^k − d_prev^k))``, days from the fact's ``reinforced_at`` to now and
     to its ``valid_from``.
 
@@ -1264,7 +1250,7 @@ def _ebbinghaus(op: EbbinghausOp, fact: _PassFact, now_us: int) -> float:
     return fact.confidence * math.exp(0.0 - e.lambda_ * power)
 
 
-def _linear_decay(op: LinearDecayOp, fact: _PassFact, now_us: int) -> float:
+def _linear_decay(op: LinearDecayOp, fact: EngineFact, now_us: int) -> float:
     """``c − per·(w_now − w_prev)``: whole windows since ``reinforced_at`` at now and at the
     fact's ``valid_from`` (the same telescoping as :func:`_ebbinghaus`)."""
     d = op.linear_decay
@@ -1279,14 +1265,6 @@ def _linear(conf: LinearConfidence, values: Mapping[str, Any]) -> float:
     raw = conf.base + conf.per * float(values[conf.var])
     # same operations, same order as the compiled CLIPS expression
     return math.floor(max(0.0, min(conf.max, raw)) * 1_000_000.0 + 0.5) / 1_000_000.0
-
-
-_MODELS: dict[str, type[MemoryDelta]] = {
-    "add": AddDelta,
-    "update": UpdateDelta,
-    "delete": DeleteDelta,
-    "noop": NoopDelta,
-}
 
 
 def _matched(anchor: EpisodeRecord | None, refs: Mapping[str, Any]) -> dict[str, list[str]]:
@@ -1409,9 +1387,9 @@ class FactList(list[EngineFact]):
 
 
 class _PassFacts:
-    """The partition's current facts during a pass, by id: the stored ones as given, each
-    turned into a :class:`_PassFact` only once the pass reads or changes it (a pass over
-    a few episodes touches a few of many facts)."""
+    """The partition's current facts during a pass, by id: the stored ones as given, and
+    those the pass changed or made (a pass over a few episodes touches a few of many
+    facts). Facts are never changed in place: a change replaces the fact."""
 
     __slots__ = ("given", "gone", "stored", "used")
 
@@ -1420,30 +1398,32 @@ class _PassFacts:
         self.stored: Mapping[str, EngineFact] = (
             facts.ids() if isinstance(facts, FactList) else {f.id: f for f in facts}
         )
-        self.used: dict[str, _PassFact] = {}
-        """Facts read, changed or made in the pass, by id."""
+        self.used: dict[str, EngineFact] = {}
+        """Facts changed or made in the pass (or whose observation time was filled in)."""
         self.gone: set[str] = set()
         """Stored facts the pass closed."""
 
     def __contains__(self, fid: str) -> bool:
         return fid in self.used or (fid in self.stored and fid not in self.gone)
 
-    def get(self, fid: str) -> _PassFact | None:
+    def get(self, fid: str) -> EngineFact | None:
         found = self.used.get(fid)
         if found is None and fid in self.stored and fid not in self.gone:
-            found = self.used[fid] = _from_engine(self.stored[fid])
+            found = self.stored[fid]
+            if not found.observed_us:
+                found = self.used[fid] = _observed(found)
         return found
 
-    def pop(self, fid: str) -> _PassFact:
+    def pop(self, fid: str) -> EngineFact:
         found = self.get(fid)
         if found is None:
             raise KeyError(fid)
-        del self.used[fid]
+        self.used.pop(fid, None)
         if fid in self.stored:
             self.gone.add(fid)
         return found
 
-    def __setitem__(self, fid: str, fact: _PassFact) -> None:
+    def __setitem__(self, fid: str, fact: EngineFact) -> None:
         self.used[fid] = fact
 
     def after(self) -> list[EngineFact]:
@@ -1452,13 +1432,9 @@ class _PassFacts:
         if isinstance(given, FactList):  # in order, observation times known
             if not used and not gone:
                 return given
-            return given.changed(gone, [_to_engine(f) for f in used.values()])
-        out = [
-            f if f.observed_us else _observed(f)
-            for f in given
-            if f.id not in used and f.id not in gone
-        ]
-        out += [_to_engine(f) for f in used.values()]
+            return given.changed(gone, list(used.values()))
+        out = [_observed(f) for f in given if f.id not in used and f.id not in gone]
+        out += used.values()
         out.sort(key=_fact_order)
         return FactList(out)
 
@@ -1467,68 +1443,15 @@ def _fact_order(f: EngineFact) -> tuple[int, str]:
     return f.valid_from_us, f.id
 
 
+def _archived(f: EngineFact) -> EngineFact:
+    """An archived fact as a pass's patterns see it."""
+    return replace(_observed(f), status=lifecycle.ARCHIVED)
+
+
 def _observed(f: EngineFact) -> EngineFact:
     """``f`` with its observation time known (a stored fact that had none: its
     ``valid_from``)."""
-    return _to_engine(_from_engine(f))
-
-
-def _to_engine(f: _PassFact) -> EngineFact:
-    return EngineFact(
-        f.id,
-        f.subject,
-        f.predicate,
-        f.object,
-        f.confidence,
-        f.valid_from_us,
-        f.reinforced_at_us,
-        f.rule_id,
-        f.source_episode_ids,
-        f.observed_us,
-        reinforcement_count=f.reinforcement_count,
-        access_count=f.access_count,
-        last_access_us=f.last_access_us,
-        pinned=f.pinned,
-        payload=f.payload,
-    )
-
-
-def _from_engine(f: EngineFact, status: str | None = None) -> _PassFact:
-    return _PassFact(
-        f.id,
-        f.subject,
-        f.predicate,
-        f.object,
-        f.confidence,
-        f.rule_id,
-        f.valid_from_us,
-        f.reinforced_at_us,
-        f.source_episode_ids,
-        f.observed_us or f.valid_from_us,
-        f.reinforcement_count,
-        f.access_count,
-        f.last_access_us,
-        f.pinned,
-        status or f.status,
-        f.payload,
-    )
-
-
-def _carry(made: _PassFact, closed: Sequence[_PassFact], lifecycle: str) -> None:
-    """What an update's new fact keeps of the facts it replaces (the fact store's rule):
-    pins and access statistics always; reinforcement state by ``lifecycle``."""
-    if not closed:
-        return
-    made.pinned = any(f.pinned for f in closed)
-    made.access_count = sum(f.access_count for f in closed)
-    made.last_access_us = max(f.last_access_us for f in closed)
-    if lifecycle == "inherit":
-        latest = max(closed, key=lambda f: f.reinforced_at_us)
-        made.reinforced_at_us = latest.reinforced_at_us
-        made.reinforcement_count = max(f.reinforcement_count for f in closed)
-        made.observed_us = max(f.observed_us for f in closed)
-    elif lifecycle == "reinforce":
-        made.reinforcement_count = 1 + max(f.reinforcement_count for f in closed)
+    return f if f.observed_us else replace(f, observed_us=f.valid_from_us)
 
 
 def _payload_value(payload: Mapping[str, Any] | None, key: str, ftype: FieldType) -> Any:

@@ -42,6 +42,7 @@ from stargraph_mem.engine.runtime import RejectedEpisode
 from stargraph_mem.engine.sweep import Sweeper, SweepOutcome, fire_time, fired, swept
 from stargraph_mem.errors import CompileError, PassConflictError, ScheduleError
 from stargraph_mem.model.cadence import Cadence, span_due_us
+from stargraph_mem.model.deltas import DELTA_KINDS
 from stargraph_mem.model.time import from_us, to_us, to_utc
 from stargraph_mem.stores.fact_rows import claim_holder
 from stargraph_mem.stores.protocols import EpisodeRepository, FactRepository, ScheduleRepository
@@ -146,7 +147,7 @@ class ConsolidationReport:
     @property
     def counts(self) -> dict[str, int]:
         """Deltas of every pass by kind."""
-        out = {"add": 0, "update": 0, "delete": 0, "noop": 0}
+        out: dict[str, int] = dict.fromkeys(DELTA_KINDS, 0)
         for report in self.passes:
             for kind, n in report.counts.items():
                 out[kind] += n

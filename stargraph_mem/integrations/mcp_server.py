@@ -42,6 +42,7 @@ from stargraph_mem.errors import StargraphMemError
 from stargraph_mem.integrations.mcp_stdio import serve_stdio_lines
 from stargraph_mem.model.base import ID_PATTERN
 from stargraph_mem.model.canonical import default_episode_id
+from stargraph_mem.model.deltas import DELTA_KINDS
 from stargraph_mem.model.episodes import Episode
 from stargraph_mem.model.facts import Fact, FactHit
 from stargraph_mem.model.time import NaiveTimestampError, parse_iso
@@ -256,7 +257,7 @@ def _raise_failed(failed: Sequence[PassReport]) -> None:
 
 
 def _summary(passes: Sequence[PassReport]) -> ConsolidationResult:
-    counts = {"add": 0, "update": 0, "delete": 0, "noop": 0}
+    counts: dict[str, int] = dict.fromkeys(DELTA_KINDS, 0)
     fired: dict[str, None] = {}
     rejected: list[RejectedEpisode] = []
     gated: list[str] = []

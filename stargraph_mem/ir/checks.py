@@ -47,7 +47,7 @@ from stargraph_mem.ir.models import (
 from stargraph_mem.ir.operators import FLAGS, OPERATORS, Operator, describe_types
 from stargraph_mem.ir.reference import evaluate, list_item_ok
 from stargraph_mem.ir.source_map import PathKey, SourceMap
-from stargraph_mem.model.deltas import CLOSE_STATUSES
+from stargraph_mem.model.deltas import CLOSE_STATUSES, DELTA_KINDS, kind_creates, kind_takes
 from stargraph_mem.model.time import iso_us
 
 
@@ -539,7 +539,7 @@ class _Checker:
     def check_emit(self, info: RuleInfo, path: PathKey) -> None:
         emit = info.rule.emit
         spo = {"subject": emit.subject, "predicate": emit.predicate, "object": emit.object}
-        creates = emit.kind in ("add", "update")
+        creates = kind_creates(emit.kind)
         for name, text in spo.items():
             if creates and text is None:
                 self.err((*path,), f"emit of kind '{emit.kind}' needs '{name}'")
@@ -554,14 +554,14 @@ class _Checker:
         if not creates and emit.payload:
             self.err((*path, "payload"), f"emit of kind '{emit.kind}' takes no payload")
         self.use_template(info, emit.reason, (*path, "reason"))
-        needs_replaces = emit.kind in ("update", "delete")
+        needs_replaces = kind_takes(emit.kind, "replaces")
         if needs_replaces and not emit.replaces:
             self.err(path, f"emit of kind '{emit.kind}' needs a non-empty 'replaces'")
         if not needs_replaces and emit.replaces:
             self.err((*path, "replaces"), f"emit of kind '{emit.kind}' takes no 'replaces'")
         for k, ref in enumerate(emit.replaces):
             self.check_replace_ref(info, ref, (*path, "replaces", k))
-        closing = [*(emit.replaces if emit.kind == "delete" else []), *emit.reinforces]
+        closing = [*(emit.replaces if not creates else []), *emit.reinforces]
         for k, ref in enumerate(closing):
             if isinstance(ref, str) and _may_be_archived(info, ref):
                 where = "replaces" if k < len(closing) - len(emit.reinforces) else "reinforces"
@@ -573,8 +573,10 @@ class _Checker:
                 )
         self.check_listed_once(emit.replaces, (*path, "replaces"))
         self.check_listed_once(emit.reinforces, (*path, "reinforces"))
-        if emit.reinforces and emit.kind != "noop":
-            self.err((*path, "reinforces"), "only 'noop' takes 'reinforces'")
+        if emit.reinforces and not kind_takes(emit.kind, "reinforces"):
+            self.err(
+                (*path, "reinforces"), f"only {_kinds_taking('reinforces')} takes 'reinforces'"
+            )
         if emit.reinforces and (not info.rule.claim or info.episode_alias is None):
             self.err(
                 (*path, "reinforces"),
@@ -593,10 +595,11 @@ class _Checker:
         ):
             self.err(path, "a rule without an 'episode' pattern must list a fact in 'sources'")
         self.check_confidence(info, (*path, "confidence"))
-        if emit.status is not None and emit.kind != "delete":
+        if emit.status is not None and not kind_takes(emit.kind, "status"):
             self.err(
                 (*path, "status"),
-                f"only 'delete' takes 'status' (one of {', '.join(CLOSE_STATUSES)}), "
+                f"only {_kinds_taking('status')} takes 'status' "
+                f"(one of {', '.join(CLOSE_STATUSES)}), "
                 f"not '{emit.kind}'",
             )
 
@@ -785,6 +788,11 @@ def check_or_raise(pack: RulePack, source: SourceMap) -> Analysis:
     if errors:
         raise IRError(errors[0], errors)
     return analysis
+
+
+def _kinds_taking(field: str) -> str:
+    """The delta kinds that take ``field``, quoted (``'noop'``)."""
+    return " or ".join(f"'{kind}'" for kind in DELTA_KINDS if kind_takes(kind, field))
 
 
 def _may_be_archived(info: RuleInfo, alias: str) -> bool:

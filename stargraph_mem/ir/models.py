@@ -40,7 +40,7 @@ from stargraph_mem.ir.operators import (
 )
 from stargraph_mem.ir.operators import FieldType as FieldType
 from stargraph_mem.model.cadence import DURATION_PATTERN, DURATION_UNITS, Cadence
-from stargraph_mem.model.deltas import CloseStatus
+from stargraph_mem.model.deltas import CloseStatus, DeltaKind
 
 PayloadType = Literal["string", "integer", "number", "boolean", "timestamp"]
 """Types a declared fact payload key can have (a list is not a payload value)."""
@@ -627,7 +627,7 @@ Ref = Name | ListVar
 class Emit(_IR):
     """The delta a rule produces. Strings are templates: ``"{s}"`` inserts variable ``s``."""
 
-    kind: Literal["add", "update", "delete", "noop"]
+    kind: DeltaKind
     subject: str | None = None
     predicate: str | None = None
     object: str | None = None

@@ -58,6 +58,7 @@ from stargraph_mem.ir.models import (
 )
 from stargraph_mem.ir.operators import FLAGS, OPERATORS, Operator
 from stargraph_mem.model.cadence import DURATION_PATTERN
+from stargraph_mem.model.deltas import kind_creates, kind_takes
 
 Schema = dict[str, Any]
 
@@ -210,8 +211,12 @@ def _emit(emit: Schema) -> None:
     props["reason"] = {**props["reason"], **template}
     declared = {"type": ["number", "boolean"], "description": "a declared key's literal"}
     props["payload"] = {**props["payload"], "additionalProperties": {"anyOf": [template, declared]}}
-    creating, closing = ("add", "update"), ("update", "delete")
-    others = [k for k in get_args(Emit.model_fields["kind"].annotation) if k not in creating]
+    kinds = get_args(Emit.model_fields["kind"].annotation)
+    creating = [k for k in kinds if kind_creates(k)]
+    closing = [k for k in kinds if kind_takes(k, "replaces")]
+    reinforcing = [k for k in kinds if kind_takes(k, "reinforces")]
+    with_status = [k for k in kinds if kind_takes(k, "status")]
+    others = [k for k in kinds if k not in creating]
     emit["allOf"] = [
         {"if": _kind_is(*creating), "then": {"required": list(spo)}},
         {
@@ -228,8 +233,14 @@ def _emit(emit: Schema) -> None:
             "then": {"required": ["replaces"], "properties": {"replaces": {"minItems": 1}}},
         },
         {"if": {"not": _kind_is(*closing)}, "then": {"properties": {"replaces": {"maxItems": 0}}}},
-        {"if": {"not": _kind_is("noop")}, "then": {"properties": {"reinforces": {"maxItems": 0}}}},
-        {"if": {"not": _kind_is("delete")}, "then": {"properties": {"status": {"type": "null"}}}},
+        {
+            "if": {"not": _kind_is(*reinforcing)},
+            "then": {"properties": {"reinforces": {"maxItems": 0}}},
+        },
+        {
+            "if": {"not": _kind_is(*with_status)},
+            "then": {"properties": {"status": {"type": "null"}}},
+        },
     ]
 
 

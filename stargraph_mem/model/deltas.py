@@ -1,5 +1,9 @@
 """Deltas: what a consolidation pass asks the fact store to do (add, update, delete, noop).
 
+Each kind's behaviour is declared on its class (what it creates, closes and reinforces,
+what its count is called): every other module derives the kinds from :data:`Delta`
+(:data:`DELTA_KINDS`, :data:`DELTA_BY_KIND`) and asks the delta, never its kind's name.
+
 A delta's id is the hash of its canonical JSON, so the same delta always has the same id.
 
 The specification's spelling is accepted as written: ``fact_payload`` for the fact
@@ -12,8 +16,9 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Sequence
 from functools import cached_property
-from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, Self
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Final, Literal, Self, get_args
 
 from pydantic import Field, JsonValue, TypeAdapter, field_validator, model_validator
 
@@ -167,6 +172,13 @@ def delta_id_of(body: bytes) -> str:
 
 
 class _DeltaBase(FrozenModel):
+    creates: ClassVar[bool] = False
+    """Asserts a new fact (its ``fact``, under :attr:`new_fact_id`)."""
+    observes: ClassVar[bool] = True
+    """Its source episodes are observations of the facts it makes or reinforces."""
+    counted_as: ClassVar[str]
+    """The :class:`~stargraph_mem.stores.fact.ApplyResult` field that counts this kind."""
+
     user: ScopePart | None = None
     agent: ScopePart | None = None
     source_episode_ids: list[Identifier] = Field(min_length=1)
@@ -206,13 +218,46 @@ class _DeltaBase(FrozenModel):
         """Content-derived id: the same delta always has the same id (computed once)."""
         return delta_id_of(self._canonical)
 
+    @property
+    def closed_ids(self) -> Sequence[str]:
+        """The facts this delta closes (or, an archived one, restores)."""
+        return ()
+
+    @property
+    def close_status(self) -> str:
+        """The status the facts it closes get."""
+        return "superseded"
+
+    @property
+    def reinforced_ids(self) -> Sequence[str]:
+        """The facts this delta confirms."""
+        return ()
+
+    @property
+    def named_ids(self) -> Sequence[str]:
+        """Every fact this delta names (closes or reinforces)."""
+        return [*self.closed_ids, *self.reinforced_ids]
+
+    @property
+    def restores(self) -> bool:
+        """Whether it may name an archived fact: a delta that replaces a fact by a new one
+        restores it (see :mod:`stargraph_mem.model.lifecycle`)."""
+        return self.creates and bool(self.closed_ids)
+
 
 class _FactDelta(_DeltaBase):
     """A delta that asserts a fact (``fact``, or ``fact_payload`` as the specification says)."""
 
+    creates: ClassVar[bool] = True
+
     fact: FactPayload
 
     _alias = model_validator(mode="before")(_fact_payload_alias)
+
+    @property
+    def fact_lifecycle(self) -> Lifecycle:
+        """What the new fact keeps of the facts it replaces (see :data:`Lifecycle`)."""
+        return "new"
 
     @property
     def fact_payload(self) -> dict[str, Any]:
@@ -230,6 +275,7 @@ class AddDelta(_FactDelta):
     """Promote a new fact."""
 
     kind: Literal["add"] = "add"
+    counted_as: ClassVar[str] = "added"
 
     if TYPE_CHECKING:  # as pydantic's mypy plugin types it, plus the spec's fact_payload
 
@@ -254,9 +300,18 @@ class UpdateDelta(_FactDelta):
     """Supersede the facts in ``replaces`` and assert a new one."""
 
     kind: Literal["update"] = "update"
+    counted_as: ClassVar[str] = "updated"
     replaces: list[Identifier] = Field(min_length=1)
     lifecycle: Lifecycle = Field(default="new", exclude_if=lambda v: v == "new")
     """Left out of the canonical body when ``new``: older deltas keep their ids."""
+
+    @property
+    def closed_ids(self) -> Sequence[str]:
+        return self.replaces
+
+    @property
+    def fact_lifecycle(self) -> Lifecycle:
+        return self.lifecycle
 
     if TYPE_CHECKING:  # as pydantic's mypy plugin types it, plus the spec's fact_payload
 
@@ -283,25 +338,58 @@ class DeleteDelta(_DeltaBase):
     """Close the facts in ``replaces``; nothing is physically deleted."""
 
     kind: Literal["delete"] = "delete"
+    counted_as: ClassVar[str] = "deleted"
+    observes: ClassVar[bool] = False
     replaces: list[Identifier] = Field(min_length=1)
     status: CloseStatus = Field(default="deleted", exclude_if=lambda v: v == "deleted")
     """The closing status the facts get; left out of the canonical body when ``deleted``,
     so older deltas keep their ids."""
+
+    @property
+    def closed_ids(self) -> Sequence[str]:
+        return self.replaces
+
+    @property
+    def close_status(self) -> str:
+        return self.status
 
 
 class NoopDelta(_DeltaBase):
     """Audit only; ``reinforces`` names facts the episode confirmed."""
 
     kind: Literal["noop"] = "noop"
+    counted_as: ClassVar[str] = "noops"
     reinforces: list[Identifier] = Field(default_factory=list)
 
+    @property
+    def reinforced_ids(self) -> Sequence[str]:
+        return self.reinforces
 
-MemoryDelta = Annotated[
-    AddDelta | UpdateDelta | DeleteDelta | NoopDelta, Field(discriminator="kind")
-]
-DELTA_ADAPTER: TypeAdapter[AddDelta | UpdateDelta | DeleteDelta | NoopDelta] = TypeAdapter(
-    MemoryDelta
-)
-DELTA_LIST_ADAPTER: TypeAdapter[list[AddDelta | UpdateDelta | DeleteDelta | NoopDelta]] = (
-    TypeAdapter(list[MemoryDelta])
-)
+
+Delta = AddDelta | UpdateDelta | DeleteDelta | NoopDelta
+"""Every delta kind: the one list of them (add a kind's class here)."""
+DeltaBase = _DeltaBase
+"""What every kind has (provenance, ids, the facts it names)."""
+FactDelta = _FactDelta
+"""The base of the kinds that create a fact (``isinstance(delta, FactDelta)``)."""
+MemoryDelta = Annotated[Delta, Field(discriminator="kind")]
+DELTA_BY_KIND: Final[dict[str, type[Delta]]] = {
+    cls.model_fields["kind"].default: cls for cls in get_args(Delta)
+}
+"""Each kind's class, by its ``kind``."""
+DELTA_KINDS: Final[tuple[DeltaKind, ...]] = tuple(DELTA_BY_KIND)  # type: ignore[arg-type]
+"""Every delta kind's name, in :data:`Delta`'s order."""
+
+
+def kind_creates(kind: str) -> bool:
+    """Whether a delta of ``kind`` creates a fact."""
+    return DELTA_BY_KIND[kind].creates
+
+
+def kind_takes(kind: str, field: str) -> bool:
+    """Whether a delta of ``kind`` has ``field`` (``replaces``, ``reinforces``, ``status``…)."""
+    return field in DELTA_BY_KIND[kind].model_fields
+
+
+DELTA_ADAPTER: TypeAdapter[Delta] = TypeAdapter(MemoryDelta)
+DELTA_LIST_ADAPTER: TypeAdapter[list[Delta]] = TypeAdapter(list[MemoryDelta])

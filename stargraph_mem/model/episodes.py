@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field, JsonValue, ValidationInfo, field_validator
 
@@ -15,8 +15,10 @@ from stargraph_mem.model.base import (
     check_unicode,
     no_nul,
 )
+from stargraph_mem.model.deltas import DeltaKind
 
-Intent = Literal["add", "update", "delete", "noop"]
+Intent = DeltaKind
+"""An episode's ``intent``: the kind of delta it asks the default classification for."""
 
 HONOURED_METADATA_KEYS = ("intent", "replaces", "subject", "predicate", "object")
 

@@ -18,13 +18,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from stargraph_mem.errors import DeltaProvenanceError, FactNotFoundError
-from stargraph_mem.model.deltas import DELTA_ADAPTER
+from stargraph_mem.model.deltas import DELTA_ADAPTER, DELTA_KINDS, kind_takes
 from stargraph_mem.model.facts import Fact
 from stargraph_mem.stores.fact import DeltaInput, FactStore
 
 __all__ = ["_resolve_replaces", "_validate_delta_provenance"]
 
-_KINDS_WITH_REPLACES = ("update", "delete")
+_KINDS_WITH_REPLACES = tuple(kind for kind in DELTA_KINDS if kind_takes(kind, "replaces"))
 
 
 def _field(delta: object, name: str) -> Any:

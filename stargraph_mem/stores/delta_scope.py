@@ -10,13 +10,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from stargraph_mem.errors import DeltaValidationError
-from stargraph_mem.model.deltas import AddDelta, DeleteDelta, NoopDelta, UpdateDelta
+from stargraph_mem.model.deltas import Delta
 from stargraph_mem.stores.fact_statements import FactStatements
 from stargraph_mem.stores.sql_conn import Conn
 
 __all__ = ["resolve_scopes"]
-
-Delta = AddDelta | UpdateDelta | DeleteDelta | NoopDelta
 
 
 def _unscoped(delta: Delta) -> bool:

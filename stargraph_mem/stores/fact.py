@@ -25,9 +25,9 @@ from stargraph_mem.model.base import (
     check_storable,
     unicode_problem,
 )
-from stargraph_mem.model.deltas import AddDelta, DeleteDelta, MemoryDelta, NoopDelta, UpdateDelta
+from stargraph_mem.model.deltas import DELTA_BY_KIND, Delta, MemoryDelta
 from stargraph_mem.model.facts import Fact, FactPattern, StatusEvent
-from stargraph_mem.model.time import TIME_RANGE
+from stargraph_mem.model.time import TIME_RANGE, from_us
 from stargraph_mem.stores.models import MigrationPlan, StoreHealth
 from stargraph_mem.stores.scope import Partition, partition_key
 
@@ -65,7 +65,6 @@ _INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
 
 Scalar = str | int | float | bool | None
 BindingValue = Scalar | list[Scalar]
-Delta = AddDelta | UpdateDelta | DeleteDelta | NoopDelta
 DeltaInput = Delta | Mapping[str, Any]
 """What ``apply_deltas`` accepts: validated delta models or plain dicts."""
 
@@ -453,6 +452,24 @@ class EngineFact:
     payload: Mapping[str, Any] | None = None
     """The fact's payload (``None``: empty)."""
 
+    # the times as rules read them (a pass knows every fact's observation time)
+    @property
+    def valid_from(self) -> datetime:
+        return from_us(self.valid_from_us)
+
+    @property
+    def last_access(self) -> datetime:
+        """The latest read; a never-read fact's is its ``valid_from``."""
+        return from_us(self.last_access_us or self.valid_from_us)
+
+    @property
+    def observed_at(self) -> datetime:
+        return from_us(self.observed_us)
+
+    @property
+    def reinforced_at(self) -> datetime:
+        return from_us(self.reinforced_at_us)
+
 
 class WatermarkAdvance(_Frozen):
     """Move the watermark of (pack, rule, partition) to ``last_seq``; never backwards."""
@@ -494,6 +511,7 @@ class ApplyResult(_Frozen):
     updated: int = 0
     deleted: int = 0
     noops: int = 0
+    """Deltas applied by kind (each kind's ``counted_as`` names its field)."""
     skipped: int = 0
     reinforced: int = 0
     rejections: int = 0
@@ -507,7 +525,7 @@ class ApplyResult(_Frozen):
     @property
     def applied(self) -> int:
         """Deltas applied (skipped ones excluded)."""
-        return self.added + self.updated + self.deleted + self.noops
+        return sum(getattr(self, cls.counted_as) for cls in DELTA_BY_KIND.values())
 
 
 class AuditRow(_Frozen):

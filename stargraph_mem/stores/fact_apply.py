@@ -14,13 +14,14 @@ earlier ones' effects. :mod:`~stargraph_mem.stores.fact_passes` runs it in a tra
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from stargraph_mem.errors import DeltaValidationError, FactConflictError, StalePassError, StoreError
-from stargraph_mem.model.deltas import AddDelta, DeleteDelta, NoopDelta, UpdateDelta
+from stargraph_mem.model import lifecycle
+from stargraph_mem.model.deltas import DELTA_BY_KIND, DELTA_KINDS, Delta, DeltaBase, FactDelta
 from stargraph_mem.model.facts import Fact
+from stargraph_mem.model.lifecycle import ARCHIVED, Carried, Event, FactState
 from stargraph_mem.model.time import to_us
 from stargraph_mem.stores.fact import (
     ApplyResult,
@@ -33,8 +34,6 @@ from stargraph_mem.stores.fact import (
     trusted,
 )
 from stargraph_mem.stores.fact_rows import (
-    KINDS,
-    Delta,
     PassBasis,
     holder_is_dead,
     json_text,
@@ -42,13 +41,10 @@ from stargraph_mem.stores.fact_rows import (
     write_rows,
 )
 from stargraph_mem.stores.fact_statements import FactStatements
-from stargraph_mem.stores.fact_status import ARCHIVED
 from stargraph_mem.stores.pass_time import resumed_present
 from stargraph_mem.stores.scope import Partition
 from stargraph_mem.stores.search_common import TEXT_LAG_MAX, body_text
 from stargraph_mem.stores.sql_conn import Conn, Insert, Many
-
-_Replacing = UpdateDelta | DeleteDelta
 
 __all__ = [
     "Batch",
@@ -156,32 +152,11 @@ async def version(db: Conn, sql: FactStatements, partition: Partition) -> int:
     return 0 if value is None else int(value)
 
 
-@dataclass(slots=True)
-class _State:
-    """What the batch needs to know about a fact it may close, reinforce or carry on."""
-
-    user: str
-    agent: str
-    valid_from_us: int
-    closed: bool
-    status: str | None = None
-    """The closing status (None while current)."""
-    restored: bool = False
-    """An archived fact some fact restores already."""
-    reinforced_us: int = 0
-    count: int = 0
-    observed_us: int = 0
-    access_count: int = 0
-    last_access_us: int = 0
-    pin: tuple[int, str] | None = None
-    """``(pinned_at_us, reason)`` when pinned."""
-
-
-def _state(row: Sequence[Any]) -> _State:
-    """A :class:`_State` from a ``fact_states_in`` row."""
+def _state(row: Sequence[Any]) -> FactState:
+    """A :class:`~stargraph_mem.model.lifecycle.FactState` from a ``fact_states_in`` row."""
     (_, user, agent, from_us, until_us, status, successor, reinforced_us, count, observed_us,
      access_count, last_access_us, pinned_at_us, pin_reason) = row  # fmt: skip
-    return _State(
+    return FactState(
         user,
         agent,
         from_us,
@@ -219,10 +194,10 @@ class Batch:
         self.pack_hash = pack_hash
         self.now_us = to_us(now, "clock()")
         self.now = now.astimezone(UTC)
-        self.known: dict[str, _State] = {}
+        self.known: dict[str, FactState] = {}
         self.closed_here: set[str] = set()
         self.seen: set[str] = set()
-        self.counts = dict.fromkeys(KINDS, 0)
+        self.counts = dict.fromkeys(DELTA_KINDS, 0)
         self.skipped = 0
         self.reinforced = 0
         self.created: list[str] = []
@@ -283,7 +258,7 @@ class Batch:
                 continue
             self.seen.add(did)
             self._seq += 1
-            if isinstance(delta, UpdateDelta | DeleteDelta):
+            if delta.closed_ids:
                 delta = await self._by_episode(start + offset, delta, did)
             try:
                 self._apply(start + offset, delta, did)
@@ -301,13 +276,13 @@ class Batch:
             raise _at(at[position][0], exc) from exc
         await self._flush([seq for _, seq in at])
 
-    async def _by_episode(self, index: int, delta: _Replacing, did: str) -> _Replacing:
+    async def _by_episode(self, index: int, delta: Delta, did: str) -> Delta:
         """``delta`` with each ``replaces`` id that names no fact but an episode replaced by
         the current fact of the delta's (user, agent) made from that episode (the first of
         its sources), as stargraph 0.8's deltas name what they replace; ``delta`` itself
         when every id names a fact. Its id (``did``) and audit row stay those of ``delta``
         as given. Two current facts made from one episode: :class:`FactConflictError`."""
-        unknown = [fid for fid in delta.replaces if fid not in self.known]
+        unknown = [fid for fid in delta.closed_ids if fid not in self.known]
         if not unknown:
             return delta
         key = key_of(str(delta.user), str(delta.agent))
@@ -327,7 +302,7 @@ class Batch:
                 resolved[eid] = made[0]
         if not resolved:
             return delta
-        replaces = [resolved.get(fid, fid) for fid in delta.replaces]
+        replaces = [resolved.get(fid, fid) for fid in delta.closed_ids]
         return delta.model_copy(update={"replaces": replaces})
 
     async def _made_from(self, key: str, eid: str) -> list[str]:
@@ -349,7 +324,7 @@ class Batch:
         made: list[str] = []
         markers: list[str] = []
         for delta, did in zip(deltas, ids, strict=True):
-            if isinstance(delta, AddDelta | UpdateDelta):
+            if delta.creates:
                 made.append("f" + did[1:])
             else:
                 markers.append(did)
@@ -400,12 +375,7 @@ class Batch:
         """Read the times of the episodes the chunk's facts and reinforcements come from
         (one statement)."""
         cited = sorted(
-            {
-                eid
-                for delta in deltas
-                if not isinstance(delta, DeleteDelta)
-                for eid in delta.source_episode_ids
-            }
+            {eid for delta in deltas if delta.observes for eid in delta.source_episode_ids}
         )
         self._times = {}
         if cited and await self.has_episodes():
@@ -422,10 +392,7 @@ class Batch:
         """Read the states of referenced facts the batch has not seen yet."""
         wanted: set[str] = set()
         for delta in deltas:
-            if isinstance(delta, UpdateDelta | DeleteDelta):
-                wanted.update(delta.replaces)
-            elif isinstance(delta, NoopDelta):
-                wanted.update(delta.reinforces)
+            wanted.update(delta.named_ids)
         missing = sorted(wanted - self.known.keys())
         if missing:
             rows = await self.db.fetch(self.sql.fact_states_in, (self.sql.ids(missing),))
@@ -433,20 +400,21 @@ class Batch:
                 self.known[row[0]] = _state(row)
 
     def _apply(self, index: int, delta: Delta, did: str) -> None:
-        if isinstance(delta, AddDelta):
-            self._assert(index, delta, did, ())
-        elif isinstance(delta, UpdateDelta):
-            self._close(index, delta, did, "f" + did[1:], "superseded")
-            self._assert(index, delta, did, tuple(delta.replaces))
-        elif isinstance(delta, DeleteDelta):
+        """Stage what ``delta`` does: close what it replaces, make its fact, reinforce."""
+        if not isinstance(delta, FactDelta):
             sanitize_bundle(self._bundle(delta, did, ()))
-            self._close(index, delta, did, None, delta.status)
-        else:
-            sanitize_bundle(self._bundle(delta, did, ()))
+        if delta.closed_ids:
+            successor = "f" + did[1:] if delta.creates else None
+            self._close(index, delta, did, successor)
+        if isinstance(delta, FactDelta):
+            self._assert(index, delta, did, tuple(delta.closed_ids))
+        if delta.reinforced_ids:
             self._reinforce(index, delta, did)
         self.counts[delta.kind] += 1
 
-    def _bundle(self, delta: Delta, did: str, predecessors: tuple[str, ...]) -> ProvenanceBundle:
+    def _bundle(
+        self, delta: DeltaBase, did: str, predecessors: tuple[str, ...]
+    ) -> ProvenanceBundle:
         return trusted(
             ProvenanceBundle,
             {
@@ -463,7 +431,7 @@ class Batch:
         )
 
     def _assert(
-        self, index: int, delta: AddDelta | UpdateDelta, did: str, predecessors: tuple[str, ...]
+        self, index: int, delta: FactDelta, did: str, predecessors: tuple[str, ...]
     ) -> None:
         """Stage the delta's fact for the adapter (which checks the chunk's pairs at once)."""
         fact_id = "f" + did[1:]
@@ -492,42 +460,54 @@ class Batch:
         self._asserting_at.append((index, self._seq))
         user, agent = str(delta.user), str(delta.agent)  # resolved before the batch applies
         from_us = self._us(delta.promotion_ts)
-        state = _State(user, agent, from_us, False, reinforced_us=from_us, observed_us=from_us)
         seen = self.observed(delta.source_episode_ids)
-        if seen is not None:
-            state.observed_us = seen
+        own = Carried(from_us, 0, from_us if seen is None else seen)
+        pin: tuple[int, str] | None = None
         if predecessors:
-            assert isinstance(delta, UpdateDelta)
-            self._carry(delta, did, fact_id, state, [self.known[p] for p in predecessors])
-            seen = state.observed_us
-        self._lifecycles.append((seen, state.reinforced_us, state.count))
+            own, pin = self._carry(delta, did, fact_id, own, from_us)
+            seen = own.observed_us
+        self._lifecycles.append((seen, own.reinforced_at_us, own.reinforcement_count))
+        state = FactState(
+            user,
+            agent,
+            from_us,
+            False,
+            reinforced_at_us=own.reinforced_at_us,
+            reinforcement_count=own.reinforcement_count,
+            observed_us=own.observed_us,
+            access_count=own.access_count,
+            last_access_us=own.last_access_us,
+            pin=pin,
+        )
         self.known[fact_id] = state
         self.created.append(fact_id)
         made_from = (key_of(user, agent), delta.source_episode_ids[0])
         self._made_here.setdefault(made_from, []).append(fact_id)
 
     def _carry(
-        self, delta: UpdateDelta, did: str, fact_id: str, state: _State, before: list[_State]
-    ) -> None:
-        """What a new fact takes from those it replaces: reinforcement per the delta's
-        ``lifecycle``, access statistics (summed, latest) and a pin (if any had one)."""
-        if delta.lifecycle == "inherit":
-            state.reinforced_us = max(s.reinforced_us for s in before)
-            state.count = max(s.count for s in before)
-            state.observed_us = max(s.observed_us for s in before)
-        elif delta.lifecycle == "reinforce":
-            state.count = 1 + max(s.count for s in before)
-        state.access_count = sum(s.access_count for s in before)
-        state.last_access_us = max(s.last_access_us for s in before)
-        if state.access_count or state.last_access_us:
-            self._carried.append((fact_id, state.access_count, state.last_access_us))
-        pins = [(s.pin, fid) for s, fid in zip(before, delta.replaces, strict=True) if s.pin]
-        if pins:
-            (pinned_at_us, reason), origin = min(pins, key=lambda p: (p[0], p[1]))
-            state.pin = (pinned_at_us, reason)
-            self._pins.append((fact_id, pinned_at_us, reason))
-            at_us = state.valid_from_us
-            self._events.append((fact_id, "pinned", at_us, delta.rule_id, did, reason, origin))
+        self, delta: FactDelta, did: str, fact_id: str, own: Carried, at_us: int
+    ) -> tuple[Carried, tuple[int, str] | None]:
+        """What a new fact takes from those it replaces (see
+        :func:`~stargraph_mem.model.lifecycle.carry`), and the pin it takes over; stages
+        its access row, pin row and event."""
+        before = [self.known[p] for p in delta.closed_ids]
+        made = lifecycle.carry(delta.fact_lifecycle, own, before)
+        if made.access_count or made.last_access_us:
+            self._carried.append((fact_id, made.access_count, made.last_access_us))
+        pin = lifecycle.carried_pin(before, delta.closed_ids)
+        if pin is None:
+            return made, None
+        (pinned_at_us, reason), _ = pin
+        self._pins.append((fact_id, pinned_at_us, reason))
+        self._event(lifecycle.pin_event(fact_id, at_us, pin), delta, did)
+        return made, pin[0]
+
+    def _event(self, event: Event, delta: DeltaBase, did: str) -> None:
+        """Stage a status event of ``delta`` (numbered when the chunk is written)."""
+        self._events.append(
+            (event.fact_id, event.event, event.at_us, delta.rule_id, did, event.reason,
+             event.related_id)
+        )  # fmt: skip
 
     def _us(self, ts: datetime) -> int:
         """``to_us`` for delta times: a pass stamps one time on all its deltas."""
@@ -537,44 +517,38 @@ class Batch:
             self._last_ts = ts
         return self._last_us
 
-    def _close(
-        self,
-        index: int,
-        delta: UpdateDelta | DeleteDelta,
-        did: str,
-        successor: str | None,
-        status: str,
-    ) -> None:
-        """Close what ``delta`` replaces with ``status``; an archived fact an update names
-        is restored instead (it stays closed, and names its successor)."""
-        self._check_refs(index, delta, did, delta.replaces, "replace")
+    def _close(self, index: int, delta: Delta, did: str, successor: str | None) -> None:
+        """Close what ``delta`` replaces with its status; an archived fact a replacing
+        delta names is restored instead (it stays closed, and names its successor)."""
+        self._check_refs(index, delta, did, delta.closed_ids, "replace")
         until_us = self._us(delta.promotion_ts)
-        for fid in delta.replaces:
-            state = self.known[fid]
-            if state.closed and successor is not None:  # archived: checked above
+        named = [self.known[fid] for fid in delta.closed_ids]
+        for close, state in zip(lifecycle.closes(delta, named, until_us), named, strict=True):
+            fid = close.fact_id
+            if close.restore and successor is not None:  # archived: checked above
                 state.restored = True
                 self._restores.append((successor, fid))
-                self._events.append(
-                    (fid, "restored", until_us, delta.rule_id, did, delta.reason, successor)
-                )
+                self._event(lifecycle.restore_event(close, delta.reason, successor), delta, did)
                 continue
-            state.closed, state.status = True, status
+            state.closed, state.status = True, close.status
             self.closed_here.add(fid)
-            self._closes.append((max(until_us, state.valid_from_us), successor, did, status, fid))
+            self._closes.append((close.at_us, successor, did, close.status, fid))
             self.closed.append(fid)
 
-    def _reinforce(self, index: int, delta: NoopDelta, did: str) -> None:
-        self._check_refs(index, delta, did, delta.reinforces, "reinforce")
+    def _reinforce(self, index: int, delta: Delta, did: str) -> None:
+        """Confirm the facts ``delta`` reinforces (see
+        :func:`~stargraph_mem.model.lifecycle.reinforced`)."""
+        ids = delta.reinforced_ids
+        self._check_refs(index, delta, did, ids, "reinforce")
         ts_us = to_us(delta.promotion_ts)
         seen = self.observed(delta.source_episode_ids)
-        for fid in delta.reinforces:
+        for fid in ids:
             state = self.known[fid]
-            state.reinforced_us = max(state.reinforced_us, ts_us)
-            state.count += 1
-            if seen is not None:
-                state.observed_us = max(state.observed_us, seen)
+            state.reinforced_at_us, state.reinforcement_count, state.observed_us = (
+                lifecycle.reinforced(state, ts_us, seen)
+            )
             self._reinforcements.append((fid, ts_us, did, seen))
-        self.reinforced += len(delta.reinforces)
+        self.reinforced += len(ids)
 
     def _check_refs(
         self, index: int, delta: Delta, did: str, ids: Sequence[str], verb: str
@@ -607,9 +581,7 @@ class Batch:
             return "already closed earlier in this batch"
         if not state.closed:
             return None
-        if state.status != ARCHIVED or not isinstance(delta, UpdateDelta):
-            return "fact is already closed"
-        return "archived fact already restored" if state.restored else None
+        return lifecycle.refusal(state.status, state.restored, delta)
 
     def _audit_row(self, delta: Delta, did: str, body: bytes) -> None:
         self._audit.append(
@@ -748,12 +720,10 @@ class Batch:
     def result(
         self, watermarks: tuple[WatermarkAdvance, ...], rejections: int, version: int | None
     ) -> ApplyResult:
+        counts = {DELTA_BY_KIND[kind].counted_as: n for kind, n in self.counts.items()}
         return ApplyResult(
             version=version,
-            added=self.counts["add"],
-            updated=self.counts["update"],
-            deleted=self.counts["delete"],
-            noops=self.counts["noop"],
+            **counts,
             skipped=self.skipped,
             reinforced=self.reinforced,
             rejections=rejections,

@@ -18,7 +18,7 @@ import orjson
 from pydantic import ValidationError
 
 from stargraph_mem.errors import CorruptRowError, DeltaProvenanceError, DeltaValidationError
-from stargraph_mem.model.deltas import DELTA_ADAPTER, AddDelta, DeleteDelta, NoopDelta, UpdateDelta
+from stargraph_mem.model.deltas import DELTA_ADAPTER, DELTA_KINDS, Delta, FactDelta
 from stargraph_mem.model.facts import Fact, FactHit, FactPattern
 from stargraph_mem.model.limits import KEY_BYTES, utf8_size
 from stargraph_mem.model.time import from_us
@@ -62,8 +62,7 @@ __all__ = [
     "write_rows",
 ]
 
-Delta = AddDelta | UpdateDelta | DeleteDelta | NoopDelta
-KINDS: Final = ("add", "update", "delete", "noop")
+KINDS: Final = DELTA_KINDS
 _UNION_TAGS: Final = frozenset({"str", "bool", "int", "float", "none"})
 """Union member names pydantic puts in error locations (binding values are a union)."""
 _EMPTY_OBJECT: Final = b"{}"
@@ -447,7 +446,7 @@ def key_problem(delta: Delta) -> str | None:
     """Why an add's or update's fact would not fit an index row, or ``None``: its subject
     and predicate, with its partition key when the delta names its scope, over
     :data:`~stargraph_mem.model.limits.KEY_BYTES` (UTF-8 bytes)."""
-    if not isinstance(delta, AddDelta | UpdateDelta):
+    if not isinstance(delta, FactDelta):
         return None
     subject, predicate, _ = delta.fact.triple  # "" for a payload-only fact
     if (len(subject) + len(predicate)) * 4 <= KEY_BYTES // 2:

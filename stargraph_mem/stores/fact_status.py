@@ -19,6 +19,7 @@ from stargraph_mem.errors import FactNotFoundError, FactStatusError
 from stargraph_mem.model.base import unicode_problem
 from stargraph_mem.model.deltas import UpdateDelta
 from stargraph_mem.model.facts import Fact, StatusEvent
+from stargraph_mem.model.lifecycle import ARCHIVED
 from stargraph_mem.model.time import from_us, to_us
 from stargraph_mem.stores.fact_rows import audit_from_row, fact_from_row
 from stargraph_mem.stores.fact_statements import FactStatements
@@ -43,7 +44,6 @@ __all__ = [
     "unpin_fact",
 ]
 
-ARCHIVED: Final = "archived"
 RESTORE_RULE: Final = "restore"
 """The rule id of a restore asked for through the API (not by a pack's rule)."""
 STATUS_TABLE_NAMES: Final = ("fact_pins", "fact_events")

@@ -27,6 +27,7 @@ from stargraph_mem.model.cadence import SLEEP_CYCLE, Cadence
 from stargraph_mem.model.canonical import canonical_json
 from stargraph_mem.model.deltas import (
     DELTA_ADAPTER,
+    DELTA_KINDS,
     DELTA_LIST_ADAPTER,
     AddDelta,
     BindingScalar,
@@ -59,8 +60,6 @@ from stargraph_mem.model.time import (
     utc_now,
 )
 from stargraph_mem.stores.mounts import filesystem_of
-
-DELTA_KINDS: tuple[DeltaKind, ...] = ("add", "update", "delete", "noop")
 
 
 def _rule_error(exc: ValidationError) -> MalformedRuleError:
