@@ -36,6 +36,7 @@ from stargraph_mem.compiler.clips_env import load_constructs, new_environment
 from stargraph_mem.compiler.pack import CompiledRule
 from stargraph_mem.compiler.select_sql import NowOffset
 from stargraph_mem.compiler.sweep_sql import SweepFilter, sweep_filter
+from stargraph_mem.engine import observe
 from stargraph_mem.engine.report import PassReport
 from stargraph_mem.engine.runner import PassRunner
 from stargraph_mem.engine.runtime import RejectedEpisode
@@ -435,6 +436,9 @@ class Scheduler:
         self._tokens: OrderedDict[tuple[str, str], dict[str, str]] = OrderedDict()
         """Per (pack, partition key): the run tokens our last record there stored, for
         count rules a put always makes due (see :meth:`_decide_known`)."""
+        self._held: OrderedDict[tuple[str, str], dict[str, str]] = OrderedDict()
+        """Per (pack, partition key): the due rules' run tokens when another worker held
+        the partition's lease at a tick (see :meth:`_note_takeovers`)."""
 
     @staticmethod
     def _pack(runner: PassRunner) -> _Pack:
@@ -813,11 +817,12 @@ class Scheduler:
             if not partitions:
                 break
             d0 = time.perf_counter()
-            due, _ = await self._decide(pack, partitions, now)
+            due, decided = await self._decide(pack, partitions, now)
             decide += time.perf_counter() - d0
             wanted = list(due)
             for start in range(0, len(wanted), self.lease_batch):
-                await self._leased(pack, wanted[start : start + self.lease_batch], due, now, report)
+                chunk = wanted[start : start + self.lease_batch]
+                await self._leased(pack, chunk, due, now, report, decided.states)
         for pack in self.packs:
             await self.sweep(pack, now, report)
         t2 = time.perf_counter()
@@ -845,6 +850,7 @@ class Scheduler:
         due: dict[Partition, list[CadenceRule]],
         now: datetime,
         report: ConsolidationReport,
+        states: dict[tuple[str, str], RunState] | None = None,
     ) -> None:
         """Lease ``partitions``, decide again for those leased (another scheduler may have
         run them since the tick decided), run what is still due, give the leases up."""
@@ -852,6 +858,7 @@ class Scheduler:
         assert runner is not None
         mine = await self.facts.claim_partitions(partitions, self.holder, self.lease_seconds)
         leased = {p.key for p in mine}
+        self._note_takeovers(pack.name, partitions, leased, due, states or {})
         report.held += [
             Due(pack.name, rule.id, p) for p in partitions if p.key not in leased for rule in due[p]
         ]
@@ -866,6 +873,28 @@ class Scheduler:
             for key in leased:
                 runner.leases.pop(key, None)
             await self.facts.release_partitions(mine, self.holder)
+
+    def _note_takeovers(
+        self,
+        pack: str,
+        partitions: Sequence[Partition],
+        leased: set[str],
+        due: dict[Partition, list[CadenceRule]],
+        states: dict[tuple[str, str], RunState],
+    ) -> None:
+        """Remember the run tokens of the due partitions another worker holds; one this
+        worker now leases whose due rules' tokens did not change since is a takeover (its
+        holder applied no pass while it held the lease: it died, or its lease expired)."""
+        for partition in partitions:
+            key = (pack, partition.key)
+            tokens = {r.id: _token_of(states.get((r.id, partition.key))) for r in due[partition]}
+            seen = self._held.pop(key, None)
+            if partition.key not in leased:
+                self._held[key] = tokens
+            elif seen is not None and all(tokens.get(r) == t for r, t in seen.items()):
+                observe.takeover(pack, partition)
+        while len(self._held) > KNOWN_TOKENS_MAX:
+            self._held.popitem(last=False)
 
     def forget(self) -> None:
         """Drop the run tokens kept from earlier records (after a lost connection, the
@@ -1009,6 +1038,10 @@ class Scheduler:
             due,
             later,
         )
+
+
+def _token_of(state: RunState | None) -> str:
+    return "" if state is None else state.token
 
 
 def merge_sweep(report: ConsolidationReport, pack: str, outcome: SweepOutcome) -> None:
