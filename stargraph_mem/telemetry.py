@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import importlib
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
@@ -81,7 +81,7 @@ class Histogram(Protocol):
 
 
 class _NullInstrument:
-    """A counter and a histogram that measure nothing (no OpenTelemetry API)."""
+    """A counter and a histogram that measure nothing (no SDK listens)."""
 
     def add(self, amount: int | float, attributes: Attributes | None = None) -> None:
         return None
@@ -90,8 +90,29 @@ class _NullInstrument:
         return None
 
 
+class Tally:
+    """A monotonic counter kept in this process, per attribute set: ``add`` is a dict
+    update, and the SDK reads the totals when it collects (an observable counter), so a
+    pass pays no SDK call per count."""
+
+    __slots__ = ("totals",)
+
+    def __init__(self) -> None:
+        self.totals: dict[frozenset[tuple[str, Any]], int | float] = {}
+
+    def add(self, amount: int | float, attributes: Attributes | None = None) -> None:
+        key = frozenset(attributes.items()) if attributes else frozenset()
+        self.totals[key] = self.totals.get(key, 0) + amount
+
+    def observe(self, options: CallbackOptions) -> list[Observation]:
+        """The totals as observations (a copy: a pass may add meanwhile)."""
+        found = _modules()
+        assert found is not None
+        return [found[0].Observation(v, dict(k)) for k, v in dict(self.totals).items()]
+
+
 class _NullSpan:
-    """A span that records nothing (no OpenTelemetry API)."""
+    """A span that records nothing (no SDK listens)."""
 
     def set_attribute(self, key: str, value: Any) -> None:
         return None
@@ -110,6 +131,7 @@ class _NullSpan:
 
 
 _NULL: Final = _NullInstrument()
+_NULL_SPAN: Final = _NullSpan()
 
 
 @dataclass
@@ -128,7 +150,12 @@ class Instruments:
     conflicts: Counter = _NULL
     recall_duration: Histogram = _NULL
     observed: list[Any] = field(default_factory=list, repr=False)
-    """The observable gauges (kept so they live as long as the instruments)."""
+    """The observable instruments (kept so they live as long as the others)."""
+
+
+GLOBAL_CHECK_SECONDS: Final = 1.0
+"""Without providers handed over, how often the API's global providers are looked at
+again (an application may set an SDK's after the first measurement)."""
 
 
 @dataclass
@@ -140,6 +167,8 @@ class _State:
     enabled: bool = False
     explicit: bool = False
     """Whether providers were handed over (else the API's global ones are followed)."""
+    checked: float = 0.0
+    """When (monotonic) the global providers were last looked at."""
     backlog: dict[str, tuple[int, float]] = field(default_factory=dict)
     """Pack → (episodes pending, age in seconds of the oldest), as last measured."""
 
@@ -169,32 +198,47 @@ def available() -> bool:
 
 
 def enabled() -> bool:
-    """Whether measurements reach an SDK (a provider handed to :func:`configure`, or a
-    global one set before it): costly measurements (the backlog) are taken only then."""
-    if _state.explicit:
-        return _state.enabled
+    """Whether measurements reach an SDK: providers handed to :func:`configure`, or the
+    API's global ones once an SDK's were set there (looked at again every
+    :data:`GLOBAL_CHECK_SECONDS`). Until then instruments and spans are no-ops."""
+    if not _state.explicit and time.monotonic() - _state.checked >= GLOBAL_CHECK_SECONDS:
+        _follow_globals()
+    return _state.enabled
+
+
+def _follow_globals() -> None:
+    """Build from the global providers when an SDK's appeared there (or went away)."""
+    _state.checked = time.monotonic()
     found = _modules()
-    return found is not None and (
-        _is_sdk(found[0].get_meter_provider()) or _is_sdk(found[1].get_tracer_provider())
-    )
+    if found is None:
+        return
+    meters, tracers = found[0].get_meter_provider(), found[1].get_tracer_provider()
+    if (_is_sdk(meters) or _is_sdk(tracers)) != _state.enabled:
+        _build(meters, tracers)
 
 
 def configure(
     meter_provider: MeterProvider | None = None, tracer_provider: TracerProvider | None = None
 ) -> None:
-    """Create the instruments and tracer from these providers (None: the API's global
-    ones, which follow a provider set globally later on); no-ops without the API."""
+    """Measure into these providers (None: the API's global ones, followed when an SDK's
+    is set there later); no-ops without the API or an SDK."""
+    _state.explicit = meter_provider is not None or tracer_provider is not None
+    _state.checked = time.monotonic()
     found = _modules()
     if found is None:
         _state.instruments, _state.tracer, _state.enabled = Instruments(), None, False
         return
-    metrics, trace = found
-    meters = meter_provider or metrics.get_meter_provider()
-    tracers = tracer_provider or trace.get_tracer_provider()
-    _state.instruments = _create(meters.get_meter(SCOPE))
-    _state.tracer = tracers.get_tracer(SCOPE)
+    _build(
+        meter_provider or found[0].get_meter_provider(),
+        tracer_provider or found[1].get_tracer_provider(),
+    )
+
+
+def _build(meters: MeterProvider, tracers: TracerProvider) -> None:
+    """Instruments from ``meters`` and the tracer from ``tracers``, those of an SDK only."""
+    _state.instruments = _create(meters.get_meter(SCOPE)) if _is_sdk(meters) else Instruments()
+    _state.tracer = tracers.get_tracer(SCOPE) if _is_sdk(tracers) else None
     _state.enabled = _is_sdk(meters) or _is_sdk(tracers)
-    _state.explicit = meter_provider is not None or tracer_provider is not None
 
 
 def _is_sdk(provider: object) -> bool:
@@ -203,25 +247,43 @@ def _is_sdk(provider: object) -> bool:
     return not (name.startswith(("NoOp", "_NoOp", "_Proxy", "Proxy")))
 
 
+def _tally(meter: Meter, name: str, unit: str, description: str, out: list[Any]) -> Tally:
+    """A :class:`Tally` the SDK observes as the monotonic counter ``name``."""
+    tally = Tally()
+    out.append(meter.create_observable_counter(name, [tally.observe], unit, description))
+    return tally
+
+
 def _create(meter: Meter) -> Instruments:
     """Every instrument of the package from ``meter``."""
+    kept: list[Any] = []
     out = Instruments(
-        passes=meter.create_counter(
-            "stargraph_mem.passes", "{pass}", "Consolidation passes, by outcome."
+        passes=_tally(
+            meter, "stargraph_mem.passes", "{pass}", "Consolidation passes, by outcome.", kept
         ),
-        episodes=meter.create_counter(
-            "stargraph_mem.episodes.consumed", "{episode}", "Episodes read by applied passes."
+        episodes=_tally(
+            meter,
+            "stargraph_mem.episodes.consumed",
+            "{episode}",
+            "Episodes read by applied passes.",
+            kept,
         ),
-        deltas=meter.create_counter(
-            "stargraph_mem.deltas", "{delta}", "Deltas of applied passes, by kind."
+        deltas=_tally(
+            meter, "stargraph_mem.deltas", "{delta}", "Deltas of applied passes, by kind.", kept
         ),
-        rejections=meter.create_counter(
-            "stargraph_mem.rejections", "{episode}", "Episodes rejected by passes, by reason."
+        rejections=_tally(
+            meter,
+            "stargraph_mem.rejections",
+            "{episode}",
+            "Episodes rejected by passes, by reason.",
+            kept,
         ),
-        quarantines=meter.create_counter(
+        quarantines=_tally(
+            meter,
             "stargraph_mem.quarantines",
             "{quarantine}",
             "Rows that could not be decoded, and partitions whose pass failed.",
+            kept,
         ),
         pass_duration=meter.create_histogram(
             "stargraph_mem.pass.duration", "s", "One pass: read, CLIPS run and apply."
@@ -229,26 +291,32 @@ def _create(meter: Meter) -> Instruments:
         apply_duration=meter.create_histogram(
             "stargraph_mem.pass.apply.duration", "s", "The apply (commit) of one pass."
         ),
-        sweep_candidates=meter.create_counter(
+        sweep_candidates=_tally(
+            meter,
             "stargraph_mem.sweep.candidates",
             "{partition}",
             "Partitions with candidate facts found by sweeps at their fire times.",
+            kept,
         ),
-        takeovers=meter.create_counter(
+        takeovers=_tally(
+            meter,
             "stargraph_mem.lease.takeovers",
             "{lease}",
             "Partitions leased after another worker held them without applying a pass.",
+            kept,
         ),
-        conflicts=meter.create_counter(
+        conflicts=_tally(
+            meter,
             "stargraph_mem.conflicts.retried",
             "{pass}",
             "Passes decided or computed again after another writer got there first.",
+            kept,
         ),
         recall_duration=meter.create_histogram(
             "stargraph_mem.recall.duration", "s", "One recall (fact search), by strategy."
         ),
     )
-    out.observed = [
+    kept += [
         meter.create_observable_gauge(
             "stargraph_mem.backlog.episodes",
             [_observe_pending],
@@ -262,16 +330,17 @@ def _create(meter: Meter) -> Instruments:
             "Age of the oldest episode not consumed yet, per pack.",
         ),
     ]
+    out.observed = kept
     return out
 
 
 def _observations(index: int) -> list[Observation]:
     found = _modules()
-    if found is None:  # pragma: no cover - the gauges exist only with the API
-        return []
+    assert found is not None
     metrics = found[0]
     return [
-        metrics.Observation(values[index], {PACK: pack}) for pack, values in _state.backlog.items()
+        metrics.Observation(values[index], {PACK: pack})
+        for pack, values in dict(_state.backlog).items()
     ]
 
 
@@ -289,19 +358,21 @@ def set_backlog(pack: str, episodes: int, oldest_age: float) -> None:
 
 
 def instruments() -> Instruments:
-    """The instruments in effect (no-ops until :func:`configure` found the API)."""
+    """The instruments in effect (no-ops until an SDK listens)."""
+    enabled()
     return _state.instruments
 
 
-@contextmanager
-def span(name: str, attributes: Attributes | None = None) -> Iterator[Any]:
+_NOTHING: Final = nullcontext()
+_NULL_CURRENT: Final = nullcontext(_NULL_SPAN)
+
+
+def span(name: str, attributes: Attributes | None = None) -> AbstractContextManager[Any]:
     """A span over the ``with`` block, current inside it (a child of the caller's)."""
-    tracer = _state.tracer
+    tracer = _state.tracer if enabled() else None
     if tracer is None:
-        yield _NullSpan()
-        return
-    with tracer.start_as_current_span(name, attributes=attributes) as current:
-        yield current
+        return _NULL_CURRENT
+    return tracer.start_as_current_span(name, attributes=attributes)
 
 
 class PassSpan:
@@ -309,15 +380,16 @@ class PassSpan:
     run while the next pass is computed): its read and CLIPS run become child spans from
     the pass's timings, its apply a child span around the commit."""
 
-    __slots__ = ("_start", "span")
+    __slots__ = ("_start", "_tracer", "span")
 
     def __init__(self, pack: str, rules: int, partitions: int, kind: str = "episodes") -> None:
-        tracer = _state.tracer
-        self._start = time.time_ns()
-        if tracer is None:
-            self.span: Any = _NullSpan()
+        self._tracer = _state.tracer if enabled() else None
+        self._start = 0
+        if self._tracer is None:
+            self.span: Any = _NULL_SPAN
             return
-        self.span = tracer.start_span(
+        self._start = time.time_ns()
+        self.span = self._tracer.start_span(
             "stargraph_mem.pass",
             attributes={
                 PACK: pack,
@@ -328,61 +400,49 @@ class PassSpan:
             start_time=self._start,
         )
 
-    @contextmanager
-    def current(self) -> Iterator[None]:
+    def current(self) -> AbstractContextManager[Any]:
         """The pass's span is the current one inside the block (not ended by it)."""
         found = _modules()
-        if found is None or not self.span.is_recording():
-            yield
-            return
-        with found[1].use_span(self.span, end_on_exit=False, record_exception=False):
-            yield
+        if self._tracer is None or found is None:
+            return _NOTHING
+        used: AbstractContextManager[Any] = found[1].use_span(
+            self.span, end_on_exit=False, record_exception=False
+        )
+        return used
 
     def phases(self, read: float, run: float, episodes: int) -> None:
-        """Child spans ``read`` and ``clips run`` from the pass's start, of these many
+        """Child spans ``read`` and ``clips_run`` from the pass's start, of these many
         seconds, and the episodes it read."""
-        tracer = _state.tracer
-        if tracer is None or not self.span.is_recording():
+        found = _modules()
+        if self._tracer is None or found is None:
             return
-        trace = _modules()
-        assert trace is not None
-        parent = trace[1].set_span_in_context(self.span)
+        parent = found[1].set_span_in_context(self.span)
         self.span.set_attribute(EPISODE_COUNT, episodes)
         read_end = self._start + int(read * 1e9)
         for name, start, end in (
             ("stargraph_mem.pass.read", self._start, read_end),
             ("stargraph_mem.pass.clips_run", read_end, read_end + int(run * 1e9)),
         ):
-            tracer.start_span(name, parent, start_time=start).end(end_time=end)
+            self._tracer.start_span(name, parent, start_time=start).end(end_time=end)
 
-    @contextmanager
-    def apply(self) -> Iterator[None]:
-        """A child span ``apply`` over the block (the pass's commit)."""
-        tracer = _state.tracer
-        if tracer is None or not self.span.is_recording():
-            yield
-            return
-        with self.current(), tracer.start_as_current_span("stargraph_mem.pass.apply"):
-            yield
+    def apply(self) -> AbstractContextManager[Any]:
+        """A child span ``apply`` over the block (the pass's commit), current inside it."""
+        found = _modules()
+        if self._tracer is None or found is None:
+            return _NOTHING
+        parent = found[1].set_span_in_context(self.span)
+        return self._tracer.start_as_current_span("stargraph_mem.pass.apply", parent)
 
     def end(self, error: BaseException | None = None) -> None:
         """End the pass's span (recording ``error`` when it failed)."""
-        if error is not None and self.span.is_recording():
+        found = _modules()
+        if self._tracer is None or found is None:
+            return
+        if error is not None:
             self.span.record_exception(error)
             self.span.set_attribute(ERROR_TYPE, type(error).__name__)
-            found = _modules()
-            if found is not None:
-                self.span.set_status(found[1].Status(found[1].StatusCode.ERROR))
+            self.span.set_status(found[1].Status(found[1].StatusCode.ERROR))
         self.span.end()
-
-
-def sum_by(rows: Sequence[tuple[Attributes, int]]) -> dict[tuple[tuple[str, Any], ...], int]:
-    """Amounts summed per distinct attribute set (one ``add`` each instead of one per row)."""
-    out: dict[tuple[tuple[str, Any], ...], int] = {}
-    for attributes, amount in rows:
-        key = tuple(sorted(attributes.items()))
-        out[key] = out.get(key, 0) + amount
-    return out
 
 
 configure()

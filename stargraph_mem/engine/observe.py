@@ -28,8 +28,6 @@ from stargraph_mem.telemetry import (
     RECALL_STRATEGY,
     REJECTION_REASON,
     RULE,
-    Attributes,
-    sum_by,
 )
 
 if TYPE_CHECKING:
@@ -75,42 +73,33 @@ def outcome(report: PassReport) -> str:
 
 def passes(reports: Sequence[PassReport]) -> None:
     """Count passes, episodes, deltas, rejections and quarantines, and record pass and
-    apply durations, of ``reports`` (one ``add`` per distinct attribute set)."""
+    apply durations, of ``reports``."""
     tools = telemetry.instruments()
-    counted: list[tuple[Attributes, int]] = []
-    consumed: list[tuple[Attributes, int]] = []
-    deltas: list[tuple[Attributes, int]] = []
-    rejected: list[tuple[Attributes, int]] = []
-    quarantined: list[tuple[Attributes, int]] = []
     for report in reports:
         pack = {PACK: report.pack}
         kind = {PACK: report.pack, PASS_KIND: "sweep" if report.sweep else "episodes"}
-        counted.append(({**kind, PASS_OUTCOME: outcome(report)}, 1))
+        tools.passes.add(1, {**kind, PASS_OUTCOME: outcome(report)})
         if report.failed is not None:
             reason = {QUARANTINE_REASON: "pass_failed", ERROR_TYPE: error_type(report.failed)}
-            quarantined.append(({**pack, **reason}, 1))
+            tools.quarantines.add(1, {**pack, **reason})
             continue
         if not report.applied:
             continue
-        undecodable = {**pack, QUARANTINE_REASON: "row_undecodable"}
-        quarantined.append((undecodable, len(report.quarantined)))
-        consumed.append((pack, report.episodes))
-        deltas += [({**pack, DELTA_KIND: k}, n) for k, n in report.delta_counts.items() if n]
-        rejected += [({**pack, REJECTION_REASON: rejection_reason(r)}, 1) for r in report.rejected]
-        rejected += [({**pack, REJECTION_REASON: "salience_gate"}, len(report.gated_out))]
+        if report.quarantined:
+            undecodable = {**pack, QUARANTINE_REASON: "row_undecodable"}
+            tools.quarantines.add(len(report.quarantined), undecodable)
+        tools.episodes.add(report.episodes, pack)
+        for kind_of, count in report.delta_counts.items():
+            if count:
+                tools.deltas.add(count, {**pack, DELTA_KIND: kind_of})
+        for rejected in report.rejected:
+            tools.rejections.add(1, {**pack, REJECTION_REASON: rejection_reason(rejected)})
+        if report.gated_out:
+            gated = {**pack, REJECTION_REASON: "salience_gate"}
+            tools.rejections.add(len(report.gated_out), gated)
         if "total" in report.timings:
             tools.pass_duration.record(report.timings["total"], kind)
             tools.apply_duration.record(report.timings.get("apply", 0.0), kind)
-    for counter, rows in (
-        (tools.passes, counted),
-        (tools.episodes, consumed),
-        (tools.deltas, deltas),
-        (tools.rejections, rejected),
-        (tools.quarantines, quarantined),
-    ):
-        for key, amount in sum_by(rows).items():
-            if amount:
-                counter.add(amount, dict(key))
 
 
 def report(done: ConsolidationReport) -> None:
@@ -118,9 +107,9 @@ def report(done: ConsolidationReport) -> None:
     if not telemetry.enabled():
         return
     passes(done.passes)
-    retried = sum_by([({PACK: d.pack, CONFLICT_KIND: "scheduler"}, 1) for d in done.conflicts])
-    for key, amount in retried.items():
-        telemetry.instruments().conflicts.add(amount, dict(key))
+    conflicts = telemetry.instruments().conflicts
+    for due in done.conflicts:
+        conflicts.add(1, {PACK: due.pack, CONFLICT_KIND: "scheduler"})
 
 
 def stale_retry(pack: str, partition: Partition, attempt: int) -> None:
