@@ -236,9 +236,22 @@ def configure(
 
 def _build(meters: MeterProvider, tracers: TracerProvider) -> None:
     """Instruments from ``meters`` and the tracer from ``tracers``, those of an SDK only."""
-    _state.instruments = _create(meters.get_meter(SCOPE)) if _is_sdk(meters) else Instruments()
+    _state.instruments = _instruments_of(meters) if _is_sdk(meters) else Instruments()
     _state.tracer = tracers.get_tracer(SCOPE) if _is_sdk(tracers) else None
     _state.enabled = _is_sdk(meters) or _is_sdk(tracers)
+
+
+_BUILT: dict[int, tuple[MeterProvider, Instruments]] = {}
+"""Instruments by meter provider: made once each (a provider handed over again, or the
+global one followed again, gets the same ones)."""
+
+
+def _instruments_of(meters: MeterProvider) -> Instruments:
+    """The package's instruments on ``meters``, created on first use."""
+    found = _BUILT.get(id(meters))
+    if found is None or found[0] is not meters:
+        found = _BUILT[id(meters)] = (meters, _create(meters.get_meter(SCOPE)))
+    return found[1]
 
 
 def _is_sdk(provider: object) -> bool:
