@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import importlib
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Protocol
@@ -267,6 +267,28 @@ def _tally(meter: Meter, name: str, unit: str, description: str, out: list[Any])
     return tally
 
 
+PASS_BUCKETS: Final = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+    120.0, 300.0, 600.0,
+)  # fmt: skip
+"""Bucket bounds (seconds) of the pass and apply durations: a streaming pass to a backlog's."""
+RECALL_BUCKETS: Final = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+)  # fmt: skip
+"""Bucket bounds (seconds) of the recall durations."""
+
+
+def _histogram(meter: Meter, name: str, description: str, bounds: Sequence[float]) -> Histogram:
+    """A histogram of seconds with these bucket bounds as its advice (an API older than
+    1.23 takes no advice: the SDK's default bounds then)."""
+    try:
+        return meter.create_histogram(
+            name, "s", description, explicit_bucket_boundaries_advisory=bounds
+        )
+    except TypeError:  # pragma: no cover - older API
+        return meter.create_histogram(name, "s", description)
+
+
 def _create(meter: Meter) -> Instruments:
     """Every instrument of the package from ``meter``."""
     kept: list[Any] = []
@@ -298,11 +320,14 @@ def _create(meter: Meter) -> Instruments:
             "Rows that could not be decoded, and partitions whose pass failed.",
             kept,
         ),
-        pass_duration=meter.create_histogram(
-            "stargraph_mem.pass.duration", "s", "One pass: read, CLIPS run and apply."
+        pass_duration=_histogram(
+            meter,
+            "stargraph_mem.pass.duration",
+            "One pass: read, CLIPS run and apply.",
+            PASS_BUCKETS,
         ),
-        apply_duration=meter.create_histogram(
-            "stargraph_mem.pass.apply.duration", "s", "The apply (commit) of one pass."
+        apply_duration=_histogram(
+            meter, "stargraph_mem.pass.apply.duration", "The apply of one pass.", PASS_BUCKETS
         ),
         sweep_candidates=_tally(
             meter,
@@ -325,8 +350,8 @@ def _create(meter: Meter) -> Instruments:
             "Passes decided or computed again after another writer got there first.",
             kept,
         ),
-        recall_duration=meter.create_histogram(
-            "stargraph_mem.recall.duration", "s", "One recall (fact search), by strategy."
+        recall_duration=_histogram(
+            meter, "stargraph_mem.recall.duration", "One recall, by strategy.", RECALL_BUCKETS
         ),
     )
     kept += [
@@ -393,10 +418,11 @@ class PassSpan:
     run while the next pass is computed): its read and CLIPS run become child spans from
     the pass's timings, its apply a child span around the commit."""
 
-    __slots__ = ("_start", "_tracer", "span")
+    __slots__ = ("_kind", "_start", "_tracer", "span")
 
     def __init__(self, pack: str, rules: int, partitions: int, kind: str = "episodes") -> None:
         self._tracer = _state.tracer if enabled() else None
+        self._kind = {PACK: pack, PASS_KIND: kind}
         self._start = 0
         if self._tracer is None:
             self.span: Any = _NULL_SPAN
@@ -445,6 +471,14 @@ class PassSpan:
             return _NOTHING
         parent = found[1].set_span_in_context(self.span)
         return self._tracer.start_as_current_span("stargraph_mem.pass.apply", parent)
+
+    def timed(self, compute: float, apply: float) -> None:
+        """Record the applied pass's duration (``compute`` + ``apply`` seconds) and its
+        apply's in the histograms (one measurement per pass span: a batch of partitions
+        is one)."""
+        tools = instruments()
+        tools.pass_duration.record(compute + apply, self._kind)
+        tools.apply_duration.record(apply, self._kind)
 
     def end(self, error: BaseException | None = None) -> None:
         """End the pass's span (recording ``error`` when it failed)."""

@@ -307,19 +307,22 @@ class BatchRun:
         )
 
     @staticmethod
-    def phases(traced: PassSpan, reports: list[PassReport]) -> None:
-        """The batch's read and CLIPS run as child spans of its pass span."""
+    def phases(traced: PassSpan, reports: list[PassReport]) -> float:
+        """The batch's read and CLIPS run as child spans of its pass span; their seconds."""
         read = sum(r.timings.get("read", 0.0) for r in reports)
         engine = sum(r.timings.get("engine", 0.0) for r in reports)
         traced.phases(read, engine, sum(r.episodes for r in reports))
+        return read + engine
 
     async def _traced_apply(self, traced: PassSpan, reports: list[PassReport]) -> None:
         """:meth:`_apply` inside the batch's pass span, which it ends."""
         error: BaseException | None = None
         try:
-            self.phases(traced, reports)
+            compute = self.phases(traced, reports)
+            t0 = time.perf_counter()
             with traced.apply():
                 await self._apply(reports)
+            traced.timed(compute, time.perf_counter() - t0)
         except BaseException as exc:
             error = exc
             raise

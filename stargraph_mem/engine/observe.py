@@ -72,8 +72,8 @@ def outcome(report: PassReport) -> str:
 
 
 def passes(reports: Sequence[PassReport]) -> None:
-    """Count passes, episodes, deltas, rejections and quarantines, and record pass and
-    apply durations, of ``reports``."""
+    """Count passes, episodes, deltas, rejections and quarantines of ``reports`` (their
+    durations are recorded where their spans end: see ``PassSpan.timed``)."""
     tools = telemetry.instruments()
     for report in reports:
         pack = {PACK: report.pack}
@@ -97,9 +97,6 @@ def passes(reports: Sequence[PassReport]) -> None:
         if report.gated_out:
             gated = {**pack, REJECTION_REASON: "salience_gate"}
             tools.rejections.add(len(report.gated_out), gated)
-        if "total" in report.timings:
-            tools.pass_duration.record(report.timings["total"], kind)
-            tools.apply_duration.record(report.timings.get("apply", 0.0), kind)
 
 
 def report(done: ConsolidationReport) -> None:

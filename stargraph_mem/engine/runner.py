@@ -368,7 +368,10 @@ class PassRunner:
                 report.timings.get("read", 0.0), report.timings.get("engine", 0.0), report.episodes
             )
             with traced.apply():
-                return await self._apply(report, runs, holder, last)
+                version = await self._apply(report, runs, holder, last)
+            timings = report.timings
+            traced.timed(timings.get("read", 0.0) + timings.get("engine", 0.0), timings["apply"])
+            return version
         except BaseException as exc:
             error = exc
             raise

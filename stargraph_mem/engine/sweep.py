@@ -202,6 +202,7 @@ class Sweeper:
                 return
             traced = PassSpan(self.pack, 1, len(todo), "sweep")
             try:
+                t0 = time.perf_counter()
                 with traced.current():
                     reports = await self.compute(rule, at, fire.filt, todo, traced)
                 if fire.dry_run:
@@ -209,8 +210,10 @@ class Sweeper:
                     traced.end()
                     return
                 runs = {r.partition: self._run(rule, r.partition, at, states) for r in reports}
+                t1 = time.perf_counter()
                 with traced.apply():
                     todo = await self._apply(reports, runs, out)
+                traced.timed(t1 - t0, time.perf_counter() - t1)
             except BaseException as error:
                 traced.end(error)
                 raise
