@@ -1,10 +1,11 @@
 """Metrics and traces through the OpenTelemetry API, when it is importable.
 
-Nothing here needs OpenTelemetry: without ``opentelemetry-api`` (the ``otel`` extra)
-every instrument and span is a cheap no-op object. With the API but no SDK configured,
-the API's own no-op providers answer (one call each). An application that installs an
-SDK ``MeterProvider`` / ``TracerProvider`` globally gets the measurements there; a test
-or an embedding application can hand providers over with :func:`configure` instead.
+Nothing here needs OpenTelemetry: until an SDK listens, every instrument and span is a
+no-op object behind one cached check, and the API is not even imported unless the
+application did. An application that installs an SDK ``MeterProvider`` /
+``TracerProvider`` globally gets the measurements there (the global providers are looked
+at again every second); a test or an embedding application can hand providers over with
+:func:`configure` instead.
 
 Attributes are bounded, operator-defined values only (pack and rule names, kinds,
 reasons from a fixed list, error type names): never user ids nor episode content. The
@@ -14,6 +15,7 @@ names follow OpenTelemetry's semantic conventions (see docs/operations-telemetry
 from __future__ import annotations
 
 import importlib
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -174,6 +176,7 @@ class _State:
 
 
 _state = _State()
+_API_MODULES: Final = ("opentelemetry.metrics", "opentelemetry.trace")
 _api: tuple[Any, Any] | None = None
 """The ``opentelemetry.metrics`` and ``opentelemetry.trace`` modules (None: not loaded)."""
 
@@ -183,10 +186,8 @@ def _modules() -> tuple[Any, Any] | None:
     global _api
     if _api is None:
         try:
-            _api = (
-                importlib.import_module("opentelemetry.metrics"),
-                importlib.import_module("opentelemetry.trace"),
-            )
+            metrics, trace = (importlib.import_module(name) for name in _API_MODULES)
+            _api = (metrics, trace)
         except ImportError:
             return None
     return _api
@@ -207,8 +208,12 @@ def enabled() -> bool:
 
 
 def _follow_globals() -> None:
-    """Build from the global providers when an SDK's appeared there (or went away)."""
+    """Build from the global providers when an SDK's appeared there (or went away). An
+    application that set one has imported the API: until then it is not imported here
+    (which would cost every process that never measures)."""
     _state.checked = time.monotonic()
+    if not any(name in sys.modules for name in _API_MODULES):
+        return
     found = _modules()
     if found is None:
         return
@@ -490,6 +495,3 @@ class PassSpan:
             self.span.set_attribute(ERROR_TYPE, type(error).__name__)
             self.span.set_status(found[1].Status(found[1].StatusCode.ERROR))
         self.span.end()
-
-
-configure()

@@ -450,3 +450,60 @@ def test_run_metrics_port_serves_prometheus_text(tmp_path: Path) -> None:
     assert ticks and all(t["event"] == "tick" for t in ticks)
     assert ticks[0]["passes"] == 1 and ticks[0]["add"] == 1
     assert out.splitlines()[-1] == "stopped"
+
+
+def test_global_providers_set_later_are_followed(tmp_path: Path) -> None:
+    """An application that sets the SDK's providers globally, after the package was
+    imported and had measured nothing, gets the measurements (the globals are looked at
+    again every second)."""
+    code = textwrap.dedent(
+        f"""
+        import asyncio, json, sys, time
+        sys.path.insert(0, {str(ROOT / "tests")!r})
+        from e2e_helpers import SEED_PACK, episode, spo
+        from stargraph_mem import telemetry
+        from stargraph_mem.compiler.pack import compile_text
+        from stargraph_mem.engine.api import Consolidator
+
+        async def main():
+            async with Consolidator(sys.argv[1], [compile_text(SEED_PACK)]) as mem:
+                await mem.record(episode("a1", **spo("alice", "likes", "tea")))
+                before = telemetry.enabled()
+                from opentelemetry import metrics, trace
+                from opentelemetry.sdk.metrics import MeterProvider
+                from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+                from opentelemetry.sdk.trace import TracerProvider
+                from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+                from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
+                    InMemorySpanExporter,
+                )
+                reader, exporter = InMemoryMetricReader(), InMemorySpanExporter()
+                metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+                tracer = TracerProvider()
+                tracer.add_span_processor(SimpleSpanProcessor(exporter))
+                trace.set_tracer_provider(tracer)
+                time.sleep(telemetry.GLOBAL_CHECK_SECONDS + 0.1)
+                await mem.record(episode("a2", **spo("alice", "likes", "jazz")))
+                names = sorted(
+                    m.name
+                    for r in reader.get_metrics_data().resource_metrics
+                    for s in r.scope_metrics
+                    for m in s.metrics
+                )
+                spans = sorted({{s.name for s in exporter.get_finished_spans()}})
+                return before, telemetry.enabled(), "stargraph_mem.passes" in names, spans
+
+        print(json.dumps(asyncio.run(main())))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "m.db")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    before, after, counted, spans = json.loads(done.stdout.splitlines()[-1])
+    assert (before, after, counted) == (False, True, True)
+    assert "stargraph_mem.record" in spans and "stargraph_mem.pass.apply" in spans
