@@ -12,6 +12,7 @@ episodes, with the SDK configured (metrics into an ``InMemoryMetricReader``, spa
 
     python benchmarks/bench_telemetry.py                      # about 3 minutes
     python benchmarks/bench_telemetry.py --episodes 8000 --partitions 400 --records 200
+    python benchmarks/bench_telemetry.py --skip nightly --sample 0.01  # 1 % of traces
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
 from stargraph_mem import telemetry
 from stargraph_mem.compiler.pack import compile_file
@@ -44,10 +46,11 @@ NOW = datetime(2026, 2, 1, tzinfo=UTC)
 class Sdk:
     """The SDK's in-memory reader and exporter, switched on and off for the package."""
 
-    def __init__(self) -> None:
+    def __init__(self, sample: float = 1.0) -> None:
         self.reader = InMemoryMetricReader()
         self.exporter = InMemorySpanExporter()
-        self.tracer = TracerProvider()
+        sampler = ParentBased(TraceIdRatioBased(sample)) if sample < 1.0 else None
+        self.tracer = TracerProvider(sampler=sampler)
         self.tracer.add_span_processor(SimpleSpanProcessor(self.exporter))
         self.meter = MeterProvider(metric_readers=[self.reader])
 
@@ -162,8 +165,11 @@ async def main() -> None:
     parser.add_argument("--partitions", type=int, default=2_000)
     parser.add_argument("--order", choices=["without-first", "with-first"], default="without-first")
     parser.add_argument("--skip", choices=["streaming", "nightly"], default=None)
+    parser.add_argument(
+        "--sample", type=float, default=1.0, help="share of traces the SDK samples (1: all)"
+    )
     args = parser.parse_args()
-    sdk = Sdk()
+    sdk = Sdk(args.sample)
     with tempfile.TemporaryDirectory() as tmp:
         if args.skip != "streaming":
             await streaming(sdk, Path(tmp) / "stream.db", args.records, args.block, args.warmup)

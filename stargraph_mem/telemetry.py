@@ -447,7 +447,7 @@ class PassSpan:
     def current(self) -> AbstractContextManager[Any]:
         """The pass's span is the current one inside the block (not ended by it)."""
         found = _modules()
-        if self._tracer is None or found is None:
+        if self._tracer is None or found is None or not self.span.is_recording():
             return _NOTHING
         used: AbstractContextManager[Any] = found[1].use_span(
             self.span, end_on_exit=False, record_exception=False
@@ -458,7 +458,7 @@ class PassSpan:
         """Child spans ``read`` and ``clips_run`` from the pass's start, of these many
         seconds, and the episodes it read."""
         found = _modules()
-        if self._tracer is None or found is None:
+        if self._tracer is None or found is None or not self.span.is_recording():
             return
         parent = found[1].set_span_in_context(self.span)
         self.span.set_attribute(EPISODE_COUNT, episodes)
@@ -472,7 +472,7 @@ class PassSpan:
     def apply(self) -> AbstractContextManager[Any]:
         """A child span ``apply`` over the block (the pass's commit), current inside it."""
         found = _modules()
-        if self._tracer is None or found is None:
+        if self._tracer is None or found is None or not self.span.is_recording():
             return _NOTHING
         parent = found[1].set_span_in_context(self.span)
         return self._tracer.start_as_current_span("stargraph_mem.pass.apply", parent)
