@@ -1,5 +1,6 @@
 """Write, or check, the repository's generated files: the JSON Schemas in ``ir_schemas/``
-and the operator table of the rule-pack reference (``docs/rule-packs.md``). For maintainers and CI (``--check`` exits 1 on drift);
+and the operator table of the rule-pack reference (``docs/rule-packs.md``). For
+maintainers and CI (``--check`` exits 1 on drift);
 users find the installed schemas with ``stargraph-mem schema --path KIND``.
 
     python scripts/schemas.py            # rewrite what is out of date
@@ -69,7 +70,8 @@ def parser() -> argparse.ArgumentParser:
     found = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     found.add_argument("--check", action="store_true", help="compare; exit 1 on drift")
     found.add_argument("--dir", type=Path, default=ROOT / "ir_schemas", help="schema folder")
-    found.add_argument("--readme", type=Path, default=ROOT / "docs" / "rule-packs.md", help="the page with the operator table")
+    page = ROOT / "docs" / "rule-packs.md"
+    found.add_argument("--readme", type=Path, default=page, help="the operator table's page")
     return found
 
 

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from stargraph_mem.compiler.pack import CompiledPack, compile_file, compile_text
     from stargraph_mem.engine.api import Consolidator
     from stargraph_mem.engine.report import PassReport
-    from stargraph_mem.engine.scheduler import ConsolidationReport
+    from stargraph_mem.engine.report import ConsolidationReport
     from stargraph_mem.errors import (
         CompileError,
         ConsolidationRuleError,

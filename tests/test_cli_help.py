@@ -162,6 +162,7 @@ def _fact_id(db: Path) -> str:
 PARSE_ONLY = {
     "stargraph-mem mcp --pack rules/default.yaml --db memory.db": "serves until stdin closes",
     "stargraph-mem run --pack rules/default.yaml": "runs until stopped",
+    "stargraph-mem run --pack rules/default.yaml --metrics-port 9464": "runs until stopped",
     'stargraph-mem restore FACT_ID --reason "archived too early"': "needs an archived fact",
 }
 """Examples that are parsed but not run (why)."""

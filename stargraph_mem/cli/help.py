@@ -87,6 +87,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "stargraph-mem run --pack rules/default.yaml",
         "stargraph-mem run --pack rules/default.yaml --once --json",
         "stargraph-mem run --pack rules/default.yaml --once --reconnect-seconds 120",
+        "stargraph-mem run --pack rules/default.yaml --once --log-format json",
+        "stargraph-mem run --pack rules/default.yaml --metrics-port 9464",
     ),
     "status": (
         "stargraph-mem status --pack rules/default.yaml",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from datetime import datetime
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -32,6 +33,7 @@ from stargraph_mem.model.time import utc_now
 
 if TYPE_CHECKING:
     from stargraph_mem.engine.api import Consolidator
+    from stargraph_mem.engine.operations import Backlog
     from stargraph_mem.engine.scheduler import ConsolidationReport, Due, StatusRow
 
 __all__ = ["run_cmd", "status", "status_document", "tick_document", "tick_lines"]
@@ -86,7 +88,7 @@ def _emit(report: ConsolidationReport) -> None:
         typer.echo(failure_line(failed), err=True)
 
 
-async def _loop(mem: Consolidator, interval: float) -> str:
+async def _loop(mem: Consolidator, interval: float, backlog: Backlog) -> str:
     """Tick every ``interval`` seconds until SIGINT/SIGTERM.
 
     The first signal lets the current pass finish, then stops; a second one cancels it,
@@ -94,6 +96,8 @@ async def _loop(mem: Consolidator, interval: float) -> str:
     """
     import asyncio
     import signal
+
+    from stargraph_mem.engine.operations import observed_tick
 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -113,7 +117,7 @@ async def _loop(mem: Consolidator, interval: float) -> str:
         holder = printable(mem.scheduler.holder)
         typer.echo(f"scheduler {holder} running (interval {interval:g} s)")
         while not stop.is_set():
-            _emit(await mem.tick())
+            _emit(await observed_tick(mem, backlog))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), interval)
     except asyncio.CancelledError:
@@ -122,6 +126,13 @@ async def _loop(mem: Consolidator, interval: float) -> str:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
     return outcome
+
+
+class LogFormatChoice(StrEnum):
+    """Values of ``run --log-format``."""
+
+    text = "text"
+    json = "json"
 
 
 @app.command(name="run")
@@ -156,6 +167,23 @@ def run_cmd(
     ] = False,
     reconnect_seconds: ReconnectOption = DEFAULT_RECONNECT_SECONDS,
     max_fact: FactLimitOption = DEFAULT_FACT_BYTES,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            "--metrics-port",
+            min=1,
+            max=65535,
+            help="Serve the worker's metrics in Prometheus' text format on this port "
+            "(http://HOST:PORT/metrics; needs the otel extra).",
+        ),
+    ] = None,
+    log_format: Annotated[
+        LogFormatChoice | None,
+        typer.Option(
+            "--log-format",
+            help="Log one line per tick, and warnings, to stderr: as text or as JSON objects.",
+        ),
+    ] = None,
 ) -> None:
     """Run the cadence scheduler: every N episodes (or after a time), cron times, idle
     partitions; SIGINT/SIGTERM stop it.
@@ -166,6 +194,7 @@ def run_cmd(
     waits for it (--reconnect-seconds), says so on stderr and goes on.
     """
     from stargraph_mem.engine.api import Consolidator
+    from stargraph_mem.engine.operations import Observing, observed_tick
 
     when = parse_aware(now, "--now")
     if when is not None and not once:
@@ -175,6 +204,7 @@ def run_cmd(
 
     policy, warn = reconnecting(reconnect_seconds)
     limits = Limits(fact_bytes=max_fact)
+    watch = Observing.start(log_format and log_format.value, metrics_port)
 
     def opened() -> Consolidator:
         return Consolidator.open(
@@ -188,16 +218,19 @@ def run_cmd(
 
     async def once_action() -> ConsolidationReport:
         async with opened() as mem:
-            return await mem.tick(when or utc_now())
+            return await observed_tick(mem, watch.backlog, when or utc_now())
 
     async def loop_action() -> str:
         async with opened() as mem:
-            return await _loop(mem, interval)
+            return await _loop(mem, interval, watch.backlog)
 
-    if not once:
-        typer.echo(run(loop_action()))
-        return
-    report = run(once_action())
+    try:
+        if not once:
+            typer.echo(run(loop_action()))
+            return
+        report = run(once_action())
+    finally:
+        watch.close()
     if as_json:
         echo_json(tick_document(report))
         exit_if_failed(report)

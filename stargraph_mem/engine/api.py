@@ -9,7 +9,9 @@ from contextlib import suppress
 from datetime import datetime
 from pathlib import Path
 
+from stargraph_mem import telemetry
 from stargraph_mem.compiler.pack import CompiledPack, compile_file
+from stargraph_mem.engine import observe
 from stargraph_mem.engine.limits import DEFAULT_MAX_EPISODES
 from stargraph_mem.engine.reconnect import OnOutage, Reconnect, Survivor
 from stargraph_mem.engine.report import LegacyFilter, PassReport
@@ -47,6 +49,9 @@ from stargraph_mem.stores.schedule_runs import RuleRun, RunState
 from stargraph_mem.stores.scope import Partition
 
 _RUNTIMES: dict[str, PackRuntime] = {}
+
+RECORD_SPAN = "stargraph_mem.record"
+RECALL_SPAN = "stargraph_mem.recall"
 
 
 def runtime_for(compiled: CompiledPack) -> PackRuntime:
@@ -238,21 +243,29 @@ class Consolidator(AsyncResource):
         stored (the put is done again on its own); a process killed before the commit
         has stored neither."""
         # a record's objects are short-lived: the cycle search waits until it returns
-        with inline_statements(defer_commit=self._joined_record), gc_paused():
+        with (
+            telemetry.span(RECORD_SPAN),
+            inline_statements(defer_commit=self._joined_record),
+            gc_paused(),
+        ):
             check_scope(episode, episode.user, episode.session, episode.agent)  # as put does
             stored = await self.memory.put_many([episode])
             partition = Partition(episode.user, episode.agent)
-            return await self.scheduler.on_record(partition, self.clock(), stored=stored > 0)
+            report = await self.scheduler.on_record(partition, self.clock(), stored=stored > 0)
+        observe.report(report)
+        return report
 
     async def record_many(self, episodes: Sequence[Episode]) -> ConsolidationReport:
         """Store a batch in one transaction (a bad episode stores none of them), then check
         the count cadences of every partition it touched, once each, in order of first
         appearance; one report covers them all."""
-        await self.memory.put_many(episodes)
-        now = self.clock()
-        report = ConsolidationReport(now=to_utc(now))
-        for partition in dict.fromkeys(Partition(e.user, e.agent) for e in episodes):
-            report.merge(await self.scheduler.on_record(partition, now))
+        with telemetry.span(RECORD_SPAN, {telemetry.EPISODE_COUNT: len(episodes)}):
+            await self.memory.put_many(episodes)
+            now = self.clock()
+            report = ConsolidationReport(now=to_utc(now))
+            for partition in dict.fromkeys(Partition(e.user, e.agent) for e in episodes):
+                report.merge(await self.scheduler.on_record(partition, now))
+        observe.report(report)
         return report
 
     async def tick(self, now: datetime | None = None) -> ConsolidationReport:
@@ -262,9 +275,12 @@ class Consolidator(AsyncResource):
         A tick that loses the database ticks again once it is back (leases and due-ness
         are decided again from the stores)."""
         self._ticked = True
-        return await self.survivor.run(
-            lambda: self.scheduler.tick(now or self.clock()), self._applied
-        )
+        with telemetry.span("stargraph_mem.tick"):
+            report = await self.survivor.run(
+                lambda: self.scheduler.tick(now or self.clock()), self._applied
+            )
+        observe.report(report)
+        return report
 
     async def status(
         self,
@@ -322,9 +338,11 @@ class Consolidator(AsyncResource):
                 raise
             return report
 
-        report = await self.survivor.run(attempt, self._applied)
+        with telemetry.span("stargraph_mem.consolidate"):
+            report = await self.survivor.run(attempt, self._applied)
         report.passes[:0] = kept
         report.timings["total"] = time.perf_counter() - t0
+        observe.report(report)
         return report
 
     async def _consolidate(
@@ -449,17 +467,22 @@ class Consolidator(AsyncResource):
         Records each returned fact's access unless ``touch=False``; see
         :meth:`SQLiteFactStore.search <stargraph_mem.stores.sqlite_fact.SQLiteFactStore.search>`.
         """
-        return await self.fact_store.search(
-            query,
-            user=user,
-            agent=agent,
-            subject=subject,
-            predicate=predicate,
-            min_confidence=min_confidence,
-            limit=limit,
-            touch=touch,
-            include_history=include_history,
-        )
+        t0 = time.perf_counter()
+        with telemetry.span(RECALL_SPAN, {telemetry.RECALL_STRATEGY: observe.FULL_TEXT}) as span:
+            hits = await self.fact_store.search(
+                query,
+                user=user,
+                agent=agent,
+                subject=subject,
+                predicate=predicate,
+                min_confidence=min_confidence,
+                limit=limit,
+                touch=touch,
+                include_history=include_history,
+            )
+            span.set_attribute("stargraph_mem.recall.hits", len(hits))
+        observe.recall(time.perf_counter() - t0)
+        return hits
 
     async def access(self, fact_id: str) -> FactAccess:
         """How often ``fact_id`` was returned by access-recording reads, and when last."""

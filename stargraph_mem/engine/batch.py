@@ -45,6 +45,7 @@ from stargraph_mem.stores.memory import EpisodeRecord
 from stargraph_mem.stores.pass_time import Deferral
 from stargraph_mem.stores.schedule_runs import RuleRun
 from stargraph_mem.stores.scope import Partition
+from stargraph_mem.telemetry import PassSpan
 
 if TYPE_CHECKING:
     from stargraph_mem.engine.runner import PassRunner
@@ -134,17 +135,23 @@ class BatchRun:
                     if len(group) == 1:
                         await self.alone(group[0].partition)
                         continue
+                    traced = PassSpan(self.runner.pack, len(self.rules), len(group))
                     try:
-                        reports = await self.compute(group)
+                        with traced.current():
+                            reports = await self.compute(group)
                     except Exception as error:
+                        traced.end(error)
                         if whole_run(error):
                             raise
                         for item in group:  # find the partition at fault: each alone
                             await self.alone(item.partition)
                         continue
                     await applying.wait()
-                    if not self.dry_run:
-                        applying.start(self._apply(reports))
+                    if self.dry_run:
+                        self.phases(traced, reports)
+                        traced.end()
+                    else:
+                        applying.start(self._traced_apply(traced, reports))
             await applying.wait()
         finally:
             await applying.settle()
@@ -298,6 +305,29 @@ class BatchRun:
             matched=self.runner.keep_deltas,
             fact_bytes=self.runner.fact_bytes,
         )
+
+    @staticmethod
+    def phases(traced: PassSpan, reports: list[PassReport]) -> float:
+        """The batch's read and CLIPS run as child spans of its pass span; their seconds."""
+        read = sum(r.timings.get("read", 0.0) for r in reports)
+        engine = sum(r.timings.get("engine", 0.0) for r in reports)
+        traced.phases(read, engine, sum(r.episodes for r in reports))
+        return read + engine
+
+    async def _traced_apply(self, traced: PassSpan, reports: list[PassReport]) -> None:
+        """:meth:`_apply` inside the batch's pass span, which it ends."""
+        error: BaseException | None = None
+        try:
+            compute = self.phases(traced, reports)
+            t0 = time.perf_counter()
+            with traced.apply():
+                await self._apply(reports)
+            traced.timed(compute, time.perf_counter() - t0)
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            traced.end(error)
 
     async def _apply(self, reports: list[PassReport]) -> None:
         """Apply the batch in one transaction; stale partitions, and every partition when

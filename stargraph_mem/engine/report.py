@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -169,3 +170,106 @@ def recorded_runs(report: PassReport, runs: Sequence[RuleRun]) -> Sequence[RuleR
     if not runs or changes(report):
         return runs
     return [r for r in runs if not r.if_consumed]
+
+
+@dataclass(frozen=True, order=True)
+class Due:
+    """One rule of one pack due for one partition."""
+
+    pack: str
+    rule_id: str
+    partition: Partition = field(compare=False)
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        return (self.pack, self.rule_id, self.partition.user, self.partition.agent)
+
+
+@dataclass
+class ConsolidationReport:
+    """What one call of the Consolidator did: ``record``, ``record_many``, ``tick`` or
+    ``consolidate``.
+
+    ``passes`` are the pass reports in the order they ran (rules fired per partition,
+    deltas by kind, rejected and gated episodes, timings); ``counts``, ``fired``,
+    ``rejected`` and ``gated`` sum them up. Scheduled calls (``record*``, ``tick``) also
+    say which (rule, partition) pairs were ``due``; ``held`` lists the due ones a tick left
+    to another worker holding their partition's lease; ``conflicts`` are passes another
+    scheduler applied first.
+    """
+
+    now: datetime
+    due: list[Due] = field(default_factory=list)
+    passes: list[PassReport] = field(default_factory=list)
+    conflicts: list[Due] = field(default_factory=list)
+    held: list[Due] = field(default_factory=list)
+    lease_holder: str | None = None
+    """Kept for compatibility: ticks no longer wait for a database-wide lease (``None``)."""
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ran(self) -> bool:
+        """Whether the call ran (always, since ticks lease partitions, not the database)."""
+        return self.lease_holder is None
+
+    @property
+    def failed(self) -> list[PassReport]:
+        """The reports of partitions quarantined for this call: their pass failed and
+        nothing of it was applied (``PassReport.failed`` says why)."""
+        return [report for report in self.passes if report.failed is not None]
+
+    @property
+    def episodes(self) -> int:
+        """Episodes read by the passes (an episode read by two packs counts twice)."""
+        return sum(report.episodes for report in self.passes)
+
+    @property
+    def not_yet_due(self) -> int:
+        """Episodes stamped after the pass time that stay pending: per pack and partition,
+        what its last pass left (an episode pending for two packs counts twice)."""
+        last: dict[tuple[str, str], int] = {}
+        for report in self.passes:
+            last[(report.pack, report.partition.key)] = report.not_yet_due
+        return sum(last.values())
+
+    @property
+    def fired(self) -> dict[str, list[Partition]]:
+        """``pack/rule`` → partitions it ran for (in order, each once)."""
+        out: dict[str, list[Partition]] = defaultdict(list)
+        for report in self.passes:
+            for rule_id in report.rules:
+                parts = out[f"{report.pack}/{rule_id}"]
+                if report.partition not in parts:
+                    parts.append(report.partition)
+        return dict(out)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Deltas of every pass by kind."""
+        out: dict[str, int] = dict.fromkeys(DELTA_KINDS, 0)
+        for report in self.passes:
+            for kind, n in report.counts.items():
+                out[kind] += n
+        return out
+
+    @property
+    def rejected(self) -> list[RejectedEpisode]:
+        return [r for report in self.passes for r in report.rejected]
+
+    @property
+    def gated(self) -> list[str]:
+        return [g for report in self.passes for g in report.gated]
+
+    def merge(self, other: ConsolidationReport) -> None:
+        """Add another report's passes, due pairs, conflicts and timings to this one."""
+        self.due += other.due
+        self.passes += other.passes
+        self.conflicts += other.conflicts
+        self.held += other.held
+        for name, seconds in other.timings.items():
+            self.timings[name] = self.timings.get(name, 0.0) + seconds
+
+
+ScheduleReport = ConsolidationReport
+"""The report's earlier name (``record`` and ``tick`` returned it before ``consolidate``
+did too)."""

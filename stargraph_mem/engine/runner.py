@@ -21,6 +21,7 @@ from functools import partial
 from typing import Literal
 
 from stargraph_mem.compiler.pack import CompiledPack, CompiledRule
+from stargraph_mem.engine import observe
 from stargraph_mem.engine.batch import BatchRun
 from stargraph_mem.engine.eligibility import Eligibility
 from stargraph_mem.engine.history import HistoryInput, HistoryRead, load_history
@@ -49,6 +50,7 @@ from stargraph_mem.stores.protocols import (
 )
 from stargraph_mem.stores.schedule_runs import RuleRun
 from stargraph_mem.stores.scope import Partition
+from stargraph_mem.telemetry import PassSpan
 
 WORKER_MIN_EPISODES = 50_000
 """With ``worker="auto"``, a run uses a worker process when at least this many episodes
@@ -252,6 +254,7 @@ class PassRunner:
                     reports[:] = [r for r in reports if r.applied]
                     if attempt == STALE_RETRIES - 1:
                         raise
+                    observe.stale_retry(self.pack, partition, attempt + 1)
         finally:
             if holder is not None and held and holder != self._leased(partition):
                 with suppress(Exception):
@@ -287,13 +290,15 @@ class PassRunner:
             version: int | None = None
             try:
                 while True:
-                    if worker is not None:
-                        job = WorkerPass(
-                            partition, now, [r.id for r in rules], legacy, stamp, previous
-                        )
-                        report = await asyncio.to_thread(_remote, worker, job)
-                    else:
-                        report = await self.compute(partition, now, rules, legacy, stamp, previous)
+                    traced = PassSpan(self.pack, len(rules), 1)
+                    try:
+                        with traced.current():
+                            report = await self._computed(
+                                worker, partition, now, rules, legacy, stamp, previous
+                            )
+                    except BaseException as error:
+                        traced.end(error)
+                        raise
                     if previous is not None:
                         previous.facts_after = None  # carried into this pass already
                     reports.append(report)
@@ -303,13 +308,15 @@ class PassRunner:
                         # the previous pass commits while this one is computed
                         version = await applying.wait()
                     last = report.scanned < self.max_episodes or dry_run
-                    if not dry_run:
+                    if dry_run:
+                        traced.end()
+                    else:
                         if report.read_version is None:  # carried from the previous pass
                             report.read_version = version
                         if last:  # nothing left to compute meanwhile
-                            await self._apply(report, runs, holder, last)
+                            await self._traced_apply(traced, report, runs, holder, last)
                         else:
-                            applying.start(self._apply(report, runs, holder, last))
+                            applying.start(self._traced_apply(traced, report, runs, holder, last))
                     if last:
                         break
                     previous = None  # a worker carries its own passes
@@ -328,6 +335,48 @@ class PassRunner:
                 for report in reports:
                     report.facts_after = None
         return not dry_run and holder is not None
+
+    async def _computed(
+        self,
+        worker: WorkerProcess | None,
+        partition: Partition,
+        now: datetime,
+        rules: list[CompiledRule],
+        legacy: LegacyFilter | None,
+        stamp: Stamp | None,
+        previous: PassReport | None,
+    ) -> PassReport:
+        """The next pass of a run, computed here or by the run's worker process."""
+        if worker is None:
+            return await self.compute(partition, now, rules, legacy, stamp, previous)
+        job = WorkerPass(partition, now, [r.id for r in rules], legacy, stamp, previous)
+        return await asyncio.to_thread(_remote, worker, job)
+
+    async def _traced_apply(
+        self,
+        traced: PassSpan,
+        report: PassReport,
+        runs: Sequence[RuleRun],
+        holder: str | None,
+        last: bool,
+    ) -> int:
+        """:meth:`_apply` inside the pass's span, which it ends: read and CLIPS run as
+        child spans from the pass's timings, the apply as one around the commit."""
+        error: BaseException | None = None
+        try:
+            traced.phases(
+                report.timings.get("read", 0.0), report.timings.get("engine", 0.0), report.episodes
+            )
+            with traced.apply():
+                version = await self._apply(report, runs, holder, last)
+            timings = report.timings
+            traced.timed(timings.get("read", 0.0) + timings.get("engine", 0.0), timings["apply"])
+            return version
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            traced.end(error)
 
     async def _worker_for(self, partition: Partition, after: int) -> WorkerProcess | None:
         """A started worker process for the rest of a run whose first pass ended at seq

@@ -36,13 +36,12 @@ from stargraph_mem.compiler.clips_env import load_constructs, new_environment
 from stargraph_mem.compiler.pack import CompiledRule
 from stargraph_mem.compiler.select_sql import NowOffset
 from stargraph_mem.compiler.sweep_sql import SweepFilter, sweep_filter
-from stargraph_mem.engine.report import PassReport
+from stargraph_mem.engine import observe
+from stargraph_mem.engine.report import ConsolidationReport, Due, ScheduleReport
 from stargraph_mem.engine.runner import PassRunner
-from stargraph_mem.engine.runtime import RejectedEpisode
 from stargraph_mem.engine.sweep import Sweeper, SweepOutcome, fire_time, fired, swept
 from stargraph_mem.errors import CompileError, PassConflictError, ScheduleError
 from stargraph_mem.model.cadence import Cadence, span_due_us
-from stargraph_mem.model.deltas import DELTA_KINDS
 from stargraph_mem.model.time import from_us, to_us, to_utc
 from stargraph_mem.stores.fact_rows import claim_holder
 from stargraph_mem.stores.protocols import EpisodeRepository, FactRepository, ScheduleRepository
@@ -71,109 +70,6 @@ RETRIES = 8
 KNOWN_TOKENS_MAX = 10_000
 """Partitions whose last record's run tokens a scheduler keeps (see
 ``Scheduler._decide_known``); the oldest are dropped beyond that."""
-
-
-@dataclass(frozen=True, order=True)
-class Due:
-    """One rule of one pack due for one partition."""
-
-    pack: str
-    rule_id: str
-    partition: Partition = field(compare=False)
-
-    @property
-    def key(self) -> tuple[str, str, str, str]:
-        return (self.pack, self.rule_id, self.partition.user, self.partition.agent)
-
-
-@dataclass
-class ConsolidationReport:
-    """What one call of the Consolidator did: ``record``, ``record_many``, ``tick`` or
-    ``consolidate``.
-
-    ``passes`` are the pass reports in the order they ran (rules fired per partition,
-    deltas by kind, rejected and gated episodes, timings); ``counts``, ``fired``,
-    ``rejected`` and ``gated`` sum them up. Scheduled calls (``record*``, ``tick``) also
-    say which (rule, partition) pairs were ``due``; ``held`` lists the due ones a tick left
-    to another worker holding their partition's lease; ``conflicts`` are passes another
-    scheduler applied first.
-    """
-
-    now: datetime
-    due: list[Due] = field(default_factory=list)
-    passes: list[PassReport] = field(default_factory=list)
-    conflicts: list[Due] = field(default_factory=list)
-    held: list[Due] = field(default_factory=list)
-    lease_holder: str | None = None
-    """Kept for compatibility: ticks no longer wait for a database-wide lease (``None``)."""
-    timings: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def ran(self) -> bool:
-        """Whether the call ran (always, since ticks lease partitions, not the database)."""
-        return self.lease_holder is None
-
-    @property
-    def failed(self) -> list[PassReport]:
-        """The reports of partitions quarantined for this call: their pass failed and
-        nothing of it was applied (``PassReport.failed`` says why)."""
-        return [report for report in self.passes if report.failed is not None]
-
-    @property
-    def episodes(self) -> int:
-        """Episodes read by the passes (an episode read by two packs counts twice)."""
-        return sum(report.episodes for report in self.passes)
-
-    @property
-    def not_yet_due(self) -> int:
-        """Episodes stamped after the pass time that stay pending: per pack and partition,
-        what its last pass left (an episode pending for two packs counts twice)."""
-        last: dict[tuple[str, str], int] = {}
-        for report in self.passes:
-            last[(report.pack, report.partition.key)] = report.not_yet_due
-        return sum(last.values())
-
-    @property
-    def fired(self) -> dict[str, list[Partition]]:
-        """``pack/rule`` → partitions it ran for (in order, each once)."""
-        out: dict[str, list[Partition]] = defaultdict(list)
-        for report in self.passes:
-            for rule_id in report.rules:
-                parts = out[f"{report.pack}/{rule_id}"]
-                if report.partition not in parts:
-                    parts.append(report.partition)
-        return dict(out)
-
-    @property
-    def counts(self) -> dict[str, int]:
-        """Deltas of every pass by kind."""
-        out: dict[str, int] = dict.fromkeys(DELTA_KINDS, 0)
-        for report in self.passes:
-            for kind, n in report.counts.items():
-                out[kind] += n
-        return out
-
-    @property
-    def rejected(self) -> list[RejectedEpisode]:
-        return [r for report in self.passes for r in report.rejected]
-
-    @property
-    def gated(self) -> list[str]:
-        return [g for report in self.passes for g in report.gated]
-
-    def merge(self, other: ConsolidationReport) -> None:
-        """Add another report's passes, due pairs, conflicts and timings to this one."""
-        self.due += other.due
-        self.passes += other.passes
-        self.conflicts += other.conflicts
-        self.held += other.held
-        for name, seconds in other.timings.items():
-            self.timings[name] = self.timings.get(name, 0.0) + seconds
-
-
-ScheduleReport = ConsolidationReport
-"""The report's earlier name (``record`` and ``tick`` returned it before ``consolidate``
-did too)."""
 
 
 @dataclass(frozen=True)
@@ -436,6 +332,9 @@ class Scheduler:
         self._tokens: OrderedDict[tuple[str, str], dict[str, str]] = OrderedDict()
         """Per (pack, partition key): the run tokens our last record there stored, for
         count rules a put always makes due (see :meth:`_decide_known`)."""
+        self._held: OrderedDict[tuple[str, str], dict[str, str]] = OrderedDict()
+        """Per (pack, partition key): the due rules' run tokens when another worker held
+        the partition's lease at a tick (see :meth:`_note_takeovers`)."""
 
     @staticmethod
     def _pack(runner: PassRunner) -> _Pack:
@@ -814,11 +713,12 @@ class Scheduler:
             if not partitions:
                 break
             d0 = time.perf_counter()
-            due, _ = await self._decide(pack, partitions, now)
+            due, decided = await self._decide(pack, partitions, now)
             decide += time.perf_counter() - d0
             wanted = list(due)
             for start in range(0, len(wanted), self.lease_batch):
-                await self._leased(pack, wanted[start : start + self.lease_batch], due, now, report)
+                chunk = wanted[start : start + self.lease_batch]
+                await self._leased(pack, chunk, due, now, report, decided.states)
         for pack in self.packs:
             await self.sweep(pack, now, report)
         t2 = time.perf_counter()
@@ -846,6 +746,7 @@ class Scheduler:
         due: dict[Partition, list[CadenceRule]],
         now: datetime,
         report: ConsolidationReport,
+        states: dict[tuple[str, str], RunState] | None = None,
     ) -> None:
         """Lease ``partitions``, decide again for those leased (another scheduler may have
         run them since the tick decided), run what is still due, give the leases up."""
@@ -853,6 +754,7 @@ class Scheduler:
         assert runner is not None
         mine = await self.facts.claim_partitions(partitions, self.holder, self.lease_seconds)
         leased = {p.key for p in mine}
+        self._note_takeovers(pack.name, partitions, leased, due, states or {})
         report.held += [
             Due(pack.name, rule.id, p) for p in partitions if p.key not in leased for rule in due[p]
         ]
@@ -867,6 +769,28 @@ class Scheduler:
             for key in leased:
                 runner.leases.pop(key, None)
             await self.facts.release_partitions(mine, self.holder)
+
+    def _note_takeovers(
+        self,
+        pack: str,
+        partitions: Sequence[Partition],
+        leased: set[str],
+        due: dict[Partition, list[CadenceRule]],
+        states: dict[tuple[str, str], RunState],
+    ) -> None:
+        """Remember the run tokens of the due partitions another worker holds; one this
+        worker now leases whose due rules' tokens did not change since is a takeover (its
+        holder applied no pass while it held the lease: it died, or its lease expired)."""
+        for partition in partitions:
+            key = (pack, partition.key)
+            tokens = {r.id: _token_of(states.get((r.id, partition.key))) for r in due[partition]}
+            seen = self._held.pop(key, None)
+            if partition.key not in leased:
+                self._held[key] = tokens
+            elif seen is not None and all(tokens.get(r) == t for r, t in seen.items()):
+                observe.takeover(pack, partition)
+        while len(self._held) > KNOWN_TOKENS_MAX:
+            self._held.popitem(last=False)
 
     def forget(self) -> None:
         """Drop the run tokens kept from earlier records (after a lost connection, the
@@ -1010,6 +934,10 @@ class Scheduler:
             due,
             later,
         )
+
+
+def _token_of(state: RunState | None) -> str:
+    return "" if state is None else state.token
 
 
 def merge_sweep(report: ConsolidationReport, pack: str, outcome: SweepOutcome) -> None:

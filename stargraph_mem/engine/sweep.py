@@ -19,6 +19,7 @@ passes, as any rule of that cadence.
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from croniter import croniter
 from stargraph_mem.compiler.cadence import CadenceRule, next_fire, zone
 from stargraph_mem.compiler.pack import CompiledPack, CompiledRule
 from stargraph_mem.compiler.sweep_sql import SweepFilter, is_sweep, sweep_filter
+from stargraph_mem.engine import observe
 from stargraph_mem.engine.batch import BATCH_PARTITIONS
 from stargraph_mem.engine.report import PassReport
 from stargraph_mem.engine.runtime import PassInput, PassOutput
@@ -40,6 +42,7 @@ from stargraph_mem.stores.fact_rows import PassWrite
 from stargraph_mem.stores.protocols import ScheduleRepository
 from stargraph_mem.stores.schedule_runs import RuleRun, RunState
 from stargraph_mem.stores.scope import Partition
+from stargraph_mem.telemetry import PassSpan
 
 if TYPE_CHECKING:
     from stargraph_mem.engine.runner import PassRunner
@@ -151,6 +154,7 @@ class Sweeper:
         params = filt.params(to_us(fire))
         found = await self.runner.facts.sweep_partitions(filt.sql, params, archived=filt.archived)
         wanted = [p for p in found if keep is None or keep(p)]
+        observe.sweep_candidates(self.pack, rule.id, len(wanted))
         for start in range(0, len(wanted), BATCH_PARTITIONS):
             chunk = wanted[start : start + BATCH_PARTITIONS]
             todo = await self._unfired(rule, fire, chunk)
@@ -196,12 +200,24 @@ class Sweeper:
                 todo = [p for p in todo if p not in done]
             if not todo:
                 return
-            reports = await self.compute(rule, at, fire.filt, todo)
-            if fire.dry_run:
-                out.passes += reports
-                return
-            runs = {r.partition: self._run(rule, r.partition, at, states) for r in reports}
-            todo = await self._apply(reports, runs, out)
+            traced = PassSpan(self.pack, 1, len(todo), "sweep")
+            try:
+                t0 = time.perf_counter()
+                with traced.current():
+                    reports = await self.compute(rule, at, fire.filt, todo, traced)
+                if fire.dry_run:
+                    out.passes += reports
+                    traced.end()
+                    return
+                runs = {r.partition: self._run(rule, r.partition, at, states) for r in reports}
+                t1 = time.perf_counter()
+                with traced.apply():
+                    todo = await self._apply(reports, runs, out)
+                traced.timed(t1 - t0, time.perf_counter() - t1)
+            except BaseException as error:
+                traced.end(error)
+                raise
+            traced.end()
         out.conflicts += [(rule.id, p) for p in todo]
 
     def _run(
@@ -216,10 +232,17 @@ class Sweeper:
         return RuleRun(self.pack, rule.id, partition, fire, uuid.uuid4().hex, expect)
 
     async def compute(
-        self, rule: CompiledRule, fire: datetime, filt: SweepFilter, partitions: list[Partition]
+        self,
+        rule: CompiledRule,
+        fire: datetime,
+        filt: SweepFilter,
+        partitions: list[Partition],
+        traced: PassSpan | None = None,
     ) -> list[PassReport]:
         """One CLIPS run of ``rule`` at ``fire`` over ``partitions``: their candidate facts
-        (all their current facts when the rule needs them); nothing is written."""
+        (all their current facts when the rule needs them); nothing is written. Its read
+        and CLIPS run become child spans of ``traced``."""
+        t0 = time.perf_counter()
         runner = self.runner
         facts = runner.facts
         bases = await facts.pass_bases(self.pack, partitions)  # before the facts: see apply
@@ -229,6 +252,7 @@ class Sweeper:
         else:
             loaded = await facts.current_facts_of(partitions)
         archived = await runner.archived_of(partitions)
+        read = time.perf_counter() - t0
         jobs = [
             PassInput(p, [], found, {rule.index: set()}, archived=old)
             for p, found, old in zip(partitions, loaded, archived, strict=True)
@@ -240,6 +264,8 @@ class Sweeper:
             matched=runner.keep_deltas,
             fact_bytes=runner.fact_bytes,
         )
+        if traced is not None:
+            traced.phases(read, time.perf_counter() - t0 - read, 0)
         reports: list[PassReport] = []
         for p, (marks, version), result in zip(partitions, bases, outs, strict=True):
             report = PassReport(

@@ -1,0 +1,184 @@
+"""What OpenTelemetry costs: streaming ``record`` p50 and a nightly pass over 40,000
+episodes, with the SDK configured (metrics into an ``InMemoryMetricReader``, spans into an
+``InMemorySpanExporter``) and without it (the API's no-ops), in one process.
+
+- Streaming: the ``bench_streaming.py`` setup (an ``every: 1`` pack, a partition holding
+  1,000 consolidated episodes); blocks of ``--block`` records with and without the SDK
+  take turns, so both see the same machine; p50 of each (wall clock, and CPU time of the
+  process: steadier on a busy machine) and their ratios.
+- Nightly: ``rules/default.yaml`` over ``--episodes`` episodes in ``--partitions``
+  partitions, consolidated on two identical fresh databases, without then with the SDK
+  (``--order with-first`` swaps them); seconds of each (wall clock and CPU) and ratios.
+
+    python benchmarks/bench_telemetry.py                      # about 3 minutes
+    python benchmarks/bench_telemetry.py --episodes 8000 --partitions 400 --records 200
+    python benchmarks/bench_telemetry.py --skip nightly --sample 0.01  # 1 % of traces
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from bench_streaming import PARTITION, build, observation, streaming_pack
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+
+from stargraph_mem import telemetry
+from stargraph_mem.compiler.pack import compile_file
+from stargraph_mem.engine.api import Consolidator
+from stargraph_mem.stores.models import Episode
+
+ROOT = Path(__file__).resolve().parents[1]
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+NOW = datetime(2026, 2, 1, tzinfo=UTC)
+
+
+class Sdk:
+    """The SDK's in-memory reader and exporter, switched on and off for the package."""
+
+    def __init__(self, sample: float = 1.0) -> None:
+        self.reader = InMemoryMetricReader()
+        self.exporter = InMemorySpanExporter()
+        sampler = ParentBased(TraceIdRatioBased(sample)) if sample < 1.0 else None
+        self.tracer = TracerProvider(sampler=sampler)
+        self.tracer.add_span_processor(SimpleSpanProcessor(self.exporter))
+        self.meter = MeterProvider(metric_readers=[self.reader])
+
+    def on(self) -> None:
+        telemetry.configure(self.meter, self.tracer)
+
+    @staticmethod
+    def off() -> None:
+        telemetry.configure()
+
+    def seen(self) -> tuple[int, int]:
+        """Spans exported and metric data points collected so far."""
+        data = self.reader.get_metrics_data()
+        points = 0
+        if data is not None:
+            for resource in data.resource_metrics:
+                for scope in resource.scope_metrics:
+                    points += sum(len(m.data.data_points) for m in scope.metrics)
+        return len(self.exporter.get_finished_spans()), points
+
+
+async def streaming(sdk: Sdk, db: Path, records: int, block: int, warmup: int) -> None:
+    """Record p50 with and without the SDK, in alternating blocks."""
+    import random
+
+    pack = streaming_pack()
+    await build(db, pack, 1000)
+    rng = random.Random(11)
+    times: dict[bool, list[float]] = {False: [], True: []}
+    cpu: dict[bool, list[float]] = {False: [], True: []}
+    async with Consolidator(db, [pack], keep_deltas=False) as mem:
+        for k in range(warmup + records):
+            with_sdk = (k // block) % 2 == 1
+            if k % block == 0:
+                sdk.on() if with_sdk else sdk.off()
+            episode = observation(10**7 + k, PARTITION.user, PARTITION.agent, rng)
+            t, c = time.perf_counter(), time.process_time()
+            report = await mem.record(episode)
+            elapsed, used = time.perf_counter() - t, time.process_time() - c
+            assert report.passes and report.passes[0].episodes == 1
+            if k >= warmup:
+                times[with_sdk].append(elapsed)
+                cpu[with_sdk].append(used)
+    sdk.off()
+    for label, found in (("wall", times), ("CPU", cpu)):
+        without, with_ = statistics.median(found[False]), statistics.median(found[True])
+        print(
+            f"streaming record p50 ({label}): {without * 1e3:.3f} ms without, {with_ * 1e3:.3f} "
+            f"ms with the SDK ({len(found[False])} / {len(found[True])} records), ratio "
+            f"{with_ / without:.3f}",
+            flush=True,
+        )
+
+
+def nightly_episodes(total: int, partitions: int) -> list[Episode]:
+    """``total`` episodes over ``partitions`` users (as ``bench_partitions.py`` writes)."""
+    each = total // partitions
+    return [
+        Episode(
+            id=f"p{p}-e{n}",
+            content=f"user{p} fact {n}",
+            timestamp=T0 + timedelta(seconds=n),
+            user=f"user{p}",
+            session=f"s{n % 3}",
+            agent="rag",
+            metadata={"subject": f"user{p}", "predicate": f"k{n % 7}", "object": f"v{n}"},
+        )
+        for p in range(partitions)
+        for n in range(each)
+    ]
+
+
+async def nightly(sdk: Sdk, tmp: Path, total: int, partitions: int, with_first: bool) -> None:
+    """Seconds of one ``consolidate`` over ``total`` episodes, without and with the SDK."""
+    pack = compile_file(ROOT / "rules" / "default.yaml")
+    episodes = nightly_episodes(total, partitions)
+    seconds: dict[bool, float] = {}
+    cpu: dict[bool, float] = {}
+    for with_sdk in (True, False) if with_first else (False, True):
+        db = Path(tempfile.mkdtemp(dir=tmp)) / "m.db"
+        async with Consolidator(db, [pack], keep_deltas=False) as mem:
+            for start in range(0, len(episodes), 10_000):
+                await mem.memory.put_many(episodes[start : start + 10_000])
+            sdk.on() if with_sdk else sdk.off()
+            t, c = time.perf_counter(), time.process_time()
+            report = await mem.consolidate(now=NOW)
+            seconds[with_sdk] = time.perf_counter() - t
+            cpu[with_sdk] = time.process_time() - c
+            sdk.off()
+            assert report.episodes == len(episodes), report.episodes
+        print(
+            f"nightly pass {'with' if with_sdk else 'without'} the SDK: {seconds[with_sdk]:.2f} s, "
+            f"CPU {cpu[with_sdk]:.2f} s ({len(report.passes)} pass reports, "
+            f"{sum(report.counts.values())} deltas)",
+            flush=True,
+        )
+    ratio, cpu_ratio = seconds[True] / seconds[False], cpu[True] / cpu[False]
+    print(
+        f"nightly pass over {len(episodes):,} episodes in {partitions:,} partitions: "
+        f"{seconds[False]:.2f} s without, {seconds[True]:.2f} s with the SDK, ratio {ratio:.3f} "
+        f"(CPU {cpu[False]:.2f} s / {cpu[True]:.2f} s, ratio {cpu_ratio:.3f})",
+        flush=True,
+    )
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=600)
+    parser.add_argument("--block", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=50)
+    parser.add_argument("--episodes", type=int, default=40_000)
+    parser.add_argument("--partitions", type=int, default=2_000)
+    parser.add_argument("--order", choices=["without-first", "with-first"], default="without-first")
+    parser.add_argument("--skip", choices=["streaming", "nightly"], default=None)
+    parser.add_argument(
+        "--sample", type=float, default=1.0, help="share of traces the SDK samples (1: all)"
+    )
+    args = parser.parse_args()
+    sdk = Sdk(args.sample)
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.skip != "streaming":
+            await streaming(sdk, Path(tmp) / "stream.db", args.records, args.block, args.warmup)
+        if args.skip != "nightly":
+            with_first = args.order == "with-first"
+            await nightly(sdk, Path(tmp), args.episodes, args.partitions, with_first)
+    spans, points = sdk.seen()
+    print(f"the SDK saw {spans:,} spans and holds {points} metric data points")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,497 @@
+"""Metrics and traces through the OpenTelemetry API, when it is importable.
+
+Nothing here needs OpenTelemetry: until an SDK listens, every instrument and span is a
+no-op object behind one cached check, and the API is not even imported unless the
+application did. An application that installs an SDK ``MeterProvider`` /
+``TracerProvider`` globally gets the measurements there (the global providers are looked
+at again every second); a test or an embedding application can hand providers over with
+:func:`configure` instead.
+
+Attributes are bounded, operator-defined values only (pack and rule names, kinds,
+reasons from a fixed list, error type names): never user ids nor episode content. The
+names follow OpenTelemetry's semantic conventions (see docs/operations-telemetry.md).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final, Protocol
+
+if TYPE_CHECKING:
+    from opentelemetry.metrics import CallbackOptions, Meter, MeterProvider, Observation
+    from opentelemetry.trace import Tracer, TracerProvider
+
+__all__ = [
+    "Attributes",
+    "Instruments",
+    "PassSpan",
+    "available",
+    "configure",
+    "enabled",
+    "instruments",
+    "set_backlog",
+    "span",
+]
+
+SCOPE: Final = "stargraph_mem"
+"""The instrumentation scope's name (meter and tracer)."""
+
+PACK: Final = "stargraph_mem.pack"
+RULE: Final = "stargraph_mem.rule"
+PASS_KIND: Final = "stargraph_mem.pass.kind"
+PASS_OUTCOME: Final = "stargraph_mem.pass.outcome"
+DELTA_KIND: Final = "stargraph_mem.delta.kind"
+REJECTION_REASON: Final = "stargraph_mem.rejection.reason"
+QUARANTINE_REASON: Final = "stargraph_mem.quarantine.reason"
+CONFLICT_KIND: Final = "stargraph_mem.conflict.kind"
+RECALL_STRATEGY: Final = "stargraph_mem.recall.strategy"
+ERROR_TYPE: Final = "error.type"
+RULE_COUNT: Final = "stargraph_mem.rule.count"
+PARTITION_COUNT: Final = "stargraph_mem.partition.count"
+EPISODE_COUNT: Final = "stargraph_mem.episode.count"
+
+ATTRIBUTE_KEYS: Final = frozenset(
+    {
+        PACK,
+        RULE,
+        PASS_KIND,
+        PASS_OUTCOME,
+        DELTA_KIND,
+        REJECTION_REASON,
+        QUARANTINE_REASON,
+        CONFLICT_KIND,
+        RECALL_STRATEGY,
+        ERROR_TYPE,
+    }
+)
+"""Every attribute key a metric of this package carries (each with bounded values)."""
+
+Attributes = Mapping[str, str | bool | int | float]
+
+
+class Counter(Protocol):
+    def add(self, amount: int | float, attributes: Attributes | None = None) -> None: ...
+
+
+class Histogram(Protocol):
+    def record(self, amount: int | float, attributes: Attributes | None = None) -> None: ...
+
+
+class _NullInstrument:
+    """A counter and a histogram that measure nothing (no SDK listens)."""
+
+    def add(self, amount: int | float, attributes: Attributes | None = None) -> None:
+        return None
+
+    def record(self, amount: int | float, attributes: Attributes | None = None) -> None:
+        return None
+
+
+class Tally:
+    """A monotonic counter kept in this process, per attribute set: ``add`` is a dict
+    update, and the SDK reads the totals when it collects (an observable counter), so a
+    pass pays no SDK call per count."""
+
+    __slots__ = ("totals",)
+
+    def __init__(self) -> None:
+        self.totals: dict[frozenset[tuple[str, Any]], int | float] = {}
+
+    def add(self, amount: int | float, attributes: Attributes | None = None) -> None:
+        key = frozenset(attributes.items()) if attributes else frozenset()
+        self.totals[key] = self.totals.get(key, 0) + amount
+
+    def observe(self, options: CallbackOptions) -> list[Observation]:
+        """The totals as observations (a copy: a pass may add meanwhile)."""
+        found = _modules()
+        assert found is not None
+        return [found[0].Observation(v, dict(k)) for k, v in dict(self.totals).items()]
+
+
+class _NullSpan:
+    """A span that records nothing (no SDK listens)."""
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        return None
+
+    def set_attributes(self, attributes: Attributes) -> None:
+        return None
+
+    def record_exception(self, exception: BaseException) -> None:
+        return None
+
+    def is_recording(self) -> bool:
+        return False
+
+    def end(self, end_time: int | None = None) -> None:
+        return None
+
+
+_NULL: Final = _NullInstrument()
+_NULL_SPAN: Final = _NullSpan()
+
+
+@dataclass
+class Instruments:
+    """The package's instruments, created once per provider (see :func:`configure`)."""
+
+    passes: Counter = _NULL
+    episodes: Counter = _NULL
+    deltas: Counter = _NULL
+    rejections: Counter = _NULL
+    quarantines: Counter = _NULL
+    pass_duration: Histogram = _NULL
+    apply_duration: Histogram = _NULL
+    sweep_candidates: Counter = _NULL
+    takeovers: Counter = _NULL
+    conflicts: Counter = _NULL
+    recall_duration: Histogram = _NULL
+    observed: list[Any] = field(default_factory=list, repr=False)
+    """The observable instruments (kept so they live as long as the others)."""
+
+
+GLOBAL_CHECK_SECONDS: Final = 1.0
+"""Without providers handed over, how often the API's global providers are looked at
+again (an application may set an SDK's after the first measurement)."""
+
+
+@dataclass
+class _State:
+    """What :func:`configure` chose: instruments, tracer, and whether an SDK listens."""
+
+    instruments: Instruments = field(default_factory=Instruments)
+    tracer: Tracer | None = None
+    enabled: bool = False
+    explicit: bool = False
+    """Whether providers were handed over (else the API's global ones are followed)."""
+    checked: float = 0.0
+    """When (monotonic) the global providers were last looked at."""
+    backlog: dict[str, tuple[int, float]] = field(default_factory=dict)
+    """Pack → (episodes pending, age in seconds of the oldest), as last measured."""
+
+
+_state = _State()
+_API_MODULES: Final = ("opentelemetry.metrics", "opentelemetry.trace")
+_api: tuple[Any, Any] | None = None
+"""The ``opentelemetry.metrics`` and ``opentelemetry.trace`` modules (None: not loaded)."""
+
+
+def _modules() -> tuple[Any, Any] | None:
+    """The OpenTelemetry API's metrics and trace modules, or None when not importable."""
+    global _api
+    if _api is None:
+        try:
+            metrics, trace = (importlib.import_module(name) for name in _API_MODULES)
+            _api = (metrics, trace)
+        except ImportError:
+            return None
+    return _api
+
+
+def available() -> bool:
+    """Whether the OpenTelemetry API is importable (the ``otel`` extra)."""
+    return _modules() is not None
+
+
+def enabled() -> bool:
+    """Whether measurements reach an SDK: providers handed to :func:`configure`, or the
+    API's global ones once an SDK's were set there (looked at again every
+    :data:`GLOBAL_CHECK_SECONDS`). Until then instruments and spans are no-ops."""
+    if not _state.explicit and time.monotonic() - _state.checked >= GLOBAL_CHECK_SECONDS:
+        _follow_globals()
+    return _state.enabled
+
+
+def _follow_globals() -> None:
+    """Build from the global providers when an SDK's appeared there (or went away). An
+    application that set one has imported the API: until then it is not imported here
+    (which would cost every process that never measures)."""
+    _state.checked = time.monotonic()
+    if not any(name in sys.modules for name in _API_MODULES):
+        return
+    found = _modules()
+    if found is None:
+        return
+    meters, tracers = found[0].get_meter_provider(), found[1].get_tracer_provider()
+    if (_is_sdk(meters) or _is_sdk(tracers)) != _state.enabled:
+        _build(meters, tracers)
+
+
+def configure(
+    meter_provider: MeterProvider | None = None, tracer_provider: TracerProvider | None = None
+) -> None:
+    """Measure into these providers (None: the API's global ones, followed when an SDK's
+    is set there later); no-ops without the API or an SDK."""
+    _state.explicit = meter_provider is not None or tracer_provider is not None
+    _state.checked = time.monotonic()
+    found = _modules()
+    if found is None:
+        _state.instruments, _state.tracer, _state.enabled = Instruments(), None, False
+        return
+    _build(
+        meter_provider or found[0].get_meter_provider(),
+        tracer_provider or found[1].get_tracer_provider(),
+    )
+
+
+def _build(meters: MeterProvider, tracers: TracerProvider) -> None:
+    """Instruments from ``meters`` and the tracer from ``tracers``, those of an SDK only."""
+    _state.instruments = _instruments_of(meters) if _is_sdk(meters) else Instruments()
+    _state.tracer = tracers.get_tracer(SCOPE) if _is_sdk(tracers) else None
+    _state.enabled = _is_sdk(meters) or _is_sdk(tracers)
+
+
+_BUILT: dict[int, tuple[MeterProvider, Instruments]] = {}
+"""Instruments by meter provider: made once each (a provider handed over again, or the
+global one followed again, gets the same ones)."""
+
+
+def _instruments_of(meters: MeterProvider) -> Instruments:
+    """The package's instruments on ``meters``, created on first use."""
+    found = _BUILT.get(id(meters))
+    if found is None or found[0] is not meters:
+        found = _BUILT[id(meters)] = (meters, _create(meters.get_meter(SCOPE)))
+    return found[1]
+
+
+def _is_sdk(provider: object) -> bool:
+    """Whether ``provider`` is an implementation, not one of the API's no-op or proxies."""
+    name = type(provider).__name__
+    return not (name.startswith(("NoOp", "_NoOp", "_Proxy", "Proxy")))
+
+
+def _tally(meter: Meter, name: str, unit: str, description: str, out: list[Any]) -> Tally:
+    """A :class:`Tally` the SDK observes as the monotonic counter ``name``."""
+    tally = Tally()
+    out.append(meter.create_observable_counter(name, [tally.observe], unit, description))
+    return tally
+
+
+PASS_BUCKETS: Final = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+    120.0, 300.0, 600.0,
+)  # fmt: skip
+"""Bucket bounds (seconds) of the pass and apply durations: a streaming pass to a backlog's."""
+RECALL_BUCKETS: Final = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+)  # fmt: skip
+"""Bucket bounds (seconds) of the recall durations."""
+
+
+def _histogram(meter: Meter, name: str, description: str, bounds: Sequence[float]) -> Histogram:
+    """A histogram of seconds with these bucket bounds as its advice (an API older than
+    1.23 takes no advice: the SDK's default bounds then)."""
+    try:
+        return meter.create_histogram(
+            name, "s", description, explicit_bucket_boundaries_advisory=bounds
+        )
+    except TypeError:  # pragma: no cover - older API
+        return meter.create_histogram(name, "s", description)
+
+
+def _create(meter: Meter) -> Instruments:
+    """Every instrument of the package from ``meter``."""
+    kept: list[Any] = []
+    out = Instruments(
+        passes=_tally(
+            meter, "stargraph_mem.passes", "{pass}", "Consolidation passes, by outcome.", kept
+        ),
+        episodes=_tally(
+            meter,
+            "stargraph_mem.episodes.consumed",
+            "{episode}",
+            "Episodes read by applied passes.",
+            kept,
+        ),
+        deltas=_tally(
+            meter, "stargraph_mem.deltas", "{delta}", "Deltas of applied passes, by kind.", kept
+        ),
+        rejections=_tally(
+            meter,
+            "stargraph_mem.rejections",
+            "{episode}",
+            "Episodes rejected by passes, by reason.",
+            kept,
+        ),
+        quarantines=_tally(
+            meter,
+            "stargraph_mem.quarantines",
+            "{quarantine}",
+            "Rows that could not be decoded, and partitions whose pass failed.",
+            kept,
+        ),
+        pass_duration=_histogram(
+            meter,
+            "stargraph_mem.pass.duration",
+            "One pass: read, CLIPS run and apply.",
+            PASS_BUCKETS,
+        ),
+        apply_duration=_histogram(
+            meter, "stargraph_mem.pass.apply.duration", "The apply of one pass.", PASS_BUCKETS
+        ),
+        sweep_candidates=_tally(
+            meter,
+            "stargraph_mem.sweep.candidates",
+            "{partition}",
+            "Partitions with candidate facts found by sweeps at their fire times.",
+            kept,
+        ),
+        takeovers=_tally(
+            meter,
+            "stargraph_mem.lease.takeovers",
+            "{lease}",
+            "Partitions leased after another worker held them without applying a pass.",
+            kept,
+        ),
+        conflicts=_tally(
+            meter,
+            "stargraph_mem.conflicts.retried",
+            "{pass}",
+            "Passes decided or computed again after another writer got there first.",
+            kept,
+        ),
+        recall_duration=_histogram(
+            meter, "stargraph_mem.recall.duration", "One recall, by strategy.", RECALL_BUCKETS
+        ),
+    )
+    kept += [
+        meter.create_observable_gauge(
+            "stargraph_mem.backlog.episodes",
+            [_observe_pending],
+            "{episode}",
+            "Episodes not consumed yet, per pack, as the worker last measured them.",
+        ),
+        meter.create_observable_gauge(
+            "stargraph_mem.backlog.oldest_age",
+            [_observe_age],
+            "s",
+            "Age of the oldest episode not consumed yet, per pack.",
+        ),
+    ]
+    out.observed = kept
+    return out
+
+
+def _observations(index: int) -> list[Observation]:
+    found = _modules()
+    assert found is not None
+    metrics = found[0]
+    return [
+        metrics.Observation(values[index], {PACK: pack})
+        for pack, values in dict(_state.backlog).items()
+    ]
+
+
+def _observe_pending(options: CallbackOptions) -> list[Observation]:
+    return _observations(0)
+
+
+def _observe_age(options: CallbackOptions) -> list[Observation]:
+    return _observations(1)
+
+
+def set_backlog(pack: str, episodes: int, oldest_age: float) -> None:
+    """The backlog the gauges report for ``pack`` (episodes pending, oldest age in s)."""
+    _state.backlog[pack] = (episodes, oldest_age)
+
+
+def instruments() -> Instruments:
+    """The instruments in effect (no-ops until an SDK listens)."""
+    enabled()
+    return _state.instruments
+
+
+_NOTHING: Final = nullcontext()
+_NULL_CURRENT: Final = nullcontext(_NULL_SPAN)
+
+
+def span(name: str, attributes: Attributes | None = None) -> AbstractContextManager[Any]:
+    """A span over the ``with`` block, current inside it (a child of the caller's)."""
+    tracer = _state.tracer if enabled() else None
+    if tracer is None:
+        return _NULL_CURRENT
+    return tracer.start_as_current_span(name, attributes=attributes)
+
+
+class PassSpan:
+    """One pass's span, opened when it starts and ended once its apply is done (which may
+    run while the next pass is computed): its read and CLIPS run become child spans from
+    the pass's timings, its apply a child span around the commit."""
+
+    __slots__ = ("_kind", "_start", "_tracer", "span")
+
+    def __init__(self, pack: str, rules: int, partitions: int, kind: str = "episodes") -> None:
+        self._tracer = _state.tracer if enabled() else None
+        self._kind = {PACK: pack, PASS_KIND: kind}
+        self._start = 0
+        if self._tracer is None:
+            self.span: Any = _NULL_SPAN
+            return
+        self._start = time.time_ns()
+        self.span = self._tracer.start_span(
+            "stargraph_mem.pass",
+            attributes={
+                PACK: pack,
+                RULE_COUNT: rules,
+                PARTITION_COUNT: partitions,
+                PASS_KIND: kind,
+            },
+            start_time=self._start,
+        )
+
+    def current(self) -> AbstractContextManager[Any]:
+        """The pass's span is the current one inside the block (not ended by it)."""
+        found = _modules()
+        if self._tracer is None or found is None or not self.span.is_recording():
+            return _NOTHING
+        used: AbstractContextManager[Any] = found[1].use_span(
+            self.span, end_on_exit=False, record_exception=False
+        )
+        return used
+
+    def phases(self, read: float, run: float, episodes: int) -> None:
+        """Child spans ``read`` and ``clips_run`` from the pass's start, of these many
+        seconds, and the episodes it read."""
+        found = _modules()
+        if self._tracer is None or found is None or not self.span.is_recording():
+            return
+        parent = found[1].set_span_in_context(self.span)
+        self.span.set_attribute(EPISODE_COUNT, episodes)
+        read_end = self._start + int(read * 1e9)
+        for name, start, end in (
+            ("stargraph_mem.pass.read", self._start, read_end),
+            ("stargraph_mem.pass.clips_run", read_end, read_end + int(run * 1e9)),
+        ):
+            self._tracer.start_span(name, parent, start_time=start).end(end_time=end)
+
+    def apply(self) -> AbstractContextManager[Any]:
+        """A child span ``apply`` over the block (the pass's commit), current inside it."""
+        found = _modules()
+        if self._tracer is None or found is None or not self.span.is_recording():
+            return _NOTHING
+        parent = found[1].set_span_in_context(self.span)
+        return self._tracer.start_as_current_span("stargraph_mem.pass.apply", parent)
+
+    def timed(self, compute: float, apply: float) -> None:
+        """Record the applied pass's duration (``compute`` + ``apply`` seconds) and its
+        apply's in the histograms (one measurement per pass span: a batch of partitions
+        is one)."""
+        tools = instruments()
+        tools.pass_duration.record(compute + apply, self._kind)
+        tools.apply_duration.record(apply, self._kind)
+
+    def end(self, error: BaseException | None = None) -> None:
+        """End the pass's span (recording ``error`` when it failed)."""
+        found = _modules()
+        if self._tracer is None or found is None:
+            return
+        if error is not None:
+            self.span.record_exception(error)
+            self.span.set_attribute(ERROR_TYPE, type(error).__name__)
+            self.span.set_status(found[1].Status(found[1].StatusCode.ERROR))
+        self.span.end()
