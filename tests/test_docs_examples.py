@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 NOT_RUN = "*Not run by the tests:"
 SAVED = re.compile(r"Saved as `([\w./-]+)`:$")
-MAX_NOT_RUN = 10
+MAX_NOT_RUN = 12
 COPIED = ["rules", "examples", "ir_schemas", "tests/fixtures"]
 PG_EXAMPLE = "postgresql://postgres@127.0.0.1:5432/test?schema=readme_example"
 
