@@ -60,7 +60,6 @@ from stargraph_mem.stores.sqlite_fact_schema import (
     MIGRATIONS,
     SCHEMA,
     SCHEMA_VERSION,
-    SQLITE,
     TABLES,
     stored_version,
 )
@@ -84,7 +83,7 @@ __all__ = [
 
 def fact_query(pattern: FactPattern, *, as_of_us: int | None = None) -> tuple[str, list[Any]]:
     """The SQLite SQL and parameters of ``query`` (or of ``as_of`` with ``as_of_us``)."""
-    return dialect_query(SQLITE, pattern, as_of_us=as_of_us)
+    return dialect_query(SQLiteFactStore.sql, pattern, as_of_us=as_of_us)
 
 
 class SQLiteFactStore(SQLiteStoreBase, SQLFactRepository):

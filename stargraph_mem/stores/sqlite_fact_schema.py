@@ -1,4 +1,4 @@
-"""The SQLite fact store's schema, its migrations and its statements for the shared code.
+"""The SQLite fact store's schema and its migrations.
 
 Versions 1 to 4 are migrated on open (:data:`MIGRATIONS`, in the bootstrap transaction).
 """
@@ -9,7 +9,6 @@ from typing import Final
 
 import aiosqlite
 
-from stargraph_mem.stores.dialect import SQLITE as SQLITE_DIALECT
 from stargraph_mem.stores.fact_rows import (
     AUDIT_INSERT_COLUMNS,
     FACT_INSERT_COLUMNS,
@@ -22,7 +21,6 @@ from stargraph_mem.stores.fact_status import (
     STATUS_TABLES,
 )
 from stargraph_mem.stores.pass_time import SQLITE_TABLES as PASS_TIME_TABLES
-from stargraph_mem.stores.repositories.fact_sql import current, fact_statements
 from stargraph_mem.stores.sqlite_base import fetch, scalar
 from stargraph_mem.stores.sqlite_identity import FACT_SCHEMA_VERSION
 from stargraph_mem.stores.sqlite_migration import Ledger
@@ -42,7 +40,6 @@ __all__ = [
     "MIGRATIONS",
     "SCHEMA",
     "SCHEMA_VERSION",
-    "SQLITE",
     "TABLES",
     "stored_version",
 ]
@@ -269,9 +266,6 @@ TABLES: Final = (
     *STATUS_TABLE_NAMES,
 )
 
-CURRENT: Final = current(SQLITE_DIALECT)
-"""The partition's current facts for the runtime."""
-
 
 async def stored_version(db: aiosqlite.Connection) -> int | None:
     """The file's fact store schema version; None before the first bootstrap."""
@@ -282,7 +276,3 @@ async def stored_version(db: aiosqlite.Connection) -> int | None:
         return None if value is None else int(value)
     except ValueError as exc:
         raise corrupt("fact_store_meta", "schema_version", exc) from exc
-
-
-SQLITE: Final = fact_statements(SQLITE_DIALECT)
-"""The SQLite statements of the shared apply and read code."""

@@ -1,29 +1,23 @@
-"""The PostgreSQL statements of the shared store code (fact apply, explain, episodes, runs)."""
+"""The PostgreSQL statements of the shared store code (episodes, runs, migration plans)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any, Final
 
-from stargraph_mem.stores.dialect import POSTGRES
 from stargraph_mem.stores.episode_io import (
     EpisodeStatements,
 )
 from stargraph_mem.stores.plan_migration import PlanDialect
-from stargraph_mem.stores.repositories.fact_sql import current, fact_statements, touch
 from stargraph_mem.stores.schedule_runs import RunStatements
-from stargraph_mem.stores.sql_conn import Insert
 
 __all__ = [
     "COUNT_OF",
-    "CURRENT",
     "EPISODES",
-    "FACTS",
     "PLANS",
     "READ_COLUMNS",
     "RUNS",
     "SINCE_OF",
-    "TOUCH",
     "WRITE_COLUMNS",
 ]
 
@@ -35,18 +29,6 @@ def _as_list(values: Sequence[Any]) -> list[Any]:
 def _marks(count: int) -> str:
     return ", ".join(["%s"] * count)
 
-
-def _insert(table: str, columns: tuple[str, ...]) -> Insert:
-    """Rows into ``table`` (loaded with ``COPY`` by :class:`PgConn`)."""
-    names = ", ".join(f'"{column}"' for column in columns)
-    sql = f"INSERT INTO {table} ({names}) VALUES ({_marks(len(columns))})"
-    return Insert(table, columns, sql)
-
-
-FACTS: Final = fact_statements(POSTGRES)
-"""The fact store's statements (see :mod:`~stargraph_mem.stores.repositories.fact_sql`)."""
-CURRENT: Final = current(POSTGRES)
-TOUCH: Final = touch(POSTGRES)
 
 WRITE_COLUMNS: Final = (
     'id, scope_key, partition_key, "user", session, agent, ts_us, tz_offset_s, content, '
