@@ -44,7 +44,6 @@ from stargraph_mem.stores.fact_rows import (
 from stargraph_mem.stores.fact_rows import fact_query as dialect_query
 from stargraph_mem.stores.models import MigrationPlan
 from stargraph_mem.stores.repositories.facts import FACTS_LOCK, Search, SQLFactRepository
-from stargraph_mem.stores.sql_conn import Conn
 from stargraph_mem.stores.sqlite_base import (
     WAL_AUTOCHECKPOINT_PAGES,
     SharedConnection,
@@ -86,7 +85,7 @@ def fact_query(pattern: FactPattern, *, as_of_us: int | None = None) -> tuple[st
     return dialect_query(SQLiteFactStore.sql, pattern, as_of_us=as_of_us)
 
 
-class SQLiteFactStore(SQLiteStoreBase, SQLFactRepository):
+class SQLiteFactStore(SQLiteStoreBase, SQLFactRepository[SQLiteConn]):
     """The fact repository (:class:`SQLFactRepository`) over one SQLite file: its
     connection, schema, migrations, search index upkeep and background checkpoints.
 
@@ -234,15 +233,15 @@ class SQLiteFactStore(SQLiteStoreBase, SQLFactRepository):
 
     # --- the repository's connection handling ------------------------------------------
 
-    def _reading(self) -> AbstractAsyncContextManager[Conn]:
+    def _reading(self) -> AbstractAsyncContextManager[SQLiteConn]:
         return _AsConn(self._read())
 
-    def _writing(self, lock: str | None = FACTS_LOCK) -> AbstractAsyncContextManager[Conn]:
+    def _writing(self, lock: str | None = FACTS_LOCK) -> AbstractAsyncContextManager[SQLiteConn]:
         """A write transaction (the file has one writer: ``lock`` is not needed)."""
         return _AsConn(self._write())
 
     @asynccontextmanager
-    async def _apply_transaction(self) -> AsyncIterator[Conn]:
+    async def _apply_transaction(self) -> AsyncIterator[SQLiteConn]:
         """The connection in a write transaction; a background checkpoint starts after
         its commit when one is wanted."""
         async with self._lock:
@@ -254,16 +253,16 @@ class SQLiteFactStore(SQLiteStoreBase, SQLFactRepository):
         if self._deferred and self._checkpointer is not None:
             self._checkpointing = asyncio.create_task(self._checkpoint(self._checkpointer))
 
-    def _run_recorder(self, db: Conn) -> RecordRuns:
-        assert isinstance(db, SQLiteConn)
+    def _run_recorder(self, db: SQLiteConn) -> RecordRuns:
         return partial(record_runs, db.db)
 
-    async def _search_without_writing(self, db: Conn, search: Search) -> list[Sequence[Any]] | None:
+    async def _search_without_writing(
+        self, db: SQLiteConn, search: Search
+    ) -> list[Sequence[Any]] | None:
         """The search index may trail the newest facts (see
         :mod:`~stargraph_mem.stores.sqlite_search`): searched as it is when up to date;
         on a read-only file, the connection's own copy of it is searched instead; else
         None (the index is brought up to date first)."""
-        assert isinstance(db, SQLiteConn)
         behind = await text_behind(db.db)
         if behind is None:
             return await db.fetch(*self._search_sql(search))
@@ -271,8 +270,7 @@ class SQLiteFactStore(SQLiteStoreBase, SQLFactRepository):
             return await db.fetch(*self._search_sql(search, await text_copy(db.db)))
         return None
 
-    async def _catch_up_text(self, db: Conn) -> None:
-        assert isinstance(db, SQLiteConn)
+    async def _catch_up_text(self, db: SQLiteConn) -> None:
         await catch_up_text(db.db)
 
 

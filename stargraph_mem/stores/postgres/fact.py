@@ -26,12 +26,12 @@ from stargraph_mem.stores.fact import ProvenanceAdapter
 from stargraph_mem.stores.fact_passes import CHUNK, RecordRuns
 from stargraph_mem.stores.models import MigrationPlan
 from stargraph_mem.stores.plan_migration import Ledger, apply_plan, check_plan
+from stargraph_mem.stores.postgres.connection import PgConn
 from stargraph_mem.stores.postgres.repository import PostgresRepository
 from stargraph_mem.stores.postgres.schema import TABLES
 from stargraph_mem.stores.postgres.statements import PLANS, RUNS
 from stargraph_mem.stores.repositories.facts import FACTS_LOCK, SQLFactRepository
 from stargraph_mem.stores.schedule_runs import record_runs
-from stargraph_mem.stores.sql_conn import Conn
 
 if TYPE_CHECKING:
     from stargraph_mem.stores.postgres.database import PostgresDatabase
@@ -45,7 +45,7 @@ _LEDGER: Final = Ledger(
 )
 
 
-class PostgresFactStore(PostgresRepository, SQLFactRepository):
+class PostgresFactStore(PostgresRepository, SQLFactRepository[PgConn]):
     """The fact repository of a :class:`PostgresDatabase` (its pool, its schema).
 
     ``adapter`` carries listeners for new facts; the database's clock stamps
@@ -73,11 +73,11 @@ class PostgresFactStore(PostgresRepository, SQLFactRepository):
 
     # --- the repository's connection handling ------------------------------------------
 
-    def _reading(self) -> AbstractAsyncContextManager[Conn]:
+    def _reading(self) -> AbstractAsyncContextManager[PgConn]:
         return self.database.connection()
 
-    def _writing(self, lock: str | None = FACTS_LOCK) -> AbstractAsyncContextManager[Conn]:
+    def _writing(self, lock: str | None = FACTS_LOCK) -> AbstractAsyncContextManager[PgConn]:
         return self.database.transaction(lock)
 
-    def _run_recorder(self, db: Conn) -> RecordRuns:
+    def _run_recorder(self, db: PgConn) -> RecordRuns:
         return partial(record_runs, db, RUNS)

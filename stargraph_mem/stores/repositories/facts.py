@@ -20,7 +20,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar, Final, Generic, TypeVar
 
 from stargraph_mem.errors import FactNotFoundError
 from stargraph_mem.gcpause import gc_paused
@@ -101,7 +101,7 @@ from stargraph_mem.stores.sql_conn import Conn
 from stargraph_mem.stores.sweep_reads import sweep_candidates, sweep_facts, sweep_partitions
 from stargraph_mem.stores.sweep_schema import to_make
 
-__all__ = ["FACTS_LOCK", "INDEX_LOCK", "FactQueries", "SQLFactRepository", "Search"]
+__all__ = ["FACTS_LOCK", "INDEX_LOCK", "ConnT", "FactQueries", "SQLFactRepository", "Search"]
 
 FACTS_LOCK: Final = "facts"
 """What writers of facts hold (PostgreSQL: an advisory lock; SQLite has one writer)."""
@@ -153,10 +153,15 @@ class Search:
     include_history: bool
 
 
-class SQLFactRepository:
+ConnT = TypeVar("ConnT", bound=Conn)
+"""The backend's connection type (what its hooks hand the repository)."""
+
+
+class SQLFactRepository(Generic[ConnT]):
     """The :class:`~stargraph_mem.stores.protocols.FactRepository` over one SQL backend.
 
-    A subclass names its :attr:`dialect` and implements the connection hooks; ``adapter``
+    A subclass names its :attr:`dialect` and its connection type and implements the
+    connection hooks; ``adapter``
     carries listeners for new facts; ``_clock`` stamps ``recorded_at`` and audit rows.
     """
 
@@ -186,19 +191,19 @@ class SQLFactRepository:
 
     # --- what a backend supplies --------------------------------------------------------
 
-    def _reading(self) -> AbstractAsyncContextManager[Conn]:
+    def _reading(self) -> AbstractAsyncContextManager[ConnT]:
         """A connection for reads (autocommit)."""
         raise NotImplementedError
 
-    def _writing(self, lock: str | None = FACTS_LOCK) -> AbstractAsyncContextManager[Conn]:
+    def _writing(self, lock: str | None = FACTS_LOCK) -> AbstractAsyncContextManager[ConnT]:
         """A connection inside a write transaction holding ``lock`` (None: no lock)."""
         raise NotImplementedError
 
-    def _apply_transaction(self) -> AbstractAsyncContextManager[Conn]:
+    def _apply_transaction(self) -> AbstractAsyncContextManager[ConnT]:
         """The write transaction a batch is applied in."""
         return self._writing(FACTS_LOCK)
 
-    def _run_recorder(self, db: Conn) -> RecordRuns:
+    def _run_recorder(self, db: ConnT) -> RecordRuns:
         """What writes a scheduler's pass records inside the transaction of ``db``."""
         raise NotImplementedError
 
@@ -206,12 +211,14 @@ class SQLFactRepository:
         """The injected clock as UTC microseconds."""
         return to_us(self._clock(), "clock()")
 
-    async def _search_without_writing(self, db: Conn, search: Search) -> list[Sequence[Any]] | None:
+    async def _search_without_writing(
+        self, db: ConnT, search: Search
+    ) -> list[Sequence[Any]] | None:
         """The rows of a search that records no access, or None when the search index must
         first be brought up to date (in a write transaction)."""
         return await db.fetch(*self._search_sql(search))
 
-    async def _catch_up_text(self, db: Conn) -> None:
+    async def _catch_up_text(self, db: ConnT) -> None:
         """Index the facts the search index lacks (inside the write transaction of ``db``);
         nothing where each fact is indexed by the transaction that makes it."""
 
@@ -282,7 +289,7 @@ class SQLFactRepository:
             )
 
     @asynccontextmanager
-    async def _applying(self, pack_hash: str) -> AsyncIterator[tuple[Conn, Batch, RecordRuns]]:
+    async def _applying(self, pack_hash: str) -> AsyncIterator[tuple[ConnT, Batch, RecordRuns]]:
         """The apply transaction, a batch on it and the run recorder; the adapter's staged
         facts are dropped afterwards."""
         now = self._clock()
