@@ -18,7 +18,8 @@ search only the closed facts its words also match. The index is contentless: it 
 the words, not the text (nothing is stored twice). Writes go through ``executemany``,
 not triggers: FTS5 flushes its buffered terms at every statement savepoint, so a trigger
 per fact made inserts about ten times slower. Ranking is SQLite's BM25 (more query words
-matched, rarer words, shorter facts first), then confidence, then the newest fact.
+matched, rarer words, shorter facts first), then confidence, then the newest fact (the
+search statement is :meth:`~stargraph_mem.stores.dialect.SQLiteDialect.search_hits`).
 
 Access statistics live in their own table (``fact_access``: count and last access per
 fact) so recording a read never rewrites a fact's bitemporal row.
