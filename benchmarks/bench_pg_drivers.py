@@ -31,9 +31,8 @@ import asyncpg
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from stargraph_mem.stores.postgres import PostgresDatabase
+from stargraph_mem.stores.postgres import PostgresDatabase, PostgresFactStore
 from stargraph_mem.stores.postgres.connection import PgConn
-from stargraph_mem.stores.postgres.statements import FACTS
 from stargraph_mem.stores.scope import partition_key
 from stargraph_mem.stores.sql_conn import Insert, Many
 
@@ -122,6 +121,7 @@ def dollar(sql: str) -> str:
     return re.sub("%s", lambda _: f"${next(counter)}", sql)
 
 
+FACTS = PostgresFactStore.sql
 READS = (FACTS.marks, FACTS.version, FACTS.last_ids)
 
 

@@ -14,8 +14,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing; mypy kno
 if TYPE_CHECKING:
     from stargraph_mem.compiler.pack import CompiledPack, compile_file, compile_text
     from stargraph_mem.engine.api import Consolidator
-    from stargraph_mem.engine.report import PassReport
-    from stargraph_mem.engine.report import ConsolidationReport
+    from stargraph_mem.engine.report import ConsolidationReport, PassReport
     from stargraph_mem.errors import (
         CompileError,
         ConsolidationRuleError,

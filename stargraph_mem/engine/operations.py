@@ -23,8 +23,8 @@ from stargraph_mem.stores.scope import Partition
 
 if TYPE_CHECKING:
     from stargraph_mem.engine.api import Consolidator
-    from stargraph_mem.engine.runner import PassRunner
     from stargraph_mem.engine.report import ConsolidationReport
+    from stargraph_mem.engine.runner import PassRunner
 
 __all__ = [
     "BACKLOG_SECONDS",

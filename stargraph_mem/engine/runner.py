@@ -45,6 +45,7 @@ from stargraph_mem.stores.memory import CheckedRead, EpisodeRecord
 from stargraph_mem.stores.pass_time import Deferral
 from stargraph_mem.stores.protocols import (
     ArchivedFactSource,
+    BackgroundCheckpoints,
     EpisodeRepository,
     FactRepository,
 )
@@ -325,7 +326,7 @@ class PassRunner:
                         if len(reports) == 1:
                             worker = await self._worker_for(partition, report.last_seq)
                             if worker is not None:  # a long run: see background_checkpoints
-                                await stack.enter_async_context(self.facts.background_checkpoints())
+                                await self._checkpoints_in_background(stack)
                                 previous = replace(report, deltas=[], matched=[])
                 await applying.wait()
             finally:
@@ -377,6 +378,12 @@ class PassRunner:
             raise
         finally:
             traced.end(error)
+
+    async def _checkpoints_in_background(self, stack: AsyncExitStack) -> None:
+        """For the rest of a long run, commits leave their checkpoints to a second
+        connection where the fact repository can (see :class:`BackgroundCheckpoints`)."""
+        if isinstance(self.facts, BackgroundCheckpoints):
+            await stack.enter_async_context(self.facts.background_checkpoints())
 
     async def _worker_for(self, partition: Partition, after: int) -> WorkerProcess | None:
         """A started worker process for the rest of a run whose first pass ended at seq

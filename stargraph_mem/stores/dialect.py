@@ -15,6 +15,16 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any, ClassVar
 
+from stargraph_mem.stores.search_common import fold, fold_indexed
+from stargraph_mem.stores.sql_conn import Insert, Many
+from stargraph_mem.stores.sqlite_search import (
+    CATCH_UP_TEXT,
+    INDEX_FACT,
+    MOVE_TEXT_MARK,
+    SEARCH_TABLE,
+    TEXT_MARK,
+)
+
 __all__ = ["POSTGRES", "SQLITE", "Dialect", "PostgresDialect", "SQLiteDialect", "render"]
 
 
@@ -76,6 +86,67 @@ class Dialect:
         """The qmark-style right-hand side that matches a column against :meth:`ids`."""
         raise NotImplementedError
 
+    # facts
+
+    no_limit: ClassVar[Any] = None
+    """The ``LIMIT`` parameter that means no limit."""
+    greatest: ClassVar[str] = "greatest"
+    """The function giving the largest of its arguments."""
+    ordered_join: ClassVar[str] = "JOIN"
+    """An inner join whose tables the planner should take in the order written."""
+
+    def each_id(self) -> tuple[str, str]:
+        """A ``FROM`` item yielding each of one :meth:`ids` parameter as a row, and the
+        column holding the id (qmark style)."""
+        raise NotImplementedError
+
+    def insert_ignoring(self, table: str, columns: str, count: int) -> str:
+        """Insert one row of ``count`` values, doing nothing when it is there already."""
+        raise NotImplementedError
+
+    def update_many(
+        self, table: str, sets: Sequence[tuple[str, str]], key: tuple[str, str], where: str = ""
+    ) -> Many:
+        """``UPDATE table SET col = ? … WHERE key = ? [AND where]`` per row (parameters: the
+        ``sets`` columns, then the key); ``sets``/``key`` pair each column with its type;
+        ``where`` is a condition on one column of the table, unqualified."""
+        names = ", ".join(f"{name} = ?" for name, _ in sets)
+        extra = f" AND {where}" if where else ""
+        return Many(self.sql(f"UPDATE {table} SET {names} WHERE {key[0]} = ?{extra}"))
+
+    def reinforcement_stats(self) -> tuple[str, str, str, str]:
+        """A fact ``f``'s reinforcement time, reinforcement count and newest observation,
+        and the join (after ``facts f``) they need, if any."""
+        raise NotImplementedError
+
+    episode_columns: ClassVar[str] = ""
+    """Names of the ``episodes`` table's columns (no rows when there is no such table)."""
+    last_ids: ClassVar[str] = ""
+    """The last facts rowid, the last audit seq and the search index's mark (one row)."""
+    catch_up_text: ClassVar[str] = ""
+    """Index the facts above a rowid (empty: each fact is indexed by the transaction that
+    makes it)."""
+    move_text_mark: ClassVar[str] = ""
+    """Set the highest facts rowid the search index holds."""
+
+    def index_fact(self) -> Insert:
+        """The search index row of one fact: ``(rowid, text)``."""
+        raise NotImplementedError
+
+    def index_text(self, text: str) -> str:
+        """What a fact's body text becomes before :meth:`index_fact` stores it."""
+        return text
+
+    def match(self, words: Sequence[str]) -> str:
+        """The full-text query parameter matching any of ``words`` (letters, digits, ``_``)."""
+        raise NotImplementedError
+
+    def search_hits(self, columns: str, condition: str, order: str, table: str = "") -> str:
+        """Facts (``columns``, then a score: higher is better) matching the query
+        parameter, then ``condition``'s parameters, best first, then the ``LIMIT``
+        (qmark style); ``table``: the index searched (default: the schema's)."""
+        raise NotImplementedError
+
 
 class SQLiteDialect(Dialect):
     """SQLite (``sqlite3`` through aiosqlite): qmark placeholders, JSON text for lists."""
@@ -91,6 +162,53 @@ class SQLiteDialect(Dialect):
     def in_ids(self) -> str:
         return "IN (SELECT value FROM json_each(?))"
 
+    # facts
+
+    no_limit = -1
+    greatest = "max"
+    ordered_join = "CROSS JOIN"  # SQLite keeps the written order of a CROSS JOIN
+    episode_columns = "SELECT name FROM pragma_table_info('episodes')"
+    last_ids = (
+        "SELECT (SELECT coalesce(max(rowid), 0) FROM facts), "
+        "max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'audit'), 0), "
+        "coalesce((SELECT max(seq) FROM audit), 0)), "
+        f"(SELECT CAST(value AS INTEGER) FROM fact_store_meta WHERE key = '{TEXT_MARK}')"
+    )
+    catch_up_text = CATCH_UP_TEXT
+    move_text_mark = MOVE_TEXT_MARK
+
+    def each_id(self) -> tuple[str, str]:
+        return "json_each(?) j", "j.value"
+
+    def insert_ignoring(self, table: str, columns: str, count: int) -> str:
+        return f"INSERT OR IGNORE INTO {table} ({columns}) VALUES ({_qmarks(count)})"
+
+    def reinforcement_stats(self) -> tuple[str, str, str, str]:
+        base = "coalesce(f.reinforced_us, f.valid_from_us)"
+        of_fact = "FROM reinforcements r WHERE r.fact_id = f.id"
+        return (
+            f"max({base}, coalesce((SELECT max(r.ts_us) {of_fact}), {base}))",
+            f"f.reinforcement_base + (SELECT count(*) {of_fact})",
+            "max(coalesce(f.observed_us, f.valid_from_us), "
+            f"coalesce((SELECT max(r.observed_us) {of_fact}), 0))",
+            "",
+        )
+
+    def index_fact(self) -> Insert:
+        return Insert("fact_text", ("rowid", "body"), INDEX_FACT)
+
+    def match(self, words: Sequence[str]) -> str:
+        return " OR ".join(f'"{word}"' for word in words)
+
+    def search_hits(self, columns: str, condition: str, order: str, table: str = "") -> str:
+        table = table or SEARCH_TABLE
+        return (
+            f"WITH hits AS (SELECT rowid AS hit_rowid, bm25({table}) AS hit_rank "
+            f"FROM {table} WHERE {table} MATCH ?) "
+            f"SELECT {columns}, -hit_rank FROM hits JOIN facts ON facts.rowid = hits.hit_rowid "
+            f"WHERE {condition} ORDER BY hit_rank, {order} LIMIT ?"
+        )
+
 
 class PostgresDialect(Dialect):
     """PostgreSQL (psycopg 3): ``%s`` placeholders, arrays for lists."""
@@ -103,6 +221,77 @@ class PostgresDialect(Dialect):
 
     def in_ids(self) -> str:
         return "= ANY(?)"
+
+    # facts
+
+    episode_columns = (  # the episodes table is always there: one migration makes every store
+        "SELECT name FROM (VALUES ('id'), ('user'), ('session'), ('agent'), ('ts_us'), "
+        "('content'), ('partition_key')) AS c(name)"
+    )
+    last_ids = (
+        "SELECT (SELECT coalesce(max(rowid), 0) FROM facts), "
+        "(SELECT coalesce(max(seq), 0) FROM audit), NULL"
+    )
+
+    def each_id(self) -> tuple[str, str]:
+        return "unnest(?::text[]) AS j(k)", "j.k"
+
+    def insert_ignoring(self, table: str, columns: str, count: int) -> str:
+        return f"INSERT INTO {table} ({columns}) VALUES ({_qmarks(count)}) ON CONFLICT DO NOTHING"
+
+    def update_many(
+        self, table: str, sets: Sequence[tuple[str, str]], key: tuple[str, str], where: str = ""
+    ) -> Many:
+        """As the base, plus one ``UPDATE … FROM unnest(arrays)`` for all the rows."""
+        one = super().update_many(table, sets, key, where)
+        columns = [*sets, key]
+        arrays = ", ".join(f"?::{kind}[]" for _, kind in columns)
+        names = ", ".join(name for name, _ in columns)
+        assigned = ", ".join(f"{name} = c.{name}" for name, _ in sets)
+        extra = f" AND t.{where}" if where else ""
+        text = (
+            f"UPDATE {table} AS t SET {assigned} FROM unnest({arrays}) AS c({names}) "
+            f"WHERE t.{key[0]} = c.{key[0]}{extra}"
+        )
+        return Many(one.sql, self.sql(text))
+
+    def reinforcement_stats(self) -> tuple[str, str, str, str]:
+        return (
+            "greatest(coalesce(f.reinforced_us, f.valid_from_us), r.ts)",
+            "f.reinforcement_base + r.n",
+            "greatest(coalesce(f.observed_us, f.valid_from_us), r.observed)",
+            "CROSS JOIN LATERAL (SELECT max(ts_us) AS ts, count(*) AS n, "
+            "max(observed_us) AS observed FROM reinforcements WHERE fact_id = f.id) AS r",
+        )
+
+    def index_fact(self) -> Insert:
+        return Insert(
+            "fact_text", ("rowid", "text"), self.sql(_insert("fact_text", "rowid, text", 2))
+        )
+
+    def index_text(self, text: str) -> str:
+        return fold_indexed(text)  # 'simple' keeps accents: folded here
+
+    def match(self, words: Sequence[str]) -> str:
+        # each word quoted as one tsquery operand: words are letters, digits and _ only
+        return " | ".join(f"'{fold(word)}'" for word in words)
+
+    def search_hits(self, columns: str, condition: str, order: str, table: str = "") -> str:
+        return (
+            f"SELECT {columns}, ts_rank(t.body, q.query) AS score "
+            "FROM to_tsquery('simple', ?) AS q(query) "
+            f"JOIN {table or 'fact_text'} t ON t.body @@ q.query "
+            "JOIN facts ON facts.rowid = t.rowid "
+            f"WHERE {condition} ORDER BY score DESC, {order} LIMIT ?"
+        )
+
+
+def _qmarks(count: int) -> str:
+    return ", ".join(["?"] * count)
+
+
+def _insert(table: str, columns: str, count: int) -> str:
+    return f"INSERT INTO {table} ({columns}) VALUES ({_qmarks(count)})"
 
 
 SQLITE = SQLiteDialect()

@@ -1,9 +1,12 @@
-"""The statements a fact store backend hands the shared apply and read code.
+"""The statements the fact repository hands the shared apply and read code.
 
-Each backend (SQLite, PostgreSQL) builds one :class:`FactStatements` with its own SQL text;
-:mod:`~stargraph_mem.stores.fact_apply` and :mod:`~stargraph_mem.stores.fact_explain`
-run them through a :class:`~stargraph_mem.stores.sql_conn.Conn` and never write SQL.
-Parameters are positional; a parameter that carries a list of ids is passed through
+Each statement is written once, in the qmark style, in
+:mod:`~stargraph_mem.stores.repositories.fact_sql`, and rendered for one backend's
+:class:`~stargraph_mem.stores.dialect.Dialect` into a :class:`FactStatements` (once per
+dialect); :mod:`~stargraph_mem.stores.fact_apply` and
+:mod:`~stargraph_mem.stores.fact_explain` run them through a
+:class:`~stargraph_mem.stores.sql_conn.Conn` and never write SQL. Parameters are
+positional; a parameter that carries a list of ids is passed through
 :attr:`FactStatements.ids` (SQLite: JSON text for ``json_each``; PostgreSQL: an array).
 """
 
@@ -20,7 +23,8 @@ __all__ = ["FactStatements"]
 
 @dataclass(frozen=True, slots=True)
 class FactStatements:
-    """One backend's SQL for the fact store's shared code (columns in the shared order)."""
+    """The fact store's shared code's SQL, rendered for one backend (columns in the shared
+    order)."""
 
     mark: str
     """The positional parameter placeholder (``?`` or ``%s``)."""

@@ -36,7 +36,14 @@ from stargraph_mem.stores.pass_time import Deferral
 from stargraph_mem.stores.schedule_runs import LeaseState, RuleRun, RunState
 from stargraph_mem.stores.scope import Partition
 
-__all__ = ["Database", "EpisodeRepository", "FactRepository", "ScheduleRepository"]
+__all__ = [
+    "ArchivedFactSource",
+    "BackgroundCheckpoints",
+    "Database",
+    "EpisodeRepository",
+    "FactRepository",
+    "ScheduleRepository",
+]
 
 
 class EpisodeRepository(IncrementalMemoryStore, Protocol):
@@ -140,8 +147,6 @@ class FactRepository(FactStore, Protocol):
 
     async def current_facts(self, partition: Partition) -> list[EngineFact]: ...
 
-    def background_checkpoints(self) -> AbstractAsyncContextManager[None]: ...
-
     async def pass_bases(
         self, pack: str, partitions: Sequence[Partition]
     ) -> list[tuple[dict[str, int], int]]: ...
@@ -185,6 +190,16 @@ class FactRepository(FactStore, Protocol):
     async def apply_passes(
         self, passes: Sequence[PassWrite], *, pack_hash: str = ""
     ) -> list[int | None]: ...
+
+
+@runtime_checkable
+class BackgroundCheckpoints(Protocol):
+    """A fact repository whose commits can leave their checkpoints to a second connection
+    during a long run (SQLite's write-ahead log; a server checkpoints by itself)."""
+
+    def background_checkpoints(self) -> AbstractAsyncContextManager[None]:
+        """While open, a batch's commit does not wait for the log to be copied."""
+        ...
 
 
 @runtime_checkable

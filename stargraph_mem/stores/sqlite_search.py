@@ -18,7 +18,8 @@ search only the closed facts its words also match. The index is contentless: it 
 the words, not the text (nothing is stored twice). Writes go through ``executemany``,
 not triggers: FTS5 flushes its buffered terms at every statement savepoint, so a trigger
 per fact made inserts about ten times slower. Ranking is SQLite's BM25 (more query words
-matched, rarer words, shorter facts first), then confidence, then the newest fact.
+matched, rarer words, shorter facts first), then confidence, then the newest fact (the
+search statement is :meth:`~stargraph_mem.stores.dialect.SQLiteDialect.search_hits`).
 
 Access statistics live in their own table (``fact_access``: count and last access per
 fact) so recording a read never rewrites a fact's bitemporal row.
@@ -26,8 +27,7 @@ fact) so recording a read never rewrites a fact's bitemporal row.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Final
+from typing import Final
 
 import aiosqlite
 
@@ -36,9 +36,6 @@ from stargraph_mem.stores.search_common import (
     MAX_LIMIT,
     TEXT_LAG_MAX,
     body_text,
-    check_limit,
-    query_words,
-    search_pattern,
 )
 from stargraph_mem.stores.sqlite_base import fetch
 
@@ -50,13 +47,8 @@ __all__ = [
     "SEARCH_TABLES",
     "TEXT_LAG_MAX",
     "TEXT_MARK",
-    "TOUCH",
     "body_text",
     "catch_up_text",
-    "check_limit",
-    "match_expression",
-    "search_pattern",
-    "search_query",
     "text_behind",
     "text_copy",
 ]
@@ -126,54 +118,6 @@ TEXT_COPY_SCHEMA: Final = _index_table(f"temp.{TEXT_COPY}")
 TEXT_COPY_THROUGH: Final = f"SELECT coalesce(max(id), 0) FROM temp.{TEXT_COPY}_docsize"
 """The highest facts rowid the copy holds (its document sizes are kept by rowid)."""
 TEXT_COPY_CATCH_UP: Final = _indexing(f"temp.{TEXT_COPY}", "main.facts", " WHERE rowid > ?1")
-TOUCH: Final = (
-    f"INSERT INTO {ACCESS_TABLE} (fact_id, count, last_access_us) VALUES (?, 1, ?) "
-    "ON CONFLICT (fact_id) DO UPDATE SET count = count + 1, "
-    "last_access_us = max(last_access_us, excluded.last_access_us)"
-)
-"""Count one read of a fact at a time (the last access never moves backwards)."""
-
-
-def match_expression(query: str) -> str | None:
-    """The FTS5 match for ``query``: its words, each quoted, any of them (``None``: no query).
-
-    Words are runs of letters and digits (:func:`query_words`), so no text a caller passes
-    is ever read as FTS5 syntax.
-    """
-    words = query_words(query)
-    return None if words is None else " OR ".join(f'"{word}"' for word in words)
-
-
-def search_query(
-    match: str | None,
-    where: Sequence[str],
-    params: Sequence[Any],
-    columns: str,
-    limit: int,
-    include_history: bool = False,
-    *,
-    table: str = SEARCH_TABLE,
-) -> tuple[str, list[Any]]:
-    """SQL and parameters of a search: ``columns`` of facts plus a score column.
-
-    ``where``/``params`` are conditions over ``facts`` columns (the pattern filter); only
-    current facts unless ``include_history``. The score is minus BM25 (higher is better);
-    a search without words scores 0 and ranks by confidence. ``table``: the index searched
-    (the file's, or a read-only connection's copy of it).
-    """
-    conditions = [*where] if include_history else [*where, "valid_until_us IS NULL"]
-    condition = " AND ".join(conditions) or "TRUE"
-    order = "confidence DESC, valid_from_us DESC, id"
-    if match is None:
-        sql = f"SELECT {columns}, 0.0 FROM facts WHERE {condition} ORDER BY {order} LIMIT ?"
-        return sql, [*params, limit]
-    sql = (
-        f"WITH hits AS (SELECT rowid AS hit_rowid, bm25({table}) AS hit_rank "
-        f"FROM {table} WHERE {table} MATCH ?) "
-        f"SELECT {columns}, -hit_rank FROM hits JOIN facts ON facts.rowid = hits.hit_rowid "
-        f"WHERE {condition} ORDER BY hit_rank, {order} LIMIT ?"
-    )
-    return sql, [match, *params, limit]
 
 
 async def _behind(db: aiosqlite.Connection) -> tuple[int, int] | None:

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
+from stargraph_mem.stores.dialect import POSTGRES
 from stargraph_mem.stores.postgres.connection import PgConn
-from stargraph_mem.stores.postgres.statements import FACTS
 from stargraph_mem.stores.search_common import body_text
 
 if TYPE_CHECKING:
@@ -70,12 +70,12 @@ class PostgresTables:
         assert self.db is not None
         facts = await self.db.fetch(_FACT_TEXT)
         rows = [
-            (rowid, FACTS.index_text(body_text(subject, predicate, obj, payload)))
+            (rowid, POSTGRES.index_text(body_text(subject, predicate, obj, payload)))
             for rowid, subject, predicate, obj, payload in facts
         ]
         await self.db.execute("DELETE FROM fact_text")
         if rows:
-            await self.db.insert_many(FACTS.index_fact, rows)
+            await self.db.insert_many(POSTGRES.index_fact(), rows)
         await self.db.execute(_RESTART_SEQ)
 
 

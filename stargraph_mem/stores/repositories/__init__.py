@@ -1,0 +1,1 @@
+"""Repositories written once over SQL, bound to a backend by its dialect and connection."""
