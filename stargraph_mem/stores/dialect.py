@@ -76,6 +76,29 @@ class Dialect:
         """The qmark-style right-hand side that matches a column against :meth:`ids`."""
         raise NotImplementedError
 
+    # episodes and schedule
+
+    no_limit: ClassVar[int | None] = None
+    """The ``LIMIT`` parameter that means no limit."""
+
+    def greatest(self, a: str, b: str) -> str:
+        """The larger of two expressions."""
+        return f"greatest({a}, {b})"
+
+    def reads(self, keys: Sequence[str], afters: Sequence[int]) -> tuple[Any, ...]:
+        """The parameters of :meth:`read_rows`: one ``(partition key, after seq)`` read each."""
+        raise NotImplementedError
+
+    def read_rows(self) -> str:
+        """A qmark-style row source ``r(i, k, after)`` of the reads :meth:`reads` encodes:
+        the read's index from 0, its partition key and the seq it reads after."""
+        raise NotImplementedError
+
+    def since_of(self, columns: str) -> str:
+        """``columns`` (of ``e``) of each read's first ``?`` (a limit) episodes after its
+        seq, the read's index first, by read and seq; its parameters: :meth:`reads`, limit."""
+        raise NotImplementedError
+
 
 class SQLiteDialect(Dialect):
     """SQLite (``sqlite3`` through aiosqlite): qmark placeholders, JSON text for lists."""
@@ -91,6 +114,29 @@ class SQLiteDialect(Dialect):
     def in_ids(self) -> str:
         return "IN (SELECT value FROM json_each(?))"
 
+    # episodes and schedule
+
+    no_limit = -1
+
+    def greatest(self, a: str, b: str) -> str:
+        return f"max({a}, {b})"
+
+    def reads(self, keys: Sequence[str], afters: Sequence[int]) -> tuple[Any, ...]:
+        import orjson
+
+        return (orjson.dumps([[k, a] for k, a in zip(keys, afters, strict=True)]).decode(),)
+
+    def read_rows(self) -> str:
+        return "(SELECT key AS i, value ->> 0 AS k, value ->> 1 AS after FROM json_each(?)) r"
+
+    def since_of(self, columns: str) -> str:
+        # no LATERAL in SQLite: each read's seqs come from a correlated IN
+        return (
+            f"SELECT r.i, {columns} FROM {self.read_rows()} JOIN episodes e ON e.seq IN ("
+            "SELECT seq FROM episodes WHERE partition_key = r.k AND seq > r.after "
+            "ORDER BY seq LIMIT ?) ORDER BY r.i, e.seq"
+        )
+
 
 class PostgresDialect(Dialect):
     """PostgreSQL (psycopg 3): ``%s`` placeholders, arrays for lists."""
@@ -103,6 +149,24 @@ class PostgresDialect(Dialect):
 
     def in_ids(self) -> str:
         return "= ANY(?)"
+
+    # episodes and schedule
+
+    def reads(self, keys: Sequence[str], afters: Sequence[int]) -> tuple[Any, ...]:
+        return list(keys), list(afters)
+
+    def read_rows(self) -> str:
+        return (
+            "(SELECT o.i - 1 AS i, o.k, o.after FROM unnest(?::text[], ?::bigint[]) "
+            "WITH ORDINALITY AS o(k, after, i)) r"
+        )
+
+    def since_of(self, columns: str) -> str:
+        return (
+            f"SELECT r.i, {columns} FROM {self.read_rows()} CROSS JOIN LATERAL ("
+            "SELECT * FROM episodes WHERE partition_key = r.k AND seq > r.after "
+            "ORDER BY seq LIMIT ?) AS e ORDER BY r.i, e.seq"
+        )
 
 
 SQLITE = SQLiteDialect()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
+from stargraph_mem.stores.dialect import POSTGRES
 from stargraph_mem.stores.episode_io import (
     EpisodeStatements,
 )
@@ -16,7 +17,7 @@ from stargraph_mem.stores.fact_rows import (
 from stargraph_mem.stores.fact_statements import FactStatements
 from stargraph_mem.stores.fact_status import EVENT_COLUMNS
 from stargraph_mem.stores.plan_migration import PlanDialect
-from stargraph_mem.stores.schedule_runs import RunStatements
+from stargraph_mem.stores.repositories.schedule import run_statements
 from stargraph_mem.stores.search_common import fold_indexed
 from stargraph_mem.stores.sql_conn import Insert, Many
 
@@ -290,24 +291,8 @@ EPISODES: Final = EpisodeStatements(
     row_keys_in="SELECT seq, partition_key FROM episodes WHERE seq = ANY(%s)",
 )
 
-RUNS: Final = RunStatements(
-    record=(
-        "INSERT INTO rule_runs (pack, rule_id, partition_key, anchor_us, last_run_us, runs, "
-        "token) VALUES (%s, %s, %s, %s, %s, 1, %s) "
-        "ON CONFLICT (pack, rule_id, partition_key) DO UPDATE SET "
-        "last_run_us = excluded.last_run_us, "
-        "runs = rule_runs.runs + (rule_runs.token <> excluded.token)::int, "
-        "token = excluded.token "
-        "WHERE rule_runs.token = %s OR rule_runs.token = excluded.token"
-    ),
-    token="SELECT token FROM rule_runs WHERE pack = %s AND rule_id = %s AND partition_key = %s",
-    lease="SELECT holder, expires_us FROM scheduler_lease WHERE name = %s",
-    upsert_lease=(
-        "INSERT INTO scheduler_lease (name, holder, expires_us) VALUES (%s, %s, %s) "
-        "ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, "
-        "expires_us = excluded.expires_us"
-    ),
-)
+RUNS: Final = run_statements(POSTGRES)
+"""The run record and lease statements, rendered for PostgreSQL."""
 
 _TYPES: Final = {
     "TEXT": "TEXT",

@@ -1,0 +1,1 @@
+"""Repositories written once for every backend: SQL in the qmark style, rendered by a dialect."""
