@@ -1,4 +1,4 @@
-"""The PostgreSQL statements of the shared store code (fact apply, explain, episodes, runs)."""
+"""The PostgreSQL statements of the shared store code (fact apply, explain, runs)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,6 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from stargraph_mem.stores.dialect import POSTGRES
-from stargraph_mem.stores.episode_io import (
-    EpisodeStatements,
-)
 from stargraph_mem.stores.fact_rows import (
     AUDIT_INSERT_COLUMNS,
     FACT_INSERT_COLUMNS,
@@ -22,16 +19,11 @@ from stargraph_mem.stores.search_common import fold_indexed
 from stargraph_mem.stores.sql_conn import Insert, Many
 
 __all__ = [
-    "COUNT_OF",
     "CURRENT",
-    "EPISODES",
     "FACTS",
     "PLANS",
-    "READ_COLUMNS",
     "RUNS",
-    "SINCE_OF",
     "TOUCH",
-    "WRITE_COLUMNS",
 ]
 
 
@@ -258,37 +250,6 @@ TOUCH: Final = (
     "INSERT INTO fact_access (fact_id, count, last_access_us) VALUES (%s, 1, %s) "
     "ON CONFLICT (fact_id) DO UPDATE SET count = fact_access.count + 1, "
     "last_access_us = greatest(fact_access.last_access_us, excluded.last_access_us)"
-)
-
-WRITE_COLUMNS: Final = (
-    'id, scope_key, partition_key, "user", session, agent, ts_us, tz_offset_s, content, '
-    "source_node, metadata"
-)
-READ_COLUMNS: Final = (
-    'seq, id, content, ts_us, tz_offset_s, source_node, "user", session, agent, metadata, '
-    "last_accessed_us, access_count"
-)
-SINCE_OF: Final = f"""
-    SELECT r.i - 1, e.* FROM unnest(%s::text[], %s::bigint[]) WITH ORDINALITY AS r(k, after, i)
-    CROSS JOIN LATERAL (SELECT {READ_COLUMNS} FROM episodes
-        WHERE partition_key = r.k AND seq > r.after ORDER BY seq LIMIT %s) AS e
-    ORDER BY r.i, e.seq"""
-"""Episodes after each of several (partition key, seq) reads: the read's index first."""
-COUNT_OF: Final = """
-    SELECT (SELECT count(*) FROM episodes e WHERE e.partition_key = r.k AND e.seq > r.after)
-    FROM unnest(%s::text[], %s::bigint[]) WITH ORDINALITY AS r(k, after, i) ORDER BY r.i"""
-EPISODES: Final = EpisodeStatements(
-    ids=_as_list,
-    insert=(
-        f"INSERT INTO episodes ({WRITE_COLUMNS}) VALUES ({_marks(11)}) ON CONFLICT (id) DO NOTHING"
-    ),
-    new_seqs="SELECT seq FROM episodes WHERE seq > %s ORDER BY seq",
-    stored_seq_in=f"SELECT seq, {WRITE_COLUMNS} FROM episodes WHERE id = ANY(%s)",
-    noted_in=(
-        "SELECT seq, episode_id, partition_key, reason, at_us FROM quarantine "
-        "WHERE seq = ANY(%s) ORDER BY seq"
-    ),
-    row_keys_in="SELECT seq, partition_key FROM episodes WHERE seq = ANY(%s)",
 )
 
 RUNS: Final = run_statements(POSTGRES)
