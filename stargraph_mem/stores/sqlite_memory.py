@@ -94,7 +94,7 @@ _SCHEMA: Final = (
     "CREATE INDEX IF NOT EXISTS quarantine_partition_seq ON quarantine (partition_key, seq)",
 )
 EPISODES_TABLE: Final = _SCHEMA[0]
-"""The episodes table (``select`` clauses run over it, on a copy for other backends)."""
+"""The episodes table (``select`` clauses run over an in-memory copy of a pass's episodes)."""
 _LEDGER: Final = Ledger(
     "schema_migrations",
     "INSERT INTO schema_migrations (version, name, applied_at_us, plan) "
