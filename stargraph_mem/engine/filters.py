@@ -47,7 +47,7 @@ from stargraph_mem.compiler.select_sql import TIMESTAMP_FUNCTION
 from stargraph_mem.errors import ConsolidationRuleError
 from stargraph_mem.ir.reference import timestamp_micros
 from stargraph_mem.model.time import to_us
-from stargraph_mem.stores.episode_rows import episode_row
+from stargraph_mem.stores.episode_rows import stored_row
 from stargraph_mem.stores.memory import EpisodeRecord
 from stargraph_mem.stores.scope import Partition, scope_key
 from stargraph_mem.stores.sqlite_memory import EPISODES_TABLE
@@ -811,17 +811,8 @@ def episode_copy(records: Sequence[EpisodeRecord]) -> sqlite3.Connection:
     a clause means the same on every backend. Close it when done."""
     conn = sqlite3.connect(":memory:", check_same_thread=False)
     try:
-        conn.execute(EPISODES_TABLE)
-        rows = [
-            (
-                r.seq,
-                *episode_row(r.to_episode(validate=False)),
-                None if r.last_accessed is None else to_us(r.last_accessed),
-                r.access_count,
-            )
-            for r in records
-        ]
-        conn.executemany(_COPY_EPISODE, rows)
+        conn.execute(_COPY_TABLE)
+        conn.executemany(_COPY_EPISODE, map(stored_row, records))
         conn.execute("PRAGMA query_only = ON")
         conn.create_function(TIMESTAMP_FUNCTION, 1, timestamp_micros, deterministic=True)
     except BaseException:
@@ -849,6 +840,9 @@ def select_seqs_in(
         conn.close()
 
 
+_COPY_TABLE: Final = EPISODES_TABLE.replace(" AUTOINCREMENT", "").replace(" UNIQUE", "")
+"""The stored episodes table, its columns and types as stored, without what only keeps
+writes in order (the copy is filled once, from rows already unique)."""
 _COPY_EPISODE: Final = (
     "INSERT INTO episodes (seq, id, scope_key, partition_key, user, session, agent, ts_us, "
     "tz_offset_s, content, source_node, metadata, last_accessed_us, access_count) "
