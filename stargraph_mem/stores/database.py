@@ -99,6 +99,20 @@ class SQLiteDatabase(AsyncResource):
             yield _SQLiteTables(self, db)
 
     @asynccontextmanager
+    async def snapshot(self) -> AsyncIterator[None]:
+        """Every read of the repositories inside the block sees one state of the file (a
+        read transaction; no write may run inside it)."""
+        async with self.connection.lock:
+            db = await self.connection.open()
+            await db.execute("BEGIN")
+        try:
+            yield
+        finally:
+            async with self.connection.lock:
+                if db.in_transaction:
+                    await db.execute("COMMIT")
+
+    @asynccontextmanager
     async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
         """The shared connection inside one write transaction, held by this coroutine."""
         async with self.connection.lock:

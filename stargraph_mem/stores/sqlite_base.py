@@ -967,7 +967,9 @@ class SQLiteStoreBase(AsyncResource):
         missing = [table for table in self._tables if table not in names]
         if missing:
             action = f"create the missing table(s) {', '.join(missing)}"
-            raise read_only_error(f"{self.path}: {why}", action)
+            error = read_only_error(f"{self.path}: {why}", action)
+            error.context["missing"] = missing
+            raise error
 
     async def _stamp_if_complete(self, db: aiosqlite.Connection) -> None:
         """Stamp the file (:func:`stamp`) once every store it holds has all of its tables

@@ -41,6 +41,7 @@ from stargraph_mem.stores.episode_io import (
     read_since,
 )
 from stargraph_mem.stores.episode_rows import (
+    NotUtf8,
     Row,
     check_limit,
     check_scope,
@@ -61,7 +62,14 @@ from stargraph_mem.stores.repositories.access import Access
 from stargraph_mem.stores.scope import Partition
 from stargraph_mem.stores.sql_conn import Conn
 
-__all__ = ["READ_COLUMNS", "WRITE_COLUMNS", "EpisodeAccess", "Episodes", "recent_query"]
+__all__ = [
+    "READ_COLUMNS",
+    "STORED_COLUMNS",
+    "WRITE_COLUMNS",
+    "EpisodeAccess",
+    "Episodes",
+    "recent_query",
+]
 
 logger = logging.getLogger("stargraph_mem.stores.sqlite_memory")
 """Quarantine warnings keep the logger name they always had."""
@@ -75,6 +83,9 @@ READ_COLUMNS: Final = (
     'seq, id, content, ts_us, tz_offset_s, source_node, "user", session, agent, metadata, '
     "last_accessed_us, access_count"
 )
+STORED_COLUMNS: Final = f"seq, {WRITE_COLUMNS}, last_accessed_us, access_count"
+"""Every column of a stored row, as :meth:`Episodes.stored_rows` reads it."""
+_FOURTEEN: Final = ", ".join(["?"] * 14)
 _ELEVEN: Final = ", ".join(["?"] * 11)
 """One placeholder per written column."""
 _QUARANTINE_COLUMNS: Final = "seq, episode_id, partition_key, reason, at_us"
@@ -106,6 +117,8 @@ class _Statements:
     count_of: str
     last_seq: str
     schema_version: str
+    load: str
+    seqs_in: str
 
 
 @cache
@@ -151,7 +164,31 @@ def _statements(dialect: Dialect) -> _Statements:
         ),
         last_seq=sql("SELECT coalesce(max(seq), 0) FROM episodes"),
         schema_version=sql("SELECT max(version) FROM schema_migrations"),
+        load=sql(
+            f"INSERT INTO episodes ({STORED_COLUMNS}) VALUES ({_FOURTEEN}) ON CONFLICT DO NOTHING"
+        ),
+        seqs_in=sql(f"SELECT seq FROM episodes WHERE seq {in_ids}"),
     )
+
+
+def _selection(
+    user: str | None, agent: str | None, until_us: int | None
+) -> tuple[str, tuple[Any, ...]]:
+    """The qmark-style condition choosing the rows of one user (and agent), or of one
+    agent, stamped at or before ``until_us`` (``None``: no bound); ``1 = 1`` for all."""
+    where: list[str] = []
+    params: list[Any] = []
+    if user is not None:
+        condition, values = scope_filter(user, None, agent)
+        where.append(condition)
+        params += values
+    elif agent is not None:
+        where.append("agent = ?")
+        params.append(agent)
+    if until_us is not None:
+        where.append("ts_us <= ?")
+        params.append(until_us)
+    return " AND ".join(where) or "1 = 1", tuple(params)
 
 
 def recent_query(
@@ -399,6 +436,60 @@ class Episodes:
                 found.append(partition)
         return sorted(found, key=lambda p: (p.user, p.agent))
 
+    # --- whole stored rows (replay's copies) --------------------------------------------
+
+    async def stored_span(
+        self: EpisodeAccess,
+        *,
+        user: str | None = None,
+        agent: str | None = None,
+        until_us: int | None = None,
+    ) -> tuple[int, int | None]:
+        """How many rows :meth:`stored_rows` would read, and their earliest ``ts_us``."""
+        where, params = _selection(user, agent, until_us)
+        sql = self.dialect.sql(f"SELECT count(*), min(ts_us) FROM episodes WHERE {where}")
+        async with self._reading() as db:
+            [(count, first)] = await db.fetch(sql, params)
+        return int(count), None if first is None else int(first)
+
+    async def stored_rows(
+        self: EpisodeAccess,
+        after_seq: int,
+        limit: int,
+        *,
+        user: str | None = None,
+        agent: str | None = None,
+        until_us: int | None = None,
+    ) -> list[Sequence[Any]]:
+        """The first ``limit`` rows after ``after_seq`` (of one user, and agent, or one
+        agent; stamped at or before ``until_us``), whole and as stored (columns
+        :data:`STORED_COLUMNS`): nothing decoded, checked or quarantined."""
+        where, params = _selection(user, agent, until_us)
+        sql = self.dialect.sql(
+            f"SELECT {STORED_COLUMNS} FROM episodes WHERE seq > ? AND {where} ORDER BY seq LIMIT ?"
+        )
+        async with self._reading() as db:
+            return await db.fetch(sql, (after_seq, *params, limit))
+
+    async def load_rows(self: EpisodeAccess, rows: Sequence[Sequence[Any]]) -> list[int]:
+        """Insert whole rows as :meth:`stored_rows` read them (their seqs kept), in one
+        transaction; the seqs of the rows left out (their id or seq taken), in order.
+
+        A value read as :class:`~stargraph_mem.stores.episode_rows.NotUtf8` is written
+        back as the TEXT it was, so the copy reads as the original does."""
+        if not rows:
+            return []
+        sql = _statements(self.dialect)
+        seqs = [row[0] for row in rows]
+        async with self._writing(_LOCK) as db:
+            inserted = await db.executemany(sql.load, rows)
+            for row in rows:
+                await _as_text(db, self.dialect, row)
+            if inserted == len(rows):
+                return []
+            kept = {seq for (seq,) in await db.fetch(sql.seqs_in, (self.dialect.ids(seqs),))}
+        return [seq for seq in seqs if seq not in kept]
+
     # --- many partitions at once (batched passes) ----------------------------------------
 
     async def since_checked_of(
@@ -424,6 +515,18 @@ class Episodes:
         async with self._reading() as db:
             rows = await db.fetch(_statements(self.dialect).count_of, _reads(self.dialect, reads))
         return [int(count) for _, count in rows]
+
+
+_STORED: Final = tuple(column.strip().strip('"') for column in STORED_COLUMNS.split(","))
+
+
+async def _as_text(db: Conn, dialect: Dialect, row: Sequence[Any]) -> None:
+    """Write the :class:`NotUtf8` values of a loaded row back as TEXT (a BLOB otherwise)."""
+    for column, value in zip(_STORED, row, strict=True):
+        if isinstance(value, NotUtf8):
+            name = f'"{column}"'
+            sql = f"UPDATE episodes SET {name} = CAST({name} AS TEXT) WHERE seq = ?"
+            await db.execute(dialect.sql(sql), (row[0],))
 
 
 def _reads(dialect: Dialect, reads: Sequence[tuple[Partition, int]]) -> tuple[Any, ...]:
