@@ -484,7 +484,8 @@ class Episodes:
         async with self._writing(_LOCK) as db:
             inserted = await db.executemany(sql.load, rows)
             for row in rows:
-                await _as_text(db, self.dialect, row)
+                if NotUtf8 in map(type, row):  # rare: rows written by hand
+                    await _as_text(db, self.dialect, row)
             if inserted == len(rows):
                 return []
             kept = {seq for (seq,) in await db.fetch(sql.seqs_in, (self.dialect.ids(seqs),))}
