@@ -26,12 +26,13 @@ from stargraph_mem.authoring.lint import LINT_IMPLIES, LINT_NARROW
 from stargraph_mem.compiler.generator import CLIPS_TESTS
 from stargraph_mem.compiler.pack import CompiledPack
 from stargraph_mem.compiler.select_sql import SQL_TESTS, compile_select
-from stargraph_mem.engine.filters import select_seqs
+from stargraph_mem.engine.filters import select_seqs_in
 from stargraph_mem.errors import CompileError, IRError
 from stargraph_mem.ir.models import Condition, FieldType, SelectClause
 from stargraph_mem.ir.operators import OPERATORS, markdown_table
 from stargraph_mem.ir.reference import REFERENCE, evaluate, passes
 from stargraph_mem.model.time import to_us as to_micros
+from stargraph_mem.stores.memory import EpisodeRecord
 from stargraph_mem.stores.models import Episode
 from stargraph_mem.stores.sqlite_memory import SQLiteMemoryStore
 
@@ -243,11 +244,17 @@ async def _store(path: Path, episodes: list[Episode]) -> None:
         await store.put_many(episodes)
 
 
+async def _stored(path: Path) -> list[EpisodeRecord]:
+    async with SQLiteMemoryStore(path=path) as store:
+        return await store.since(PARTITION, 0)
+
+
 def _sql_matches(compiled: CompiledPack, db: Path, episodes: list[Episode]) -> set[str]:
     select = compiled.rules[0].select
     assert select is not None
-    seqs = select_seqs(
-        db, PARTITION, 0, 10**9, select.sql, select.params(to_micros(NOW)), rule_id="r"
+    records = asyncio.run(_stored(db))
+    seqs = select_seqs_in(
+        records, PARTITION, 0, 10**9, select.sql, select.params(to_micros(NOW)), rule_id="r"
     )
     return {f"e{seq}" for seq in seqs}
 

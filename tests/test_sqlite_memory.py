@@ -41,7 +41,7 @@ from stargraph_mem.stores import (
     SQLiteMemoryStore,
 )
 from stargraph_mem.stores.postgres import PostgresDatabase
-from stargraph_mem.stores.postgres.statements import READ_COLUMNS
+from stargraph_mem.stores.repositories.episodes import READ_COLUMNS
 from stargraph_mem.stores.sqlite_memory import recent_query, row_record
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)

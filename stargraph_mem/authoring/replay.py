@@ -1,12 +1,13 @@
 """Replay: rebuild the semantic store from the episode log under other packs, and diff.
 
-The real database is only ever read, through a read-only SQLite URI (``immutable=1``
-when no ``-wal`` file exists, so not even side files appear; ``mode=ro`` when a writer
-has one open); a PostgreSQL memory is first copied whole into a temporary SQLite file
-(:func:`~stargraph_mem.stores.copy.copy_database`, which only reads the server). Its
-episodes are copied, in one read transaction together with its
-current facts, into a scratch database; the engine consolidates the scratch copy with
-the given packs; the scratch facts are then compared with the real ones, keyed by
+The real database is only ever read: a SQLite file is opened read-only (the stores'
+read-only open: ``immutable=1`` when no ``-wal`` file exists, so not even side files
+appear; ``mode=ro`` when a writer has one open); a PostgreSQL memory is first copied
+whole into a temporary SQLite file (:func:`~stargraph_mem.stores.copy.copy_database`,
+which only reads the server). Its episodes are copied as stored, through the episode
+repositories of the two databases and in one read snapshot together with its current
+facts and pass times, into a scratch database; the engine consolidates the scratch copy
+with the given packs; the scratch facts are then compared with the real ones, keyed by
 ``(user, agent, subject, predicate)``.
 
 When the passes run (:class:`ReplayTimes`): by default at the pass times the real
@@ -34,7 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from stargraph_mem.compiler.cadence import next_fire
 from stargraph_mem.compiler.pack import CompiledPack
@@ -46,14 +47,12 @@ from stargraph_mem.errors import ScheduleError, StoreError
 from stargraph_mem.model.cadence import Cadence
 from stargraph_mem.model.facts import Fact, FactPattern
 from stargraph_mem.model.time import from_us, to_us, to_utc, utc_now
-from stargraph_mem.stores.copy import copy_database
-from stargraph_mem.stores.database import parse_database_url
+from stargraph_mem.stores.copy import COPIED_TABLES, copy_database
+from stargraph_mem.stores.database import SQLiteDatabase, parse_database_url
 from stargraph_mem.stores.episode_rows import partition_of
 from stargraph_mem.stores.memory import QuarantinedRow
+from stargraph_mem.stores.repositories.episodes import STORED_COLUMNS
 from stargraph_mem.stores.scope import Partition
-from stargraph_mem.stores.sqlite_fact import fact_from_row, fact_query
-from stargraph_mem.stores.sqlite_identity import identify
-from stargraph_mem.stores.sqlite_memory import scope_filter
 
 __all__ = [
     "COPY_CHUNK",
@@ -300,109 +299,125 @@ def readonly_uri(path: Path) -> str:
     return f"{uri}?mode=ro" if live else f"{uri}?immutable=1"
 
 
-def _episode_filter(
-    user: str | None, agent: str | None, as_of_us: int | None
-) -> tuple[str, tuple[Any, ...]]:
-    where: list[str] = []
-    params: list[Any] = []
-    if user is not None:
-        sql, values = scope_filter(user, None, agent)
-        where.append(sql)
-        params += values
-    elif agent is not None:
-        where.append("agent = ?")
-        params.append(agent)
-    if as_of_us is not None:
-        where.append("ts_us <= ?")
-        params.append(as_of_us)
-    return " AND ".join(where) or "1", tuple(params)
-
-
-def _facts(db: sqlite3.Connection, pattern: FactPattern, as_of_us: int | None = None) -> list[Fact]:
-    """Current facts matching ``pattern`` (or those current at ``as_of_us``)."""
-    sql, params = fact_query(pattern, as_of_us=as_of_us)
-    return [fact_from_row(row) for row in db.execute(sql, params)]
-
-
-def _tables(db: sqlite3.Connection, schema: str) -> set[str]:
-    rows = db.execute(f"SELECT name FROM {schema}.sqlite_master WHERE type = 'table'")
-    return {str(row[0]) for row in rows}
-
-
-def _columns(db: sqlite3.Connection, schema: str) -> list[str]:
-    return [str(row[1]) for row in db.execute(f"PRAGMA {schema}.table_info(episodes)")]
-
-
-def _required(db: sqlite3.Connection, schema: str) -> list[str]:
-    """The episodes columns ``schema`` declares NOT NULL (besides the ``seq`` key)."""
-    rows = db.execute(f"PRAGMA {schema}.table_info(episodes)")
-    return [str(row[1]) for row in rows if row[3] and not row[5]]
+_REQUIRED: Final = (
+    "id",
+    "scope_key",
+    "partition_key",
+    "user",
+    "session",
+    "agent",
+    "ts_us",
+    "tz_offset_s",
+    "content",
+    "metadata",
+    "access_count",
+)
+"""The episodes columns a stored row must have a value in (the scratch table's NOT NULL)."""
+_AT: Final = {name: at for at, name in enumerate(STORED_COLUMNS.replace('"', "").split(", "))}
 
 
 def _text_or_none(value: object) -> str | None:
-    """A value read ``CAST(... AS BLOB)`` as text, or ``None`` when it is not UTF-8 text."""
-    if not isinstance(value, bytes):
-        return None
+    """A stored value as text, or ``None`` when it is not UTF-8 text."""
+    return value if type(value) is str else None
+
+
+def _missing(error: StoreError, table: str) -> bool:
+    """Whether ``error`` is a read-only file's refusal because it lacks ``table``."""
+    return table in error.context.get("missing", ())
+
+
+async def _facts(source: SQLiteDatabase, pattern: FactPattern, as_of_us: int | None) -> list[Fact]:
+    """Current facts matching ``pattern`` (or those current at ``as_of_us``); none when
+    the file has no fact store."""
     try:
-        return value.decode()
-    except UnicodeDecodeError:
-        return None
+        if as_of_us is None:
+            return await source.facts.query(pattern)
+        return await source.facts.as_of(from_us(as_of_us), pattern)
+    except StoreError as exc:
+        if _missing(exc, "facts"):
+            return []
+        raise
 
 
-def _left_out(
-    db: sqlite3.Connection, where: str, params: tuple[Any, ...], required: list[str]
-) -> list[QuarantinedRow]:
-    """The selected rows the copy skipped (a required column NULL, or a repeated id)."""
-    nulls = "".join(f", {column} IS NULL" for column in required)
-    rows = db.execute(
-        "SELECT seq, CAST(id AS BLOB), CAST(partition_key AS BLOB)"
-        f"{nulls} FROM main.episodes WHERE {where} "
-        "AND seq NOT IN (SELECT seq FROM scratch.episodes) ORDER BY seq",
-        params,
-    )
-    at = utc_now()
-    out: list[QuarantinedRow] = []
-    for row in rows:
-        null = [column for column, flag in zip(required, row[3:], strict=True) if flag]
-        reason = (
-            f"{null[0]}: expected a value, got NULL"
-            if null
-            else "id: the same id as an earlier row (not copied)"
-        )
-        entry = QuarantinedRow(
-            int(row[0]), _text_or_none(row[1]), _text_or_none(row[2]), reason, at, False
-        )
-        out.append(entry)
-    return out
-
-
-def _recorded(
-    db: sqlite3.Connection, pattern: FactPattern, as_of_us: int | None
-) -> tuple[Recorded, int | None]:
-    """The selected partitions' recorded pass times (up to ``as_of_us``) and the first
-    selected episode's timestamp (µs; None without episodes)."""
-    where, params = _episode_filter(pattern.user, pattern.agent, as_of_us)
-    first = db.execute(f"SELECT min(ts_us) FROM main.episodes WHERE {where}", params).fetchone()
+async def _recorded(source: SQLiteDatabase, pattern: FactPattern, as_of_us: int | None) -> Recorded:
+    """The selected partitions' recorded pass times (up to ``as_of_us``)."""
     found: Recorded = {}
-    if "pass_times" not in _tables(db, "main"):
-        return found, first[0]
-    rows = db.execute(
-        "SELECT pack, partition_key, now_us, upto_seq FROM main.pass_times "
-        "ORDER BY partition_key, now_us, pack"
+    try:
+        async for rows in source.source().rows(_PASS_TIMES, COPY_CHUNK):
+            for pack, key, at_us, upto in rows:
+                partition = partition_of(key)
+                if partition is None or (as_of_us is not None and at_us > as_of_us):
+                    continue
+                if pattern.user is not None and partition.user != pattern.user:
+                    continue
+                if pattern.agent is not None and partition.agent != pattern.agent:
+                    continue
+                found.setdefault(str(key), []).append((str(pack), int(at_us), int(upto)))
+    except sqlite3.OperationalError as exc:  # a file from before pass times were recorded
+        if "no such table" not in str(exc):
+            raise
+        return {}
+    for rows in found.values():
+        rows.sort(key=lambda row: (row[1], row[0]))
+    return found
+
+
+_PASS_TIMES: Final = next(table for table in COPIED_TABLES if table.name == "pass_times")
+
+
+def _left_out(row: Sequence[Any], reason: str, at: datetime) -> QuarantinedRow:
+    partition = row[_AT["partition_key"]]
+    return QuarantinedRow(
+        int(row[0]), _text_or_none(row[_AT["id"]]), _text_or_none(partition), reason, at, False
     )
-    for pack, key, at_us, upto in rows:
-        partition = partition_of(key)
-        if partition is None or (as_of_us is not None and at_us > as_of_us):
-            continue
-        if pattern.user is not None and partition.user != pattern.user:
-            continue
-        if pattern.agent is not None and partition.agent != pattern.agent:
-            continue
-        found.setdefault(str(key), []).append((str(pack), int(at_us), int(upto)))
-    return found, first[0]
 
 
-def _copy(
+def _unusable(row: Sequence[Any]) -> str | None:
+    """Why the scratch table cannot hold ``row`` (a required column is NULL)."""
+    for column in _REQUIRED:
+        if row[_AT[column]] is None:
+            return f"{column}: expected a value, got NULL"
+    return None
+
+
+async def _copy_episodes(
+    source: SQLiteDatabase,
+    target: SQLiteDatabase,
+    pattern: FactPattern,
+    as_of_us: int | None,
+    progress: Progress | None,
+) -> tuple[int, list[QuarantinedRow], int | None]:
+    """Copy the selected episodes through the two episode repositories; how many were
+    copied, the rows left out and the first selected episode's timestamp."""
+    user, agent = pattern.user, pattern.agent
+    total, first_us = await source.memory.stored_span(user=user, agent=agent, until_us=as_of_us)
+    if progress is not None:
+        progress("copy", 0, total)
+    at = utc_now()
+    copied, after = 0, 0
+    left_out: list[QuarantinedRow] = []
+    while rows := await source.memory.stored_rows(
+        after, COPY_CHUNK, user=user, agent=agent, until_us=as_of_us
+    ):
+        after = int(rows[-1][0])
+        usable = []
+        for row in rows:
+            reason = _unusable(row)
+            if reason is None:
+                usable.append(row)
+            else:
+                left_out.append(_left_out(row, reason, at))
+        refused = set(await target.memory.load_rows(usable))
+        repeated = "id: the same id as an earlier row (not copied)"
+        left_out += [_left_out(row, repeated, at) for row in usable if row[0] in refused]
+        copied += len(usable) - len(refused)
+        if progress is not None:
+            progress("copy", copied, total)
+    left_out.sort(key=lambda q: q.seq)
+    return copied, left_out, first_us
+
+
+async def _copy(
     real: Path,
     scratch: Path,
     pattern: FactPattern,
@@ -411,56 +426,33 @@ def _copy(
 ) -> tuple[list[Fact], int, list[QuarantinedRow], Recorded, int | None]:
     """Copy the selected episodes into ``scratch``; return the real facts of the same
     snapshot, how many episodes were copied, the rows left out, the recorded pass times
-    and the first selected episode's timestamp."""
-    db = sqlite3.connect(readonly_uri(real), uri=True, isolation_level=None)
+    and the first selected episode's timestamp. The real file is opened read-only."""
+    source = SQLiteDatabase(real, read_only=True)
+    target = SQLiteDatabase(scratch)
     try:
-        identify(db, real)  # another program's file, or a newer one, is refused here
-        db.execute("ATTACH DATABASE ? AS scratch", (str(scratch),))
-        db.execute("PRAGMA scratch.synchronous=OFF")
-        tables = _tables(db, "main")
-        if "episodes" not in tables:
-            raise StoreError(f"{real}: no episodes table (not a stargraph_mem database)")
-        db.execute("BEGIN")
-        facts = _facts(db, pattern, as_of_us) if "facts" in tables else []
-        recorded, first_us = _recorded(db, pattern, as_of_us)
-        wanted = set(_columns(db, "main"))
-        cols = ", ".join(c for c in _columns(db, "scratch") if c in wanted)
-        where, params = _episode_filter(pattern.user, pattern.agent, as_of_us)
-        low, high, total = db.execute(
-            f"SELECT min(seq), max(seq), count(*) FROM main.episodes WHERE {where}", params
-        ).fetchone()
-        copied = 0
-        if progress is not None:
-            progress("copy", 0, total)
-        start = (low or 1) - 1
-        while total and start < high:
-            end = start + COPY_CHUNK
-            # OR IGNORE: a row the scratch schema refuses is left out (and listed below)
-            cursor = db.execute(
-                f"INSERT OR IGNORE INTO scratch.episodes ({cols}) SELECT {cols} "
-                f"FROM main.episodes WHERE seq > ? AND seq <= ? AND {where} ORDER BY seq",
-                (start, end, *params),
+        async with source.snapshot():
+            try:
+                await source.memory.bootstrap()  # read-only: checks its tables are there
+            except StoreError as exc:
+                if _missing(exc, "episodes"):
+                    raise StoreError(
+                        f"{real}: no episodes table (not a stargraph_mem database)"
+                    ) from exc
+                raise
+            facts = await _facts(source, pattern, as_of_us)
+            recorded = await _recorded(source, pattern, as_of_us)
+            copied, left_out, first_us = await _copy_episodes(
+                source, target, pattern, as_of_us, progress
             )
-            copied += cursor.rowcount
-            start = end
-            if progress is not None:
-                progress("copy", copied, total)
-        left_out: list[QuarantinedRow] = []
-        if copied < total:
-            required = [c for c in _required(db, "scratch") if c in wanted]
-            left_out = _left_out(db, where, params, required)
-        db.execute("COMMIT")
         return facts, copied, left_out, recorded, first_us
     finally:
-        db.close()
+        await target.close()
+        await source.close()
 
 
-def _scratch_facts(path: Path) -> list[Fact]:
-    db = sqlite3.connect(path)
-    try:
-        return _facts(db, FactPattern())
-    finally:
-        db.close()
+async def _scratch_facts(path: Path) -> list[Fact]:
+    async with SQLiteDatabase(path) as scratch:
+        return await scratch.facts.query(FactPattern())
 
 
 # --- diff -----------------------------------------------------------------------------
@@ -618,8 +610,8 @@ async def replay(
         t0 = clock()
         await _bootstrap(path, packs)
         pattern = FactPattern(user=user, agent=agent)
-        real_facts, copied, left_out, recorded, first_us = await asyncio.to_thread(
-            _copy, real, path, pattern, as_of_us, progress
+        real_facts, copied, left_out, recorded, first_us = await _copy(
+            real, path, pattern, as_of_us, progress
         )
         if cadence is not None:
             start = when if first_us is None else from_us(first_us - 1)
@@ -634,7 +626,7 @@ async def replay(
             path, packs, times, max_episodes, copied, progress
         )
         t2 = clock()
-        new_facts = await asyncio.to_thread(_scratch_facts, path)
+        new_facts = await _scratch_facts(path)
         changes, unchanged = diff_facts(real_facts, new_facts)
         t3 = clock()
     return ReplayResult(

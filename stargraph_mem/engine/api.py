@@ -138,8 +138,9 @@ class Consolidator(AsyncResource):
         pack are serialised: they share one CLIPS environment)."""
         self._joined_record = not any(r.select is not None for p in self.packs for r in p.rules)
         """Whether a record's put may leave its commit to its pass's (see
-        :func:`~stargraph_mem.stores.inline.inline_statements`): not when a rule's ``select``
-        reads the file through a connection of its own, which would not see the put."""
+        :func:`~stargraph_mem.stores.inline.inline_statements`): not when a rule has a
+        ``select``, whose record commits its put before the pass, as it always did (the
+        clause now reads the pass's episodes, so joining would be safe too)."""
         self.scheduler = Scheduler(
             self.runners,
             self.memory,
@@ -238,10 +239,9 @@ class Consolidator(AsyncResource):
         ``or_after`` time passed) fire now. ``idle`` and cron rules never fire on a record:
         a put ends a quiet spell, and ``tick`` runs them at their time.
 
-        On SQLite the put and the first pass it fires commit together, unless a rule's
-        ``select`` reads the file itself. A pass that fails still leaves the episode
-        stored (the put is done again on its own); a process killed before the commit
-        has stored neither."""
+        On SQLite the put and the first pass it fires commit together, unless a rule has a
+        ``select`` clause. A pass that fails still leaves the episode stored (the put is
+        done again on its own); a process killed before the commit has stored neither."""
         # a record's objects are short-lived: the cycle search waits until it returns
         with (
             telemetry.span(RECORD_SPAN),

@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from datetime import datetime
-from pathlib import Path
 
 from stargraph_mem.compiler.pack import CompiledPack, CompiledRule
-from stargraph_mem.engine.filters import select_seqs, select_seqs_in, when_filter_seqs
+from stargraph_mem.engine.filters import episode_copy, select_seqs_on, when_filter_seqs
 from stargraph_mem.engine.gating import RuleGate, UnusableImportance
 from stargraph_mem.engine.report import LegacyFilter, PassReport
 from stargraph_mem.engine.runtime import RejectedEpisode
@@ -20,11 +20,8 @@ from stargraph_mem.stores.memory import EpisodeRecord
 class Eligibility:
     """Works out, per rule, the seqs of a pass's episodes the rule may see."""
 
-    def __init__(self, compiled: CompiledPack, scorer: SalienceScorer, path: Path | None) -> None:
+    def __init__(self, compiled: CompiledPack, scorer: SalienceScorer) -> None:
         self.scorer = scorer
-        self.path = path
-        """The SQLite file ``select`` clauses read (``None``: another backend; they run
-        over a private copy of the pass's episodes)."""
         fields = compiled.pack.fields
         self.gates = {
             r.index: RuleGate.of(r.program.info.rule, fields)
@@ -45,7 +42,25 @@ class Eligibility:
 
         A rule sees the episodes after its watermark and the deferred ones the pass
         consumes under it (``report.resumed``), as far as its ``select`` and gates allow.
+        ``select`` clauses run over one in-memory copy of the pass's episodes, made when
+        the first one runs (whatever the backend).
         """
+        copy: list[sqlite3.Connection] = []
+        try:
+            return await self._of(report, rules, records, marks, legacy, copy)
+        finally:
+            for conn in copy:
+                conn.close()
+
+    async def _of(
+        self,
+        report: PassReport,
+        rules: list[CompiledRule],
+        records: list[EpisodeRecord],
+        marks: dict[str, int],
+        legacy: LegacyFilter | None,
+        copy: list[sqlite3.Connection],
+    ) -> dict[int, set[int]]:
         partition, now, high = report.partition, report.now, report.last_seq
         eligible: dict[int, set[int]] = {}
         gated: set[str] = set()
@@ -61,12 +76,10 @@ class Eligibility:
                 seqs |= resumed
                 low, top = min(after, min(resumed) - 1), max(high, max(resumed))
             if rule.select is not None and seqs:
+                if not copy:
+                    copy.append(await asyncio.to_thread(episode_copy, records))
                 args = (partition, low, top, rule.select.sql, rule.select.params(to_us(now)))
-                if self.path is not None:
-                    found = await asyncio.to_thread(select_seqs, self.path, *args, rule_id=rule.id)
-                else:
-                    found = await asyncio.to_thread(select_seqs_in, records, *args, rule_id=rule.id)
-                seqs &= found
+                seqs &= await asyncio.to_thread(select_seqs_on, copy[0], *args, rule.id)
             if legacy is not None and seqs and legacy.rule_id in (rule.id, "*"):
                 window = [r for r in records if r.seq in seqs]
                 seqs &= await asyncio.to_thread(

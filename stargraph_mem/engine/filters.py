@@ -1,7 +1,8 @@
 """Episode pre-filters run in SQLite: compiled ``select`` clauses and legacy ``when_filter``.
 
-A compiled ``select`` is parameterised SQL from the compiler; it runs on a read-only
-connection under an authorizer that allows reading the ``episodes`` table and calling a
+A compiled ``select`` is parameterised SQL from the compiler; it runs over a read-only
+in-memory copy of the pass's episodes (:func:`episode_copy`, the same on every backend)
+under an authorizer that allows reading the ``episodes`` table and calling a
 short list of pure functions, and under a progress-handler time limit.
 
 A legacy ``when_filter`` is raw SQL from a rule author, so it gets more than that:
@@ -38,7 +39,6 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, Final
 
 import orjson
@@ -47,7 +47,7 @@ from stargraph_mem.compiler.select_sql import TIMESTAMP_FUNCTION
 from stargraph_mem.errors import ConsolidationRuleError
 from stargraph_mem.ir.reference import timestamp_micros
 from stargraph_mem.model.time import to_us
-from stargraph_mem.stores.episode_rows import episode_row
+from stargraph_mem.stores.episode_rows import stored_row
 from stargraph_mem.stores.memory import EpisodeRecord
 from stargraph_mem.stores.scope import Partition, scope_key
 from stargraph_mem.stores.sqlite_memory import EPISODES_TABLE
@@ -245,23 +245,6 @@ def _describe(action: int, arg1: str | None, arg2: str | None) -> str:
         return "a table-valued function"
     name = _ACTIONS.get(action, f"action {action}")
     return f"{name} {arg1}" if arg1 else name
-
-
-def _connect_read_only(path: str | Path) -> sqlite3.Connection:
-    uri = Path(path).resolve().as_uri() + "?mode=ro"
-    conn = sqlite3.connect(uri, uri=True, timeout=30.0)
-    conn.execute("PRAGMA query_only = ON")
-    return conn
-
-
-def _guarded_seqs(
-    path: str | Path, sql: str, params: Sequence[Any], *, what: str, rule_id: str
-) -> set[int]:
-    conn = _connect_read_only(path)
-    try:
-        return _guarded(conn, sql, params, rule_id, what)
-    finally:
-        conn.close()
 
 
 _LEGACY_TABLE = (
@@ -822,20 +805,20 @@ _SELECT_SQL: Final = (
 )
 
 
-def select_seqs(
-    path: str | Path,
-    partition: Partition,
-    after_seq: int,
-    upto_seq: int,
-    where_sql: str,
-    params: Sequence[Any],
-    *,
-    rule_id: str,
-) -> set[int]:
-    """Seqs matching a compiled ``select`` clause (parameterised SQL from the compiler)."""
-    return _select_on(
-        _connect_read_only(path), partition, after_seq, upto_seq, where_sql, params, rule_id
-    )
+def episode_copy(records: Sequence[EpisodeRecord]) -> sqlite3.Connection:
+    """A private in-memory SQLite copy of ``records`` (stored as the SQLite episode
+    repository stores them), read-only once filled: what ``select`` clauses run over, so
+    a clause means the same on every backend. Close it when done."""
+    conn = sqlite3.connect(":memory:", check_same_thread=False)
+    try:
+        conn.execute(_COPY_TABLE)
+        conn.executemany(_COPY_EPISODE, map(stored_row, records))
+        conn.execute("PRAGMA query_only = ON")
+        conn.create_function(TIMESTAMP_FUNCTION, 1, timestamp_micros, deterministic=True)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
 
 
 def select_seqs_in(
@@ -848,30 +831,18 @@ def select_seqs_in(
     *,
     rule_id: str,
 ) -> set[int]:
-    """:func:`select_seqs` over a private in-memory SQLite copy of ``records`` (stored as
-    the SQLite episode store stores them), for backends without a SQLite file: a
-    ``select`` clause means the same on every backend."""
-    conn = sqlite3.connect(":memory:")
+    """Seqs among ``records`` matching a compiled ``select`` clause (parameterised SQL
+    from the compiler), over a copy made for this one call (:func:`episode_copy`)."""
+    conn = episode_copy([r for r in records if after_seq < r.seq <= upto_seq])
     try:
-        conn.execute(EPISODES_TABLE)
-        rows = [
-            (
-                r.seq,
-                *episode_row(r.to_episode(validate=False)),
-                None if r.last_accessed is None else to_us(r.last_accessed),
-                r.access_count,
-            )
-            for r in records
-            if after_seq < r.seq <= upto_seq
-        ]
-        conn.executemany(_COPY_EPISODE, rows)
-        conn.execute("PRAGMA query_only = ON")
-    except BaseException:
+        return select_seqs_on(conn, partition, after_seq, upto_seq, where_sql, params, rule_id)
+    finally:
         conn.close()
-        raise
-    return _select_on(conn, partition, after_seq, upto_seq, where_sql, params, rule_id)
 
 
+_COPY_TABLE: Final = EPISODES_TABLE.replace(" AUTOINCREMENT", "").replace(" UNIQUE", "")
+"""The stored episodes table, its columns and types as stored, without what only keeps
+writes in order (the copy is filled once, from rows already unique)."""
 _COPY_EPISODE: Final = (
     "INSERT INTO episodes (seq, id, scope_key, partition_key, user, session, agent, ts_us, "
     "tz_offset_s, content, source_node, metadata, last_accessed_us, access_count) "
@@ -879,7 +850,7 @@ _COPY_EPISODE: Final = (
 )
 
 
-def _select_on(
+def select_seqs_on(
     conn: sqlite3.Connection,
     partition: Partition,
     after_seq: int,
@@ -888,16 +859,12 @@ def _select_on(
     params: Sequence[Any],
     rule_id: str,
 ) -> set[int]:
-    """Run a compiled ``select`` on ``conn`` (closed afterwards) under its authorizer."""
-    try:
-        conn.create_function(TIMESTAMP_FUNCTION, 1, timestamp_micros, deterministic=True)
-        return _guarded(
-            conn,
-            _SELECT_SQL.format(where_sql=where_sql),
-            (partition.key, after_seq, upto_seq, *params),
-            rule_id,
-            "select",
-            authorizer=_select_authorizer,
-        )
-    finally:
-        conn.close()
+    """Run a compiled ``select`` on an :func:`episode_copy` under its authorizer."""
+    return _guarded(
+        conn,
+        _SELECT_SQL.format(where_sql=where_sql),
+        (partition.key, after_seq, upto_seq, *params),
+        rule_id,
+        "select",
+        authorizer=_select_authorizer,
+    )

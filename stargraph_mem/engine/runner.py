@@ -118,7 +118,7 @@ class PassRunner:
             )
         self.worker: WorkerMode = worker
         """Whether a run computes its passes in a worker process (see :meth:`run`)."""
-        self.eligibility = Eligibility(runtime.compiled, self.scorer, memory.file)
+        self.eligibility = Eligibility(runtime.compiled, self.scorer)
         self.horizon: int | None = None
         """When set (a replay of recorded passes), passes leave episodes stored after this
         seq for later passes, as if they had not been stored yet (computed in this

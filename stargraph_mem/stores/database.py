@@ -10,18 +10,14 @@ the repositories' Protocols (:mod:`stargraph_mem.stores.protocols`).
 
 from __future__ import annotations
 
-import re
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Literal
-from urllib.parse import urlsplit, urlunsplit
+from typing import TYPE_CHECKING, Any
 
 import aiosqlite
 
-from stargraph_mem.errors import StoreConfigError
 from stargraph_mem.model.limits import Limits
 from stargraph_mem.model.time import utc_now
 from stargraph_mem.stores.lifecycle import AsyncResource, closed_on_failure
@@ -31,6 +27,7 @@ from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
 from stargraph_mem.stores.sqlite_memory import SQLiteMemoryStore
 from stargraph_mem.stores.sqlite_schedule import SQLiteScheduleStore
 from stargraph_mem.stores.sqlite_search import catch_up_text
+from stargraph_mem.stores.url import DatabaseURL, bad_location, parse_database_url, redact
 
 if TYPE_CHECKING:
     from stargraph_mem.stores.copy import Table
@@ -40,72 +37,8 @@ __all__ = [
     "SQLiteDatabase",
     "open_database",
     "parse_database_url",
+    "redact",
 ]
-
-Backend = Literal["sqlite", "postgresql"]
-
-_SCHEME: Final = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):")
-_POSTGRES_SCHEMES: Final = frozenset({"postgresql", "postgres"})
-EXAMPLES: Final = "a path, 'sqlite:///abs/path.db', 'sqlite:rel/path.db' or 'postgresql://host/db'"
-
-
-@dataclass(frozen=True, slots=True)
-class DatabaseURL:
-    """Where a memory lives: ``backend`` and, for SQLite, the file ``path``; ``url`` is
-    what the user wrote (PostgreSQL: the connection URL)."""
-
-    backend: Backend
-    url: str
-    path: Path | None = None
-
-    def __str__(self) -> str:
-        """The location for messages: the path, or the URL without its password."""
-        if self.path is not None:
-            return str(self.path)
-        return redact(self.url)
-
-
-def redact(url: str) -> str:
-    """``url`` with any password replaced by ``***`` (for messages and logs)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rpartition("@")
-    user = netloc[0].partition(":")[0]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[2]}"))
-
-
-def _bad(value: object, why: str) -> StoreConfigError:
-    return StoreConfigError(f"database {value!r}: {why}", key="db", value=str(value))
-
-
-def parse_database_url(value: str | Path) -> DatabaseURL:
-    """Read a database location: a plain path, ``sqlite:``/``sqlite:///`` or
-    ``postgresql://``/``postgres://``; anything else raises :class:`StoreConfigError`."""
-    if isinstance(value, Path):
-        return DatabaseURL("sqlite", str(value), value)
-    if not isinstance(value, str) or not value.strip():
-        raise _bad(value, f"expected {EXAMPLES}")
-    scheme = _SCHEME.match(value)
-    if scheme is None:
-        path = Path(value).expanduser()
-        return DatabaseURL("sqlite", value, path)
-    name = scheme.group(1).lower()
-    if name in _POSTGRES_SCHEMES:
-        parts = urlsplit(value)
-        if not parts.netloc and not parts.path.strip("/") and not parts.query:
-            raise _bad(value, "no server or database after 'postgresql://'")
-        return DatabaseURL("postgresql", value)
-    if name != "sqlite":
-        raise _bad(value, f"unsupported scheme {scheme.group(1)!r} (use {EXAMPLES})")
-    rest = value[scheme.end() :]
-    if rest.startswith("//"):
-        if not rest.startswith("///"):
-            raise _bad(value, "a host is not supported for SQLite: write 'sqlite:///abs/path'")
-        rest = "/" + rest.lstrip("/")  # sqlite:///abs and sqlite:////abs: the same file
-    if not rest.strip("/"):
-        raise _bad(value, "no path after 'sqlite:'")
-    return DatabaseURL("sqlite", value, Path(rest).expanduser())
 
 
 class SQLiteDatabase(AsyncResource):
@@ -164,6 +97,20 @@ class SQLiteDatabase(AsyncResource):
         """Whole-table writes for a copy into this database, in one transaction."""
         async with self.transaction() as db:
             yield _SQLiteTables(self, db)
+
+    @asynccontextmanager
+    async def snapshot(self) -> AsyncIterator[None]:
+        """Every read of the repositories inside the block sees one state of the file (a
+        read transaction; no write may run inside it)."""
+        async with self.connection.lock:
+            db = await self.connection.open()
+            await db.execute("BEGIN")
+        try:
+            yield
+        finally:
+            async with self.connection.lock:
+                if db.in_transaction:
+                    await db.execute("COMMIT")
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
@@ -237,13 +184,13 @@ def open_database(
     if url.backend == "sqlite":
         assert url.path is not None
         return SQLiteDatabase(url.path, clock=clock, read_only=read_only, limits=limits)
-    try:
+    try:  # imported here: the backend imports this package's modules, never this one
         from stargraph_mem.stores.postgres import PostgresDatabase
     except ImportError as exc:  # the optional extra is not installed
-        raise _bad(
+        raise bad_location(
             str(url),
             f"PostgreSQL needs the postgres extra: pip install 'stargraph_mem[postgres]' ({exc})",
         ) from exc
     if read_only:
-        raise _bad(str(url), "a PostgreSQL memory cannot be opened read-only")
+        raise bad_location(str(url), "a PostgreSQL memory cannot be opened read-only")
     return PostgresDatabase(url.url, clock=clock, limits=limits)

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 from stargraph_mem.stores.search_common import fold, fold_indexed
 from stargraph_mem.stores.sql_conn import Insert, Many
-from stargraph_mem.stores.sqlite_search import (
+from stargraph_mem.stores.sqlite_search_sql import (
     CATCH_UP_TEXT,
     INDEX_FACT,
     MOVE_TEXT_MARK,
@@ -147,6 +147,22 @@ class Dialect:
         (qmark style); ``table``: the index searched (default: the schema's)."""
         raise NotImplementedError
 
+    # episodes and schedule
+
+    def reads(self, keys: Sequence[str], afters: Sequence[int]) -> tuple[Any, ...]:
+        """The parameters of :meth:`read_rows`: one ``(partition key, after seq)`` read each."""
+        raise NotImplementedError
+
+    def read_rows(self) -> str:
+        """A qmark-style row source ``r(i, k, after)`` of the reads :meth:`reads` encodes:
+        the read's index from 0, its partition key and the seq it reads after."""
+        raise NotImplementedError
+
+    def since_of(self, columns: str) -> str:
+        """``columns`` (of ``e``) of each read's first ``?`` (a limit) episodes after its
+        seq, the read's index first, by read and seq; its parameters: :meth:`reads`, limit."""
+        raise NotImplementedError
+
 
 class SQLiteDialect(Dialect):
     """SQLite (``sqlite3`` through aiosqlite): qmark placeholders, JSON text for lists."""
@@ -207,6 +223,24 @@ class SQLiteDialect(Dialect):
             f"FROM {table} WHERE {table} MATCH ?) "
             f"SELECT {columns}, -hit_rank FROM hits JOIN facts ON facts.rowid = hits.hit_rowid "
             f"WHERE {condition} ORDER BY hit_rank, {order} LIMIT ?"
+        )
+
+    # episodes and schedule
+
+    def reads(self, keys: Sequence[str], afters: Sequence[int]) -> tuple[Any, ...]:
+        import orjson
+
+        return (orjson.dumps([[k, a] for k, a in zip(keys, afters, strict=True)]).decode(),)
+
+    def read_rows(self) -> str:
+        return "(SELECT key AS i, value ->> 0 AS k, value ->> 1 AS after FROM json_each(?)) r"
+
+    def since_of(self, columns: str) -> str:
+        # no LATERAL in SQLite: each read's seqs come from a correlated IN
+        return (
+            f"SELECT r.i, {columns} FROM {self.read_rows()} JOIN episodes e ON e.seq IN ("
+            "SELECT seq FROM episodes WHERE partition_key = r.k AND seq > r.after "
+            "ORDER BY seq LIMIT ?) ORDER BY r.i, e.seq"
         )
 
 
@@ -283,6 +317,24 @@ class PostgresDialect(Dialect):
             f"JOIN {table or 'fact_text'} t ON t.body @@ q.query "
             "JOIN facts ON facts.rowid = t.rowid "
             f"WHERE {condition} ORDER BY score DESC, {order} LIMIT ?"
+        )
+
+    # episodes and schedule
+
+    def reads(self, keys: Sequence[str], afters: Sequence[int]) -> tuple[Any, ...]:
+        return list(keys), list(afters)
+
+    def read_rows(self) -> str:
+        return (
+            "(SELECT o.i - 1 AS i, o.k, o.after FROM unnest(?::text[], ?::bigint[]) "
+            "WITH ORDINALITY AS o(k, after, i)) r"
+        )
+
+    def since_of(self, columns: str) -> str:
+        return (
+            f"SELECT r.i, {columns} FROM {self.read_rows()} CROSS JOIN LATERAL ("
+            "SELECT * FROM episodes WHERE partition_key = r.k AND seq > r.after "
+            "ORDER BY seq LIMIT ?) AS e ORDER BY r.i, e.seq"
         )
 
 

@@ -1,9 +1,10 @@
 """Episode writes and reads over a :class:`~stargraph_mem.stores.sql_conn.Conn`,
-backend-neutral: batched inserts, the streaming writer, quarantine bookkeeping, reads that
-refill past undecodable rows, and reads of many partitions at once.
+backend-neutral: batched inserts, the streaming writer, reads that refill past
+undecodable rows, and reads of many partitions at once (the repository,
+:mod:`~stargraph_mem.stores.repositories.episodes`, quarantines what does not decode).
 
-Backends hand their SQL in an :class:`EpisodeStatements`; rows are built and checked by
-:mod:`~stargraph_mem.stores.episode_rows`.
+The repository hands its rendered SQL in an :class:`EpisodeStatements`; rows are built
+and checked by :mod:`~stargraph_mem.stores.episode_rows`.
 """
 
 from __future__ import annotations
@@ -11,20 +12,18 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Final
 
 from stargraph_mem.errors import DuplicateEpisodeError, LimitError
 from stargraph_mem.model.episodes import Episode
 from stargraph_mem.model.limits import DEFAULT_LIMITS, Limits
-from stargraph_mem.model.time import from_us
 from stargraph_mem.stores.episode_rows import (
     Row,
     check_limit,
     duplicate_error,
     episode_row,
     not_utf8_error,
-    quarantined_row,
     row_differences,
     row_record,
     seq_episode,
@@ -41,7 +40,6 @@ __all__ = [
     "checked_reads",
     "group_reads",
     "put_rows",
-    "quarantine",
     "read_recent",
     "read_since",
 ]
@@ -49,7 +47,7 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class EpisodeStatements:
-    """One backend's SQL for the shared episode code (``?`` or ``%s`` placeholders)."""
+    """The episode repository's SQL as one backend takes it (``?`` or ``%s`` placeholders)."""
 
     ids: Callable[[Sequence[Any]], Any]
     """Encodes a list of ids or seqs as the one parameter the ``*_in`` statements take."""
@@ -212,47 +210,6 @@ def stream_duplicate(
     error = duplicate_error(episode_id, fields, where)
     error.context.update(tag=tag, first_tag=first_tag)
     return error
-
-
-async def quarantine(
-    db: Conn,
-    sql: EpisodeStatements,
-    bad: list[tuple[Any, str]],
-    at_us: int,
-    note: Callable[[list[QuarantinedRow], int], Awaitable[bool]],
-    unreadable: type[Exception],
-) -> list[QuarantinedRow]:
-    """The quarantine entries of undecodable rows ``(row, reason)``, in the order given:
-    those noted before as they were, the others noted now at ``at_us`` through ``note``
-    (``recorded=False`` when it could not write them). A quarantine table that cannot be
-    read (``unreadable``, the backend's error) counts as holding nothing."""
-    if not bad:
-        return []
-    seqs = sql.ids([row[0] for row, _ in bad])
-    try:
-        noted = {
-            entry.seq: entry
-            for entry in map(quarantined_row, await db.fetch(sql.noted_in, (seqs,)))
-        }
-    except unreadable:
-        noted = {}
-    keys = {row[0]: row[1] for row in await db.fetch(sql.row_keys_in, (seqs,))}
-    at = from_us(at_us)
-    fresh = [
-        QuarantinedRow(
-            row[0],
-            row[1] if type(row[1]) is str else None,
-            key if type(key := keys.get(row[0])) is str else None,
-            reason,
-            at,
-        )
-        for row, reason in bad
-        if row[0] not in noted
-    ]
-    if fresh and not await note(fresh, at_us):
-        fresh = [replace(entry, recorded=False) for entry in fresh]
-    noted.update((entry.seq, entry) for entry in fresh)
-    return [noted[row[0]] for row, _ in bad]
 
 
 async def read_recent(

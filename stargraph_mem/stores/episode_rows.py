@@ -62,6 +62,7 @@ __all__ = [
     "scope_filter",
     "seq_episode",
     "split_rows",
+    "stored_row",
     "warn_quarantined",
 ]
 
@@ -140,6 +141,32 @@ def episode_row(episode: Episode, limits: Limits = DEFAULT_LIMITS) -> Row:
         episode.content,
         episode.source_node,
         metadata,
+    )
+
+
+def stored_row(record: EpisodeRecord) -> tuple[Any, ...]:
+    """The whole ``episodes`` row a record read from a store was stored as (``seq``, the
+    written columns, ``last_accessed_us``, ``access_count``), without the checks of
+    :func:`episode_row`: the store checked it when it was written."""
+    ts = record.timestamp
+    offset = ts.utcoffset()
+    scope, partition = _keys(record.user, record.session, record.agent)
+    accessed = record.last_accessed
+    return (
+        record.seq,
+        record.id,
+        scope,
+        partition,
+        record.user,
+        record.session,
+        record.agent,
+        to_us(ts),
+        0 if offset is None else offset // _ONE_S,
+        record.content,
+        record.source_node,
+        orjson.dumps(record.metadata),
+        None if accessed is None else to_us(accessed),
+        record.access_count,
     )
 
 

@@ -12,18 +12,19 @@ Every applied pass also records its time in ``pass_times`` (one row per pack, pa
 and pass time, with the highest episode seq it had read), so a replay can run its passes
 at the same times over the same episodes.
 
-Both backends use the shared code here; :func:`statements_for` picks the dialect from the
-backend's :class:`~stargraph_mem.stores.fact_statements.FactStatements`.
+Both backends use the shared code here, its SQL written once and rendered by the
+backend's :class:`~stargraph_mem.stores.dialect.Dialect` (:func:`statements_for`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final, NamedTuple
+from functools import cache
+from typing import Final, NamedTuple, Protocol
 
 from stargraph_mem.errors import StalePassError
-from stargraph_mem.stores.fact_statements import FactStatements
+from stargraph_mem.stores.dialect import POSTGRES, SQLITE, Dialect
 from stargraph_mem.stores.scope import Partition
 from stargraph_mem.stores.sql_conn import Conn
 
@@ -123,85 +124,80 @@ class PassTimeStatements:
 
 
 _COLUMNS: Final = "partition_key, rule_id, seq, episode_id, ts_us"
-_SQLITE: Final = PassTimeStatements(
-    deferred_of=(
-        f"SELECT {_COLUMNS} FROM deferred_episodes WHERE pack = ? "
-        "AND partition_key IN (SELECT value FROM json_each(?)) "
-        "ORDER BY partition_key, seq, rule_id"
-    ),
-    count_of=(
-        "SELECT count(*) FROM deferred_episodes WHERE pack = ? AND partition_key = ? "
-        "AND rule_id || ' ' || seq IN (SELECT value FROM json_each(?))"
-    ),
-    insert=(
-        "INSERT INTO deferred_episodes (pack, partition_key, rule_id, seq, episode_id, ts_us) "
-        "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
-    ),
-    delete=(
-        "DELETE FROM deferred_episodes WHERE pack = ? AND partition_key = ? AND rule_id = ? "
-        "AND seq = ?"
-    ),
-    record=(
-        "INSERT INTO pass_times (pack, partition_key, now_us, upto_seq) VALUES (?, ?, ?, ?) "
-        "ON CONFLICT (pack, partition_key, now_us) "
-        "DO UPDATE SET upto_seq = max(upto_seq, excluded.upto_seq)"
-    ),
-)
-_POSTGRES: Final = PassTimeStatements(
-    deferred_of=(
-        f"SELECT {_COLUMNS} FROM deferred_episodes WHERE pack = %s "
-        "AND partition_key = ANY(%s) ORDER BY partition_key, seq, rule_id"
-    ),
-    count_of=(
-        "SELECT count(*) FROM deferred_episodes WHERE pack = %s AND partition_key = %s "
-        "AND rule_id || ' ' || seq::text = ANY(%s)"
-    ),
-    insert=(
-        "INSERT INTO deferred_episodes (pack, partition_key, rule_id, seq, episode_id, ts_us) "
-        "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING"
-    ),
-    delete=(
-        "DELETE FROM deferred_episodes WHERE pack = %s AND partition_key = %s "
-        "AND rule_id = %s AND seq = %s"
-    ),
-    record=(
-        "INSERT INTO pass_times (pack, partition_key, now_us, upto_seq) "
-        "VALUES (%s, %s, %s, %s) ON CONFLICT (pack, partition_key, now_us) "
-        "DO UPDATE SET upto_seq = GREATEST(pass_times.upto_seq, excluded.upto_seq)"
-    ),
-)
 
 
-def statements_for(sql: FactStatements) -> PassTimeStatements:
-    """The pass-time statements of the backend whose fact statements are ``sql``."""
-    return _SQLITE if sql.mark == "?" else _POSTGRES
+class Marked(Protocol):
+    """What names a backend's SQL: its driver's placeholder (a ``Dialect`` or the fact
+    store's statements)."""
+
+    @property
+    def mark(self) -> str: ...
+
+
+@cache
+def _rendered(dialect: Dialect) -> PassTimeStatements:
+    """The statements, written once in the qmark style, as ``dialect`` takes them."""
+    sql = dialect.sql
+    return PassTimeStatements(
+        deferred_of=sql(
+            f"SELECT {_COLUMNS} FROM deferred_episodes WHERE pack = ? "
+            f"AND partition_key {dialect.in_ids()} ORDER BY partition_key, seq, rule_id"
+        ),
+        count_of=sql(
+            "SELECT count(*) FROM deferred_episodes WHERE pack = ? AND partition_key = ? "
+            f"AND rule_id || ' ' || CAST(seq AS TEXT) {dialect.in_ids()}"
+        ),
+        insert=sql(
+            "INSERT INTO deferred_episodes (pack, partition_key, rule_id, seq, episode_id, "
+            "ts_us) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+        ),
+        delete=sql(
+            "DELETE FROM deferred_episodes WHERE pack = ? AND partition_key = ? "
+            "AND rule_id = ? AND seq = ?"
+        ),
+        record=sql(
+            "INSERT INTO pass_times (pack, partition_key, now_us, upto_seq) "
+            "VALUES (?, ?, ?, ?) ON CONFLICT (pack, partition_key, now_us) DO UPDATE SET "
+            f"upto_seq = {dialect.greatest}(pass_times.upto_seq, excluded.upto_seq)"
+        ),
+    )
+
+
+def _dialect(sql: Marked) -> Dialect:
+    return SQLITE if sql.mark == SQLITE.mark else POSTGRES
+
+
+def statements_for(sql: Marked) -> PassTimeStatements:
+    """The pass-time statements of the backend whose SQL ``sql`` names."""
+    return _rendered(_dialect(sql))
 
 
 async def deferred_of(
-    db: Conn, sql: FactStatements, pack: str, partitions: Sequence[Partition]
+    db: Conn, sql: Marked, pack: str, partitions: Sequence[Partition]
 ) -> list[list[Deferral]]:
     """Each partition's stored deferrals under ``pack`` (in ``seq`` order), in one read."""
     keys = [p.key for p in partitions]
     found: dict[str, list[Deferral]] = {key: [] for key in keys}
-    rows = await db.fetch(statements_for(sql).deferred_of, (pack, sql.ids(keys)))
+    rows = await db.fetch(statements_for(sql).deferred_of, (pack, _dialect(sql).ids(keys)))
     for key, rule_id, seq, episode_id, ts_us in rows:
         found[str(key)].append(Deferral(str(rule_id), int(seq), str(episode_id), int(ts_us)))
     return [found[key] for key in keys]
 
 
 async def resumed_present(
-    db: Conn, sql: FactStatements, pack: str, partition: Partition, time: PassTime | None
+    db: Conn, sql: Marked, pack: str, partition: Partition, time: PassTime | None
 ) -> bool:
     """Whether every deferral ``time`` resumes is still stored (no other pass took it)."""
     if time is None or not time.resumed:
         return True
     wanted = sorted({f"{d.rule_id} {d.seq}" for d in time.resumed})
-    count = await db.scalar(statements_for(sql).count_of, (pack, partition.key, sql.ids(wanted)))
+    params = (pack, partition.key, _dialect(sql).ids(wanted))
+    count = await db.scalar(statements_for(sql).count_of, params)
     return int(count or 0) == len(wanted)
 
 
 async def write_pass_time(
-    db: Conn, sql: FactStatements, pack: str, partition: Partition, time: PassTime | None
+    db: Conn, sql: Marked, pack: str, partition: Partition, time: PassTime | None
 ) -> None:
     """Inside the apply transaction: drop the resumed deferrals, store the new ones and
     record the pass time (call :func:`resumed_present` first)."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
-from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol, Self, runtime_checkable
 
@@ -51,9 +50,6 @@ class EpisodeRepository(IncrementalMemoryStore, Protocol):
 
     @property
     def location(self) -> str: ...
-
-    @property
-    def file(self) -> Path | None: ...
 
     @property
     def read_only_reason(self) -> str | None: ...

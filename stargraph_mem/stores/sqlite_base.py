@@ -30,11 +30,12 @@ import aiosqlite
 
 from stargraph_mem.errors import DamagedDatabaseError, StoreError
 from stargraph_mem.model.time import EPOCH, ONE_US, from_us, to_us, utc_now
+from stargraph_mem.stores.dialect import SQLITE, Dialect
 from stargraph_mem.stores.inline import InlineScope, current_scope
 from stargraph_mem.stores.lifecycle import AsyncResource, closed_on_failure
 from stargraph_mem.stores.models import StoreHealth
 from stargraph_mem.stores.mounts import network_filesystem_warning
-from stargraph_mem.stores.sql_conn import Insert, Many
+from stargraph_mem.stores.sql_conn import Conn, Insert, Many
 from stargraph_mem.stores.sqlite_identity import APPLICATION_ID, FILE_VERSION, Identity, identify
 
 __all__ = [
@@ -829,6 +830,10 @@ class SQLiteStoreBase(AsyncResource):
     stamped with this version's layout has them whenever it has the store's others."""
     _store_name: ClassVar[str] = "store"
     """How messages name the store (``memory``, ``fact``, ``schedule``)."""
+    dialect: ClassVar[Dialect] = SQLITE
+    """The SQL the shared repositories render for this backend."""
+    _conn_type: ClassVar[type[SQLiteConn]] = SQLiteConn
+    """How the shared repositories see the connection."""
     _kinds: ClassVar[list[type[SQLiteStoreBase]]] = []
     """Every store class with tables: a file is stamped as this version's layout only
     when each store it holds has all of its tables."""
@@ -863,11 +868,6 @@ class SQLiteStoreBase(AsyncResource):
         """What :func:`~stargraph_mem.stores.database.open_database` reopens this
         database from (the file's path)."""
         return str(self.path)
-
-    @property
-    def file(self) -> Path:
-        """The SQLite file (``select`` clauses read the episodes from it directly)."""
-        return self.path
 
     @property
     def _db(self) -> aiosqlite.Connection | None:
@@ -967,7 +967,9 @@ class SQLiteStoreBase(AsyncResource):
         missing = [table for table in self._tables if table not in names]
         if missing:
             action = f"create the missing table(s) {', '.join(missing)}"
-            raise read_only_error(f"{self.path}: {why}", action)
+            error = read_only_error(f"{self.path}: {why}", action)
+            error.context["missing"] = missing
+            raise error
 
     async def _stamp_if_complete(self, db: aiosqlite.Connection) -> None:
         """Stamp the file (:func:`stamp`) once every store it holds has all of its tables
@@ -991,6 +993,23 @@ class SQLiteStoreBase(AsyncResource):
         """The connection inside a ``BEGIN IMMEDIATE`` transaction held by this coroutine
         (``redo``: see :func:`transaction`)."""
         return _Holding(self, write=True, redo=redo)
+
+    def _reading(self) -> _Seen:
+        """:meth:`_read` for the shared repositories: the connection as a ``Conn``."""
+        return _Seen(self, write=False)
+
+    def _writing(
+        self, lock: str | None = None, redo: Callable[[Conn], Awaitable[object]] | None = None
+    ) -> _Seen:
+        """:meth:`_write` for the shared repositories (one writer: ``lock`` is not needed)."""
+        if redo is None:
+            return _Seen(self, write=True)
+        wrap = self._conn_type
+
+        async def again(db: aiosqlite.Connection) -> object:
+            return await redo(wrap(db))
+
+        return _Seen(self, write=True, redo=again)
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -1095,3 +1114,12 @@ class _Holding:
                 await self._transaction.__aexit__(kind, exc, tb)
         finally:
             self._store._lock.release()
+
+
+class _Seen(_Holding):
+    """:class:`_Holding` whose connection is seen through the store's ``Conn``."""
+
+    __slots__ = ()
+
+    async def __aenter__(self) -> SQLiteConn:  # type: ignore[override]
+        return self._store._conn_type(await super().__aenter__())

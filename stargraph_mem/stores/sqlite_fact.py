@@ -233,10 +233,12 @@ class SQLiteFactStore(SQLiteStoreBase, SQLFactRepository[SQLiteConn]):
 
     # --- the repository's connection handling ------------------------------------------
 
-    def _reading(self) -> AbstractAsyncContextManager[SQLiteConn]:
+    def _facts_reading(self) -> AbstractAsyncContextManager[SQLiteConn]:
         return _AsConn(self._read())
 
-    def _writing(self, lock: str | None = FACTS_LOCK) -> AbstractAsyncContextManager[SQLiteConn]:
+    def _facts_writing(
+        self, lock: str | None = FACTS_LOCK
+    ) -> AbstractAsyncContextManager[SQLiteConn]:
         """A write transaction (the file has one writer: ``lock`` is not needed)."""
         return _AsConn(self._write())
 

@@ -24,7 +24,7 @@ from stargraph_mem.stores.pass_time import SQLITE_TABLES as PASS_TIME_TABLES
 from stargraph_mem.stores.sqlite_base import fetch, scalar
 from stargraph_mem.stores.sqlite_identity import FACT_SCHEMA_VERSION
 from stargraph_mem.stores.sqlite_migration import Ledger
-from stargraph_mem.stores.sqlite_search import (
+from stargraph_mem.stores.sqlite_search_sql import (
     SEARCH_BACKFILL,
     SEARCH_SCHEMA,
     SEARCH_TABLES,

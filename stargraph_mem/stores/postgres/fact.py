@@ -73,10 +73,10 @@ class PostgresFactStore(PostgresRepository, SQLFactRepository[PgConn]):
 
     # --- the repository's connection handling ------------------------------------------
 
-    def _reading(self) -> AbstractAsyncContextManager[PgConn]:
+    def _facts_reading(self) -> AbstractAsyncContextManager[PgConn]:
         return self.database.connection()
 
-    def _writing(self, lock: str | None = FACTS_LOCK) -> AbstractAsyncContextManager[PgConn]:
+    def _facts_writing(self, lock: str | None = FACTS_LOCK) -> AbstractAsyncContextManager[PgConn]:
         return self.database.transaction(lock)
 
     def _run_recorder(self, db: PgConn) -> RecordRuns:

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, ClassVar
 
+from stargraph_mem.stores.dialect import POSTGRES, Dialect
 from stargraph_mem.stores.lifecycle import AsyncResource
 from stargraph_mem.stores.models import StoreHealth
+from stargraph_mem.stores.postgres.connection import PgConn
+from stargraph_mem.stores.sql_conn import Conn
 
 if TYPE_CHECKING:
     from stargraph_mem.stores.postgres.database import PostgresDatabase
@@ -17,8 +22,25 @@ class PostgresRepository(AsyncResource):
     """A store inside a :class:`PostgresDatabase`: statements run on the owner's pool, in
     the owner's transactions; bootstrapping or closing one bootstraps or closes the owner."""
 
+    dialect: ClassVar[Dialect] = POSTGRES
+    """The SQL the shared repositories render for this backend."""
+
     def __init__(self, database: PostgresDatabase) -> None:
         self.database = database
+
+    def _now_us(self) -> int:
+        return self.database.now_us()
+
+    def _reading(self) -> AbstractAsyncContextManager[PgConn]:
+        """A pooled connection in autocommit mode."""
+        return self.database.connection()
+
+    def _writing(
+        self, lock: str | None = None, redo: Callable[[Conn], Awaitable[object]] | None = None
+    ) -> AbstractAsyncContextManager[PgConn]:
+        """A pooled connection inside one transaction holding the advisory lock ``lock``
+        (``redo`` is SQLite's: nothing here defers a commit)."""
+        return self.database.transaction(lock)
 
     @property
     def path(self) -> str:
@@ -30,11 +52,6 @@ class PostgresRepository(AsyncResource):
         """What :func:`~stargraph_mem.stores.database.open_database` reopens this
         database from (another process's view of it: the full URL)."""
         return self.database.url
-
-    @property
-    def file(self) -> None:
-        """No SQLite file: ``select`` clauses run over a copy of a pass's episodes."""
-        return None
 
     @property
     def read_only_reason(self) -> str | None:

@@ -1,1 +1,2 @@
-"""Repositories written once over SQL, bound to a backend by its dialect and connection."""
+"""Repositories written once for every backend: SQL in the qmark style, rendered by a
+dialect and run over the backend's connection."""

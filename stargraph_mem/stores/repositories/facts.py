@@ -4,8 +4,8 @@
 written once in the qmark style and rendered for the backend's
 :class:`~stargraph_mem.stores.dialect.Dialect` when the class is made. A backend's store
 subclasses it and supplies only its connection handling: a read connection
-(:meth:`~SQLFactRepository._reading`), a write transaction
-(:meth:`~SQLFactRepository._writing`), the apply transaction and the run recorder; its
+(:meth:`~SQLFactRepository._facts_reading`), a write transaction
+(:meth:`~SQLFactRepository._facts_writing`), the apply transaction and the run recorder; its
 schema, migrations and dialect stay in the backend's own modules.
 
 Statements run through :class:`~stargraph_mem.stores.sql_conn.Conn`: each backend's
@@ -191,17 +191,17 @@ class SQLFactRepository(Generic[ConnT]):
 
     # --- what a backend supplies --------------------------------------------------------
 
-    def _reading(self) -> AbstractAsyncContextManager[ConnT]:
+    def _facts_reading(self) -> AbstractAsyncContextManager[ConnT]:
         """A connection for reads (autocommit)."""
         raise NotImplementedError
 
-    def _writing(self, lock: str | None = FACTS_LOCK) -> AbstractAsyncContextManager[ConnT]:
+    def _facts_writing(self, lock: str | None = FACTS_LOCK) -> AbstractAsyncContextManager[ConnT]:
         """A connection inside a write transaction holding ``lock`` (None: no lock)."""
         raise NotImplementedError
 
     def _apply_transaction(self) -> AbstractAsyncContextManager[ConnT]:
         """The write transaction a batch is applied in."""
-        return self._writing(FACTS_LOCK)
+        return self._facts_writing(FACTS_LOCK)
 
     def _run_recorder(self, db: ConnT) -> RecordRuns:
         """What writes a scheduler's pass records inside the transaction of ``db``."""
@@ -329,7 +329,7 @@ class SQLFactRepository(Generic[ConnT]):
         claim, or one held by a process of this host that no longer runs, is taken over.
         """
         now_us = to_us(utc_now(), "claim time")
-        async with self._writing() as db:
+        async with self._facts_writing() as db:
             other = await other_claim(db, self.sql, partition.key, holder, now_us)
             if other is not None:
                 return other
@@ -345,38 +345,38 @@ class SQLFactRepository(Generic[ConnT]):
         now_us = to_us(utc_now(), "claim time")
         keys = [p.key for p in partitions]
         until_us = now_us + seconds_us(seconds)
-        async with self._writing() as db:
+        async with self._facts_writing() as db:
             held = await claim_many(db, self.sql, keys, holder, now_us, until_us)
         return [p for p in partitions if p.key in held]
 
     async def release_partitions(self, partitions: Sequence[Partition], holder: str) -> None:
         """Give up ``holder``'s claims on ``partitions`` (those it holds)."""
-        async with self._writing() as db:
+        async with self._facts_writing() as db:
             await db.executemany(self.sql.drop_claim, [(p.key, holder) for p in partitions])
 
     async def release_partition(self, partition: Partition, holder: str) -> None:
         """Give up ``holder``'s claim on ``partition`` (nothing if it holds none)."""
-        async with self._writing() as db:
+        async with self._facts_writing() as db:
             await db.execute(self.sql.drop_claim, (partition.key, holder))
 
     async def basis(self, pack: str, partition: Partition) -> tuple[dict[str, int], int]:
         """The pack's watermarks for ``partition`` and the partition's facts version, read
         before a pass reads episodes and facts (see :class:`PassBasis`)."""
-        async with self._reading() as db:
+        async with self._facts_reading() as db:
             now = await version(db, self.sql, partition)
             return await marks(db, self.sql, pack, partition.key), now
 
     async def version(self, partition: Partition) -> int:
         """A number that changes whenever ``partition``'s facts do: its highest audit seq
         (every change to facts, reinforcements included, writes an audit row)."""
-        async with self._reading() as db:
+        async with self._facts_reading() as db:
             return await version(db, self.sql, partition)
 
     # --- reads --------------------------------------------------------------------------
 
     async def _facts(self, sql: str, params: Sequence[Any]) -> list[Fact]:
         """The facts ``sql`` selects, with their lineage and pin time (one read)."""
-        async with self._reading() as db:
+        async with self._facts_reading() as db:
             rows = await db.fetch(sql, params)
             return await with_provenance(db, self.sql, [fact_from_row(r) for r in rows])
 
@@ -429,11 +429,11 @@ class SQLFactRepository(Generic[ConnT]):
         where, params = pattern_filter(pattern)
         search = Search(words, where, params, check_limit(limit), include_history)
         if not touch:
-            async with self._reading() as db:
+            async with self._facts_reading() as db:
                 found = await self._search_without_writing(db, search)
             if found is not None:
                 return hits(found)
-        async with self._writing(None) as db:
+        async with self._facts_writing(None) as db:
             await self._catch_up_text(db)
             rows = await db.fetch(*self._search_sql(search))
             if touch and rows:
@@ -447,7 +447,7 @@ class SQLFactRepository(Generic[ConnT]):
         id raises :class:`FactNotFoundError` and records nothing."""
         fact_ids = check_fact_ids(fact_ids)
         at_us = self._now_us() if at is None else to_us(at)
-        async with self._writing(None) as db:
+        async with self._facts_writing(None) as db:
             known = await db.fetch(self.queries.known_ids, (self.dialect.ids(fact_ids),))
             check_known(fact_ids, {str(row[0]) for row in known})
             await db.executemany(self.queries.touch, [(fid, at_us) for fid in fact_ids])
@@ -455,7 +455,7 @@ class SQLFactRepository(Generic[ConnT]):
     async def access(self, fact_id: str) -> FactAccess:
         """How often ``fact_id`` was read by access-recording reads, and when last."""
         fact_id = check_fact_id(fact_id)
-        async with self._reading() as db:
+        async with self._facts_reading() as db:
             rows = await db.fetch(self.queries.access, (fact_id,))
         if not rows:
             raise FactNotFoundError(f"no fact with id {fact_id!r}", fact_id=fact_id)
@@ -477,31 +477,31 @@ class SQLFactRepository(Generic[ConnT]):
     async def lineage(self, fact_id: str) -> ProvenanceBundle:
         """The provenance bundle recorded with a fact."""
         fact_id = check_fact_id(fact_id)
-        async with self._reading() as db:
+        async with self._facts_reading() as db:
             return await lineage_of(db, self.sql, fact_id)
 
     async def current_facts(self, partition: Partition) -> list[EngineFact]:
         """The partition's current facts for the consolidation runtime (no pydantic)."""
-        async with self._reading() as db:
+        async with self._facts_reading() as db:
             rows = await db.fetch(self.queries.current, (partition.key,))
         return [engine_fact(row) for row in rows]
 
     async def watermark(self, pack: str, rule_id: str, partition: Partition) -> int:
         """Last consolidated episode seq for (pack, rule, partition); 0 when none."""
-        async with self._reading() as db:
+        async with self._facts_reading() as db:
             seq = await db.scalar(self.queries.watermark, (pack, rule_id, partition.key))
         return 0 if seq is None else int(seq)
 
     async def watermarks(self, pack: str, partition: Partition) -> dict[str, int]:
         """Every rule's watermark for (pack, partition), by rule id."""
-        async with self._reading() as db:
+        async with self._facts_reading() as db:
             return await marks(db, self.sql, pack, partition.key)
 
     async def audit_rows(self, partition: Partition | None = None) -> list[AuditRow]:
         """Applied deltas in application order, optionally for one partition."""
         q = self.queries
         sql, params = (q.audit_of, (partition.key,)) if partition else (q.audit_all, ())
-        async with self._reading() as db:
+        async with self._facts_reading() as db:
             rows = await db.fetch(sql, params)
         return [audit_from_row(row) for row in rows]
 
@@ -509,7 +509,7 @@ class SQLFactRepository(Generic[ConnT]):
         """Recorded rejections, oldest first, optionally for one partition."""
         q = self.queries
         sql, params = (q.rejections_of, (partition.key,)) if partition else (q.rejections_all, ())
-        async with self._reading() as db:
+        async with self._facts_reading() as db:
             rows = await db.fetch(sql, params)
         return [rejection_from_row(row) for row in rows]
 
@@ -517,13 +517,13 @@ class SQLFactRepository(Generic[ConnT]):
         """Rule, pack hash, reason, bindings, source episodes, supersession chain, audit
         and status history."""
         fact_id = check_fact_id(fact_id)
-        async with self._reading() as db:
+        async with self._facts_reading() as db:
             return await explain(db, self.sql, fact_id)
 
     async def status_history(self, fact_id: str) -> list[StatusEvent]:
         """What happened to a fact, oldest first (see :class:`StatusEvent`)."""
         fact_id = check_fact_id(fact_id)
-        async with self._reading() as db:
+        async with self._facts_reading() as db:
             return await status_history(db, self.sql, fact_id)
 
     # --- statuses and pins --------------------------------------------------------------
@@ -535,14 +535,14 @@ class SQLFactRepository(Generic[ConnT]):
         through deltas)."""
         fact_id = check_fact_id(fact.id if isinstance(fact, Fact) else fact)
         now_us = self._now_us()
-        async with self._writing() as db:
+        async with self._facts_writing() as db:
             return await pin_fact(db, self.sql, fact_id, now_us, reason)
 
     async def unpin(self, fact_id: str, *, reason: str = "") -> bool:
         """Unpin a current fact; False when it was not pinned."""
         fact_id = check_fact_id(fact_id)
         now_us = self._now_us()
-        async with self._writing() as db:
+        async with self._facts_writing() as db:
             return await unpin_fact(db, self.sql, fact_id, now_us, reason)
 
     async def restore(self, fact_id: str, *, reason: str = "") -> Fact:
@@ -560,7 +560,7 @@ class SQLFactRepository(Generic[ConnT]):
     ) -> list[tuple[dict[str, int], int]]:
         """:meth:`basis` of every partition (in the order given), in two statements."""
         keys = [p.key for p in partitions]
-        async with self._reading() as db:
+        async with self._facts_reading() as db:
             versions = await versions_of(db, self.sql, keys)
             found = await marks_of(db, self.sql, pack, keys)
         return [(found.get(key, {}), versions[key]) for key in keys]
@@ -570,19 +570,19 @@ class SQLFactRepository(Generic[ConnT]):
     ) -> list[AggregateRow]:
         """The pack's durable aggregate rows with any of ``refs``, and those ``window``
         asks for (one statement)."""
-        async with self._reading() as db:
+        async with self._facts_reading() as db:
             return await aggregates_in(db, self.sql, pack, refs, window)
 
     async def deferred_of(self, pack: str, partitions: Sequence[Partition]) -> list[list[Deferral]]:
         """The episodes passes of ``pack`` left for a later pass (stamped after their pass
         time), per partition in the order given, in one statement."""
-        async with self._reading() as db:
+        async with self._facts_reading() as db:
             return await deferred_of(db, self.sql, pack, partitions)
 
     async def current_facts_of(self, partitions: Sequence[Partition]) -> list[list[EngineFact]]:
         """:meth:`current_facts` of every partition (in the order given), in one statement."""
         keys = [p.key for p in partitions]
-        async with self._reading() as db:
+        async with self._facts_reading() as db:
             rows = await db.fetch(self.sql.current_of, (self.dialect.ids(keys),))
         return group_current(rows, keys)
 
@@ -590,7 +590,7 @@ class SQLFactRepository(Generic[ConnT]):
         """The archived facts (never restored) of every partition, in the order given, with
         status ``archived``, in one statement."""
         keys = [p.key for p in partitions]
-        async with self._reading() as db:
+        async with self._facts_reading() as db:
             rows = await db.fetch(self.sql.archived_of, (self.dialect.ids(keys),))
         return group_current(rows, keys, ARCHIVED)
 
@@ -598,21 +598,21 @@ class SQLFactRepository(Generic[ConnT]):
         self, where: str, params: Sequence[Any], *, archived: bool = False
     ) -> list[Partition]:
         """Partitions with a current fact a sweep's pre-filter ``where`` selects."""
-        async with self._reading() as db:
+        async with self._facts_reading() as db:
             return await sweep_partitions(db, self.sql, where, params, archived=archived)
 
     async def sweep_candidates(
         self, where: str, params: Sequence[Any], *, archived: bool = False
     ) -> dict[Partition, int]:
         """Per partition, how many facts a sweep's pre-filter ``where`` selects."""
-        async with self._reading() as db:
+        async with self._facts_reading() as db:
             return await sweep_candidates(db, self.sql, where, params, archived=archived)
 
     async def sweep_facts(
         self, where: str, params: Sequence[Any], partitions: Sequence[Partition]
     ) -> list[list[EngineFact]]:
         """The current facts ``where`` selects in each of ``partitions``, in one statement."""
-        async with self._reading() as db:
+        async with self._facts_reading() as db:
             return await sweep_facts(db, self.sql, where, params, partitions)
 
     async def ensure_sweep_indexes(self, names: Sequence[str]) -> None:
@@ -622,7 +622,7 @@ class SQLFactRepository(Generic[ConnT]):
         todo = to_make(names, self._indexed)
         if not todo:
             return
-        async with self._writing(INDEX_LOCK) as db:
+        async with self._facts_writing(INDEX_LOCK) as db:
             for _, statement in todo:
                 await db.execute(statement)
         self._indexed.update(name for name, _ in todo)
