@@ -24,7 +24,7 @@ import yaml
 
 from stargraph_mem.compiler.generator import Generator
 from stargraph_mem.compiler.pack import build_environment, compile_text
-from stargraph_mem.engine.runtime import PackRuntime
+from stargraph_mem.engine.passes.runtime import PackRuntime
 from stargraph_mem.ir.checks import analyze
 from stargraph_mem.ir.loader import load_pack_text
 

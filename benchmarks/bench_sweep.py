@@ -31,8 +31,8 @@ from unittest import mock
 
 from stargraph_mem.compiler.pack import compile_text
 from stargraph_mem.compiler.sweep_sql import SweepFilter, sweep_filter
-from stargraph_mem.engine import sweep
 from stargraph_mem.engine.api import Consolidator
+from stargraph_mem.engine.passes import sweep
 from stargraph_mem.stores.models import AddDelta, Episode, FactPayload
 from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
 

@@ -14,7 +14,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing; mypy kno
 if TYPE_CHECKING:
     from stargraph_mem.compiler.pack import CompiledPack, compile_file, compile_text
     from stargraph_mem.engine.api import Consolidator
-    from stargraph_mem.engine.report import ConsolidationReport, PassReport
+    from stargraph_mem.engine.passes.report import ConsolidationReport, PassReport
     from stargraph_mem.errors import (
         CompileError,
         ConsolidationRuleError,
@@ -68,8 +68,8 @@ if TYPE_CHECKING:
 _LAZY: dict[str, str] = {
     # the Consolidator and what its calls return
     "Consolidator": "stargraph_mem.engine.api",
-    "ConsolidationReport": "stargraph_mem.engine.scheduler",
-    "PassReport": "stargraph_mem.engine.report",
+    "ConsolidationReport": "stargraph_mem.engine.schedule.scheduler",
+    "PassReport": "stargraph_mem.engine.passes.report",
     "Partition": "stargraph_mem.stores.scope",
     # models
     "Episode": "stargraph_mem.model.episodes",

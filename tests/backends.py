@@ -29,7 +29,7 @@ from stargraph_mem.stores.postgres import (
     PostgresMemoryStore,
     PostgresScheduleStore,
 )
-from stargraph_mem.stores.sqlite_schedule import SQLiteScheduleStore
+from stargraph_mem.stores.sqlite.schedule import SQLiteScheduleStore
 
 __all__ = [
     "BACKENDS",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 
 from stargraph_mem.stores.postgres.schema import V4_SWEEP_INDEXES
-from stargraph_mem.stores.sweep_schema import index_ddl
+from stargraph_mem.stores.repositories.sweep_schema import index_ddl
 
 UNDO_VERSION_6 = ("DELETE FROM fact_store_meta WHERE key = 'text_indexed_through'",)
 """What version 6 added: the search index's mark (a version 5 file indexed every fact)."""

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stargraph_mem.engine.api import Consolidator
-from stargraph_mem.engine.sweep import swept
+from stargraph_mem.engine.passes.sweep import swept
 from stargraph_mem.model.facts import FactPattern
 from stargraph_mem.stores.models import Episode
 from stargraph_mem.stores.sqlite_fact import PassWrite, SQLiteFactStore

@@ -6,7 +6,7 @@ from __future__ import annotations
 from packs_helpers import NOW, PARTITION, episode
 
 from stargraph_mem.compiler.pack import compile_text
-from stargraph_mem.engine.runtime import PackRuntime
+from stargraph_mem.engine.passes.runtime import PackRuntime
 
 PACK = """\
 ir_version: 1

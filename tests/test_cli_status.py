@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from stargraph_mem.cli import app
-from stargraph_mem.engine.legacy import RUNS_PACK
+from stargraph_mem.engine.contract import RUNS_PACK
 from stargraph_mem.stores import ConsolidationRule, SQLiteMemoryStore
 
 ROOT = Path(__file__).resolve().parents[1]

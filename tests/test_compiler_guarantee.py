@@ -29,7 +29,7 @@ from packs_helpers import NOW, PARTITION, engine_fact, run_pass
 
 from stargraph_mem.compiler.pack import CompiledPack, compile_text, validate_file
 from stargraph_mem.compiler.sweep_sql import is_sweep
-from stargraph_mem.engine.runtime import PackRuntime
+from stargraph_mem.engine.passes.runtime import PackRuntime
 from stargraph_mem.errors import CompileError, IRError
 from stargraph_mem.ir.models import (
     ARITHMETIC,

@@ -6,7 +6,7 @@ import pytest
 from packs_helpers import NOW, PARTITION, engine_fact, episode
 
 from stargraph_mem.compiler.pack import compile_text
-from stargraph_mem.engine.runtime import PackRuntime
+from stargraph_mem.engine.passes.runtime import PackRuntime
 from stargraph_mem.errors import IRError
 from stargraph_mem.ir.checks import parse_timestamp_literal
 from stargraph_mem.model.time import to_us as to_micros

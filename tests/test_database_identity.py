@@ -28,7 +28,7 @@ from stargraph_mem.cli import app
 from stargraph_mem.errors import DamagedDatabaseError, ForeignDatabaseError, NewerSchemaError
 from stargraph_mem.stores import Episode, SQLiteMemoryStore
 from stargraph_mem.stores.postgres.schema import LEDGER_TABLE, SCHEMA_VERSION
-from stargraph_mem.stores.sqlite_identity import (
+from stargraph_mem.stores.sqlite.identity import (
     APPLICATION_ID,
     FACT_SCHEMA_VERSION,
     FILE_VERSION,

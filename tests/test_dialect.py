@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from stargraph_mem.stores.dialect import POSTGRES, SQLITE, render
+from stargraph_mem.stores.dialect import render
+from stargraph_mem.stores.postgres.dialect import POSTGRES
+from stargraph_mem.stores.sqlite.dialect import SQLITE
 
 
 def test_sqlite_keeps_qmarks() -> None:

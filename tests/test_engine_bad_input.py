@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from e2e_helpers import DEDUP, NOW, dump_tables, episode, spo
 
-from stargraph_mem.engine import filters
 from stargraph_mem.engine.api import Consolidator
-from stargraph_mem.engine.report import LegacyFilter
+from stargraph_mem.engine.passes import filters
+from stargraph_mem.engine.passes.report import LegacyFilter
 from stargraph_mem.errors import ConsolidationRuleError, FactConflictError
 from stargraph_mem.stores.fact import WatermarkAdvance
 from stargraph_mem.stores.models import (

@@ -16,10 +16,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stargraph_mem.compiler.generator import HistoryRelation
-from stargraph_mem.engine.history import MOST, HistoryInput, HistoryRead, compute, window_of
+from stargraph_mem.engine.passes.aggregates import (
+    MOST,
+    HistoryInput,
+    HistoryRead,
+    compute,
+    window_of,
+)
 from stargraph_mem.ir.models import FieldType
 from stargraph_mem.model.time import to_us
-from stargraph_mem.stores.aggregates import (
+from stargraph_mem.stores.memory import EpisodeRecord
+from stargraph_mem.stores.repositories.aggregates import (
     MARKER,
     AggregateRow,
     AggregateWindow,
@@ -27,7 +34,6 @@ from stargraph_mem.stores.aggregates import (
     overlay,
     relation_ref,
 )
-from stargraph_mem.stores.memory import EpisodeRecord
 from stargraph_mem.stores.scope import Partition
 
 PARTITION = Partition("ann", "bot")

@@ -27,7 +27,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stargraph_mem.engine import filters
+from stargraph_mem.engine.passes import filters
 from stargraph_mem.errors import ConsolidationRuleError
 from stargraph_mem.model.time import to_us as to_micros
 from stargraph_mem.stores import ConsolidationRule, Episode, Partition, SQLiteMemoryStore

@@ -23,15 +23,16 @@ import pytest
 
 from stargraph_mem.compiler.pack import compile_text
 from stargraph_mem.engine.api import Consolidator
-from stargraph_mem.stores import fact_passes, sqlite_base
-from stargraph_mem.stores.inline import current_scope, inline_statements
 from stargraph_mem.stores.models import Episode
-from stargraph_mem.stores.sqlite_base import (
+from stargraph_mem.stores.repositories import fact_passes
+from stargraph_mem.stores.sqlite import connection as sqlite_base
+from stargraph_mem.stores.sqlite.connection import (
     BUSY_TIMEOUT_MS,
     open_connection,
     scalar,
     transaction,
 )
+from stargraph_mem.stores.sqlite.inline import current_scope, inline_statements
 
 NOW = datetime(2026, 5, 1, 12, tzinfo=UTC)
 

@@ -22,8 +22,8 @@ from backends import Backend, snapshot
 from e2e_helpers import DEFAULT, ROOT
 
 from stargraph_mem.engine.api import Consolidator
-from stargraph_mem.engine.batch import BatchRun
-from stargraph_mem.engine.runner import PassRunner
+from stargraph_mem.engine.passes.batch import BatchRun
+from stargraph_mem.engine.passes.runner import PassRunner
 from stargraph_mem.errors import LimitError
 from stargraph_mem.model.episodes import Episode
 from stargraph_mem.model.facts import FactPattern

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 from stargraph_mem import Episode, FactPattern, SQLiteFactStore, SQLiteMemoryStore
-from stargraph_mem.stores import sqlite_base
-from stargraph_mem.stores.sqlite_base import StoreConnection
+from stargraph_mem.stores.sqlite import connection as sqlite_base
+from stargraph_mem.stores.sqlite.connection import StoreConnection
 
 LIMIT = 30.0
 """Seconds a scenario may take before it counts as hung."""
@@ -477,7 +477,7 @@ def test_a_pending_exit_close_does_not_outlive_its_deadline(tmp_path: Path) -> N
 import asyncio, sys, time
 from pathlib import Path
 
-from stargraph_mem.stores.sqlite_base import EXIT_CLOSE_SECONDS, open_connection
+from stargraph_mem.stores.sqlite.connection import EXIT_CLOSE_SECONDS, open_connection
 
 
 async def main():

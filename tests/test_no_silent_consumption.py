@@ -20,7 +20,7 @@ from pydantic import JsonValue, ValidationError
 
 from stargraph_mem.compiler.pack import compile_file
 from stargraph_mem.engine.api import Consolidator
-from stargraph_mem.engine.runtime import UNMATCHED, PackRuntime
+from stargraph_mem.engine.passes.runtime import UNMATCHED, PackRuntime
 from stargraph_mem.stores.memory import EpisodeRecord
 from stargraph_mem.stores.models import ConsolidationRule, Episode
 from stargraph_mem.stores.scope import Partition

@@ -26,7 +26,7 @@ from stargraph_mem.authoring.lint import LINT_IMPLIES, LINT_NARROW
 from stargraph_mem.compiler.generator import CLIPS_TESTS
 from stargraph_mem.compiler.pack import CompiledPack
 from stargraph_mem.compiler.select_sql import SQL_TESTS, compile_select
-from stargraph_mem.engine.filters import select_seqs_in
+from stargraph_mem.engine.passes.filters import select_seqs_in
 from stargraph_mem.errors import CompileError, IRError
 from stargraph_mem.ir.models import Condition, FieldType, SelectClause
 from stargraph_mem.ir.operators import OPERATORS, markdown_table

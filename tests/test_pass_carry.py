@@ -16,9 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stargraph_mem.engine.api import Consolidator
-from stargraph_mem.engine.report import PassReport
-from stargraph_mem.engine.runner import PassRunner
-from stargraph_mem.engine.runtime import PackRuntime
+from stargraph_mem.engine.passes.report import PassReport
+from stargraph_mem.engine.passes.runner import PassRunner
+from stargraph_mem.engine.passes.runtime import PackRuntime
 from stargraph_mem.stores.fact import EngineFact
 from stargraph_mem.stores.scope import Partition
 
@@ -159,7 +159,7 @@ def test_the_facts_kept_between_passes_stay_within_one_budget_for_all_partitions
     in ``KNOWN_FACTS_MAX``: past it the least recently used partition is read again, and
     a partition with more facts than the whole budget is read at every pass."""
     from stargraph_mem.compiler.pack import compile_text
-    from stargraph_mem.engine import runner
+    from stargraph_mem.engine.passes import runner
     from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
 
     text = (RULES / "dedup_against_facts.yaml").read_text(encoding="utf-8")

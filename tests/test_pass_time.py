@@ -32,10 +32,10 @@ from stargraph_mem.cli import app
 from stargraph_mem.engine.api import Consolidator
 from stargraph_mem.errors import StalePassError
 from stargraph_mem.model.episodes import Episode
-from stargraph_mem.stores.fact_rows import PassBasis, PassWrite
-from stargraph_mem.stores.pass_time import Deferral, PassTime
 from stargraph_mem.stores.postgres import PostgresDatabase
 from stargraph_mem.stores.postgres.schema import LEDGER_TABLE, MIGRATIONS
+from stargraph_mem.stores.repositories.fact_rows import PassBasis, PassWrite
+from stargraph_mem.stores.repositories.pass_time import Deferral, PassTime
 from stargraph_mem.stores.scope import Partition
 from stargraph_mem.stores.sqlite_fact import SCHEMA_VERSION, SQLiteFactStore
 

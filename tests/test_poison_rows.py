@@ -41,7 +41,7 @@ from stargraph_mem.stores.models import (
     to_utc,
 )
 from stargraph_mem.stores.scope import Partition
-from stargraph_mem.stores.sqlite_base import from_us, to_us
+from stargraph_mem.stores.sqlite.connection import from_us, to_us
 from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
 from stargraph_mem.stores.sqlite_memory import SQLiteMemoryStore
 

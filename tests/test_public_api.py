@@ -16,7 +16,7 @@ from test_imports import fresh
 
 import stargraph_mem
 from stargraph_mem import errors
-from stargraph_mem.engine.scheduler import ConsolidationReport, ScheduleReport
+from stargraph_mem.engine.schedule.scheduler import ConsolidationReport, ScheduleReport
 
 ROOT = Path(__file__).resolve().parents[1]
 NOW = datetime(2026, 5, 1, 12, tzinfo=UTC)

@@ -26,9 +26,9 @@ from outage_helpers import Killer, Proxy, dump, through
 
 from stargraph_mem.compiler.pack import compile_file
 from stargraph_mem.engine.api import Consolidator
+from stargraph_mem.engine.passes.runner import WorkerPass, WorkerSetup
+from stargraph_mem.engine.passes.worker import WorkerProcess
 from stargraph_mem.engine.reconnect import Outage, Reconnect, Survivor
-from stargraph_mem.engine.runner import WorkerPass, WorkerSetup
-from stargraph_mem.engine.worker import WorkerProcess
 from stargraph_mem.errors import DatabaseUnavailableError
 from stargraph_mem.model.episodes import Episode
 from stargraph_mem.salience import RuleBasedScorer

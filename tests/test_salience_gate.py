@@ -12,8 +12,8 @@ from pydantic import JsonValue
 
 from stargraph_mem.compiler.pack import compile_text
 from stargraph_mem.engine.api import Consolidator
-from stargraph_mem.engine.gating import RuleGate, UnusableImportance
-from stargraph_mem.engine.scheduler import ConsolidationReport
+from stargraph_mem.engine.passes.gating import RuleGate, UnusableImportance
+from stargraph_mem.engine.schedule.scheduler import ConsolidationReport
 from stargraph_mem.ir.models import Rule
 from stargraph_mem.model.time import to_us
 from stargraph_mem.salience import GATE_W_IMPORTANCE, SalienceContext, gate_scorer

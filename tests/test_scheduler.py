@@ -16,13 +16,13 @@ from e2e_helpers import episode, spo
 
 from stargraph_mem.compiler.pack import compile_text
 from stargraph_mem.engine.api import Consolidator
-from stargraph_mem.engine.scheduler import ConsolidationReport, ScheduleProgram
+from stargraph_mem.engine.schedule.scheduler import ConsolidationReport, ScheduleProgram
 from stargraph_mem.errors import PassConflictError, ScheduleError, StoreError
 from stargraph_mem.stores.fact import WatermarkAdvance
 from stargraph_mem.stores.models import Cadence, Episode
 from stargraph_mem.stores.scope import Partition
+from stargraph_mem.stores.sqlite.schedule import RuleRun, SQLiteScheduleStore
 from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
-from stargraph_mem.stores.sqlite_schedule import RuleRun, SQLiteScheduleStore
 
 ALICE = Partition("alice", "rag")
 BOB = Partition("bob", "rag")

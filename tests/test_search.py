@@ -29,9 +29,9 @@ from stargraph_mem.stores import (
     SQLiteFactStore,
     UpdateDelta,
 )
+from stargraph_mem.stores.sqlite.search import TEXT_LAG_MAX
+from stargraph_mem.stores.sqlite.search_sql import TEXT_MARK
 from stargraph_mem.stores.sqlite_fact import SCHEMA_VERSION
-from stargraph_mem.stores.sqlite_search import TEXT_LAG_MAX
-from stargraph_mem.stores.sqlite_search_sql import TEXT_MARK
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 ROOT = Path(__file__).resolve().parents[1]

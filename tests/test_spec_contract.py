@@ -13,8 +13,8 @@ from typing import Annotated, Any
 import pytest
 from pydantic import Field, TypeAdapter, ValidationError
 
-from stargraph_mem.engine.filters import utc_text
-from stargraph_mem.engine.legacy import RUNS_PACK
+from stargraph_mem.engine.contract import RUNS_PACK
+from stargraph_mem.engine.passes.filters import utc_text
 from stargraph_mem.errors import (
     ConsolidationRuleError,
     DeltaValidationError,
@@ -37,8 +37,8 @@ from stargraph_mem.stores import (
     mounts,
 )
 from stargraph_mem.stores.config import load_stores
-from stargraph_mem.stores.kg_promotion import KGTriple, PromoteTriplesToFacts
 from stargraph_mem.stores.memory import AddDelta, DeleteDelta, NoopDelta, UpdateDelta
+from stargraph_mem.stores.repositories.kg_promotion import KGTriple, PromoteTriplesToFacts
 
 T0 = datetime(2026, 1, 1, 9, 0, tzinfo=UTC)
 TS = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -547,7 +547,7 @@ def test_yaml_wiring_refuses_what_it_cannot_open(mapping: dict[str, Any], fragme
 def test_the_wheel_carries_the_default_pack_where_consolidate_rule_looks() -> None:
     import tomllib
 
-    from stargraph_mem.engine import legacy
+    from stargraph_mem.engine import contract as legacy
 
     root = Path(__file__).resolve().parents[1]
     config = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))

@@ -499,7 +499,7 @@ async def test_the_legacy_consolidate_refuses_on_postgresql(
 
 async def test_run_states_of_some_partitions(backend: Backend) -> None:
     """``runs_of`` reads the run states of the partitions asked for, and only those."""
-    from stargraph_mem.stores.schedule_runs import RuleRun
+    from stargraph_mem.stores.repositories.schedule_runs import RuleRun
     from stargraph_mem.stores.scope import Partition
 
     at = datetime(2026, 5, 1, tzinfo=UTC)

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from stargraph_mem.compiler.pack import CompiledPack, compile_file, compile_text
 from stargraph_mem.compiler.sweep_sql import SweepFilter, sweep_filter
 from stargraph_mem.engine.api import Consolidator
-from stargraph_mem.engine.scheduler import ConsolidationReport
+from stargraph_mem.engine.schedule.scheduler import ConsolidationReport
 from stargraph_mem.errors import IRError
 from stargraph_mem.ir.models import FACT_FIELDS, Rule
 from stargraph_mem.ir.reference import evaluate
@@ -25,9 +25,9 @@ from stargraph_mem.model.time import from_us, to_us
 from stargraph_mem.stores.fact import EngineFact
 from stargraph_mem.stores.models import AddDelta, DeleteDelta, Episode, FactPayload, NoopDelta
 from stargraph_mem.stores.postgres.fact import PostgresFactStore
+from stargraph_mem.stores.repositories.sweep_schema import SWEEP_INDEX_NAMES, index_ddl
 from stargraph_mem.stores.scope import Partition
 from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
-from stargraph_mem.stores.sweep_schema import SWEEP_INDEX_NAMES, index_ddl
 
 RULES = Path(__file__).resolve().parent.parent / "rules"
 T0 = datetime(2026, 1, 1, 10, 0, tzinfo=UTC)

@@ -36,10 +36,10 @@ from typer.testing import CliRunner
 from stargraph_mem import telemetry
 from stargraph_mem.cli import app
 from stargraph_mem.compiler.pack import CompiledPack, compile_file, compile_text
-from stargraph_mem.engine import observe
 from stargraph_mem.engine.api import Consolidator
 from stargraph_mem.engine.operations import Backlog, JsonFormatter, log_tick, tick_fields
-from stargraph_mem.engine.scheduler import ConsolidationReport, Due
+from stargraph_mem.engine.passes import observe
+from stargraph_mem.engine.schedule.scheduler import ConsolidationReport, Due
 from stargraph_mem.stores.scope import Partition
 
 ROOT = Path(__file__).resolve().parent.parent

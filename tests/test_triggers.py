@@ -20,14 +20,14 @@ from stargraph_mem.authoring.lint import lint_analysis
 from stargraph_mem.cli import app
 from stargraph_mem.compiler.pack import compile_text, validate_file
 from stargraph_mem.engine.api import Consolidator
-from stargraph_mem.engine.scheduler import ConsolidationReport
+from stargraph_mem.engine.schedule.scheduler import ConsolidationReport
 from stargraph_mem.errors import IRError
 from stargraph_mem.ir.checks import check_or_raise
 from stargraph_mem.ir.loader import load_pack_text
 from stargraph_mem.stores.models import Cadence, ConsolidationRule
 from stargraph_mem.stores.postgres.schedule import PostgresScheduleStore
+from stargraph_mem.stores.sqlite.schedule import SQLiteScheduleStore
 from stargraph_mem.stores.sqlite_memory import SQLiteMemoryStore
-from stargraph_mem.stores.sqlite_schedule import SQLiteScheduleStore
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -12,11 +12,11 @@ import pytest
 from e2e_helpers import DEDUP, DEFAULT, EXPIRE, FREQUENCY, NOW, dump_tables, episode, spo
 
 from stargraph_mem.compiler.pack import compile_file
-from stargraph_mem.engine import runner as runner_module
 from stargraph_mem.engine.api import Consolidator
-from stargraph_mem.engine.report import PassReport
-from stargraph_mem.engine.runner import PassRunner, WorkerMode
-from stargraph_mem.engine.worker import WorkerProcess
+from stargraph_mem.engine.passes import runner as runner_module
+from stargraph_mem.engine.passes.report import PassReport
+from stargraph_mem.engine.passes.runner import PassRunner, WorkerMode
+from stargraph_mem.engine.passes.worker import WorkerProcess
 from stargraph_mem.errors import EngineError, FactConflictError, IRError, IRIssue
 from stargraph_mem.salience import RuleBasedScorer
 from stargraph_mem.stores.models import DELTA_ADAPTER, Episode, canonical_json

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from stargraph_mem.engine.report import PassReport
+from stargraph_mem.engine.passes.report import PassReport
 from stargraph_mem.ir.models import RulePack
 
 EPSILON = 1e-9

@@ -41,16 +41,16 @@ from stargraph_mem.compiler.cadence import next_fire
 from stargraph_mem.compiler.pack import CompiledPack
 from stargraph_mem.engine.api import Consolidator, runtime_for
 from stargraph_mem.engine.limits import DEFAULT_MAX_EPISODES
-from stargraph_mem.engine.report import PassReport
-from stargraph_mem.engine.runner import PassRunner
+from stargraph_mem.engine.passes.report import PassReport
+from stargraph_mem.engine.passes.runner import PassRunner
 from stargraph_mem.errors import ScheduleError, StoreError
 from stargraph_mem.model.cadence import Cadence
 from stargraph_mem.model.facts import Fact, FactPattern
 from stargraph_mem.model.time import from_us, to_us, to_utc, utc_now
 from stargraph_mem.stores.copy import COPIED_TABLES, copy_database
 from stargraph_mem.stores.database import SQLiteDatabase, parse_database_url
-from stargraph_mem.stores.episode_rows import partition_of
 from stargraph_mem.stores.memory import QuarantinedRow
+from stargraph_mem.stores.repositories.episode_rows import partition_of
 from stargraph_mem.stores.repositories.episodes import STORED_COLUMNS
 from stargraph_mem.stores.scope import Partition
 

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from stargraph_mem.engine.api import Consolidator
-from stargraph_mem.engine.report import PassReport
+from stargraph_mem.engine.passes.report import PassReport
 from stargraph_mem.errors import FactNotFoundError
 from stargraph_mem.model.deltas import FactDelta, MemoryDelta
 from stargraph_mem.model.facts import Fact, StatusEvent

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from stargraph_mem.authoring.coverage import Coverage
     from stargraph_mem.authoring.packtest import TestRun
     from stargraph_mem.engine.api import Consolidator
-    from stargraph_mem.engine.report import PassReport
+    from stargraph_mem.engine.passes.report import PassReport
 
 
 def coverage_lines(coverage: Coverage, minimum: float | None = None) -> list[str]:

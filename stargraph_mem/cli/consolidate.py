@@ -30,7 +30,7 @@ from stargraph_mem.model.limits import DEFAULT_FACT_BYTES, Limits
 
 if TYPE_CHECKING:
     from stargraph_mem.cli.authoring import Extras
-    from stargraph_mem.engine.report import ConsolidationReport, PassReport
+    from stargraph_mem.engine.passes.report import ConsolidationReport, PassReport
 
 
 def pass_document(report: PassReport) -> dict[str, Any]:

@@ -40,7 +40,7 @@ def parse_confidence(value: float | None) -> float | None:
 
 def parse_limit(value: int) -> int:
     """``--limit``: an integer from 1 to the most hits a search returns (1000)."""
-    from stargraph_mem.stores.sqlite_search import MAX_LIMIT
+    from stargraph_mem.stores.sqlite.search import MAX_LIMIT
 
     if not 1 <= value <= MAX_LIMIT:
         raise typer.BadParameter(f"must be an integer from 1 to {MAX_LIMIT}, got {value}")

@@ -34,7 +34,7 @@ from stargraph_mem.model.time import utc_now
 if TYPE_CHECKING:
     from stargraph_mem.engine.api import Consolidator
     from stargraph_mem.engine.operations import Backlog
-    from stargraph_mem.engine.scheduler import ConsolidationReport, Due, StatusRow
+    from stargraph_mem.engine.schedule.scheduler import ConsolidationReport, Due, StatusRow
 
 __all__ = ["run_cmd", "status", "status_document", "tick_document", "tick_lines"]
 

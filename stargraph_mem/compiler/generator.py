@@ -9,7 +9,8 @@ matching linear in the number of episodes even with hot keys:
   rules of each episode ran (never the quadratic earlier/later/``not``-between form);
 * ``count`` compiles to a ``sm-count-<i>`` tally per key, updated before the rules run;
 * ``over: history`` patterns compile to a ``sm-hist-<i>`` fact per episode that the
-  runtime computes in Python from the durable aggregates (:mod:`stargraph_mem.engine.history`):
+  runtime computes in Python from the durable aggregates
+  (:mod:`stargraph_mem.engine.passes.aggregates`):
   the count (and whether it grew) or the ordinal of the latest earlier episode, which is
   negative for one consumed by an earlier pass.
 

@@ -117,7 +117,8 @@ SWEEP_COLUMNS: Mapping[str, _Column | _Greatest] = {
     "rule_id": _Column("f.rule_id", index="facts_current_rule"),
 }
 """Fact field → how the pre-filter reads it, and the sweep index (of
-:data:`~stargraph_mem.stores.sweep_schema.SWEEP_INDEXES`) that serves it. Fields not here
+:data:`~stargraph_mem.stores.repositories.sweep_schema.SWEEP_INDEXES`) that serves it. Fields not
+here
 are tested by CLIPS only."""
 
 SweepTest = Callable[[_Column | _Greatest, FieldType, Any], _Emitted]
@@ -178,7 +179,7 @@ class SweepFilter:
     pass then loads the partitions' current and archived facts)."""
     indexes: tuple[str, ...] = ()
     """The sweep indexes its terms can read through: a store makes them before the sweep
-    reads (they are made on demand, see :mod:`~stargraph_mem.stores.sweep_schema`)."""
+    reads (they are made on demand, see :mod:`~stargraph_mem.stores.repositories.sweep_schema`)."""
 
     def params(self, now_us: int) -> tuple[Any, ...]:
         """Parameters with pass-time offsets resolved."""

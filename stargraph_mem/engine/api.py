@@ -11,13 +11,15 @@ from pathlib import Path
 
 from stargraph_mem import telemetry
 from stargraph_mem.compiler.pack import CompiledPack, compile_file
-from stargraph_mem.engine import observe
 from stargraph_mem.engine.limits import DEFAULT_MAX_EPISODES
+from stargraph_mem.engine.passes import observe
+from stargraph_mem.engine.passes.batch import run_many
+from stargraph_mem.engine.passes.report import LegacyFilter, PassReport
+from stargraph_mem.engine.passes.runner import PassRunner, WorkerMode
+from stargraph_mem.engine.passes.runtime import PackRuntime
+from stargraph_mem.engine.passes.sweep import Sweeper, swept
 from stargraph_mem.engine.reconnect import OnOutage, Reconnect, Survivor
-from stargraph_mem.engine.report import LegacyFilter, PassReport
-from stargraph_mem.engine.runner import PassRunner, WorkerMode
-from stargraph_mem.engine.runtime import PackRuntime
-from stargraph_mem.engine.scheduler import (
+from stargraph_mem.engine.schedule.scheduler import (
     DEFAULT_LEASE_SECONDS,
     RETRIES,
     ConsolidationReport,
@@ -25,7 +27,6 @@ from stargraph_mem.engine.scheduler import (
     StatusRow,
     merge_sweep,
 )
-from stargraph_mem.engine.sweep import Sweeper, swept
 from stargraph_mem.errors import DatabaseUnavailableError
 from stargraph_mem.gcpause import gc_paused
 from stargraph_mem.model.episodes import Episode
@@ -41,12 +42,12 @@ from stargraph_mem.model.limits import DEFAULT_LIMITS, Limits
 from stargraph_mem.model.time import to_utc, utc_now
 from stargraph_mem.salience import SalienceScorer
 from stargraph_mem.stores.database import open_database
-from stargraph_mem.stores.episode_rows import check_scope
 from stargraph_mem.stores.fact import Explanation
-from stargraph_mem.stores.inline import inline_statements
-from stargraph_mem.stores.lifecycle import AsyncResource, closed_on_failure
-from stargraph_mem.stores.schedule_runs import RuleRun, RunState
+from stargraph_mem.stores.repositories.episode_rows import check_scope
+from stargraph_mem.stores.repositories.schedule_runs import RuleRun, RunState
+from stargraph_mem.stores.resources import AsyncResource, closed_on_failure
 from stargraph_mem.stores.scope import Partition
+from stargraph_mem.stores.sqlite.inline import inline_statements
 
 _RUNTIMES: dict[str, PackRuntime] = {}
 
@@ -67,7 +68,7 @@ class Consolidator(AsyncResource):
     whatever is due, ``consolidate`` on demand, read facts and explanations.
 
     ``record``, ``record_many``, ``tick`` and ``consolidate`` each return one
-    :class:`~stargraph_mem.engine.scheduler.ConsolidationReport`.
+    :class:`~stargraph_mem.engine.schedule.scheduler.ConsolidationReport`.
 
     ``clock`` (tz-aware) is the scheduler's notion of now, injectable for tests. Every
     method is safe to call concurrently from many tasks of one event loop.
@@ -138,7 +139,7 @@ class Consolidator(AsyncResource):
         pack are serialised: they share one CLIPS environment)."""
         self._joined_record = not any(r.select is not None for p in self.packs for r in p.rules)
         """Whether a record's put may leave its commit to its pass's (see
-        :func:`~stargraph_mem.stores.inline.inline_statements`): not when a rule has a
+        :func:`~stargraph_mem.stores.sqlite.inline.inline_statements`): not when a rule has a
         ``select``, whose record commits its put before the pass, as it always did (the
         clause now reads the pass's episodes, so joining would be safe too)."""
         self.scheduler = Scheduler(
@@ -388,7 +389,8 @@ class Consolidator(AsyncResource):
             for _ in range(RETRIES if episode_rules else 0):
                 conflicts: list[Partition] = []
                 runs = {} if dry_run else await self._runs(runner.pack, todo, episode_rules, when)
-                report.passes += await runner.run_many(
+                report.passes += await run_many(
+                    runner,
                     todo,
                     now=when,
                     rule_ids=episode_rules,

@@ -17,14 +17,14 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from stargraph_mem import telemetry
-from stargraph_mem.engine.sweep import swept
+from stargraph_mem.engine.passes.sweep import swept
 from stargraph_mem.model.time import to_us, to_utc
 from stargraph_mem.stores.scope import Partition
 
 if TYPE_CHECKING:
     from stargraph_mem.engine.api import Consolidator
-    from stargraph_mem.engine.report import ConsolidationReport
-    from stargraph_mem.engine.runner import PassRunner
+    from stargraph_mem.engine.passes.report import ConsolidationReport
+    from stargraph_mem.engine.passes.runner import PassRunner
 
 __all__ = [
     "BACKLOG_SECONDS",

@@ -75,7 +75,7 @@ from stargraph_mem.model.episodes import Episode
 from stargraph_mem.model.facts import Fact, FactPattern
 from stargraph_mem.model.limits import Limits, utf8_size
 from stargraph_mem.model.time import utc_now
-from stargraph_mem.stores.sqlite_search import MAX_LIMIT
+from stargraph_mem.stores.sqlite.search import MAX_LIMIT
 
 __all__ = [
     "DEFAULT_SESSION",

@@ -37,7 +37,7 @@ from mcp.types import ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
 from stargraph_mem.engine.api import Consolidator
-from stargraph_mem.engine.report import PassReport
+from stargraph_mem.engine.passes.report import PassReport
 from stargraph_mem.errors import StargraphMemError
 from stargraph_mem.integrations.mcp_stdio import serve_stdio_lines
 from stargraph_mem.model.base import ID_PATTERN
@@ -47,7 +47,7 @@ from stargraph_mem.model.episodes import Episode
 from stargraph_mem.model.facts import Fact, FactHit
 from stargraph_mem.model.time import NaiveTimestampError, parse_iso
 from stargraph_mem.stores.fact import BindingValue, SourceEpisode
-from stargraph_mem.stores.sqlite_search import MAX_LIMIT
+from stargraph_mem.stores.sqlite.search import MAX_LIMIT
 
 __all__ = [
     "TOOL_NAMES",

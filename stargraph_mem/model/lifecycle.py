@@ -1,8 +1,9 @@
 """The fact lifecycle: what a delta does to its partition's facts, as plain data.
 
 Pure (no I/O, no SQL, no CLIPS). The runtime's view of a pass
-(:mod:`stargraph_mem.engine.runtime`) and the fact stores' apply
-(:mod:`stargraph_mem.stores.fact_apply`) both ask this module, so each rule is coded once:
+(:mod:`stargraph_mem.engine.passes.runtime`) and the fact stores' apply
+(:mod:`stargraph_mem.stores.repositories.fact_apply`) both ask this module, so each rule is coded
+once:
 which facts a delta may name, how it closes them (or restores an archived one), what the
 fact it makes keeps of those it replaces, and how a confirmation reinforces a fact. The
 callers execute the answer: the runtime on its in-memory facts, the store as rows.

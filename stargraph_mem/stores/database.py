@@ -20,17 +20,17 @@ import aiosqlite
 
 from stargraph_mem.model.limits import Limits
 from stargraph_mem.model.time import utc_now
-from stargraph_mem.stores.lifecycle import AsyncResource, closed_on_failure
 from stargraph_mem.stores.protocols import Database
-from stargraph_mem.stores.sqlite_base import SharedConnection, scalar, transaction
+from stargraph_mem.stores.resources import AsyncResource, closed_on_failure
+from stargraph_mem.stores.sqlite.connection import SharedConnection, scalar, transaction
+from stargraph_mem.stores.sqlite.schedule import SQLiteScheduleStore
+from stargraph_mem.stores.sqlite.search import catch_up_text
 from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
 from stargraph_mem.stores.sqlite_memory import SQLiteMemoryStore
-from stargraph_mem.stores.sqlite_schedule import SQLiteScheduleStore
-from stargraph_mem.stores.sqlite_search import catch_up_text
 from stargraph_mem.stores.url import DatabaseURL, bad_location, parse_database_url, redact
 
 if TYPE_CHECKING:
-    from stargraph_mem.stores.copy import Table
+    from stargraph_mem.stores.tables import Table
 
 __all__ = [
     "DatabaseURL",

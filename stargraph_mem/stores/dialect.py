@@ -15,17 +15,9 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any, ClassVar
 
-from stargraph_mem.stores.search_common import fold, fold_indexed
 from stargraph_mem.stores.sql_conn import Insert, Many
-from stargraph_mem.stores.sqlite_search_sql import (
-    CATCH_UP_TEXT,
-    INDEX_FACT,
-    MOVE_TEXT_MARK,
-    SEARCH_TABLE,
-    TEXT_MARK,
-)
 
-__all__ = ["POSTGRES", "SQLITE", "Dialect", "PostgresDialect", "SQLiteDialect", "render"]
+__all__ = ["Dialect", "qmarks", "render"]
 
 
 @lru_cache(maxsize=4096)
@@ -164,187 +156,11 @@ class Dialect:
         raise NotImplementedError
 
 
-class SQLiteDialect(Dialect):
-    """SQLite (``sqlite3`` through aiosqlite): qmark placeholders, JSON text for lists."""
-
-    name = "sqlite"
-    mark = "?"
-
-    def ids(self, values: Sequence[str]) -> Any:
-        import orjson
-
-        return orjson.dumps(list(values)).decode()
-
-    def in_ids(self) -> str:
-        return "IN (SELECT value FROM json_each(?))"
-
-    # facts
-
-    no_limit = -1
-    greatest = "max"
-    ordered_join = "CROSS JOIN"  # SQLite keeps the written order of a CROSS JOIN
-    episode_columns = "SELECT name FROM pragma_table_info('episodes')"
-    last_ids = (
-        "SELECT (SELECT coalesce(max(rowid), 0) FROM facts), "
-        "max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'audit'), 0), "
-        "coalesce((SELECT max(seq) FROM audit), 0)), "
-        f"(SELECT CAST(value AS INTEGER) FROM fact_store_meta WHERE key = '{TEXT_MARK}')"
-    )
-    catch_up_text = CATCH_UP_TEXT
-    move_text_mark = MOVE_TEXT_MARK
-
-    def each_id(self) -> tuple[str, str]:
-        return "json_each(?) j", "j.value"
-
-    def insert_ignoring(self, table: str, columns: str, count: int) -> str:
-        return f"INSERT OR IGNORE INTO {table} ({columns}) VALUES ({_qmarks(count)})"
-
-    def reinforcement_stats(self) -> tuple[str, str, str, str]:
-        base = "coalesce(f.reinforced_us, f.valid_from_us)"
-        of_fact = "FROM reinforcements r WHERE r.fact_id = f.id"
-        return (
-            f"max({base}, coalesce((SELECT max(r.ts_us) {of_fact}), {base}))",
-            f"f.reinforcement_base + (SELECT count(*) {of_fact})",
-            "max(coalesce(f.observed_us, f.valid_from_us), "
-            f"coalesce((SELECT max(r.observed_us) {of_fact}), 0))",
-            "",
-        )
-
-    def index_fact(self) -> Insert:
-        return Insert("fact_text", ("rowid", "body"), INDEX_FACT)
-
-    def match(self, words: Sequence[str]) -> str:
-        return " OR ".join(f'"{word}"' for word in words)
-
-    def search_hits(self, columns: str, condition: str, order: str, table: str = "") -> str:
-        table = table or SEARCH_TABLE
-        return (
-            f"WITH hits AS (SELECT rowid AS hit_rowid, bm25({table}) AS hit_rank "
-            f"FROM {table} WHERE {table} MATCH ?) "
-            f"SELECT {columns}, -hit_rank FROM hits JOIN facts ON facts.rowid = hits.hit_rowid "
-            f"WHERE {condition} ORDER BY hit_rank, {order} LIMIT ?"
-        )
-
-    # episodes and schedule
-
-    def reads(self, keys: Sequence[str], afters: Sequence[int]) -> tuple[Any, ...]:
-        import orjson
-
-        return (orjson.dumps([[k, a] for k, a in zip(keys, afters, strict=True)]).decode(),)
-
-    def read_rows(self) -> str:
-        return "(SELECT key AS i, value ->> 0 AS k, value ->> 1 AS after FROM json_each(?)) r"
-
-    def since_of(self, columns: str) -> str:
-        # no LATERAL in SQLite: each read's seqs come from a correlated IN
-        return (
-            f"SELECT r.i, {columns} FROM {self.read_rows()} JOIN episodes e ON e.seq IN ("
-            "SELECT seq FROM episodes WHERE partition_key = r.k AND seq > r.after "
-            "ORDER BY seq LIMIT ?) ORDER BY r.i, e.seq"
-        )
-
-
-class PostgresDialect(Dialect):
-    """PostgreSQL (psycopg 3): ``%s`` placeholders, arrays for lists."""
-
-    name = "postgresql"
-    mark = "%s"
-
-    def ids(self, values: Sequence[str]) -> Any:
-        return list(values)
-
-    def in_ids(self) -> str:
-        return "= ANY(?)"
-
-    # facts
-
-    episode_columns = (  # the episodes table is always there: one migration makes every store
-        "SELECT name FROM (VALUES ('id'), ('user'), ('session'), ('agent'), ('ts_us'), "
-        "('content'), ('partition_key')) AS c(name)"
-    )
-    last_ids = (
-        "SELECT (SELECT coalesce(max(rowid), 0) FROM facts), "
-        "(SELECT coalesce(max(seq), 0) FROM audit), NULL"
-    )
-
-    def each_id(self) -> tuple[str, str]:
-        return "unnest(?::text[]) AS j(k)", "j.k"
-
-    def insert_ignoring(self, table: str, columns: str, count: int) -> str:
-        return f"INSERT INTO {table} ({columns}) VALUES ({_qmarks(count)}) ON CONFLICT DO NOTHING"
-
-    def update_many(
-        self, table: str, sets: Sequence[tuple[str, str]], key: tuple[str, str], where: str = ""
-    ) -> Many:
-        """As the base, plus one ``UPDATE … FROM unnest(arrays)`` for all the rows."""
-        one = super().update_many(table, sets, key, where)
-        columns = [*sets, key]
-        arrays = ", ".join(f"?::{kind}[]" for _, kind in columns)
-        names = ", ".join(name for name, _ in columns)
-        assigned = ", ".join(f"{name} = c.{name}" for name, _ in sets)
-        extra = f" AND t.{where}" if where else ""
-        text = (
-            f"UPDATE {table} AS t SET {assigned} FROM unnest({arrays}) AS c({names}) "
-            f"WHERE t.{key[0]} = c.{key[0]}{extra}"
-        )
-        return Many(one.sql, self.sql(text))
-
-    def reinforcement_stats(self) -> tuple[str, str, str, str]:
-        return (
-            "greatest(coalesce(f.reinforced_us, f.valid_from_us), r.ts)",
-            "f.reinforcement_base + r.n",
-            "greatest(coalesce(f.observed_us, f.valid_from_us), r.observed)",
-            "CROSS JOIN LATERAL (SELECT max(ts_us) AS ts, count(*) AS n, "
-            "max(observed_us) AS observed FROM reinforcements WHERE fact_id = f.id) AS r",
-        )
-
-    def index_fact(self) -> Insert:
-        return Insert(
-            "fact_text", ("rowid", "text"), self.sql(_insert("fact_text", "rowid, text", 2))
-        )
-
-    def index_text(self, text: str) -> str:
-        return fold_indexed(text)  # 'simple' keeps accents: folded here
-
-    def match(self, words: Sequence[str]) -> str:
-        # each word quoted as one tsquery operand: words are letters, digits and _ only
-        return " | ".join(f"'{fold(word)}'" for word in words)
-
-    def search_hits(self, columns: str, condition: str, order: str, table: str = "") -> str:
-        return (
-            f"SELECT {columns}, ts_rank(t.body, q.query) AS score "
-            "FROM to_tsquery('simple', ?) AS q(query) "
-            f"JOIN {table or 'fact_text'} t ON t.body @@ q.query "
-            "JOIN facts ON facts.rowid = t.rowid "
-            f"WHERE {condition} ORDER BY score DESC, {order} LIMIT ?"
-        )
-
-    # episodes and schedule
-
-    def reads(self, keys: Sequence[str], afters: Sequence[int]) -> tuple[Any, ...]:
-        return list(keys), list(afters)
-
-    def read_rows(self) -> str:
-        return (
-            "(SELECT o.i - 1 AS i, o.k, o.after FROM unnest(?::text[], ?::bigint[]) "
-            "WITH ORDINALITY AS o(k, after, i)) r"
-        )
-
-    def since_of(self, columns: str) -> str:
-        return (
-            f"SELECT r.i, {columns} FROM {self.read_rows()} CROSS JOIN LATERAL ("
-            "SELECT * FROM episodes WHERE partition_key = r.k AND seq > r.after "
-            "ORDER BY seq LIMIT ?) AS e ORDER BY r.i, e.seq"
-        )
-
-
-def _qmarks(count: int) -> str:
+def qmarks(count: int) -> str:
+    """``count`` qmark placeholders separated by commas."""
     return ", ".join(["?"] * count)
 
 
-def _insert(table: str, columns: str, count: int) -> str:
-    return f"INSERT INTO {table} ({columns}) VALUES ({_qmarks(count)})"
-
-
-SQLITE = SQLiteDialect()
-POSTGRES = PostgresDialect()
+def insert_text(table: str, columns: str, count: int) -> str:
+    """Insert one row of ``count`` values into ``columns`` of ``table`` (qmark style)."""
+    return f"INSERT INTO {table} ({columns}) VALUES ({qmarks(count)})"

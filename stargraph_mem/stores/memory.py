@@ -158,7 +158,7 @@ __all__ = [
 
 ConsolidateHook = Callable[..., Awaitable[list[MemoryDelta]]]
 """Called as ``hook(store, rule, due_only=...)``."""
-DEFAULT_CONSOLIDATION_RUNTIME: Final = "stargraph_mem.engine.legacy:consolidate_rule"
+DEFAULT_CONSOLIDATION_RUNTIME: Final = "stargraph_mem.engine.contract:consolidate_rule"
 """``module:function`` of the runtime behind ``consolidate(rule)`` unless one is installed."""
 _HOOKS: list[ConsolidateHook] = []
 

@@ -15,7 +15,6 @@ from types import TracebackType
 from typing import Any, Protocol, Self, runtime_checkable
 
 from stargraph_mem.model.facts import Fact, FactAccess, FactHit, StatusEvent
-from stargraph_mem.stores.aggregates import AggregateRow, AggregateWindow, AggregateWrite
 from stargraph_mem.stores.fact import (
     ApplyResult,
     DeltaInput,
@@ -24,15 +23,20 @@ from stargraph_mem.stores.fact import (
     Rejection,
     WatermarkAdvance,
 )
-from stargraph_mem.stores.fact_rows import PassBasis, PassWrite
 from stargraph_mem.stores.memory import (
     CheckedRead,
     EpisodeRecord,
     IncrementalMemoryStore,
     QuarantinedRow,
 )
-from stargraph_mem.stores.pass_time import Deferral
-from stargraph_mem.stores.schedule_runs import LeaseState, RuleRun, RunState
+from stargraph_mem.stores.repositories.aggregates import (
+    AggregateRow,
+    AggregateWindow,
+    AggregateWrite,
+)
+from stargraph_mem.stores.repositories.fact_rows import PassBasis, PassWrite
+from stargraph_mem.stores.repositories.pass_time import Deferral
+from stargraph_mem.stores.repositories.schedule_runs import LeaseState, RuleRun, RunState
 from stargraph_mem.stores.scope import Partition
 
 __all__ = [

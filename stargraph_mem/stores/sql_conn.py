@@ -1,6 +1,7 @@
 """The few connection operations backend-neutral store code needs, whatever the driver.
 
-Shared modules (:mod:`~stargraph_mem.stores.fact_apply`, :mod:`~stargraph_mem.stores.fact_explain`,
+Shared modules (:mod:`~stargraph_mem.stores.repositories.fact_apply`,
+:mod:`~stargraph_mem.stores.repositories.fact_explain`,
 …) run statements a backend hands them through this interface, so the SQL text stays in
 the backend's own modules and the logic exists once.
 """

@@ -9,7 +9,7 @@ background checkpoints of long runs.
 Update and delete close a fact's validity (``valid_until_us``, ``superseded_by``,
 ``closed_by``); rows are never deleted. A batch of deltas, its watermark advances and its
 rejections are applied in one ``BEGIN IMMEDIATE`` transaction with ``executemany``
-per table and chunk (:class:`~stargraph_mem.stores.fact_apply.Batch`, shared with the
+per table and chunk (:class:`~stargraph_mem.stores.repositories.fact_apply.Batch`, shared with the
 PostgreSQL store), so a failure anywhere leaves the file exactly as it was.
 """
 
@@ -31,20 +31,20 @@ import aiosqlite
 from stargraph_mem.errors import StoreError
 from stargraph_mem.model.facts import FactPattern
 from stargraph_mem.model.time import utc_now
-from stargraph_mem.stores.dialect import SQLITE as SQLITE_DIALECT
 from stargraph_mem.stores.fact import ProvenanceAdapter
-from stargraph_mem.stores.fact_passes import CHUNK, RecordRuns
-from stargraph_mem.stores.fact_rows import (
+from stargraph_mem.stores.models import MigrationPlan
+from stargraph_mem.stores.repositories.fact_passes import CHUNK, RecordRuns
+from stargraph_mem.stores.repositories.fact_rows import (
     PassBasis,
     PassWrite,
     claim_holder,
     fact_from_row,
     validate_deltas,
 )
-from stargraph_mem.stores.fact_rows import fact_query as dialect_query
-from stargraph_mem.stores.models import MigrationPlan
+from stargraph_mem.stores.repositories.fact_rows import fact_query as dialect_query
 from stargraph_mem.stores.repositories.facts import FACTS_LOCK, Search, SQLFactRepository
-from stargraph_mem.stores.sqlite_base import (
+from stargraph_mem.stores.repositories.sweep_schema import DROP_SWEEP_INDEXES, ON_DEMAND_MARK
+from stargraph_mem.stores.sqlite.connection import (
     WAL_AUTOCHECKPOINT_PAGES,
     SharedConnection,
     SQLiteConn,
@@ -53,7 +53,10 @@ from stargraph_mem.stores.sqlite_base import (
     scalar,
     transaction,
 )
-from stargraph_mem.stores.sqlite_fact_schema import (
+from stargraph_mem.stores.sqlite.dialect import SQLITE as SQLITE_DIALECT
+from stargraph_mem.stores.sqlite.migrations import apply_plan, check_plan
+from stargraph_mem.stores.sqlite.schedule import record_runs
+from stargraph_mem.stores.sqlite.schema import (
     CACHE_KIB,
     LEDGER,
     MIGRATIONS,
@@ -62,10 +65,7 @@ from stargraph_mem.stores.sqlite_fact_schema import (
     TABLES,
     stored_version,
 )
-from stargraph_mem.stores.sqlite_migration import apply_plan, check_plan
-from stargraph_mem.stores.sqlite_schedule import record_runs
-from stargraph_mem.stores.sqlite_search import catch_up_text, text_behind, text_copy
-from stargraph_mem.stores.sweep_schema import DROP_SWEEP_INDEXES, ON_DEMAND_MARK
+from stargraph_mem.stores.sqlite.search import catch_up_text, text_behind, text_copy
 
 __all__ = [
     "CHUNK",
@@ -262,7 +262,7 @@ class SQLiteFactStore(SQLiteStoreBase, SQLFactRepository[SQLiteConn]):
         self, db: SQLiteConn, search: Search
     ) -> list[Sequence[Any]] | None:
         """The search index may trail the newest facts (see
-        :mod:`~stargraph_mem.stores.sqlite_search`): searched as it is when up to date;
+        :mod:`~stargraph_mem.stores.sqlite.search`): searched as it is when up to date;
         on a read-only file, the connection's own copy of it is searched instead; else
         None (the index is brought up to date first)."""
         behind = await text_behind(db.db)
@@ -296,7 +296,7 @@ class _AsConn:
 async def _sweep_indexes_on_demand(db: aiosqlite.Connection) -> None:
     """Drop the sweep indexes a file made before they were made on demand has (once: the
     file is marked), so closes stop writing to those no sweep reads (see
-    :mod:`~stargraph_mem.stores.sweep_schema`)."""
+    :mod:`~stargraph_mem.stores.repositories.sweep_schema`)."""
     if await scalar(db, _MARKED, (ON_DEMAND_MARK,)) is None:
         for statement in DROP_SWEEP_INDEXES:
             await db.execute(statement)

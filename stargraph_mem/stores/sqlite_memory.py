@@ -21,15 +21,14 @@ from stargraph_mem.errors import StoreError
 from stargraph_mem.model.deltas import MemoryDelta
 from stargraph_mem.model.limits import Limits
 from stargraph_mem.model.time import utc_now
-from stargraph_mem.stores.dialect import SQLITE
-from stargraph_mem.stores.episode_io import EpisodeWriter
-from stargraph_mem.stores.episode_rows import TABLE, NotUtf8, row_record, scope_filter
 from stargraph_mem.stores.memory import consolidation_hook
 from stargraph_mem.stores.models import ConsolidationRule, MigrationPlan
 from stargraph_mem.stores.repositories import episodes
+from stargraph_mem.stores.repositories.episode_io import EpisodeWriter
+from stargraph_mem.stores.repositories.episode_rows import TABLE, NotUtf8, row_record, scope_filter
 from stargraph_mem.stores.repositories.episodes import Episodes
-from stargraph_mem.stores.sqlite_base import BUSY_TIMEOUT_MS as BUSY_TIMEOUT_MS  # re-export
-from stargraph_mem.stores.sqlite_base import (
+from stargraph_mem.stores.sqlite.connection import BUSY_TIMEOUT_MS as BUSY_TIMEOUT_MS  # re-export
+from stargraph_mem.stores.sqlite.connection import (
     NOT_HERE,
     SharedConnection,
     SQLiteConn,
@@ -39,8 +38,9 @@ from stargraph_mem.stores.sqlite_base import (
     scalar,
     transaction,
 )
-from stargraph_mem.stores.sqlite_base import to_us as to_us  # re-export
-from stargraph_mem.stores.sqlite_migration import Ledger, apply_plan, check_plan
+from stargraph_mem.stores.sqlite.connection import to_us as to_us  # re-export
+from stargraph_mem.stores.sqlite.dialect import SQLITE
+from stargraph_mem.stores.sqlite.migrations import Ledger, apply_plan, check_plan
 
 __all__ = [
     "BASELINE_MIGRATION",
@@ -224,7 +224,7 @@ class SQLiteMemoryStore(Episodes, SQLiteStoreBase):
     ) -> list[MemoryDelta]:
         """Run ``rule`` now (default classification table, over the episodes after its
         watermark) and apply its deltas; return them. ``due_only=True``: only partitions
-        the rule's cadence says are due (see :mod:`stargraph_mem.engine.legacy`).
+        the rule's cadence says are due (see :mod:`stargraph_mem.engine.contract`).
 
         The runtime is looked up when this runs (``stores.memory.consolidation_hook``), so
         importing the store loads neither the engine nor CLIPS.

@@ -35,7 +35,6 @@ from stargraph_mem.errors import DatabaseUnavailableError, StoreError
 from stargraph_mem.model.limits import Limits
 from stargraph_mem.model.time import to_us, utc_now
 from stargraph_mem.stores.fact import ProvenanceAdapter
-from stargraph_mem.stores.lifecycle import AsyncResource
 from stargraph_mem.stores.models import StoreHealth
 from stargraph_mem.stores.postgres.connection import PgConn
 from stargraph_mem.stores.postgres.fact import PostgresFactStore
@@ -44,6 +43,7 @@ from stargraph_mem.stores.postgres.memory import PostgresMemoryStore
 from stargraph_mem.stores.postgres.schedule import PostgresScheduleStore
 from stargraph_mem.stores.postgres.schema import LEDGER_TABLE, MIGRATIONS, SCHEMA_VERSION
 from stargraph_mem.stores.postgres.tables import PostgresTables
+from stargraph_mem.stores.resources import AsyncResource
 from stargraph_mem.stores.url import redact
 
 __all__ = ["CLOSE_TIMEOUT_S", "CONNECT_TIMEOUT_S", "PostgresDatabase", "split_url"]

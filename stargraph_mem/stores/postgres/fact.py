@@ -2,7 +2,7 @@
 
 The methods and their SQL are the repository's
 (:class:`~stargraph_mem.stores.repositories.facts.SQLFactRepository`, rendered for
-:class:`~stargraph_mem.stores.dialect.PostgresDialect`); this module binds it to the
+:class:`~stargraph_mem.stores.postgres.dialect.PostgresDialect`); this module binds it to the
 database's pool and transactions. A write runs in one transaction holding the schema's
 ``facts`` advisory lock, so a batch's fact rowids and audit seqs follow the stored ones
 and a pass's basis check and its writes see no other writer in between, as with SQLite's
@@ -21,20 +21,20 @@ from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING, Final
 
-from stargraph_mem.stores.dialect import POSTGRES
 from stargraph_mem.stores.fact import ProvenanceAdapter
-from stargraph_mem.stores.fact_passes import CHUNK, RecordRuns
 from stargraph_mem.stores.models import MigrationPlan
-from stargraph_mem.stores.plan_migration import Ledger, apply_plan, check_plan
 from stargraph_mem.stores.postgres.connection import PgConn
+from stargraph_mem.stores.postgres.dialect import POSTGRES
 from stargraph_mem.stores.postgres.repository import PostgresRepository
 from stargraph_mem.stores.postgres.schema import TABLES
 from stargraph_mem.stores.postgres.statements import PLANS, RUNS
+from stargraph_mem.stores.repositories.fact_passes import CHUNK, RecordRuns
 from stargraph_mem.stores.repositories.facts import FACTS_LOCK, SQLFactRepository
-from stargraph_mem.stores.schedule_runs import record_runs
+from stargraph_mem.stores.repositories.migration_plan import Ledger, apply_plan, check_plan
+from stargraph_mem.stores.repositories.schedule_runs import record_runs
 
 if TYPE_CHECKING:
-    from stargraph_mem.stores.postgres.database import PostgresDatabase
+    from stargraph_mem.stores.postgres.owner import PgOwner
 
 __all__ = ["CHUNK", "PostgresFactStore"]
 
@@ -54,7 +54,7 @@ class PostgresFactStore(PostgresRepository, SQLFactRepository[PgConn]):
 
     dialect = POSTGRES
 
-    def __init__(self, database: PostgresDatabase, *, adapter: ProvenanceAdapter | None = None):
+    def __init__(self, database: PgOwner, *, adapter: ProvenanceAdapter | None = None):
         super().__init__(database)
         self._clock = self._database_now
         self._repository(adapter, episodes_here=True)  # one schema holds every store

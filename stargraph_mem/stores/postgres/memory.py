@@ -13,13 +13,13 @@ import psycopg
 
 from stargraph_mem.errors import StoreError
 from stargraph_mem.model.deltas import MemoryDelta
-from stargraph_mem.stores.dialect import POSTGRES
 from stargraph_mem.stores.models import ConsolidationRule, MigrationPlan, StoreHealth
-from stargraph_mem.stores.plan_migration import Ledger, apply_plan, check_plan
+from stargraph_mem.stores.postgres.dialect import POSTGRES
 from stargraph_mem.stores.postgres.repository import PostgresRepository
 from stargraph_mem.stores.postgres.statements import PLANS
 from stargraph_mem.stores.repositories import episodes
 from stargraph_mem.stores.repositories.episodes import Episodes
+from stargraph_mem.stores.repositories.migration_plan import Ledger, apply_plan, check_plan
 
 __all__ = ["PostgresMemoryStore", "recent_query"]
 

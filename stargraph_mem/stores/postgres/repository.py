@@ -6,14 +6,15 @@ from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, ClassVar
 
-from stargraph_mem.stores.dialect import POSTGRES, Dialect
-from stargraph_mem.stores.lifecycle import AsyncResource
+from stargraph_mem.stores.dialect import Dialect
 from stargraph_mem.stores.models import StoreHealth
 from stargraph_mem.stores.postgres.connection import PgConn
+from stargraph_mem.stores.postgres.dialect import POSTGRES
+from stargraph_mem.stores.resources import AsyncResource
 from stargraph_mem.stores.sql_conn import Conn
 
 if TYPE_CHECKING:
-    from stargraph_mem.stores.postgres.database import PostgresDatabase
+    from stargraph_mem.stores.postgres.owner import PgOwner
 
 __all__ = ["PostgresRepository"]
 
@@ -25,7 +26,7 @@ class PostgresRepository(AsyncResource):
     dialect: ClassVar[Dialect] = POSTGRES
     """The SQL the shared repositories render for this backend."""
 
-    def __init__(self, database: PostgresDatabase) -> None:
+    def __init__(self, database: PgOwner) -> None:
         self.database = database
 
     def _now_us(self) -> int:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Final
 
-from stargraph_mem.stores.fact_status import STATUS_BACKFILL, STATUS_TABLE_NAMES
-from stargraph_mem.stores.pass_time import POSTGRES_TABLES
-from stargraph_mem.stores.sweep_schema import DROP_SWEEP_INDEXES, index_ddl
+from stargraph_mem.stores.repositories.fact_status import STATUS_BACKFILL, STATUS_TABLE_NAMES
+from stargraph_mem.stores.repositories.pass_time import POSTGRES_TABLES
+from stargraph_mem.stores.repositories.sweep_schema import DROP_SWEEP_INDEXES, index_ddl
 
 __all__ = ["LEDGER_TABLE", "MIGRATIONS", "SCHEMA_VERSION", "TABLES"]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from stargraph_mem.stores.dialect import POSTGRES
-from stargraph_mem.stores.plan_migration import PlanDialect
+from stargraph_mem.stores.postgres.dialect import POSTGRES
+from stargraph_mem.stores.repositories.migration_plan import PlanDialect
 from stargraph_mem.stores.repositories.schedule import run_statements
 
 __all__ = ["PLANS", "RUNS"]

@@ -11,13 +11,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from stargraph_mem.stores.dialect import POSTGRES
 from stargraph_mem.stores.postgres.connection import PgConn
-from stargraph_mem.stores.search_common import body_text
+from stargraph_mem.stores.postgres.dialect import POSTGRES
+from stargraph_mem.stores.repositories.search import body_text
 
 if TYPE_CHECKING:
-    from stargraph_mem.stores.copy import Table
-    from stargraph_mem.stores.postgres.database import PostgresDatabase
+    from stargraph_mem.stores.postgres.owner import PgOwner
+    from stargraph_mem.stores.tables import Table
 
 __all__ = ["PostgresTables"]
 
@@ -36,7 +36,7 @@ class PostgresTables:
     """A copy's reads (``db`` None: on a pooled connection) or writes (``db``: the loading
     transaction's connection) of whole tables."""
 
-    def __init__(self, database: PostgresDatabase, db: PgConn | None = None) -> None:
+    def __init__(self, database: PgOwner, db: PgConn | None = None) -> None:
         self.database = database
         self.db = db
 

@@ -13,8 +13,9 @@ reads skip it, note it once in the ``quarantine`` table and report it
 
 Every statement is written once in the qmark style and rendered for the backend's
 :class:`~stargraph_mem.stores.dialect.Dialect` when the backend's first store is built;
-rows are built and checked by :mod:`~stargraph_mem.stores.episode_rows`, written and read
-by :mod:`~stargraph_mem.stores.episode_io`.
+rows are built and checked by :mod:`~stargraph_mem.stores.repositories.episode_rows`, written and
+read
+by :mod:`~stargraph_mem.stores.repositories.episode_io`.
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ from stargraph_mem.model.episodes import Episode
 from stargraph_mem.model.limits import DEFAULT_LIMITS, Limits
 from stargraph_mem.model.time import from_us
 from stargraph_mem.stores.dialect import Dialect
-from stargraph_mem.stores.episode_io import (
+from stargraph_mem.stores.memory import CheckedRead, EpisodeRecord, QuarantinedRow
+from stargraph_mem.stores.repositories.access import Access
+from stargraph_mem.stores.repositories.episode_io import (
     Discarded,
     EpisodeStatements,
     EpisodeWriter,
@@ -40,7 +43,7 @@ from stargraph_mem.stores.episode_io import (
     read_recent,
     read_since,
 )
-from stargraph_mem.stores.episode_rows import (
+from stargraph_mem.stores.repositories.episode_rows import (
     NotUtf8,
     Row,
     check_limit,
@@ -57,8 +60,6 @@ from stargraph_mem.stores.episode_rows import (
     split_rows,
     warn_quarantined,
 )
-from stargraph_mem.stores.memory import CheckedRead, EpisodeRecord, QuarantinedRow
-from stargraph_mem.stores.repositories.access import Access
 from stargraph_mem.stores.scope import Partition
 from stargraph_mem.stores.sql_conn import Conn
 
@@ -475,7 +476,7 @@ class Episodes:
         """Insert whole rows as :meth:`stored_rows` read them (their seqs kept), in one
         transaction; the seqs of the rows left out (their id or seq taken), in order.
 
-        A value read as :class:`~stargraph_mem.stores.episode_rows.NotUtf8` is written
+        A value read as :class:`~stargraph_mem.stores.repositories.episode_rows.NotUtf8` is written
         back as the TEXT it was, so the copy reads as the original does."""
         if not rows:
             return []

@@ -11,13 +11,13 @@ from functools import cache
 from typing import Final
 
 from stargraph_mem.stores.dialect import Dialect
-from stargraph_mem.stores.fact_rows import (
+from stargraph_mem.stores.repositories.fact_rows import (
     AUDIT_INSERT_COLUMNS,
     FACT_INSERT_COLUMNS,
     LINEAGE_INSERT_COLUMNS,
 )
-from stargraph_mem.stores.fact_statements import FactStatements
-from stargraph_mem.stores.fact_status import EVENT_COLUMNS
+from stargraph_mem.stores.repositories.fact_statements import FactStatements
+from stargraph_mem.stores.repositories.fact_status import EVENT_COLUMNS
 from stargraph_mem.stores.sql_conn import Insert
 
 __all__ = [
@@ -121,6 +121,7 @@ def fact_statements(d: Dialect) -> FactStatements:
     last_seq_of = "(SELECT max(a.seq) FROM audit a WHERE a.partition_key = {})"
     aggregate_columns = "ref, value, n, last_us, last_id, data"
     return FactStatements(
+        dialect=d,
         mark=d.mark,
         ids=d.ids,
         no_limit=d.no_limit,

@@ -26,7 +26,6 @@ from stargraph_mem.errors import FactNotFoundError
 from stargraph_mem.gcpause import gc_paused
 from stargraph_mem.model.facts import Fact, FactAccess, FactHit, FactPattern, StatusEvent
 from stargraph_mem.model.time import from_us, seconds_us, to_us, utc_now
-from stargraph_mem.stores.aggregates import AggregateRow, AggregateWindow, AggregateWrite
 from stargraph_mem.stores.dialect import Dialect
 from stargraph_mem.stores.fact import (
     ApplyResult,
@@ -40,9 +39,14 @@ from stargraph_mem.stores.fact import (
     WatermarkAdvance,
     check_pack_hash,
 )
-from stargraph_mem.stores.fact_apply import Batch, marks, other_claim, version
-from stargraph_mem.stores.fact_explain import explain, lineage_of
-from stargraph_mem.stores.fact_passes import (
+from stargraph_mem.stores.repositories.aggregates import (
+    AggregateRow,
+    AggregateWindow,
+    AggregateWrite,
+)
+from stargraph_mem.stores.repositories.fact_apply import Batch, marks, other_claim, version
+from stargraph_mem.stores.repositories.fact_explain import explain, lineage_of
+from stargraph_mem.stores.repositories.fact_passes import (
     RecordRuns,
     aggregates_in,
     apply_batch,
@@ -53,7 +57,7 @@ from stargraph_mem.stores.fact_passes import (
     marks_of,
     versions_of,
 )
-from stargraph_mem.stores.fact_rows import (
+from stargraph_mem.stores.repositories.fact_rows import (
     Delta,
     PassBasis,
     PassWrite,
@@ -67,15 +71,6 @@ from stargraph_mem.stores.fact_rows import (
     validate_deltas,
     with_provenance,
 )
-from stargraph_mem.stores.fact_statements import FactStatements
-from stargraph_mem.stores.fact_status import (
-    ARCHIVED,
-    pin_fact,
-    restore_in,
-    status_history,
-    unpin_fact,
-)
-from stargraph_mem.stores.pass_time import Deferral, deferred_of
 from stargraph_mem.stores.repositories.fact_sql import (
     ACCESS,
     AUDIT_ROWS,
@@ -87,9 +82,17 @@ from stargraph_mem.stores.repositories.fact_sql import (
     fact_statements,
     touch,
 )
-from stargraph_mem.stores.schedule_runs import RuleRun
-from stargraph_mem.stores.scope import Partition
-from stargraph_mem.stores.search_common import (
+from stargraph_mem.stores.repositories.fact_statements import FactStatements
+from stargraph_mem.stores.repositories.fact_status import (
+    ARCHIVED,
+    pin_fact,
+    restore_in,
+    status_history,
+    unpin_fact,
+)
+from stargraph_mem.stores.repositories.pass_time import Deferral, deferred_of
+from stargraph_mem.stores.repositories.schedule_runs import RuleRun
+from stargraph_mem.stores.repositories.search import (
     check_fact_id,
     check_fact_ids,
     check_known,
@@ -97,9 +100,14 @@ from stargraph_mem.stores.search_common import (
     query_words,
     search_pattern,
 )
+from stargraph_mem.stores.repositories.sweep_reads import (
+    sweep_candidates,
+    sweep_facts,
+    sweep_partitions,
+)
+from stargraph_mem.stores.repositories.sweep_schema import to_make
+from stargraph_mem.stores.scope import Partition
 from stargraph_mem.stores.sql_conn import Conn
-from stargraph_mem.stores.sweep_reads import sweep_candidates, sweep_facts, sweep_partitions
-from stargraph_mem.stores.sweep_schema import to_make
 
 __all__ = ["FACTS_LOCK", "INDEX_LOCK", "ConnT", "FactQueries", "SQLFactRepository", "Search"]
 

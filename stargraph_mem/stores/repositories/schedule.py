@@ -3,7 +3,8 @@
 ``rule_runs`` keeps, per (pack, rule, partition), the time its cron clock started
 (``anchor_us``), the last applied pass (``last_run_us``) and the token of the scheduler
 run that applied it; a pass records its runs inside the fact store's transaction with
-:func:`~stargraph_mem.stores.schedule_runs.record_runs` (statements: :func:`run_statements`).
+:func:`~stargraph_mem.stores.repositories.schedule_runs.record_runs` (statements:
+:func:`run_statements`).
 ``scheduler_lease`` holds one row per lease name: who holds it and until when. Lease
 changes take the ``schedule`` lock (PostgreSQL's advisory lock; SQLite has one writer).
 
@@ -22,7 +23,7 @@ from typing import Final
 from stargraph_mem.model.time import seconds_us, to_us
 from stargraph_mem.stores.dialect import Dialect
 from stargraph_mem.stores.repositories.access import Access
-from stargraph_mem.stores.schedule_runs import (
+from stargraph_mem.stores.repositories.schedule_runs import (
     LeaseState,
     RunState,
     RunStatements,

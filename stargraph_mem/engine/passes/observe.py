@@ -1,0 +1,144 @@
+"""What the engine did, as metrics and warnings: recorded from the pass reports where the
+Consolidator's calls return them, and from the few events no report holds (a pass
+computed again, a lease taken over).
+
+Measurements go through :mod:`stargraph_mem.telemetry` (no-ops unless an OpenTelemetry
+SDK listens); their attributes are pack and rule names and values from fixed lists, never
+user ids or content. Warnings go to the ``stargraph_mem.worker`` logger.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Final
+
+from stargraph_mem import telemetry
+from stargraph_mem.engine.passes.report import GATED, PassReport
+from stargraph_mem.engine.passes.runtime import RejectedEpisode
+from stargraph_mem.stores.scope import Partition
+from stargraph_mem.telemetry import (
+    CONFLICT_KIND,
+    DELTA_KIND,
+    ERROR_TYPE,
+    PACK,
+    PASS_KIND,
+    PASS_OUTCOME,
+    QUARANTINE_REASON,
+    RECALL_STRATEGY,
+    REJECTION_REASON,
+    RULE,
+)
+
+if TYPE_CHECKING:
+    from stargraph_mem.engine.passes.report import ConsolidationReport
+
+logger = logging.getLogger("stargraph_mem.worker")
+logger.addHandler(logging.NullHandler())  # silent unless the application routes it
+
+FULL_TEXT: Final = "full_text"
+"""The recall strategy of ``search`` (words matched in the facts' text)."""
+FAILED_PREFIX: Final = "pass failed, nothing applied: "
+"""How a quarantined partition's reason starts (then the error's type name)."""
+
+
+def rejection_reason(rejected: RejectedEpisode) -> str:
+    """A rejection's reason as one of a fixed few words (the text itself may quote the
+    episode): ``salience_gate``, ``salience_error``, ``metadata``, ``unmatched``, ``rule``."""
+    if rejected.rule_id == GATED:
+        return "salience_gate"
+    if rejected.unmatched:
+        return "unmatched"
+    if rejected.reason.startswith("salience:"):
+        return "salience_error"
+    if rejected.reason.startswith("metadata:"):
+        return "metadata"
+    return "rule"
+
+
+def error_type(failed: str) -> str:
+    """The error's type name in a quarantined partition's reason (``other`` if none)."""
+    if not failed.startswith(FAILED_PREFIX):
+        return "other"
+    name = failed[len(FAILED_PREFIX) :].split(":", 1)[0]
+    return name if name.isidentifier() else "other"
+
+
+def outcome(report: PassReport) -> str:
+    """``applied``, ``failed`` (the partition was quarantined) or ``dry_run``."""
+    if report.failed is not None:
+        return "failed"
+    return "applied" if report.applied else "dry_run"
+
+
+def passes(reports: Sequence[PassReport]) -> None:
+    """Count passes, episodes, deltas, rejections and quarantines of ``reports`` (their
+    durations are recorded where their spans end: see ``PassSpan.timed``)."""
+    tools = telemetry.instruments()
+    for report in reports:
+        pack = {PACK: report.pack}
+        kind = {PACK: report.pack, PASS_KIND: "sweep" if report.sweep else "episodes"}
+        tools.passes.add(1, {**kind, PASS_OUTCOME: outcome(report)})
+        if report.failed is not None:
+            reason = {QUARANTINE_REASON: "pass_failed", ERROR_TYPE: error_type(report.failed)}
+            tools.quarantines.add(1, {**pack, **reason})
+            continue
+        if not report.applied:
+            continue
+        if report.quarantined:
+            undecodable = {**pack, QUARANTINE_REASON: "row_undecodable"}
+            tools.quarantines.add(len(report.quarantined), undecodable)
+        tools.episodes.add(report.episodes, pack)
+        for kind_of, count in report.delta_counts.items():
+            if count:
+                tools.deltas.add(count, {**pack, DELTA_KIND: kind_of})
+        for rejected in report.rejected:
+            tools.rejections.add(1, {**pack, REJECTION_REASON: rejection_reason(rejected)})
+        if report.gated_out:
+            gated = {**pack, REJECTION_REASON: "salience_gate"}
+            tools.rejections.add(len(report.gated_out), gated)
+
+
+def report(done: ConsolidationReport) -> None:
+    """Record what one call of the Consolidator did (when an SDK listens)."""
+    if not telemetry.enabled():
+        return
+    passes(done.passes)
+    conflicts = telemetry.instruments().conflicts
+    for due in done.conflicts:
+        conflicts.add(1, {PACK: due.pack, CONFLICT_KIND: "scheduler"})
+
+
+def stale_retry(pack: str, partition: Partition, attempt: int) -> None:
+    """A pass is computed again: another writer changed its partition meanwhile."""
+    telemetry.instruments().conflicts.add(1, {PACK: pack, CONFLICT_KIND: "stale"})
+    logger.warning(
+        "pack %s: partition user=%r agent=%r changed under the pass: computing it again (retry %d)",
+        pack,
+        partition.user,
+        partition.agent,
+        attempt,
+    )
+
+
+def takeover(pack: str, partition: Partition) -> None:
+    """This worker leased a partition another worker held without applying a pass."""
+    telemetry.instruments().takeovers.add(1, {PACK: pack})
+    logger.warning(
+        "pack %s: took over the lease of partition user=%r agent=%r (its holder applied "
+        "nothing while it held it)",
+        pack,
+        partition.user,
+        partition.agent,
+    )
+
+
+def sweep_candidates(pack: str, rule_id: str, partitions: int) -> None:
+    """A sweep's fire found ``partitions`` partitions with candidate facts."""
+    if partitions:
+        telemetry.instruments().sweep_candidates.add(partitions, {PACK: pack, RULE: rule_id})
+
+
+def recall(seconds: float, strategy: str = FULL_TEXT) -> None:
+    """One recall of ``strategy`` took ``seconds``."""
+    telemetry.instruments().recall_duration.record(seconds, {RECALL_STRATEGY: strategy})
