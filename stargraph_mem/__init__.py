@@ -68,7 +68,7 @@ if TYPE_CHECKING:
 _LAZY: dict[str, str] = {
     # the Consolidator and what its calls return
     "Consolidator": "stargraph_mem.engine.api",
-    "ConsolidationReport": "stargraph_mem.engine.schedule.scheduler",
+    "ConsolidationReport": "stargraph_mem.engine.passes.report",
     "PassReport": "stargraph_mem.engine.passes.report",
     "Partition": "stargraph_mem.stores.scope",
     # models
