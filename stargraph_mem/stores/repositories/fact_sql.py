@@ -10,6 +10,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Final
 
+from stargraph_mem.model.deltas import DELTA_KINDS, kind_creates
 from stargraph_mem.stores.dialect import Dialect
 from stargraph_mem.stores.repositories.fact_rows import (
     AUDIT_INSERT_COLUMNS,
@@ -46,7 +47,11 @@ AUDIT_COLUMNS: Final = (
 )
 _PREFIXED: Final = ", ".join(f"f.{c.strip()}" for c in FACT_COLUMNS.split(","))
 _LINEAGE_PREFIXED: Final = ", ".join(f"l.{c.strip()}" for c in LINEAGE_COLUMNS.split(","))
-_MARKERS: Final = "kind IN ('delete', 'noop')"
+_MARKERS: Final = "kind IN ({})".format(
+    ", ".join(f"'{kind}'" for kind in DELTA_KINDS if not kind_creates(kind))
+)
+"""Audit rows that mark a delta creating no fact (the stores' partial unique index on
+``delta_id`` has the same condition: a new kind of that sort needs a migration of it)."""
 _STATS: Final = "coalesce(a.count, 0), coalesce(a.last_access_us, 0), p.pinned_at_us"
 _ACCESS_AND_PIN: Final = (
     "LEFT JOIN fact_access a ON a.fact_id = f.id LEFT JOIN fact_pins p ON p.fact_id = f.id"
