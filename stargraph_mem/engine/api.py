@@ -404,7 +404,7 @@ class Consolidator(AsyncResource):
                 if not todo:
                     break
         for runner in self.runners:  # then sweeps, at their fire times, over their candidates
-            sweeper = Sweeper(runner, self.scheduler.store)
+            sweeper = Sweeper(runner, self.scheduler.schedule)
             outcome = await sweeper.sweep(
                 when, keep=_named(user, agent), rule_ids=rule_ids, dry_run=dry_run
             )

@@ -114,7 +114,7 @@ class Sweeper:
     """Runs one pack's sweeps that are due (see the module)."""
 
     runner: PassRunner
-    store: ScheduleRepository
+    schedule: ScheduleRepository
     holder: str | None = None
     """With a holder, partitions are leased for ``lease_seconds`` while swept (a tick)."""
     lease_seconds: float = 30.0
@@ -165,7 +165,7 @@ class Sweeper:
         self, rule: CompiledRule, fire: datetime, partitions: Sequence[Partition]
     ) -> list[Partition]:
         """Those of ``partitions`` whose fire at ``fire`` is not recorded yet."""
-        states = await self.store.runs_of(self.pack, partitions)
+        states = await self.schedule.runs_of(self.pack, partitions)
         return [p for p in partitions if not fired(states.get((rule.id, p.key)), fire)]
 
     async def _leased(self, fire: _Fire, partitions: list[Partition]) -> None:
@@ -193,7 +193,7 @@ class Sweeper:
         rule, at, out = fire.rule, fire.at, fire.out
         todo = partitions
         for attempt in range(SWEEP_RETRIES):
-            states = await self.store.runs_of(self.pack, todo)
+            states = await self.schedule.runs_of(self.pack, todo)
             if attempt:
                 done = [p for p in todo if fired(states.get((rule.id, p.key)), at)]
                 out.conflicts += [(rule.id, p) for p in done]

@@ -314,14 +314,14 @@ class Scheduler:
         runners: Sequence[PassRunner],
         memory: EpisodeRepository,
         facts: FactRepository,
-        store: ScheduleRepository,
+        schedule: ScheduleRepository,
         *,
         holder: str | None = None,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
     ) -> None:
         self.memory = memory
         self.facts = facts
-        self.store = store
+        self.schedule = schedule
         self.holder = holder or claim_holder()
         """Who this scheduler's partition leases name: ``host/pid/token`` by default (a
         lease of a process of this host that died is taken over at once; one from
@@ -349,11 +349,11 @@ class Scheduler:
         """Record each pack's rule cadences, so ``status`` can run without the pack files."""
         for pack in self.packs:
             rules = [(r.id, r.index, registered_cadence(r)) for r in pack.all_rules]
-            await self.store.register(pack.name, rules)
+            await self.schedule.register(pack.name, rules)
 
     async def registered_packs(self, skip: Sequence[str] = ()) -> list[_Pack]:
         """Packs registered in the file by earlier schedulers (except ``skip``)."""
-        found = await self.store.registered()
+        found = await self.schedule.registered()
         packs: list[_Pack] = []
         for name, rules in sorted(found.items()):
             if name in skip:
@@ -425,7 +425,7 @@ class Scheduler:
                 for rule in rules
             }
         )
-        found = await self.store.spans_of([(partitions[p], mark) for p, mark in pairs])
+        found = await self.schedule.spans_of([(partitions[p], mark) for p, mark in pairs])
         by_mark = dict(zip(pairs, found, strict=True))
         for part, (marks, _) in enumerate(bases):
             for rule in rules:
@@ -449,11 +449,11 @@ class Scheduler:
         ]
         anchors = await self._anchors_us(pack, missing, now_us)
         if anchors:
-            await self.store.anchor(pack.name, anchors)
+            await self.schedule.anchor(pack.name, anchors)
             keys = {p.key for p in partitions}
             facts.states.update(
                 (key, value)
-                for key, value in (await self.store.runs(pack.name)).items()
+                for key, value in (await self.schedule.runs(pack.name)).items()
                 if key[1] in keys
             )
 
@@ -492,7 +492,7 @@ class Scheduler:
         """Gather every partition's counter and clock facts, run the schedule program,
         group the due rules by partition."""
         facts = _Facts()
-        facts.states = await self.store.runs_of(pack.name, partitions)
+        facts.states = await self.schedule.runs_of(pack.name, partitions)
         await self._pending(pack, partitions, facts, pack.count_rules, to_us(now))
         await self._spans(pack, partitions, facts, pack.span_rules)
         if pack.cron_rules:
@@ -634,7 +634,7 @@ class Scheduler:
     ) -> tuple[list[CadenceRule], dict[tuple[str, str], RunState]]:
         """The count rules due for one partition, from one read of counts and run states."""
         rules = pack.count_rules
-        found = await self.store.pending(pack.name, partition, [r.id for r in rules])
+        found = await self.schedule.pending(pack.name, partition, [r.id for r in rules])
         states = {
             (rule_id, partition.key): state
             for rule_id, (_, state) in found.items()
@@ -654,7 +654,7 @@ class Scheduler:
         if not timed:
             return await self._decide_counts(pack, partition, now)
         facts = _Facts()
-        facts.states = await self.store.runs_of(pack.name, [partition])
+        facts.states = await self.schedule.runs_of(pack.name, [partition])
         await self._pending(pack, [partition], facts, pack.count_rules, to_us(now))
         await self._spans(pack, [partition], facts, timed)
         due = pack.program.due(to_us(now), facts.counts, (), facts.span_facts())
@@ -739,7 +739,7 @@ class Scheduler:
         tick's partitions are), into ``report``."""
         if pack.runner is None:
             return
-        sweeper = Sweeper(pack.runner, self.store, self.holder, self.lease_seconds)
+        sweeper = Sweeper(pack.runner, self.schedule, self.holder, self.lease_seconds)
         merge_sweep(report, pack.name, await sweeper.sweep(now, keep=keep))
 
     async def _leased(
@@ -802,7 +802,7 @@ class Scheduler:
 
     async def release(self) -> None:
         """Give up the lease (on shutdown) so another scheduler can take over at once."""
-        await self.store.release_lease(LEASE_NAME, self.holder)
+        await self.schedule.release_lease(LEASE_NAME, self.holder)
 
     # --- status ----------------------------------------------------------------------
 
@@ -837,7 +837,7 @@ class Scheduler:
             if not rules:
                 continue
             facts = _Facts()
-            facts.states = await self.store.runs(pack.name)
+            facts.states = await self.schedule.runs(pack.name)
             counted = [r for r in rules if r.id not in pack.sweeps]
             await self._pending(pack, partitions, facts, counted, now_us)
             await self._spans(pack, partitions, facts, [r for r in pack.span_rules if r in rules])
