@@ -162,13 +162,9 @@ def _rendered(dialect: Dialect) -> PassTimeStatements:
     )
 
 
-def _dialect(sql: Marked) -> Dialect:
-    return sql.dialect
-
-
 def statements_for(sql: Marked) -> PassTimeStatements:
     """The pass-time statements of the backend whose SQL ``sql`` names."""
-    return _rendered(_dialect(sql))
+    return _rendered(sql.dialect)
 
 
 async def deferred_of(
@@ -177,7 +173,7 @@ async def deferred_of(
     """Each partition's stored deferrals under ``pack`` (in ``seq`` order), in one read."""
     keys = [p.key for p in partitions]
     found: dict[str, list[Deferral]] = {key: [] for key in keys}
-    rows = await db.fetch(statements_for(sql).deferred_of, (pack, _dialect(sql).ids(keys)))
+    rows = await db.fetch(statements_for(sql).deferred_of, (pack, sql.dialect.ids(keys)))
     for key, rule_id, seq, episode_id, ts_us in rows:
         found[str(key)].append(Deferral(str(rule_id), int(seq), str(episode_id), int(ts_us)))
     return [found[key] for key in keys]
@@ -190,7 +186,7 @@ async def resumed_present(
     if time is None or not time.resumed:
         return True
     wanted = sorted({f"{d.rule_id} {d.seq}" for d in time.resumed})
-    params = (pack, partition.key, _dialect(sql).ids(wanted))
+    params = (pack, partition.key, sql.dialect.ids(wanted))
     count = await db.scalar(statements_for(sql).count_of, params)
     return int(count or 0) == len(wanted)
 
