@@ -1,0 +1,118 @@
+"""Embedders and the vector arithmetic recall and similarity share.
+
+An :class:`Embedder` turns texts into unit-length ``float32`` vectors of a fixed
+dimension; its :func:`identity` (name, version, dimension) is stored with every vector,
+so vectors of two models are never compared. Rankings are exact cosine over one
+partition's vectors, rounded to :data:`SCORE_DECIMALS` places and tie-broken by id, so the
+same inputs give the same order on every backend and machine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "SCORE_DECIMALS",
+    "Embedder",
+    "Matrix",
+    "from_blob",
+    "from_blobs",
+    "identity",
+    "to_blob",
+    "top_k",
+]
+
+Matrix = npt.NDArray[np.float32]
+"""Rows of unit-length ``float32`` vectors (one row per text)."""
+
+SCORE_DECIMALS: Final = 6
+"""Cosine scores are rounded to this many places before ranking (ties then break by id),
+so summation order inside a BLAS routine cannot change an order."""
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Texts in, unit-length vectors out; deterministic for a given identity."""
+
+    @property
+    def name(self) -> str:
+        """The model's name (``stargraph-hash``, ``all-MiniLM-L6-v2``)."""
+        ...
+
+    @property
+    def version(self) -> str:
+        """Changes whenever the same text could get another vector."""
+        ...
+
+    @property
+    def dimension(self) -> int:
+        """The length of every vector."""
+        ...
+
+    def embed(self, texts: Sequence[str]) -> Matrix:
+        """One L2-normalised ``float32`` row per text, in order (shape ``(len(texts),
+        dimension)``). CPU-bound and synchronous: async callers run large batches in a
+        thread."""
+        ...
+
+
+def identity(embedder: Embedder) -> str:
+    """The string stored with every vector: ``name@version/dimension``."""
+    return f"{embedder.name}@{embedder.version}/{embedder.dimension}"
+
+
+def to_blob(row: npt.NDArray[np.floating]) -> bytes:
+    """One vector as little-endian ``float32`` bytes (as stored on both backends)."""
+    return np.asarray(row, dtype="<f4").tobytes()
+
+
+def from_blob(blob: bytes, dimension: int) -> Matrix:
+    """The vector a :func:`to_blob` stored; ``ValueError`` when its length is not
+    ``dimension`` floats."""
+    if len(blob) != 4 * dimension:
+        raise ValueError(f"a stored vector has {len(blob)} bytes; expected {4 * dimension}")
+    return np.frombuffer(blob, dtype="<f4").astype(np.float32)
+
+
+def from_blobs(blobs: Sequence[bytes], dimension: int) -> Matrix:
+    """Stored vectors as one matrix (shape ``(len(blobs), dimension)``)."""
+    if not blobs:
+        return np.zeros((0, dimension), dtype=np.float32)
+    joined = b"".join(blobs)
+    if len(joined) != 4 * dimension * len(blobs):
+        raise ValueError(f"stored vectors are not all {dimension} floats long")
+    return np.frombuffer(joined, dtype="<f4").reshape(len(blobs), dimension).astype(np.float32)
+
+
+def top_k(
+    matrix: Matrix,
+    ids: Sequence[str],
+    query: npt.NDArray[np.floating],
+    k: int,
+    *,
+    min_score: float | None = None,
+) -> list[tuple[str, float]]:
+    """The ``k`` rows most similar to ``query`` as ``(id, cosine)``, best first: scores
+    rounded to :data:`SCORE_DECIMALS` places, ties broken by id (ascending); rows below
+    ``min_score`` left out. Rows and query are unit length, so cosine is a dot product."""
+    if len(ids) != matrix.shape[0]:
+        raise ValueError(f"{len(ids)} ids for {matrix.shape[0]} vectors")
+    if k <= 0 or not len(ids):
+        return []
+    scores = np.round(
+        (matrix @ np.asarray(query, dtype=np.float32)).astype(np.float64), SCORE_DECIMALS
+    )
+    if min_score is not None:
+        keep = np.nonzero(scores >= min_score)[0]
+    else:
+        keep = np.arange(len(ids))
+    if len(keep) > k:
+        # the k-th best score; every row scoring at least that is a candidate (ties kept)
+        cut = np.partition(scores[keep], len(keep) - k)[len(keep) - k]
+        keep = keep[scores[keep] >= cut]
+    ranked = sorted(((-float(scores[i]), ids[i]) for i in keep))
+    return [(item_id, -neg) for neg, item_id in ranked[:k]]
