@@ -106,13 +106,10 @@ def top_k(
     scores = np.round(
         (matrix @ np.asarray(query, dtype=np.float32)).astype(np.float64), SCORE_DECIMALS
     )
-    if min_score is not None:
-        keep = np.nonzero(scores >= min_score)[0]
-    else:
-        keep = np.arange(len(ids))
+    keep = np.nonzero(scores >= min_score)[0] if min_score is not None else np.arange(len(ids))
     if len(keep) > k:
         # the k-th best score; every row scoring at least that is a candidate (ties kept)
         cut = np.partition(scores[keep], len(keep) - k)[len(keep) - k]
         keep = keep[scores[keep] >= cut]
-    ranked = sorted(((-float(scores[i]), ids[i]) for i in keep))
+    ranked = sorted((-float(scores[i]), ids[int(i)]) for i in keep)
     return [(item_id, -neg) for neg, item_id in ranked[:k]]
