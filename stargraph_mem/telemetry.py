@@ -17,8 +17,9 @@ from __future__ import annotations
 import importlib
 import sys
 import time
-from collections.abc import Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
@@ -34,6 +35,7 @@ __all__ = [
     "configure",
     "enabled",
     "instruments",
+    "record_span",
     "set_backlog",
     "span",
 ]
@@ -54,6 +56,10 @@ ERROR_TYPE: Final = "error.type"
 RULE_COUNT: Final = "stargraph_mem.rule.count"
 PARTITION_COUNT: Final = "stargraph_mem.partition.count"
 EPISODE_COUNT: Final = "stargraph_mem.episode.count"
+READ_SECONDS: Final = "stargraph_mem.pass.read.duration"
+RUN_SECONDS: Final = "stargraph_mem.pass.clips_run.duration"
+APPLY_SECONDS: Final = "stargraph_mem.pass.apply.duration"
+"""A record's folded pass (see :func:`record_span`): its phases' seconds, as attributes."""
 
 ATTRIBUTE_KEYS: Final = frozenset(
     {
@@ -111,6 +117,33 @@ class Tally:
         found = _modules()
         assert found is not None
         return [found[0].Observation(v, dict(k)) for k, v in dict(self.totals).items()]
+
+
+class Spread:
+    """A histogram whose measurements wait in this process until the SDK collects:
+    ``record`` is a list append, and a callback the SDK runs at the start of each
+    collection hands them over (so a streaming ``record`` pays no SDK call for its
+    durations). More than :attr:`LIMIT` waiting (no reader collecting) are handed over at
+    once. Measurements so handed over carry no exemplar of the trace that made them."""
+
+    __slots__ = ("_histogram", "_waiting")
+
+    LIMIT: Final = 10_000
+
+    def __init__(self, histogram: Histogram) -> None:
+        self._histogram = histogram
+        self._waiting: list[tuple[int | float, Attributes | None]] = []
+
+    def record(self, amount: int | float, attributes: Attributes | None = None) -> None:
+        self._waiting.append((amount, attributes))
+        if len(self._waiting) >= self.LIMIT:
+            self.flush()
+
+    def flush(self) -> None:
+        """Hand the waiting measurements to the SDK's histogram."""
+        waiting, self._waiting = self._waiting, []
+        for amount, attributes in waiting:
+            self._histogram.record(amount, attributes)
 
 
 class _NullSpan:
@@ -173,6 +206,9 @@ class _State:
     """When (monotonic) the global providers were last looked at."""
     backlog: dict[str, tuple[int, float]] = field(default_factory=dict)
     """Pack → (episodes pending, age in seconds of the oldest), as last measured."""
+    detailed_records: bool = False
+    """Whether a record's pass gets a span of its own with child spans (see
+    :func:`record_span`)."""
 
 
 _state = _State()
@@ -223,10 +259,16 @@ def _follow_globals() -> None:
 
 
 def configure(
-    meter_provider: MeterProvider | None = None, tracer_provider: TracerProvider | None = None
+    meter_provider: MeterProvider | None = None,
+    tracer_provider: TracerProvider | None = None,
+    *,
+    detailed_records: bool = False,
 ) -> None:
     """Measure into these providers (None: the API's global ones, followed when an SDK's
-    is set there later); no-ops without the API or an SDK."""
+    is set there later); no-ops without the API or an SDK. With ``detailed_records``, a
+    streaming record's pass gets its own span tree as every other pass does (by default
+    it is described on the record's span: see :func:`record_span`)."""
+    _state.detailed_records = detailed_records
     _state.explicit = meter_provider is not None or tracer_provider is not None
     _state.checked = time.monotonic()
     found = _modules()
@@ -283,20 +325,44 @@ RECALL_BUCKETS: Final = (
 """Bucket bounds (seconds) of the recall durations."""
 
 
-def _histogram(meter: Meter, name: str, description: str, bounds: Sequence[float]) -> Histogram:
-    """A histogram of seconds with these bucket bounds as its advice (an API older than
-    1.23 takes no advice: the SDK's default bounds then)."""
+def _histogram(
+    meter: Meter, name: str, description: str, bounds: Sequence[float], spreads: list[Spread]
+) -> Spread:
+    """A :class:`Spread` over a histogram of seconds with these bucket bounds as its advice
+    (an API older than 1.23 takes no advice: the SDK's default bounds then)."""
     try:
-        return meter.create_histogram(
+        made = meter.create_histogram(
             name, "s", description, explicit_bucket_boundaries_advisory=bounds
         )
     except TypeError:  # pragma: no cover - older API
-        return meter.create_histogram(name, "s", description)
+        made = meter.create_histogram(name, "s", description)
+    spread = Spread(made)
+    spreads.append(spread)
+    return spread
+
+
+def _flusher(spreads: Sequence[Spread]) -> Callable[[CallbackOptions], list[Observation]]:
+    """An observable instrument's callback that hands every spread's measurements over
+    (the SDK runs callbacks before it reads its storage) and observes nothing."""
+
+    def flush(options: CallbackOptions) -> list[Observation]:
+        for spread in spreads:
+            spread.flush()
+        return []
+
+    return flush
 
 
 def _create(meter: Meter) -> Instruments:
     """Every instrument of the package from ``meter``."""
     kept: list[Any] = []
+    spreads: list[Spread] = []
+    # first: its callback hands the histograms' waiting measurements over at collection
+    kept.append(
+        meter.create_observable_gauge(
+            "stargraph_mem.telemetry.flush", [_flusher(spreads)], "1", "Observes nothing."
+        )
+    )
     out = Instruments(
         passes=_tally(
             meter, "stargraph_mem.passes", "{pass}", "Consolidation passes, by outcome.", kept
@@ -330,9 +396,14 @@ def _create(meter: Meter) -> Instruments:
             "stargraph_mem.pass.duration",
             "One pass: read, CLIPS run and apply.",
             PASS_BUCKETS,
+            spreads,
         ),
         apply_duration=_histogram(
-            meter, "stargraph_mem.pass.apply.duration", "The apply of one pass.", PASS_BUCKETS
+            meter,
+            "stargraph_mem.pass.apply.duration",
+            "The apply of one pass.",
+            PASS_BUCKETS,
+            spreads,
         ),
         sweep_candidates=_tally(
             meter,
@@ -356,7 +427,11 @@ def _create(meter: Meter) -> Instruments:
             kept,
         ),
         recall_duration=_histogram(
-            meter, "stargraph_mem.recall.duration", "One recall, by strategy.", RECALL_BUCKETS
+            meter,
+            "stargraph_mem.recall.duration",
+            "One recall, by strategy.",
+            RECALL_BUCKETS,
+            spreads,
         ),
     )
     kept += [
@@ -418,19 +493,61 @@ def span(name: str, attributes: Attributes | None = None) -> AbstractContextMana
     return tracer.start_as_current_span(name, attributes=attributes)
 
 
+_FOLD: ContextVar[list[Any] | None] = ContextVar("stargraph_mem_fold", default=None)
+"""The record span a record's first pass may describe itself on (taken once)."""
+
+
+RECORD_SPAN: Final = "stargraph_mem.record"
+
+
+@contextmanager
+def record_span(attributes: Attributes | None = None, *, fold: bool = True) -> Iterator[Any]:
+    """The span of one ``record``: current inside the block, and the span its first pass
+    describes itself on (pack, rule and partition counts, episodes read, and the read,
+    CLIPS run and apply seconds as attributes), so a streaming record costs one span, not
+    five. A second pass of the same record (another pack, a backlog) gets its own span
+    tree; so does every pass after ``configure(detailed_records=True)``, and every pass of
+    a span opened with ``fold=False`` (``record_many``: one record, many partitions)."""
+    tracer = _state.tracer if enabled() else None
+    if tracer is None:
+        yield _NULL_SPAN
+        return
+    with tracer.start_as_current_span(RECORD_SPAN, attributes=attributes) as span:
+        token = _FOLD.set([span] if fold and not _state.detailed_records else None)
+        try:
+            yield span
+        finally:
+            _FOLD.reset(token)
+
+
 class PassSpan:
     """One pass's span, opened when it starts and ended once its apply is done (which may
     run while the next pass is computed): its read and CLIPS run become child spans from
-    the pass's timings, its apply a child span around the commit."""
+    the pass's timings, its apply a child span around the commit. A record's first pass
+    is folded into the record's span instead (see :func:`record_span`)."""
 
-    __slots__ = ("_kind", "_start", "_tracer", "span")
+    __slots__ = ("_folded", "_kind", "_start", "_tracer", "span")
+
+    _folded: dict[str, Any] | None
+    """A folded pass's attributes, set on the record's span once, when the pass ends."""
 
     def __init__(self, pack: str, rules: int, partitions: int, kind: str = "episodes") -> None:
         self._tracer = _state.tracer if enabled() else None
         self._kind = {PACK: pack, PASS_KIND: kind}
         self._start = 0
+        self._folded = None
         if self._tracer is None:
             self.span: Any = _NULL_SPAN
+            return
+        slot = _FOLD.get()
+        if slot:
+            self.span = slot.pop()
+            self._folded = {
+                PACK: pack,
+                RULE_COUNT: rules,
+                PARTITION_COUNT: partitions,
+                PASS_KIND: kind,
+            }
             return
         self._start = time.time_ns()
         self.span = self._tracer.start_span(
@@ -447,7 +564,9 @@ class PassSpan:
     def current(self) -> AbstractContextManager[Any]:
         """The pass's span is the current one inside the block (not ended by it)."""
         found = _modules()
-        if self._tracer is None or found is None or not self.span.is_recording():
+        if self._folded is not None or self._tracer is None or found is None:
+            return _NOTHING
+        if not self.span.is_recording():
             return _NOTHING
         used: AbstractContextManager[Any] = found[1].use_span(
             self.span, end_on_exit=False, record_exception=False
@@ -459,6 +578,9 @@ class PassSpan:
         seconds, and the episodes it read."""
         found = _modules()
         if self._tracer is None or found is None or not self.span.is_recording():
+            return
+        if self._folded is not None:
+            self._folded.update({EPISODE_COUNT: episodes, READ_SECONDS: read, RUN_SECONDS: run})
             return
         parent = found[1].set_span_in_context(self.span)
         self.span.set_attribute(EPISODE_COUNT, episodes)
@@ -472,7 +594,9 @@ class PassSpan:
     def apply(self) -> AbstractContextManager[Any]:
         """A child span ``apply`` over the block (the pass's commit), current inside it."""
         found = _modules()
-        if self._tracer is None or found is None or not self.span.is_recording():
+        if self._folded is not None or self._tracer is None or found is None:
+            return _NOTHING
+        if not self.span.is_recording():
             return _NOTHING
         parent = found[1].set_span_in_context(self.span)
         return self._tracer.start_as_current_span("stargraph_mem.pass.apply", parent)
@@ -484,11 +608,18 @@ class PassSpan:
         tools = instruments()
         tools.pass_duration.record(compute + apply, self._kind)
         tools.apply_duration.record(apply, self._kind)
+        if self._folded is not None:
+            self._folded[APPLY_SECONDS] = apply
 
     def end(self, error: BaseException | None = None) -> None:
         """End the pass's span (recording ``error`` when it failed)."""
         found = _modules()
         if self._tracer is None or found is None:
+            return
+        if self._folded is not None:  # the record ends its span (and records its error)
+            if error is not None:
+                self._folded[ERROR_TYPE] = type(error).__name__
+            self.span.set_attributes(self._folded)
             return
         if error is not None:
             self.span.record_exception(error)

@@ -184,24 +184,31 @@ async def test_a_known_run_measures_passes_deltas_rejections_and_sweeps(
 async def test_a_known_run_traces_each_pass_with_read_run_and_apply(
     new_location: NewLocation, otel: Otel
 ) -> None:
+    """A record's pass is described on the record's span (one span per record); every
+    other pass is a span of its own with read, CLIPS run and apply as children."""
     await known_run(new_location())
     spans = otel.spans()
-    by_id = {s.context.span_id: s for s in spans if s.context is not None}
     records = [s for s in spans if s.name == "stargraph_mem.record"]
     assert len(records) == 4
+    for record in records:
+        assert record.attributes is not None
+        assert record.attributes["stargraph_mem.pack"] == SEED
+        assert record.attributes["stargraph_mem.rule.count"] == 1
+        assert record.attributes["stargraph_mem.partition.count"] == 1
+        assert record.attributes["stargraph_mem.episode.count"] == 1
+        for phase in ("read", "clips_run", "apply"):
+            seconds = record.attributes[f"stargraph_mem.pass.{phase}.duration"]
+            assert isinstance(seconds, float) and 0 <= seconds < 60
+        assert record.context is not None
+        children = [s for s in spans if s.parent and s.parent.span_id == record.context.span_id]
+        assert children == []
     passes = [s for s in spans if s.name == "stargraph_mem.pass"]
-    streaming = [p for p in passes if p.parent and by_id[p.parent.span_id].name.endswith("record")]
-    assert len(streaming) == 4
-    for span in streaming:
-        assert span.attributes is not None
-        assert span.attributes["stargraph_mem.pack"] == SEED
-        assert span.attributes["stargraph_mem.rule.count"] == 1
-        assert span.attributes["stargraph_mem.partition.count"] == 1
-        assert span.attributes["stargraph_mem.episode.count"] == 1
-        children = sorted(
+    for span in passes:
+        assert span.context is not None
+        children_names = sorted(
             s.name for s in spans if s.parent and s.parent.span_id == span.context.span_id
         )
-        assert children == [
+        assert children_names == [
             "stargraph_mem.pass.apply",
             "stargraph_mem.pass.clips_run",
             "stargraph_mem.pass.read",
@@ -221,6 +228,50 @@ async def test_a_known_run_traces_each_pass_with_read_run_and_apply(
     assert recall.attributes is not None
     assert recall.attributes["stargraph_mem.recall.strategy"] == "full_text"
     assert recall.attributes["stargraph_mem.recall.hits"] == 1
+
+
+async def test_detailed_records_give_a_record_s_pass_its_own_span_tree(
+    new_location: NewLocation, otel: Otel
+) -> None:
+    telemetry.configure(None, otel.tracer, detailed_records=True)
+    async with Consolidator(new_location(), [compile_text(SEED_PACK)]) as mem:
+        await mem.record(episode("a1", at=T0, **spo("alice", "likes", "opera")))
+    spans = otel.spans()
+    (record,) = [s for s in spans if s.name == "stargraph_mem.record"]
+    assert record.attributes is not None and "stargraph_mem.pack" not in record.attributes
+    (span,) = [s for s in spans if s.name == "stargraph_mem.pass"]
+    assert span.parent is not None and record.context is not None
+    assert span.parent.span_id == record.context.span_id
+    assert span.context is not None
+    children = sorted(
+        s.name for s in spans if s.parent and s.parent.span_id == span.context.span_id
+    )
+    assert children == [
+        "stargraph_mem.pass.apply",
+        "stargraph_mem.pass.clips_run",
+        "stargraph_mem.pass.read",
+    ]
+
+
+async def test_record_many_keeps_its_batch_size_and_traces_each_pass(
+    new_location: NewLocation, otel: Otel
+) -> None:
+    async with Consolidator(new_location(), [compile_text(SEED_PACK)]) as mem:
+        await mem.record_many(
+            [
+                episode("a1", at=T0, **spo("alice", "likes", "opera")),
+                episode("b1", at=T0, user="bob", **spo("bob", "likes", "jazz")),
+            ]
+        )
+    spans = otel.spans()
+    (record,) = [s for s in spans if s.name == "stargraph_mem.record"]
+    assert record.attributes is not None
+    assert record.attributes["stargraph_mem.episode.count"] == 2
+    assert "stargraph_mem.pack" not in record.attributes
+    passes = [s for s in spans if s.name == "stargraph_mem.pass"]
+    assert len(passes) == 2
+    assert record.context is not None
+    assert all(p.parent and p.parent.span_id == record.context.span_id for p in passes)
 
 
 async def test_spans_continue_the_callers_trace(new_location: NewLocation, otel: Otel) -> None:
@@ -491,6 +542,8 @@ def test_global_providers_set_later_are_followed(tmp_path: Path) -> None:
                     for m in s.metrics
                 )
                 spans = sorted({{s.name for s in exporter.get_finished_spans()}})
+                record = [s for s in exporter.get_finished_spans() if s.name.endswith("record")]
+                spans.append(record[0].attributes["stargraph_mem.pack"])
                 return before, telemetry.enabled(), "stargraph_mem.passes" in names, spans
 
         print(json.dumps(asyncio.run(main())))
@@ -506,4 +559,40 @@ def test_global_providers_set_later_are_followed(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     before, after, counted, spans = json.loads(done.stdout.splitlines()[-1])
     assert (before, after, counted) == (False, True, True)
-    assert "stargraph_mem.record" in spans and "stargraph_mem.pass.apply" in spans
+    assert spans == ["stargraph_mem.record", "seed"]  # the record's pass is on its span
+
+
+def test_durations_wait_in_the_process_until_the_sdk_collects(otel: Otel) -> None:
+    tools = telemetry.instruments()
+    kind = {"stargraph_mem.pack": "p", "stargraph_mem.pass.kind": "episodes"}
+    for seconds in (0.001, 0.002, 0.5):
+        tools.pass_duration.record(seconds, kind)
+    data = otel.reader.get_metrics_data()
+    assert data is not None
+    (metric,) = [
+        m
+        for r in data.resource_metrics
+        for s in r.scope_metrics
+        for m in s.metrics
+        if m.name == "stargraph_mem.pass.duration"
+    ]
+    (point,) = metric.data.data_points
+    assert point.count == 3  # type: ignore[union-attr]
+    assert abs(point.sum - 0.503) < 1e-9  # type: ignore[union-attr]
+    names = {m.name for r in data.resource_metrics for s in r.scope_metrics for m in s.metrics}
+    assert "stargraph_mem.telemetry.flush" not in names  # it observes nothing
+
+
+def test_a_spread_hands_its_measurements_over_when_too_many_wait() -> None:
+    got: list[float] = []
+
+    class Sink:
+        def record(self, amount: float, attributes: Any = None) -> None:
+            got.append(amount)
+
+    spread = telemetry.Spread(Sink())
+    for n in range(telemetry.Spread.LIMIT - 1):
+        spread.record(float(n))
+    assert got == []
+    spread.record(-1.0)
+    assert len(got) == telemetry.Spread.LIMIT and got[-1] == -1.0

@@ -51,7 +51,7 @@ from stargraph_mem.stores.sqlite.inline import inline_statements
 
 _RUNTIMES: dict[str, PackRuntime] = {}
 
-RECORD_SPAN = "stargraph_mem.record"
+RECORD_SPAN = telemetry.RECORD_SPAN
 RECALL_SPAN = "stargraph_mem.recall"
 
 
@@ -245,7 +245,7 @@ class Consolidator(AsyncResource):
         done again on its own); a process killed before the commit has stored neither."""
         # a record's objects are short-lived: the cycle search waits until it returns
         with (
-            telemetry.span(RECORD_SPAN),
+            telemetry.record_span(),
             inline_statements(defer_commit=self._joined_record),
             gc_paused(),
         ):
@@ -260,7 +260,7 @@ class Consolidator(AsyncResource):
         """Store a batch in one transaction (a bad episode stores none of them), then check
         the count cadences of every partition it touched, once each, in order of first
         appearance; one report covers them all."""
-        with telemetry.span(RECORD_SPAN, {telemetry.EPISODE_COUNT: len(episodes)}):
+        with telemetry.record_span({telemetry.EPISODE_COUNT: len(episodes)}, fold=False):
             await self.memory.put_many(episodes)
             now = self.clock()
             report = ConsolidationReport(now=to_utc(now))
