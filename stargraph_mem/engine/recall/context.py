@@ -164,12 +164,14 @@ def episode_line(episode: Episode, *, note: str = "") -> ContextLine:
 
 
 def _section_text(name: SectionName, lines: Sequence[str]) -> str:
-    return "\n".join((SECTION_TITLES[name], *lines)) if lines else ""
+    """A section as it is appended to the block: the blank line before it included, so
+    the costs of the sections and the title add up to the block's (for additive counters)."""
+    return "\n".join((f"\n\n{SECTION_TITLES[name]}", *lines)) if lines else ""
 
 
 def _block(parts: Mapping[SectionName, list[str]]) -> str:
     texts = [_section_text(name, parts[name]) for name in FLOW_ORDER if parts.get(name)]
-    return "\n\n".join((TITLE, *texts)) if texts else ""
+    return "".join((TITLE, *texts)) if texts else ""
 
 
 def _shorten(
@@ -236,7 +238,7 @@ def assemble_context(
     wanted = [name for name in FLOW_ORDER if sections.get(name)]
     if not wanted:
         return ""
-    room = budget_tokens - count(TITLE + "\n\n")
+    room = budget_tokens - count(TITLE)
     if room <= 0:
         return ""
     parts: dict[SectionName, list[str]] = {}
