@@ -231,8 +231,29 @@ def test_below_the_threshold_the_keyword_classifier_decides() -> None:
 
 
 def test_ties_between_exemplars_go_to_the_earlier_intent_and_exemplar() -> None:
-    decision = EmbeddingIntentClassifier(ConstantEmbedder()).decide("anything")
+    decision = EmbeddingIntentClassifier(ConstantEmbedder(name="constant")).decide("anything")
     assert (decision.intent, decision.exemplar) == ("why", EXEMPLARS["why"][0])
+
+
+class CountingEmbedder(BagEmbedder):
+    def __init__(self) -> None:
+        super().__init__(name="counting")
+        self.texts = 0
+
+    def embed(self, texts: Sequence[str]) -> Matrix:
+        self.texts += len(texts)
+        return super().embed(texts)
+
+
+def test_exemplars_are_embedded_once_per_embedder_identity() -> None:
+    embedder = CountingEmbedder()
+    first = EmbeddingIntentClassifier(embedder)
+    embedded = embedder.texts
+    assert embedded == sum(len(texts) for texts in EXEMPLARS.values())
+    second = EmbeddingIntentClassifier(embedder, threshold=0.9)
+    assert embedder.texts == embedded
+    assert first.classify("Who is Maria?") == second.classify("Who is Maria?") == "who"
+    assert embedder.texts == embedded + 2
 
 
 def test_a_given_query_vector_is_used_and_checked() -> None:

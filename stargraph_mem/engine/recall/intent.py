@@ -19,8 +19,9 @@ from collections.abc import Mapping, Sequence
 from typing import Final, Literal, Protocol, get_args
 
 import numpy as np
+import numpy.typing as npt
 
-from stargraph_mem.embedding import Embedder, identity, top_k
+from stargraph_mem.embedding import Embedder, Matrix, identity, top_k
 from stargraph_mem.errors import RecallError
 from stargraph_mem.model.base import FrozenModel
 
@@ -256,6 +257,35 @@ EXEMPLARS: Final[Mapping[Intent, tuple[str, ...]]] = {
 the intent of the exemplar most similar to the query."""
 
 
+_MATRICES: dict[tuple[str, tuple[str, ...]], Matrix] = {}
+_MATRICES_KEPT: Final = 8
+
+
+def _exemplar_matrix(embedder: Embedder, key: str, texts: tuple[str, ...]) -> Matrix:
+    """The exemplars' vectors, embedded once per embedder identity (an identity promises
+    the same vectors for the same texts), so a classifier per recall costs no embedding."""
+    found = _MATRICES.get((key, texts))
+    if found is not None:
+        return found
+    matrix = (
+        np.asarray(embedder.embed(list(texts)), dtype=np.float32)
+        if texts
+        else np.zeros((0, embedder.dimension), dtype=np.float32)
+    )
+    if matrix.shape != (len(texts), embedder.dimension):
+        raise RecallError(
+            f"embedder {key} returned shape {matrix.shape} for {len(texts)} exemplars "
+            f"(expected {(len(texts), embedder.dimension)})",
+            parameter="embedder",
+            value=key,
+        )
+    if len(_MATRICES) >= _MATRICES_KEPT:
+        _MATRICES.pop(next(iter(_MATRICES)))
+    matrix.setflags(write=False)
+    _MATRICES[(key, texts)] = matrix
+    return matrix
+
+
 class EmbeddingIntentClassifier:
     """Cosine of the query against exemplar questions embedded once, at construction.
 
@@ -307,14 +337,10 @@ class EmbeddingIntentClassifier:
                 self._texts.append(text)
                 self._intents[key] = intent
         self._by_id = dict(zip(self._ids, self._texts, strict=True))
-        self._matrix = (
-            embedder.embed(self._texts)
-            if self._texts
-            else np.zeros((0, embedder.dimension), dtype=np.float32)
-        )
         self._identity = identity(embedder)
+        self._matrix = _exemplar_matrix(embedder, self._identity, tuple(self._texts))
 
-    def decide(self, query: str, *, vector: np.typing.ArrayLike | None = None) -> IntentDecision:
+    def decide(self, query: str, *, vector: npt.ArrayLike | None = None) -> IntentDecision:
         """The intent of ``query`` and how it was decided. ``vector`` is the query's
         embedding when the caller has it already (recall embeds the query once)."""
         row = self.embedder.embed([query])[0] if vector is None else np.asarray(vector)

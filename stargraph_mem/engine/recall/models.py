@@ -5,7 +5,7 @@ settings the specification's configuration names."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -62,7 +62,7 @@ class RecallHit(FrozenModel):
     fact: Fact | None = None
     episode: Episode | None = None
     score: float
-    strategies: dict[str, int] = Field(default_factory=dict)
+    strategies: dict[str, Annotated[int, Field(ge=1)]] = Field(default_factory=dict)
     cosine: float | None = None
     sources: tuple[str, ...] = ()
 

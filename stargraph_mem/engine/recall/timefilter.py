@@ -80,7 +80,10 @@ def parse_time_bound(
         raise RecallError(
             f"now: a timezone-aware datetime is required, got {now!r}", parameter="now", value=now
         )
-    now = now.astimezone(UTC)
+    try:
+        now = to_utc(now, "now")
+    except TimestampRangeError as exc:
+        raise RecallError(str(exc), parameter="now", value=now) from exc
     if isinstance(value, datetime):
         if value.tzinfo is None or value.utcoffset() is None:
             raise _refuse(name, value, f"naive datetime {value.isoformat()} (no UTC offset)")
