@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Final, Literal
 
 from pydantic import Field, field_validator
@@ -53,9 +54,10 @@ class RecallWeights(FrozenModel):
         return {"fts": self.fts, "vector": self.vector, "graph": self.graph}
 
 
-class Fused(FrozenModel):
+@dataclass(frozen=True, slots=True)
+class Fused:
     """One key of the fused ranking: its score and the rank (from 1) each strategy of
-    non-zero weight gave it."""
+    non-zero weight gave it (a plain dataclass: fusion runs on every recall)."""
 
     key: str
     score: float

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Final, Literal, Protocol, get_args
 
 import numpy as np
@@ -71,7 +72,8 @@ class IntentClassifier(Protocol):
         ...
 
 
-class IntentCue(FrozenModel):
+@dataclass(frozen=True, slots=True)
+class IntentCue:
     """One cue the keyword classifier found: where it starts, what it reads, its intent."""
 
     start: int
