@@ -112,7 +112,7 @@ _CUES: Final[tuple[tuple[Intent, str], ...]] = (
     (
         "who",
         r"who|whom|whose|who's|which (?:person|people|colleague|friend|team)"
-        r"|what (?:person|people)|whoever told|name of the person",
+        r"|what (?:person|people)|name of the person",
     ),
     (
         "what",
