@@ -10,9 +10,10 @@ Features, after Unicode compatibility decomposition, removal of accents (combini
 and case folding, of each word (a run of letters, digits or ``_``):
 
 - the word itself (weight 1);
-- its light stem (weight 1): one of the endings ``ies`` (→ ``y``), ``ing``, ``ed``,
-  ``es``, ``s`` (not ``ss``) is removed when at least three characters remain, then a
-  doubled final consonant is halved and a final ``e`` dropped, so ``prefers``,
+- its light stem (weight 1): ``ies`` becomes ``y``, or one of the endings ``ing``,
+  ``ed``, ``es``, ``s`` (not ``ss``) is removed when at least three characters remain (a
+  consonant doubled before ``ing`` / ``ed`` is halved, ``l``, ``s`` and ``z`` excepted),
+  then a final ``e`` is dropped from four or more characters, so ``prefers``,
   ``preferred`` and ``preferring`` share ``prefer``, and ``lives``, ``lived`` and
   ``living`` share ``liv``;
 - its character 3- to 5-grams, the word wrapped in ``<`` and ``>`` (together weight 1:
@@ -73,7 +74,7 @@ _WORD_WEIGHT: Final = 1.0
 _STEM_WEIGHT: Final = 1.0
 _PAIR_WEIGHT: Final = 0.7
 _GRAM_SIZES: Final = (3, 4, 5)
-_VOWELS: Final = frozenset("aeiouy")
+_DOUBLED: Final = frozenset("bcdfgkmnprtv")  # consonants doubled before -ing, -ed
 
 _Features = tuple[list[int], list[float]]
 """A word's (or word pair's) hashed features: buckets and signed weights."""
@@ -96,16 +97,15 @@ def words(text: str) -> list[str]:
 def stem(word: str) -> str:
     """A light, deterministic English stem (see the module's description)."""
     if len(word) > 4 and word.endswith("ies"):
-        word = word[:-3] + "y"
-    else:
-        for ending in ("ing", "ed", "es", "s"):
-            if word.endswith(ending) and len(word) - len(ending) >= 3:
-                if ending == "s" and word.endswith("ss"):
-                    break
-                word = word[: -len(ending)]
+        return word[:-3] + "y"
+    for ending in ("ing", "ed", "es", "s"):
+        if word.endswith(ending) and len(word) - len(ending) >= 3:
+            if ending == "s" and word.endswith("ss"):
                 break
-    if len(word) >= 4 and word[-1] == word[-2] and word[-1] not in _VOWELS and word[-1].isalpha():
-        word = word[:-1]
+            word = word[: -len(ending)]
+            if ending in ("ing", "ed") and word[-1] == word[-2] and word[-1] in _DOUBLED:
+                word = word[:-1]  # stopped, running -> stop, run (but called -> call)
+            break
     if len(word) >= 4 and word.endswith("e"):
         word = word[:-1]
     return word
@@ -261,6 +261,8 @@ class HashingEmbedder:
                         weights.extend([w * scale for w in key_weights])
             sizes.append(len(buckets) - before)
         rows, dimension = len(sizes), self._dimension
+        if not buckets:
+            return np.zeros((rows, dimension), dtype=np.float32)
         flat = np.array(buckets, dtype=np.int64)
         if rows > 1:
             flat += np.repeat(np.arange(rows, dtype=np.int64) * dimension, sizes)
