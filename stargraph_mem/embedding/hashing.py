@@ -229,9 +229,11 @@ class HashingEmbedder:
         if not new_words and not new_pairs:
             return
         if len(known_words) + len(new_words) > CACHED_WORDS:
-            known_words.clear()
+            known_words.clear()  # start afresh, with every word of this batch
+            new_words = list({w: None for counts in word_counts for w in counts})
         if len(known_pairs) + len(new_pairs) > CACHED_WORDS:
             known_pairs.clear()
+            new_pairs = list({p: None for counts in pair_counts for p in counts})
         groups = [word_features(w) for w in new_words]
         groups.extend(
             [(f"p\x1f{stem(first)} {stem(second)}", _PAIR_WEIGHT)] for first, second in new_pairs
