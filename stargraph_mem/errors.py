@@ -108,6 +108,19 @@ class ScaffoldError(StargraphMemError):
     """``new`` refused to write a pack: a file exists already, or the name is not a name."""
 
 
+# --- embedding --------------------------------------------------------------------
+
+
+class EmbedderError(StargraphMemError, ValueError):
+    """An embedder was asked for with an unusable spec or setting (``spec`` names it and
+    the message lists the accepted forms), or ``embed`` was given something not a text."""
+
+
+class EmbedderUnavailableError(EmbedderError):
+    """An embedder's optional packages (the ``embeddings`` extra) or its model files are
+    not installed here; nothing is ever downloaded to replace them."""
+
+
 # --- engine -----------------------------------------------------------------------
 
 
