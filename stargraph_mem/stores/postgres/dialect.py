@@ -88,6 +88,24 @@ class PostgresDialect(Dialect):
             f"WHERE {condition} ORDER BY score DESC, {order} LIMIT ?"
         )
 
+    # episodes' full-text index and vectors
+
+    def index_episode_text(self) -> Many:
+        one = "INSERT INTO episode_text (seq, body) VALUES (?, to_tsvector('simple', ?))"
+        arrays = (
+            "INSERT INTO episode_text (seq, body) SELECT u.s, to_tsvector('simple', u.t) "
+            "FROM unnest(?::bigint[], ?::text[]) AS u(s, t)"
+        )
+        return Many(self.sql(one), self.sql(arrays))
+
+    def episode_hits(self, condition: str) -> str:
+        return (
+            "SELECT e.id, ts_rank(t.body, q.query) AS score "
+            "FROM to_tsquery('simple', ?) AS q(query) "
+            "JOIN episode_text t ON t.body @@ q.query JOIN episodes e ON e.seq = t.seq "
+            f"WHERE {condition} ORDER BY score DESC, e.id LIMIT ?"
+        )
+
     # episodes and schedule
 
     def reads(self, keys: Sequence[str], afters: Sequence[int]) -> tuple[Any, ...]:
