@@ -717,7 +717,12 @@ class SQLVectorRepository:
                     times < (_ALWAYS if before is None else before)
                 )
             if wanted is not None:
-                keep = np.isin(entry.statuses[:n], list(wanted))
+                statuses = entry.statuses[:n]
+                if len(wanted) == 1:
+                    (only,) = wanted
+                    keep = statuses == only
+                else:
+                    keep = np.isin(statuses, list(wanted))
                 mask = keep if mask is None else mask & keep
             if mask is None:
                 ranked = top_k(entry.matrix[:n], entry.ids, query, limit)
