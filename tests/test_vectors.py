@@ -146,6 +146,12 @@ async def test_never_another_partition(db: Database) -> None:
     assert [i for i, _ in facts] == [add("tea", "a1").new_fact_id]
     assert await db.vectors.nearest(BOB.key, "episode", embedder, query, limit=9) == []
     assert await db.vectors.catch_up(BOB.key, embedder) == 2
+    # facts made later in one partition are embedded there, not in the other
+    await db.facts.apply_deltas([add("jam", "b1", user="bob")])
+    assert await db.vectors.catch_up(ALICE.key, embedder) == 0
+    assert await db.vectors.catch_up(BOB.key, embedder) == 1
+    await db.facts.apply_deltas([add("jam", "a1")])
+    assert await db.vectors.catch_up(ALICE.key, embedder) == 1
     assert [
         i for i, _ in await db.vectors.nearest(BOB.key, "episode", embedder, query, limit=9)
     ] == ["b1"]

@@ -78,6 +78,11 @@ VECTORS_LOCK: Final = "vectors"
 """The advisory lock vector writes hold (PostgreSQL), so their seqs commit in order."""
 TEXT_MARK_KIND: Final = "episode_text"
 """The ``index_marks`` kind of the episodes' full-text index's (global) mark."""
+FACT_VERSION_KIND: Final = "fact_version"
+"""The ``index_marks`` kind of the partition's facts version (its highest audit seq) the
+fact vectors were last brought up to."""
+RANGE_SCAN_MAX: Final = 20_000
+"""Facts rowids a catch-up reads by range (above: by the partition's index)."""
 _WORD: Final = re.compile(r"\w+")
 
 
@@ -122,6 +127,7 @@ class _Statements:
     mark: str
     episodes_to_embed: str
     facts_to_embed: str
+    facts_in_range: str
     insert_vector: str
     new_episode_vectors: str
     new_fact_vectors: str
@@ -150,14 +156,15 @@ def _statements(dialect: Dialect) -> _Statements:
         f"AND kind = '{TEXT_MARK_KIND}')"
     )
     return _Statements(
-        # parameters: partition, embedder (episode mark), partition, embedder (fact
-        # mark), partition (its last episode)
+        # parameters: partition, embedder (per mark), partition (its last episode, its
+        # facts version)
         state=sql(
             "SELECT (SELECT coalesce(max(seq), 0) FROM episodes), "
             "(SELECT coalesce(max(rowid), 0) FROM facts), "
             f"coalesce({text_mark}, 0), coalesce({mark_of('episode')}, 0), "
-            f"coalesce({mark_of('fact')}, 0), "
-            "(SELECT coalesce(max(seq), 0) FROM episodes WHERE partition_key = ?)"
+            f"coalesce({mark_of('fact')}, 0), coalesce({mark_of(FACT_VERSION_KIND)}, 0), "
+            "(SELECT coalesce(max(seq), 0) FROM episodes WHERE partition_key = ?), "
+            "(SELECT coalesce(max(seq), 0) FROM audit WHERE partition_key = ?)"
         ),
         text_state=sql(
             f"SELECT (SELECT coalesce(max(seq), 0) FROM episodes), coalesce({text_mark}, 0)"
@@ -179,6 +186,12 @@ def _statements(dialect: Dialect) -> _Statements:
             "SELECT rowid, id, subject, predicate, object, payload FROM facts "
             "WHERE rowid > ? AND rowid <= ? AND partition_key = ? AND valid_until_us IS NULL "
             "ORDER BY rowid LIMIT ?"
+        ),
+        # the same by the rowid range (the partition's index left aside): for short ranges
+        facts_in_range=sql(
+            "SELECT rowid, id, subject, predicate, object, payload FROM facts "
+            "WHERE rowid > ? AND rowid <= ? AND partition_key || '' = ? "
+            "AND valid_until_us IS NULL ORDER BY rowid LIMIT ?"
         ),
         insert_vector=sql(
             dialect.insert_ignoring("vectors", "kind, item_id, partition_key, embedder, vector", 5)
@@ -493,12 +506,9 @@ class SQLVectorRepository:
     ) -> tuple[int, int]:
         sql = _statements(self.dialect)
         async with self._vectors_reading() as db:
-            ((last_seq, last_rowid, text_mark, ep_mark, fact_mark, part_seq),) = await db.fetch(
-                sql.state, (key, ident, key, ident, key)
-            )
-        last_seq, last_rowid, part_seq = int(last_seq), int(last_rowid), int(part_seq)
-        text_mark, ep_mark, fact_mark = int(text_mark), int(ep_mark), int(fact_mark)
-        if text_mark >= last_seq and ep_mark >= part_seq and fact_mark >= last_rowid:
+            ((row),) = await db.fetch(sql.state, (key, ident, key, ident, key, ident, key, key))
+        last_seq, last_rowid, text_mark, ep_mark, fact_mark, seen, part_seq, version = map(int, row)
+        if text_mark >= last_seq and ep_mark >= part_seq and seen >= version:
             return 0, 0
         self._writable("index or embed pending episodes and facts")
         if text_mark < last_seq:
@@ -510,17 +520,26 @@ class SQLVectorRepository:
             through = int(rows[-1][0]) if len(rows) == batch else part_seq
             items = [(str(r[1]), str(r[2])) for r in rows]
             episodes += await self._store(
-                key, "episode", embedder, ident, dimension, items, through
+                key, "episode", embedder, ident, dimension, items, [("episode", through)]
             )
             ep_mark = through
             if done is not None and items:
                 done(len(items))
-        while fact_mark < last_rowid:
-            async with self._vectors_reading() as db:
-                rows = await db.fetch(sql.facts_to_embed, (fact_mark, last_rowid, key, batch))
+        # the partition's facts changed (its audit moved on): embed its new current facts
+        while seen < version:
+            read = sql.facts_in_range if last_rowid - fact_mark <= RANGE_SCAN_MAX else None
+            rows = []
+            if fact_mark < last_rowid:
+                async with self._vectors_reading() as db:
+                    params = (fact_mark, last_rowid, key, batch)
+                    rows = await db.fetch(read or sql.facts_to_embed, params)
             through = int(rows[-1][0]) if len(rows) == batch else last_rowid
             items = [(str(r[1]), fact_text(r[2], r[3], r[4], bytes(r[5]))) for r in rows]
-            facts += await self._store(key, "fact", embedder, ident, dimension, items, through)
+            marks: list[tuple[str, int]] = [("fact", through)]
+            if through >= last_rowid:
+                marks.append((FACT_VERSION_KIND, version))
+                seen = version
+            facts += await self._store(key, "fact", embedder, ident, dimension, items, marks)
             fact_mark = through
             if done is not None and items:
                 done(len(items))
@@ -534,10 +553,10 @@ class SQLVectorRepository:
         ident: str,
         dimension: int,
         items: list[tuple[str, str]],
-        through: int,
+        marks: list[tuple[str, int]],
     ) -> int:
-        """Embed ``items`` (id, text), store their vectors and move the mark to ``through``
-        (one transaction)."""
+        """Embed ``items`` (id, text), store their vectors and move the ``marks`` (kind,
+        through) of the partition and embedder (one transaction)."""
         sql = _statements(self.dialect)
         rows: list[tuple[Any, ...]] = []
         if items:
@@ -553,7 +572,8 @@ class SQLVectorRepository:
         async with self._vectors_writing() as db:
             if rows:
                 await db.executemany(sql.insert_vector, rows)
-            await db.execute(sql.mark, (key, ident, kind, through))
+            for mark_kind, through in marks:
+                await db.execute(sql.mark, (key, ident, mark_kind, through))
         return len(rows)
 
     async def _index_text(self, mark: int, last: int) -> None:
