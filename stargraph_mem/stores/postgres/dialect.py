@@ -99,11 +99,15 @@ class PostgresDialect(Dialect):
         return Many(self.sql(one), self.sql(arrays))
 
     def episode_hits(self, condition: str) -> str:
+        # the matches first (the GIN index), then their episodes: a plan that walks the
+        # partition's episodes and tests each one's text is far slower
         return (
-            "SELECT e.id, ts_rank(t.body, q.query) AS score "
-            "FROM to_tsquery('simple', ?) AS q(query) "
-            "JOIN episode_text t ON t.body @@ q.query JOIN episodes e ON e.seq = t.seq "
-            f"WHERE {condition} ORDER BY score DESC, e.id LIMIT ?"
+            "WITH q AS MATERIALIZED (SELECT to_tsquery('simple', ?) AS query), "
+            "hits AS MATERIALIZED (SELECT t.seq, ts_rank(t.body, (SELECT query FROM q)) AS score "
+            "FROM episode_text t WHERE t.body @@ (SELECT query FROM q)) "
+            "SELECT e.id, hits.score FROM hits CROSS JOIN LATERAL (SELECT id, partition_key, "
+            "ts_us FROM episodes WHERE seq = hits.seq OFFSET 0) AS e "
+            f"WHERE {condition} ORDER BY hits.score DESC, e.id LIMIT ?"
         )
 
     # episodes and schedule

@@ -267,7 +267,9 @@ _VECTORS: Final = (
         seq BIGINT PRIMARY KEY,
         body TSVECTOR NOT NULL
     )""",
-    "CREATE INDEX episode_text_body ON episode_text USING GIN (body)",
+    # without the pending list: a catch-up writes the index in place (it is off the
+    # record path), and searches never scan a list of unmerged entries
+    "CREATE INDEX episode_text_body ON episode_text USING GIN (body) WITH (fastupdate = off)",
 )
 """Vectors of episodes and facts per embedder identity, the lazy indexes' marks, and the
 episodes' full-text index (all derived data, filled by catch-ups)."""
