@@ -8,12 +8,15 @@ specification's :class:`~stargraph_mem.stores.memory.MemoryStore` and
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Protocol, Self, runtime_checkable
 
+import numpy.typing as npt
+
+from stargraph_mem.embedding import Embedder
 from stargraph_mem.model.facts import Fact, FactAccess, FactHit, StatusEvent
 from stargraph_mem.stores.fact import (
     ApplyResult,
@@ -37,6 +40,7 @@ from stargraph_mem.stores.repositories.aggregates import (
 from stargraph_mem.stores.repositories.fact_rows import PassBasis, PassWrite
 from stargraph_mem.stores.repositories.pass_time import Deferral
 from stargraph_mem.stores.repositories.schedule_runs import LeaseState, RuleRun, RunState
+from stargraph_mem.stores.repositories.vectors import BackfillReport, Kind
 from stargraph_mem.stores.scope import Partition
 
 __all__ = [
@@ -46,6 +50,7 @@ __all__ = [
     "EpisodeRepository",
     "FactRepository",
     "ScheduleRepository",
+    "VectorRepository",
 ]
 
 
@@ -251,6 +256,56 @@ class ScheduleRepository(Protocol):
     async def release_lease(self, name: str, holder: str) -> None: ...
 
 
+class VectorRepository(Protocol):
+    """Vectors of episodes and facts per embedder identity, and the episodes' full-text
+    index, both filled lazily by catch-ups (see
+    :mod:`~stargraph_mem.stores.repositories.vectors`)."""
+
+    async def catch_up(self, partition_key: str, embedder: Embedder) -> int: ...
+
+    async def catch_up_text(self) -> None: ...
+
+    async def backfill(
+        self,
+        embedder: Embedder,
+        *,
+        batch: int = ...,
+        progress: Callable[[int, int], object] | None = None,
+    ) -> BackfillReport: ...
+
+    async def pending(self, embedder: Embedder | str) -> int: ...
+
+    async def drop(self, embedder_identity: str) -> int: ...
+
+    async def nearest(
+        self,
+        partition_key: str,
+        kind: Kind,
+        embedder: Embedder | str,
+        query_vector: npt.ArrayLike,
+        *,
+        limit: int,
+        after_us: int | datetime | None = None,
+        before_us: int | datetime | None = None,
+        current_only: bool = True,
+        statuses: Iterable[str] | None = None,
+    ) -> list[tuple[str, float]]: ...
+
+    async def episode_text_hits(
+        self,
+        partition_key: str,
+        words: Sequence[str],
+        *,
+        limit: int,
+        after_us: int | datetime | None = None,
+        before_us: int | datetime | None = None,
+    ) -> list[tuple[str, float]]: ...
+
+    async def episodes(self, ids: Sequence[str]) -> list[EpisodeRecord]: ...
+
+    async def episode_times(self, ids: Sequence[str]) -> dict[str, tuple[int, str]]: ...
+
+
 class Database(Protocol):
     """The owner of one memory's connections and transactions (see
     :func:`~stargraph_mem.stores.database.open_database`)."""
@@ -266,6 +321,9 @@ class Database(Protocol):
 
     @property
     def schedule(self) -> ScheduleRepository: ...
+
+    @property
+    def vectors(self) -> VectorRepository: ...
 
     @property
     def read_only_reason(self) -> str | None: ...

@@ -43,6 +43,7 @@ from stargraph_mem.stores.postgres.memory import PostgresMemoryStore
 from stargraph_mem.stores.postgres.schedule import PostgresScheduleStore
 from stargraph_mem.stores.postgres.schema import LEDGER_TABLE, MIGRATIONS, SCHEMA_VERSION
 from stargraph_mem.stores.postgres.tables import PostgresTables
+from stargraph_mem.stores.postgres.vectors import PostgresVectorStore
 from stargraph_mem.stores.resources import AsyncResource
 from stargraph_mem.stores.url import redact
 
@@ -116,6 +117,7 @@ class PostgresDatabase(AsyncResource):
             self.memory.limits = limits
         self.facts = PostgresFactStore(self, adapter=adapter)
         self.schedule = PostgresScheduleStore(self)
+        self.vectors = PostgresVectorStore(self)
 
     backend: Final = "postgresql"
 
