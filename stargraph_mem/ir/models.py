@@ -41,6 +41,7 @@ from stargraph_mem.ir.operators import (
 from stargraph_mem.ir.operators import FieldType as FieldType
 from stargraph_mem.model.cadence import DURATION_PATTERN, DURATION_UNITS, Cadence
 from stargraph_mem.model.deltas import CloseStatus, DeltaKind
+from stargraph_mem.model.entities import MAX_ALIASES, MAX_NAME_CHARS, EntityType
 
 PayloadType = Literal["string", "integer", "number", "boolean", "timestamp"]
 """Types a declared fact payload key can have (a list is not a payload value)."""
@@ -731,6 +732,21 @@ class Defaults(_IR):
     confidence: float = Field(default=0.8, ge=0, le=1)
 
 
+EntityName = Annotated[
+    str, StringConstraints(min_length=1, max_length=MAX_NAME_CHARS, pattern=r"\S")
+]
+"""A name or alias of an entity: any text with a non-space character."""
+
+
+class EntityDecl(_IR):
+    """An entity the pack declares for every partition it runs on: its canonical name,
+    aliases (names compared case-, accent- and whitespace-insensitively) and type."""
+
+    name: EntityName
+    aliases: list[EntityName] = Field(default_factory=list, max_length=MAX_ALIASES)
+    type: EntityType = "concept"
+
+
 class RulePack(_IR):
     ir_version: Literal[1]
     pack: Name
@@ -742,6 +758,9 @@ class RulePack(_IR):
     patterns (``payload: {key: ...}``) and ``emit.payload`` writes them with that type."""
     defaults: Defaults = Defaults()
     rules: list[Rule] = Field(min_length=1)
+    entities: list[EntityDecl] = Field(default_factory=list, exclude_if=lambda v: not v)
+    """Entities registered in each partition the pack runs on (left out of dumps when
+    there are none, so packs without them keep their hash)."""
 
 
 EPISODE_BUILTINS: dict[str, FieldType] = {

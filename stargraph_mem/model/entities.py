@@ -8,6 +8,7 @@ Names are compared folded: case and accents removed, whitespace collapsed.
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Final, Literal, get_args
 
 from pydantic import Field
@@ -25,6 +26,7 @@ __all__ = [
     "LineageNeighbours",
     "TimelineEvent",
     "TimelineKind",
+    "fold_entity_name",
 ]
 
 EntityType = Literal["person", "project", "organization", "place", "concept", "tool"]
@@ -34,6 +36,14 @@ MAX_NAME_CHARS: Final = 256
 """The longest entity name or alias, in characters."""
 MAX_ALIASES: Final = 64
 """The most aliases one entity may have."""
+
+
+def fold_entity_name(text: str) -> str:
+    """``text`` as names are compared: case folded, accents removed, whitespace collapsed
+    (the stores fold the same way, with the search index's ``fold``)."""
+    decomposed = unicodedata.normalize("NFKD", text.casefold())
+    return " ".join("".join(ch for ch in decomposed if not unicodedata.combining(ch)).split())
+
 
 TimelineKind = Literal["fact_added", "fact_closed", "episode"]
 """What happened at a point of an entity's timeline: a fact about it became valid, one
