@@ -5,7 +5,7 @@ temporal neighbours, mentions, lineage, and hostile input."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest

@@ -15,6 +15,7 @@ from difflib import get_close_matches
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -732,8 +733,16 @@ class Defaults(_IR):
     confidence: float = Field(default=0.8, ge=0, le=1)
 
 
+def _entity_name(value: str) -> str:
+    if not value.strip():
+        raise ValueError("an entity name needs a character other than whitespace")
+    return value
+
+
 EntityName = Annotated[
-    str, StringConstraints(min_length=1, max_length=MAX_NAME_CHARS, pattern=r"\S")
+    str,
+    StringConstraints(min_length=1, max_length=MAX_NAME_CHARS),
+    AfterValidator(_entity_name),
 ]
 """A name or alias of an entity: any text with a non-space character."""
 
