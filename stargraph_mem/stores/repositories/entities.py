@@ -49,6 +49,7 @@ from stargraph_mem.stores.repositories.fact_rows import fact_from_row
 from stargraph_mem.stores.repositories.fact_sql import FACT_COLUMNS
 from stargraph_mem.stores.repositories.search import fold
 from stargraph_mem.stores.scope import Partition
+from stargraph_mem.stores.sql_conn import Conn
 
 __all__ = [
     "ENTITY_TABLES",
@@ -453,11 +454,8 @@ class Entities:
         ``None``."""
         key = check_partition(partition_key)
         folded = fold_name(check_name(text))
-        found = await Entities._declared(self, key, [folded])
-        if folded in found:
-            return found[folded]
-        names = await Entities._names(self, key)
-        return _implicit(key, folded, names, current=True)
+        async with self._reading() as db:
+            return await Entities._resolve(self, db, key, folded)
 
     get = resolve
 
@@ -484,8 +482,9 @@ class Entities:
         grams = _ngrams(query_text)
         if not grams:
             return []
-        declared = await Entities._declared(self, key, list(grams))
-        names = await Entities._names(self, key)
+        async with self._reading() as db:
+            declared = await Entities._declared(self, db, key, list(grams))
+            names = await Entities._names(self, db, key)
         hits: list[tuple[int, int, Entity]] = []
         seen: set[str] = set()
         claimed = set(declared)
@@ -506,20 +505,22 @@ class Entities:
         :class:`EntityNotFoundError` when nothing of the partition has that name."""
         key = check_partition(partition_key)
         limit = check_limit(limit)
-        entity = await Entities.resolve(self, key, name)
-        if entity is None:
-            raise EntityNotFoundError(
-                f"no entity named {name!r} in partition {key!r}", name=name, partition_key=key
-            )
-        names = await Entities._names(self, key)
-        raw = names.raw({fold_name(n) for n in entity.names})
+        folded = fold_name(check_name(name))
         sql = _statements(self.dialect)
         facts: list[Fact] = []
+        rows: list[Sequence[Any]] = []
         sources: dict[str, list[str]] = {}
         episodes: list[Sequence[Any]] = []
-        if raw:
-            ids = self.dialect.ids(raw)
-            async with self._reading() as db:
+        async with self._reading() as db:
+            entity = await Entities._resolve(self, db, key, folded)
+            if entity is None:
+                raise EntityNotFoundError(
+                    f"no entity named {name!r} in partition {key!r}", name=name, partition_key=key
+                )
+            names = await Entities._names(self, db, key)
+            raw = names.raw({fold_name(n) for n in entity.names})
+            if raw:
+                ids = self.dialect.ids(raw)
                 rows = await db.fetch(sql.facts_named, (key, ids, ids, limit + 1))
                 facts = [fact_from_row(row) for row in rows[:limit]]
                 fact_ids = [fact.id for fact in facts]
@@ -528,8 +529,6 @@ class Entities:
                 wanted = list(dict.fromkeys(e for f in fact_ids for e in sources.get(f, [])))
                 if wanted:
                     episodes = await db.fetch(sql.episodes_in, (key, self.dialect.ids(wanted)))
-        else:
-            rows = []
         return EntityProfile(
             entity=entity,
             aliases=entity.aliases,
@@ -557,17 +556,18 @@ class Entities:
         if len(names) > MAX_SEEDS:
             raise _bad(f"{len(names)} entity names; at most {MAX_SEEDS} are allowed")
         folded = [fold_name(check_name(n)) for n in names]
-        declared = await Entities._declared(self, key, folded)
-        forms: set[str] = set()
-        for one in folded:
-            entity = declared.get(one)
-            forms.update({fold_name(n) for n in entity.names} if entity else {one})
-        raw = (await Entities._names(self, key)).raw(forms, current=True)
-        if not raw:
-            return []
-        ids = self.dialect.ids(raw)
         async with self._reading() as db:
-            rows = await db.fetch(_statements(self.dialect).current_named, (key, ids, ids, limit))
+            declared = await Entities._declared(self, db, key, folded)
+            forms: set[str] = set()
+            for one in folded:
+                entity = declared.get(one)
+                forms.update({fold_name(n) for n in entity.names} if entity else {one})
+            raw = (await Entities._names(self, db, key)).raw(forms, current=True)
+            if not raw:
+                return []
+            ids = self.dialect.ids(raw)
+            statement = _statements(self.dialect).current_named
+            rows = await db.fetch(statement, (key, ids, ids, limit))
         return [str(row[0]) for row in rows]
 
     async def temporal_neighbours(
@@ -678,29 +678,35 @@ class Entities:
 
     # --- helpers ----------------------------------------------------------------------------
 
-    async def _declared(self: EntityAccess, key: str, folded: Sequence[str]) -> dict[str, Entity]:
+    async def _declared(
+        self: EntityAccess, db: Conn, key: str, folded: Sequence[str]
+    ) -> dict[str, Entity]:
         """Declared entities by each of ``folded`` that names one."""
         if not folded:
             return {}
         sql = _statements(self.dialect)
-        async with self._reading() as db:
-            rows = await db.fetch(sql.by_folded, (key, self.dialect.ids(list(folded))))
+        rows = await db.fetch(sql.by_folded, (key, self.dialect.ids(list(folded))))
         return {str(row[0]): _entity_from_row(row[1:]) for row in rows}
 
-    async def _names(self: EntityAccess, key: str) -> FactNames:
+    async def _names(self: EntityAccess, db: Conn, key: str) -> FactNames:
         """The partition's fact names (read again only when its version moved)."""
         sql = _statements(self.dialect)
-        async with self._reading() as db:
-            version = int(await db.scalar(sql.version, (key,)) or 0)
-            cached = self._fact_names.get(key, version)
-            if cached is not None:
-                return cached
-            names = FactNames(version)
-            for raw, current in await db.fetch(sql.fact_names, (key, key)):
-                slot = names.names.setdefault(fold_name(str(raw)), {})
-                slot[str(raw)] = slot.get(str(raw), False) or bool(current)
+        version = int(await db.scalar(sql.version, (key,)) or 0)
+        cached = self._fact_names.get(key, version)
+        if cached is not None:
+            return cached
+        names = FactNames(version)
+        for raw, current in await db.fetch(sql.fact_names, (key, key)):
+            slot = names.names.setdefault(fold_name(str(raw)), {})
+            slot[str(raw)] = slot.get(str(raw), False) or bool(current)
         self._fact_names.put(key, names)
         return names
+
+    async def _resolve(self: EntityAccess, db: Conn, key: str, folded: str) -> Entity | None:
+        found = await Entities._declared(self, db, key, [folded])
+        if folded in found:
+            return found[folded]
+        return _implicit(key, folded, await Entities._names(self, db, key), current=True)
 
 
 def _new_aliases(canonical: str, have: list[str], wanted: list[str]) -> list[str]:
