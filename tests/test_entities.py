@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
+from backends import PG_URL, pg_schema
 from e2e_helpers import DEFAULT, T0, episode, spo
 
 from stargraph_mem.compiler.pack import compile_file
@@ -16,6 +18,7 @@ from stargraph_mem.engine.api import Consolidator
 from stargraph_mem.errors import EntityError, EntityNotFoundError
 from stargraph_mem.model.entities import Entity, fold_entity_name
 from stargraph_mem.stores import AddDelta, DeleteDelta, FactPayload, Partition
+from stargraph_mem.stores.copy import copy_database
 from stargraph_mem.stores.database import open_database
 from stargraph_mem.stores.models import Episode
 from stargraph_mem.stores.protocols import Database
@@ -341,3 +344,20 @@ async def test_hostile_input_is_refused_clearly_and_changes_nothing(db: Database
             await call
     assert await state(db) == before
     assert await db.entities.resolve(KEY, "Rome") is None
+
+
+# --- copies -----------------------------------------------------------------------------------
+
+
+async def test_a_copy_carries_the_entities(tmp_path: Path) -> None:
+    source = tmp_path / "a.db"
+    async with open_database(source) as db:
+        made = await db.entities.define(KEY, "Zoë", aliases=["Zoe Smith"], type="person")
+    async with pg_schema() as schema:
+        target = f"{PG_URL}?schema={schema}"
+        report = await copy_database(source, target)
+        assert report.rows["entities"] == 1 and report.rows["entity_aliases"] == 2
+        async with open_database(target) as db:
+            assert await db.entities.resolve(KEY, "ZOE SMITH") == made
+            with pytest.raises(EntityError, match="already names the entity 'Zoë'"):
+                await db.entities.define(KEY, "Zed", aliases=["zoe smith"])
