@@ -61,5 +61,9 @@ class SQLiteEntityStore(Entities, SQLiteStoreBase):
                 await db.execute(statement)
             await self._stamp_if_complete(db)
 
+    async def _check_schema(self, db: aiosqlite.Connection, why: str) -> None:
+        """A read-only file of an older version has no entity tables: it still opens (its
+        other stores are read as usual; reading entities there fails)."""
+
     async def _figures(self, db: aiosqlite.Connection) -> dict[str, Any]:
         return {}
