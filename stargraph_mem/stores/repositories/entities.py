@@ -6,9 +6,11 @@ name and aliases alike) of a partition to its one entity, so an alias can never 
 entities of a partition and a lookup is one indexed read.
 
 Facts name entities too: the subjects and objects of a partition's facts are read (folded
-in Python, since SQL has no accent folding on both backends) into a map kept per partition
-and reused while the partition's version (its highest audit seq, which every change to its
-facts moves) stays the same.
+in Python, since SQL has no accent folding on both backends) into a map from folded name to
+fact ids, kept per partition. Facts are never removed and never change their subject or
+object, so the map only grows: a read adds the facts above the highest rowid it has seen
+(one indexed range), and whether a fact is still current is asked of the ``facts`` table by
+id (its unique index). No index on ``facts`` is added: the write path is unchanged.
 
 The graph reads: :meth:`Entities.temporal_neighbours` walks a session's episodes in time
 order (the scope index ``(scope_key, ts_us, seq)``: a session of a partition is one scope
@@ -204,19 +206,26 @@ def _implicit_id(partition_key: str, folded: str) -> str:
 
 @dataclass(slots=True)
 class FactNames:
-    """The names a partition's facts carry: folded name → raw name → current or not."""
+    """The names a partition's facts carry: folded name → raw name → the ids of the facts
+    (current or closed) with that subject or object. Facts are never removed and never
+    change their subject or object, so the map only grows, with the facts above
+    ``last_rowid``."""
 
-    version: int
-    names: dict[str, dict[str, bool]] = field(default_factory=dict)
+    last_rowid: int = 0
+    names: dict[str, dict[str, list[str]]] = field(default_factory=dict)
 
-    def raw(self, folded: Iterable[str], *, current: bool = False) -> list[str]:
-        """The raw names that fold to one of ``folded`` (of current facts only, if asked)."""
-        out: list[str] = []
+    def add(self, fact_id: str, *names: str) -> None:
+        for raw in dict.fromkeys(names):
+            if raw:
+                self.names.setdefault(fold_name(raw), {}).setdefault(raw, []).append(fact_id)
+
+    def ids(self, folded: Iterable[str]) -> list[str]:
+        """The ids of the facts naming one of ``folded``."""
+        out: dict[str, None] = {}
         for key in folded:
-            for name, is_current in self.names.get(key, {}).items():
-                if is_current or not current:
-                    out.append(name)
-        return out
+            for ids in self.names.get(key, {}).values():
+                out.update(dict.fromkeys(ids))
+        return list(out)
 
 
 class NameCache:
@@ -227,18 +236,15 @@ class NameCache:
     def __init__(self) -> None:
         self._maps: OrderedDict[str, FactNames] = OrderedDict()
 
-    def get(self, key: str, version: int) -> FactNames | None:
+    def of(self, key: str) -> FactNames:
+        """The partition's map (a new, empty one the first time)."""
         found = self._maps.get(key)
-        if found is None or found.version != version:
-            return None
+        if found is None:
+            found = self._maps[key] = FactNames()
+            while len(self._maps) > _CACHED_PARTITIONS:
+                self._maps.popitem(last=False)
         self._maps.move_to_end(key)
         return found
-
-    def put(self, key: str, names: FactNames) -> None:
-        self._maps[key] = names
-        self._maps.move_to_end(key)
-        while len(self._maps) > _CACHED_PARTITIONS:
-            self._maps.popitem(last=False)
 
 
 class EntityAccess(Access, Protocol):
@@ -258,10 +264,11 @@ class _Statements:
     insert_entity: str
     update_entity: str
     insert_alias: str
-    version: str
-    fact_names: str
-    facts_named: str
-    current_named: str
+    last_rowid: str
+    new_facts: str
+    current_in: str
+    facts_in: str
+    current_ranked: str
     lineage_of: str
     episodes_in: str
     seeds: str
@@ -273,7 +280,6 @@ class _Statements:
 def _statements(dialect: Dialect) -> _Statements:
     sql = dialect.sql
     in_ids = dialect.in_ids()
-    named = f"(subject {in_ids} OR object {in_ids})"
     return _Statements(
         by_folded=sql(
             f"SELECT a.folded, e.{_ENTITY_COLUMNS.replace(', ', ', e.')} FROM entity_aliases a "
@@ -289,20 +295,18 @@ def _statements(dialect: Dialect) -> _Statements:
             "INSERT INTO entity_aliases (partition_key, folded, entity_id, alias) "
             "VALUES (?, ?, ?, ?)"
         ),
-        version=sql("SELECT coalesce(max(seq), 0) FROM audit WHERE partition_key = ?"),
-        fact_names=sql(
-            "SELECT subject, max(CASE WHEN valid_until_us IS NULL THEN 1 ELSE 0 END) FROM facts "
-            "WHERE partition_key = ? AND subject <> '' GROUP BY subject "
-            "UNION ALL "
-            "SELECT object, max(CASE WHEN valid_until_us IS NULL THEN 1 ELSE 0 END) FROM facts "
-            "WHERE partition_key = ? AND object <> '' GROUP BY object"
+        last_rowid=sql("SELECT coalesce(max(rowid), 0) FROM facts"),
+        new_facts=sql(
+            "SELECT rowid, id, subject, object FROM facts WHERE rowid > ? AND partition_key = ? "
+            "ORDER BY rowid"
         ),
-        facts_named=sql(
-            f"SELECT {FACT_COLUMNS} FROM facts WHERE partition_key = ? AND {named} "
+        current_in=sql(f"SELECT id FROM facts WHERE id {in_ids} AND valid_until_us IS NULL"),
+        facts_in=sql(
+            f"SELECT {FACT_COLUMNS} FROM facts WHERE id {in_ids} "
             "ORDER BY valid_from_us DESC, rowid DESC LIMIT ?"
         ),
-        current_named=sql(
-            f"SELECT id FROM facts WHERE partition_key = ? AND valid_until_us IS NULL AND {named} "
+        current_ranked=sql(
+            f"SELECT id FROM facts WHERE id {in_ids} AND valid_until_us IS NULL "
             "ORDER BY confidence DESC, valid_from_us DESC, id LIMIT ?"
         ),
         lineage_of=sql(
@@ -484,14 +488,13 @@ class Entities:
             return []
         async with self._reading() as db:
             declared = await Entities._declared(self, db, key, list(grams))
-            names = await Entities._names(self, db, key)
+            implicit = await Entities._implicit(
+                self, db, key, [g for g in grams if g not in declared]
+            )
         hits: list[tuple[int, int, Entity]] = []
         seen: set[str] = set()
-        claimed = set(declared)
         for gram, position in grams.items():
-            entity = declared.get(gram)
-            if entity is None and gram not in claimed:
-                entity = _implicit(key, gram, names, current=True)
+            entity = declared.get(gram) or implicit.get(gram)
             if entity is not None and entity.id not in seen:
                 seen.add(entity.id)
                 hits.append((position, -len(gram), entity))
@@ -518,10 +521,9 @@ class Entities:
                     f"no entity named {name!r} in partition {key!r}", name=name, partition_key=key
                 )
             names = await Entities._names(self, db, key)
-            raw = names.raw({fold_name(n) for n in entity.names})
-            if raw:
-                ids = self.dialect.ids(raw)
-                rows = await db.fetch(sql.facts_named, (key, ids, ids, limit + 1))
+            named = names.ids({fold_name(n) for n in entity.names})
+            if named:
+                rows = await db.fetch(sql.facts_in, (self.dialect.ids(named), limit + 1))
                 facts = [fact_from_row(row) for row in rows[:limit]]
                 fact_ids = [fact.id for fact in facts]
                 for row in await db.fetch(sql.lineage_of, (self.dialect.ids(fact_ids),)):
@@ -562,12 +564,11 @@ class Entities:
             for one in folded:
                 entity = declared.get(one)
                 forms.update({fold_name(n) for n in entity.names} if entity else {one})
-            raw = (await Entities._names(self, db, key)).raw(forms, current=True)
-            if not raw:
+            named = (await Entities._names(self, db, key)).ids(forms)
+            if not named:
                 return []
-            ids = self.dialect.ids(raw)
-            statement = _statements(self.dialect).current_named
-            rows = await db.fetch(statement, (key, ids, ids, limit))
+            statement = _statements(self.dialect).current_ranked
+            rows = await db.fetch(statement, (self.dialect.ids(named), limit))
         return [str(row[0]) for row in rows]
 
     async def temporal_neighbours(
@@ -612,11 +613,11 @@ class Entities:
                 for direction, compare, order in (("b", "<", "DESC"), ("a", ">", "ASC")):
                     branches.append(
                         f"SELECT * FROM (SELECT {index} AS i, '{direction}' AS d, id, ts_us, seq "
-                        f"FROM episodes WHERE scope_key = ? AND partition_key = ? "
+                        "FROM episodes WHERE scope_key = ? "
                         f"AND (ts_us, seq) {compare} (?, ?){window} "
                         f"ORDER BY ts_us {order}, seq {order} LIMIT ?) {direction}{index}"
                     )
-                    params += [scope, key, ts_us, seq, *extra, depth]
+                    params += [scope, ts_us, seq, *extra, depth]
             rows = await db.fetch(self.dialect.sql(" UNION ALL ".join(branches)), params)
         seed_ids = {str(row[0]) for row in found}
         walks: dict[tuple[int, str], list[tuple[int, int, str]]] = {}
@@ -689,24 +690,49 @@ class Entities:
         return {str(row[0]): _entity_from_row(row[1:]) for row in rows}
 
     async def _names(self: EntityAccess, db: Conn, key: str) -> FactNames:
-        """The partition's fact names (read again only when its version moved)."""
+        """The partition's fact names, with the facts added since the last read."""
         sql = _statements(self.dialect)
-        version = int(await db.scalar(sql.version, (key,)) or 0)
-        cached = self._fact_names.get(key, version)
-        if cached is not None:
-            return cached
-        names = FactNames(version)
-        for raw, current in await db.fetch(sql.fact_names, (key, key)):
-            slot = names.names.setdefault(fold_name(str(raw)), {})
-            slot[str(raw)] = slot.get(str(raw), False) or bool(current)
-        self._fact_names.put(key, names)
+        names = self._fact_names.of(key)
+        last = int(await db.scalar(sql.last_rowid) or 0)
+        if last > names.last_rowid:
+            for rowid, fact_id, subject, obj in await db.fetch(
+                sql.new_facts, (names.last_rowid, key)
+            ):
+                names.add(str(fact_id), str(subject), str(obj))
+                last = max(last, int(rowid))
+            names.last_rowid = last
         return names
+
+    async def _current(self: EntityAccess, db: Conn, ids: Sequence[str]) -> set[str]:
+        """Those of ``ids`` that are current facts."""
+        if not ids:
+            return set()
+        rows = await db.fetch(_statements(self.dialect).current_in, (self.dialect.ids(ids),))
+        return {str(row[0]) for row in rows}
+
+    async def _implicit(
+        self: EntityAccess, db: Conn, key: str, grams: Sequence[str]
+    ) -> dict[str, Entity]:
+        """The implicit entity of each of ``grams`` (folded) a current fact names."""
+        names = await Entities._names(self, db, key)
+        current = await Entities._current(self, db, names.ids(grams))
+        out: dict[str, Entity] = {}
+        for gram in grams:
+            raw = [n for n, ids in names.names.get(gram, {}).items() if current.intersection(ids)]
+            if raw:
+                out[gram] = Entity(
+                    id=_implicit_id(key, gram),
+                    partition_key=key,
+                    canonical_name=min(raw),
+                    declared=False,
+                )
+        return out
 
     async def _resolve(self: EntityAccess, db: Conn, key: str, folded: str) -> Entity | None:
         found = await Entities._declared(self, db, key, [folded])
         if folded in found:
             return found[folded]
-        return _implicit(key, folded, await Entities._names(self, db, key), current=True)
+        return (await Entities._implicit(self, db, key, [folded])).get(folded)
 
 
 def _new_aliases(canonical: str, have: list[str], wanted: list[str]) -> list[str]:
@@ -724,19 +750,6 @@ def _new_aliases(canonical: str, have: list[str], wanted: list[str]) -> list[str
 def _like_escape(value: str) -> str:
     """``value`` with LIKE's wildcards made plain ones (matches are checked again anyway)."""
     return value.replace("%", "_")
-
-
-def _implicit(key: str, folded: str, names: FactNames, *, current: bool) -> Entity | None:
-    """The implicit entity of the fact names folding to ``folded``, if a fact has one."""
-    raw = names.raw([folded], current=current)
-    if not raw:
-        return None
-    return Entity(
-        id=_implicit_id(key, folded),
-        partition_key=key,
-        canonical_name=sorted(raw)[0],
-        declared=False,
-    )
 
 
 def _timeline(
