@@ -213,11 +213,15 @@ class FactNames:
 
     last_rowid: int = 0
     names: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    by_episode: dict[str, list[str]] = field(default_factory=dict)
+    """Source episode id → the facts derived from it (their lineage)."""
 
-    def add(self, fact_id: str, *names: str) -> None:
+    def add(self, fact_id: str, names: Sequence[str], sources: Sequence[str]) -> None:
         for raw in dict.fromkeys(names):
             if raw:
                 self.names.setdefault(fold_name(raw), {}).setdefault(raw, []).append(fact_id)
+        for source in dict.fromkeys(sources):
+            self.by_episode.setdefault(source, []).append(fact_id)
 
     def ids(self, folded: Iterable[str]) -> list[str]:
         """The ids of the facts naming one of ``folded``."""
@@ -272,7 +276,6 @@ class _Statements:
     lineage_of: str
     episodes_in: str
     seeds: str
-    lineage_partitions: str
     episode_partitions: str
 
 
@@ -297,8 +300,9 @@ def _statements(dialect: Dialect) -> _Statements:
         ),
         last_rowid=sql("SELECT coalesce(max(rowid), 0) FROM facts"),
         new_facts=sql(
-            "SELECT rowid, id, subject, object FROM facts WHERE rowid > ? AND partition_key = ? "
-            "ORDER BY rowid"
+            "SELECT f.rowid, f.id, f.subject, f.object, l.source_episode_ids FROM facts f "
+            "LEFT JOIN lineage l ON l.rowid = f.rowid WHERE f.rowid > ? AND f.partition_key = ? "
+            "ORDER BY f.rowid"
         ),
         current_in=sql(f"SELECT id FROM facts WHERE id {in_ids} AND valid_until_us IS NULL"),
         facts_in=sql(
@@ -319,10 +323,6 @@ def _statements(dialect: Dialect) -> _Statements:
         seeds=sql(
             "SELECT id, scope_key, ts_us, seq FROM episodes "
             f"WHERE partition_key = ? AND id {in_ids}"
-        ),
-        lineage_partitions=sql(
-            "SELECT f.id, l.source_episode_ids FROM facts f JOIN lineage l ON l.rowid = f.rowid "
-            "WHERE f.partition_key = ? {current} AND ({likes})"
         ),
         episode_partitions=sql(f"SELECT id, partition_key FROM episodes WHERE id {in_ids}"),
     )
@@ -661,16 +661,12 @@ class Entities:
                 ):
                     by_partition.setdefault(str(partition), set()).add(str(eid))
             derived: list[str] = []
-            current = "AND f.valid_until_us IS NULL" if current_only else ""
             for partition, wanted in by_partition.items():
-                ordered = sorted(wanted)
-                likes = " OR ".join(["l.source_episode_ids LIKE ?"] * len(ordered))
-                text = sql.lineage_partitions.replace("{current}", current)
-                text = text.replace("{likes}", likes.replace("?", self.dialect.mark))
-                params = [partition, *(f'%"{_like_escape(e)}"%' for e in ordered)]
-                for fid, source_ids in await db.fetch(text, params):
-                    if wanted & {str(e) for e in orjson.loads(source_ids or "[]")}:
-                        derived.append(str(fid))
+                names = await Entities._names(self, db, partition)
+                derived += [f for e in sorted(wanted) for f in names.by_episode.get(e, ())]
+            if current_only:
+                current = await Entities._current(self, db, derived)
+                derived = [f for f in derived if f in current]
         skip = set(facts)
         return LineageNeighbours(
             episode_ids=tuple(dict.fromkeys(sources)),
@@ -695,10 +691,11 @@ class Entities:
         names = self._fact_names.of(key)
         last = int(await db.scalar(sql.last_rowid) or 0)
         if last > names.last_rowid:
-            for rowid, fact_id, subject, obj in await db.fetch(
+            for rowid, fact_id, subject, obj, sources in await db.fetch(
                 sql.new_facts, (names.last_rowid, key)
             ):
-                names.add(str(fact_id), str(subject), str(obj))
+                linked = [str(e) for e in orjson.loads(sources)] if sources else []
+                names.add(str(fact_id), (str(subject), str(obj)), linked)
                 last = max(last, int(rowid))
             names.last_rowid = last
         return names
@@ -745,11 +742,6 @@ def _new_aliases(canonical: str, have: list[str], wanted: list[str]) -> list[str
             seen.add(key)
             out.append(alias)
     return out
-
-
-def _like_escape(value: str) -> str:
-    """``value`` with LIKE's wildcards made plain ones (matches are checked again anyway)."""
-    return value.replace("%", "_")
 
 
 def _timeline(
