@@ -221,6 +221,15 @@ class SearchError(StoreError):
     """A fact search was asked for with an unusable query or limit."""
 
 
+class EntityError(StoreError):
+    """An entity was defined or looked up with unusable input (a bad name, alias, type,
+    limit or time), or one of its aliases belongs to another entity of the partition."""
+
+
+class EntityNotFoundError(EntityError):
+    """No entity (declared, or named by a current fact) has the name asked for."""
+
+
 class MigrationNotSupported(StoreError):
     """A migration operation other than a nullable ``add_column`` was requested.
 

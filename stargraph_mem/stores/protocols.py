@@ -1,4 +1,4 @@
-"""What the engine needs of a database: three repositories and their owner.
+"""What the engine needs of a database: four repositories and their owner.
 
 Every backend (SQLite, PostgreSQL) provides these; the engine, the CLI and the
 integrations are typed against them, never against a backend's classes. The
@@ -17,6 +17,7 @@ from typing import Any, Protocol, Self, runtime_checkable
 import numpy.typing as npt
 
 from stargraph_mem.embedding import Embedder
+from stargraph_mem.model.entities import Entity, EntityProfile, EntityType, LineageNeighbours
 from stargraph_mem.model.facts import Fact, FactAccess, FactHit, StatusEvent
 from stargraph_mem.stores.fact import (
     ApplyResult,
@@ -47,6 +48,7 @@ __all__ = [
     "ArchivedFactSource",
     "BackgroundCheckpoints",
     "Database",
+    "EntityRepository",
     "EpisodeRepository",
     "FactRepository",
     "ScheduleRepository",
@@ -306,6 +308,55 @@ class VectorRepository(Protocol):
     async def episode_times(self, ids: Sequence[str]) -> dict[str, tuple[int, str]]: ...
 
 
+class EntityRepository(Protocol):
+    """Entities of each partition (declared, and named by facts) and the graph reads of
+    recall: temporal neighbours of episodes, facts of entities, lineage both ways."""
+
+    async def define(
+        self,
+        partition_key: str | Partition,
+        name: str,
+        *,
+        aliases: Sequence[str] = (),
+        type: EntityType | None = None,
+        at: datetime | None = None,
+    ) -> Entity: ...
+
+    async def resolve(self, partition_key: str | Partition, text: str) -> Entity | None: ...
+
+    async def get(self, partition_key: str | Partition, text: str) -> Entity | None: ...
+
+    async def entities(self, partition_key: str | Partition) -> list[Entity]: ...
+
+    async def mentioned(self, partition_key: str | Partition, query_text: str) -> list[Entity]: ...
+
+    async def profile(
+        self, partition_key: str | Partition, name: str, *, limit: int = 50
+    ) -> EntityProfile: ...
+
+    async def facts_of_entities(
+        self, partition_key: str | Partition, names: Sequence[str], *, limit: int = 100
+    ) -> list[str]: ...
+
+    async def temporal_neighbours(
+        self,
+        partition_key: str | Partition,
+        episode_ids: Sequence[str],
+        *,
+        depth: int = 2,
+        after_us: int | datetime | None = None,
+        before_us: int | datetime | None = None,
+    ) -> list[tuple[str, int]]: ...
+
+    async def lineage_neighbours(
+        self,
+        fact_ids: Sequence[str],
+        *,
+        episode_ids: Sequence[str] = (),
+        current_only: bool = True,
+    ) -> LineageNeighbours: ...
+
+
 class Database(Protocol):
     """The owner of one memory's connections and transactions (see
     :func:`~stargraph_mem.stores.database.open_database`)."""
@@ -324,6 +375,7 @@ class Database(Protocol):
 
     @property
     def vectors(self) -> VectorRepository: ...
+    def entities(self) -> EntityRepository: ...
 
     @property
     def read_only_reason(self) -> str | None: ...

@@ -37,6 +37,7 @@ from stargraph_mem.model.time import to_us, utc_now
 from stargraph_mem.stores.fact import ProvenanceAdapter
 from stargraph_mem.stores.models import StoreHealth
 from stargraph_mem.stores.postgres.connection import PgConn
+from stargraph_mem.stores.postgres.entities import PostgresEntityStore
 from stargraph_mem.stores.postgres.fact import PostgresFactStore
 from stargraph_mem.stores.postgres.failures import connection_lost, first_line
 from stargraph_mem.stores.postgres.memory import PostgresMemoryStore
@@ -118,6 +119,7 @@ class PostgresDatabase(AsyncResource):
         self.facts = PostgresFactStore(self, adapter=adapter)
         self.schedule = PostgresScheduleStore(self)
         self.vectors = PostgresVectorStore(self)
+        self.entities = PostgresEntityStore(self)
 
     backend: Final = "postgresql"
 

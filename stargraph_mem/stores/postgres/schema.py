@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from stargraph_mem.stores.repositories.entities import ENTITY_TABLES, POSTGRES_ENTITY_TABLES
 from stargraph_mem.stores.repositories.fact_status import STATUS_BACKFILL, STATUS_TABLE_NAMES
 from stargraph_mem.stores.repositories.pass_time import POSTGRES_TABLES
 from stargraph_mem.stores.repositories.sweep_schema import DROP_SWEEP_INDEXES, index_ddl
@@ -282,6 +283,7 @@ MIGRATIONS: Final = (
     (5, "0005_sweep_indexes_on_demand", DROP_SWEEP_INDEXES),
     (6, "0006_spec_scope_index_name", _SPEC_INDEX_NAME),
     (7, "0007_vectors_and_episode_text", _VECTORS),
+    (8, "0008_entities", POSTGRES_ENTITY_TABLES),
 )
 """``(version, name, statements)`` in order; a database at version n gets those above n."""
 SCHEMA_VERSION: Final = MIGRATIONS[-1][0]
@@ -304,5 +306,6 @@ TABLES: Final = {
     ),
     "schedule": ("rule_runs", "scheduler_lease", "schedule_rules"),
     "vector": ("vectors", "index_marks", "episode_text"),
+    "entity": ENTITY_TABLES,
 }
 """Each store's tables (a migration plan may only touch its own)."""
