@@ -375,6 +375,8 @@ class Database(Protocol):
 
     @property
     def vectors(self) -> VectorRepository: ...
+
+    @property
     def entities(self) -> EntityRepository: ...
 
     @property
