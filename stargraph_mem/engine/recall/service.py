@@ -63,7 +63,10 @@ __all__ = ["POOL_MIN", "Recall", "StrategyTimes", "check_kinds"]
 POOL_MIN: Final = 30
 """Each strategy ranks at least this many candidates (else ``3 × limit``) before fusion."""
 SEEDS: Final = 5
-"""How many of the best hits seed a graph walk."""
+"""How many of the best hits seed a lineage walk."""
+TEMPORAL_SEEDS: Final = 2
+"""How many of the best episode hits seed a temporal walk (their neighbours are what the
+walk adds: seeding with more would leave out the very episodes around the best)."""
 PROFILES: Final = 2
 """Profiles of at most this many entities named by a who/what query go in the context."""
 PROFILE_FACTS: Final = 8
@@ -280,6 +283,7 @@ class Recall:
             seed_keys = _first_keys(seeds, SEEDS)
             if strategy == "temporal" and kinds != "facts":
                 seed_episodes = [k[8:] for k in seed_keys if k.startswith("episode:")]
+                seed_episodes = seed_episodes[:TEMPORAL_SEEDS]
                 temporal = await self.database.entities.temporal_neighbours(
                     key,
                     seed_episodes,
