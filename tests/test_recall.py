@@ -47,7 +47,9 @@ def ep(
     at: datetime | None = None,
     triple: tuple[str, str, str] | None = None,
 ) -> Episode:
-    meta = {} if triple is None else dict(zip(("subject", "predicate", "object"), triple))
+    meta = (
+        {} if triple is None else dict(zip(("subject", "predicate", "object"), triple, strict=True))
+    )
     return Episode(
         id=eid,
         content=content,
