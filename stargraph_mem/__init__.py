@@ -24,6 +24,8 @@ if TYPE_CHECKING:
         DeltaProvenanceError,
         DeltaValidationError,
         DuplicateEpisodeError,
+        EmbedderError,
+        EmbedderUnavailableError,
         EngineError,
         FactConflictError,
         FactNotFoundError,
@@ -128,6 +130,8 @@ _LAZY: dict[str, str] = {
     "DamagedDatabaseError": "stargraph_mem.errors",
     "ForeignDatabaseError": "stargraph_mem.errors",
     "NewerSchemaError": "stargraph_mem.errors",
+    "EmbedderError": "stargraph_mem.errors",
+    "EmbedderUnavailableError": "stargraph_mem.errors",
 }
 """Public name → the module that defines it."""
 
@@ -146,6 +150,8 @@ __all__ = [
     "DeltaProvenanceError",
     "DeltaValidationError",
     "DuplicateEpisodeError",
+    "EmbedderError",
+    "EmbedderUnavailableError",
     "EngineError",
     "Episode",
     "Explanation",
