@@ -2,9 +2,9 @@
 
 :class:`HashingEmbedder` maps a text to a signed feature-hashing vector (the "hashing
 trick"): every feature string is hashed with CRC-32 (``zlib.crc32`` of its UTF-8 bytes,
-then a 32-bit avalanche mix), its bucket is the hash modulo ``dimension`` and its sign a
-bit of the hash. Nothing depends on Python's randomised ``hash()``, the process or the
-machine, so the same text gives the same bytes everywhere.
+then MurmurHash3's 32-bit avalanche finaliser); its bucket is the hash's low 31 bits
+modulo ``dimension`` and its sign the top bit. Nothing depends on Python's randomised
+``hash()``, the process or the machine, so the same text gives the same bytes everywhere.
 
 Features, after Unicode compatibility decomposition, removal of accents (combining marks)
 and case folding, of each word (a run of letters, digits or ``_``):
@@ -21,10 +21,10 @@ and case folding, of each word (a run of letters, digits or ``_``):
 - and, between consecutive content words, the pair of their stems (weight 0.7).
 
 Common English function words (:data:`STOPWORDS`) give only their word feature, at weight
-0.2, and are skipped by the pairs. A word's features are scaled by ``1 + ln(tf)`` for a
-word that occurs ``tf`` times (sublinear term frequency), then the vector is L2-normalised.
-A text without a word (empty, whitespace, punctuation only) gets the zero vector: its cosine
-with any vector is 0, so it is never anyone's neighbour.
+0.2, and are skipped by the pairs. A word's (or pair's) features are scaled by
+``1 + ln(tf)`` when it occurs ``tf`` times (sublinear term frequency), then the vector is
+L2-normalised. A text without a word (empty, whitespace, punctuation only) gets the zero
+vector: its cosine with any vector is 0, so it is never anyone's neighbour.
 
 Any change to these features changes :attr:`HashingEmbedder.version`.
 """
