@@ -24,6 +24,8 @@ if TYPE_CHECKING:
         DeltaProvenanceError,
         DeltaValidationError,
         DuplicateEpisodeError,
+        EmbedderError,
+        EmbedderUnavailableError,
         EngineError,
         FactConflictError,
         FactNotFoundError,
@@ -130,6 +132,8 @@ _LAZY: dict[str, str] = {
     "DamagedDatabaseError": "stargraph_mem.errors",
     "ForeignDatabaseError": "stargraph_mem.errors",
     "NewerSchemaError": "stargraph_mem.errors",
+    "EmbedderError": "stargraph_mem.errors",
+    "EmbedderUnavailableError": "stargraph_mem.errors",
 }
 """Public name → the module that defines it."""
 
@@ -148,6 +152,8 @@ __all__ = [
     "DeltaProvenanceError",
     "DeltaValidationError",
     "DuplicateEpisodeError",
+    "EmbedderError",
+    "EmbedderUnavailableError",
     "EngineError",
     "Episode",
     "Explanation",

@@ -2,9 +2,9 @@
 
 :class:`HashingEmbedder` maps a text to a signed feature-hashing vector (the "hashing
 trick"): every feature string is hashed with CRC-32 (``zlib.crc32`` of its UTF-8 bytes,
-then a 32-bit avalanche mix), its bucket is the hash modulo ``dimension`` and its sign a
-bit of the hash. Nothing depends on Python's randomised ``hash()``, the process or the
-machine, so the same text gives the same bytes everywhere.
+then MurmurHash3's 32-bit avalanche finaliser); its bucket is the hash's low 31 bits
+modulo ``dimension`` and its sign the top bit. Nothing depends on Python's randomised
+``hash()``, the process or the machine, so the same text gives the same bytes everywhere.
 
 Features, after Unicode compatibility decomposition, removal of accents (combining marks)
 and case folding, of each word (a run of letters, digits or ``_``):
@@ -21,10 +21,10 @@ and case folding, of each word (a run of letters, digits or ``_``):
 - and, between consecutive content words, the pair of their stems (weight 0.7).
 
 Common English function words (:data:`STOPWORDS`) give only their word feature, at weight
-0.2, and are skipped by the pairs. A word's features are scaled by ``1 + ln(tf)`` for a
-word that occurs ``tf`` times (sublinear term frequency), then the vector is L2-normalised.
-A text without a word (empty, whitespace, punctuation only) gets the zero vector: its cosine
-with any vector is 0, so it is never anyone's neighbour.
+0.2, and are skipped by the pairs. A word's (or pair's) features are scaled by
+``1 + ln(tf)`` when it occurs ``tf`` times (sublinear term frequency), then the vector is
+L2-normalised. A text without a word (empty, whitespace, punctuation only) gets the zero
+vector: its cosine with any vector is 0, so it is never anyone's neighbour.
 
 Any change to these features changes :attr:`HashingEmbedder.version`.
 """
@@ -38,7 +38,7 @@ import unicodedata
 import zlib
 from collections import Counter
 from collections.abc import Sequence
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -76,8 +76,8 @@ _PAIR_WEIGHT: Final = 0.7
 _GRAM_SIZES: Final = (3, 4, 5)
 _DOUBLED: Final = frozenset("bcdfgkmnprtv")  # consonants doubled before -ing, -ed
 
-_Features = tuple[list[int], list[float]]
-"""A word's (or word pair's) hashed features: buckets and signed weights."""
+_Features = tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]
+"""Hashed features: buckets and signed weights."""
 
 
 def fold(text: str) -> str:
@@ -138,22 +138,33 @@ def word_features(word: str) -> list[tuple[str, float]]:
     return features
 
 
-def _place(groups: list[list[tuple[str, float]]], dimension: int) -> list[_Features]:
-    """Hash each group of (feature, weight) into (buckets, signed weights), all at once."""
+def _place(groups: list[list[tuple[str, float]]], dimension: int) -> _Features:
+    """Hash the (feature, weight) groups, all at once, into (buckets, signed weights),
+    group after group."""
     strings = [feature for group in groups for feature, _ in group]
     weights = np.fromiter(
         (weight for group in groups for _, weight in group), dtype=np.float64, count=len(strings)
     )
     h = hash32(strings)
-    buckets = ((h & np.uint64(0x7FFFFFFF)) % np.uint64(dimension)).tolist()
-    signed = np.where(h & np.uint64(0x80000000), -weights, weights).tolist()
-    placed: list[_Features] = []
-    start = 0
-    for group in groups:
-        end = start + len(group)
-        placed.append((buckets[start:end], signed[start:end]))
-        start = end
-    return placed
+    buckets = ((h & np.uint64(0x7FFFFFFF)) % np.uint64(dimension)).astype(np.int64)
+    return buckets, np.where(h & np.uint64(0x80000000), -weights, weights)
+
+
+class _Grown:
+    """A 1-D array appended to in place, its capacity doubled as it fills."""
+
+    def __init__(self, dtype: type[np.generic]) -> None:
+        self.data: npt.NDArray[Any] = np.empty(1024, dtype=dtype)
+        self.size = 0
+
+    def extend(self, values: npt.NDArray[Any]) -> None:
+        end = self.size + len(values)
+        if end > len(self.data):
+            grown = np.empty(max(2 * len(self.data), end), dtype=self.data.dtype)
+            grown[: self.size] = self.data[: self.size]
+            self.data = grown
+        self.data[self.size : end] = values
+        self.size = end
 
 
 class HashingEmbedder:
@@ -177,8 +188,16 @@ class HashingEmbedder:
                 dimension=dimension,
             )
         self._dimension = dimension
-        self._words: dict[str, _Features] = {}
-        self._pairs: dict[tuple[str, str], _Features] = {}
+        self._forget()
+
+    def _forget(self) -> None:
+        """Start the cache afresh: a slot per known word (``str``) or pair (``tuple``), and
+        the features of slot ``i`` at ``[starts[i], ends[i])`` of the feature arrays."""
+        self._slots: dict[str | tuple[str, str], int] = {}
+        self._buckets = _Grown(np.int64)
+        self._weights = _Grown(np.float64)
+        self._starts = _Grown(np.int64)
+        self._ends = _Grown(np.int64)
 
     @property
     def name(self) -> str:
@@ -207,70 +226,74 @@ class HashingEmbedder:
                     f"texts[{row}] is a {type(text).__name__}, not a str", index=row
                 )
             tokenised.append(words(text))
-        word_counts = [Counter(tokens) for tokens in tokenised]
-        pair_counts = [
-            Counter(itertools.pairwise(t for t in tokens if t not in STOPWORDS))
-            for tokens in tokenised
-        ]
-        self._learn(word_counts, pair_counts)
-        return self._sum(word_counts, pair_counts)
+        keys: list[Counter[str | tuple[str, str]]] = []
+        for tokens in tokenised:
+            counts: Counter[str | tuple[str, str]] = Counter(tokens)
+            counts.update(itertools.pairwise(t for t in tokens if t not in STOPWORDS))
+            keys.append(counts)
+        self._learn(keys)
+        return self._sum(keys)
 
-    def _learn(
-        self, word_counts: list[Counter[str]], pair_counts: list[Counter[tuple[str, str]]]
-    ) -> None:
+    def _learn(self, keys: list[Counter[str | tuple[str, str]]]) -> None:
         """Hash the features of the words and pairs not met before, in one go."""
-        known_words, known_pairs = self._words, self._pairs
-        new_words = list(
-            {w: None for counts in word_counts for w in counts if w not in known_words}
-        )
-        new_pairs = list(
-            {p: None for counts in pair_counts for p in counts if p not in known_pairs}
-        )
-        if not new_words and not new_pairs:
+        slots = self._slots
+        new = list({key: None for counts in keys for key in counts if key not in slots})
+        if not new:
             return
-        if len(known_words) + len(new_words) > CACHED_WORDS:
-            known_words.clear()  # start afresh, with every word of this batch
-            new_words = list({w: None for counts in word_counts for w in counts})
-        if len(known_pairs) + len(new_pairs) > CACHED_WORDS:
-            known_pairs.clear()
-            new_pairs = list({p: None for counts in pair_counts for p in counts})
-        groups = [word_features(w) for w in new_words]
-        groups.extend(
-            [(f"p\x1f{stem(first)} {stem(second)}", _PAIR_WEIGHT)] for first, second in new_pairs
-        )
-        placed = _place(groups, self._dimension)
-        known_words.update(zip(new_words, placed, strict=False))
-        known_pairs.update(zip(new_pairs, placed[len(new_words) :], strict=False))
+        if len(slots) + len(new) > CACHED_WORDS:
+            self._forget()  # start afresh, with every word and pair of this batch
+            slots = self._slots
+            new = list({key: None for counts in keys for key in counts})
+        groups = [
+            word_features(key)
+            if isinstance(key, str)
+            else [(f"p\x1f{stem(key[0])} {stem(key[1])}", _PAIR_WEIGHT)]
+            for key in new
+        ]
+        buckets, weights = _place(groups, self._dimension)
+        ends = np.cumsum([len(group) for group in groups], dtype=np.int64) + self._buckets.size
+        self._starts.extend(np.concatenate(([self._buckets.size], ends[:-1])))
+        self._ends.extend(ends)
+        self._buckets.extend(buckets)
+        self._weights.extend(weights)
+        first = len(slots)
+        slots.update((key, first + i) for i, key in enumerate(new))
 
-    def _sum(
-        self, word_counts: list[Counter[str]], pair_counts: list[Counter[tuple[str, str]]]
-    ) -> npt.NDArray[np.float32]:
+    def _sum(self, keys: list[Counter[str | tuple[str, str]]]) -> npt.NDArray[np.float32]:
         """Each text's features, scaled by their sublinear TF, summed and normalised."""
-        known_words, known_pairs = self._words, self._pairs
-        buckets: list[int] = []
-        weights: list[float] = []
+        slots = self._slots
+        chosen: list[int] = []
+        scales: list[float] = []
         sizes: list[int] = []
-        for words_tf, pairs_tf in zip(word_counts, pair_counts, strict=True):
-            before = len(buckets)
-            for table, counts in ((known_words, words_tf), (known_pairs, pairs_tf)):
-                for key, tf in counts.items():
-                    key_buckets, key_weights = table[key]  # type: ignore[index]
-                    buckets.extend(key_buckets)
-                    if tf == 1:
-                        weights.extend(key_weights)
-                    else:
-                        scale = 1.0 + math.log(tf)
-                        weights.extend([w * scale for w in key_weights])
-            sizes.append(len(buckets) - before)
-        rows, dimension = len(sizes), self._dimension
-        if not buckets:
+        repeated = False
+        for counts in keys:
+            for key, tf in counts.items():
+                chosen.append(slots[key])
+                if tf == 1:
+                    scales.append(1.0)
+                else:
+                    scales.append(1.0 + math.log(tf))
+                    repeated = True
+            sizes.append(len(counts))
+        rows, dimension = len(keys), self._dimension
+        if not chosen:
             return np.zeros((rows, dimension), dtype=np.float32)
-        flat = np.array(buckets, dtype=np.int64)
-        if rows > 1:
-            flat += np.repeat(np.arange(rows, dtype=np.int64) * dimension, sizes)
-        dense = np.bincount(
-            flat, weights=np.array(weights, dtype=np.float64), minlength=rows * dimension
+        picked = np.array(chosen, dtype=np.int64)
+        starts = self._starts.data[picked]
+        lengths = self._ends.data[picked] - starts
+        # the feature positions of every chosen slot, in order
+        firsts = np.cumsum(lengths) - lengths
+        positions = np.arange(int(lengths.sum()), dtype=np.int64) + np.repeat(
+            starts - firsts, lengths
         )
+        flat = self._buckets.data[positions]
+        if rows > 1:
+            row_of_slot = np.repeat(np.arange(rows, dtype=np.int64) * dimension, sizes)
+            flat += np.repeat(row_of_slot, lengths)
+        weights = self._weights.data[positions]
+        if repeated:
+            weights *= np.repeat(np.array(scales, dtype=np.float64), lengths)
+        dense = np.bincount(flat, weights=weights, minlength=rows * dimension)
         matrix = dense.reshape(rows, dimension)
         norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix))[:, None]
         np.divide(matrix, norms, out=matrix, where=norms > 0)
