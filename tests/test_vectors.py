@@ -227,6 +227,12 @@ async def test_ranking_is_deterministic_with_ties_by_id(db: Database) -> None:
         before_us=T0 + timedelta(minutes=9),
     )
     assert [i for i, _ in windowed] == ["e1", "e2"]
+    await db.memory.put_many([episode("e9", "same words", minutes=-5)])  # stored last
+    await db.vectors.catch_up(ALICE.key, embedder)
+    apart = await db.vectors.nearest(
+        ALICE.key, "episode", embedder, query, limit=4, before_us=T0 + timedelta(minutes=1)
+    )
+    assert [i for i, _ in apart] == ["e3", "e9"]
 
 
 async def test_backfill_reports_progress_and_counts(db: Database) -> None:

@@ -38,7 +38,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cache
-from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -744,12 +744,16 @@ class SQLVectorRepository:
                 else:
                     keep = np.isin(statuses, list(wanted))
                 mask = keep if mask is None else mask & keep
-            if mask is None:
+            rows = None if mask is None else np.flatnonzero(mask)
+            if rows is None or len(rows) == n:
                 ranked = top_k(entry.matrix[:n], entry.ids, query, limit)
+            elif len(rows) and int(rows[-1]) - int(rows[0]) + 1 == len(rows):
+                # one run of rows (a time window over episodes stored in time order): a view
+                first, end = int(rows[0]), int(rows[-1]) + 1
+                view = _Rows(entry.ids, np.arange(first, end))
+                ranked = top_k(entry.matrix[first:end], view, query, limit)
             else:
-                rows = np.flatnonzero(mask)
-                ids = [entry.ids[int(i)] for i in rows]
-                ranked = top_k(entry.matrix[rows], ids, query, limit)
+                ranked = top_k(entry.matrix[rows], _Rows(entry.ids, rows), query, limit)
             if wanted is None or not ranked:
                 return ranked
             # a fact may have closed since it was read: check those ranked
@@ -825,6 +829,30 @@ class SQLVectorRepository:
                 _statements(self.dialect).episode_times_in, (self.dialect.ids(wanted),)
             )
         return {str(row[0]): (int(row[1]), str(row[2])) for row in rows}
+
+
+class _Rows(Sequence[str]):
+    """The ids of some rows of a cache entry, without copying them (``top_k`` reads only
+    its length and the ids it ranks)."""
+
+    __slots__ = ("_ids", "_rows")
+
+    def __init__(self, ids: list[str], rows: npt.NDArray[np.intp]) -> None:
+        self._ids, self._rows = ids, rows
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[str]: ...
+
+    def __getitem__(self, index: int | slice) -> str | Sequence[str]:
+        if isinstance(index, slice):
+            return [self._ids[int(i)] for i in self._rows[index]]
+        return self._ids[int(self._rows[index])]
 
 
 def _status(valid_until_us: Any, status: Any) -> str:
