@@ -317,12 +317,12 @@ def _statements(dialect: Dialect) -> _Statements:
             "SELECT f.id, l.source_episode_ids, f.partition_key FROM facts f "
             f"JOIN lineage l ON l.rowid = f.rowid WHERE f.id {in_ids}"
         ),
+        # by id alone (the unique index); the partition is checked on the rows read
         episodes_in=sql(
-            f"SELECT id, ts_us, content FROM episodes WHERE partition_key = ? AND id {in_ids}"
+            f"SELECT id, ts_us, content, partition_key FROM episodes WHERE id {in_ids}"
         ),
         seeds=sql(
-            "SELECT id, scope_key, ts_us, seq FROM episodes "
-            f"WHERE partition_key = ? AND id {in_ids}"
+            f"SELECT id, scope_key, ts_us, seq, partition_key FROM episodes WHERE id {in_ids}"
         ),
         episode_partitions=sql(f"SELECT id, partition_key FROM episodes WHERE id {in_ids}"),
     )
@@ -530,7 +530,8 @@ class Entities:
                     sources[str(row[0])] = [str(e) for e in orjson.loads(row[1] or "[]")]
                 wanted = list(dict.fromkeys(e for f in fact_ids for e in sources.get(f, [])))
                 if wanted:
-                    episodes = await db.fetch(sql.episodes_in, (key, self.dialect.ids(wanted)))
+                    found = await db.fetch(sql.episodes_in, (self.dialect.ids(wanted),))
+                    episodes = [row[:3] for row in found if row[3] == key]
         return EntityProfile(
             entity=entity,
             aliases=entity.aliases,
@@ -604,7 +605,11 @@ class Entities:
             window += " AND ts_us < ?"
             extra.append(before)
         async with self._reading() as db:
-            found = await db.fetch(sql.seeds, (key, self.dialect.ids(seeds)))
+            found = [
+                row[:4]
+                for row in await db.fetch(sql.seeds, (self.dialect.ids(seeds),))
+                if row[4] == key
+            ]
             if not found:
                 return []
             branches: list[str] = []
