@@ -26,7 +26,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any, ClassVar, Final, Protocol
 
 import orjson
@@ -112,6 +112,7 @@ SQLITE_ENTITY_TABLES: Final = _tables("TEXT", "INTEGER")
 POSTGRES_ENTITY_TABLES: Final = _tables('TEXT COLLATE "C"', "BIGINT")
 
 
+@lru_cache(maxsize=65536)
 def fold_name(text: str) -> str:
     """``text`` compared as a name: case folded, accents removed, whitespace collapsed
     (``"  Zoë   Smith"`` → ``"zoe smith"``)."""
