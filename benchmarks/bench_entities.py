@@ -6,7 +6,7 @@ PostgreSQL database too, in a fresh schema dropped afterwards). One partition ho
 whose subjects and objects are drawn from ``--names`` names (each fact sourced from one
 episode), and ``--declared`` declared entities with two aliases each. Each figure is the
 median (p50) and p95 of ``--calls`` calls; ``names (cold)`` is the first read of the
-partition's fact names (every later read reuses them until the partition's facts change).
+partition's fact names (later reads add only the facts made since).
 """
 
 from __future__ import annotations

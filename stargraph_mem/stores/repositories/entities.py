@@ -26,7 +26,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any, ClassVar, Final, Protocol
 
 import orjson
@@ -112,6 +112,7 @@ SQLITE_ENTITY_TABLES: Final = _tables("TEXT", "INTEGER")
 POSTGRES_ENTITY_TABLES: Final = _tables('TEXT COLLATE "C"', "BIGINT")
 
 
+@lru_cache(maxsize=65536)
 def fold_name(text: str) -> str:
     """``text`` compared as a name: case folded, accents removed, whitespace collapsed
     (``"  Zoë   Smith"`` → ``"zoe smith"``)."""
@@ -317,12 +318,12 @@ def _statements(dialect: Dialect) -> _Statements:
             "SELECT f.id, l.source_episode_ids, f.partition_key FROM facts f "
             f"JOIN lineage l ON l.rowid = f.rowid WHERE f.id {in_ids}"
         ),
+        # by id alone (the unique index); the partition is checked on the rows read
         episodes_in=sql(
-            f"SELECT id, ts_us, content FROM episodes WHERE partition_key = ? AND id {in_ids}"
+            f"SELECT id, ts_us, content, partition_key FROM episodes WHERE id {in_ids}"
         ),
         seeds=sql(
-            "SELECT id, scope_key, ts_us, seq FROM episodes "
-            f"WHERE partition_key = ? AND id {in_ids}"
+            f"SELECT id, scope_key, ts_us, seq, partition_key FROM episodes WHERE id {in_ids}"
         ),
         episode_partitions=sql(f"SELECT id, partition_key FROM episodes WHERE id {in_ids}"),
     )
@@ -530,7 +531,8 @@ class Entities:
                     sources[str(row[0])] = [str(e) for e in orjson.loads(row[1] or "[]")]
                 wanted = list(dict.fromkeys(e for f in fact_ids for e in sources.get(f, [])))
                 if wanted:
-                    episodes = await db.fetch(sql.episodes_in, (key, self.dialect.ids(wanted)))
+                    found = await db.fetch(sql.episodes_in, (self.dialect.ids(wanted),))
+                    episodes = [row[:3] for row in found if row[3] == key]
         return EntityProfile(
             entity=entity,
             aliases=entity.aliases,
@@ -604,7 +606,11 @@ class Entities:
             window += " AND ts_us < ?"
             extra.append(before)
         async with self._reading() as db:
-            found = await db.fetch(sql.seeds, (key, self.dialect.ids(seeds)))
+            found = [
+                row[:4]
+                for row in await db.fetch(sql.seeds, (self.dialect.ids(seeds),))
+                if row[4] == key
+            ]
             if not found:
                 return []
             branches: list[str] = []
