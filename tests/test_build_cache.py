@@ -207,8 +207,9 @@ def loaded(env: dict[str, str], *args: str) -> tuple[str, str]:
         check=False,
         timeout=120,
     )
-    verdict = done.stderr.strip().splitlines()[-1]
-    code, clips = (part.split("=", 1)[1] for part in verdict.split())
+    verdicts = [line for line in done.stderr.splitlines() if line.startswith("exit=")]
+    assert len(verdicts) == 1, done.stdout + done.stderr
+    code, clips = (part.split("=", 1)[1] for part in verdicts[0].split())
     return code, clips
 
 
