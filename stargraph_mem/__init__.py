@@ -27,6 +27,8 @@ if TYPE_CHECKING:
         EmbedderError,
         EmbedderUnavailableError,
         EngineError,
+        EntityError,
+        EntityNotFoundError,
         FactConflictError,
         FactNotFoundError,
         FactStatusError,
@@ -134,6 +136,8 @@ _LAZY: dict[str, str] = {
     "NewerSchemaError": "stargraph_mem.errors",
     "EmbedderError": "stargraph_mem.errors",
     "EmbedderUnavailableError": "stargraph_mem.errors",
+    "EntityError": "stargraph_mem.errors",
+    "EntityNotFoundError": "stargraph_mem.errors",
 }
 """Public name → the module that defines it."""
 
@@ -155,6 +159,8 @@ __all__ = [
     "EmbedderError",
     "EmbedderUnavailableError",
     "EngineError",
+    "EntityError",
+    "EntityNotFoundError",
     "Episode",
     "Explanation",
     "Fact",
