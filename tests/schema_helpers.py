@@ -84,3 +84,10 @@ PG_UNDO_VERSION_7 = (
 )
 """What PostgreSQL migration 7 made (vectors, the lazy indexes' marks, the episodes'
 full-text index), and its ledger row."""
+PG_UNDO_VERSION_8 = (
+    "DROP TABLE entity_aliases",
+    "DROP TABLE entities",
+    "DELETE FROM schema_ledger WHERE version = 8",
+)
+"""What PostgreSQL migration 8 made (the entity registry and its aliases), and its ledger
+row."""
