@@ -34,7 +34,9 @@ Parts:
   ``"minilm"`` and ``None``, three memories, blocks of ``--block`` records taking turns;
   the ratios to ``None``. ``record`` never embeds (the backlog grows by one per record).
 
-Figures are from one run; the machine may be shared, so compare ratios within a run.
+Figures are from one run; the machine may be shared, so compare ratios within a run. On a
+loaded machine, numpy's multi-threaded BLAS can make the exact cosine of the vector
+strategy wait for its threads: run with ``OPENBLAS_NUM_THREADS=1`` to see the difference.
 """
 
 from __future__ import annotations
@@ -576,10 +578,12 @@ async def latency(args: argparse.Namespace, postgres: str | None) -> None:
         )
         recall_ms: list[float] = []
         search_ms: list[float] = []
+        by_intent: dict[str, list[float]] = {}
         for query in queries:
             t0 = time.perf_counter()
-            await mem.recall(query, user="bench-user", agent=AGENT, limit=10)
+            result = await mem.recall(query, user="bench-user", agent=AGENT, limit=10)
             recall_ms.append((time.perf_counter() - t0) * 1000)
+            by_intent.setdefault(result.intent, []).append(recall_ms[-1])
             t0 = time.perf_counter()
             await mem.search(query, user="bench-user", agent=AGENT, limit=10)
             search_ms.append((time.perf_counter() - t0) * 1000)
@@ -588,6 +592,13 @@ async def latency(args: argparse.Namespace, postgres: str | None) -> None:
             f"recall p50 {r50:.2f} ms p95 {pct(recall_ms, 95):.2f} ms; search p50 "
             f"{s50:.2f} ms p95 {pct(search_ms, 95):.2f} ms; ratio {r50 / s50:.2f} "
             f"({len(queries)} each, alternating)"
+        )
+        print(
+            "recall p50 by intent: "
+            + ", ".join(
+                f"{intent} {statistics.median(ms):.2f} ms ({len(ms)})"
+                for intent, ms in sorted(by_intent.items())
+            )
         )
 
 
