@@ -101,6 +101,14 @@ def from_blobs(blobs: Sequence[bytes], dimension: int) -> Matrix:
     return np.frombuffer(joined, dtype="<f4").reshape(len(blobs), dimension).astype(np.float32)
 
 
+def dot(matrix: Matrix, query: npt.NDArray[np.floating]) -> Matrix:
+    """Each row's dot product with ``query``, summed in one fixed order on one thread
+    (``einsum`` without BLAS: a BLAS matrix-vector product may split the sum by thread,
+    and its threads only wait for busy cores at these sizes)."""
+    products: Matrix = np.einsum("ij,j->i", matrix, np.asarray(query, dtype=np.float32))
+    return products
+
+
 def top_k(
     matrix: Matrix,
     ids: Sequence[str],
@@ -116,9 +124,7 @@ def top_k(
         raise ValueError(f"{len(ids)} ids for {matrix.shape[0]} vectors")
     if k <= 0 or not len(ids):
         return []
-    scores = np.round(
-        (matrix @ np.asarray(query, dtype=np.float32)).astype(np.float64), SCORE_DECIMALS
-    )
+    scores = np.round(dot(matrix, query).astype(np.float64), SCORE_DECIMALS)
     keep = np.nonzero(scores >= min_score)[0] if min_score is not None else np.arange(len(ids))
     if len(keep) > k:
         # the k-th best score; every row scoring at least that is a candidate (ties kept)

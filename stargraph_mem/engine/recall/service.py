@@ -390,12 +390,14 @@ class Recall:
             episode_ids = [k[8:] for k, _, _ in chunk if k.startswith("episode:")]
             records = await self.database.vectors.episodes(episode_ids) if episode_ids else []
             episodes = {r.id: r.to_episode(validate=False) for r in records}
+            fact_ids = [k[5:] for k, _, _ in chunk if k.startswith("fact:")]
+            read = await self.database.facts.get_many(fact_ids) if fact_ids else []
+            facts = {fact.id: fact for fact in read}
             for fused_key, score, ranks in chunk:
                 kind, _, item_id = fused_key.partition(":")
                 if kind == "fact":
-                    try:
-                        fact = await self.database.facts.get(item_id)
-                    except LookupError:
+                    fact = facts.get(item_id)
+                    if fact is None:
                         continue
                     if not include_history and not fact.is_current:
                         continue
