@@ -40,6 +40,7 @@ from stargraph_mem.engine.recall.intent import (
     classify_complexity,
 )
 from stargraph_mem.engine.recall.models import (
+    HitKind,
     ProfileLines,
     RecallHit,
     RecallKinds,
@@ -232,46 +233,61 @@ class Recall:
         times.add("catch_up", started)
 
         lists = _Lists()
-        started = time.perf_counter()
-        if kinds != "episodes" and fusion.fts > 0:
-            found = await self.database.facts.search(
-                " ".join(words),
-                user=user,
-                agent=agent,
-                limit=pool,
-                touch=False,
-                include_history=include_history,
-            )
-            for hit in found:
-                if _in_window(hit.fact.valid_from, window):
-                    lists.fts_facts.append(hit_key("fact", hit.fact.id))
-        if kinds != "facts" and fusion.fts > 0:
-            episode_hits = await vectors.episode_text_hits(
-                key, words, limit=pool, after_us=after_us, before_us=before_us
-            )
-            lists.fts_episodes = [hit_key("episode", eid) for eid, _ in episode_hits]
-        times.add("fts", started)
-
-        started = time.perf_counter()
         cosines: dict[str, float] = {}
-        if vector is not None and self.embedder is not None:
-            for kind, wanted in (("fact", kinds != "episodes"), ("episode", kinds != "facts")):
-                if not wanted:
-                    continue
-                near = await vectors.nearest(
-                    key,
-                    kind,  # type: ignore[arg-type]
-                    self.embedder,
-                    vector,
+
+        async def full_text() -> None:
+            started = time.perf_counter()
+            if kinds != "episodes" and fusion.fts > 0:
+                found = await self.database.facts.search(
+                    " ".join(words),
+                    user=user,
+                    agent=agent,
                     limit=pool,
-                    after_us=after_us,
-                    before_us=before_us,
-                    current_only=not include_history,
+                    touch=False,
+                    include_history=include_history,
                 )
+                for hit in found:
+                    if _in_window(hit.fact.valid_from, window):
+                        lists.fts_facts.append(hit_key("fact", hit.fact.id))
+            if kinds != "facts" and fusion.fts > 0:
+                episode_hits = await vectors.episode_text_hits(
+                    key, words, limit=pool, after_us=after_us, before_us=before_us
+                )
+                lists.fts_episodes = [hit_key("episode", eid) for eid, _ in episode_hits]
+            times.add("fts", started)
+
+        async def nearest(kind: HitKind) -> list[tuple[str, float]]:
+            assert vector is not None and self.embedder is not None
+            return await vectors.nearest(
+                key,
+                kind,
+                self.embedder,
+                vector,
+                limit=pool,
+                after_us=after_us,
+                before_us=before_us,
+                current_only=not include_history,
+            )
+
+        async def by_vector() -> None:
+            started = time.perf_counter()
+            if vector is None:
+                return
+            asked: tuple[tuple[HitKind, bool], ...] = (
+                ("fact", kinds != "episodes"),
+                ("episode", kinds != "facts"),
+            )
+            wanted = [kind for kind, yes in asked if yes]
+            # the rankings run in threads: the full-text statements proceed meanwhile
+            for kind, near in zip(
+                wanted, await asyncio.gather(*(nearest(k) for k in wanted)), strict=True
+            ):
                 for item_id, score in near:
                     cosines[hit_key(kind, item_id)] = score
                     lists.vector.append((hit_key(kind, item_id), score))
-        times.add("vector", started)
+            times.add("vector", started)
+
+        await asyncio.gather(full_text(), by_vector())
 
         started = time.perf_counter()
         strategy = "entity" if entity is not None else GRAPH_STRATEGY[decision.intent]

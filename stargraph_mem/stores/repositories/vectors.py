@@ -746,14 +746,14 @@ class SQLVectorRepository:
                 mask = keep if mask is None else mask & keep
             rows = None if mask is None else np.flatnonzero(mask)
             if rows is None or len(rows) == n:
-                ranked = top_k(entry.matrix[:n], entry.ids, query, limit)
+                ranked = await _top_k(entry.matrix[:n], entry.ids, query, limit)
             elif len(rows) and int(rows[-1]) - int(rows[0]) + 1 == len(rows):
                 # one run of rows (a time window over episodes stored in time order): a view
                 first, end = int(rows[0]), int(rows[-1]) + 1
                 view = _Rows(entry.ids, np.arange(first, end))
-                ranked = top_k(entry.matrix[first:end], view, query, limit)
+                ranked = await _top_k(entry.matrix[first:end], view, query, limit)
             else:
-                ranked = top_k(entry.matrix[rows], _Rows(entry.ids, rows), query, limit)
+                ranked = await _top_k(entry.matrix[rows], _Rows(entry.ids, rows), query, limit)
             if wanted is None or not ranked:
                 return ranked
             # a fact may have closed since it was read: check those ranked
@@ -829,6 +829,20 @@ class SQLVectorRepository:
                 _statements(self.dialect).episode_times_in, (self.dialect.ids(wanted),)
             )
         return {str(row[0]): (int(row[1]), str(row[2])) for row in rows}
+
+
+THREAD_ROWS: Final = 4096
+"""Rankings over more rows than this run in a thread (numpy releases the GIL), so a
+recall's full-text statements proceed meanwhile."""
+
+
+async def _top_k(
+    matrix: Matrix, ids: Sequence[str], query: npt.NDArray[np.float32], limit: int
+) -> list[tuple[str, float]]:
+    """:func:`~stargraph_mem.embedding.top_k`, in a thread for large matrices."""
+    if matrix.shape[0] > THREAD_ROWS:
+        return await asyncio.to_thread(top_k, matrix, ids, query, limit)
+    return top_k(matrix, ids, query, limit)
 
 
 class _Rows(Sequence[str]):
