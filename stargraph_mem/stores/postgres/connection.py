@@ -12,6 +12,16 @@ from stargraph_mem.stores.sql_conn import Insert, Many
 __all__ = ["PgConn"]
 
 
+def _prepared(params: Sequence[Any]) -> bool | None:
+    """Whether psycopg may prepare a statement: not one given an array. A prepared
+    statement is planned once for any parameters after a few runs (a generic plan), and
+    a generic plan of ``partition_key = ANY(?)`` cannot know the array's length: over the
+    primary key of ``rule_runs`` it searched the index once per element, each search
+    reading every row of the pack (minutes for 10,000 keys, where the plan made for the
+    array takes a fraction of a second). Statements of scalars keep the default."""
+    return False if any(isinstance(p, list) for p in params) else None
+
+
 class PgConn:
     """Runs statements on one pooled connection (in its transaction, if one is open)."""
 
@@ -21,7 +31,7 @@ class PgConn:
         self.conn = conn
 
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
-        cursor = await self.conn.execute(sql, params or None)
+        cursor = await self.conn.execute(sql, params or None, prepare=_prepared(params))
         return max(cursor.rowcount, 0)
 
     async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> int:
@@ -43,10 +53,10 @@ class PgConn:
             await self.executemany(statement.sql, rows)
             return
         columns = [list(column) for column in zip(*rows, strict=True)]
-        await self.conn.execute(statement.arrays, columns)
+        await self.conn.execute(statement.arrays, columns, prepare=False)
 
     async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[Sequence[Any]]:
-        cursor = await self.conn.execute(sql, params or None)
+        cursor = await self.conn.execute(sql, params or None, prepare=_prepared(params))
         return list(await cursor.fetchall())
 
     async def scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
