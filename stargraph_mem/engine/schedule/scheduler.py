@@ -60,8 +60,10 @@ __all__ = [
     "StatusRow",
 ]
 
-LEASE_BATCH = 512
-"""Due partitions a tick leases at once (then consolidates in batches, then gives up)."""
+LEASE_BATCH = 2048
+"""Due partitions a tick leases at once (then consolidates in batches, then gives up):
+several batches, so one batch's commit overlaps the next one's computation as in
+``consolidate``, and few enough that several workers share a backlog."""
 LEASE_NAME = "scheduler"
 DEFAULT_LEASE_SECONDS = 30.0
 """A tick leases a partition for this long (renewed by each pass it applies); another
