@@ -49,6 +49,8 @@ class PgConn:
 
     async def run_many(self, statement: Many, rows: Sequence[Sequence[Any]]) -> None:
         """One statement over column arrays when ``statement`` has one, else one per row."""
+        if not rows:
+            return
         if not statement.arrays:
             await self.executemany(statement.sql, rows)
             return
