@@ -63,7 +63,9 @@ __all__ = [
 LEASE_BATCH = 2048
 """Due partitions a tick leases at once (then consolidates in batches, then gives up):
 several batches, so one batch's commit overlaps the next one's computation as in
-``consolidate``, and few enough that several workers share a backlog."""
+``consolidate``. A smaller backlog is leased in quarters (of at least
+:data:`LEASE_BATCH_MIN`), so several workers still share it."""
+LEASE_BATCH_MIN = 512
 LEASE_NAME = "scheduler"
 DEFAULT_LEASE_SECONDS = 30.0
 """A tick leases a partition for this long (renewed by each pass it applies); another
@@ -764,8 +766,9 @@ class Scheduler:
             due, decided = await self._decide(pack, partitions, now)
             decide += time.perf_counter() - d0
             wanted = list(due)
-            for start in range(0, len(wanted), self.lease_batch):
-                chunk = wanted[start : start + self.lease_batch]
+            size = min(self.lease_batch, max(LEASE_BATCH_MIN, -(-len(wanted) // 4)))
+            for start in range(0, len(wanted), size):
+                chunk = wanted[start : start + size]
                 await self._leased(pack, chunk, due, now, report, decided.states)
         for pack in self.packs:
             await self.sweep(pack, now, report)
