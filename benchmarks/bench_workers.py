@@ -6,7 +6,10 @@ Each run starts from a fresh database (PostgreSQL: a fresh schema of the server 
 the workers at once: each ticks ``rules/default.yaml`` (its nightly cron is due for every
 partition) until a tick finds nothing due, leasing partitions as it goes. The figure is
 the wall time from launch until the last worker exits; afterwards the run checks that
-every partition was consolidated and that no delta was applied twice.
+every partition was consolidated and that no delta was applied twice. Beside it: the CPU
+seconds the workers used (user + system, all of them) and, when the PostgreSQL server
+runs on this machine, the CPU seconds its processes used meanwhile (read from ``/proc``;
+``-`` when there are none to read), so the server's share of the work shows.
 
     python benchmarks/bench_workers.py --partitions 10000 --each 4 --workers 1 2 4
 """
@@ -15,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -85,13 +90,39 @@ def drop(url: str, schema: str) -> None:
         conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
-def one_run(location: str, episodes: Path, workers: int, partitions: int) -> float:
-    """Ingest, then time ``workers`` processes consolidating everything."""
+def server_cpu() -> float | None:
+    """CPU seconds of this machine's PostgreSQL processes so far (those that exited
+    included: their parent collected them), or ``None`` when there are none to read."""
+    ticks, found = 0, False
+    for pid in os.listdir("/proc") if Path("/proc").is_dir() else ():
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except (OSError, ValueError):
+            continue
+        if not stat[stat.find("(") + 1 : stat.rfind(")")].startswith("postgres"):
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        ticks += sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
+        found = True
+    return ticks / os.sysconf("SC_CLK_TCK") if found else None
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def one_run(
+    location: str, episodes: Path, workers: int, partitions: int
+) -> tuple[float, float, float | None]:
+    """Ingest, then time ``workers`` processes consolidating everything: wall seconds,
+    the workers' CPU seconds and the local server's (``None`` when not measured)."""
     subprocess.run(
         [sys.executable, "-c", CLI, "ingest", "--db", location, str(episodes)],
         check=True,
         capture_output=True,
     )
+    server0, client0 = server_cpu(), children_cpu()
     t0 = time.perf_counter()
     procs = [
         subprocess.Popen([sys.executable, __file__, "--worker", location]) for _ in range(workers)
@@ -100,8 +131,11 @@ def one_run(location: str, episodes: Path, workers: int, partitions: int) -> flo
         if proc.wait() != 0:
             raise SystemExit(f"a worker failed with exit code {proc.returncode}")
     seconds = time.perf_counter() - t0
+    client = children_cpu() - client0
+    server1 = server_cpu()
+    server = None if server0 is None or server1 is None else server1 - server0
     asyncio.run(check(location, partitions))
-    return seconds
+    return seconds, client, server
 
 
 def main() -> None:
@@ -118,7 +152,10 @@ def main() -> None:
         return
     total = args.partitions * args.each
     print(f"{total:,} episodes over {args.partitions:,} partitions, rules/default.yaml")
-    print(f"{'backend':<12} {'workers':>7} {'seconds':>9} {'episodes/s':>11}")
+    print(
+        f"{'backend':<12} {'workers':>7} {'seconds':>9} {'episodes/s':>11} "
+        f"{'worker CPU s':>12} {'server CPU s':>12}"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         episodes = Path(tmp) / "episodes.jsonl"
         write_episodes(episodes, args.partitions, args.each)
@@ -130,11 +167,15 @@ def main() -> None:
             runs.append(("postgresql", workers, f"{args.url}?schema={schema}"))
         for backend, workers, location in runs:
             try:
-                seconds = one_run(location, episodes, workers, args.partitions)
+                seconds, client, server = one_run(location, episodes, workers, args.partitions)
             finally:
                 if backend == "postgresql":
                     drop(args.url, location.rpartition("=")[2])
-            print(f"{backend:<12} {workers:>7} {seconds:>9.2f} {total / seconds:>11,.0f}")
+            shown = "-" if server is None or backend != "postgresql" else f"{server:.2f}"
+            print(
+                f"{backend:<12} {workers:>7} {seconds:>9.2f} {total / seconds:>11,.0f} "
+                f"{client:>12.2f} {shown:>12}"
+            )
 
 
 if __name__ == "__main__":

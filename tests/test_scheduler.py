@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -450,3 +451,48 @@ def test_a_count_only_question_has_one_answer_whatever_the_clock() -> None:
         expected |= {"every_three"} if pending >= 3 else set()
         expected |= {"or_after"} if pending >= 5 else set()
         assert due_rules == expected
+
+
+def test_partitions_in_the_same_state_are_asked_once_with_the_same_answer() -> None:
+    """The schedule program is asked once per distinct partition state (every defrule
+    joins one partition's facts): over many partitions whose counts, clocks and spans
+    repeat, the answer is the one each partition gets asked alone."""
+    compiled = compile_text(ALL_CADENCES)
+    program = ScheduleProgram(compiled.name, compiled.schedule)
+    rules = {r.id: r.index for r in compiled.rules}
+    hour = 3_600_000_000
+    now = 100 * hour
+    counts, nexts, spans = [], [], []
+    for part in range(60):
+        state = part % 12  # five partitions in each of twelve states
+        pending = state % 7 if state != 11 else 0  # 11: nothing due
+        for rule in ("every_one", "every_three", "or_after"):
+            counts.append((rules[rule], part, pending))
+        nexts.append((rules["nightly"], part, now + hour * (state % 3 - 1)))
+        if state % 4 and state != 11:
+            first, last = now - hour * (state % 4), now - hour * (state % 2)
+            spans += [(rules["or_after"], part, first, last), (rules["idle"], part, first, last)]
+    runs: list[int] = []
+    ask = program._run
+
+    def counted(*args: Any) -> list[tuple[int, int]]:
+        runs.append(1)
+        return ask(*args)
+
+    program._run = counted  # type: ignore[method-assign,assignment]
+    asked = program.due(now, counts, nexts, spans)
+    program._run = ask  # type: ignore[method-assign]
+    assert len(runs) == 1
+    alone = sorted(
+        (rule, part)
+        for part in range(60)
+        for rule, _ in program._run(
+            now,
+            [(r, 0, n) for r, p, n in counts if p == part],
+            [(r, 0, at) for r, p, at in nexts if p == part],
+            [(r, 0, f, la) for r, p, f, la in spans if p == part],
+        )
+    )
+    assert asked == alone
+    assert {rule for rule, _ in asked} == set(rules.values())  # every kind was due somewhere
+    assert len({part for _, part in asked}) < 60  # and some partitions were not

@@ -192,6 +192,17 @@ async def test_many_partitions_are_claimed_at_once_where_free(backend: Backend) 
     assert await facts.claim_partition(bob, "host/1/me", 60) == "host/1/other"
 
 
+async def test_partitions_all_held_by_others_are_none_of_ours(backend: Backend) -> None:
+    """A worker that finds every partition it asks for held by another claims none (and
+    writes nothing: no empty bulk statement is sent)."""
+    facts = backend.facts
+    bob = Partition("bob", "a1")
+    for partition in (ALICE, bob):
+        assert await facts.claim_partition(partition, "host/1/other", 60) is None
+    assert await facts.claim_partitions([ALICE, bob], "host/1/me", 60) == []
+    assert await facts.claim_partition(bob, "host/1/me", 60) == "host/1/other"
+
+
 async def test_rejections_and_current_facts_read_back_alike(backend: Backend) -> None:
     facts = backend.facts
     rejection = Rejection(id="e9", pack="p", rule_id="r1", partition=ALICE, reason="bad", at=T0)

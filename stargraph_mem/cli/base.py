@@ -333,8 +333,17 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
     import asyncio
 
     quiet_driver_logs()
+    box: list[T] = []
+
+    async def kept() -> None:
+        # asyncio.run's main task returns nothing: Python 3.11 formats the finished task
+        # (its result included) when it puts the SIGINT handler back, which for a report
+        # of thousands of passes took seconds.
+        box.append(await coro)
+
     with known_errors():
-        return asyncio.run(coro)
+        asyncio.run(kept())
+        return box[0]
     raise AssertionError("unreachable")  # pragma: no cover - known_errors always re-raises
 
 

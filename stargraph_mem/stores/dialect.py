@@ -106,6 +106,14 @@ class Dialect:
         extra = f" AND {where}" if where else ""
         return Many(self.sql(f"UPDATE {table} SET {names} WHERE {key[0]} = ?{extra}"))
 
+    def insert_many(self, table: str, columns: Sequence[tuple[str, str]], tail: str = "") -> Many:
+        """``INSERT INTO table (columns) VALUES (?, …) [tail]`` per row (``tail``: an
+        ``ON CONFLICT`` clause that names no parameter); ``columns`` pair each column with
+        its type."""
+        names = ", ".join(name for name, _ in columns)
+        marks = ", ".join("?" for _ in columns)
+        return Many(self.sql(f"INSERT INTO {table} ({names}) VALUES ({marks}) {tail}".rstrip()))
+
     def reinforcement_stats(self) -> tuple[str, str, str, str]:
         """A fact ``f``'s reinforcement time, reinforcement count and newest observation,
         and the join (after ``facts f``) they need, if any."""

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import clips
 import orjson
@@ -60,8 +60,12 @@ __all__ = [
     "StatusRow",
 ]
 
-LEASE_BATCH = 512
-"""Due partitions a tick leases at once (then consolidates in batches, then gives up)."""
+LEASE_BATCH = 2048
+"""Due partitions a tick leases at once (then consolidates in batches, then gives up):
+several batches, so one batch's commit overlaps the next one's computation as in
+``consolidate``. A smaller backlog is leased in quarters (of at least
+:data:`LEASE_BATCH_MIN`), so several workers still share it."""
+LEASE_BATCH_MIN = 512
 LEASE_NAME = "scheduler"
 DEFAULT_LEASE_SECONDS = 30.0
 """A tick leases a partition for this long (renewed by each pass it applies); another
@@ -145,12 +149,51 @@ class ScheduleProgram:
             if known is not None:
                 return list(known)
             counts = key
-        found = self._run(now_us, counts, nexts, spans)
+        found = self._distinct(now_us, counts, nexts, spans)
         if key is not None:
             if len(self._by_counts) >= COUNT_ANSWERS_MAX:
                 self._by_counts.clear()
             self._by_counts[key] = tuple(found)
         return found
+
+    def _distinct(
+        self,
+        now_us: int,
+        counts: Iterable[tuple[int, int, int]],
+        nexts: Iterable[tuple[int, int, int]],
+        spans: Iterable[tuple[int, int, int, int]],
+    ) -> list[tuple[int, int]]:
+        """:meth:`_run`, asked once per distinct partition: every defrule joins the facts
+        of one partition (and the clock), so partitions whose facts are the same but for
+        their index are due for the same rules. A tick over many partitions asks few
+        distinct questions (their next fire times and counts repeat)."""
+        facts: dict[int, list[tuple[int, ...]]] = defaultdict(list)
+        for rule, part, pending in counts:
+            facts[part].append((0, rule, pending))
+        for rule, part, at in nexts:
+            facts[part].append((1, rule, at))
+        for rule, part, first, last in spans:
+            facts[part].append((2, rule, first, last))
+        kinds: dict[tuple[tuple[int, ...], ...], int] = {}
+        members: list[list[int]] = []
+        for part, mine in facts.items():
+            shape = tuple(sorted(mine))
+            kind = kinds.setdefault(shape, len(kinds))
+            if kind == len(members):
+                members.append([])
+            members[kind].append(part)
+        if len(kinds) == len(facts):
+            return self._run(now_us, counts, nexts, spans)
+        asked: tuple[list[tuple[int, int, int]], ...] = ([], [])
+        spanned: list[tuple[int, int, int, int]] = []
+        for shape, kind in kinds.items():
+            for fact in shape:
+                if fact[0] == 2:
+                    spanned.append((fact[1], kind, fact[2], fact[3]))
+                else:
+                    asked[fact[0]].append((fact[1], kind, fact[2]))
+        found = self._run(now_us, asked[0], asked[1], spanned)
+        return sorted((rule, part) for rule, kind in found for part in members[kind])
 
     def _run(
         self,
@@ -212,22 +255,22 @@ class _Pack:
         """The pack name to read the watermarks and deferred episodes of its passes by."""
         return self.watermarks or self.name
 
-    @property
+    @cached_property
     def count_rules(self) -> list[CadenceRule]:
         return [r for r in self.all_rules if r.cadence.every is not None]
 
-    @property
+    @cached_property
     def cron_rules(self) -> list[CadenceRule]:
         """Cron rules over episodes (sweeps run apart: see
         :mod:`~stargraph_mem.engine.passes.sweep`)."""
         return [r for r in self.all_rules if r.cadence.cron is not None and not swept(r)]
 
-    @property
+    @cached_property
     def span_rules(self) -> list[CadenceRule]:
         """Rules judged on the times of their pending episodes: ``idle`` and ``or_after``."""
         return [r for r in self.all_rules if r.cadence.idle or r.cadence.or_after]
 
-    @property
+    @cached_property
     def rules(self) -> dict[int, CadenceRule]:
         return {r.index: r for r in self.all_rules}
 
@@ -450,12 +493,8 @@ class Scheduler:
         anchors = await self._anchors_us(pack, missing, now_us)
         if anchors:
             await self.schedule.anchor(pack.name, anchors)
-            keys = {p.key for p in partitions}
-            facts.states.update(
-                (key, value)
-                for key, value in (await self.schedule.runs(pack.name)).items()
-                if key[1] in keys
-            )
+            anchored = list(dict.fromkeys(partition for _, partition, _ in anchors))
+            facts.states.update(await self.schedule.runs_of(pack.name, anchored))
 
     async def _anchors_us(
         self, pack: _Pack, missing: Sequence[tuple[CadenceRule, Partition]], now_us: int
@@ -467,23 +506,31 @@ class Scheduler:
         parts = list(dict.fromkeys(partition for _, partition in missing))
         marks = dict(zip(parts, await self.facts.pass_bases(pack.marks, parts), strict=True))
         after = [(p, marks[p][0].get(rule.id, 0)) for rule, p in missing]
-        reads = await self.memory.since_checked_of(after, limit=1)
-        anchors: list[tuple[str, Partition, int]] = []
-        for (rule, partition), (_, mark), read in zip(missing, after, reads, strict=True):
+        wanted = list(dict.fromkeys(after))  # rules of one partition share a watermark
+        reads = await self.memory.since_checked_of(wanted, limit=1)
+        firsts: dict[tuple[Partition, int], int] = {}
+        for (partition, mark), read in zip(wanted, reads, strict=True):
             if read.quarantined:  # the first row is unreadable: look past it
                 first = await self.memory.since(partition, mark, limit=1)
             else:
                 first = read.records
-            at = min(now_us, to_us(first[0].timestamp)) if first else now_us
-            anchors.append((rule.id, partition, at))
-        return anchors
+            firsts[(partition, mark)] = min(now_us, to_us(first[0].timestamp)) if first else now_us
+        return [
+            (rule.id, partition, firsts[read])
+            for (rule, partition), read in zip(missing, after, strict=True)
+        ]
 
     def _clocks(self, pack: _Pack, partitions: Sequence[Partition], facts: _Facts) -> None:
+        known: dict[tuple[int, int], int] = {}  # many partitions share a last run
         for part, partition in enumerate(partitions):
             for rule in pack.cron_rules:
                 state = facts.states.get((rule.id, partition.key))
                 if state is not None:
-                    at = _next_fire_us(rule.cadence, state.since_us, rule.id)
+                    since = state.since_us
+                    at = known.get((rule.index, since))
+                    if at is None:
+                        at = _next_fire_us(rule.cadence, since, rule.id)
+                        known[(rule.index, since)] = at
                     facts.nexts.append((rule.index, part, at))
 
     async def _decide(
@@ -719,8 +766,9 @@ class Scheduler:
             due, decided = await self._decide(pack, partitions, now)
             decide += time.perf_counter() - d0
             wanted = list(due)
-            for start in range(0, len(wanted), self.lease_batch):
-                chunk = wanted[start : start + self.lease_batch]
+            size = min(self.lease_batch, max(LEASE_BATCH_MIN, -(-len(wanted) // 4)))
+            for start in range(0, len(wanted), size):
+                chunk = wanted[start : start + size]
                 await self._leased(pack, chunk, due, now, report, decided.states)
         for pack in self.packs:
             await self.sweep(pack, now, report)

@@ -20,6 +20,16 @@ paid for three of them: measured on one connection, a one-row ``COPY`` took abou
 as long as a one-row ``INSERT``; from a few dozen rows on, ``COPY`` is the faster."""
 
 
+def _prepared(params: Sequence[Any]) -> bool | None:
+    """Whether psycopg may prepare a statement: not one given an array. A prepared
+    statement is planned once for any parameters after a few runs (a generic plan), and
+    a generic plan of ``partition_key = ANY(?)`` cannot know the array's length: over the
+    primary key of ``rule_runs`` it searched the index once per element, each search
+    reading every row of the pack (minutes for 10,000 keys, where the plan made for the
+    array takes a fraction of a second). Statements of scalars keep the default."""
+    return False if any(isinstance(p, list) for p in params) else None
+
+
 class PgConn:
     """Runs statements on one pooled connection (in its transaction, if one is open)."""
 
@@ -29,7 +39,7 @@ class PgConn:
         self.conn = conn
 
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
-        cursor = await self.conn.execute(sql, params or None)
+        cursor = await self.conn.execute(sql, params or None, prepare=_prepared(params))
         return max(cursor.rowcount, 0)
 
     async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> int:
@@ -58,14 +68,16 @@ class PgConn:
 
     async def run_many(self, statement: Many, rows: Sequence[Sequence[Any]]) -> None:
         """One statement over column arrays when ``statement`` has one, else one per row."""
+        if not rows:
+            return
         if not statement.arrays:
             await self.executemany(statement.sql, rows)
             return
         columns = [list(column) for column in zip(*rows, strict=True)]
-        await self.conn.execute(statement.arrays, columns)
+        await self.conn.execute(statement.arrays, columns, prepare=False)
 
     async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[Sequence[Any]]:
-        cursor = await self.conn.execute(sql, params or None)
+        cursor = await self.conn.execute(sql, params or None, prepare=_prepared(params))
         return list(await cursor.fetchall())
 
     async def scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:

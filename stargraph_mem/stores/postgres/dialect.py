@@ -58,6 +58,15 @@ class PostgresDialect(Dialect):
         )
         return Many(one.sql, self.sql(text))
 
+    def insert_many(self, table: str, columns: Sequence[tuple[str, str]], tail: str = "") -> Many:
+        """As the base, plus one ``INSERT … SELECT FROM unnest(arrays)`` for all the rows
+        (which must not repeat a conflict key: one statement may not upsert a row twice)."""
+        one = super().insert_many(table, columns, tail)
+        arrays = ", ".join(f"?::{kind}[]" for _, kind in columns)
+        names = ", ".join(name for name, _ in columns)
+        text = f"INSERT INTO {table} ({names}) SELECT * FROM unnest({arrays}) {tail}".rstrip()
+        return Many(one.sql, self.sql(text))
+
     def reinforcement_stats(self) -> tuple[str, str, str, str]:
         return (
             "greatest(coalesce(f.reinforced_us, f.valid_from_us), r.ts)",

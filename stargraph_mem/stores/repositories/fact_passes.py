@@ -36,7 +36,11 @@ from stargraph_mem.stores.repositories.fact_rows import (
     validate_deltas,
 )
 from stargraph_mem.stores.repositories.fact_statements import FactStatements
-from stargraph_mem.stores.repositories.pass_time import resumed_present, write_pass_time
+from stargraph_mem.stores.repositories.pass_time import (
+    resumed_present,
+    write_pass_time,
+    write_pass_times,
+)
 from stargraph_mem.stores.repositories.schedule_runs import RuleRun
 from stargraph_mem.stores.scope import Partition
 from stargraph_mem.stores.sql_conn import Conn
@@ -125,8 +129,7 @@ async def apply_passes_in(
         await batch.apply_chunk(start, deltas[start : start + CHUNK])
     await advance_passes(db, sql, kept, batch.now_us)
     await write_aggregates(db, sql, [p.aggregates for p in kept if p.aggregates is not None])
-    for write in kept:
-        await write_pass_time(db, sql, write.basis.pack, write.basis.partition, write.basis.time)
+    await write_pass_times(db, sql, [(w.basis.pack, w.basis.partition, w.basis.time) for w in kept])
     await batch.reject([r for p in kept for r in p.rejections])
     versions = await versions_after(db, sql, kept, batch, len(deltas))
     return [
@@ -147,7 +150,7 @@ async def claim_many(
         if other != holder and int(expires_us) > now_us and not holder_is_dead(str(other)):
             taken.add(str(key))
     mine = [key for key in dict.fromkeys(keys) if key not in taken]
-    await db.executemany(sql.put_claim, [(key, holder, until_us) for key in mine])
+    await db.run_many(sql.put_claims, [(key, holder, until_us) for key in mine])
     return set(mine)
 
 
@@ -291,4 +294,4 @@ async def advance_passes(
             final[key] = adv.last_seq
     rows = [(*key, seq, now_us) for key, seq in final.items()]
     if rows:
-        await db.executemany(sql.upsert_watermark, rows)
+        await db.run_many(sql.upsert_watermarks, rows)

@@ -184,6 +184,18 @@ def fact_statements(d: Dialect) -> FactStatements:
             "VALUES (?, ?, ?, ?, ?) ON CONFLICT (pack, rule_id, partition_key) "
             "DO UPDATE SET last_seq = excluded.last_seq, updated_at_us = excluded.updated_at_us"
         ),
+        upsert_watermarks=d.insert_many(
+            "watermarks",
+            (
+                ("pack", "text"),
+                ("rule_id", "text"),
+                ("partition_key", "text"),
+                ("last_seq", "bigint"),
+                ("updated_at_us", "bigint"),
+            ),
+            "ON CONFLICT (pack, rule_id, partition_key) DO UPDATE SET "
+            "last_seq = excluded.last_seq, updated_at_us = excluded.updated_at_us",
+        ),
         insert_rejection=r(
             d.insert_ignoring(
                 "rejections",
@@ -234,6 +246,12 @@ def fact_statements(d: Dialect) -> FactStatements:
             "INSERT INTO partition_claims (partition_key, holder, expires_us) VALUES (?, ?, ?) "
             "ON CONFLICT (partition_key) DO UPDATE SET "
             "holder = excluded.holder, expires_us = excluded.expires_us"
+        ),
+        put_claims=d.insert_many(
+            "partition_claims",
+            (("partition_key", "text"), ("holder", "text"), ("expires_us", "bigint")),
+            "ON CONFLICT (partition_key) DO UPDATE SET "
+            "holder = excluded.holder, expires_us = excluded.expires_us",
         ),
         predecessors_in=r(
             f"SELECT {_PREFIXED}, l.predecessor_ids FROM facts f "

@@ -72,6 +72,8 @@ class FactStatements:
     insert_audit: Insert
     insert_reinforcement: Insert
     upsert_watermark: str
+    upsert_watermarks: Many
+    """``upsert_watermark`` for many rows (of distinct keys) at once."""
     insert_rejection: str
     marks: str
     version: str
@@ -94,6 +96,8 @@ class FactStatements:
     drop_claim: str
     renew_claim: str
     put_claim: str
+    put_claims: Many
+    """``put_claim`` for many rows (of distinct keys) at once."""
     """Claim ``(partition_key, holder, expires_us)``, replacing whatever claim was there."""
     predecessors_in: str
     fact_by_id: str

@@ -196,21 +196,35 @@ async def write_pass_time(
 ) -> None:
     """Inside the apply transaction: drop the resumed deferrals, store the new ones and
     record the pass time (call :func:`resumed_present` first)."""
-    if time is None:
-        return
+    await write_pass_times(db, sql, [(pack, partition, time)])
+
+
+async def write_pass_times(
+    db: Conn, sql: Marked, passes: Sequence[tuple[str, Partition, PassTime | None]]
+) -> None:
+    """:func:`write_pass_time` for many passes (of distinct partitions) in one transaction:
+    their new deferrals and pass times each in one statement for all of them."""
     statements = statements_for(sql)
-    key = partition.key
-    if time.resumed:
-        rows = sorted({(pack, key, d.rule_id, d.seq) for d in time.resumed})
-        if await db.executemany(statements.delete, rows) != len(rows):  # taken meanwhile
-            raise StalePassError(
-                f"pack '{pack}' at {key}: another pass consumed deferred episodes this pass read",
-                pack=pack,
-                partition=key,
-            )
-    if time.deferred:
-        await db.executemany(
-            statements.insert,
-            [(pack, key, d.rule_id, d.seq, d.episode_id, d.ts_us) for d in time.deferred],
-        )
-    await db.execute(statements.record, (pack, key, time.now_us, time.upto_seq))
+    inserts: list[tuple[str, str, str, int, str, int]] = []
+    records: list[tuple[str, str, int, int]] = []
+    for pack, partition, time in passes:
+        if time is None:
+            continue
+        key = partition.key
+        if time.resumed:
+            rows = sorted({(pack, key, d.rule_id, d.seq) for d in time.resumed})
+            if await db.executemany(statements.delete, rows) != len(rows):  # taken meanwhile
+                raise StalePassError(
+                    f"pack '{pack}' at {key}: another pass consumed deferred episodes this "
+                    "pass read",
+                    pack=pack,
+                    partition=key,
+                )
+        inserts += [(pack, key, d.rule_id, d.seq, d.episode_id, d.ts_us) for d in time.deferred]
+        records.append((pack, key, time.now_us, time.upto_seq))
+    if inserts:
+        await db.executemany(statements.insert, inserts)
+    if len(records) == 1:
+        await db.execute(statements.record, records[0])
+    elif records:
+        await db.executemany(statements.record, records)

@@ -34,6 +34,7 @@ from stargraph_mem.stores.repositories.schedule_runs import (
     take_lease,
 )
 from stargraph_mem.stores.scope import Partition
+from stargraph_mem.stores.sql_conn import Many
 
 __all__ = ["Schedule", "run_statements"]
 
@@ -51,7 +52,7 @@ class _Statements:
     pending: str
     """With ``{values}``: one ``(?)`` per rule id (rendered when the count is known)."""
     spans_of: str
-    anchor: str
+    anchor: Many
     stored_rules: str
     delete_rules: str
     insert_rule: str
@@ -84,7 +85,28 @@ def run_statements(dialect: Dialect) -> RunStatements:
             "ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, "
             "expires_us = excluded.expires_us"
         ),
+        record_many=sql(_RECORD_MANY) if dialect.name == "postgresql" else "",
     )
+
+
+_RECORD_MANY: Final = (
+    # the row-by-row record's compare-and-set for all the runs at once: a stored row is
+    # updated when its token is the expected one or ours, a missing one inserted (one
+    # inserted meanwhile by another scheduler is left alone, so not counted)
+    "WITH c AS (SELECT * FROM unnest(?::text[], ?::text[], ?::text[], ?::bigint[], "
+    "?::text[], ?::text[]) AS c(pack, rule_id, partition_key, at_us, token, expect)), "
+    "changed AS (UPDATE rule_runs AS r SET last_run_us = c.at_us, "
+    "runs = r.runs + CASE WHEN r.token <> c.token THEN 1 ELSE 0 END, token = c.token "
+    "FROM c WHERE r.pack = c.pack AND r.rule_id = c.rule_id "
+    "AND r.partition_key = c.partition_key AND (r.token = c.expect OR r.token = c.token) "
+    "RETURNING 1), "
+    "added AS (INSERT INTO rule_runs (pack, rule_id, partition_key, anchor_us, last_run_us, "
+    "runs, token) SELECT c.pack, c.rule_id, c.partition_key, c.at_us, c.at_us, 1, c.token "
+    "FROM c WHERE NOT EXISTS (SELECT 1 FROM rule_runs r WHERE r.pack = c.pack "
+    "AND r.rule_id = c.rule_id AND r.partition_key = c.partition_key) "
+    "ON CONFLICT DO NOTHING RETURNING 1) "
+    "SELECT (SELECT count(*) FROM changed) + (SELECT count(*) FROM added)"
+)
 
 
 @cache
@@ -109,9 +131,15 @@ def _statements(dialect: Dialect) -> _Statements:
             f"SELECT r.i, min(e.ts_us), max(e.ts_us) FROM {dialect.read_rows()} "
             "LEFT JOIN episodes e ON e.partition_key = r.k AND e.seq > r.after GROUP BY r.i"
         ),
-        anchor=sql(
-            "INSERT INTO rule_runs (pack, rule_id, partition_key, anchor_us) "
-            "VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING"
+        anchor=dialect.insert_many(
+            "rule_runs",
+            (
+                ("pack", "text"),
+                ("rule_id", "text"),
+                ("partition_key", "text"),
+                ("anchor_us", "bigint"),
+            ),
+            "ON CONFLICT DO NOTHING",
         ),
         stored_rules=sql(
             "SELECT rule_id, rule_index, cadence FROM schedule_rules WHERE pack = ? "
@@ -189,7 +217,7 @@ class Schedule:
             return
         rows = [(pack, rule_id, partition.key, at_us) for rule_id, partition, at_us in anchors]
         async with self._writing() as db:
-            await db.executemany(_statements(self.dialect).anchor, rows)
+            await db.run_many(_statements(self.dialect).anchor, list(dict.fromkeys(rows)))
 
     async def register(self: Access, pack: str, rules: Sequence[tuple[str, int, str]]) -> None:
         """Replace ``pack``'s registered (rule id, rule index, cadence JSON) rows."""

@@ -44,6 +44,10 @@ class RunStatements:
     """A lease's ``holder, expires_us`` by name."""
     upsert_lease: str
     """Set a lease's ``(name, holder, expires_us)``."""
+    record_many: str = ""
+    """When the backend has one: ``record`` for many runs in one statement, given one
+    array per column ``(pack, rule, key, at, token, expect)``, selecting how many rows it
+    wrote."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +99,13 @@ async def record_runs(db: Conn, sql: RunStatements, runs: Sequence[RuleRun]) -> 
     for run in runs:
         at_us = to_us(run.at, "run time")
         rows.append((run.pack, run.rule_id, run.partition.key, at_us, at_us, run.token, run.expect))
-    if await db.executemany(sql.record, rows) == len(rows):
+    keys = {(run.pack, run.rule_id, run.partition.key) for run in runs}
+    if sql.record_many and len(rows) > 1 and len(keys) == len(rows):
+        columns = [list(column) for column in zip(*rows, strict=True)]
+        del columns[4]  # the run time is both the anchor and the last run
+        if int(await db.scalar(sql.record_many, columns) or 0) == len(rows):
+            return
+    elif await db.executemany(sql.record, rows) == len(rows):
         return
     for run in runs:  # a row another scheduler changed was left alone: name its rule
         token = await db.scalar(sql.token, (run.pack, run.rule_id, run.partition.key))
