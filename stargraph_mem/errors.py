@@ -124,6 +124,12 @@ class MalformedRuleError(ConsolidationRuleError, ValueError):
     ``ValueError`` too, like the pydantic error it replaces."""
 
 
+class RecallError(StargraphMemError, ValueError):
+    """A recall was asked for with an unusable argument: a time bound (``after``,
+    ``before``), a budget, RRF weights or ``k``; ``parameter`` names it and ``value`` holds
+    what was given. A ``ValueError`` too: the argument, not the store, is at fault."""
+
+
 class ScheduleError(StargraphMemError):
     """A cadence could not be evaluated, or a scheduler lease could not be taken."""
 
