@@ -396,3 +396,19 @@ async def test_memory_stats_counts_the_memory(new_location: NewLocation) -> None
             {"current": 1, "superseded": 1},
         )
         assert mine["pending"] == [{"pack": "default", "pending": 0}]
+
+
+async def test_the_agent_tools_work_with_the_streaming_dedup_example(tmp_path: Path) -> None:
+    streaming = RULES.parent / "examples" / "streaming_dedup.yaml"
+    async with serving(str(tmp_path / "m.db"), [streaming]) as (_, client):
+        said_ = dict(user="u", agent="a", subject="u", predicate="likes", object="tea")
+        first = await call(client, "remember_fact", **said_)
+        assert first["already_known"] is False
+        (tea,) = first["facts"]
+        assert tea["rule_id"] == "new_fact_add"
+        again = await call(client, "remember_fact", **{**said_, "note": "still tea"})
+        assert again["already_known"] is True  # the pack recorded a noop: the fact is known
+        assert again["facts"] == [tea]
+        assert again["consolidation"]["counts"]["noop"] == 1
+        fixed = await call(client, "correct_fact", fact_id=tea["id"], object="gin", reason="gin")
+        assert (fixed["new"]["object"], fixed["new"]["rule_id"]) == ("gin", "changed_object_update")

@@ -50,7 +50,7 @@ from stargraph_mem.model.base import ID_PATTERN
 from stargraph_mem.model.canonical import default_episode_id
 from stargraph_mem.model.deltas import DELTA_KINDS
 from stargraph_mem.model.episodes import Episode
-from stargraph_mem.model.facts import Fact, FactHit
+from stargraph_mem.model.facts import Fact, FactHit, FactPattern
 from stargraph_mem.model.time import NaiveTimestampError, parse_iso
 from stargraph_mem.stores.fact import BindingValue, SourceEpisode
 from stargraph_mem.stores.sqlite.search import MAX_LIMIT
@@ -249,7 +249,12 @@ class Remembered(_Result):
         "triple and `source: agent_statement`)."
     )
     facts: list[Fact] = Field(
-        description="The current facts whose provenance names the episode (usually one)."
+        description="The current facts whose provenance names the episode (usually one); "
+        "when no rule made one because the partition already states it (a pack that "
+        "deduplicates records a noop), the current facts stating it."
+    )
+    already_known: bool = Field(
+        description="True when the facts were there before (no new fact was made)."
     )
     consolidation: ConsolidationResult = Field(
         description="What the record and the consolidation of the (user, agent) partition did."
@@ -426,6 +431,21 @@ async def _made_from(mem: Consolidator, episode: Episode) -> list[Fact]:
             for step in fact.lineage
         )
     ]
+
+
+async def _stating(mem: Consolidator, episode: Episode) -> list[Fact]:
+    """The current facts of the episode's partition stating its triple."""
+    meta = episode.metadata
+    found = await mem.fact_store.query(
+        FactPattern(
+            user=episode.user,
+            agent=episode.agent,
+            subject=cast(str, meta["subject"]),
+            predicate=cast(str, meta["predicate"]),
+            object=cast(str, meta["object"]),
+        )
+    )
+    return found
 
 
 async def _current_successor(mem: Consolidator, fact: Fact) -> Fact | None:
@@ -710,9 +730,10 @@ def build_server(mem: Consolidator, *, name: str = SERVER_NAME) -> MCPServer[Any
         (subject, predicate, object) in its metadata, marked `source: agent_statement`, then
         consolidates that (user, agent) partition at once, so the rule packs make the fact
         (with the shipped default pack: a new fact, or an update of one stated in the same
-        pass). Returns the episode id and the facts made from it. If no pack turns the
-        episode into a fact, that is an error naming the episode (it stays stored, as every
-        episode does)."""
+        pass). Returns the episode id and the facts made from it, or, when a pack found the
+        statement known already (a deduplicating pack), the facts stating it, with
+        `already_known`. If no pack turns the episode into a fact and none states it, that
+        is an error naming the episode (it stays stored, as every episode does)."""
         when = mem.clock()
         content = note or f"{subject} {predicate} {object}"
         scope = session or AGENT_SESSION
@@ -735,6 +756,14 @@ def build_server(mem: Consolidator, *, name: str = SERVER_NAME) -> MCPServer[Any
         passes = await _record_and_consolidate(episode)
         with _refused():
             made = await _made_from(mem, episode)
+            known = [] if made else await _stating(mem, episode)
+        if not made and known:
+            return Remembered(
+                episode_id=episode.id,
+                facts=known,
+                already_known=True,
+                consolidation=_summary(passes),
+            )
         if not made:
             packs = ", ".join(c.name for c in mem.packs) or "none"
             raise ToolError(
@@ -742,7 +771,9 @@ def build_server(mem: Consolidator, *, name: str = SERVER_NAME) -> MCPServer[Any
                 "episode stays stored. Serve a pack that promotes metadata subject/predicate/"
                 "object, such as rules/default.yaml"
             )
-        return Remembered(episode_id=episode.id, facts=made, consolidation=_summary(passes))
+        return Remembered(
+            episode_id=episode.id, facts=made, already_known=False, consolidation=_summary(passes)
+        )
 
     async def correct_fact(
         fact_id: Annotated[
