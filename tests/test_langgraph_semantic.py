@@ -106,6 +106,9 @@ async def test_a_paraphrase_ranks_above_unrelated_items(new_location: NewLocatio
         replaced = await store.asearch(("alice",), query=query)
         assert replaced[0].key == "rain"  # the new value's text is embedded
         ranked = [(h.key, h.score) for h in replaced]
+        kept = store._index.vectors  # type: ignore[union-attr]  # the process's vector cache
+        current = {f.id for f in await store.consolidator.facts()}
+        assert set(kept) == current  # replaced and deleted items' vectors were let go
 
     embed.texts.clear()
     async with StargraphStore.from_path(location, clock=Clock(), index=index) as reopened:  # type: ignore[arg-type]

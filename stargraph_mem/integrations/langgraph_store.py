@@ -670,6 +670,25 @@ class _SemanticIndex:
         }
         self.vectors: dict[str, npt.NDArray[np.float64]] = {}
         """Unit rows of each fact's field texts (none: the fact is not embedded)."""
+        self.scopes: dict[str, tuple[str, str]] = {}
+        """The ``(user, agent)`` of each fact in :attr:`vectors`."""
+
+    def keep(self, fact: Fact, rows: npt.NDArray[np.float64]) -> None:
+        self.vectors[fact.id] = rows
+        self.scopes[fact.id] = (fact.user, fact.agent)
+
+    def forget_closed(self, user: str | None, agent: str | None, current: set[str]) -> None:
+        """Drop the vectors of facts under the prefix ``(user, agent)`` that are no longer
+        current (replaced or deleted items), so the cache holds current items only."""
+        gone = [
+            fact_id
+            for fact_id, (u, a) in self.scopes.items()
+            if (user is None or u == user)
+            and (agent is None or a == agent)
+            and fact_id not in current
+        ]
+        for fact_id in gone:
+            del self.vectors[fact_id], self.scopes[fact_id]
 
     def texts(self, value: dict[str, Any], paths: Sequence[str]) -> list[str]:
         """The texts ``paths`` select in ``value`` (missing fields give none)."""
@@ -1069,6 +1088,8 @@ class StargraphStore(BaseStore):
         cosine to ``query`` (best first, ties by namespace and key), then the others by
         namespace and key with no score; accesses are recorded for the page returned."""
         listed = await self._listed(op)
+        if op.filter is None:
+            index.forget_closed(op.user, op.agent, {fact.id for _, fact, _ in listed})
         await self._embed([fact for _, fact, _ in listed if fact.id not in index.vectors], index)
         wanted = await index.query(query)
         scored: list[_Found] = []
@@ -1111,7 +1132,7 @@ class StargraphStore(BaseStore):
         rows = await index.documents(texts) if texts else np.zeros((0, index.dims))
         for fact in facts:
             mine = [n for n, owner in enumerate(owners) if owner == fact.id]
-            index.vectors[fact.id] = rows[mine]
+            index.keep(fact, rows[mine])
 
     async def _ranked(self, op: _Search, query: str) -> list[_Found]:
         """The best hits of the project's fact search that pass the filter (it ranks at
