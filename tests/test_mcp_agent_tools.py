@@ -412,3 +412,23 @@ async def test_the_agent_tools_work_with_the_streaming_dedup_example(tmp_path: P
         assert again["consolidation"]["counts"]["noop"] == 1
         fixed = await call(client, "correct_fact", fact_id=tea["id"], object="gin", reason="gin")
         assert (fixed["new"]["object"], fixed["new"]["rule_id"]) == ("gin", "changed_object_update")
+
+
+async def test_a_read_only_database_refuses_the_writing_tools(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    async with serving(str(db), [DEFAULT]) as (_, client):
+        said_ = dict(user="u", agent="a", subject="u", predicate="p", object="o")
+        (fact,) = (await call(client, "remember_fact", **said_))["facts"]
+    async with Consolidator.open(db, [DEFAULT], read_only=True) as mem:
+        before = await snapshot(mem.fact_store)  # type: ignore[arg-type]
+        async with Client(build_server(mem)) as client:
+            for tool, arguments in [
+                ("remember_fact", {**said_, "object": "x"}),
+                ("correct_fact", {"fact_id": fact["id"], "object": "x", "reason": "r"}),
+                ("confirm_fact", {"fact_id": fact["id"]}),
+            ]:
+                message = await refused(client, tool, **arguments)
+                assert message.startswith(said(tool, "DB is read-only")), message
+            assert (await call(client, "weak_facts", below=1))["total"] == 1
+            assert (await call(client, "memory_stats"))["facts"] == {"current": 1}
+        assert await snapshot(mem.fact_store) == before  # type: ignore[arg-type]
