@@ -13,7 +13,16 @@ its own, is the floor: blocks of 50 records and 50 puts take turns in one proces
 see the same machine, and the ratio record p50 ÷ put p50 is what consolidating on every
 put costs on top of storing it.
 
+The default stream is mostly adds and repeats (each episode's object is one of five);
+``--stream updates`` gives each episode an object of its own, so once its subject and
+predicate are known (after the build, every record) it contradicts the current fact and
+the pass closes it, supersedes it, asserts the new one and audits both. ``--postgres URL``
+runs the records and puts against a PostgreSQL schema of their own (no baseline there).
+
     python benchmarks/bench_streaming.py --sizes 1000 100000 1000000
+    python benchmarks/bench_streaming.py --sizes 1000 --stream updates
+    python benchmarks/bench_streaming.py --sizes 1000 --stream updates \
+        --postgres postgresql://postgres@127.0.0.1:5432/test
     python benchmarks/bench_streaming.py --sizes 20000 --own 20000 --subjects 5000  # 11,000 facts
 """
 
@@ -26,6 +35,7 @@ import sqlite3
 import statistics
 import tempfile
 import time
+import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -45,6 +55,8 @@ OWN = 1000
 SUBJECTS = 50
 """Subjects its episodes speak of (``--subjects``): with 3 predicates, up to 3 × this many
 current facts."""
+STREAM = "adds"
+"""``adds``: objects drawn from five values; ``updates``: every episode's object its own."""
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 ALL_ROWS = (
     "SELECT seq, id, content, ts_us, tz_offset_s, source_node, user, session, agent, metadata, "
@@ -69,12 +81,12 @@ def observation(n: int, user: str, agent: str, rng: random.Random) -> Episode:
         metadata={
             "subject": f"s{rng.randrange(SUBJECTS)}",
             "predicate": f"p{rng.randrange(3)}",
-            "object": f"o{rng.randrange(5)}",
+            "object": f"o{n}" if STREAM == "updates" else f"o{rng.randrange(5)}",
         },
     )
 
 
-async def build(db: Path, pack: CompiledPack, history: int) -> int:
+async def build(db: Path | str, pack: CompiledPack, history: int) -> int:
     """Put ``history`` episodes; consolidate the measured partition, mark the rest done."""
     rng = random.Random(7)
     own = min(OWN, history)
@@ -111,7 +123,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 async def streaming(
-    db: Path, pack: CompiledPack, count: int, warmup: int, block: int = 50
+    db: Path | str, pack: CompiledPack, count: int, warmup: int, block: int = 50
 ) -> tuple[list[float], list[float], list[float]]:
     """Wall-clock and CPU seconds (all threads of the process) per ``record`` (put, cadence
     check, pass committed), and wall-clock seconds per bare ``put``: blocks of ``block``
@@ -207,15 +219,22 @@ def read_all(db: Path, partition: Partition, after: int) -> list[EpisodeRecord]:
     ]
 
 
-async def measure(history: int, count: int, baseline_count: int) -> dict[str, float]:
+async def measure(
+    history: int, count: int, baseline_count: int, postgres: str | None = None
+) -> dict[str, float]:
     pack = streaming_pack()
     with tempfile.TemporaryDirectory(prefix="bench-streaming-") as tmp:
-        db = Path(tmp) / "m.db"
-        t = time.perf_counter()
-        facts = await build(db, pack, history)
-        built = time.perf_counter() - t
-        times, cpu, puts = await streaming(db, pack, count, warmup=50)
-        base = await baseline(db, pack, baseline_count)
+        schema = f"bench_streaming_{uuid.uuid4().hex[:12]}"
+        db: Path | str = Path(tmp) / "m.db" if postgres is None else f"{postgres}?schema={schema}"
+        try:
+            t = time.perf_counter()
+            facts = await build(db, pack, history)
+            built = time.perf_counter() - t
+            times, cpu, puts = await streaming(db, pack, count, warmup=50)
+            base = await baseline(db, pack, baseline_count) if isinstance(db, Path) else []
+        finally:
+            if postgres is not None:
+                await drop_schema(postgres, schema)
     return {
         "history": history,
         "facts": facts,
@@ -226,13 +245,21 @@ async def measure(history: int, count: int, baseline_count: int) -> dict[str, fl
         "max_ms": max(times) * 1e3,
         "mean_ms": statistics.fmean(times) * 1e3,
         "cpu_p50_ms": percentile(cpu, 0.5) * 1e3,
-        "baseline_p50_ms": percentile(base, 0.5) * 1e3,
+        "baseline_p50_ms": percentile(base, 0.5) * 1e3 if base else float("nan"),
         "put_p50_ms": percentile(puts, 0.5) * 1e3,
     }
 
 
+async def drop_schema(postgres: str, schema: str) -> None:
+    """Drop the benchmark's PostgreSQL schema."""
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(postgres, autocommit=True) as conn:
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
 def main() -> None:
-    global OWN, SUBJECTS
+    global OWN, SUBJECTS, STREAM
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 100_000])
     parser.add_argument("--records", type=int, default=1000, help="measured records per size")
@@ -243,15 +270,23 @@ def main() -> None:
     parser.add_argument(
         "--subjects", type=int, default=SUBJECTS, help="subjects its episodes speak of"
     )
+    parser.add_argument(
+        "--stream",
+        choices=["adds", "updates"],
+        default=STREAM,
+        help="adds: objects from five values (mostly adds and repeats); updates: every "
+        "episode's object its own, so nearly every record updates a fact",
+    )
+    parser.add_argument("--postgres", metavar="URL", help="measure PostgreSQL at this URL")
     args = parser.parse_args()
-    OWN, SUBJECTS = args.own, args.subjects
+    OWN, SUBJECTS, STREAM = args.own, args.subjects, args.stream
     print(
         "history    facts  build s  p50 ms  p99 ms  p99.9 ms  max ms  mean ms  cpu p50 ms"
         "  baseline p50 ms  ratio  put p50 ms  record/put"
     )
     for size in args.sizes:
         base_count = args.baseline_records if size < 500_000 else max(3, args.baseline_records // 4)
-        r = asyncio.run(measure(size, args.records, base_count))
+        r = asyncio.run(measure(size, args.records, base_count, args.postgres))
         ratio = r["baseline_p50_ms"] / r["p50_ms"]
         print(
             f"{int(r['history']):>9,}  {int(r['facts']):>5}  {r['build_s']:>7.1f}  "

@@ -108,6 +108,19 @@ class ScaffoldError(StargraphMemError):
     """``new`` refused to write a pack: a file exists already, or the name is not a name."""
 
 
+# --- embedding --------------------------------------------------------------------
+
+
+class EmbedderError(StargraphMemError, ValueError):
+    """An embedder was asked for with an unusable spec or setting (``spec`` names it and
+    the message lists the accepted forms), or ``embed`` was given something not a text."""
+
+
+class EmbedderUnavailableError(EmbedderError):
+    """An embedder's optional packages (the ``embeddings`` extra) or its model files are
+    not installed here; nothing is ever downloaded to replace them."""
+
+
 # --- engine -----------------------------------------------------------------------
 
 
@@ -206,6 +219,15 @@ class DeltaProvenanceError(DeltaValidationError, ConsolidationRuleError, ValueEr
 
 class SearchError(StoreError):
     """A fact search was asked for with an unusable query or limit."""
+
+
+class EntityError(StoreError):
+    """An entity was defined or looked up with unusable input (a bad name, alias, type,
+    limit or time), or one of its aliases belongs to another entity of the partition."""
+
+
+class EntityNotFoundError(EntityError):
+    """No entity (declared, or named by a current fact) has the name asked for."""
 
 
 class MigrationNotSupported(StoreError):

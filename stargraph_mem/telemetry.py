@@ -37,6 +37,7 @@ __all__ = [
     "instruments",
     "record_span",
     "set_backlog",
+    "set_embedding_backlog",
     "span",
 ]
 
@@ -206,6 +207,8 @@ class _State:
     """When (monotonic) the global providers were last looked at."""
     backlog: dict[str, tuple[int, float]] = field(default_factory=dict)
     """Pack → (episodes pending, age in seconds of the oldest), as last measured."""
+    embedding_backlog: int | None = None
+    """Episodes and facts without a vector of the embedder in use, as last measured."""
     detailed_records: bool = False
     """Whether a record's pass gets a span of its own with child spans (see
     :func:`record_span`)."""
@@ -442,6 +445,13 @@ def _create(meter: Meter) -> Instruments:
             "Episodes not consumed yet, per pack, as the worker last measured them.",
         ),
         meter.create_observable_gauge(
+            "stargraph_mem.embedding.backlog",
+            [_observe_embedding_backlog],
+            "{item}",
+            "Episodes and current facts not embedded yet (embedded by the next recall of "
+            "their partition, or by a backfill).",
+        ),
+        meter.create_observable_gauge(
             "stargraph_mem.backlog.oldest_age",
             [_observe_age],
             "s",
@@ -468,6 +478,18 @@ def _observe_pending(options: CallbackOptions) -> list[Observation]:
 
 def _observe_age(options: CallbackOptions) -> list[Observation]:
     return _observations(1)
+
+
+def _observe_embedding_backlog(options: CallbackOptions) -> list[Observation]:
+    found = _modules()
+    if found is None or _state.embedding_backlog is None:
+        return []
+    return [found[0].Observation(_state.embedding_backlog)]
+
+
+def set_embedding_backlog(items: int) -> None:
+    """The embedding backlog the gauge reports (items without a vector)."""
+    _state.embedding_backlog = items
 
 
 def set_backlog(pack: str, episodes: int, oldest_age: float) -> None:

@@ -3,17 +3,28 @@
 The optional extras (``graph``: langgraph, ``mcp``) are part of the ``test`` extra, so
 their tests are always collected and never skipped. ``backend`` yields the stores of each
 backend in turn (see ``backends.py``); its PostgreSQL runs never skip either.
+
+The user cache (``validate``'s remembered CLIPS builds) is a fresh directory for the
+session, so tests neither read nor leave entries in the real one.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AsyncExitStack
 from pathlib import Path
 
 import pytest
 from backends import BACKENDS, PG_URL, Backend, open_backend
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _user_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """``XDG_CACHE_HOME`` in a temporary directory for the session (subprocesses too)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
+        yield
 
 
 @pytest.fixture(params=BACKENDS)

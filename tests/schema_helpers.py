@@ -76,3 +76,18 @@ PG_UNDO_VERSION_6 = (
 )
 """What PostgreSQL migration 6 renamed (the scope index, to the specification's name), and
 its ledger row."""
+PG_UNDO_VERSION_7 = (
+    "DROP TABLE vectors",
+    "DROP TABLE index_marks",
+    "DROP TABLE episode_text",
+    "DELETE FROM schema_ledger WHERE version = 7",
+)
+"""What PostgreSQL migration 7 made (vectors, the lazy indexes' marks, the episodes'
+full-text index), and its ledger row."""
+PG_UNDO_VERSION_8 = (
+    "DROP TABLE entity_aliases",
+    "DROP TABLE entities",
+    "DELETE FROM schema_ledger WHERE version = 8",
+)
+"""What PostgreSQL migration 8 made (the entity registry and its aliases), and its ledger
+row."""

@@ -20,6 +20,8 @@ from schema_helpers import (
     PG_UNDO_VERSION_4,
     PG_UNDO_VERSION_5,
     PG_UNDO_VERSION_6,
+    PG_UNDO_VERSION_7,
+    PG_UNDO_VERSION_8,
     undo_version_5,
 )
 from typer.testing import CliRunner
@@ -362,13 +364,20 @@ async def test_a_postgresql_schema_at_version_2_is_migrated_with_its_facts(
         store = backend.facts
         await store.apply_deltas([tea, gin, water, delete([gin.new_fact_id], ts=T0 + HOUR)])
         facts = await store.query(FactPattern(status="all"))
-        undo = (*PG_UNDO_VERSION_6, *PG_UNDO_VERSION_5, *PG_UNDO_VERSION_4, *PG_UNDO_VERSION_3)
+        undo = (
+            *PG_UNDO_VERSION_8,
+            *PG_UNDO_VERSION_7,
+            *PG_UNDO_VERSION_6,
+            *PG_UNDO_VERSION_5,
+            *PG_UNDO_VERSION_4,
+            *PG_UNDO_VERSION_3,
+        )
         for statement in undo:
             await raw_execute(store, statement, ())
         assert await raw_rows(store, f"SELECT max(version) FROM {LEDGER_TABLE}") == [(2,)]
         assert isinstance(store, PostgresFactStore)
         async with PostgresDatabase(store.database.url) as again:
-            assert (await again.health()).schema_version == 6
+            assert (await again.health()).schema_version == 8
             assert await again.facts.query(FactPattern(status="all")) == facts
         assert {f.object: f.status for f in facts} == {
             "tea": "superseded",

@@ -24,6 +24,8 @@ from schema_helpers import (
     PG_UNDO_VERSION_4,
     PG_UNDO_VERSION_5,
     PG_UNDO_VERSION_6,
+    PG_UNDO_VERSION_7,
+    PG_UNDO_VERSION_8,
     undo_version_4,
 )
 from typer.testing import CliRunner, Result
@@ -383,6 +385,8 @@ async def test_a_postgresql_database_at_version_1_is_migrated() -> None:
         async with PostgresDatabase(url) as db:
             await db.memory.put_many([observation("e", 0, "a")])
             for undo in (
+                *PG_UNDO_VERSION_8,
+                *PG_UNDO_VERSION_7,
                 *PG_UNDO_VERSION_6,
                 *PG_UNDO_VERSION_5,
                 *PG_UNDO_VERSION_4,

@@ -41,7 +41,7 @@ from stargraph_mem.engine.recall.intent import (
     params_for,
 )
 from stargraph_mem.engine.recall.models import (
-    EntityProfile,
+    ProfileLines,
     RecallHit,
     RecallResult,
     RecallSettings,
@@ -612,7 +612,7 @@ def test_profiles_and_temporal_context_are_rendered() -> None:
     anchor = make_episode("e2", "moved to Berlin", hours=5)
     done = result(
         profiles=(
-            EntityProfile(
+            ProfileLines(
                 name="alice",
                 aliases=("Alice Smith", "Al"),
                 facts=("works_at Acme",),
@@ -790,7 +790,7 @@ def results(draw: st.DrawFn) -> RecallResult:
     profiles = draw(
         st.lists(
             st.builds(
-                EntityProfile,
+                ProfileLines,
                 name=TEXT,
                 aliases=st.lists(TEXT, max_size=3).map(tuple),
                 facts=st.lists(TEXT, max_size=4).map(tuple),

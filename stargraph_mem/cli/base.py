@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn, TypeVar
 
 import orjson
 import typer
-from pydantic import ValidationError
 from typer._click import Context as ClickContext  # typer vendors click
 from typer.core import TyperGroup
 
@@ -199,13 +198,19 @@ def _options(
     """Options of the group itself (the commands have their own)."""
 
 
-KNOWN_ERRORS: tuple[type[Exception], ...] = (
-    StargraphMemError,
-    ValidationError,
-    sqlite3.Error,
-    OSError,
-)
-"""Errors reported as one line and exit code 1; anything else is a bug and keeps its traceback."""
+KNOWN_ERRORS: tuple[type[Exception], ...] = (StargraphMemError, sqlite3.Error, OSError)
+"""Errors reported as one line and exit code 1, with pydantic's ``ValidationError`` (see
+:func:`is_known`); anything else is a bug and keeps its traceback."""
+
+
+def is_known(exc: BaseException) -> bool:
+    """Whether ``exc`` is reported as one line (pydantic is looked at only when it is
+    loaded: a ``ValidationError`` cannot come from a process that never imported it)."""
+    if isinstance(exc, KNOWN_ERRORS):
+        return True
+    pydantic = sys.modules.get("pydantic")
+    return pydantic is not None and isinstance(exc, pydantic.ValidationError)
+
 
 ContentLimitOption = Annotated[
     int,
@@ -317,7 +322,9 @@ def known_errors() -> Iterator[None]:
     """Turn known errors raised inside the block into :func:`fail`."""
     try:
         yield
-    except KNOWN_ERRORS as exc:
+    except Exception as exc:
+        if not is_known(exc):
+            raise
         fail(describe(exc))
 
 

@@ -27,8 +27,6 @@ from datetime import datetime
 from typing import Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
-
 from stargraph_mem.errors import ScheduleError
 from stargraph_mem.ir.models import NAME_PATTERN
 from stargraph_mem.model.cadence import Cadence, duration_us
@@ -170,6 +168,8 @@ def next_fire(cadence: Cadence, after: datetime, rule_id: str) -> datetime:
     """
     if cadence.cron is None:
         raise ScheduleError(f"rule '{rule_id}' has no cron cadence", rule_id=rule_id)
+    from croniter import croniter  # here: compiling a pack needs no cron arithmetic
+
     start = after.astimezone(zone(cadence, rule_id))
     try:
         fire: datetime = croniter(cadence.cron, start).get_next(datetime)

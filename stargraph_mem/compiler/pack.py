@@ -9,12 +9,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, TypeAlias
-
-import clips
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from stargraph_mem.compiler.cadence import schedule_program
-from stargraph_mem.compiler.clips_env import load_constructs, new_environment
 from stargraph_mem.compiler.generator import (
     Generator,
     HistoryRelation,
@@ -30,6 +27,9 @@ from stargraph_mem.ir.models import IR_VERSION, FieldType, RulePack
 from stargraph_mem.ir.source_map import PathKey, SourceMap, format_path
 from stargraph_mem.model.cadence import Cadence
 from stargraph_mem.model.canonical import canonical_json
+
+if TYPE_CHECKING:
+    import clips
 
 ClipsEnvironment: TypeAlias = Any
 """A ``clips.Environment`` (clipspy ships no type hints; ``CompiledPack.clips`` is the text)."""
@@ -141,8 +141,14 @@ def _manifest(
     }
 
 
-def compile_analysis(analysis: Analysis, source: SourceMap) -> CompiledPack:
-    """Emit CLIPS for a checked pack and build it once to prove CLIPS accepts it."""
+def compile_analysis(
+    analysis: Analysis, source: SourceMap, *, cached_build: bool = False
+) -> CompiledPack:
+    """Emit CLIPS for a checked pack and build it once to prove CLIPS accepts it.
+
+    With ``cached_build``, a program CLIPS built before (see
+    :mod:`~stargraph_mem.compiler.build_cache`) is not built again and the pack carries no
+    environment; a new one is built, and remembered when CLIPS accepts it."""
     pack = analysis.pack
     gen = Generator(analysis)
     text = gen.program()
@@ -170,7 +176,16 @@ def compile_analysis(analysis: Analysis, source: SourceMap) -> CompiledPack:
         schedule=schedule_program(rules),
     )
     compiled.manifest = _manifest(pack, sha, rules, analysis)
-    build_check(compiled, source, _origins(gen))
+    if not cached_build:
+        build_check(compiled, source, _origins(gen))
+        return compiled
+    from stargraph_mem.compiler import build_cache
+
+    key = build_cache.build_key(sha, text)
+    if not build_cache.built_before(key):
+        build_check(compiled, source, _origins(gen))  # a failure raises: never remembered
+        compiled._built.clear()  # validation keeps no environment
+        build_cache.remember_built(key)
     return compiled
 
 
@@ -203,6 +218,8 @@ def _origin(origins: dict[str, Origin], construct: str | None) -> Origin | None:
 
 def build_environment(text: str) -> clips.Environment:
     """A fresh silent CLIPS environment with ``text`` loaded; errors become CompileError."""
+    from stargraph_mem.compiler.clips_env import load_constructs, new_environment
+
     env = new_environment()
     load_constructs(env, text)
     return env
@@ -274,8 +291,12 @@ def compile_file(path: str | Path) -> CompiledPack:
         return compile_analysis(check_or_raise(pack, source), source)
 
 
-def validate_file(path: str | Path) -> list[IRIssue]:
-    """Every issue of a pack file (empty when valid); never raises for pack problems."""
+def validate_file(path: str | Path, *, cached_build: bool = True) -> list[IRIssue]:
+    """Every issue of a pack file (empty when valid); never raises for pack problems.
+
+    The build check in CLIPS is skipped for a program CLIPS built before (``cached_build``,
+    see :mod:`~stargraph_mem.compiler.build_cache`), so validating an unchanged pack again
+    does not load CLIPS."""
     try:
         pack, source = load_pack_file(path)
     except IRError as exc:
@@ -286,7 +307,7 @@ def validate_file(path: str | Path) -> list[IRIssue]:
     if analysis.issues:
         return analysis.issues
     try:
-        compile_analysis(analysis, source)
+        compile_analysis(analysis, source, cached_build=cached_build)
     except CompileError as exc:
         issue = exc.context.get("issue")
         return [issue if isinstance(issue, IRIssue) else IRIssue(exc.message, file=str(path))]

@@ -5,6 +5,10 @@ dimension; its :func:`identity` (name, version, dimension) is stored with every 
 so vectors of two models are never compared. Rankings are exact cosine over one
 partition's vectors, rounded to :data:`SCORE_DECIMALS` places and tie-broken by id, so the
 same inputs give the same order on every backend and machine.
+
+:func:`load_embedder` builds one from a short spec: ``hash`` (the built-in
+:class:`HashingEmbedder`, the default), ``hash:<dim>``, ``minilm`` (all-MiniLM-L6-v2 as
+the ``embeddings`` extra bundles it) or ``sentence-transformers:<path-or-name>``.
 """
 
 from __future__ import annotations
@@ -15,13 +19,22 @@ from typing import Final, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
+from stargraph_mem.embedding.hashing import HashingEmbedder
+from stargraph_mem.embedding.sentence import SentenceTransformerEmbedder, minilm
+from stargraph_mem.errors import EmbedderError
+
 __all__ = [
+    "DEFAULT_EMBEDDER_SPEC",
+    "EMBEDDER_SPECS",
     "SCORE_DECIMALS",
     "Embedder",
+    "HashingEmbedder",
     "Matrix",
+    "SentenceTransformerEmbedder",
     "from_blob",
     "from_blobs",
     "identity",
+    "load_embedder",
     "to_blob",
     "top_k",
 ]
@@ -88,6 +101,14 @@ def from_blobs(blobs: Sequence[bytes], dimension: int) -> Matrix:
     return np.frombuffer(joined, dtype="<f4").reshape(len(blobs), dimension).astype(np.float32)
 
 
+def dot(matrix: Matrix, query: npt.NDArray[np.floating]) -> Matrix:
+    """Each row's dot product with ``query``, summed in one fixed order on one thread
+    (``einsum`` without BLAS: a BLAS matrix-vector product may split the sum by thread,
+    and its threads only wait for busy cores at these sizes)."""
+    products: Matrix = np.einsum("ij,j->i", matrix, np.asarray(query, dtype=np.float32))
+    return products
+
+
 def top_k(
     matrix: Matrix,
     ids: Sequence[str],
@@ -103,9 +124,7 @@ def top_k(
         raise ValueError(f"{len(ids)} ids for {matrix.shape[0]} vectors")
     if k <= 0 or not len(ids):
         return []
-    scores = np.round(
-        (matrix @ np.asarray(query, dtype=np.float32)).astype(np.float64), SCORE_DECIMALS
-    )
+    scores = np.round(dot(matrix, query).astype(np.float64), SCORE_DECIMALS)
     keep = np.nonzero(scores >= min_score)[0] if min_score is not None else np.arange(len(ids))
     if len(keep) > k:
         # the k-th best score; every row scoring at least that is a candidate (ties kept)
@@ -113,3 +132,46 @@ def top_k(
         keep = keep[scores[keep] >= cut]
     ranked = sorted((-float(scores[i]), ids[int(i)]) for i in keep)
     return [(item_id, -neg) for neg, item_id in ranked[:k]]
+
+
+DEFAULT_EMBEDDER_SPEC: Final = "hash"
+"""The embedder used when none is named: :class:`HashingEmbedder` of 256 dimensions."""
+
+EMBEDDER_SPECS: Final = (
+    "hash",
+    "hash:<dimension>",
+    "minilm",
+    "sentence-transformers:<model directory or cached name>",
+)
+"""The forms :func:`load_embedder` accepts."""
+
+
+def load_embedder(spec: str = DEFAULT_EMBEDDER_SPEC) -> Embedder:
+    """The embedder ``spec`` names: ``hash`` / ``hash:<dimension>`` (built in),
+    ``minilm`` (the bundled all-MiniLM-L6-v2) or ``sentence-transformers:<path-or-name>``
+    (a local model). ``EmbedderError`` (a ``ValueError``) for any other spec;
+    ``EmbedderUnavailableError`` when the ``embeddings`` extra or the model is missing."""
+    if not isinstance(spec, str):
+        raise EmbedderError(f"embedder spec must be a str, got {type(spec).__name__}", spec=spec)
+    kind, colon, argument = spec.partition(":")
+    if spec == "hash":
+        return HashingEmbedder()
+    if kind == "hash" and colon:
+        if not (argument.isascii() and argument.isdigit()):
+            raise _bad_spec(spec, "the dimension is not a positive integer")
+        try:
+            return HashingEmbedder(int(argument))
+        except EmbedderError as exc:
+            raise _bad_spec(spec, exc.message) from exc
+    if spec == "minilm":
+        return minilm()
+    if kind == "sentence-transformers" and colon:
+        if not argument.strip():
+            raise _bad_spec(spec, "no model directory or name after the colon")
+        return SentenceTransformerEmbedder(argument)
+    raise _bad_spec(spec, "unknown embedder")
+
+
+def _bad_spec(spec: str, reason: str) -> EmbedderError:
+    forms = ", ".join(EMBEDDER_SPECS)
+    return EmbedderError(f"embedder spec {spec!r}: {reason}; expected one of: {forms}", spec=spec)

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from datetime import datetime
 from pathlib import Path
 
 from stargraph_mem import telemetry
 from stargraph_mem.compiler.pack import CompiledPack, compile_file
+from stargraph_mem.embedding import DEFAULT_EMBEDDER_SPEC, Embedder, load_embedder
+from stargraph_mem.engine.entities import register_pack_entities
 from stargraph_mem.engine.limits import DEFAULT_MAX_EPISODES
 from stargraph_mem.engine.passes import observe
 from stargraph_mem.engine.passes.batch import run_many
@@ -18,6 +20,9 @@ from stargraph_mem.engine.passes.report import LegacyFilter, PassReport
 from stargraph_mem.engine.passes.runner import PassRunner, WorkerMode
 from stargraph_mem.engine.passes.runtime import PackRuntime
 from stargraph_mem.engine.passes.sweep import Sweeper, swept
+from stargraph_mem.engine.recall.fusion import RecallWeights
+from stargraph_mem.engine.recall.models import RecallKinds, RecallResult, RecallSettings
+from stargraph_mem.engine.recall.service import Recall, StrategyTimes
 from stargraph_mem.engine.reconnect import OnOutage, Reconnect, Survivor
 from stargraph_mem.engine.schedule.scheduler import (
     DEFAULT_LEASE_SECONDS,
@@ -27,8 +32,9 @@ from stargraph_mem.engine.schedule.scheduler import (
     StatusRow,
     merge_sweep,
 )
-from stargraph_mem.errors import DatabaseUnavailableError
+from stargraph_mem.errors import DatabaseUnavailableError, EmbedderError
 from stargraph_mem.gcpause import gc_paused
+from stargraph_mem.model.entities import Entity, EntityProfile, EntityType
 from stargraph_mem.model.episodes import Episode
 from stargraph_mem.model.facts import (
     Fact,
@@ -45,6 +51,7 @@ from stargraph_mem.stores.database import open_database
 from stargraph_mem.stores.fact import Explanation
 from stargraph_mem.stores.repositories.episode_rows import check_scope
 from stargraph_mem.stores.repositories.schedule_runs import RuleRun, RunState
+from stargraph_mem.stores.repositories.vectors import BackfillReport
 from stargraph_mem.stores.resources import AsyncResource, closed_on_failure
 from stargraph_mem.stores.scope import Partition
 from stargraph_mem.stores.sqlite.inline import inline_statements
@@ -104,6 +111,8 @@ class Consolidator(AsyncResource):
         reconnect: Reconnect | None = None,
         on_outage: OnOutage | None = None,
         limits: Limits | None = None,
+        embedder: Embedder | str | None = DEFAULT_EMBEDDER_SPEC,
+        recall_settings: RecallSettings | None = None,
     ) -> None:
         self.limits = limits or DEFAULT_LIMITS
         """Size limits: episodes' content and metadata at ``record``, deltas' rendered text
@@ -155,6 +164,23 @@ class Consolidator(AsyncResource):
             self.database, reconnect or Reconnect(), on_outage=on_outage, forget=self._forget
         )
         """Runs ``tick`` and ``consolidate`` again after a lost connection."""
+        self.embedder: Embedder | None = (
+            load_embedder(embedder) if isinstance(embedder, str) else embedder
+        )
+        """What episodes, facts and queries are embedded with for :meth:`recall` (``None``:
+        recall without the vector strategy); a spec string is read by
+        :func:`~stargraph_mem.embedding.load_embedder`."""
+        if self.embedder is not None and not isinstance(self.embedder, Embedder):
+            raise EmbedderError(f"embedder must be an Embedder or a spec string (got {embedder!r})")
+        self._entities_of: set[str] = set()
+        """Partitions whose pack-declared entities are registered (by this process)."""
+        self._recall = Recall(
+            self.database,
+            self.embedder,
+            settings=recall_settings,
+            clock=self.clock,
+            on_partition=self._pack_entities,
+        )
 
     def _forget(self) -> None:
         """Drop what passes and records kept from before an outage: they read again."""
@@ -485,6 +511,118 @@ class Consolidator(AsyncResource):
             span.set_attribute("stargraph_mem.recall.hits", len(hits))
         observe.recall(time.perf_counter() - t0)
         return hits
+
+    async def recall(
+        self,
+        query: str,
+        *,
+        user: str,
+        agent: str,
+        kinds: RecallKinds = "both",
+        after: str | datetime | None = None,
+        before: str | datetime | None = None,
+        limit: int | None = None,
+        include_history: bool = False,
+        entity: str | None = None,
+        weights: RecallWeights | Mapping[str, float] | None = None,
+        k: int | None = None,
+        touch: bool = True,
+    ) -> RecallResult:
+        """Facts and episodes of the partition ``(user, agent)`` relevant to ``query``,
+        best first: full-text, vector and graph strategies fused by Reciprocal Rank Fusion
+        (``k`` default 60, ``weights`` default 1.0 each: see
+        :mod:`~stargraph_mem.engine.recall.service`).
+
+        ``kinds``: ``facts``, ``episodes`` or ``both``. ``after``/``before``: ``last_week``,
+        ``last_month``, ``today``, ``yesterday``, ``YYYY-MM-DD`` or an aware datetime
+        (episodes by their time, facts by ``valid_from``). ``limit`` defaults by the
+        query's complexity (5, or 20 for a complex query). Only current facts unless
+        ``include_history``. ``entity`` restricts facts to one entity's and names it in the
+        context. Each hit says which strategies ranked it and where; ``.context(...)`` of
+        the result is a markdown block within a token budget. Returned facts' access is
+        recorded unless ``touch=False``.
+        """
+        t0 = time.perf_counter()
+        times = StrategyTimes()
+        with telemetry.span(RECALL_SPAN, {telemetry.RECALL_STRATEGY: observe.HYBRID}) as span:
+            result = await self._recall.recall(
+                query,
+                user=user,
+                agent=agent,
+                kinds=kinds,
+                after=after,
+                before=before,
+                limit=limit,
+                include_history=include_history,
+                entity=entity,
+                weights=weights,
+                k=k,
+                touch=touch,
+                times=times,
+            )
+            span.set_attribute("stargraph_mem.recall.hits", len(result.hits))
+            span.set_attribute("stargraph_mem.recall.intent", result.intent)
+        for strategy, seconds in times.seconds.items():
+            observe.recall(seconds, strategy)
+        observe.recall(time.perf_counter() - t0, observe.HYBRID)
+        return result
+
+    async def _pack_entities(self, partition: Partition) -> None:
+        """Register the packs' declared entities in ``partition`` (once per process)."""
+        if partition.key in self._entities_of:
+            return
+        if self.fact_store.read_only_reason is None:
+            for compiled in self.packs:
+                if compiled.pack.entities:
+                    await register_pack_entities(self.database.entities, partition, compiled)
+        self._entities_of.add(partition.key)
+
+    async def entity(self, name: str, *, user: str, agent: str, limit: int = 50) -> EntityProfile:
+        """What the partition ``(user, agent)`` holds on the entity ``name`` names (its
+        canonical name or an alias, case and accents ignored; or a fact's subject or
+        object): aliases, current facts, timeline.
+        :class:`~stargraph_mem.errors.EntityNotFoundError` when nothing has that name."""
+        partition = Partition(user, agent)
+        await self._pack_entities(partition)
+        return await self.database.entities.profile(partition, name, limit=limit)
+
+    async def define_entity(
+        self,
+        name: str,
+        *,
+        user: str,
+        agent: str,
+        aliases: Sequence[str] = (),
+        type: EntityType | None = None,
+    ) -> Entity:
+        """Declare the entity ``name`` in the partition ``(user, agent)``, or add
+        ``aliases`` to it (an alias another entity has is refused)."""
+        partition = Partition(user, agent)
+        await self._pack_entities(partition)
+        return await self.database.entities.define(
+            partition, name, aliases=aliases, type=type, at=self.clock()
+        )
+
+    async def embed_backfill(
+        self,
+        *,
+        batch: int = 512,
+        progress: Callable[[int, int], object] | None = None,
+    ) -> BackfillReport:
+        """Embed every episode and current fact without a vector of :attr:`embedder`
+        (all of them, after the embedder changed), reporting ``progress(done, total)``."""
+        if self.embedder is None:
+            raise EmbedderError("this memory was opened without an embedder (embedder=None)")
+        return await self.database.vectors.backfill(self.embedder, batch=batch, progress=progress)
+
+    async def embedding_backlog(self) -> int:
+        """Episodes and current facts not embedded yet with :attr:`embedder` (they are
+        embedded by the next recall of their partition, or by :meth:`embed_backfill`)."""
+        if self.embedder is None:
+            return 0
+        pending = await self.database.vectors.pending(self.embedder)
+        telemetry.set_embedding_backlog(pending)
+        return pending
 
     async def access(self, fact_id: str) -> FactAccess:
         """How often ``fact_id`` was returned by access-recording reads, and when last."""

@@ -48,6 +48,7 @@ from stargraph_mem.ir.operators import FLAGS, OPERATORS, Operator, describe_type
 from stargraph_mem.ir.reference import evaluate, list_item_ok
 from stargraph_mem.ir.source_map import PathKey, SourceMap
 from stargraph_mem.model.deltas import CLOSE_STATUSES, DELTA_KINDS, kind_creates, kind_takes
+from stargraph_mem.model.entities import fold_entity_name
 from stargraph_mem.model.time import iso_us
 
 
@@ -220,7 +221,26 @@ class _Checker:
             seen.setdefault(rule.id, i)
             infos.append(self.check_rule(rule, i, path))
         self.check_reachability(infos)
+        self.check_entities()
         return Analysis(self.pack, infos, self.issues)
+
+    def check_entities(self) -> None:
+        """Each name of the declared entities (folded) names one entity."""
+        owner: dict[str, int] = {}
+        for i, entity in enumerate(self.pack.entities):
+            names: list[tuple[PathKey, str]] = [
+                (("entities", i, "name"), entity.name),
+                *((("entities", i, "aliases", k), a) for k, a in enumerate(entity.aliases)),
+            ]
+            for path, name in names:
+                first = owner.setdefault(fold_entity_name(name), i)
+                if first != i:
+                    other = self.pack.entities[first].name
+                    self.err(
+                        path,
+                        f"'{name}' already names the entity '{other}' (entities[{first}]): "
+                        "a name or alias names one entity",
+                    )
 
     # --- rules ---------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from difflib import get_close_matches
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -41,6 +42,7 @@ from stargraph_mem.ir.operators import (
 from stargraph_mem.ir.operators import FieldType as FieldType
 from stargraph_mem.model.cadence import DURATION_PATTERN, DURATION_UNITS, Cadence
 from stargraph_mem.model.deltas import CloseStatus, DeltaKind
+from stargraph_mem.model.entities import MAX_ALIASES, MAX_NAME_CHARS, EntityType
 
 PayloadType = Literal["string", "integer", "number", "boolean", "timestamp"]
 """Types a declared fact payload key can have (a list is not a payload value)."""
@@ -731,6 +733,29 @@ class Defaults(_IR):
     confidence: float = Field(default=0.8, ge=0, le=1)
 
 
+def _entity_name(value: str) -> str:
+    if not value.strip():
+        raise ValueError("an entity name needs a character other than whitespace")
+    return value
+
+
+EntityName = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=MAX_NAME_CHARS),
+    AfterValidator(_entity_name),
+]
+"""A name or alias of an entity: any text with a non-space character."""
+
+
+class EntityDecl(_IR):
+    """An entity the pack declares for every partition it runs on: its canonical name,
+    aliases (names compared case-, accent- and whitespace-insensitively) and type."""
+
+    name: EntityName
+    aliases: list[EntityName] = Field(default_factory=list, max_length=MAX_ALIASES)
+    type: EntityType = "concept"
+
+
 class RulePack(_IR):
     ir_version: Literal[1]
     pack: Name
@@ -742,6 +767,9 @@ class RulePack(_IR):
     patterns (``payload: {key: ...}``) and ``emit.payload`` writes them with that type."""
     defaults: Defaults = Defaults()
     rules: list[Rule] = Field(min_length=1)
+    entities: list[EntityDecl] = Field(default_factory=list, exclude_if=lambda v: not v)
+    """Entities registered in each partition the pack runs on (left out of dumps when
+    there are none, so packs without them keep their hash)."""
 
 
 EPISODE_BUILTINS: dict[str, FieldType] = {

@@ -10,7 +10,6 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Annotated, Any
 
-from croniter import croniter
 from pydantic import (
     BeforeValidator,
     Field,
@@ -44,6 +43,8 @@ _CRON_SHORTCUTS = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@mi
 def check_cron(expression: str) -> str:
     """``expression``, if croniter accepts it as a cron expression (else ``ValueError``
     naming the field at fault and what it allows)."""
+    from croniter import croniter  # here: reading a store never checks a cron expression
+
     if not croniter.is_valid(expression):
         raise ValueError(f"invalid cron expression {expression!r}: {_cron_problem(expression)}")
     return expression
@@ -51,6 +52,8 @@ def check_cron(expression: str) -> str:
 
 def _cron_problem(expression: str) -> str:
     """Why croniter refuses ``expression``: the field count, or the first bad field."""
+    from croniter import croniter
+
     parts = expression.split()
     if parts and parts[0].startswith("@"):
         return f"unknown shortcut {parts[0]!r} (use {', '.join(_CRON_SHORTCUTS)})"

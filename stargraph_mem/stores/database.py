@@ -2,10 +2,11 @@
 
 A memory lives in one database, named by a URL: a plain path or ``sqlite:///…`` (the
 embedded default, one SQLite file) or ``postgresql://…`` (a server shared by many
-workers). :func:`open_database` returns its owner, whose three repositories (``memory``
-for episodes, ``facts`` for facts, lineage, audit and watermarks, ``schedule`` for
-cadence state and leases) work on the owner's connections; the engine only ever sees
-the repositories' Protocols (:mod:`stargraph_mem.stores.protocols`).
+workers). :func:`open_database` returns its owner, whose repositories (``memory`` for
+episodes, ``facts`` for facts, lineage, audit and watermarks, ``schedule`` for cadence
+state and leases, ``vectors`` for embeddings and the episodes' full-text index,
+``entities`` for entities and graph reads) work on the owner's connections; the engine
+only ever sees the repositories' Protocols (:mod:`stargraph_mem.stores.protocols`).
 """
 
 from __future__ import annotations
@@ -23,8 +24,10 @@ from stargraph_mem.model.time import utc_now
 from stargraph_mem.stores.protocols import Database
 from stargraph_mem.stores.resources import AsyncResource, closed_on_failure
 from stargraph_mem.stores.sqlite.connection import SharedConnection, scalar, transaction
+from stargraph_mem.stores.sqlite.entities import SQLiteEntityStore
 from stargraph_mem.stores.sqlite.schedule import SQLiteScheduleStore
 from stargraph_mem.stores.sqlite.search import catch_up_text
+from stargraph_mem.stores.sqlite.vectors import SQLiteVectorStore
 from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
 from stargraph_mem.stores.sqlite_memory import SQLiteMemoryStore
 from stargraph_mem.stores.url import DatabaseURL, bad_location, parse_database_url, redact
@@ -65,6 +68,10 @@ class SQLiteDatabase(AsyncResource):
             self.memory.limits = limits
         self.facts = SQLiteFactStore(self.path, clock=clock, shared=self.connection)
         self.schedule = SQLiteScheduleStore(self.path, clock=clock, shared=self.connection)
+        self.vectors = SQLiteVectorStore(self.path, clock=clock, shared=self.connection)
+        self.entities = SQLiteEntityStore(
+            self.path, clock=clock, shared=self.connection, needs=(self.memory, self.facts)
+        )
 
     @property
     def read_only_reason(self) -> str | None:
@@ -77,6 +84,8 @@ class SQLiteDatabase(AsyncResource):
             await self.memory.bootstrap()
             await self.facts.bootstrap()
             await self.schedule.bootstrap()
+            await self.vectors.bootstrap()
+            await self.entities.bootstrap()
 
     async def close(self) -> None:
         """Finish the fact store's background work, then close the connection."""

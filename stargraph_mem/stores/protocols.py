@@ -1,4 +1,4 @@
-"""What the engine needs of a database: three repositories and their owner.
+"""What the engine needs of a database: four repositories and their owner.
 
 Every backend (SQLite, PostgreSQL) provides these; the engine, the CLI and the
 integrations are typed against them, never against a backend's classes. The
@@ -8,12 +8,16 @@ specification's :class:`~stargraph_mem.stores.memory.MemoryStore` and
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Protocol, Self, runtime_checkable
 
+import numpy.typing as npt
+
+from stargraph_mem.embedding import Embedder
+from stargraph_mem.model.entities import Entity, EntityProfile, EntityType, LineageNeighbours
 from stargraph_mem.model.facts import Fact, FactAccess, FactHit, StatusEvent
 from stargraph_mem.stores.fact import (
     ApplyResult,
@@ -37,15 +41,18 @@ from stargraph_mem.stores.repositories.aggregates import (
 from stargraph_mem.stores.repositories.fact_rows import PassBasis, PassWrite
 from stargraph_mem.stores.repositories.pass_time import Deferral
 from stargraph_mem.stores.repositories.schedule_runs import LeaseState, RuleRun, RunState
+from stargraph_mem.stores.repositories.vectors import BackfillReport, Kind
 from stargraph_mem.stores.scope import Partition
 
 __all__ = [
     "ArchivedFactSource",
     "BackgroundCheckpoints",
     "Database",
+    "EntityRepository",
     "EpisodeRepository",
     "FactRepository",
     "ScheduleRepository",
+    "VectorRepository",
 ]
 
 
@@ -138,6 +145,8 @@ class FactRepository(FactStore, Protocol):
         touch: bool = True,
         include_history: bool = False,
     ) -> list[FactHit]: ...
+
+    async def get_many(self, fact_ids: Sequence[str]) -> list[Fact]: ...
 
     async def access(self, fact_id: str) -> FactAccess: ...
 
@@ -251,6 +260,105 @@ class ScheduleRepository(Protocol):
     async def release_lease(self, name: str, holder: str) -> None: ...
 
 
+class VectorRepository(Protocol):
+    """Vectors of episodes and facts per embedder identity, and the episodes' full-text
+    index, both filled lazily by catch-ups (see
+    :mod:`~stargraph_mem.stores.repositories.vectors`)."""
+
+    async def catch_up(self, partition_key: str, embedder: Embedder) -> int: ...
+
+    async def catch_up_text(self) -> None: ...
+
+    async def backfill(
+        self,
+        embedder: Embedder,
+        *,
+        batch: int = ...,
+        progress: Callable[[int, int], object] | None = None,
+    ) -> BackfillReport: ...
+
+    async def pending(self, embedder: Embedder | str) -> int: ...
+
+    async def drop(self, embedder_identity: str) -> int: ...
+
+    async def nearest(
+        self,
+        partition_key: str,
+        kind: Kind,
+        embedder: Embedder | str,
+        query_vector: npt.ArrayLike,
+        *,
+        limit: int,
+        after_us: int | datetime | None = None,
+        before_us: int | datetime | None = None,
+        current_only: bool = True,
+        statuses: Iterable[str] | None = None,
+    ) -> list[tuple[str, float]]: ...
+
+    async def episode_text_hits(
+        self,
+        partition_key: str,
+        words: Sequence[str],
+        *,
+        limit: int,
+        after_us: int | datetime | None = None,
+        before_us: int | datetime | None = None,
+    ) -> list[tuple[str, float]]: ...
+
+    async def episodes(self, ids: Sequence[str]) -> list[EpisodeRecord]: ...
+
+    async def episode_times(self, ids: Sequence[str]) -> dict[str, tuple[int, str]]: ...
+
+
+class EntityRepository(Protocol):
+    """Entities of each partition (declared, and named by facts) and the graph reads of
+    recall: temporal neighbours of episodes, facts of entities, lineage both ways."""
+
+    async def define(
+        self,
+        partition_key: str | Partition,
+        name: str,
+        *,
+        aliases: Sequence[str] = (),
+        type: EntityType | None = None,
+        at: datetime | None = None,
+    ) -> Entity: ...
+
+    async def resolve(self, partition_key: str | Partition, text: str) -> Entity | None: ...
+
+    async def get(self, partition_key: str | Partition, text: str) -> Entity | None: ...
+
+    async def entities(self, partition_key: str | Partition) -> list[Entity]: ...
+
+    async def mentioned(self, partition_key: str | Partition, query_text: str) -> list[Entity]: ...
+
+    async def profile(
+        self, partition_key: str | Partition, name: str, *, limit: int = 50
+    ) -> EntityProfile: ...
+
+    async def facts_of_entities(
+        self, partition_key: str | Partition, names: Sequence[str], *, limit: int = 100
+    ) -> list[str]: ...
+
+    async def temporal_neighbours(
+        self,
+        partition_key: str | Partition,
+        episode_ids: Sequence[str],
+        *,
+        depth: int = 2,
+        after_us: int | datetime | None = None,
+        before_us: int | datetime | None = None,
+    ) -> list[tuple[str, int]]: ...
+
+    async def lineage_neighbours(
+        self,
+        fact_ids: Sequence[str],
+        *,
+        episode_ids: Sequence[str] = (),
+        current_only: bool = True,
+    ) -> LineageNeighbours: ...
+
+
 class Database(Protocol):
     """The owner of one memory's connections and transactions (see
     :func:`~stargraph_mem.stores.database.open_database`)."""
@@ -266,6 +374,12 @@ class Database(Protocol):
 
     @property
     def schedule(self) -> ScheduleRepository: ...
+
+    @property
+    def vectors(self) -> VectorRepository: ...
+
+    @property
+    def entities(self) -> EntityRepository: ...
 
     @property
     def read_only_reason(self) -> str | None: ...

@@ -83,6 +83,12 @@ COPIED_TABLES: Final = (
         "pack rule_id partition_key",
     ),
     _table("schedule_rules", "pack rule_id rule_index cadence", "pack rule_id"),
+    _table(
+        "entities",
+        "id partition_key canonical_name folded type aliases created_us updated_us",
+        "id",
+    ),
+    _table("entity_aliases", "partition_key folded entity_id alias", "partition_key folded"),
 )
 """What a memory is: every table but derived data (the search index), the schema's own
 ledgers (each database records how its schema was built; migration plans applied to the

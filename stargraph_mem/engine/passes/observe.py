@@ -38,6 +38,9 @@ logger.addHandler(logging.NullHandler())  # silent unless the application routes
 
 FULL_TEXT: Final = "full_text"
 """The recall strategy of ``search`` (words matched in the facts' text)."""
+HYBRID: Final = "hybrid"
+"""A whole ``recall`` (its strategies are measured as ``fts``, ``vector``, ``graph``, and
+its index catch-up and reads as ``catch_up`` and ``hydrate``)."""
 FAILED_PREFIX: Final = "pass failed, nothing applied: "
 """How a quarantined partition's reason starts (then the error's type name)."""
 

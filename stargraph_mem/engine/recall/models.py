@@ -33,8 +33,8 @@ from stargraph_mem.model.episodes import Episode
 from stargraph_mem.model.facts import Fact
 
 __all__ = [
-    "EntityProfile",
     "HitKind",
+    "ProfileLines",
     "RecallHit",
     "RecallKinds",
     "RecallResult",
@@ -104,7 +104,7 @@ class RecallHit(FrozenModel):
         return self.episode.content
 
 
-class EntityProfile(FrozenModel):
+class ProfileLines(FrozenModel):
     """What the entity strategy knows of one entity, as lines ready to show."""
 
     name: str
@@ -162,7 +162,7 @@ class RecallResult(FrozenModel):
     embedder: str | None = None
     intent_decision: IntentDecision | None = None
     window: TimeWindow = Field(default_factory=TimeWindow)
-    profiles: tuple[EntityProfile, ...] = ()
+    profiles: tuple[ProfileLines, ...] = ()
     temporal: tuple[TemporalNeighbour, ...] = ()
     budget_tokens: int | None = Field(default=None, ge=1)
 

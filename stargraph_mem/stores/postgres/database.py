@@ -37,12 +37,14 @@ from stargraph_mem.model.time import to_us, utc_now
 from stargraph_mem.stores.fact import ProvenanceAdapter
 from stargraph_mem.stores.models import StoreHealth
 from stargraph_mem.stores.postgres.connection import PgConn
+from stargraph_mem.stores.postgres.entities import PostgresEntityStore
 from stargraph_mem.stores.postgres.fact import PostgresFactStore
 from stargraph_mem.stores.postgres.failures import connection_lost, first_line
 from stargraph_mem.stores.postgres.memory import PostgresMemoryStore
 from stargraph_mem.stores.postgres.schedule import PostgresScheduleStore
 from stargraph_mem.stores.postgres.schema import LEDGER_TABLE, MIGRATIONS, SCHEMA_VERSION
 from stargraph_mem.stores.postgres.tables import PostgresTables
+from stargraph_mem.stores.postgres.vectors import PostgresVectorStore
 from stargraph_mem.stores.resources import AsyncResource
 from stargraph_mem.stores.url import redact
 
@@ -116,6 +118,8 @@ class PostgresDatabase(AsyncResource):
             self.memory.limits = limits
         self.facts = PostgresFactStore(self, adapter=adapter)
         self.schedule = PostgresScheduleStore(self)
+        self.vectors = PostgresVectorStore(self)
+        self.entities = PostgresEntityStore(self)
 
     backend: Final = "postgresql"
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from stargraph_mem.stores.repositories.entities import ENTITY_TABLES, POSTGRES_ENTITY_TABLES
 from stargraph_mem.stores.repositories.fact_status import STATUS_BACKFILL, STATUS_TABLE_NAMES
 from stargraph_mem.stores.repositories.pass_time import POSTGRES_TABLES
 from stargraph_mem.stores.repositories.sweep_schema import DROP_SWEEP_INDEXES, index_ddl
@@ -244,6 +245,36 @@ _SPEC_INDEX_NAME: Final = (
 """The scope index under the specification's name (``idx_episodes_scope_ts``); its columns
 stay ``(scope_key, ts_us, seq)``, which a scan reads in either direction."""
 
+_VECTORS: Final = (
+    f"""CREATE TABLE vectors (
+        seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        kind {_K} NOT NULL,
+        item_id {_K} NOT NULL,
+        partition_key {_K} NOT NULL,
+        embedder {_K} NOT NULL,
+        vector BYTEA NOT NULL,
+        UNIQUE (kind, item_id, embedder)
+    )""",
+    "CREATE INDEX vectors_partition ON vectors (partition_key, embedder, kind, seq)",
+    f"""CREATE TABLE index_marks (
+        partition_key {_K} NOT NULL,
+        embedder {_K} NOT NULL,
+        kind {_K} NOT NULL,
+        through BIGINT NOT NULL,
+        PRIMARY KEY (partition_key, embedder, kind)
+    )""",
+    # the episodes' full-text index: a 'simple' tsvector of each episode's folded text
+    """CREATE TABLE episode_text (
+        seq BIGINT PRIMARY KEY,
+        body TSVECTOR NOT NULL
+    )""",
+    # without the pending list: a catch-up writes the index in place (it is off the
+    # record path), and searches never scan a list of unmerged entries
+    "CREATE INDEX episode_text_body ON episode_text USING GIN (body) WITH (fastupdate = off)",
+)
+"""Vectors of episodes and facts per embedder identity, the lazy indexes' marks, and the
+episodes' full-text index (all derived data, filled by catch-ups)."""
+
 MIGRATIONS: Final = (
     (1, "0001_stores", (*_EPISODES, *_FACTS, *_SCHEDULE)),
     (2, "0002_history_and_pass_times", (*POSTGRES_TABLES, *_AGGREGATES)),
@@ -251,6 +282,8 @@ MIGRATIONS: Final = (
     (4, "0004_sweep_indexes", tuple(index_ddl(name) for name in V4_SWEEP_INDEXES)),
     (5, "0005_sweep_indexes_on_demand", DROP_SWEEP_INDEXES),
     (6, "0006_spec_scope_index_name", _SPEC_INDEX_NAME),
+    (7, "0007_vectors_and_episode_text", _VECTORS),
+    (8, "0008_entities", POSTGRES_ENTITY_TABLES),
 )
 """``(version, name, statements)`` in order; a database at version n gets those above n."""
 SCHEMA_VERSION: Final = MIGRATIONS[-1][0]
@@ -272,5 +305,7 @@ TABLES: Final = {
         *STATUS_TABLE_NAMES,
     ),
     "schedule": ("rule_runs", "scheduler_lease", "schedule_rules"),
+    "vector": ("vectors", "index_marks", "episode_text"),
+    "entity": ENTITY_TABLES,
 }
 """Each store's tables (a migration plan may only touch its own)."""

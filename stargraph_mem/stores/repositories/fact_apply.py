@@ -244,15 +244,8 @@ class Batch:
         """Apply ``deltas`` (indices from ``start``) and write their rows."""
         bodies = [delta.canonical_body() for delta in deltas]
         ids = [delta.delta_id for delta in deltas]
-        if self._seq < 0:
-            ((rowid, seq, mark),) = await self.db.fetch(self.sql.last_ids)
-            self._rowid, self._seq = int(rowid or 0), int(seq or 0)
-            if self.sql.catch_up_text and mark is not None:
-                self._text_mark = int(mark)
-        stored = await self._stored(deltas, ids)
-        await self._load(deltas)
+        stored = await self._read(deltas, ids)
         await self._check_sources(start, deltas)
-        await self._episode_times(deltas)
         for offset, (delta, did, body) in enumerate(zip(deltas, ids, bodies, strict=True)):
             if did in stored or did in self.seen:
                 self.skipped += 1
@@ -320,22 +313,53 @@ class Batch:
         found = {fid for fid in [*stored, *here] if fid in self.known}
         return sorted(fid for fid in found if not self.known[fid].closed)
 
-    async def _stored(self, deltas: Sequence[Delta], ids: Sequence[str]) -> set[str]:
-        """Ids of ``deltas`` applied before: add and update deltas by the fact they made."""
+    async def _read(self, deltas: Sequence[Delta], ids: Sequence[str]) -> set[str]:
+        """What the chunk's apply reads before it writes, in one statement (see
+        ``FactStatements.chunk_reads``); the ids of ``deltas`` applied before (add and
+        update deltas by the fact they made) are returned, the states of the facts they
+        name that the batch has not seen yet go to ``known``, the times of the episodes
+        their facts come from to ``_times``, and (for the first chunk) the last facts
+        rowid and audit seq used. A record's pass, which updates a fact, reads all that in
+        one statement (it took four)."""
         made: list[str] = []
         markers: list[str] = []
         for delta, did in zip(deltas, ids, strict=True):
             if delta.creates:
-                made.append("f" + did[1:])
+                made.append("f" + did[1:])  # add and update deltas: by the fact they made
             else:
                 markers.append(did)
+        named: set[str] = set()
+        for delta in deltas:
+            named.update(delta.named_ids)
+        missing = sorted(named - self.known.keys())
+        cited = sorted(
+            {eid for delta in deltas if delta.observes for eid in delta.source_episode_ids}
+        )
+        self._times = {}
+        if self._seq >= 0 and not (made or markers or missing or cited):
+            return set()
+        sql, encode = self.sql, self.sql.ids
+        params = [encode(missing), encode(made), encode(markers)]
+        statement = sql.chunk_reads_no_episodes
+        if cited and await self.has_episodes():
+            statement = sql.chunk_reads
+            params.append(encode(cited))
         stored: set[str] = set()
-        if made:
-            rows = await self.db.fetch(self.sql.stored_facts_in, (self.sql.ids(made),))
-            stored.update("d" + str(row[0])[1:] for row in rows)
-        if markers:
-            rows = await self.db.fetch(self.sql.stored_markers_in, (self.sql.ids(markers),))
-            stored.update(str(row[0]) for row in rows)
+        for row in await self.db.fetch(statement, params):
+            tag = int(row[0])
+            if tag == 0:
+                stored.add("d" + str(row[1])[1:])
+            elif tag == 1:
+                stored.add(str(row[1]))
+            elif tag == 2:
+                self.known[row[1]] = _state(row[1:])
+            elif tag == 3:
+                self._times[str(row[1])] = int(row[4])
+            elif self._seq < 0:  # the first chunk numbers its rows after the stored ones
+                rowid, seq, mark = row[4:7]
+                self._rowid, self._seq = int(rowid or 0), int(seq or 0)
+                if sql.catch_up_text and mark is not None:
+                    self._text_mark = int(mark)
         return stored
 
     async def _check_sources(self, start: int, deltas: Sequence[Delta]) -> None:
@@ -372,33 +396,11 @@ class Batch:
             self.episodes_here = any(str(row[0]) == "partition_key" for row in columns)
         return self.episodes_here
 
-    async def _episode_times(self, deltas: Sequence[Delta]) -> None:
-        """Read the times of the episodes the chunk's facts and reinforcements come from
-        (one statement)."""
-        cited = sorted(
-            {eid for delta in deltas if delta.observes for eid in delta.source_episode_ids}
-        )
-        self._times = {}
-        if cited and await self.has_episodes():
-            rows = await self.db.fetch(self.sql.episode_times_in, (self.sql.ids(cited),))
-            self._times = {str(eid): int(ts) for eid, ts in rows}
-
     def observed(self, ids: Sequence[str]) -> int | None:
         """The time of the newest of ``ids`` (None: none is stored here): when a fact made,
         or reinforced, from them was last observed."""
         times = self._times
         return max((times[e] for e in ids if e in times), default=None)
-
-    async def _load(self, deltas: Sequence[Delta]) -> None:
-        """Read the states of referenced facts the batch has not seen yet."""
-        wanted: set[str] = set()
-        for delta in deltas:
-            wanted.update(delta.named_ids)
-        missing = sorted(wanted - self.known.keys())
-        if missing:
-            rows = await self.db.fetch(self.sql.fact_states_in, (self.sql.ids(missing),))
-            for row in rows:
-                self.known[row[0]] = _state(row)
 
     def _apply(self, index: int, delta: Delta, did: str) -> None:
         """Stage what ``delta`` does: close what it replaces, make its fact, reinforce."""

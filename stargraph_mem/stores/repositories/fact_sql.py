@@ -124,6 +124,26 @@ def fact_statements(d: Dialect) -> FactStatements:
         return Insert(insert.table, insert.columns, r(insert.sql))
 
     last_seq_of = "(SELECT max(a.seq) FROM audit a WHERE a.partition_key = {})"
+    fact_states = (
+        f'SELECT f.id, f."user", f.agent, f.valid_from_us, f.valid_until_us, f.status, '
+        f"f.superseded_by, {reinforced}, {count}, {observed}, {_STATS}, p.reason "
+        f"FROM facts f {stats} {_ACCESS_AND_PIN} WHERE f.id {in_ids}"
+    )
+
+    # one read of what a chunk's apply needs first (see FactStatements.chunk_reads): each
+    # branch tagged, padded with NULLs to the 14 columns of a fact state
+    def nulls(n: int) -> str:
+        return ", ".join(["NULL"] * n)
+
+    # (the fact states first: their columns are typed, and PostgreSQL types the NULLs of
+    # the other branches from the branches before them)
+    chunk_reads = (
+        f"SELECT 2, {fact_states.removeprefix('SELECT ')}",
+        f"SELECT 0, id, {nulls(13)} FROM facts WHERE id {in_ids}",
+        f"SELECT 1, delta_id, {nulls(13)} FROM audit WHERE {_MARKERS} AND delta_id {in_ids}",
+        f"SELECT 4, NULL, NULL, NULL, last_ids.*, {nulls(8)} FROM ({d.last_ids}) AS last_ids",
+    )
+    episode_times = f"SELECT 3, id, NULL, NULL, ts_us, {nulls(10)} FROM episodes WHERE id {in_ids}"
     aggregate_columns = "ref, value, n, last_us, last_id, data"
     return FactStatements(
         dialect=d,
@@ -135,16 +155,12 @@ def fact_statements(d: Dialect) -> FactStatements:
         audit_columns=AUDIT_COLUMNS,
         last_ids=r(d.last_ids),
         stored_facts_in=r(f"SELECT id FROM facts WHERE id {in_ids}"),
-        stored_markers_in=r(f"SELECT delta_id FROM audit WHERE {_MARKERS} AND delta_id {in_ids}"),
-        fact_states_in=r(
-            f'SELECT f.id, f."user", f.agent, f.valid_from_us, f.valid_until_us, f.status, '
-            f"f.superseded_by, {reinforced}, {count}, {observed}, {_STATS}, p.reason "
-            f"FROM facts f {stats} {_ACCESS_AND_PIN} WHERE f.id {in_ids}"
-        ),
+        chunk_reads=r(" UNION ALL ".join((*chunk_reads, episode_times))),
+        chunk_reads_no_episodes=r(" UNION ALL ".join(chunk_reads)),
+        fact_states_in=r(fact_states),
         episode_columns=r(d.episode_columns),
         episode_partitions_in=r(f"SELECT id, partition_key FROM episodes WHERE id {in_ids}"),
         episode_owners_in=r(f'SELECT id, "user", agent FROM episodes WHERE id {in_ids}'),
-        episode_times_in=r(f"SELECT id, ts_us FROM episodes WHERE id {in_ids}"),
         insert_fact=ins("facts", FACT_INSERT_COLUMNS),
         insert_lineage=ins("lineage", LINEAGE_INSERT_COLUMNS),
         index_fact=d.index_fact(),

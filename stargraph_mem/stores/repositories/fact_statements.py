@@ -44,7 +44,17 @@ class FactStatements:
     search index is known to hold (one row, three columns; the third NULL when each fact
     is indexed by the transaction that makes it)."""
     stored_facts_in: str
-    stored_markers_in: str
+    """The ids among the given ones that name a stored fact (``(ids,)``)."""
+    chunk_reads: str
+    """What applying a chunk reads first, in one statement (``(named, made, markers,
+    cited)``, each a list of ids): rows tagged 0 for the ids of ``made`` that name a stored
+    fact, 1 for the ``markers`` (delta ids) already audited, 2 the ``fact_states_in`` row
+    of each of ``named`` (from its second column on), 3 ``id`` and ``ts_us`` (in the fifth
+    column) of the cited episodes, and one row tagged 4 with the :attr:`last_ids` row in
+    its fifth to seventh columns."""
+    chunk_reads_no_episodes: str
+    """:attr:`chunk_reads` for a database without an episodes table (``(named, made,
+    markers)``; no rows tagged 3)."""
     fact_states_in: str
     episode_columns: str
     """Names of the ``episodes`` table's columns (no rows when there is no such table)."""
@@ -93,7 +103,6 @@ class FactStatements:
     audit_by_fact_in: str
     reinforcing_deltas: str
     audit_markers_in: str
-    episode_times_in: str
     """``id, ts_us`` of the given episode ids (the fact's newest source observation)."""
     aggregates_in: str
     """``ref, value, n, last_us, last_id, data`` of a pack's aggregate rows with the given
