@@ -432,3 +432,50 @@ async def test_a_read_only_database_refuses_the_writing_tools(tmp_path: Path) ->
             assert (await call(client, "weak_facts", below=1))["total"] == 1
             assert (await call(client, "memory_stats"))["facts"] == {"current": 1}
         assert await snapshot(mem.fact_store) == before  # type: ignore[arg-type]
+
+
+async def test_search_memory_and_get_entity_info(new_location: NewLocation) -> None:
+    clock = Clock()
+    async with serving(new_location(), [DEFAULT], clock) as (mem, client):
+        for obj in ("green tea", "jazz records"):
+            clock.tick()
+            await call(
+                client,
+                "remember_fact",
+                user="alice",
+                agent="rag",
+                subject="alice",
+                predicate="likes",
+                object=obj,
+            )
+        found = await call(
+            client,
+            "search_memory",
+            query="tea",
+            user="alice",
+            agent="rag",
+            kinds="facts",
+            context_budget=200,
+        )
+        best = found["hits"][0]
+        assert (best["rank"], best["kind"], best["text"]) == (1, "fact", "alice likes green tea")
+        assert "fts" in best["strategies"]
+        assert found["context"] and "alice likes green tea" in found["context"]
+        only = await call(
+            client, "search_memory", query="tea", user="alice", agent="rag", kinds="episodes"
+        )
+        assert {h["kind"] for h in only["hits"]} <= {"episode"}
+        assert "\nkinds\n  Input should be 'facts', 'episodes' or 'both'" in await refused(
+            client, "search_memory", query="tea", user="alice", agent="rag", kinds="all"
+        )
+        assert "after" in await refused(
+            client, "search_memory", query="t", user="alice", agent="rag", after="2026-11-01T00:00"
+        )
+        info = await call(client, "get_entity_info", name="Alice", user="alice", agent="rag")
+        assert info["name"] == "alice" and info["declared"] is False
+        assert sorted(f["object"] for f in info["facts"]) == ["green tea", "jazz records"]
+        assert info["timeline"]
+        assert "no entity named 'nobody'" in await refused(
+            client, "get_entity_info", name="nobody", user="alice", agent="rag"
+        )
+        assert len(await mem.facts()) == 2

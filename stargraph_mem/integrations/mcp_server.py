@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any, Final, cast
+from typing import Annotated, Any, Final, Literal, cast
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -49,6 +49,7 @@ from stargraph_mem.integrations.mcp_stdio import serve_stdio_lines
 from stargraph_mem.model.base import ID_PATTERN
 from stargraph_mem.model.canonical import default_episode_id
 from stargraph_mem.model.deltas import DELTA_KINDS
+from stargraph_mem.model.entities import TimelineEvent
 from stargraph_mem.model.episodes import Episode
 from stargraph_mem.model.facts import Fact, FactHit, FactPattern
 from stargraph_mem.model.time import NaiveTimestampError, parse_iso
@@ -60,8 +61,10 @@ __all__ = [
     "Confirmation",
     "ConsolidationResult",
     "Correction",
+    "EntityInfo",
     "FactExplanation",
     "FactList",
+    "MemorySearch",
     "MemoryStats",
     "RecordResult",
     "Remembered",
@@ -85,6 +88,8 @@ TOOL_NAMES: Final = (
     "confirm_fact",
     "weak_facts",
     "memory_stats",
+    "search_memory",
+    "get_entity_info",
 )
 """The tools :func:`build_server` registers, in the order ``tools/list`` gives them."""
 
@@ -331,6 +336,53 @@ class MemoryStats(_Result):
     storage_bytes: int | None = Field(
         description="Size of the SQLite files (database, WAL, shared memory); null on PostgreSQL."
     )
+
+
+class MemoryHit(_Result):
+    """One recalled fact or episode."""
+
+    rank: int = Field(description="1 for the best hit.")
+    kind: Literal["fact", "episode"]
+    id: str
+    score: float = Field(description="The fused (Reciprocal Rank Fusion) score; higher is better.")
+    strategies: dict[str, int] = Field(
+        description="Each strategy that found it (fts, vector, graph) and its rank there."
+    )
+    cosine: float | None = Field(description="The vector strategy's similarity, if it found it.")
+    text: str = Field(description="The fact's statement or the episode's content.")
+    fact: Fact | None = Field(description="The fact (a fact hit).")
+    episode: Episode | None = Field(description="The episode (an episode hit).")
+
+
+class MemorySearch(_Result):
+    """A recall: hits by meaning, words and the graph, fused."""
+
+    query: str
+    intent: str = Field(description="why, when, who, what or general (picks the graph strategy).")
+    complexity: str = Field(description="simple or complex (sets the default limit).")
+    entities: list[str] = Field(description="Entities the query named.")
+    embedder: str | None = Field(
+        description="Identity of the embedder whose vectors were compared."
+    )
+    hits: list[MemoryHit] = Field(description="Best first.")
+    context: str | None = Field(
+        description="With context_budget: the markdown block for a prompt, within that many "
+        "tokens (empty when nothing was recalled)."
+    )
+
+
+class EntityInfo(_Result):
+    """What memory holds on one entity."""
+
+    name: str = Field(description="The canonical name.")
+    type: str
+    declared: bool = Field(description="False for an implicit entity (a name facts carry).")
+    aliases: list[str]
+    facts: list[Fact] = Field(description="Its current facts, newest first.")
+    timeline: list[TimelineEvent] = Field(
+        description="Its facts' additions and closings and their source episodes, oldest first."
+    )
+    truncated: bool = Field(description="Whether it has more facts than were listed.")
 
 
 # --- helpers --------------------------------------------------------------------------------
@@ -913,6 +965,121 @@ def build_server(mem: Consolidator, *, name: str = SERVER_NAME) -> MCPServer[Any
         with _refused():
             return await _stats(mem, user, agent)
 
+    async def search_memory(
+        query: Annotated[
+            str,
+            Field(min_length=1, max_length=4000, pattern=_NO_NUL, description="What to recall."),
+        ],
+        user: Annotated[Scope, Field(description="User whose memory is searched.")],
+        agent: Annotated[Scope, Field(description="Agent whose memory is searched.")],
+        kinds: Annotated[
+            Literal["facts", "episodes", "both"], Field(description="What to search.")
+        ] = "both",
+        after: Annotated[
+            str | None,
+            Field(
+                description="Only from this time on: last_week, last_month, today, yesterday, "
+                "a UTC day YYYY-MM-DD, or ISO 8601 with a UTC offset."
+            ),
+        ] = None,
+        before: Annotated[
+            str | None, Field(description="Only before this time (same forms as after).")
+        ] = None,
+        limit: Annotated[
+            int | None,
+            Field(ge=1, le=100, description="Most hits (default: 5, or 20 for a complex query)."),
+        ] = None,
+        entity_name: Annotated[
+            str | None,
+            Field(
+                min_length=1,
+                max_length=256,
+                pattern=_NO_NUL,
+                description="Only facts about this entity (a name or an alias).",
+            ),
+        ] = None,
+        context_budget: Annotated[
+            int | None,
+            Field(
+                ge=1,
+                le=100_000,
+                description="Also return a markdown context block within this many tokens.",
+            ),
+        ] = None,
+    ) -> MemorySearch:
+        """Recall memory by meaning: full-text, vector and graph search (entities, time,
+        lineage) fused by Reciprocal Rank Fusion; the query's intent (why, when, who,
+        what, general) picks the graph strategy. Each hit says which strategies found it
+        and at what rank. With context_budget, a markdown block for a prompt comes too,
+        each fact citing its source episodes. Returned facts' accesses are recorded (not
+        on a read-only database)."""
+        with _refused():
+            result = await mem.recall(
+                query,
+                user=user,
+                agent=agent,
+                kinds=kinds,
+                after=after,
+                before=before,
+                limit=limit,
+                entity=entity_name,
+                touch=mem.read_only_reason is None,
+            )
+            context = None if context_budget is None else result.context(context_budget)
+        hits = [
+            MemoryHit(
+                rank=rank,
+                kind=hit.kind,
+                id=hit.id,
+                score=hit.score,
+                strategies=dict(hit.strategies),
+                cosine=hit.cosine,
+                text=hit.text,
+                fact=hit.fact,
+                episode=hit.episode,
+            )
+            for rank, hit in enumerate(result.hits, 1)
+        ]
+        return MemorySearch(
+            query=result.query,
+            intent=result.intent,
+            complexity=result.complexity,
+            entities=list(result.entities),
+            embedder=result.embedder,
+            hits=hits,
+            context=context,
+        )
+
+    async def get_entity_info(
+        name: Annotated[
+            str,
+            Field(
+                min_length=1,
+                max_length=256,
+                pattern=_NO_NUL,
+                description="The entity's name or an alias (case and accents ignored).",
+            ),
+        ],
+        user: Annotated[Scope, Field(description="User whose memory is read.")],
+        agent: Annotated[Scope, Field(description="Agent whose memory is read.")],
+    ) -> EntityInfo:
+        """What memory holds on one entity (a person, project, place...): its canonical
+        name, type and aliases, its current facts (newest first) and its timeline of facts
+        added and closed and the episodes they came from (oldest first). A name nothing
+        in the partition has is an error. Reads only."""
+        with _refused():
+            profile = await mem.entity(name, user=user, agent=agent)
+        entity = profile.entity
+        return EntityInfo(
+            name=entity.canonical_name,
+            type=entity.type,
+            declared=entity.declared,
+            aliases=list(profile.aliases),
+            facts=list(profile.facts),
+            timeline=list(profile.timeline),
+            truncated=profile.truncated,
+        )
+
     reads = ToolAnnotations(read_only_hint=True, open_world_hint=False)
     # Writes only add: a fact is closed, never erased. A record with the default time is a
     # new episode, and a search counts an access to each fact it returns: not idempotent.
@@ -929,6 +1096,8 @@ def build_server(mem: Consolidator, *, name: str = SERVER_NAME) -> MCPServer[Any
         _tool(confirm_fact, catch_up),
         _tool(weak_facts, reads),
         _tool(memory_stats, reads),
+        _tool(search_memory, adds),
+        _tool(get_entity_info, reads),
     ]  # in the order of TOOL_NAMES
     return _Server(name, instructions=INSTRUCTIONS, tools=tools, log_level="WARNING")
 
