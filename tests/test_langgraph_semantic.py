@@ -255,3 +255,24 @@ async def test_without_an_index_a_query_is_a_full_text_search(tmp_path: Any) -> 
         hits = await store.asearch(("alice",), query="pizza")
         assert sorted(h.key for h in hits) == ["meals", "skip"]  # words, not meanings
         assert await store.asearch(("alice",), query="hungry") == []
+
+
+async def test_the_built_in_hashing_embedder_as_embed(new_location: NewLocation) -> None:
+    from stargraph_mem.embedding import HashingEmbedder
+
+    embedder = HashingEmbedder()
+    index = {"embed": embedder, "fields": ["text"]}  # dims: the embedder's
+    location = new_location()
+    async with StargraphStore.from_path(location, clock=Clock(), index=index) as store:  # type: ignore[arg-type]
+        assert store.index_config is not None
+        assert store.index_config["dims"] == embedder.dimension
+        await store.aput(("u",), "tea", {"text": "she drinks green tea every morning"})
+        await store.aput(("u",), "bike", {"text": "the bicycle has a flat tyre"})
+        hits = await store.asearch(("u",), query="green tea in the morning")
+        assert [h.key for h in hits] == ["tea", "bike"]
+        assert hits[0].score is not None and hits[1].score is not None
+        assert hits[0].score > hits[1].score
+        ranked = [(h.key, h.score) for h in hits]
+    async with StargraphStore.from_path(location, clock=Clock(), index=index) as store:  # type: ignore[arg-type]
+        again = await store.asearch(("u",), query="green tea in the morning")
+        assert [(h.key, h.score) for h in again] == ranked
