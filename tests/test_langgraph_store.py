@@ -760,7 +760,7 @@ def test_readme_example_runs_verbatim(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     blocks = readme_blocks()
-    assert len(blocks) == 2
+    assert len(blocks) == 3
     monkeypatch.chdir(tmp_path)
     for block in blocks:
         exec(compile(block, "README.md", "exec"), {"__name__": "__main__"})
@@ -769,4 +769,6 @@ def test_readme_example_runs_verbatim(
         "coffee ['food']",
         "item food replaced: was [{'likes': 'tea'}]",
         "{'tone': 'brief'}",
+        "meals 1.0",
+        "plans 0.0",
     ]

@@ -15,8 +15,9 @@ __all__ = ["mcp"]
 def mcp(packs: PacksOption, db: DbOption = DEFAULT_DB) -> None:
     """Serve the memory as an MCP server on stdin/stdout, for an MCP client to launch.
 
-    Tools: record_episode, search_facts, list_facts, explain_fact, consolidate (see the
-    documentation's Integrations page).
+    Tools: record_episode, search_facts, list_facts, explain_fact, consolidate,
+    remember_fact, correct_fact, confirm_fact, weak_facts, memory_stats, search_memory,
+    get_entity_info (see the documentation's Integrations page).
 
     The database is created if missing; the server exits when stdin closes.
 

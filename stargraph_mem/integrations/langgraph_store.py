@@ -26,6 +26,14 @@
 - **Search** with a ``query`` ranks the items under the prefix with the project's fact
   search (``Consolidator.search``); without one it lists them, newest first; ``filter``
   applies to the value (equality, nested objects, ``$eq`` … ``$lte``).
+- **Semantic search** with LangGraph's ``index={"dims", "embed", "fields"}`` (read with
+  LangGraph's own ``ensure_embeddings``, ``tokenize_path`` and ``get_text_at_path``):
+  a query ranks the items by cosine to their field texts, as LangGraph's stores do. A
+  put's ``index`` (``False``, or field paths) is recorded in its episode's metadata
+  (``store_index``), so a reopened store honours it. The vectors are computed by the
+  first search that needs an item and kept in the process, keyed by the item's fact id
+  (each put makes a new fact, so a kept vector never describes an old value); a reopened
+  store embeds again, and a deterministic ``embed`` gives it the same ranking.
 
 Batches run their operations in order (a ``get`` after a ``put`` in one batch sees it),
 after every operation of the batch was checked: a refused operation refuses the whole
@@ -50,12 +58,16 @@ from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, Self, TypeVar
+from typing import Any, Final, Literal, Self, TypeVar
 
+import numpy as np
+import numpy.typing as npt
 import orjson
+from langchain_core.embeddings import Embeddings
 from langgraph.store.base import (
     BaseStore,
     GetOp,
+    IndexConfig,
     InvalidNamespaceError,
     Item,
     ListNamespacesOp,
@@ -65,9 +77,13 @@ from langgraph.store.base import (
     Result,
     SearchItem,
     SearchOp,
+    ensure_embeddings,
+    get_text_at_path,
+    tokenize_path,
 )
 
 from stargraph_mem.compiler.pack import CompiledPack, compile_file
+from stargraph_mem.embedding import SCORE_DECIMALS, Embedder
 from stargraph_mem.engine.api import Consolidator
 from stargraph_mem.errors import CorruptRowError, SearchError, StargraphMemError
 from stargraph_mem.model.base import MAX_JSON_DEPTH, json_depth_exceeded, unicode_problem
@@ -84,6 +100,7 @@ __all__ = [
     "PACK_PATH",
     "USER_AGENT",
     "FilterError",
+    "IndexConfigError",
     "ItemKeyError",
     "ItemValueError",
     "ItemWriteError",
@@ -142,6 +159,12 @@ class ItemValueError(LangGraphStoreError, ValueError):
 
 class FilterError(LangGraphStoreError, ValueError):
     """A search filter this store cannot apply (an unknown ``$`` operator)."""
+
+
+class IndexConfigError(LangGraphStoreError, ValueError):
+    """A semantic ``index`` the store cannot use: no ``dims`` or ``embed``, a field path
+    that is not text, a put's ``index`` that is neither ``False`` nor a list of paths, or
+    an embedding whose length is not ``dims`` (``where`` names which)."""
 
 
 class StoreStateError(LangGraphStoreError, RuntimeError):
@@ -432,6 +455,9 @@ class _Put:
     key: str
     text: str | None
     """The value's JSON text; ``None`` deletes."""
+    index: Literal[False] | tuple[str, ...] | None = None
+    """The put's ``index``: ``False`` (never embedded), field paths, or ``None`` (the
+    store's fields)."""
 
 
 @dataclass(frozen=True)
@@ -496,7 +522,8 @@ def _check_op(op: Op) -> _Checked:
                 "a pack's rules), never expired by the store; pass ttl=None"
             )
         text = None if op.value is None else encode_value(op.value)
-        return _Put(tuple(op.namespace), user, agent, _check_key(op.key), text)
+        index = None if op.value is None else _check_put_index(op.index)
+        return _Put(tuple(op.namespace), user, agent, _check_key(op.key), text, index)
     if isinstance(op, SearchOp):
         prefix = _check_labels(op.namespace_prefix, "namespace prefix")
         return _Search(
@@ -519,6 +546,28 @@ def _check_op(op: Op) -> _Checked:
             raise ValueError("max_depth must be at least 1")
         return _List(conditions, depth, _count(op.limit, "limit"), _count(op.offset, "offset"))
     raise TypeError(f"unknown store operation {type(op).__name__}")
+
+
+def _check_path(path: object, where: str) -> str:
+    """A field path LangGraph's ``get_text_at_path`` can follow (``$`` is the whole value)."""
+    if not isinstance(path, str) or not path:
+        raise IndexConfigError(
+            f"{where}: a field path is a non-empty string, not {path!r}", where=where
+        )
+    if path != "$" and not tokenize_path(path):
+        raise IndexConfigError(f"{where}: field path {path!r} names no field", where=where)
+    return path
+
+
+def _check_put_index(index: object) -> Literal[False] | tuple[str, ...] | None:
+    """A put's ``index``: ``None`` (the store's fields), ``False``, or a list of paths."""
+    if index is None or index is False:
+        return index
+    if isinstance(index, str) or not isinstance(index, list | tuple):
+        raise IndexConfigError(
+            f"a put's index is False or a list of field paths, not {index!r}", where="index"
+        )
+    return tuple(_check_path(path, f"index[{n}]") for n, path in enumerate(index))
 
 
 # --- the pack -------------------------------------------------------------------------
@@ -545,6 +594,141 @@ def _check_consolidator(consolidator: Consolidator) -> None:
         f"the Consolidator does not run the store's pack {wanted.name!r}: open it with "
         "Consolidator.open(path, packs=[PACK_PATH, ...]) or use StargraphStore.from_path"
     )
+
+
+# --- the semantic index ---------------------------------------------------------------
+
+INDEX_KEYS: Final = ("dims", "embed", "fields")
+"""The keys of LangGraph's ``IndexConfig`` this store reads."""
+STORE_INDEX: Final = "store_index"
+"""Episode metadata of a put with its own ``index``: ``false`` or the field paths."""
+
+
+def _embedder_function(embedder: Embedder) -> Callable[[Sequence[str]], list[list[float]]]:
+    """A stargraph :class:`~stargraph_mem.embedding.Embedder` as LangGraph's embed
+    function."""
+
+    def embed(texts: Sequence[str]) -> list[list[float]]:
+        rows: list[list[float]] = embedder.embed(list(texts)).tolist()
+        return rows
+
+    return embed
+
+
+class _SemanticIndex:
+    """LangGraph's ``index`` over the items: their field texts embedded when a search
+    first needs them, the vectors kept in this process per fact id (a put makes a new
+    fact, so a kept vector never goes stale; a reopened store embeds again)."""
+
+    def __init__(self, config: object) -> None:
+        if not isinstance(config, Mapping):
+            raise IndexConfigError(f"index must be a dict, not {_a(config)}", where="index")
+        unknown = sorted(str(k) for k in config if k not in INDEX_KEYS)
+        if unknown:
+            raise IndexConfigError(
+                f"index has unknown key(s) {', '.join(unknown)} (known: "
+                + ", ".join(INDEX_KEYS)
+                + ")",
+                where="index",
+            )
+        embed = config.get("embed")
+        if embed is None:
+            raise IndexConfigError(
+                "index needs 'embed': an Embeddings object, an embed "
+                "function or a 'provider:model' string",
+                where="index.embed",
+            )
+        dims = config.get("dims")
+        if isinstance(embed, Embedder):
+            dims = embedder_dims = embed.dimension if dims is None else dims
+            if dims != embedder_dims:
+                raise IndexConfigError(
+                    f"index dims is {dims} but the embedder's vectors have {embedder_dims}",
+                    where="index.dims",
+                )
+            embed = _embedder_function(embed)
+        if isinstance(dims, bool) or not isinstance(dims, int) or dims < 1:
+            raise IndexConfigError(
+                f"index needs 'dims', the length of the embeddings (got {dims!r})",
+                where="index.dims",
+            )
+        fields = config.get("fields") or ["$"]
+        if isinstance(fields, str) or not isinstance(fields, list | tuple):
+            raise IndexConfigError(
+                f"index fields is a list of field paths, not {fields!r}", where="index.fields"
+            )
+        self.fields = tuple(_check_path(f, f"index.fields[{n}]") for n, f in enumerate(fields))
+        self.dims = dims
+        try:
+            self.embeddings: Embeddings = ensure_embeddings(embed)
+        except ValueError as exc:
+            raise IndexConfigError(str(exc), where="index.embed") from exc
+        self.config: IndexConfig = {
+            "dims": dims,
+            "embed": config["embed"],
+            "fields": list(self.fields),
+        }
+        self.vectors: dict[str, npt.NDArray[np.float64]] = {}
+        """Unit rows of each fact's field texts (none: the fact is not embedded)."""
+        self.scopes: dict[str, tuple[str, str]] = {}
+        """The ``(user, agent)`` of each fact in :attr:`vectors`."""
+
+    def keep(self, fact: Fact, rows: npt.NDArray[np.float64]) -> None:
+        self.vectors[fact.id] = rows
+        self.scopes[fact.id] = (fact.user, fact.agent)
+
+    def forget_closed(self, user: str | None, agent: str | None, current: set[str]) -> None:
+        """Drop the vectors of facts under the prefix ``(user, agent)`` that are no longer
+        current (replaced or deleted items), so the cache holds current items only."""
+        gone = [
+            fact_id
+            for fact_id, (u, a) in self.scopes.items()
+            if (user is None or u == user)
+            and (agent is None or a == agent)
+            and fact_id not in current
+        ]
+        for fact_id in gone:
+            del self.vectors[fact_id], self.scopes[fact_id]
+
+    def texts(self, value: dict[str, Any], paths: Sequence[str]) -> list[str]:
+        """The texts ``paths`` select in ``value`` (missing fields give none)."""
+        return [text for path in paths for text in get_text_at_path(value, path)]
+
+    def _unit(self, rows: object, count: int, what: str) -> npt.NDArray[np.float64]:
+        """``rows`` as ``count`` unit-length rows of ``dims`` (a zero vector stays zero)."""
+        try:
+            matrix = np.asarray(rows, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise IndexConfigError(f"{what} are not lists of numbers", where="embed") from exc
+        if matrix.shape != (count, self.dims) or not np.isfinite(matrix).all():
+            raise IndexConfigError(
+                f"{what}: expected {count} finite vector(s) of {self.dims} numbers (index "
+                f"dims), got shape {matrix.shape}",
+                where="embed",
+            )
+        norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+        unit: npt.NDArray[np.float64] = np.divide(
+            matrix, norms, out=np.zeros_like(matrix), where=norms > 0
+        )
+        return unit
+
+    async def documents(self, texts: list[str]) -> npt.NDArray[np.float64]:
+        rows = await self.embeddings.aembed_documents(texts)
+        return self._unit(rows, len(texts), "the embeddings of the items' texts")
+
+    async def query(self, text: str) -> npt.NDArray[np.float64]:
+        row = await self.embeddings.aembed_query(text)
+        unit: npt.NDArray[np.float64] = self._unit([row], 1, "the query's embedding")[0]
+        return unit
+
+
+def _source_of(fact: Fact) -> str | None:
+    """The episode whose put made an item fact (the pack's rules take it as the source)."""
+    for step in fact.lineage:
+        ids = step.get("source_episode_ids")
+        if isinstance(ids, list) and ids and isinstance(ids[0], str):
+            return ids[0]
+    return None
 
 
 # --- the store ------------------------------------------------------------------------
@@ -577,17 +761,36 @@ class StargraphStore(BaseStore):
     store); ``StargraphStore(consolidator)`` uses one that runs :data:`PACK_PATH` and
     that its caller opens and closes (``async with`` the store binds it to the loop).
     ``session`` is the session of the episodes the store records.
+
+    ``index`` (LangGraph's ``IndexConfig``: ``dims``, ``embed``, ``fields``) turns on
+    semantic search as LangGraph's own stores have it: ``search(prefix, query=...)`` ranks
+    the items by the cosine between the query's embedding and their field texts' (best
+    field per item; ``SearchItem.score`` is that cosine, ties broken by namespace and key),
+    a put's ``index=False`` leaves the item out of the ranking (listed after the ranked
+    ones, with no score) and ``index=[paths]`` embeds those fields instead. ``embed`` may
+    also be a stargraph :class:`~stargraph_mem.embedding.Embedder`. Vectors are computed
+    by the first search that needs them and kept in this process per fact (see the module
+    docstring). Without ``index``, a query is a full-text search, as before.
     """
 
     supports_ttl = False
 
-    def __init__(self, consolidator: Consolidator, *, session: str = DEFAULT_SESSION) -> None:
+    def __init__(
+        self,
+        consolidator: Consolidator,
+        *,
+        session: str = DEFAULT_SESSION,
+        index: IndexConfig | None = None,
+    ) -> None:
         _check_consolidator(consolidator)
         problem = _label_problem(session)
         if problem is not None and "period" not in problem:  # sessions may have periods
             raise ValueError(f"session {session!r} {problem}")
         self.consolidator = consolidator
         self.session = session
+        self._index = None if index is None else _SemanticIndex(index)
+        self.index_config: IndexConfig | None = None if self._index is None else self._index.config
+        """The semantic index's configuration (``None``: queries are full-text searches)."""
         self._owns = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -602,16 +805,18 @@ class StargraphStore(BaseStore):
         clock: Callable[[], datetime] = utc_now,
         read_only: bool | None = None,
         limits: Limits | None = None,
+        index: IndexConfig | None = None,
     ) -> StargraphStore:
         """A store over the database at ``path`` running the store's pack (and ``packs``,
         which consolidate the same episodes); open it with ``async with`` or ``with``.
         ``clock`` stamps the episodes and the facts' validity times; ``limits`` bound a
-        value's size (see :mod:`stargraph_mem.model.limits`)."""
+        value's size (see :mod:`stargraph_mem.model.limits`); ``index`` configures semantic
+        search (see the class)."""
         own = PACK_PATH.resolve()
         extra = [compile_file(p) for p in packs if Path(p).resolve() != own]
         compiled = [store_pack(), *extra]
         mem = Consolidator(path, compiled, clock=clock, read_only=read_only, limits=limits)
-        store = cls(mem, session=session)
+        store = cls(mem, session=session, index=index)
         store._owns = True
         return store
 
@@ -804,6 +1009,8 @@ class StargraphStore(BaseStore):
             content = f"delete {op.key}"
         else:
             metadata = {"store_op": "put", "store_key": op.key, "store_value": op.text}
+            if op.index is not None:
+                metadata[STORE_INDEX] = False if op.index is False else list(op.index)
             content = f"put {op.key}"
         episode = Episode(
             id=f"lg-{uuid.uuid4().hex}",
@@ -854,7 +1061,12 @@ class StargraphStore(BaseStore):
     async def _search(self, op: _Search) -> list[SearchItem]:
         if op.limit == 0:
             return []
-        found = await (self._listed(op) if op.query is None else self._ranked(op, op.query))
+        if op.query is None:
+            found = await self._listed(op)
+        elif self._index is not None:
+            found = await self._semantic(op, op.query, self._index)
+        else:
+            found = await self._ranked(op, op.query)
         return [
             await self._search_item(namespace, fact, score)
             for namespace, fact, score in found[op.offset : op.offset + op.limit]
@@ -870,6 +1082,57 @@ class StargraphStore(BaseStore):
             if namespace is not None:
                 found.append((namespace, fact, None))
         return found
+
+    async def _semantic(self, op: _Search, query: str, index: _SemanticIndex) -> list[_Found]:
+        """Every current item under the prefix that passes the filter, the embedded ones by
+        cosine to ``query`` (best first, ties by namespace and key), then the others by
+        namespace and key with no score; accesses are recorded for the page returned."""
+        listed = await self._listed(op)
+        if op.filter is None:
+            index.forget_closed(op.user, op.agent, {fact.id for _, fact, _ in listed})
+        await self._embed([fact for _, fact, _ in listed if fact.id not in index.vectors], index)
+        wanted = await index.query(query)
+        scored: list[_Found] = []
+        unscored: list[_Found] = []
+        for namespace, fact, _ in listed:
+            rows = index.vectors[fact.id]
+            if not len(rows):
+                unscored.append((namespace, fact, None))
+                continue
+            best = round(float(np.max(rows @ wanted)), SCORE_DECIMALS) + 0.0  # no -0.0
+            scored.append((namespace, fact, best))
+        scored.sort(key=lambda found: (-(found[2] or 0.0), found[0], found[1].subject))
+        unscored.sort(key=lambda found: (found[0], found[1].subject))
+        found = scored + unscored
+        mem = self.consolidator
+        page = [fact.id for _, fact, _ in found[op.offset : op.offset + op.limit]]
+        if op.touch and page and mem.read_only_reason is None:
+            await mem.record_access(page)
+        return found
+
+    async def _embed(self, facts: Sequence[Fact], index: _SemanticIndex) -> None:
+        """Embed the field texts of ``facts`` in one call (each put's own ``index`` read
+        back from the episode that made the fact) and keep the vectors."""
+        if not facts:
+            return
+        sources = {fact.id: _source_of(fact) for fact in facts}
+        wanted = [eid for eid in sources.values() if eid is not None]
+        records = await self.consolidator.memory.by_ids(wanted) if wanted else []
+        chosen = {r.id: r.metadata.get(STORE_INDEX) for r in records}
+        texts: list[str] = []
+        owners: list[str] = []
+        for fact in facts:
+            choice = chosen.get(sources[fact.id] or "")
+            if choice is False:
+                continue
+            paths = tuple(choice) if isinstance(choice, list) else index.fields
+            for text in index.texts(item_value(fact), paths):
+                texts.append(text)
+                owners.append(fact.id)
+        rows = await index.documents(texts) if texts else np.zeros((0, index.dims))
+        for fact in facts:
+            mine = [n for n, owner in enumerate(owners) if owner == fact.id]
+            index.keep(fact, rows[mine])
 
     async def _ranked(self, op: _Search, query: str) -> list[_Found]:
         """The best hits of the project's fact search that pass the filter (it ranks at

@@ -1,12 +1,16 @@
 """An MCP server over a :class:`~stargraph_mem.engine.api.Consolidator` (optional extra ``mcp``).
 
 Tools: ``record_episode``, ``search_facts``, ``list_facts``, ``explain_fact`` and
-``consolidate``. Every argument is typed (each tool's input schema is closed:
-``additionalProperties: false``) and every result is structured (an output schema per
-tool; the same JSON is the text content). A refused call (unknown fact id, a time without
-a UTC offset, an empty or NUL-bearing scope, an unknown argument, a read-only database) is
-an MCP tool error (``isError``) whose text says what was wrong, and nothing of it is
-written; the server goes on serving.
+``consolidate``; the agent tools ``remember_fact`` (an explicit statement recorded as an
+episode and consolidated at once), ``correct_fact`` (a correcting episode that supersedes
+a fact), ``confirm_fact`` (a pin), ``weak_facts`` and ``memory_stats``. Every argument
+is typed (each tool's input schema is closed: ``additionalProperties: false``) and every
+result is structured (an output schema per tool; the same JSON is the text content). A
+refused call (unknown fact id, a time without a UTC offset, an empty or NUL-bearing
+scope, an unknown argument, a read-only database) is an MCP tool error (``isError``)
+whose text says what was wrong, and nothing of it is written (but for the episode of a
+``remember_fact`` or ``correct_fact`` that no pack acted on: it stays stored, as every
+episode does, and the error names it); the server goes on serving.
 
 Embed it (the caller owns the Consolidator)::
 
@@ -23,11 +27,12 @@ nested too deep), with a JSON-RPC error carrying the request's id.
 from __future__ import annotations
 
 import sqlite3
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any, Final, cast
+from typing import Annotated, Any, Final, Literal, cast
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -38,24 +43,33 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
 from stargraph_mem.engine.api import Consolidator
 from stargraph_mem.engine.passes.report import PassReport
+from stargraph_mem.engine.passes.sweep import swept
 from stargraph_mem.errors import StargraphMemError
 from stargraph_mem.integrations.mcp_stdio import serve_stdio_lines
 from stargraph_mem.model.base import ID_PATTERN
 from stargraph_mem.model.canonical import default_episode_id
 from stargraph_mem.model.deltas import DELTA_KINDS
+from stargraph_mem.model.entities import TimelineEvent
 from stargraph_mem.model.episodes import Episode
-from stargraph_mem.model.facts import Fact, FactHit
+from stargraph_mem.model.facts import Fact, FactHit, FactPattern
 from stargraph_mem.model.time import NaiveTimestampError, parse_iso
 from stargraph_mem.stores.fact import BindingValue, SourceEpisode
 from stargraph_mem.stores.sqlite.search import MAX_LIMIT
 
 __all__ = [
     "TOOL_NAMES",
+    "Confirmation",
     "ConsolidationResult",
+    "Correction",
+    "EntityInfo",
     "FactExplanation",
     "FactList",
+    "MemorySearch",
+    "MemoryStats",
     "RecordResult",
+    "Remembered",
     "SearchResult",
+    "WeakFacts",
     "build_server",
     "serve_stdio",
     "serve_stdio_lines",
@@ -69,8 +83,27 @@ TOOL_NAMES: Final = (
     "list_facts",
     "explain_fact",
     "consolidate",
+    "remember_fact",
+    "correct_fact",
+    "confirm_fact",
+    "weak_facts",
+    "memory_stats",
+    "search_memory",
+    "get_entity_info",
 )
 """The tools :func:`build_server` registers, in the order ``tools/list`` gives them."""
+
+AGENT_SESSION: Final = "agent-statements"
+"""The session of the episodes ``remember_fact`` and ``correct_fact`` record, unless the
+call names one."""
+REMEMBERED: Final = "agent_statement"
+"""``metadata.source`` of an episode ``remember_fact`` records: the agent said it outright."""
+CORRECTED: Final = "agent_correction"
+"""``metadata.source`` of an episode ``correct_fact`` records."""
+SOURCE_NODE: Final = "mcp"
+"""``source_node`` of the episodes the agent tools record."""
+WEAK_BELOW: Final = 0.3
+"""``weak_facts``' default confidence threshold."""
 
 MAX_LISTED: Final = 20
 """Rejected and salience-gated episodes listed in a result (the totals count them all)."""
@@ -82,7 +115,9 @@ them to facts (subject, predicate, object; scoped user/agent) on their cadence, 
 call consolidate. search_facts finds current facts by words and filters. Facts are never
 deleted: an update or delete closes the old fact, and list_facts with as_of shows what was
 believed at a time. explain_fact says why a fact exists: the rule, its bindings, the source
-episodes and the chain of facts it replaced.
+episodes and the chain of facts it replaced. remember_fact saves a statement at once,
+correct_fact replaces a wrong fact, confirm_fact pins one so it never fades, weak_facts lists
+the facts at risk and memory_stats counts what is stored.
 Times are ISO 8601 with a UTC offset (2026-11-01T09:00:00+00:00); times without one are
 refused."""
 
@@ -97,6 +132,9 @@ _NO_NUL = r"^[^\x00]*$"
 
 Scope = Annotated[str, Field(min_length=1, max_length=256, pattern=_NO_NUL)]
 """A user, session or agent name as the stores accept it."""
+
+Statement = Annotated[str, Field(min_length=1, pattern=_NO_NUL)]
+"""A subject, predicate or object an agent states."""
 
 Timestamp = Annotated[
     str,
@@ -208,6 +246,145 @@ class FactExplanation(_Result):
     )
 
 
+class Remembered(_Result):
+    """The episode an explicit statement was recorded as, and the facts made from it."""
+
+    episode_id: str = Field(
+        description="Id of the recorded episode (its metadata carries the "
+        "triple and `source: agent_statement`)."
+    )
+    facts: list[Fact] = Field(
+        description="The current facts whose provenance names the episode (usually one); "
+        "when no rule made one because the partition already states it (a pack that "
+        "deduplicates records a noop), the current facts stating it."
+    )
+    already_known: bool = Field(
+        description="True when the facts were there before (no new fact was made)."
+    )
+    consolidation: ConsolidationResult = Field(
+        description="What the record and the consolidation of the (user, agent) partition did."
+    )
+
+
+class Correction(_Result):
+    """A corrected fact: the one closed and the one that replaced it."""
+
+    episode_id: str = Field(description="Id of the correcting episode.")
+    old: Fact = Field(description="The corrected fact, now closed (superseded).")
+    new: Fact = Field(description="The fact that replaced it, with the new object.")
+    consolidation: ConsolidationResult = Field(
+        description="What the record and the consolidation of the (user, agent) partition did."
+    )
+
+
+class Confirmation(_Result):
+    """A pinned fact."""
+
+    fact: Fact
+    pinned_at: datetime = Field(
+        description="When the pin was set (the first pin, if it was pinned already)."
+    )
+    newly_pinned: bool = Field(
+        description="False when the fact was pinned already (nothing changed)."
+    )
+
+
+class WeakFact(_Result):
+    """A current fact of low confidence, and what would protect it."""
+
+    fact: Fact
+    pinned: bool = Field(description="Whether it is pinned (sweeps leave it alone).")
+    access_count: int = Field(description="Access-recording reads that returned it.")
+    last_access: datetime | None = Field(description="When one last did (null: never).")
+    protect: list[str] = Field(description="What would keep it from fading or being archived.")
+
+
+class WeakFacts(_Result):
+    """The lowest-confidence current facts."""
+
+    facts: list[WeakFact] = Field(description="Lowest confidence first (ties: oldest first).")
+    total: int = Field(description="Current facts below the threshold, before the limit.")
+    truncated: bool = Field(description="Whether the limit left some out.")
+    sweeps: list[str] = Field(
+        description="`pack/rule` of the sweeps of this server's packs: rules over facts that "
+        "may lower a fact's confidence or close it on their schedule (pinned facts excepted, "
+        "unless a rule tests `pinned`)."
+    )
+
+
+class PackBacklog(_Result):
+    """Episodes a pack has not consolidated yet."""
+
+    pack: str
+    pending: int = Field(
+        description="Episodes some rule of the pack has not consumed yet, summed over partitions."
+    )
+
+
+class MemoryStats(_Result):
+    """Counts over the memory (or one user's / agent's part of it)."""
+
+    backend: str = Field(description="`sqlite` or `postgresql`.")
+    partitions: int = Field(description="(user, agent) partitions with episodes.")
+    episodes: int = Field(description="Stored episodes.")
+    facts: dict[str, int] = Field(
+        description="Facts by status (current, superseded, deleted, expired, archived, "
+        "invalidated); statuses with no fact are left out."
+    )
+    pinned: int = Field(description="Current facts that are pinned.")
+    pending: list[PackBacklog] = Field(description="Backlog per pack, in the server's order.")
+    storage_bytes: int | None = Field(
+        description="Size of the SQLite files (database, WAL, shared memory); null on PostgreSQL."
+    )
+
+
+class MemoryHit(_Result):
+    """One recalled fact or episode."""
+
+    rank: int = Field(description="1 for the best hit.")
+    kind: Literal["fact", "episode"]
+    id: str
+    score: float = Field(description="The fused (Reciprocal Rank Fusion) score; higher is better.")
+    strategies: dict[str, int] = Field(
+        description="Each strategy that found it (fts, vector, graph) and its rank there."
+    )
+    cosine: float | None = Field(description="The vector strategy's similarity, if it found it.")
+    text: str = Field(description="The fact's statement or the episode's content.")
+    fact: Fact | None = Field(description="The fact (a fact hit).")
+    episode: Episode | None = Field(description="The episode (an episode hit).")
+
+
+class MemorySearch(_Result):
+    """A recall: hits by meaning, words and the graph, fused."""
+
+    query: str
+    intent: str = Field(description="why, when, who, what or general (picks the graph strategy).")
+    complexity: str = Field(description="simple or complex (sets the default limit).")
+    entities: list[str] = Field(description="Entities the query named.")
+    embedder: str | None = Field(
+        description="Identity of the embedder whose vectors were compared."
+    )
+    hits: list[MemoryHit] = Field(description="Best first.")
+    context: str | None = Field(
+        description="With context_budget: the markdown block for a prompt, within that many "
+        "tokens (empty when nothing was recalled)."
+    )
+
+
+class EntityInfo(_Result):
+    """What memory holds on one entity."""
+
+    name: str = Field(description="The canonical name.")
+    type: str
+    declared: bool = Field(description="False for an implicit entity (a name facts carry).")
+    aliases: list[str]
+    facts: list[Fact] = Field(description="Its current facts, newest first.")
+    timeline: list[TimelineEvent] = Field(
+        description="Its facts' additions and closings and their source episodes, oldest first."
+    )
+    truncated: bool = Field(description="Whether it has more facts than were listed.")
+
+
 # --- helpers --------------------------------------------------------------------------------
 
 
@@ -293,6 +470,103 @@ def _tool(fn: Callable[..., Any], annotations: ToolAnnotations) -> Tool:
     tool.fn_metadata.arg_model = strict
     tool.parameters = strict.model_json_schema(by_alias=True)
     return tool
+
+
+async def _made_from(mem: Consolidator, episode: Episode) -> list[Fact]:
+    """The current facts of the episode's partition whose provenance names it."""
+    found = await mem.facts(user=episode.user, agent=episode.agent)
+    return [
+        fact
+        for fact in found
+        if any(
+            episode.id in cast(list[str], step.get("source_episode_ids") or [])
+            for step in fact.lineage
+        )
+    ]
+
+
+async def _stating(mem: Consolidator, episode: Episode) -> list[Fact]:
+    """The current facts of the episode's partition stating its triple."""
+    meta = episode.metadata
+    found = await mem.fact_store.query(
+        FactPattern(
+            user=episode.user,
+            agent=episode.agent,
+            subject=cast(str, meta["subject"]),
+            predicate=cast(str, meta["predicate"]),
+            object=cast(str, meta["object"]),
+        )
+    )
+    return found
+
+
+async def _current_successor(mem: Consolidator, fact: Fact) -> Fact | None:
+    """The current fact at the end of ``fact``'s supersession chain, if any."""
+    seen = {fact.id}
+    while fact.superseded_by is not None and fact.superseded_by not in seen:
+        seen.add(fact.superseded_by)
+        fact = await mem.fact_store.get(fact.superseded_by)
+    return fact if fact.is_current and len(seen) > 1 else None
+
+
+def _weak(fact: Fact, count: int, last: datetime | None) -> WeakFact:
+    pinned = fact.pinned_at is not None
+    protect = (
+        []
+        if pinned
+        else [
+            "confirm_fact: pin it (sweeps leave pinned facts alone)",
+            "remember_fact with the same statement: a new observation the rules can "
+            "reinforce it with",
+        ]
+    )
+    return WeakFact(fact=fact, pinned=pinned, access_count=count, last_access=last, protect=protect)
+
+
+def _storage_bytes(mem: Consolidator) -> int | None:
+    """The SQLite files' size (database, WAL, shared memory); None on a server."""
+    if mem.database.backend != "sqlite":
+        return None
+    path = Path(mem.location)
+    total = 0
+    for file in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        with suppress(OSError):
+            total += file.stat().st_size
+    return total
+
+
+async def _stats(mem: Consolidator, user: str | None, agent: str | None) -> MemoryStats:
+    partitions = [
+        p
+        for p in await mem.memory.partitions()
+        if (user is None or p.user == user) and (agent is None or p.agent == agent)
+    ]
+    episodes = 0
+    for partition in partitions:
+        episodes += await mem.memory.count_since(partition, 0)
+    every = await mem.facts(user=user, agent=agent, status="all")
+    by_status = Counter(f.status for f in every)
+    pinned = sum(1 for f in every if f.is_current and f.pinned_at is not None)
+    rows = await mem.status(user=user, agent=agent)
+    most: dict[tuple[str, str], int] = {}
+    for row in rows:
+        if row.sweep or row.partition is None:
+            continue
+        key = (row.pack, row.partition.key)
+        most[key] = max(most.get(key, 0), row.pending)
+    pending = [
+        PackBacklog(pack=c.name, pending=sum(n for (pack, _), n in most.items() if pack == c.name))
+        for c in mem.packs
+    ]
+    return MemoryStats(
+        backend=mem.database.backend,
+        partitions=len(partitions),
+        episodes=episodes,
+        facts=dict(sorted(by_status.items())),
+        pinned=pinned,
+        pending=pending,
+        storage_bytes=_storage_bytes(mem),
+    )
 
 
 # --- the server -----------------------------------------------------------------------------
@@ -475,6 +749,337 @@ def build_server(mem: Consolidator, *, name: str = SERVER_NAME) -> MCPServer[Any
         _raise_failed(reports.failed)
         return _summary(reports.passes)
 
+    async def _record_and_consolidate(episode: Episode) -> list[PassReport]:
+        """Record ``episode``, then consolidate its (user, agent) partition now; the passes
+        of both (a quarantined partition is a tool error)."""
+        with _refused():
+            recorded = await mem.record(episode)
+            ran = await mem.consolidate(user=episode.user, agent=episode.agent, now=mem.clock())
+        _raise_failed(ran.failed)
+        return [*recorded.passes, *ran.passes]
+
+    async def remember_fact(
+        user: Annotated[Scope, Field(description="User the fact is about or for.")],
+        agent: Annotated[Scope, Field(description="Agent that states it.")],
+        subject: Annotated[Statement, Field(description="What the fact is about.")],
+        predicate: Annotated[Statement, Field(description="The relation, e.g. `likes`.")],
+        object: Annotated[Statement, Field(description="The value, e.g. `green tea`.")],
+        note: Annotated[
+            str | None,
+            Field(
+                min_length=1,
+                pattern=_NO_NUL,
+                description="Why or where it was said: the episode's text (default: the "
+                "statement itself).",
+            ),
+        ] = None,
+        session: Annotated[
+            Scope | None,
+            Field(description=f"Session to record the episode in (default: {AGENT_SESSION})."),
+        ] = None,
+    ) -> Remembered:
+        """Explicitly save a fact the agent was told or decided: records an episode carrying
+        (subject, predicate, object) in its metadata, marked `source: agent_statement`, then
+        consolidates that (user, agent) partition at once, so the rule packs make the fact
+        (with the shipped default pack: a new fact, or an update of one stated in the same
+        pass). Returns the episode id and the facts made from it, or, when a pack found the
+        statement known already (a deduplicating pack), the facts stating it, with
+        `already_known`. If no pack turns the episode into a fact and none states it, that
+        is an error naming the episode (it stays stored, as every episode does)."""
+        when = mem.clock()
+        content = note or f"{subject} {predicate} {object}"
+        scope = session or AGENT_SESSION
+        with _refused():
+            episode = Episode(
+                id=default_episode_id(content, user, scope, agent, when),
+                content=content,
+                timestamp=when,
+                source_node=SOURCE_NODE,
+                user=user,
+                session=scope,
+                agent=agent,
+                metadata={
+                    "subject": subject,
+                    "predicate": predicate,
+                    "object": object,
+                    "source": REMEMBERED,
+                },
+            )
+        passes = await _record_and_consolidate(episode)
+        with _refused():
+            made = await _made_from(mem, episode)
+            known = [] if made else await _stating(mem, episode)
+        if not made and known:
+            return Remembered(
+                episode_id=episode.id,
+                facts=known,
+                already_known=True,
+                consolidation=_summary(passes),
+            )
+        if not made:
+            packs = ", ".join(c.name for c in mem.packs) or "none"
+            raise ToolError(
+                f"no rule pack made a fact from episode {episode.id!r} (packs: {packs}); the "
+                "episode stays stored. Serve a pack that promotes metadata subject/predicate/"
+                "object, such as rules/default.yaml"
+            )
+        return Remembered(
+            episode_id=episode.id, facts=made, already_known=False, consolidation=_summary(passes)
+        )
+
+    async def correct_fact(
+        fact_id: Annotated[
+            str, Field(pattern=ID_PATTERN, description="The current fact to correct.")
+        ],
+        object: Annotated[Statement, Field(description="The right value (the new object).")],
+        reason: Annotated[
+            str,
+            Field(
+                min_length=1,
+                pattern=_NO_NUL,
+                description="Why it is corrected: the correcting episode's text.",
+            ),
+        ],
+        session: Annotated[
+            Scope | None,
+            Field(description=f"Session to record the episode in (default: {AGENT_SESSION})."),
+        ] = None,
+    ) -> Correction:
+        """Correct a current fact: records an episode with the fact's subject and predicate,
+        the new object and `intent: update, replaces: [fact_id]` (marked `source:
+        agent_correction`), then consolidates the fact's partition, so the rules supersede
+        the old fact (it is closed, never erased: explain_fact and list_facts with as_of
+        still show it). Returns the old and the new fact. An unknown or closed fact id, or
+        the object it already has, is an error and records nothing."""
+        with _refused():
+            old = await mem.fact_store.get(fact_id)
+        if not old.is_current:
+            raise ToolError(
+                f"fact {fact_id!r} is {old.status}, not current: only a current fact can be "
+                "corrected"
+                + (f" (it was replaced by {old.superseded_by!r})" if old.superseded_by else "")
+            )
+        if not old.has_triple:
+            raise ToolError(f"fact {fact_id!r} has no subject/predicate/object to correct")
+        if object == old.object:
+            raise ToolError(f"fact {fact_id!r} already has object {object!r}: nothing to correct")
+        when = mem.clock()
+        scope = session or AGENT_SESSION
+        with _refused():
+            episode = Episode(
+                id=default_episode_id(reason, old.user, scope, old.agent, when),
+                content=reason,
+                timestamp=when,
+                source_node=SOURCE_NODE,
+                user=old.user,
+                session=scope,
+                agent=old.agent,
+                metadata={
+                    "intent": "update",
+                    "replaces": [fact_id],
+                    "subject": old.subject,
+                    "predicate": old.predicate,
+                    "object": object,
+                    "source": CORRECTED,
+                },
+            )
+        passes = await _record_and_consolidate(episode)
+        with _refused():
+            closed = await mem.fact_store.get(fact_id)
+            new = None if closed.superseded_by is None else await _current_successor(mem, closed)
+        if closed.is_current or new is None:
+            packs = ", ".join(c.name for c in mem.packs) or "none"
+            raise ToolError(
+                f"no rule pack superseded fact {fact_id!r} with episode {episode.id!r} "
+                f"(packs: {packs}); the episode stays stored. Serve a pack that honours "
+                "metadata intent update with replaces, such as rules/default.yaml"
+            )
+        return Correction(
+            episode_id=episode.id, old=closed, new=new, consolidation=_summary(passes)
+        )
+
+    async def confirm_fact(
+        fact_id: Annotated[str, Field(pattern=ID_PATTERN, description="The current fact.")],
+        reason: Annotated[
+            str,
+            Field(pattern=_NO_NUL, max_length=1000, description="Why (kept with the pin)."),
+        ] = "",
+    ) -> Confirmation:
+        """Confirm a fact so it never fades: pins it. Where the specification sets decay
+        rate 0 and confidence 1.0, this memory pins the fact: sweeps (decay, archival,
+        expiry) leave a pinned fact alone unless a rule tests `pinned`, and the pin carries
+        to the facts that replace it; its confidence is left as the rules set it. Confirming
+        a pinned fact changes nothing; an unknown or closed fact is an error."""
+        with _refused():
+            newly = await mem.pin(fact_id, reason=reason)
+            fact = await mem.fact_store.get(fact_id)
+        assert fact.pinned_at is not None  # a pinned current fact carries its pin time
+        return Confirmation(fact=fact, pinned_at=fact.pinned_at, newly_pinned=newly)
+
+    async def weak_facts(
+        user: UserFilter = None,
+        agent: AgentFilter = None,
+        below: Annotated[
+            float,
+            Field(
+                gt=0,
+                le=1,
+                description=f"Confidence threshold: facts below it are listed (default "
+                f"{WEAK_BELOW}).",
+            ),
+        ] = WEAK_BELOW,
+        limit: Annotated[int, Field(ge=1, le=1000, description="Most facts to return.")] = 20,
+    ) -> WeakFacts:
+        """List the current facts of lowest confidence (below `below`), lowest first, with
+        whether each is pinned, how often it was read, and what would protect it:
+        confirm_fact pins it (sweeps then leave it alone), and stating it again with
+        remember_fact gives the rules an observation to reinforce or restore it with. Also
+        names this server's sweeps, the rules that may fade or archive such facts. Reads
+        only."""
+        with _refused():
+            found = await mem.facts(user=user, agent=agent)
+            weak = sorted(
+                (f for f in found if f.confidence < below),
+                key=lambda f: (f.confidence, f.valid_from, f.id),
+            )
+            listed = []
+            for fact in weak[:limit]:
+                seen = await mem.access(fact.id)
+                listed.append(_weak(fact, seen.count, seen.last_access))
+        sweeps = [
+            f"{r.pack}/{rule.id}" for r in mem.runners for rule in r.rules_of(None) if swept(rule)
+        ]
+        return WeakFacts(facts=listed, total=len(weak), truncated=len(weak) > limit, sweeps=sweeps)
+
+    async def memory_stats(
+        user: Annotated[
+            Scope | None, Field(description="Count only this user's part (default: all).")
+        ] = None,
+        agent: Annotated[
+            Scope | None, Field(description="Count only this agent's part (default: all).")
+        ] = None,
+    ) -> MemoryStats:
+        """Counts over the memory: (user, agent) partitions, episodes, facts by status,
+        pinned current facts, the episodes each rule pack has not consolidated yet, and the
+        size of the SQLite files. Reads only."""
+        with _refused():
+            return await _stats(mem, user, agent)
+
+    async def search_memory(
+        query: Annotated[
+            str,
+            Field(min_length=1, max_length=4000, pattern=_NO_NUL, description="What to recall."),
+        ],
+        user: Annotated[Scope, Field(description="User whose memory is searched.")],
+        agent: Annotated[Scope, Field(description="Agent whose memory is searched.")],
+        kinds: Annotated[
+            Literal["facts", "episodes", "both"], Field(description="What to search.")
+        ] = "both",
+        after: Annotated[
+            str | None,
+            Field(
+                description="Only from this time on: last_week, last_month, today, yesterday, "
+                "a UTC day YYYY-MM-DD, or ISO 8601 with a UTC offset."
+            ),
+        ] = None,
+        before: Annotated[
+            str | None, Field(description="Only before this time (same forms as after).")
+        ] = None,
+        limit: Annotated[
+            int | None,
+            Field(ge=1, le=100, description="Most hits (default: 5, or 20 for a complex query)."),
+        ] = None,
+        entity_name: Annotated[
+            str | None,
+            Field(
+                min_length=1,
+                max_length=256,
+                pattern=_NO_NUL,
+                description="Only facts about this entity (a name or an alias).",
+            ),
+        ] = None,
+        context_budget: Annotated[
+            int | None,
+            Field(
+                ge=1,
+                le=100_000,
+                description="Also return a markdown context block within this many tokens.",
+            ),
+        ] = None,
+    ) -> MemorySearch:
+        """Recall memory by meaning: full-text, vector and graph search (entities, time,
+        lineage) fused by Reciprocal Rank Fusion; the query's intent (why, when, who,
+        what, general) picks the graph strategy. Each hit says which strategies found it
+        and at what rank. With context_budget, a markdown block for a prompt comes too,
+        each fact citing its source episodes. Returned facts' accesses are recorded (not
+        on a read-only database)."""
+        with _refused():
+            result = await mem.recall(
+                query,
+                user=user,
+                agent=agent,
+                kinds=kinds,
+                after=after,
+                before=before,
+                limit=limit,
+                entity=entity_name,
+                touch=mem.read_only_reason is None,
+            )
+            context = None if context_budget is None else result.context(context_budget)
+        hits = [
+            MemoryHit(
+                rank=rank,
+                kind=hit.kind,
+                id=hit.id,
+                score=hit.score,
+                strategies=dict(hit.strategies),
+                cosine=hit.cosine,
+                text=hit.text,
+                fact=hit.fact,
+                episode=hit.episode,
+            )
+            for rank, hit in enumerate(result.hits, 1)
+        ]
+        return MemorySearch(
+            query=result.query,
+            intent=result.intent,
+            complexity=result.complexity,
+            entities=list(result.entities),
+            embedder=result.embedder,
+            hits=hits,
+            context=context,
+        )
+
+    async def get_entity_info(
+        name: Annotated[
+            str,
+            Field(
+                min_length=1,
+                max_length=256,
+                pattern=_NO_NUL,
+                description="The entity's name or an alias (case and accents ignored).",
+            ),
+        ],
+        user: Annotated[Scope, Field(description="User whose memory is read.")],
+        agent: Annotated[Scope, Field(description="Agent whose memory is read.")],
+    ) -> EntityInfo:
+        """What memory holds on one entity (a person, project, place...): its canonical
+        name, type and aliases, its current facts (newest first) and its timeline of facts
+        added and closed and the episodes they came from (oldest first). A name nothing
+        in the partition has is an error. Reads only."""
+        with _refused():
+            profile = await mem.entity(name, user=user, agent=agent)
+        entity = profile.entity
+        return EntityInfo(
+            name=entity.canonical_name,
+            type=entity.type,
+            declared=entity.declared,
+            aliases=list(profile.aliases),
+            facts=list(profile.facts),
+            timeline=list(profile.timeline),
+            truncated=profile.truncated,
+        )
+
     reads = ToolAnnotations(read_only_hint=True, open_world_hint=False)
     # Writes only add: a fact is closed, never erased. A record with the default time is a
     # new episode, and a search counts an access to each fact it returns: not idempotent.
@@ -486,6 +1091,13 @@ def build_server(mem: Consolidator, *, name: str = SERVER_NAME) -> MCPServer[Any
         _tool(list_facts, reads),
         _tool(explain_fact, reads),
         _tool(consolidate, catch_up),
+        _tool(remember_fact, adds),
+        _tool(correct_fact, adds),
+        _tool(confirm_fact, catch_up),
+        _tool(weak_facts, reads),
+        _tool(memory_stats, reads),
+        _tool(search_memory, adds),
+        _tool(get_entity_info, reads),
     ]  # in the order of TOOL_NAMES
     return _Server(name, instructions=INSTRUCTIONS, tools=tools, log_level="WARNING")
 
