@@ -22,7 +22,7 @@ from __future__ import annotations
 # isort: off
 # Each registers its commands on ``app``; ``--help`` lists them in this order.
 from stargraph_mem.cli import memory, facts, packs, consolidate, scheduler  # noqa: F401
-from stargraph_mem.cli import authoring, review, mcp  # noqa: F401
+from stargraph_mem.cli import recall, authoring, review, mcp  # noqa: F401
 
 # isort: on
 from stargraph_mem.cli.base import app

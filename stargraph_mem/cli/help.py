@@ -55,6 +55,20 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "stargraph-mem schema --path episode",
     ),
     "info": ("stargraph-mem info rules/default.yaml",),
+    "recall": (
+        'stargraph-mem recall "what does alice like" --user alice --agent chat',
+        "stargraph-mem recall tea --user alice --agent chat --kinds facts --json",
+        "stargraph-mem recall tea --user alice --agent chat --context 200",
+    ),
+    "entity": (
+        "stargraph-mem entity alice --user alice --agent chat",
+        "stargraph-mem entity alice --user alice --agent chat --json",
+    ),
+    "define-entity": ("stargraph-mem define-entity Alice --user alice --agent chat --alias Ally",),
+    "embed": (
+        "stargraph-mem embed",
+        "stargraph-mem embed --embedder hash:128 --batch 256",
+    ),
     "consolidate": (
         "stargraph-mem consolidate --pack rules/default.yaml",
         "stargraph-mem consolidate --pack rules/default.yaml --dry-run --trace",

@@ -209,6 +209,8 @@ class Consolidator(AsyncResource):
         reconnect: Reconnect | None = None,
         on_outage: OnOutage | None = None,
         limits: Limits | None = None,
+        embedder: Embedder | str | None = DEFAULT_EMBEDDER_SPEC,
+        recall_settings: RecallSettings | None = None,
     ) -> Consolidator:
         """Compile ``packs`` (YAML files) and prepare stores at ``path``; use ``async with``.
 
@@ -227,6 +229,8 @@ class Consolidator(AsyncResource):
             reconnect=reconnect,
             on_outage=on_outage,
             limits=limits,
+            embedder=embedder,
+            recall_settings=recall_settings,
         )
 
     @property

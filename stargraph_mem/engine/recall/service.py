@@ -283,6 +283,8 @@ class Recall:
                 wanted, await asyncio.gather(*(nearest(k) for k in wanted)), strict=True
             ):
                 for item_id, score in near:
+                    if score <= 0.0:  # no shared direction: not a match by meaning
+                        continue
                     cosines[hit_key(kind, item_id)] = score
                     lists.vector.append((hit_key(kind, item_id), score))
             times.add("vector", started)
