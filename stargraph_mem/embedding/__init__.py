@@ -27,16 +27,19 @@ __all__ = [
     "DEFAULT_EMBEDDER_SPEC",
     "EMBEDDER_SPECS",
     "SCORE_DECIMALS",
+    "SPARSE_SHARE",
     "Embedder",
     "HashingEmbedder",
     "Matrix",
     "SentenceTransformerEmbedder",
+    "column_dot",
     "from_blob",
     "from_blobs",
     "identity",
     "load_embedder",
     "to_blob",
     "top_k",
+    "top_scores",
 ]
 
 Matrix = npt.NDArray[np.float32]
@@ -109,6 +112,37 @@ def dot(matrix: Matrix, query: npt.NDArray[np.floating]) -> Matrix:
     return products
 
 
+SPARSE_SHARE: Final = 0.5
+"""A query with non-zero components in at most this share of the dimensions is scored
+column by column (:func:`column_dot`): the built-in embedder's short queries touch a
+tenth of them."""
+
+
+def column_dot(columns: Matrix, query: npt.NDArray[np.floating]) -> Matrix:
+    """Each stored vector's dot product with ``query``, the vectors held as the columns
+    of ``columns`` (shape ``(dimension, n)``).
+
+    A sparse query is summed over its non-zero components only, in ascending order of
+    component, one ``float32`` multiply and add each (the zero ones add nothing): it reads
+    only those rows of ``columns``, a fraction of the matrix. A dense one is one
+    ``einsum``. Either way the order of the sums is fixed, so the scores are the same
+    on every run."""
+    q = np.asarray(query, dtype=np.float32)
+    n = columns.shape[1]
+    nonzero = np.flatnonzero(q)
+    if len(nonzero) > SPARSE_SHARE * len(q):
+        dense: Matrix = np.einsum("jn,j->n", columns, q)
+        return dense
+    scores: Matrix = np.zeros(n, dtype=np.float32)
+    if not len(nonzero):
+        return scores
+    term: Matrix = np.empty(n, dtype=np.float32)
+    for j in nonzero:
+        np.multiply(columns[j], q[j], out=term)
+        scores += term
+    return scores
+
+
 def top_k(
     matrix: Matrix,
     ids: Sequence[str],
@@ -124,13 +158,47 @@ def top_k(
         raise ValueError(f"{len(ids)} ids for {matrix.shape[0]} vectors")
     if k <= 0 or not len(ids):
         return []
-    scores = np.round(dot(matrix, query).astype(np.float64), SCORE_DECIMALS)
-    keep = np.nonzero(scores >= min_score)[0] if min_score is not None else np.arange(len(ids))
-    if len(keep) > k:
-        # the k-th best score; every row scoring at least that is a candidate (ties kept)
-        cut = np.partition(scores[keep], len(keep) - k)[len(keep) - k]
-        keep = keep[scores[keep] >= cut]
-    ranked = sorted((-float(scores[i]), ids[int(i)]) for i in keep)
+    return top_scores(dot(matrix, query), ids, k, min_score=min_score)
+
+
+_SLACK: Final = 1e-5
+"""Raw scores this far below the k-th best may still round to the same value."""
+
+
+def _kth(values: npt.NDArray[np.floating], k: int) -> float:
+    """The ``k``-th largest of ``values`` (``k`` at most their number)."""
+    return float(np.partition(values, len(values) - k)[len(values) - k])
+
+
+def top_scores(
+    scores: npt.NDArray[np.floating],
+    ids: Sequence[str],
+    k: int,
+    *,
+    min_score: float | None = None,
+) -> list[tuple[str, float]]:
+    """The ``k`` best of ``scores`` (one per id) as ``(id, score)``, best first: scores
+    rounded to :data:`SCORE_DECIMALS` places, ties broken by id; below ``min_score``
+    (after rounding) left out.
+
+    Only the candidates near the top are rounded: rounding is monotone, so a row whose
+    raw score is well below the k-th best raw score cannot reach the k-th best rounded
+    one."""
+    if len(ids) != len(scores):
+        raise ValueError(f"{len(ids)} ids for {len(scores)} scores")
+    if k <= 0 or not len(ids):
+        return []
+    raw = np.asarray(scores)
+    if min_score is None:
+        keep = np.flatnonzero(raw >= _kth(raw, k) - _SLACK) if len(raw) > k else np.arange(len(raw))
+    else:
+        keep = np.flatnonzero(raw >= min_score - _SLACK)
+        if len(keep) > k:
+            keep = keep[raw[keep] >= _kth(raw[keep], k) - _SLACK]
+    rounded = np.round(raw[keep].astype(np.float64), SCORE_DECIMALS)
+    if min_score is not None:
+        keep, rounded = keep[rounded >= min_score], rounded[rounded >= min_score]
+    ranked = sorted((-float(score), ids[int(i)]) for i, score in zip(keep, rounded, strict=True))
     return [(item_id, -neg) for neg, item_id in ranked[:k]]
 
 

@@ -147,19 +147,6 @@ class Dialect:
         (qmark style); ``table``: the index searched (default: the schema's)."""
         raise NotImplementedError
 
-    # episodes' full-text index and vectors
-
-    def index_episode_text(self) -> Many:
-        """Index episodes for full text: one row ``(seq, text)`` per episode, the text as
-        :meth:`index_text` returns it."""
-        raise NotImplementedError
-
-    def episode_hits(self, condition: str) -> str:
-        """Episodes (``e.id``, then a score: higher is better) matching the query
-        parameter, then ``condition``'s parameters (over ``episodes e``), best first then
-        by id, then the ``LIMIT`` (qmark style)."""
-        raise NotImplementedError
-
     # episodes and schedule
 
     def reads(self, keys: Sequence[str], afters: Sequence[int]) -> tuple[Any, ...]:

@@ -267,8 +267,6 @@ class VectorRepository(Protocol):
 
     async def catch_up(self, partition_key: str, embedder: Embedder) -> int: ...
 
-    async def catch_up_text(self) -> None: ...
-
     async def backfill(
         self,
         embedder: Embedder,

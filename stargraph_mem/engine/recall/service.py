@@ -55,6 +55,7 @@ from stargraph_mem.model.facts import FactPattern
 from stargraph_mem.model.time import to_us
 from stargraph_mem.stores.repositories.search import MAX_LIMIT, query_words
 from stargraph_mem.stores.scope import Partition
+from stargraph_mem.stores.sqlite.inline import inline_statements
 
 if TYPE_CHECKING:
     from stargraph_mem.stores.protocols import Database
@@ -278,7 +279,7 @@ class Recall:
                 ("episode", kinds != "facts"),
             )
             wanted = [kind for kind, yes in asked if yes]
-            # the rankings run in threads: the full-text statements proceed meanwhile
+            # a large dense ranking runs in a thread (the loop serves others meanwhile)
             for kind, near in zip(
                 wanted, await asyncio.gather(*(nearest(k) for k in wanted)), strict=True
             ):
@@ -289,7 +290,11 @@ class Recall:
                     lists.vector.append((hit_key(kind, item_id), score))
             times.add("vector", started)
 
-        await asyncio.gather(full_text(), by_vector())
+        # SQLite: the reads are short, so they run on this thread, not the connection's
+        # (two thread switches each cost more than the read)
+        with inline_statements():
+            await full_text()
+            await by_vector()
 
         started = time.perf_counter()
         strategy = "entity" if entity is not None else GRAPH_STRATEGY[decision.intent]

@@ -97,28 +97,6 @@ class PostgresDialect(Dialect):
             f"WHERE {condition} ORDER BY score DESC, {order} LIMIT ?"
         )
 
-    # episodes' full-text index and vectors
-
-    def index_episode_text(self) -> Many:
-        one = "INSERT INTO episode_text (seq, body) VALUES (?, to_tsvector('simple', ?))"
-        arrays = (
-            "INSERT INTO episode_text (seq, body) SELECT u.s, to_tsvector('simple', u.t) "
-            "FROM unnest(?::bigint[], ?::text[]) AS u(s, t)"
-        )
-        return Many(self.sql(one), self.sql(arrays))
-
-    def episode_hits(self, condition: str) -> str:
-        # the matches first (the GIN index), then their episodes: a plan that walks the
-        # partition's episodes and tests each one's text is far slower
-        return (
-            "WITH q AS MATERIALIZED (SELECT to_tsquery('simple', ?) AS query), "
-            "hits AS MATERIALIZED (SELECT t.seq, ts_rank(t.body, (SELECT query FROM q)) AS score "
-            "FROM episode_text t WHERE t.body @@ (SELECT query FROM q)) "
-            "SELECT e.id, hits.score FROM hits CROSS JOIN LATERAL (SELECT id, partition_key, "
-            "ts_us FROM episodes WHERE seq = hits.seq OFFSET 0) AS e "
-            f"WHERE {condition} ORDER BY hits.score DESC, e.id LIMIT ?"
-        )
-
     # episodes and schedule
 
     def reads(self, keys: Sequence[str], afters: Sequence[int]) -> tuple[Any, ...]:

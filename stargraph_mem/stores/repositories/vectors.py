@@ -1,5 +1,5 @@
-"""Vectors of episodes and facts, and the episodes' full-text index, written once for every
-backend.
+"""Vectors of episodes and facts, and the episodes' full-text ranking, written once for
+every backend.
 
 Tables (both backends; see the SQLite store and PostgreSQL migration 7):
 
@@ -9,21 +9,21 @@ Tables (both backends; see the SQLite store and PostgreSQL migration 7):
   every read here follows.
 - ``index_marks``: how far each lazy index has got: per (partition, embedder), the
   highest episode seq and the highest facts rowid already embedded (or skipped, for
-  closed facts); and one global row (kind ``episode_text``) for the episodes' full-text
-  index.
-- ``episode_text``: the episodes' full-text index (SQLite: contentless FTS5, rowid =
-  episode seq; PostgreSQL: a ``tsvector`` per episode seq, 'simple' configuration over the
-  case-folded text without accents).
+  closed facts).
+- ``episode_text`` (and its ``index_marks`` row of kind ``episode_text``): an earlier
+  database-side full-text index of episodes, no longer filled or read; the episodes'
+  full-text ranking is BM25 from an in-process index per partition
+  (:mod:`~stargraph_mem.stores.repositories.word_index`), the same on both backends.
 
-Nothing here runs on the streaming ``record`` path: an episode or fact is indexed and
-embedded by :meth:`SQLVectorRepository.catch_up` (or :meth:`~SQLVectorRepository.backfill`),
+Nothing here runs on the streaming ``record`` path: an episode or fact is embedded by :meth:`SQLVectorRepository.catch_up` (or :meth:`~SQLVectorRepository.backfill`),
 which a reader calls first. With nothing pending a catch-up is one statement of indexed
 maxima. Episode seqs and facts rowids are committed in order on both backends (one writer
 on SQLite, advisory locks on PostgreSQL), so a mark never skips a row; vector inserts take
 the ``vectors`` lock, so their ``seq`` is committed in order too and a reader's cache can
 catch up by reading only the rows above the highest seq it holds.
 
-:meth:`~SQLVectorRepository.nearest` ranks by exact cosine (:func:`~stargraph_mem.embedding.top_k`)
+:meth:`~SQLVectorRepository.nearest` ranks by exact cosine
+(:func:`~stargraph_mem.embedding.column_dot`, :func:`~stargraph_mem.embedding.top_scores`)
 over one partition's vectors of one embedder identity, from an in-process cache per
 (partition, embedder, kind) (see :class:`VectorCache`).
 """
@@ -38,12 +38,20 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cache
-from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal, overload
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal
 
 import numpy as np
 import numpy.typing as npt
 
-from stargraph_mem.embedding import Embedder, Matrix, from_blobs, identity, to_blob, top_k
+from stargraph_mem.embedding import (
+    Embedder,
+    Matrix,
+    column_dot,
+    from_blobs,
+    identity,
+    to_blob,
+    top_scores,
+)
 from stargraph_mem.errors import SearchError, StoreError
 from stargraph_mem.model.deltas import FACT_STATUSES
 from stargraph_mem.model.time import to_us
@@ -52,6 +60,7 @@ from stargraph_mem.stores.memory import EpisodeRecord
 from stargraph_mem.stores.repositories.episode_rows import row_record, split_rows
 from stargraph_mem.stores.repositories.episodes import READ_COLUMNS
 from stargraph_mem.stores.repositories.search import MAX_LIMIT, MAX_WORDS, check_limit
+from stargraph_mem.stores.repositories.word_index import RowIds, WordIndexCache
 from stargraph_mem.stores.sql_conn import Conn
 
 __all__ = [
@@ -121,9 +130,6 @@ class BackfillReport:
 @dataclass(frozen=True, slots=True)
 class _Statements:
     state: str
-    text_state: str
-    text_rows: str
-    index_text: Any
     mark: str
     episodes_to_embed: str
     facts_to_embed: str
@@ -132,7 +138,7 @@ class _Statements:
     new_episode_vectors: str
     new_fact_vectors: str
     fact_currency: str
-    episode_hits: str
+    new_episode_text: str
     pending: str
     partitions: str
     drop_vectors: str
@@ -151,28 +157,16 @@ def _statements(dialect: Dialect) -> _Statements:
             f"AND kind = '{kind}')"
         )
 
-    text_mark = (
-        "(SELECT through FROM index_marks WHERE partition_key = '' AND embedder = '' "
-        f"AND kind = '{TEXT_MARK_KIND}')"
-    )
     return _Statements(
         # parameters: partition, embedder (per mark), partition (its last episode, its
         # facts version)
         state=sql(
-            "SELECT (SELECT coalesce(max(seq), 0) FROM episodes), "
-            "(SELECT coalesce(max(rowid), 0) FROM facts), "
-            f"coalesce({text_mark}, 0), coalesce({mark_of('episode')}, 0), "
+            "SELECT (SELECT coalesce(max(rowid), 0) FROM facts), "
+            f"coalesce({mark_of('episode')}, 0), "
             f"coalesce({mark_of('fact')}, 0), coalesce({mark_of(FACT_VERSION_KIND)}, 0), "
             "(SELECT coalesce(max(seq), 0) FROM episodes WHERE partition_key = ?), "
             "(SELECT coalesce(max(seq), 0) FROM audit WHERE partition_key = ?)"
         ),
-        text_state=sql(
-            f"SELECT (SELECT coalesce(max(seq), 0) FROM episodes), coalesce({text_mark}, 0)"
-        ),
-        text_rows=sql(
-            "SELECT seq, content FROM episodes WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT ?"
-        ),
-        index_text=dialect.index_episode_text(),
         mark=sql(
             "INSERT INTO index_marks (partition_key, embedder, kind, through) "
             "VALUES (?, ?, ?, ?) ON CONFLICT (partition_key, embedder, kind) DO UPDATE "
@@ -207,8 +201,9 @@ def _statements(dialect: Dialect) -> _Statements:
             "v.embedder = ? AND v.kind = 'fact' AND v.seq > ? ORDER BY v.seq"
         ),
         fact_currency=sql(f"SELECT id, valid_until_us, status FROM facts WHERE id {in_ids}"),
-        episode_hits=sql(
-            dialect.episode_hits("e.partition_key = ? AND e.ts_us >= ? AND e.ts_us < ?")
+        new_episode_text=sql(
+            "SELECT seq, id, ts_us, content FROM episodes WHERE partition_key = ? AND seq > ? "
+            "ORDER BY seq"
         ),
         pending=sql(
             "SELECT (SELECT count(*) FROM episodes e WHERE NOT EXISTS (SELECT 1 FROM vectors v "
@@ -244,13 +239,15 @@ class _Entry:
     seq: int = 0
     ids: list[str] = field(default_factory=list)
     rows: dict[str, int] = field(default_factory=dict)
-    matrix: Matrix = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
+    columns: Matrix = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
+    """The vectors as columns (shape ``(dimension, capacity)``): a sparse query reads only
+    the rows of its non-zero components (:func:`~stargraph_mem.embedding.column_dot`)."""
     times: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     statuses: npt.NDArray[np.object_] = field(default_factory=lambda: np.zeros(0, dtype=np.object_))
     """Each fact's status when last read (``current`` for episodes)."""
 
     def __post_init__(self) -> None:
-        self.matrix = np.zeros((0, self.dimension), dtype=np.float32)
+        self.columns = np.zeros((self.dimension, 0), dtype=np.float32)
 
     @property
     def size(self) -> int:
@@ -261,7 +258,7 @@ class _Entry:
         """Roughly what the entry holds in memory (capacity included)."""
         per_id = 120  # a short str, its dict slot and its list slot
         return int(
-            self.matrix.nbytes + self.times.nbytes + self.statuses.nbytes + per_id * self.size
+            self.columns.nbytes + self.times.nbytes + self.statuses.nbytes + per_id * self.size
         )
 
     def append(
@@ -274,19 +271,21 @@ class _Entry:
             if at is None:
                 fresh.append(i)
                 continue
-            self.matrix[at] = vectors[i]
+            self.columns[:, at] = vectors[i]
             self.times[at] = times[i]
             self.statuses[at] = statuses[i]
         if not fresh:
             return
         n, m = self.size, len(fresh)
-        if n + m > self.matrix.shape[0]:  # grow by doubling: appends stay amortised O(1)
-            capacity = max(n + m, 2 * self.matrix.shape[0], 64)
-            self.matrix = _grown(self.matrix, capacity)
+        if n + m > self.columns.shape[1]:  # grow by doubling: appends stay amortised O(1)
+            capacity = max(n + m, 2 * self.columns.shape[1], 64)
+            columns = np.zeros((self.dimension, capacity), dtype=np.float32)
+            columns[:, :n] = self.columns[:, :n]
+            self.columns = columns
             self.times = _grown(self.times, capacity)
             self.statuses = _grown(self.statuses, capacity)
         take = np.asarray(fresh)
-        self.matrix[n : n + m] = vectors[take]
+        self.columns[:, n : n + m] = vectors[take].T
         self.times[n : n + m] = np.asarray(times, dtype=np.int64)[take]
         for j, i in enumerate(fresh):
             self.statuses[n + j] = statuses[i]
@@ -455,6 +454,7 @@ class SQLVectorRepository:
     store (which supplies :class:`~stargraph_mem.stores.repositories.access.Access`)."""
 
     _vector_cache: VectorCache
+    _word_index_cache: WordIndexCache
 
     if TYPE_CHECKING:  # what the backend's store supplies (see Access)
         dialect: ClassVar[Dialect]
@@ -476,6 +476,13 @@ class SQLVectorRepository:
         except AttributeError:
             self._vector_cache = VectorCache()
             return self._vector_cache
+
+    def _word_cache(self) -> WordIndexCache:
+        try:
+            return self._word_index_cache
+        except AttributeError:
+            self._word_index_cache = WordIndexCache()
+            return self._word_index_cache
 
     def _writable(self, action: str) -> None:
         why = self.read_only_reason
@@ -507,12 +514,10 @@ class SQLVectorRepository:
         sql = _statements(self.dialect)
         async with self._vectors_reading() as db:
             ((row),) = await db.fetch(sql.state, (key, ident, key, ident, key, ident, key, key))
-        last_seq, last_rowid, text_mark, ep_mark, fact_mark, seen, part_seq, version = map(int, row)
-        if text_mark >= last_seq and ep_mark >= part_seq and seen >= version:
+        last_rowid, ep_mark, fact_mark, seen, part_seq, version = map(int, row)
+        if ep_mark >= part_seq and seen >= version:
             return 0, 0
-        self._writable("index or embed pending episodes and facts")
-        if text_mark < last_seq:
-            await self._index_text(text_mark, last_seq)
+        self._writable("embed pending episodes and facts")
         episodes = facts = 0
         while ep_mark < part_seq:
             async with self._vectors_reading() as db:
@@ -575,31 +580,6 @@ class SQLVectorRepository:
             for mark_kind, through in marks:
                 await db.execute(sql.mark, (key, ident, mark_kind, through))
         return len(rows)
-
-    async def _index_text(self, mark: int, last: int) -> None:
-        """Index the episodes above ``mark`` up to ``last`` for full text, in chunks."""
-        sql = _statements(self.dialect)
-        while mark < last:
-            async with self._vectors_writing() as db:
-                (current,) = (await db.fetch(sql.text_state))[0][1:]
-                mark = max(mark, int(current))
-                if mark >= last:
-                    return
-                rows = await db.fetch(sql.text_rows, (mark, last, TEXT_CHUNK))
-                through = int(rows[-1][0]) if len(rows) == TEXT_CHUNK else last
-                if rows:
-                    text = self.dialect.index_text
-                    await db.run_many(sql.index_text, [(int(s), text(str(c))) for s, c in rows])
-                await db.execute(sql.mark, ("", "", TEXT_MARK_KIND, through))
-            mark = through
-
-    async def catch_up_text(self) -> None:
-        """Index the episodes the full-text index lacks (one statement when none)."""
-        async with self._vectors_reading() as db:
-            ((last, mark),) = await db.fetch(_statements(self.dialect).text_state)
-        if int(mark) < int(last):
-            self._writable("index pending episodes for full-text search")
-            await self._index_text(int(mark), int(last))
 
     async def backfill(
         self,
@@ -729,6 +709,9 @@ class SQLVectorRepository:
         wanted: frozenset[str] | None,
     ) -> list[tuple[str, float]]:
         n = entry.size
+        if not n:
+            return []
+        scores = await _scores(entry.columns[:, :n], query)
         while True:
             mask: npt.NDArray[np.bool_] | None = None
             if after is not None or before is not None:
@@ -744,16 +727,11 @@ class SQLVectorRepository:
                 else:
                     keep = np.isin(statuses, list(wanted))
                 mask = keep if mask is None else mask & keep
-            rows = None if mask is None else np.flatnonzero(mask)
-            if rows is None or len(rows) == n:
-                ranked = await _top_k(entry.matrix[:n], entry.ids, query, limit)
-            elif len(rows) and int(rows[-1]) - int(rows[0]) + 1 == len(rows):
-                # one run of rows (a time window over episodes stored in time order): a view
-                first, end = int(rows[0]), int(rows[-1]) + 1
-                view = _Rows(entry.ids, np.arange(first, end))
-                ranked = await _top_k(entry.matrix[first:end], view, query, limit)
+            if mask is None:
+                ranked = top_scores(scores, entry.ids, limit)
             else:
-                ranked = await _top_k(entry.matrix[rows], _Rows(entry.ids, rows), query, limit)
+                rows = np.flatnonzero(mask)
+                ranked = top_scores(scores[rows], RowIds(entry.ids, rows), limit)
             if wanted is None or not ranked:
                 return ranked
             # a fact may have closed since it was read: check those ranked
@@ -786,24 +764,24 @@ class SQLVectorRepository:
     ) -> list[tuple[str, float]]:
         """Episodes of the partition matching any of ``words`` (as
         :func:`~stargraph_mem.stores.repositories.search.query_words` returns them), as
-        ``(episode id, score)``, best first (BM25 on SQLite, ``ts_rank`` on PostgreSQL;
-        higher is better), ties by id. The index is caught up first."""
+        ``(episode id, BM25 score)``, best first, ties by id: the same on every backend
+        (:mod:`~stargraph_mem.stores.repositories.word_index`, brought up to date with the
+        partition's episodes first)."""
         key = _check_partition(partition_key)
         checked = _check_words(words)
         check_limit(limit)
         after = _time_us(after_us, "after_us")
         before = _time_us(before_us, "before_us")
-        await self.catch_up_text()
-        params = (
-            self.dialect.match(checked),
-            key,
-            _NEVER if after is None else after,
-            _ALWAYS if before is None else before,
-            limit,
-        )
+        words_index = self._word_cache().get(key)
         async with self._vectors_reading() as db:
-            rows = await db.fetch(_statements(self.dialect).episode_hits, params)
-        return [(str(row[0]), float(row[1])) for row in rows]
+            rows = await db.fetch(
+                _statements(self.dialect).new_episode_text, (key, words_index.seq)
+            )
+        words_index.add([(int(r[0]), str(r[1]), int(r[2]), str(r[3])) for r in rows])
+        try:
+            return words_index.search(checked, limit=limit, after_us=after, before_us=before)
+        finally:
+            self._word_cache().settle()
 
     async def episodes(self, ids: Sequence[str]) -> list[EpisodeRecord]:
         """The stored episodes among ``ids``, in the order of ``ids`` (unknown ids and rows
@@ -831,42 +809,16 @@ class SQLVectorRepository:
         return {str(row[0]): (int(row[1]), str(row[2])) for row in rows}
 
 
-THREAD_ROWS: Final = 4096
-"""Rankings over more rows than this run in a thread (numpy releases the GIL), so a
-recall's full-text statements proceed meanwhile."""
+THREAD_WORK: Final = 1 << 22
+"""Scoring that multiplies more floats than this (rows × non-zero query components) runs
+in a thread (numpy releases the GIL), so the event loop serves others meanwhile."""
 
 
-async def _top_k(
-    matrix: Matrix, ids: Sequence[str], query: npt.NDArray[np.float32], limit: int
-) -> list[tuple[str, float]]:
-    """:func:`~stargraph_mem.embedding.top_k`, in a thread for large matrices."""
-    if matrix.shape[0] > THREAD_ROWS:
-        return await asyncio.to_thread(top_k, matrix, ids, query, limit)
-    return top_k(matrix, ids, query, limit)
-
-
-class _Rows(Sequence[str]):
-    """The ids of some rows of a cache entry, without copying them (``top_k`` reads only
-    its length and the ids it ranks)."""
-
-    __slots__ = ("_ids", "_rows")
-
-    def __init__(self, ids: list[str], rows: npt.NDArray[np.intp]) -> None:
-        self._ids, self._rows = ids, rows
-
-    def __len__(self) -> int:
-        return len(self._rows)
-
-    @overload
-    def __getitem__(self, index: int) -> str: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[str]: ...
-
-    def __getitem__(self, index: int | slice) -> str | Sequence[str]:
-        if isinstance(index, slice):
-            return [self._ids[int(i)] for i in self._rows[index]]
-        return self._ids[int(self._rows[index])]
+async def _scores(columns: Matrix, query: npt.NDArray[np.float32]) -> Matrix:
+    """:func:`~stargraph_mem.embedding.column_dot`, in a thread for large work."""
+    if columns.shape[1] * int(np.count_nonzero(query)) > THREAD_WORK:
+        return await asyncio.to_thread(column_dot, columns, query)
+    return column_dot(columns, query)
 
 
 def _status(valid_until_us: Any, status: Any) -> str:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from stargraph_mem.stores.dialect import Dialect, qmarks
-from stargraph_mem.stores.sql_conn import Insert, Many
+from stargraph_mem.stores.sql_conn import Insert
 from stargraph_mem.stores.sqlite.search_sql import (
     CATCH_UP_TEXT,
     INDEX_FACT,
@@ -78,19 +78,6 @@ class SQLiteDialect(Dialect):
             f"FROM {table} WHERE {table} MATCH ?) "
             f"SELECT {columns}, -hit_rank FROM hits JOIN facts ON facts.rowid = hits.hit_rowid "
             f"WHERE {condition} ORDER BY hit_rank, {order} LIMIT ?"
-        )
-
-    # episodes' full-text index and vectors
-
-    def index_episode_text(self) -> Many:
-        return Many("INSERT INTO episode_text (rowid, body) VALUES (?, ?)")
-
-    def episode_hits(self, condition: str) -> str:
-        return (
-            "WITH hits AS (SELECT rowid AS hit_seq, bm25(episode_text) AS hit_rank "
-            "FROM episode_text WHERE episode_text MATCH ?) "
-            "SELECT e.id, -hits.hit_rank FROM hits JOIN episodes e ON e.seq = hits.hit_seq "
-            f"WHERE {condition} ORDER BY hits.hit_rank, e.id LIMIT ?"
         )
 
     # episodes and schedule
