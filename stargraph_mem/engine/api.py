@@ -548,7 +548,12 @@ class Consolidator(AsyncResource):
         """
         t0 = time.perf_counter()
         times = StrategyTimes()
-        with telemetry.span(RECALL_SPAN, {telemetry.RECALL_STRATEGY: observe.HYBRID}) as span:
+        with (
+            telemetry.span(RECALL_SPAN, {telemetry.RECALL_STRATEGY: observe.HYBRID}) as span,
+            # SQLite: a recall's statements are short, so they run on this thread rather
+            # than the connection's (two thread switches each cost more than a read)
+            inline_statements(),
+        ):
             result = await self._recall.recall(
                 query,
                 user=user,

@@ -146,6 +146,18 @@ class FactRepository(FactStore, Protocol):
         include_history: bool = False,
     ) -> list[FactHit]: ...
 
+    async def search_ids(
+        self,
+        query: str,
+        *,
+        user: str,
+        agent: str,
+        limit: int = 10,
+        include_history: bool = False,
+        valid_from_after_us: int | None = None,
+        valid_from_before_us: int | None = None,
+    ) -> list[str]: ...
+
     async def get_many(self, fact_ids: Sequence[str]) -> list[Fact]: ...
 
     async def access(self, fact_id: str) -> FactAccess: ...

@@ -55,7 +55,6 @@ from stargraph_mem.model.facts import FactPattern
 from stargraph_mem.model.time import to_us
 from stargraph_mem.stores.repositories.search import MAX_LIMIT, query_words
 from stargraph_mem.stores.scope import Partition
-from stargraph_mem.stores.sqlite.inline import inline_statements
 
 if TYPE_CHECKING:
     from stargraph_mem.stores.protocols import Database
@@ -239,17 +238,16 @@ class Recall:
         async def full_text() -> None:
             started = time.perf_counter()
             if kinds != "episodes" and fusion.fts > 0:
-                found = await self.database.facts.search(
+                found = await self.database.facts.search_ids(
                     " ".join(words),
                     user=user,
                     agent=agent,
                     limit=pool,
-                    touch=False,
                     include_history=include_history,
+                    valid_from_after_us=after_us,
+                    valid_from_before_us=before_us,
                 )
-                for hit in found:
-                    if _in_window(hit.fact.valid_from, window):
-                        lists.fts_facts.append(hit_key("fact", hit.fact.id))
+                lists.fts_facts = [hit_key("fact", fact_id) for fact_id in found]
             if kinds != "facts" and fusion.fts > 0:
                 episode_hits = await vectors.episode_text_hits(
                     key, words, limit=pool, after_us=after_us, before_us=before_us
@@ -290,11 +288,8 @@ class Recall:
                     lists.vector.append((hit_key(kind, item_id), score))
             times.add("vector", started)
 
-        # SQLite: the reads are short, so they run on this thread, not the connection's
-        # (two thread switches each cost more than the read)
-        with inline_statements():
-            await full_text()
-            await by_vector()
+        await full_text()
+        await by_vector()
 
         started = time.perf_counter()
         strategy = "entity" if entity is not None else GRAPH_STRATEGY[decision.intent]

@@ -451,6 +451,34 @@ class SQLFactRepository(Generic[ConnT]):
                 await db.executemany(self.queries.touch, [(row[0], now_us) for row in rows])
         return hits(rows)
 
+    async def search_ids(
+        self,
+        query: str,
+        *,
+        user: str,
+        agent: str,
+        limit: int = 10,
+        include_history: bool = False,
+        valid_from_after_us: int | None = None,
+        valid_from_before_us: int | None = None,
+    ) -> list[str]:
+        """The ids of what :meth:`search` with ``touch=False`` returns for one partition, in
+        its order, without building the facts (recall reads back only those it keeps);
+        those whose ``valid_from`` is before ``valid_from_after_us`` or not before
+        ``valid_from_before_us`` (microseconds since the epoch) left out."""
+        pattern = search_pattern(user, agent, None, None, None)
+        where, params = pattern_filter(pattern)
+        search = Search(query_words(query), where, params, check_limit(limit), include_history)
+        async with self._facts_reading() as db:
+            rows = await self._search_without_writing(db, search)
+        if rows is None:
+            async with self._facts_writing(None) as db:
+                await self._catch_up_text(db)
+                rows = await db.fetch(*self._search_sql(search))
+        low = -(2**63) if valid_from_after_us is None else valid_from_after_us
+        high = 2**63 - 1 if valid_from_before_us is None else valid_from_before_us
+        return [str(row[0]) for row in rows if low <= int(row[8]) < high]
+
     async def record_access(self, fact_ids: Sequence[str], *, at: datetime | None = None) -> None:
         """Count one read of each fact at ``at`` (default: now): for reads made outside
         :meth:`search`, such as a fact an agent put in a prompt. All or nothing; an unknown

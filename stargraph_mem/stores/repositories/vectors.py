@@ -15,12 +15,13 @@ Tables (both backends; see the SQLite store and PostgreSQL migration 7):
   full-text ranking is BM25 from an in-process index per partition
   (:mod:`~stargraph_mem.stores.repositories.word_index`), the same on both backends.
 
-Nothing here runs on the streaming ``record`` path: an episode or fact is embedded by :meth:`SQLVectorRepository.catch_up` (or :meth:`~SQLVectorRepository.backfill`),
-which a reader calls first. With nothing pending a catch-up is one statement of indexed
-maxima. Episode seqs and facts rowids are committed in order on both backends (one writer
-on SQLite, advisory locks on PostgreSQL), so a mark never skips a row; vector inserts take
-the ``vectors`` lock, so their ``seq`` is committed in order too and a reader's cache can
-catch up by reading only the rows above the highest seq it holds.
+Nothing here runs on the streaming ``record`` path: an episode or fact is embedded by
+:meth:`SQLVectorRepository.catch_up` (or :meth:`~SQLVectorRepository.backfill`), which a
+reader calls first. With nothing pending a catch-up is one statement of indexed maxima.
+Episode seqs and facts rowids are committed in order on both backends (one writer on
+SQLite, advisory locks on PostgreSQL), so a mark never skips a row; vector inserts take
+the ``vectors`` lock, so their ``seq`` is committed in order too and a reader's cache
+can catch up by reading only the rows above the highest seq it holds.
 
 :meth:`~SQLVectorRepository.nearest` ranks by exact cosine
 (:func:`~stargraph_mem.embedding.column_dot`, :func:`~stargraph_mem.embedding.top_scores`)
