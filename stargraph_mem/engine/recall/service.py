@@ -13,8 +13,9 @@ Strategies, each a ranked list of hits, fused by Reciprocal Rank Fusion
   lineage both ways (a fact's source episodes, the facts derived from an episode);
   ``general`` runs no graph strategy.
 
-Before reading, the partition's full-text index and vectors are caught up with what was
-recorded (a ``record`` never waits for an embedder; the next recall does that work).
+Before reading, the partition's vectors and the episodes' word index are caught up with
+what was recorded (a ``record`` never waits for an embedder; the next recall does that
+work).
 Only current facts are recalled unless ``include_history``; ``after``/``before`` keep
 episodes by their time and facts by their ``valid_from``.
 """

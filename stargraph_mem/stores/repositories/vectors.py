@@ -451,7 +451,7 @@ def _embedded(embedder: Embedder, texts: list[str], dimension: int) -> Matrix:
 
 
 class SQLVectorRepository:
-    """Vectors and the episodes' full-text index of one database, mixed into a backend's
+    """Vectors and the episodes' full-text ranking of one database, mixed into a backend's
     store (which supplies :class:`~stargraph_mem.stores.repositories.access.Access`)."""
 
     _vector_cache: VectorCache
@@ -493,9 +493,9 @@ class SQLVectorRepository:
     # --- catching up ------------------------------------------------------------------------
 
     async def catch_up(self, partition_key: str, embedder: Embedder) -> int:
-        """Index the episodes the full-text index lacks, then embed the partition's
-        episodes and current facts that have no vector of ``embedder``'s identity (one
-        ``embed`` call per :data:`EMBED_BATCH` texts); return how many were embedded.
+        """Embed the partition's episodes and current facts that have no vector of
+        ``embedder``'s identity (one ``embed`` call per :data:`EMBED_BATCH` texts); return
+        how many were embedded.
 
         Nothing pending costs one statement."""
         key = _check_partition(partition_key)
