@@ -244,8 +244,9 @@ class _Entry:
     """The vectors as columns (shape ``(dimension, capacity)``): a sparse query reads only
     the rows of its non-zero components (:func:`~stargraph_mem.embedding.column_dot`)."""
     times: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    statuses: npt.NDArray[np.object_] = field(default_factory=lambda: np.zeros(0, dtype=np.object_))
-    """Each fact's status when last read (``current`` for episodes)."""
+    statuses: npt.NDArray[np.int16] = field(default_factory=lambda: np.zeros(0, dtype=np.int16))
+    """Each fact's status when last read (``current`` for episodes), as its
+    :func:`status_code` (comparing small integers, not strings, over every row)."""
 
     def __post_init__(self) -> None:
         self.columns = np.zeros((self.dimension, 0), dtype=np.float32)
@@ -274,7 +275,7 @@ class _Entry:
                 continue
             self.columns[:, at] = vectors[i]
             self.times[at] = times[i]
-            self.statuses[at] = statuses[i]
+            self.statuses[at] = status_code(statuses[i])
         if not fresh:
             return
         n, m = self.size, len(fresh)
@@ -289,9 +290,20 @@ class _Entry:
         self.columns[:, n : n + m] = vectors[take].T
         self.times[n : n + m] = np.asarray(times, dtype=np.int64)[take]
         for j, i in enumerate(fresh):
-            self.statuses[n + j] = statuses[i]
+            self.statuses[n + j] = status_code(statuses[i])
             self.rows[ids[i]] = n + j
             self.ids.append(ids[i])
+
+
+_STATUS_CODES: dict[str, int] = {}
+
+
+def status_code(status: str) -> int:
+    """A small integer standing for ``status`` in this process (given on first use)."""
+    code = _STATUS_CODES.get(status)
+    if code is None:
+        code = _STATUS_CODES.setdefault(status, len(_STATUS_CODES))
+    return code
 
 
 def _grown(array: Any, capacity: int) -> Any:
@@ -724,9 +736,9 @@ class SQLVectorRepository:
                 statuses = entry.statuses[:n]
                 if len(wanted) == 1:
                     (only,) = wanted
-                    keep = statuses == only
+                    keep = statuses == status_code(only)
                 else:
-                    keep = np.isin(statuses, list(wanted))
+                    keep = np.isin(statuses, [status_code(status) for status in wanted])
                 mask = keep if mask is None else mask & keep
             if mask is None:
                 ranked = top_scores(scores, entry.ids, limit)
@@ -749,8 +761,8 @@ class SQLVectorRepository:
         for item_id in ids:
             status = now.get(item_id, "deleted")
             at = entry.rows[item_id]
-            if entry.statuses[at] != status:
-                entry.statuses[at] = status
+            if entry.statuses[at] != status_code(status):
+                entry.statuses[at] = status_code(status)
                 changed = True
         return changed
 
