@@ -62,7 +62,7 @@ from stargraph_mem.ir.models import (
 )
 from stargraph_mem.ir.operators import unknown_operator
 from stargraph_mem.ir.reference import evaluate
-from stargraph_mem.model.deltas import kind_creates
+from stargraph_mem.model.deltas import FLAG_STATUSES, kind_creates
 from stargraph_mem.model.limits import TEMPLATE_CHARS_MAX
 
 SAL_DROP = 9950
@@ -339,7 +339,7 @@ class Generator:
         if kind == "fact" and self.skips_pinned(info):
             out.append("(f_pinned FALSE)")
         if self.needs_archived and "status" not in pattern.where:
-            out.append('(f_status "current")')
+            out.append('(f_status ~"archived")')
         return out
 
     # --- relations and used fields -------------------------------------------------
@@ -851,7 +851,8 @@ class Generator:
                 if info.rule.claim
                 else f"(assert (sm-fired (r {program.symbol})))"
             )
-        for ref in emit.replaces:
+        # a flagging delete (challenged) leaves its facts current: they stay in CLIPS
+        for ref in () if emit.status in FLAG_STATUSES else emit.replaces:
             if isinstance(ref, ListVar):
                 out.append(
                     f"(progn$ (?i_x (explode$ {ctx.var(ref.list)})) "

@@ -871,7 +871,7 @@ class _Rows(Sequence[str]):
 
 def _status(valid_until_us: Any, status: Any) -> str:
     if valid_until_us is None:
-        return "current"
+        return "current" if status is None else str(status)  # challenged: current, flagged
     return "deleted" if status is None else str(status)
 
 
