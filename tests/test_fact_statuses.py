@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 from backends import Backend, NewLocation, snapshot
-from packs_helpers import first_issue
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp import Client
+from packs_helpers import first_issue
 from typer.testing import CliRunner
 
 from stargraph_mem.cli import app
@@ -185,7 +185,7 @@ async def test_refused_changes_name_the_problem_and_change_nothing(backend: Back
         ((t, "merged"), {"merged_into": "fnope"}, FactNotFoundError, "no fact with id 'fnope'"),
         (
             (t, "challenged"),
-            {"reason": "x", "at": datetime(2026, 5, 2)},  # noqa: DTZ001 - naive on purpose
+            {"reason": "x", "at": datetime(2026, 5, 2)},  # naive on purpose
             FactStatusError,
             "naive datetime",
         ),

@@ -378,6 +378,11 @@ async def update_status_in(
     new = _check_change(fact_id, status, reason, merged_into)
     fact, _ = await _fact(db, sql, fact_id)
     problem = transition_problem(fact.status, new)
+    if problem is None and batch.now_us < to_us(fact.valid_from):
+        problem = (
+            f"{from_us(batch.now_us).isoformat()} is before it became valid "
+            f"({fact.valid_from.isoformat()})"
+        )
     if problem is not None:
         raise _refuse(fact_id, new, problem, fact.status)
     if merged_into is not None:
