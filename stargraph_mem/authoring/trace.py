@@ -81,9 +81,12 @@ def _triple(delta: MemoryDelta) -> Triple | None:
 
 
 def touched_facts(delta: MemoryDelta) -> list[tuple[str, str]]:
-    """``(fact id, role)`` for every fact a delta replaces or reinforces."""
-    return [(fid, "replaces") for fid in delta.closed_ids] + [
-        (fid, "reinforces") for fid in delta.reinforced_ids
+    """``(fact id, role)`` for every fact a delta replaces, merges into or reinforces."""
+    into = getattr(delta, "merged_into", None)
+    return [
+        *((fid, "replaces") for fid in delta.closed_ids),
+        *(() if into is None else ((into, "merged_into"),)),
+        *((fid, "reinforces") for fid in delta.reinforced_ids),
     ]
 
 
