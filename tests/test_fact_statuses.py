@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from backends import Backend, NewLocation, snapshot
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp import Client
-from packs_helpers import first_issue
+from packs_helpers import engine_fact, first_issue, run_pass
 from typer.testing import CliRunner
 
 from stargraph_mem.cli import app
@@ -316,6 +317,48 @@ def test_the_compiler_checks_merged_into() -> None:
     assert first_issue(wrong) == (
         "rules/x.yaml:22:7: rules[0].emit.merged_into: 'merged_into' goes with 'status: merged'"
     )
+
+
+DOUBT_SWEEP = """\
+ir_version: 1
+pack: doubt_sweep
+version: "1"
+rules:
+  - id: doubt_weak
+    cadence: {cron: "0 3 * * *"}
+    when:
+      - fact: {as: f, confidence: {lt: 0.3}}
+    emit: {kind: delete, replaces: [f], sources: [f], status: challenged, reason: weak}
+  - id: see_archived
+    cadence: {cron: "0 3 * * *"}
+    when:
+      - fact: {as: a, status: archived, confidence: {lt: 0.1}}
+    emit: {kind: noop, sources: [a]}
+"""
+
+
+def test_a_flagging_rule_flags_each_fact_once() -> None:
+    """A rule that challenges facts matches only those not challenged yet (in the store,
+    or earlier in the pass: the fact is marked in CLIPS), so it never loops; its patterns
+    keep one test per slot beside a pack's archived-facts test."""
+    compiled = compile_text(DOUBT_SWEEP)
+    assert '(f_status ~"archived"&~"challenged")' in compiled.clips
+    assert '(modify ?i_fa_f (f_status "challenged"))' in compiled.clips
+    weak = replace(engine_fact("f1", ("s", "p", "o")), confidence=0.2)
+    flagged = replace(engine_fact("f2", ("s", "p", "q")), confidence=0.2, status="challenged")
+    strong = replace(engine_fact("f3", ("s", "p", "r")), confidence=0.9)
+    out = run_pass(compiled, [], [weak, flagged, strong], now=NOW)
+    assert [(d.kind, d.replaces, d.status) for d in out.deltas] == [
+        ("delete", ["f1"], "challenged")
+    ]
+    assert out.facts_after is not None
+    assert {f.id: f.status for f in out.facts_after} == {
+        "f1": "challenged",
+        "f2": "challenged",
+        "f3": "current",
+    }
+    again = run_pass(compiled, [], list(out.facts_after), now=NOW + HOUR)
+    assert list(again.deltas) == []
 
 
 # --- a property: any sequence of requested changes ------------------------------------------
