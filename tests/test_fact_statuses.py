@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -191,11 +192,26 @@ async def test_refused_changes_name_the_problem_and_change_nothing(backend: Back
             "naive datetime",
         ),
         ((t, "challenged"), {"reason": "a\x00b"}, FactStatusError, "NUL"),
+        (
+            (t, "deleted"),
+            {"user": "bob"},
+            FactStatusError,
+            "it belongs to user 'alice' agent 'a1', not user 'bob' agent None",
+        ),
+        ((t, "deleted"), {"agent": "a2"}, FactStatusError, "not user None agent 'a2'"),
+        (
+            (t, "deleted"),
+            {"at": T0 - HOUR},
+            FactStatusError,
+            "2026-05-01T08:00:00+00:00 is before it became valid (2026-05-01T09:00:00+00:00)",
+        ),
     ]
     for args, kwargs, error, message in cases:
-        with pytest.raises(error, match=message.replace("(", r"\(").replace(")", r"\)")):
+        with pytest.raises(error, match=re.escape(message)):
             await store.update_status(*args, **kwargs)
     assert await snapshot(store) == before
+    done = await store.update_status(t, "deleted", user="alice", agent="a1", at=T0)
+    assert (done.status, done.valid_until) == ("deleted", T0)
 
 
 # --- rules emit them ------------------------------------------------------------------------
@@ -528,6 +544,7 @@ async def test_mcp_update_status_and_status_history(new_location: NewLocation) -
             ({"fact_id": g, "status": "merged", "merged_into": g}, "merged into itself"),
             ({"fact_id": g, "status": "deleted", "users": "x"}, "users"),
             ({"fact_id": g, "status": "deleted", "at": "2026-05-04T09:00:00"}, "UTC offset"),
+            ({"fact_id": g, "status": "deleted", "user": "bob"}, "it belongs to user 'alice'"),
             ({"fact_id": "fnope", "status": "deleted"}, "no fact with id"),
         ]:
             refused = await client.call_tool("update_status", arguments)

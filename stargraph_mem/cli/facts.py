@@ -369,6 +369,12 @@ def update_status(
         str | None,
         typer.Option("--at", help="When (ISO 8601 with a UTC offset; default now)."),
     ] = None,
+    user: Annotated[
+        str | None, typer.Option("--user", help="Refuse unless the fact is this user's.")
+    ] = None,
+    agent: Annotated[
+        str | None, typer.Option("--agent", help="Refuse unless the fact is this agent's.")
+    ] = None,
 ) -> None:
     """Change a fact's status (specification 004's update_status): challenged flags a
     current fact (still current, left out of search and recall), active clears the flag,
@@ -380,7 +386,7 @@ def update_status(
     after = fact_write(
         db,
         lambda store: store.update_status(
-            fact_id, status, reason=reason, merged_into=merged_into, at=when
+            fact_id, status, reason=reason, merged_into=merged_into, at=when, user=user, agent=agent
         ),
     )
     old, new = spec_status(before.status), spec_status(after.status)

@@ -693,6 +693,8 @@ class Consolidator(AsyncResource):
         reason: str = "",
         merged_into: str | None = None,
         at: datetime | None = None,
+        user: str | None = None,
+        agent: str | None = None,
     ) -> Fact:
         """Move a fact to ``status`` (specification 004's ``update_status``): ``challenged``
         flags it (still current, left out of search and recall), ``active`` clears the
@@ -700,9 +702,10 @@ class Consolidator(AsyncResource):
         ``invalidated``, ``deleted``, ``expired`` or ``archived`` close it. ``challenged``
         and ``invalidated`` need a ``reason``. Audited, and in :meth:`status_history`;
         anything refused raises :class:`FactStatusError` or :class:`FactNotFoundError` and
-        changes nothing. Returns the fact as it is now."""
+        changes nothing (``user``/``agent``, when given, must be the fact's). Returns the
+        fact as it is now."""
         return await self.fact_store.update_status(
-            fact_id, status, reason=reason, merged_into=merged_into, at=at
+            fact_id, status, reason=reason, merged_into=merged_into, at=at, user=user, agent=agent
         )
 
 

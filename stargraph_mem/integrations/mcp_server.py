@@ -1143,6 +1143,12 @@ def build_server(mem: Consolidator, *, name: str = SERVER_NAME) -> MCPServer[Any
             Timestamp | None,
             Field(description="When (ISO 8601 with a UTC offset). Default: now."),
         ] = None,
+        user: Annotated[
+            Scope | None, Field(description="The fact's user (checked when given).")
+        ] = None,
+        agent: Annotated[
+            Scope | None, Field(description="The fact's agent (checked when given).")
+        ] = None,
     ) -> StatusUpdate:
         """Change a fact's lifecycle status, with a reason: challenge a belief that newer
         evidence contradicts, clear a challenge (active), mark it merged into another fact,
@@ -1154,7 +1160,13 @@ def build_server(mem: Consolidator, *, name: str = SERVER_NAME) -> MCPServer[Any
         with _refused():
             before = await mem.fact_store.get(fact_id)
             fact = await mem.update_status(
-                fact_id, status, reason=reason, merged_into=merged_into, at=when
+                fact_id,
+                status,
+                reason=reason,
+                merged_into=merged_into,
+                at=when,
+                user=user,
+                agent=agent,
             )
             changes = await mem.status_history(fact_id, shape="spec")
         return StatusUpdate(

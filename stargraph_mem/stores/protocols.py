@@ -194,6 +194,8 @@ class FactRepository(FactStore, Protocol):
         reason: str = "",
         merged_into: str | None = None,
         at: datetime | None = None,
+        user: str | None = None,
+        agent: str | None = None,
     ) -> Fact: ...
 
     async def aggregates_of(

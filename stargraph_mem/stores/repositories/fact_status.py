@@ -366,6 +366,7 @@ async def update_status_in(
     status: str,
     reason: str,
     merged_into: str | None,
+    partition: tuple[str | None, str | None] = (None, None),
 ) -> Fact:
     """Move a fact to ``status`` inside the caller's transaction, stamped at the batch's
     time; the fact as it is now. A challenge or a close is a delete delta of rule
@@ -374,9 +375,19 @@ async def update_status_in(
     :class:`FactStatusError` (nothing written): an unknown status, a missing reason where
     :data:`~stargraph_mem.model.lifecycle.REASON_REQUIRED`, a transition
     :func:`~stargraph_mem.model.lifecycle.transition_problem` refuses, a ``merged_into``
-    that is not a current fact of the same (user, agent)."""
+    that is not a current fact of the same (user, agent), a fact of another ``partition``
+    (``(user, agent)``, either None: any)."""
     new = _check_change(fact_id, status, reason, merged_into)
     fact, _ = await _fact(db, sql, fact_id)
+    user, agent = partition
+    if (user is not None and user != fact.user) or (agent is not None and agent != fact.agent):
+        raise _refuse(
+            fact_id,
+            new,
+            f"it belongs to user {fact.user!r} agent {fact.agent!r}, not "
+            f"user {user!r} agent {agent!r}",
+            fact.status,
+        )
     problem = transition_problem(fact.status, new)
     if problem is None and batch.now_us < to_us(fact.valid_from):
         problem = (

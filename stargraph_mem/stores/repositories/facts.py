@@ -588,6 +588,8 @@ class SQLFactRepository(Generic[ConnT]):
         reason: str = "",
         merged_into: str | None = None,
         at: datetime | None = None,
+        user: str | None = None,
+        agent: str | None = None,
     ) -> Fact:
         """Move a fact to ``status`` (specification 004's ``update_status``) and return it
         as it is now: ``challenged`` flags a current fact (it stays current, left out of
@@ -596,7 +598,8 @@ class SQLFactRepository(Generic[ConnT]):
         or ``archived`` close it. A reason is required for ``challenged`` and
         ``invalidated``. Each change is in the audit (a delete delta of rule
         ``update_status``) or, clearing a flag, a status event, and in
-        :meth:`status_history`. Stamped ``at`` (an aware time; default now). Anything
+        :meth:`status_history`. Stamped ``at`` (an aware time, not before the fact became
+        valid; default now). ``user``/``agent``, when given, must be the fact's. Anything
         refused raises (:class:`FactStatusError`, :class:`FactNotFoundError`) and
         changes nothing."""
         fact_id = check_fact_id(fact_id)
@@ -612,7 +615,9 @@ class SQLFactRepository(Generic[ConnT]):
                     status=None,
                 ) from exc
         async with self._applying("", at) as (db, batch, _):
-            return await update_status_in(db, self.sql, batch, fact_id, status, reason, merged_into)
+            return await update_status_in(
+                db, self.sql, batch, fact_id, status, reason, merged_into, (user, agent)
+            )
 
     # --- statuses and pins --------------------------------------------------------------
 
