@@ -314,6 +314,8 @@ async def test_rules_challenge_and_merge_facts(new_location: NewLocation, tmp_pa
         )
         assert recalled.hits[0].id == owns
         assert set(recalled.hits[0].strategies) >= {"fts", "vector"}
+        assert await mem.pin(owns, reason="keep while in doubt") is True  # current: pinnable
+        assert [e.status for e in await mem.status_history(owns)][-1] == "challenged"
 
 
 def test_the_compiler_checks_merged_into() -> None:

@@ -123,8 +123,9 @@ async def _fact(db: Conn, sql: FactStatements, fact_id: str) -> tuple[Fact, str 
 
 
 def check_status(fact: Fact, action: str, wanted: str = "current") -> None:
-    """Raise :class:`FactStatusError` unless ``fact`` has status ``wanted``."""
-    if fact.status != wanted:
+    """Raise :class:`FactStatusError` unless ``fact`` has status ``wanted`` (``current``:
+    any current fact, a challenged one too)."""
+    if fact.status != wanted and not (wanted == CURRENT and fact.is_current):
         raise FactStatusError(
             f"cannot {action} fact {fact.id}: it is {fact.status}, not {wanted}",
             fact_id=fact.id,
