@@ -59,7 +59,14 @@ if TYPE_CHECKING:
         UpdateDelta,
     )
     from stargraph_mem.model.episodes import Episode
-    from stargraph_mem.model.facts import Fact, FactAccess, FactHit, FactPattern, StatusEvent
+    from stargraph_mem.model.facts import (
+        Fact,
+        FactAccess,
+        FactHit,
+        FactPattern,
+        StatusChange,
+        StatusEvent,
+    )
     from stargraph_mem.model.limits import Limits
     from stargraph_mem.salience import RuleBasedScorer, SalienceContext, SalienceScorer
     from stargraph_mem.stores.fact import Explanation, FactStore
@@ -83,6 +90,7 @@ _LAZY: dict[str, str] = {
     "FactHit": "stargraph_mem.model.facts",
     "FactAccess": "stargraph_mem.model.facts",
     "StatusEvent": "stargraph_mem.model.facts",
+    "StatusChange": "stargraph_mem.model.facts",
     "AddDelta": "stargraph_mem.model.deltas",
     "UpdateDelta": "stargraph_mem.model.deltas",
     "DeleteDelta": "stargraph_mem.model.deltas",
@@ -198,6 +206,7 @@ __all__ = [
     "SearchError",
     "StalePassError",
     "StargraphMemError",
+    "StatusChange",
     "StatusEvent",
     "StoreConfigError",
     "StoreError",

@@ -282,13 +282,13 @@ rules:
             "      sources: [f]\n",
             "      sources: [f]\n      status: gone\n",
             "rules/x.yaml:14:7: rules[0].emit.status: expected 'deleted', 'expired', "
-            "'archived' or 'invalidated'",
+            "'archived', 'invalidated', 'merged' or 'challenged'",
         ),
         (
             "kind: delete\n      replaces: [f]",
             "kind: noop\n      status: expired",
             "rules/x.yaml:12:7: rules[0].emit.status: only 'delete' takes 'status' (one of "
-            "deleted, expired, archived, invalidated), not 'noop'",
+            "deleted, expired, archived, invalidated, merged, challenged), not 'noop'",
         ),
         (
             "confidence: {bind: c}}",
@@ -300,7 +300,7 @@ rules:
             "subject: {bind: s}, confidence",
             "subject: {bind: s}, status: deleted, confidence",
             "rules/x.yaml:9:43: rules[0].when[0].fact.status: never matches: a fact a rule "
-            "sees has status 'current' or 'archived'",
+            "sees has status 'current' or 'challenged' or 'archived'",
         ),
         (
             "{min: [{var: c}, 0.5]}",

@@ -473,8 +473,8 @@ def test_cli_restore_history_and_facts_by_status(new_location: NewLocation) -> N
     assert _cli("restore", tea.new_fact_id, "--db", db) == (1, "", not_archived)
     bad = _cli("facts", "--db", db, "--status", "gone")
     assert bad[0] == 2 and bad[2] == (
-        "error: --status must be one of current, superseded, deleted, expired, archived, "
-        "invalidated or all, got 'gone'\n"
+        "error: --status must be one of current, challenged, superseded, deleted, expired, "
+        "archived, invalidated, merged, active or all, got 'gone'\n"
     )
     code, out, _ = _cli("explain", r, "--db", db, "--json")
     assert [e["event"] for e in orjson.loads(out)["status_history"]] == [
@@ -483,11 +483,12 @@ def test_cli_restore_history_and_facts_by_status(new_location: NewLocation) -> N
         "restored",
     ]
     code, out, _ = _cli("explain", g, "--db", db)
-    assert out.splitlines()[-3:] == [
+    assert out.splitlines()[-4:] == [
         "  status     deleted",
         f"  history    2026-05-01T09:00:00+00:00 created rule=r1 delta={gin.delta_id}",
         f"  history    2026-05-01T10:00:00+00:00 deleted rule=r3 delta={_delete_id(g, HOUR)} "
         "reason=deleted by r3",
+        "  change     2026-05-01T10:00:00+00:00 active -> deleted reason=deleted by r3",
     ]
 
 

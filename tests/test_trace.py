@@ -82,6 +82,8 @@ def test_explain_text_of_a_superseded_fact(tmp_path: Path) -> None:
         "reason=first observation of (alice, likes)",
         "  history    2026-03-02T03:00:00+00:00 superseded rule=changed_object_update "
         f"delta={update.delta_id} by={update.fact_id} reason=(alice, likes) changed to coffee",
+        "  change     2026-03-02T03:00:00+00:00 active -> superseded "
+        "reason=(alice, likes) changed to coffee",
     ]
 
 

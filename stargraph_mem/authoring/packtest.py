@@ -170,7 +170,10 @@ class ExpectedDelta(_Model):
     confidence: float | None = None
     reason: str | None = None
     status: str | None = None
-    """The closing status of a delete (``deleted``, ``expired``, ``archived``, ``invalidated``)."""
+    """The status a delete gives (``deleted``, ``expired``, ``archived``, ``invalidated``,
+    ``merged``, ``challenged``)."""
+    merged_into: str | None = None
+    """A merge's target: a seeded fact's id or the episode id that made it."""
     bindings: dict[str, JsonValue] | None = None
 
 
@@ -591,6 +594,9 @@ def delta_view(delta: MemoryDelta, run: CaseRun) -> View:
     )
     if kind_takes(delta.kind, "status"):
         view["status"] = delta.close_status
+    into = getattr(delta, "merged_into", None)
+    if into is not None:
+        view["merged_into"] = run.name(into)
     return view
 
 

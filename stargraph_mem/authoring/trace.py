@@ -18,7 +18,7 @@ from stargraph_mem.engine.api import Consolidator
 from stargraph_mem.engine.passes.report import PassReport
 from stargraph_mem.errors import FactNotFoundError
 from stargraph_mem.model.deltas import FactDelta, MemoryDelta
-from stargraph_mem.model.facts import Fact, StatusEvent
+from stargraph_mem.model.facts import Fact, StatusChange, StatusEvent, status_changes
 from stargraph_mem.stores.fact import Explanation
 
 Triple = tuple[str, str, str]
@@ -81,9 +81,12 @@ def _triple(delta: MemoryDelta) -> Triple | None:
 
 
 def touched_facts(delta: MemoryDelta) -> list[tuple[str, str]]:
-    """``(fact id, role)`` for every fact a delta replaces or reinforces."""
-    return [(fid, "replaces") for fid in delta.closed_ids] + [
-        (fid, "reinforces") for fid in delta.reinforced_ids
+    """``(fact id, role)`` for every fact a delta replaces, merges into or reinforces."""
+    into = getattr(delta, "merged_into", None)
+    return [
+        *((fid, "replaces") for fid in delta.closed_ids),
+        *(() if into is None else ((into, "merged_into"),)),
+        *((fid, "reinforces") for fid in delta.reinforced_ids),
     ]
 
 
@@ -260,10 +263,18 @@ def explanation_lines(why: Explanation) -> list[str]:
     ]
     extra.append(("status", fact.status))
     extra += [("history", status_event_text(event)) for event in why.status_history]
+    changes = status_changes(list(why.status_history))
+    extra += [("change", status_change_text(change)) for change in changes]
     return trace_lines(explanation_trace(why), extra)
 
 
-_RELATED = {"created": "from", "superseded": "by", "restored": "as", "pinned": "from"}
+_RELATED = {
+    "created": "from",
+    "superseded": "by",
+    "merged": "into",
+    "restored": "as",
+    "pinned": "from",
+}
 """How a status event names its related fact (see ``StatusEvent.related_fact_id``)."""
 
 
@@ -279,3 +290,9 @@ def status_event_text(event: StatusEvent) -> str:
     if event.reason:
         parts.append(f"reason={event.reason}")
     return " ".join(parts)
+
+
+def status_change_text(change: StatusChange) -> str:
+    """One status change (specification 004's shape) on one line: time, old -> new, reason."""
+    text = f"{change.changed_at.isoformat()} {change.old} -> {change.new}"
+    return f"{text} reason={change.reason}" if change.reason else text

@@ -24,7 +24,7 @@ from stargraph_mem.cli.base import (
 )
 
 if TYPE_CHECKING:
-    from stargraph_mem.model.facts import Fact, FactHit
+    from stargraph_mem.model.facts import Fact, FactHit, FactPattern
     from stargraph_mem.stores.fact import Explanation
     from stargraph_mem.stores.protocols import FactRepository
 
@@ -105,12 +105,20 @@ def facts(
             "--json", help="One JSON object per line (with --search: {fact, score} per line)."
         ),
     ] = False,
+    include_challenged: Annotated[
+        bool,
+        typer.Option(
+            "--include-challenged",
+            help="With --search: challenged facts too (left out by default).",
+        ),
+    ] = False,
     status: Annotated[
         str | None,
         typer.Option(
             "--status",
             metavar="STATUS",
-            help="Facts with this status instead of the current ones: current, superseded, "
+            help="Facts with this status instead of the current ones: current (challenged "
+            "ones too), active (current, not challenged), challenged, superseded, merged, "
             "deleted, expired, archived, invalidated, or all.",
         ),
     ] = None,
@@ -127,11 +135,27 @@ def facts(
         usage_fail("--search finds current facts; it cannot be combined with --as-of")
     if status is not None and (search is not None or when is not None):
         usage_fail("--status cannot be combined with --search or --as-of")
-    if status is not None and status not in (*FACT_STATUSES, "all"):
-        usage_fail(f"--status must be one of {', '.join(FACT_STATUSES)} or all, got {status!r}")
+    if status is not None and status not in (*FACT_STATUSES, "active", "all"):
+        usage_fail(
+            f"--status must be one of {', '.join(FACT_STATUSES)}, active or all, got {status!r}"
+        )
+    if search is None and include_challenged:
+        usage_fail("--include-challenged goes with --search")
     if search is not None:
         search_facts(
-            db, search, user, agent, subject, predicate, min_confidence, limit, touch, as_json
+            db,
+            search,
+            FactPattern(
+                user=user,
+                agent=agent,
+                subject=subject,
+                predicate=predicate,
+                min_confidence=min_confidence,
+                limit=limit,
+            ),
+            touch,
+            as_json,
+            include_challenged,
         )
         return
 
@@ -156,7 +180,7 @@ def facts(
             typer.echo(fact.model_dump_json())
         return
     head = ["ID", "USER", "AGENT", "SUBJECT", "PREDICATE", "CONFIDENCE", "OBJECT"]
-    shown = status not in (None, "current")
+    shown = status not in (None, "active") or any(f.status != "current" for f in found)
     rows: list[list[str]] = [[*head[:-1], "STATUS", "OBJECT"] if shown else head]
     for f in found:
         what = object_column(f)
@@ -175,28 +199,26 @@ def object_column(fact: Fact) -> str:
 def search_facts(
     db: str,
     query: str,
-    user: str | None,
-    agent: str | None,
-    subject: str | None,
-    predicate: str | None,
-    min_confidence: float | None,
-    limit: int,
+    pattern: FactPattern,
     touch: bool,
     as_json: bool,
+    include_challenged: bool,
 ) -> None:
-    """``facts --search``: ranked hits as a table (with SCORE) or JSON lines."""
+    """``facts --search``: ranked hits (``pattern``: the filters and the limit) as a table
+    (with SCORE) or JSON lines."""
 
     async def action() -> list[FactHit]:
         async with opened(db, "facts") as database:
             return await database.facts.search(
                 query,
-                user=user,
-                agent=agent,
-                subject=subject,
-                predicate=predicate,
-                min_confidence=min_confidence,
-                limit=limit,
+                user=pattern.user,
+                agent=pattern.agent,
+                subject=pattern.subject,
+                predicate=pattern.predicate,
+                min_confidence=pattern.min_confidence,
+                limit=pattern.limit or 10,
                 touch=touch,
+                include_challenged=include_challenged,
             )
 
     hits = run(action())
@@ -283,13 +305,90 @@ def restore(fact_id: FactIdArg, db: DbOption = DEFAULT_DB, reason: ReasonOption 
 
 
 @app.command()
-def history(fact_id: FactIdArg, db: DbOption = DEFAULT_DB, as_json: JsonOption = False) -> None:
-    """A fact's status history, oldest first: created, pinned, unpinned, its closing status
-    (superseded, deleted, expired, archived, invalidated), restored."""
-    from stargraph_mem.authoring.trace import status_event_text
+def history(
+    fact_id: FactIdArg,
+    db: DbOption = DEFAULT_DB,
+    as_json: JsonOption = False,
+    spec: Annotated[
+        bool,
+        typer.Option(
+            "--spec",
+            help="Only its status changes, as specification 004 writes them: "
+            "{old, new, reason, changed_at} (active for current).",
+        ),
+    ] = False,
+) -> None:
+    """A fact's status history, oldest first: created, pinned, unpinned, challenged,
+    cleared (current), its closing status (superseded, merged, deleted, expired, archived,
+    invalidated), restored."""
+    from stargraph_mem.authoring.trace import status_change_text, status_event_text
 
+    if spec:
+        changes = fact_write(db, lambda store: store.status_history(fact_id, shape="spec"))
+        if as_json:
+            echo_json([change.model_dump(mode="json") for change in changes])
+            return
+        echo_lines([status_change_text(change) for change in changes])
+        return
     events = fact_write(db, lambda store: store.status_history(fact_id))
     if as_json:
         echo_json([event.model_dump(mode="json") for event in events])
         return
     echo_lines([status_event_text(event) for event in events])
+
+
+@app.command("update-status")
+def update_status(
+    fact_id: FactIdArg,
+    status: Annotated[
+        str,
+        typer.Argument(
+            help="The new status: active (clears a challenge), challenged, merged, "
+            "invalidated, deleted, expired or archived.",
+            show_default=False,
+        ),
+    ],
+    db: DbOption = DEFAULT_DB,
+    reason: Annotated[
+        str,
+        typer.Option(
+            "--reason",
+            help="Why, kept in the fact's status history (required for challenged and "
+            "invalidated).",
+        ),
+    ] = "",
+    merged_into: Annotated[
+        str | None,
+        typer.Option(
+            "--merged-into",
+            metavar="FACT_ID",
+            help="With merged: the current fact (same user and agent) it was merged into.",
+        ),
+    ] = None,
+    at: Annotated[
+        str | None,
+        typer.Option("--at", help="When (ISO 8601 with a UTC offset; default now)."),
+    ] = None,
+    user: Annotated[
+        str | None, typer.Option("--user", help="Refuse unless the fact is this user's.")
+    ] = None,
+    agent: Annotated[
+        str | None, typer.Option("--agent", help="Refuse unless the fact is this agent's.")
+    ] = None,
+) -> None:
+    """Change a fact's status (specification 004's update_status): challenged flags a
+    current fact (still current, left out of search and recall), active clears the flag,
+    the others close it. Audited and kept in its status history."""
+    from stargraph_mem.model.lifecycle import spec_status
+
+    when = parse_aware(at, "--at")
+    before = fact_write(db, lambda store: store.get(fact_id))
+    after = fact_write(
+        db,
+        lambda store: store.update_status(
+            fact_id, status, reason=reason, merged_into=merged_into, at=when, user=user, agent=agent
+        ),
+    )
+    old, new = spec_status(before.status), spec_status(after.status)
+    into = f" into {after.superseded_by}" if after.status == "merged" else ""
+    typer.echo(f"{fact_id}: {old} -> {new}{into}")

@@ -86,7 +86,12 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "pin": ('stargraph-mem pin FACT_ID --reason "the user asked to keep it"',),
     "unpin": ("stargraph-mem unpin FACT_ID",),
     "restore": ('stargraph-mem restore FACT_ID --reason "archived too early"',),
-    "history": ("stargraph-mem history FACT_ID",),
+    "history": ("stargraph-mem history FACT_ID", "stargraph-mem history FACT_ID --spec --json"),
+    "update-status": (
+        'stargraph-mem update-status FACT_ID challenged --reason "two sources disagree"',
+        'stargraph-mem update-status FACT_ID active --reason "checked: still true"',
+        "stargraph-mem update-status FACT_ID invalidated --reason wrong",
+    ),
     "ingest": (
         "stargraph-mem ingest episodes.jsonl",
         "stargraph-mem ingest --max-errors 5 episodes.jsonl",

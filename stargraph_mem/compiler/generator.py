@@ -62,7 +62,7 @@ from stargraph_mem.ir.models import (
 )
 from stargraph_mem.ir.operators import unknown_operator
 from stargraph_mem.ir.reference import evaluate
-from stargraph_mem.model.deltas import kind_creates
+from stargraph_mem.model.deltas import FLAG_STATUSES, kind_creates
 from stargraph_mem.model.limits import TEMPLATE_CHARS_MAX
 
 SAL_DROP = 9950
@@ -314,7 +314,11 @@ class Generator:
         tested = {f for _, _, pattern in self.fact_patterns() for f in pattern.where}
         if any(self.skips_pinned(info) for info in self.analysis.rules if info.rule.enabled):
             tested.add("pinned")
-        if self.needs_archived:
+        if self.needs_archived or any(
+            info.rule.emit.status in FLAG_STATUSES
+            for info in self.analysis.rules
+            if info.rule.enabled
+        ):
             tested.add("status")
         return tuple(f for f in LIFECYCLE_FIELDS if f in tested)
 
@@ -339,8 +343,20 @@ class Generator:
         if kind == "fact" and self.skips_pinned(info):
             out.append("(f_pinned FALSE)")
         if self.needs_archived and "status" not in pattern.where:
-            out.append('(f_status "current")')
+            out.append(_NOT_ARCHIVED)
         return out
+
+    @staticmethod
+    def unflagged(info: RuleInfo, pattern: Any, alias: str) -> list[str]:
+        """A rule that flags the facts it names (``status: challenged``) matches only
+        facts not flagged so already, unless its pattern tests ``status`` itself: it
+        flags each once (see :meth:`rhs`, which marks them in CLIPS too)."""
+        status = info.rule.emit.status
+        if status not in FLAG_STATUSES or "status" in pattern.where:
+            return []
+        if alias not in info.rule.emit.replaces:
+            return []
+        return [f"(f_status ~{clips_string(str(status))})"]
 
     # --- relations and used fields -------------------------------------------------
 
@@ -627,7 +643,12 @@ class Generator:
         else:
             parts = [f"(f_id {fid})", *self.slots(ctx, where, FACT_FIELDS, alias, forced=forced)]
         parts += self.payload_slots(ctx, pattern, alias)
-        parts += self.implicit(ctx.info, "fact", pattern)
+        implicit = self.implicit(ctx.info, "fact", pattern)
+        flagged = self.unflagged(ctx.info, pattern, alias)
+        if flagged and _NOT_ARCHIVED in implicit:  # one test per slot: both in one
+            implicit.remove(_NOT_ARCHIVED)
+            flagged = [_NOT_ARCHIVED[:-1] + "&" + flagged[0].removeprefix("(f_status ")]
+        parts += implicit + flagged
         if self.observes:
             cond = where.get("observed_at")
             if cond is None:
@@ -851,7 +872,13 @@ class Generator:
                 if info.rule.claim
                 else f"(assert (sm-fired (r {program.symbol})))"
             )
-        for ref in emit.replaces:
+        # a flagging delete (challenged) leaves its facts current: they stay in CLIPS,
+        # flagged (a rule matching its own facts' status would match them again)
+        flags = emit.status in FLAG_STATUSES
+        for ref in emit.replaces if flags else ():
+            if not isinstance(ref, ListVar) and info.aliases.get(ref) == "fact":
+                out.append(f"(modify ?i_fa_{ref} (f_status {clips_string(str(emit.status))}))")
+        for ref in () if flags else emit.replaces:
             if isinstance(ref, ListVar):
                 out.append(
                     f"(progn$ (?i_x (explode$ {ctx.var(ref.list)})) "
@@ -1244,6 +1271,10 @@ def arithmetic_operands(op: Any) -> list[Any]:
 def uses_reinforce(op: Any) -> bool:
     """Whether a confidence uses the ``reinforce`` operation (the update confirms a fact)."""
     return isinstance(op, ReinforceOp) or any(uses_reinforce(x) for x in arithmetic_operands(op))
+
+
+_NOT_ARCHIVED: Final = '(f_status ~"archived")'
+"""The test a pack that reads archived facts adds to its patterns that do not test status."""
 
 
 def admits_archived(pattern: Any) -> bool:

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from datetime import datetime
 from pathlib import Path
+from typing import Literal, overload
 
 from stargraph_mem import telemetry
 from stargraph_mem.compiler.pack import CompiledPack, compile_file
@@ -41,6 +42,7 @@ from stargraph_mem.model.facts import (
     FactAccess,
     FactHit,
     FactPattern,
+    StatusChange,
     StatusEvent,
     StatusFilter,
 )
@@ -492,9 +494,11 @@ class Consolidator(AsyncResource):
         limit: int = 10,
         touch: bool = True,
         include_history: bool = False,
+        include_challenged: bool = False,
     ) -> list[FactHit]:
-        """Current facts (closed ones too with ``include_history``) ranked for ``query``
-        (any of its words), within the filters.
+        """Current facts ranked for ``query`` (any of its words), within the filters:
+        challenged facts too with ``include_challenged``, every fact (closed ones too) with
+        ``include_history``.
 
         Records each returned fact's access unless ``touch=False``; see
         :meth:`SQLiteFactStore.search <stargraph_mem.stores.sqlite_fact.SQLiteFactStore.search>`.
@@ -511,6 +515,7 @@ class Consolidator(AsyncResource):
                 limit=limit,
                 touch=touch,
                 include_history=include_history,
+                include_challenged=include_challenged,
             )
             span.set_attribute("stargraph_mem.recall.hits", len(hits))
         observe.recall(time.perf_counter() - t0)
@@ -531,6 +536,7 @@ class Consolidator(AsyncResource):
         weights: RecallWeights | Mapping[str, float] | None = None,
         k: int | None = None,
         touch: bool = True,
+        include_challenged: bool = False,
     ) -> RecallResult:
         """Facts and episodes of the partition ``(user, agent)`` relevant to ``query``,
         best first: full-text, vector and graph strategies fused by Reciprocal Rank Fusion
@@ -540,11 +546,12 @@ class Consolidator(AsyncResource):
         ``kinds``: ``facts``, ``episodes`` or ``both``. ``after``/``before``: ``last_week``,
         ``last_month``, ``today``, ``yesterday``, ``YYYY-MM-DD`` or an aware datetime
         (episodes by their time, facts by ``valid_from``). ``limit`` defaults by the
-        query's complexity (5, or 20 for a complex query). Only current facts unless
-        ``include_history``. ``entity`` restricts facts to one entity's and names it in the
-        context. Each hit says which strategies ranked it and where; ``.context(...)`` of
-        the result is a markdown block within a token budget. Returned facts' access is
-        recorded unless ``touch=False``.
+        query's complexity (5, or 20 for a complex query). Only current facts that are not
+        challenged, unless ``include_challenged`` (challenged ones too) or
+        ``include_history`` (every fact). ``entity`` restricts facts to one entity's and
+        names it in the context. Each hit says which strategies ranked it and where;
+        ``.context(...)`` of the result is a markdown block within a token budget.
+        Returned facts' access is recorded unless ``touch=False``.
         """
         t0 = time.perf_counter()
         times = StrategyTimes()
@@ -563,6 +570,7 @@ class Consolidator(AsyncResource):
                 before=before,
                 limit=limit,
                 include_history=include_history,
+                include_challenged=include_challenged,
                 entity=entity,
                 weights=weights,
                 k=k,
@@ -664,9 +672,46 @@ class Consolidator(AsyncResource):
         and confidence whose predecessor is the archived one (which stays archived)."""
         return await self.fact_store.restore(fact_id, reason=reason)
 
-    async def status_history(self, fact_id: str) -> list[StatusEvent]:
-        """What happened to a fact, oldest first: created, pins, its close, a restore."""
-        return await self.fact_store.status_history(fact_id)
+    @overload
+    async def status_history(
+        self, fact_id: str, *, shape: Literal["events"] = "events"
+    ) -> list[StatusEvent]: ...
+    @overload
+    async def status_history(
+        self, fact_id: str, *, shape: Literal["spec"]
+    ) -> list[StatusChange]: ...
+    async def status_history(
+        self, fact_id: str, *, shape: Literal["events", "spec"] = "events"
+    ) -> list[StatusEvent] | list[StatusChange]:
+        """What happened to a fact, oldest first: created, pins, challenges, its close, a
+        restore; with ``shape="spec"``, its status transitions as specification 004 writes
+        them, ``{old, new, reason, changed_at}``."""
+        if shape == "spec":
+            return await self.fact_store.status_history(fact_id, shape="spec")
+        return await self.fact_store.status_history(fact_id, shape=shape)
+
+    async def update_status(
+        self,
+        fact_id: str,
+        status: str,
+        *,
+        reason: str = "",
+        merged_into: str | None = None,
+        at: datetime | None = None,
+        user: str | None = None,
+        agent: str | None = None,
+    ) -> Fact:
+        """Move a fact to ``status`` (specification 004's ``update_status``): ``challenged``
+        flags it (still current, left out of search and recall), ``active`` clears the
+        flag, ``merged`` (into ``merged_into``, a current fact of the same user and agent),
+        ``invalidated``, ``deleted``, ``expired`` or ``archived`` close it. ``challenged``
+        and ``invalidated`` need a ``reason``. Audited, and in :meth:`status_history`;
+        anything refused raises :class:`FactStatusError` or :class:`FactNotFoundError` and
+        changes nothing (``user``/``agent``, when given, must be the fact's). Returns the
+        fact as it is now."""
+        return await self.fact_store.update_status(
+            fact_id, status, reason=reason, merged_into=merged_into, at=at, user=user, agent=agent
+        )
 
 
 def _token(state: RunState | None) -> str:

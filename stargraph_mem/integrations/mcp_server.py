@@ -3,7 +3,8 @@
 Tools: ``record_episode``, ``search_facts``, ``list_facts``, ``explain_fact`` and
 ``consolidate``; the agent tools ``remember_fact`` (an explicit statement recorded as an
 episode and consolidated at once), ``correct_fact`` (a correcting episode that supersedes
-a fact), ``confirm_fact`` (a pin), ``weak_facts`` and ``memory_stats``. Every argument
+a fact), ``confirm_fact`` (a pin), ``weak_facts`` and ``memory_stats``; the lifecycle
+tools ``update_status`` and ``status_history`` (specification 004's). Every argument
 is typed (each tool's input schema is closed: ``additionalProperties: false``) and every
 result is structured (an output schema per tool; the same JSON is the text content). A
 refused call (unknown fact id, a time without a UTC offset, an empty or NUL-bearing
@@ -51,7 +52,8 @@ from stargraph_mem.model.canonical import default_episode_id
 from stargraph_mem.model.deltas import DELTA_KINDS
 from stargraph_mem.model.entities import TimelineEvent
 from stargraph_mem.model.episodes import Episode
-from stargraph_mem.model.facts import Fact, FactHit, FactPattern
+from stargraph_mem.model.facts import Fact, FactHit, FactPattern, StatusChange
+from stargraph_mem.model.lifecycle import spec_status
 from stargraph_mem.model.time import NaiveTimestampError, parse_iso
 from stargraph_mem.stores.fact import BindingValue, SourceEpisode
 from stargraph_mem.stores.sqlite.search import MAX_LIMIT
@@ -69,6 +71,8 @@ __all__ = [
     "RecordResult",
     "Remembered",
     "SearchResult",
+    "StatusHistory",
+    "StatusUpdate",
     "WeakFacts",
     "build_server",
     "serve_stdio",
@@ -90,6 +94,8 @@ TOOL_NAMES: Final = (
     "memory_stats",
     "search_memory",
     "get_entity_info",
+    "update_status",
+    "status_history",
 )
 """The tools :func:`build_server` registers, in the order ``tools/list`` gives them."""
 
@@ -117,7 +123,9 @@ deleted: an update or delete closes the old fact, and list_facts with as_of show
 believed at a time. explain_fact says why a fact exists: the rule, its bindings, the source
 episodes and the chain of facts it replaced. remember_fact saves a statement at once,
 correct_fact replaces a wrong fact, confirm_fact pins one so it never fades, weak_facts lists
-the facts at risk and memory_stats counts what is stored.
+the facts at risk and memory_stats counts what is stored. update_status challenges a fact
+(left out of searches until cleared), or marks it merged, invalidated, deleted, expired or
+archived, with a reason; status_history lists its status changes.
 Times are ISO 8601 with a UTC offset (2026-11-01T09:00:00+00:00); times without one are
 refused."""
 
@@ -286,6 +294,27 @@ class Confirmation(_Result):
     )
     newly_pinned: bool = Field(
         description="False when the fact was pinned already (nothing changed)."
+    )
+
+
+class StatusUpdate(_Result):
+    """A fact after a status change, and its status changes so far."""
+
+    fact: Fact
+    old: str = Field(description="Its status before (active for current).")
+    new: str = Field(description="Its status now.")
+    status_history: list[StatusChange] = Field(
+        description="Its status changes, oldest first: {old, new, reason, changed_at}."
+    )
+
+
+class StatusHistory(_Result):
+    """A fact's status changes, in specification 004's shape."""
+
+    fact_id: str
+    status: str = Field(description="Its status now (active for current).")
+    status_history: list[StatusChange] = Field(
+        description="Its status changes, oldest first: {old, new, reason, changed_at}."
     )
 
 
@@ -663,7 +692,8 @@ def build_server(mem: Consolidator, *, name: str = SERVER_NAME) -> MCPServer[Any
         of `query` come first, then the more confident and the newer ones; an empty query
         lists the facts matching the filters, most confident first. Each returned fact's
         access count and last access time are recorded (not on a read-only database); no
-        fact changes. Closed facts are not searched: use list_facts with as_of for the past.
+        fact changes. Closed facts are not searched (use list_facts with as_of for the past),
+        nor challenged ones (update_status flags and clears them).
         """
         with _refused():
             hits = await mem.search(
@@ -1080,6 +1110,85 @@ def build_server(mem: Consolidator, *, name: str = SERVER_NAME) -> MCPServer[Any
             truncated=profile.truncated,
         )
 
+    async def update_status(
+        fact_id: Annotated[str, Field(pattern=ID_PATTERN, description="The fact's id.")],
+        status: Annotated[
+            Literal[
+                "active", "challenged", "merged", "invalidated", "deleted", "expired", "archived"
+            ],
+            Field(
+                description="The new status: challenged flags a current fact for review (it "
+                "stays current, left out of searches); active clears the flag; the others "
+                "close the fact for good."
+            ),
+        ],
+        reason: Annotated[
+            str,
+            Field(
+                pattern=_NO_NUL,
+                max_length=1000,
+                description="Why (kept in its status history; required for challenged and "
+                "invalidated).",
+            ),
+        ] = "",
+        merged_into: Annotated[
+            str | None,
+            Field(
+                pattern=ID_PATTERN,
+                description="With merged: the current fact of the same user and agent it "
+                "was merged into.",
+            ),
+        ] = None,
+        at: Annotated[
+            Timestamp | None,
+            Field(description="When (ISO 8601 with a UTC offset). Default: now."),
+        ] = None,
+        user: Annotated[
+            Scope | None, Field(description="The fact's user (checked when given).")
+        ] = None,
+        agent: Annotated[
+            Scope | None, Field(description="The fact's agent (checked when given).")
+        ] = None,
+    ) -> StatusUpdate:
+        """Change a fact's lifecycle status, with a reason: challenge a belief that newer
+        evidence contradicts, clear a challenge (active), mark it merged into another fact,
+        invalidated (confirmed wrong), deleted, expired or archived. Every change is
+        audited and kept in the fact's status history. An unknown fact, a closed fact (a
+        closed fact keeps its status), a missing reason, or a merged_into that is not a
+        current fact of the same user and agent is an error, and nothing changes."""
+        when = _aware(at, "at")
+        with _refused():
+            before = await mem.fact_store.get(fact_id)
+            fact = await mem.update_status(
+                fact_id,
+                status,
+                reason=reason,
+                merged_into=merged_into,
+                at=when,
+                user=user,
+                agent=agent,
+            )
+            changes = await mem.status_history(fact_id, shape="spec")
+        return StatusUpdate(
+            fact=fact,
+            old=spec_status(before.status),
+            new=spec_status(fact.status),
+            status_history=changes,
+        )
+
+    async def status_history(
+        fact_id: Annotated[str, Field(pattern=ID_PATTERN, description="The fact's id.")],
+    ) -> StatusHistory:
+        """A fact's status changes, oldest first, as {old, new, reason, changed_at}
+        (active is a current fact not challenged). Works for current and closed facts;
+        an unknown id is an error. Reads only."""
+        with _refused():
+            fact = await mem.fact_store.get(fact_id)
+            changes = await mem.status_history(fact_id, shape="spec")
+        return StatusHistory(
+            fact_id=fact_id, status=spec_status(fact.status), status_history=changes
+        )
+
     reads = ToolAnnotations(read_only_hint=True, open_world_hint=False)
     # Writes only add: a fact is closed, never erased. A record with the default time is a
     # new episode, and a search counts an access to each fact it returns: not idempotent.
@@ -1098,6 +1207,8 @@ def build_server(mem: Consolidator, *, name: str = SERVER_NAME) -> MCPServer[Any
         _tool(memory_stats, reads),
         _tool(search_memory, adds),
         _tool(get_entity_info, reads),
+        _tool(update_status, adds),
+        _tool(status_history, reads),
     ]  # in the order of TOOL_NAMES
     return _Server(name, instructions=INSTRUCTIONS, tools=tools, log_level="WARNING")
 

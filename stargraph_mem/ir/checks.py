@@ -26,6 +26,7 @@ from stargraph_mem.ir.models import (
     CountPattern,
     EarlierItem,
     EbbinghausOp,
+    Emit,
     EpisodeItem,
     ExistsItem,
     FactItem,
@@ -622,6 +623,27 @@ class _Checker:
                 f"(one of {', '.join(CLOSE_STATUSES)}), "
                 f"not '{emit.kind}'",
             )
+        self.check_merged_into(info, emit, path)
+
+    def check_merged_into(self, info: RuleInfo, emit: Emit, path: PathKey) -> None:
+        """``merged_into`` goes with ``status: merged`` and names a ``fact`` pattern that
+        is not also replaced."""
+        into = emit.merged_into
+        if emit.status == "merged" and into is None:
+            self.err(
+                (*path, "status"),
+                "'status: merged' needs 'merged_into': the named fact pattern the replaced "
+                "facts were merged into",
+            )
+        if into is None:
+            return
+        where = (*path, "merged_into")
+        if emit.status != "merged":
+            self.err(where, "'merged_into' goes with 'status: merged'")
+        elif info.aliases.get(into) != "fact":
+            self.err(where, f"'{into}' is not a named 'fact' pattern")
+        elif into in emit.replaces:
+            self.err(where, f"'{into}' is also in 'replaces': a fact cannot be merged into itself")
 
     def check_payload_value(self, info: RuleInfo, key: str, value: Any, path: PathKey) -> None:
         """A declared key takes a literal of its type or one variable of that type (a string

@@ -641,8 +641,12 @@ class Emit(_IR):
     sources: list[Name] = Field(default_factory=list)
     reason: str = ""
     status: CloseStatus | None = Field(default=None, exclude_if=lambda v: v is None)
-    """The closing status a ``delete`` gives the facts it replaces (default ``deleted``);
-    left out of dumps when absent, so packs that do not use it keep their hash."""
+    """The status a ``delete`` gives the facts it replaces (default ``deleted``;
+    ``challenged`` flags them and leaves them current); left out of dumps when absent, so
+    packs that do not use it keep their hash."""
+    merged_into: Name | None = Field(default=None, exclude_if=lambda v: v is None)
+    """With ``status: merged``: the named ``fact`` pattern whose fact the replaced facts
+    were merged into (left out of dumps when absent)."""
 
 
 class SelectClause(_IR):
@@ -796,8 +800,8 @@ FACT_FIELDS: dict[str, FieldType] = {
     "status": "string",
 }
 """Fields a fact pattern tests. ``last_access`` of a never-read fact is its ``valid_from``;
-``status`` is ``current`` or ``archived`` (archived facts are matched only by a pattern
-whose ``status`` test admits ``archived``)."""
+``status`` is ``current``, ``challenged`` (current, flagged) or ``archived`` (archived facts
+are matched only by a pattern whose ``status`` test admits ``archived``)."""
 
 LIFECYCLE_FIELDS: tuple[str, ...] = (
     "reinforcement_count",
@@ -808,5 +812,5 @@ LIFECYCLE_FIELDS: tuple[str, ...] = (
 )
 """Fact fields that enter CLIPS only when a rule of the pack tests them."""
 
-MATCHED_STATUSES: tuple[str, ...] = ("current", "archived")
+MATCHED_STATUSES: tuple[str, ...] = ("current", "challenged", "archived")
 """The statuses a fact a rule sees can have."""

@@ -34,11 +34,25 @@ from stargraph_mem.model.canonical import canonical_json
 
 DeltaKind = Literal["add", "update", "delete", "noop"]
 
-CloseStatus = Literal["deleted", "expired", "archived", "invalidated"]
-"""Why a delete closes its facts (an update closes them as ``superseded``)."""
-CLOSE_STATUSES: tuple[str, ...] = ("deleted", "expired", "archived", "invalidated")
-FACT_STATUSES: tuple[str, ...] = ("current", "superseded", *CLOSE_STATUSES)
-"""Every status a fact can have: current while valid, else why it was closed."""
+CloseStatus = Literal["deleted", "expired", "archived", "invalidated", "merged", "challenged"]
+"""The status a delete gives the facts it names (an update closes them as ``superseded``):
+each closes them, except ``challenged``, which flags them and leaves them current (see
+:mod:`stargraph_mem.model.lifecycle`)."""
+CLOSE_STATUSES: tuple[str, ...] = (
+    "deleted",
+    "expired",
+    "archived",
+    "invalidated",
+    "merged",
+    "challenged",
+)
+"""What a delete's ``status`` may be (:data:`CloseStatus`)."""
+FLAG_STATUSES: tuple[str, ...] = ("challenged",)
+"""Statuses of a fact that stays current, flagged: readable by ``get``/``query``, left out
+of search and recall unless asked for."""
+FACT_STATUSES: tuple[str, ...] = ("current", "challenged", "superseded", *CLOSE_STATUSES[:5])
+"""Every status a fact can have: ``current`` (the specification's ``active``) or
+``challenged`` while valid, else why it was closed."""
 
 Lifecycle = Literal["new", "inherit", "reinforce"]
 """What the fact an update creates keeps of the facts it replaces:
@@ -239,6 +253,19 @@ class _DeltaBase(FrozenModel):
         return [*self.closed_ids, *self.reinforced_ids]
 
     @property
+    def flags(self) -> bool:
+        """Whether it flags the facts it names (they stay current) rather than closing them."""
+        return False
+
+    @property
+    def successor_id(self) -> str | None:
+        """The fact that takes the place of those it closes: the one it makes, or the one a
+        merge names (None: none)."""
+        if self.creates:
+            return "f" + self.delta_id[1:]
+        return getattr(self, "merged_into", None)
+
+    @property
     def restores(self) -> bool:
         """Whether it may name an archived fact: a delta that replaces a fact by a new one
         restores it (see :mod:`stargraph_mem.model.lifecycle`)."""
@@ -342,8 +369,21 @@ class DeleteDelta(_DeltaBase):
     observes: ClassVar[bool] = False
     replaces: list[Identifier] = Field(min_length=1)
     status: CloseStatus = Field(default="deleted", exclude_if=lambda v: v == "deleted")
-    """The closing status the facts get; left out of the canonical body when ``deleted``,
-    so older deltas keep their ids."""
+    """The status the facts get; left out of the canonical body when ``deleted``, so older
+    deltas keep their ids."""
+    merged_into: Identifier | None = Field(default=None, exclude_if=lambda v: v is None)
+    """With ``status: merged``, and only then: the current fact of the same (user, agent)
+    the named facts were merged into (left out of the canonical body when absent)."""
+
+    @model_validator(mode="after")
+    def _check_merge(self) -> DeleteDelta:
+        if self.status == "merged" and self.merged_into is None:
+            raise ValueError("status 'merged' needs merged_into: the fact they were merged into")
+        if self.status != "merged" and self.merged_into is not None:
+            raise ValueError(f"merged_into goes with status 'merged', not {self.status!r}")
+        if self.merged_into is not None and self.merged_into in self.replaces:
+            raise ValueError(f"a fact cannot be merged into itself ({self.merged_into})")
+        return self
 
     @property
     def closed_ids(self) -> Sequence[str]:
@@ -352,6 +392,16 @@ class DeleteDelta(_DeltaBase):
     @property
     def close_status(self) -> str:
         return self.status
+
+    @property
+    def flags(self) -> bool:
+        """Whether it flags the facts it names (they stay current) rather than closing them."""
+        return self.status in FLAG_STATUSES
+
+    @property
+    def named_ids(self) -> Sequence[str]:
+        into = self.merged_into
+        return [*self.replaces] if into is None else [*self.replaces, into]
 
 
 class NoopDelta(_DeltaBase):

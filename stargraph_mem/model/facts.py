@@ -9,11 +9,23 @@ from typing import Any, Literal
 from pydantic import Field, JsonValue, PrivateAttr
 
 from stargraph_mem.model.base import FrozenModel, Identifier, ScopePart, StoredDatetime
+from stargraph_mem.model.lifecycle import spec_status
 
 StatusFilter = Literal[
-    "current", "superseded", "deleted", "expired", "archived", "invalidated", "all"
+    "current",
+    "active",
+    "challenged",
+    "superseded",
+    "merged",
+    "deleted",
+    "expired",
+    "archived",
+    "invalidated",
+    "all",
 ]
-"""What ``FactPattern.status`` accepts: a fact status, or ``all``."""
+"""What ``FactPattern.status`` accepts: a fact status, or ``all``. ``current`` is every
+valid fact (``challenged`` ones too); ``active`` (the specification's name) only those not
+flagged."""
 
 
 class Fact(FrozenModel):
@@ -34,7 +46,8 @@ class Fact(FrozenModel):
     rule_id: str
     delta_id: str
     status: str = "current"
-    """``current`` while valid, else the closing status (see ``FACT_STATUSES``)."""
+    """``current`` or ``challenged`` while valid, else the closing status (see
+    ``FACT_STATUSES``)."""
 
     _lineage: tuple[dict[str, JsonValue], ...] | None = PrivateAttr(default=None)
     _pinned_at: datetime | None = PrivateAttr(default=None)
@@ -134,11 +147,13 @@ class FactAccess(FrozenModel):
 
 
 class StatusEvent(FrozenModel):
-    """One step of a fact's status history: made, pinned, unpinned, closed, restored.
+    """One step of a fact's status history: made, pinned, unpinned, flagged, cleared,
+    closed, restored.
 
-    ``event`` is ``created``, ``pinned``, ``unpinned``, ``restored`` or the closing status;
-    ``status`` is the fact's status once it happened; ``related_fact_id`` names the fact
-    it came from (created), the one that replaced it (superseded), the one a restore made
+    ``event`` is ``created``, ``pinned``, ``unpinned``, ``restored``, ``challenged``,
+    ``current`` (a challenge cleared) or the closing status; ``status`` is the fact's
+    status once it happened; ``related_fact_id`` names the fact it came from (created),
+    the one that replaced it (superseded) or absorbed it (merged), the one a restore made
     (restored) or the predecessor a carried pin came from (pinned).
     """
 
@@ -150,3 +165,39 @@ class StatusEvent(FrozenModel):
     delta_id: str | None = None
     reason: str = ""
     related_fact_id: str | None = None
+
+
+class StatusChange(FrozenModel):
+    """One status transition in specification 004's shape: ``{old, new, reason,
+    changed_at}``, with its statuses named as the specification names them (``active``
+    for ``current``)."""
+
+    old: str
+    new: str
+    reason: str = ""
+    changed_at: StoredDatetime
+
+
+_NOT_CHANGES = frozenset({"created", "pinned", "unpinned", "restored"})
+
+
+def status_changes(events: list[StatusEvent]) -> list[StatusChange]:
+    """The transitions of a status history (:class:`StatusEvent`, oldest first) in the
+    specification's shape: each event that changed the fact's status (a challenge, its
+    clearing, the close), not its creation, pins or a restore (a restored fact stays
+    archived; its successor is a new fact)."""
+    out: list[StatusChange] = []
+    status = "current"
+    for event in events:
+        if event.event in _NOT_CHANGES or event.status == status:
+            continue
+        out.append(
+            StatusChange(
+                old=spec_status(status),
+                new=spec_status(event.status),
+                reason=event.reason,
+                changed_at=event.at,
+            )
+        )
+        status = event.status
+    return out

@@ -4,9 +4,20 @@ Pure (no I/O, no SQL, no CLIPS). The runtime's view of a pass
 (:mod:`stargraph_mem.engine.passes.runtime`) and the fact stores' apply
 (:mod:`stargraph_mem.stores.repositories.fact_apply`) both ask this module, so each rule is coded
 once:
-which facts a delta may name, how it closes them (or restores an archived one), what the
-fact it makes keeps of those it replaces, and how a confirmation reinforces a fact. The
-callers execute the answer: the runtime on its in-memory facts, the store as rows.
+which facts a delta may name, how it closes them (or restores an archived one, or flags a
+current one), what the fact it makes keeps of those it replaces, and how a confirmation
+reinforces a fact. The callers execute the answer: the runtime on its in-memory facts, the
+store as rows.
+
+**Statuses** (specification 004's set, and ours). A fact is *current* while it is valid
+(``valid_until`` unset); a current fact is ``current`` (the specification's ``active``) or
+``challenged`` (flagged for review: still current, read by ``get``/``query``/``as_of``
+and matched by rules, but left out of search and recall unless asked for). Every other
+status closes the fact, for good: ``superseded`` (an update made its successor),
+``merged`` (absorbed into another current fact of its partition, named as its successor),
+``invalidated`` (confirmed wrong), ``deleted``, ``expired`` and ``archived`` (the one closed
+status a later fact can restore, see :func:`refusal`). :data:`TRANSITIONS` says which
+changes :func:`transition_problem` allows.
 """
 
 from __future__ import annotations
@@ -19,7 +30,13 @@ if TYPE_CHECKING:
     from stargraph_mem.model.deltas import Delta, Lifecycle
 
 __all__ = [
+    "ACTIVE",
     "ARCHIVED",
+    "CHALLENGED",
+    "CLOSING",
+    "CURRENT",
+    "REASON_REQUIRED",
+    "TRANSITIONS",
     "Carried",
     "Close",
     "Event",
@@ -32,10 +49,54 @@ __all__ = [
     "refusal",
     "reinforced",
     "restore_event",
+    "spec_status",
+    "stored_status",
+    "transition_problem",
 ]
 
 ARCHIVED: Final = "archived"
 """The closing status a replacing delta may still name: it restores the fact."""
+CURRENT: Final = "current"
+"""A valid fact that is not flagged (the specification's ``active``)."""
+ACTIVE: Final = "active"
+"""The specification's name of :data:`CURRENT` (accepted wherever a status is asked for)."""
+CHALLENGED: Final = "challenged"
+"""A current fact flagged for review: it stays current, left out of search and recall."""
+CLOSING: Final = frozenset({"superseded", "merged", "invalidated", "deleted", "expired", ARCHIVED})
+"""The statuses that close a fact (its ``valid_until`` is set)."""
+TRANSITIONS: Final[dict[str, frozenset[str]]] = {
+    CURRENT: frozenset({CHALLENGED, *CLOSING}),
+    CHALLENGED: frozenset({CURRENT, *CLOSING}),
+}
+"""From a current status, the statuses a fact may move to; a closed fact moves no more
+(an archived one is restored as a new fact, not revived)."""
+REASON_REQUIRED: Final = frozenset({CHALLENGED, "invalidated"})
+"""Statuses a change asked for by hand (``update_status``) must give a reason for: a
+judgement about the fact, which its history must explain."""
+
+
+def stored_status(status: str) -> str:
+    """Our name of a status written the specification's way (``active`` → ``current``)."""
+    return CURRENT if status == ACTIVE else status
+
+
+def spec_status(status: str) -> str:
+    """The specification's name of a status (``current`` → ``active``)."""
+    return ACTIVE if status == CURRENT else status
+
+
+def transition_problem(old: str, new: str) -> str | None:
+    """Why a fact of status ``old`` cannot move to ``new`` (None: it can)."""
+    new = stored_status(new)
+    allowed = TRANSITIONS.get(old)
+    if allowed is None:
+        revive = " (restore it instead: a new fact)" if old == ARCHIVED else ""
+        return f"it is {old}: a closed fact keeps its status{revive}"
+    if new == old:
+        return f"it is {spec_status(old)} already"
+    if new not in allowed:
+        return f"{spec_status(old)} cannot become {spec_status(new)}"
+    return None
 
 
 class Lived(Protocol):
@@ -104,17 +165,20 @@ class Close:
     at_us: int
     status: str
     restore: bool = False
+    flag: bool = False
+    """The fact stays current, flagged with ``status`` (``challenged``)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    """A status event to record (what is not a delta's own row): a carried pin, a restore."""
+    """A status event to record (what is not a delta's own row): a carried pin, a restore,
+    a flag (``challenged``) or its clearing (``current``)."""
 
     fact_id: str
     event: str
     at_us: int
     reason: str
-    related_id: str
+    related_id: str | None
 
 
 def refusal(status: str | None, restored: bool, delta: Delta) -> str | None:
@@ -172,8 +236,11 @@ def pin_event(fact_id: str, at_us: int, pin: tuple[tuple[int, str], str]) -> Eve
 def closes(delta: Delta, named: Sequence[FactState], at_us: int) -> list[Close]:
     """What ``delta`` (stamped ``at_us``) does to each fact it closes: a closed fact it
     may name (an archived one it restores) is restored, the others close with the
-    delta's status, never before they became valid."""
+    delta's status, never before they became valid; a flagging delta (``challenged``)
+    flags them instead (they stay current)."""
     status = delta.close_status
+    if delta.flags:
+        return [Close(fid, at_us, status, flag=True) for fid in delta.closed_ids]
     return [
         Close(fid, at_us, ARCHIVED, True)
         if state.closed

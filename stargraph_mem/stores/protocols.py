@@ -12,13 +12,13 @@ from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Protocol, Self, runtime_checkable
+from typing import Any, Literal, Protocol, Self, overload, runtime_checkable
 
 import numpy.typing as npt
 
 from stargraph_mem.embedding import Embedder
 from stargraph_mem.model.entities import Entity, EntityProfile, EntityType, LineageNeighbours
-from stargraph_mem.model.facts import Fact, FactAccess, FactHit, StatusEvent
+from stargraph_mem.model.facts import Fact, FactAccess, FactHit, StatusChange, StatusEvent
 from stargraph_mem.stores.fact import (
     ApplyResult,
     DeltaInput,
@@ -144,6 +144,7 @@ class FactRepository(FactStore, Protocol):
         limit: int = 10,
         touch: bool = True,
         include_history: bool = False,
+        include_challenged: bool = False,
     ) -> list[FactHit]: ...
 
     async def search_ids(
@@ -154,6 +155,7 @@ class FactRepository(FactStore, Protocol):
         agent: str,
         limit: int = 10,
         include_history: bool = False,
+        include_challenged: bool = False,
         valid_from_after_us: int | None = None,
         valid_from_before_us: int | None = None,
     ) -> list[str]: ...
@@ -188,7 +190,26 @@ class FactRepository(FactStore, Protocol):
 
     async def restore(self, fact_id: str, *, reason: str = "") -> Fact: ...
 
-    async def status_history(self, fact_id: str) -> list[StatusEvent]: ...
+    @overload
+    async def status_history(
+        self, fact_id: str, *, shape: Literal["events"] = "events"
+    ) -> list[StatusEvent]: ...
+    @overload
+    async def status_history(
+        self, fact_id: str, *, shape: Literal["spec"]
+    ) -> list[StatusChange]: ...
+
+    async def update_status(
+        self,
+        fact_id: str,
+        status: str,
+        *,
+        reason: str = "",
+        merged_into: str | None = None,
+        at: datetime | None = None,
+        user: str | None = None,
+        agent: str | None = None,
+    ) -> Fact: ...
 
     async def aggregates_of(
         self, pack: str, refs: Sequence[str], window: AggregateWindow | None = None

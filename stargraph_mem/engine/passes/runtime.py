@@ -947,6 +947,16 @@ class _Collector:
             raise _Unresolved(
                 "replaces names facts that are not current in this partition: " + ", ".join(missing)
             )
+        into = delta.successor_id if not delta.creates else None
+        if into is not None and into not in self.facts:
+            raise _Unresolved(f"merged_into names a fact not current in this partition: {into}")
+        if delta.flags:  # challenged: the facts stay current, flagged
+            status = delta.close_status
+            for fid in replaces:
+                known = self.facts.get(fid)
+                assert known is not None  # checked above
+                self.facts[fid] = replace(known, status=status)
+            return []
         return [
             self.facts.pop(fid) if fid in self.facts else self.archived.pop(fid) for fid in replaces
         ]
@@ -1005,6 +1015,8 @@ class _Collector:
             body["reinforces"] = [refs[a].id for a in plan.emit.reinforces]
         if plan.status is not None:
             body["status"] = plan.status
+        if plan.merged_into is not None:
+            body["merged_into"] = refs[plan.merged_into].id
         if "lifecycle" in fields and plan.lifecycle != "new":
             body["lifecycle"] = plan.lifecycle
         if "replaces" in fields:
@@ -1146,6 +1158,7 @@ class _Plan:
             (key, _payload_filler(t, declared.get(key), info)) for key, t in emit.payload.items()
         ]
         self.status = emit.status
+        self.merged_into = emit.merged_into
         self.lifecycle = (
             "reinforce" if uses_reinforce(emit.confidence) else "inherit" if info.sweep else "new"
         )

@@ -53,6 +53,7 @@ from stargraph_mem.engine.recall.timefilter import TimeWindow, parse_time_window
 from stargraph_mem.errors import EntityNotFoundError, RecallError
 from stargraph_mem.model.entities import EntityProfile
 from stargraph_mem.model.facts import FactPattern
+from stargraph_mem.model.lifecycle import CHALLENGED, CURRENT
 from stargraph_mem.model.time import to_us
 from stargraph_mem.stores.repositories.search import MAX_LIMIT, query_words
 from stargraph_mem.stores.scope import Partition
@@ -196,6 +197,7 @@ class Recall:
         k: int | None = None,
         touch: bool = True,
         times: StrategyTimes | None = None,
+        include_challenged: bool = False,
     ) -> RecallResult:
         """See :meth:`~stargraph_mem.engine.api.Consolidator.recall`."""
         query = _check_query(query)
@@ -245,6 +247,7 @@ class Recall:
                     agent=agent,
                     limit=pool,
                     include_history=include_history,
+                    include_challenged=include_challenged,
                     valid_from_after_us=after_us,
                     valid_from_before_us=before_us,
                 )
@@ -256,6 +259,9 @@ class Recall:
                 lists.fts_episodes = [hit_key("episode", eid) for eid, _ in episode_hits]
             times.add("fts", started)
 
+        # challenged facts are current, flagged: left out unless asked for
+        flagged_too = None if include_history else (CURRENT, CHALLENGED)
+
         async def nearest(kind: HitKind) -> list[tuple[str, float]]:
             assert vector is not None and self.embedder is not None
             return await vectors.nearest(
@@ -266,7 +272,8 @@ class Recall:
                 limit=pool,
                 after_us=after_us,
                 before_us=before_us,
-                current_only=not include_history,
+                current_only=not (include_history or include_challenged),
+                statuses=flagged_too if include_challenged and kind == "fact" else None,
             )
 
         async def by_vector() -> None:
@@ -339,6 +346,7 @@ class Recall:
             cosines=cosines,
             window=window,
             include_history=include_history,
+            include_challenged=include_challenged,
             limit=limit,
         )
         neighbours = await self._neighbours(temporal, hits) if temporal else []
@@ -399,6 +407,7 @@ class Recall:
         window: TimeWindow,
         include_history: bool,
         limit: int,
+        include_challenged: bool = False,
     ) -> list[RecallHit]:
         """The fused keys read back as hits, best first, until ``limit`` (a fact closed
         or out of the window since its list was read is left out)."""
@@ -419,6 +428,8 @@ class Recall:
                     if fact is None:
                         continue
                     if not include_history and not fact.is_current:
+                        continue
+                    if fact.status == CHALLENGED and not (include_history or include_challenged):
                         continue
                     if not _in_window(fact.valid_from, window):
                         continue

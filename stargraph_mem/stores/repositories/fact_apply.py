@@ -212,6 +212,8 @@ class Batch:
         self._pins: list[tuple[Any, ...]] = []
         self._events: list[tuple[Any, ...]] = []
         self._restores: list[tuple[str, str]] = []
+        self._flags: list[tuple[str | None, str]] = []
+        """``(status, fact_id)``: current facts whose flag changes (``challenged``)."""
         """Access rows, pin rows and status events new facts carry; restored facts."""
         self._times: dict[str, int] = {}
         """Observation time of the chunk's cited episodes that this database holds."""
@@ -407,8 +409,7 @@ class Batch:
         if not isinstance(delta, FactDelta):
             sanitize_bundle(self._bundle(delta, did, ()))
         if delta.closed_ids:
-            successor = "f" + did[1:] if delta.creates else None
-            self._close(index, delta, did, successor)
+            self._close(index, delta, did, delta.successor_id)
         if isinstance(delta, FactDelta):
             self._assert(index, delta, did, tuple(delta.closed_ids))
         if delta.reinforced_ids:
@@ -524,10 +525,22 @@ class Batch:
         """Close what ``delta`` replaces with its status; an archived fact a replacing
         delta names is restored instead (it stays closed, and names its successor)."""
         self._check_refs(index, delta, did, delta.closed_ids, "replace")
+        if successor is not None and not delta.creates:  # a merge: into a current fact
+            self._check_refs(index, delta, did, [successor], "merge into")
         until_us = self._us(delta.promotion_ts)
         named = [self.known[fid] for fid in delta.closed_ids]
         for close, state in zip(lifecycle.closes(delta, named, until_us), named, strict=True):
             fid = close.fact_id
+            if close.flag:
+                if state.status != close.status:  # flagged already: nothing changes
+                    state.status = close.status
+                    self._flags.append((close.status, fid))
+                    self._event(
+                        lifecycle.Event(fid, close.status, close.at_us, delta.reason, None),
+                        delta,
+                        did,
+                    )
+                continue
             if close.restore and successor is not None:  # archived: checked above
                 state.restored = True
                 self._restores.append((successor, fid))
@@ -641,6 +654,7 @@ class Batch:
                 else (),
             ),
             (sql.close, closes),
+            (sql.set_status, self._flags),
             (sql.insert_audit, self._audit),
             (sql.insert_reinforcement, self._reinforcements),
             (sql.insert_access, self._carried),
@@ -656,7 +670,7 @@ class Batch:
             else:
                 await self.db.run_many(statement, params)
         self._audit, self._closes, self._reinforcements = [], [], []
-        self._carried, self._pins, self._restores = [], [], []
+        self._carried, self._pins, self._restores, self._flags = [], [], [], []
         mark = self._text_mark
         if mark is not None and self._rowid - mark >= TEXT_LAG_MAX:
             await self.db.execute(sql.catch_up_text, (mark,))

@@ -315,7 +315,7 @@ def engine_fact(row: Sequence[Any], status: str = "current") -> EngineFact:
         int(row[11]),
         int(row[12]),
         row[13] is not None,
-        status,
+        status if row[15] is None else str(row[15]),
         payload,
     )
 
@@ -499,6 +499,8 @@ def _status_filter(pattern: FactPattern, mark: str, params: list[Any]) -> list[s
         return []
     if status == "current":
         return ["valid_until_us IS NULL"]
+    if status == "active":  # current and not flagged
+        return ["valid_until_us IS NULL", "status IS NULL"]
     params.append(status)
     return [f"status = {mark}"]
 

@@ -86,7 +86,7 @@ def _engine(d: Dialect) -> tuple[str, str]:
     columns = f"""
     SELECT f.id, f.subject, f.predicate, f.object, f.confidence, f.valid_from_us,
         {reinforced}, f.rule_id, l.source_episode_ids, {observed}, {count}, {_STATS},
-        f.payload"""
+        f.payload, f.status"""
     return columns, f"FROM facts f JOIN lineage l ON l.rowid = f.rowid {stats} {_ACCESS_AND_PIN}"
 
 
@@ -301,6 +301,9 @@ def fact_statements(d: Dialect) -> FactStatements:
         events_of=r(
             "SELECT seq, event, at_us, rule_id, delta_id, reason, related_id FROM fact_events "
             "WHERE fact_id = ? ORDER BY seq"
+        ),
+        set_status=d.update_many(
+            "facts", (("status", "text"),), ("id", "text"), "valid_until_us IS NULL"
         ),
         mark_restored=d.update_many("facts", (("superseded_by", "text"),), ("id", "text")),
         archived_of=r(

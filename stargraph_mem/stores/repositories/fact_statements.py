@@ -131,6 +131,8 @@ class FactStatements:
     last_event_seq: str
     events_of: str
     """``seq, event, at_us, rule_id, delta_id, reason, related_id`` of one fact, by seq."""
+    set_status: Many
+    """Flag or clear a current fact (``(status, id)`` rows; NULL status: ``current``)."""
     mark_restored: Many
     """``(successor, fact_id)``: name the fact that restored an archived one."""
     archived_of: str

@@ -17,9 +17,19 @@ import orjson
 
 from stargraph_mem.errors import FactNotFoundError, FactStatusError
 from stargraph_mem.model.base import unicode_problem
-from stargraph_mem.model.deltas import UpdateDelta
-from stargraph_mem.model.facts import Fact, StatusEvent
-from stargraph_mem.model.lifecycle import ARCHIVED
+from stargraph_mem.model.deltas import DeleteDelta, UpdateDelta
+from stargraph_mem.model.facts import Fact, StatusChange, StatusEvent, status_changes
+from stargraph_mem.model.lifecycle import (
+    ACTIVE,
+    ARCHIVED,
+    CHALLENGED,
+    CLOSING,
+    CURRENT,
+    REASON_REQUIRED,
+    spec_status,
+    stored_status,
+    transition_problem,
+)
 from stargraph_mem.model.time import from_us, to_us
 from stargraph_mem.stores.repositories.fact_rows import audit_from_row, fact_from_row
 from stargraph_mem.stores.repositories.fact_statements import FactStatements
@@ -33,15 +43,19 @@ __all__ = [
     "EVENT_COLUMNS",
     "RESTORE_RULE",
     "STATUS_BACKFILL",
+    "STATUS_RULE",
     "STATUS_TABLES",
     "STATUS_TABLE_NAMES",
+    "UPDATABLE_STATUSES",
     "check_status",
     "fact_status",
     "pin_fact",
     "restore_delta",
     "restore_in",
+    "spec_status_history",
     "status_history",
     "unpin_fact",
+    "update_status_in",
 ]
 
 RESTORE_RULE: Final = "restore"
@@ -87,6 +101,12 @@ STATUS_BACKFILL: Final = (
 
 _EVENT_RANK: Final = {"created": 0, "pinned": 1, "unpinned": 1, "restored": 3}
 """Order of events stamped with the same time (a close ranks 2)."""
+_FLAGS: Final = frozenset({CHALLENGED, CURRENT})
+"""Events that flag a current fact or clear its flag (the status they name)."""
+_SUCCEEDED: Final = frozenset({"superseded", "merged"})
+"""Closing statuses whose ``superseded_by`` names the fact that took the closed one's place."""
+STATUS_RULE: Final = "update_status"
+"""The rule id of a status change asked for through the API (not by a pack's rule)."""
 
 
 def fact_status(row_status: str | None) -> str:
@@ -103,8 +123,9 @@ async def _fact(db: Conn, sql: FactStatements, fact_id: str) -> tuple[Fact, str 
 
 
 def check_status(fact: Fact, action: str, wanted: str = "current") -> None:
-    """Raise :class:`FactStatusError` unless ``fact`` has status ``wanted``."""
-    if fact.status != wanted:
+    """Raise :class:`FactStatusError` unless ``fact`` has status ``wanted`` (``current``:
+    any current fact, a challenged one too)."""
+    if fact.status != wanted and not (wanted == CURRENT and fact.is_current):
         raise FactStatusError(
             f"cannot {action} fact {fact.id}: it is {fact.status}, not {wanted}",
             fact_id=fact.id,
@@ -239,11 +260,10 @@ async def status_history(db: Conn, sql: FactStatements, fact_id: str) -> list[St
     for seq, event, at_us, rule_id, delta_id, reason, related in await db.fetch(
         sql.events_of, (fact_id,)
     ):
-        status = fact.status if event == "restored" else "current"
         item = StatusEvent(
             fact_id=fact_id,
             event=event,
-            status=status,
+            status="",  # filled in below, in order
             at=from_us(at_us),
             rule_id=rule_id or None,
             delta_id=delta_id or None,
@@ -253,7 +273,15 @@ async def status_history(db: Conn, sql: FactStatements, fact_id: str) -> list[St
         ranked.append((int(at_us), _EVENT_RANK.get(str(event), 1), int(seq), item))
     if fact.valid_until is not None:
         ranked.append((_us(fact), 2, 0, await _close_event(db, sql, fact, closed_by)))
-    return [created, *(item for *_, item in sorted(ranked, key=lambda r: r[:3]))]
+    out = [created]
+    status = CURRENT
+    for *_, item in sorted(ranked, key=lambda r: r[:3]):
+        if item.event in _FLAGS or item.event == fact.status:
+            status = item.event
+        elif item.event == "restored":
+            status = fact.status
+        out.append(item if item.status == status else item.model_copy(update={"status": status}))
+    return out
 
 
 def _us(fact: Fact) -> int:
@@ -266,7 +294,7 @@ async def _close_event(
 ) -> StatusEvent:
     """The event of a closed fact's close: its status, the closing delta and rule."""
     rule_id, reason = (None, "") if closed_by is None else await _closing(db, sql, closed_by)
-    successor = fact.superseded_by if fact.status == "superseded" else None
+    successor = fact.superseded_by if fact.status in _SUCCEEDED else None
     assert fact.valid_until is not None
     return StatusEvent(
         fact_id=fact.id,
@@ -283,3 +311,121 @@ async def _close_event(
 def _predecessor_ids(lineage: Sequence[Sequence[Any]]) -> list[str]:
     """The predecessor ids of a ``lineage_of`` row."""
     return list(orjson.loads(lineage[0][8])) if lineage else []
+
+
+UPDATABLE_STATUSES: Final = (ACTIVE, CURRENT, CHALLENGED, *sorted(CLOSING - {"superseded"}))
+"""What ``update_status`` may set: ``active`` (or ``current``: clears a challenge),
+``challenged``, or a closing status but ``superseded`` (an update makes a successor)."""
+
+
+async def spec_status_history(db: Conn, sql: FactStatements, fact_id: str) -> list[StatusChange]:
+    """The fact's status transitions in specification 004's shape (see
+    :func:`~stargraph_mem.model.facts.status_changes`)."""
+    return status_changes(await status_history(db, sql, fact_id))
+
+
+def _refuse(fact_id: str, status: str, why: str, current: str | None = None) -> FactStatusError:
+    return FactStatusError(
+        f"cannot make fact {fact_id} {spec_status(status)}: {why}", fact_id=fact_id, status=current
+    )
+
+
+def _check_change(fact_id: str, status: object, reason: str, merged_into: str | None) -> str:
+    """The stored name of the status asked for, once the request itself is sound."""
+    if not isinstance(status, str) or status not in UPDATABLE_STATUSES:
+        if status == "superseded":
+            raise _refuse(
+                fact_id,
+                "superseded",
+                "a fact is superseded by an update that makes its successor (apply an "
+                "UpdateDelta), or merged into an existing fact (status merged, merged_into)",
+            )
+        raise FactStatusError(
+            f"cannot update the status of fact {fact_id}: status must be one of "
+            f"{', '.join(UPDATABLE_STATUSES)} (got {status!r})",
+            fact_id=fact_id,
+            status=None,
+        )
+    new = stored_status(status)
+    check_reason(f"make {spec_status(new)}", fact_id, reason)
+    if new in REASON_REQUIRED and not reason.strip():
+        raise _refuse(fact_id, new, "a reason is required (why it is " + new + ")")
+    if new == "merged" and merged_into is None:
+        raise _refuse(fact_id, new, "merged_into must name the fact it was merged into")
+    if new != "merged" and merged_into is not None:
+        raise _refuse(fact_id, new, "merged_into goes with status merged only")
+    if merged_into == fact_id:
+        raise _refuse(fact_id, new, "a fact cannot be merged into itself")
+    return new
+
+
+async def update_status_in(
+    db: Conn,
+    sql: FactStatements,
+    batch: Batch,
+    fact_id: str,
+    status: str,
+    reason: str,
+    merged_into: str | None,
+    partition: tuple[str | None, str | None] = (None, None),
+) -> Fact:
+    """Move a fact to ``status`` inside the caller's transaction, stamped at the batch's
+    time; the fact as it is now. A challenge or a close is a delete delta of rule
+    :data:`STATUS_RULE` (in the audit, closing or flagging as a pack's delete does);
+    clearing a challenge (``active``) is a status event. Refused with
+    :class:`FactStatusError` (nothing written): an unknown status, a missing reason where
+    :data:`~stargraph_mem.model.lifecycle.REASON_REQUIRED`, a transition
+    :func:`~stargraph_mem.model.lifecycle.transition_problem` refuses, a ``merged_into``
+    that is not a current fact of the same (user, agent), a fact of another ``partition``
+    (``(user, agent)``, either None: any)."""
+    new = _check_change(fact_id, status, reason, merged_into)
+    fact, _ = await _fact(db, sql, fact_id)
+    user, agent = partition
+    if (user is not None and user != fact.user) or (agent is not None and agent != fact.agent):
+        raise _refuse(
+            fact_id,
+            new,
+            f"it belongs to user {fact.user!r} agent {fact.agent!r}, not "
+            f"user {user!r} agent {agent!r}",
+            fact.status,
+        )
+    problem = transition_problem(fact.status, new)
+    if problem is None and batch.now_us < to_us(fact.valid_from):
+        problem = (
+            f"{from_us(batch.now_us).isoformat()} is before it became valid "
+            f"({fact.valid_from.isoformat()})"
+        )
+    if problem is not None:
+        raise _refuse(fact_id, new, problem, fact.status)
+    if merged_into is not None:
+        into, _ = await _fact(db, sql, merged_into)
+        if (into.user, into.agent) != (fact.user, fact.agent):
+            raise _refuse(
+                fact_id, new, f"fact {merged_into} belongs to another (user, agent)", fact.status
+            )
+        if not into.is_current:
+            raise _refuse(fact_id, new, f"fact {merged_into} is {into.status}", fact.status)
+    if new == CURRENT:
+        await db.run_many(sql.set_status, [(None, fact_id)])
+        seq = int(await db.scalar(sql.last_event_seq) or 0) + 1
+        event = (seq, fact_id, CURRENT, batch.now_us, STATUS_RULE, "", reason, None)
+        await db.insert_many(sql.insert_event, [event])
+    else:
+        changes = len(await db.fetch(sql.events_of, (fact_id,)))
+        sources = await db.fetch(sql.lineage_of, (fact_id,))
+        delta = DeleteDelta(
+            user=fact.user,
+            agent=fact.agent,
+            replaces=[fact_id],
+            status=new,
+            merged_into=merged_into,
+            source_episode_ids=_sources(sources),
+            promotion_ts=from_us(batch.now_us),
+            rule_id=STATUS_RULE,
+            confidence=fact.confidence,
+            reason=reason,
+            bindings={"previous": fact.status, "events": changes},
+        )
+        await batch.apply_chunk(0, [delta])
+    found, _ = await _fact(db, sql, fact_id)
+    return found

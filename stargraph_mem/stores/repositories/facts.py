@@ -20,11 +20,18 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
-from typing import Any, ClassVar, Final, Generic, TypeVar
+from typing import Any, ClassVar, Final, Generic, Literal, TypeVar, overload
 
-from stargraph_mem.errors import FactNotFoundError
+from stargraph_mem.errors import FactNotFoundError, FactStatusError, StoreError
 from stargraph_mem.gcpause import gc_paused
-from stargraph_mem.model.facts import Fact, FactAccess, FactHit, FactPattern, StatusEvent
+from stargraph_mem.model.facts import (
+    Fact,
+    FactAccess,
+    FactHit,
+    FactPattern,
+    StatusChange,
+    StatusEvent,
+)
 from stargraph_mem.model.time import from_us, seconds_us, to_us, utc_now
 from stargraph_mem.stores.dialect import Dialect
 from stargraph_mem.stores.fact import (
@@ -87,8 +94,10 @@ from stargraph_mem.stores.repositories.fact_status import (
     ARCHIVED,
     pin_fact,
     restore_in,
+    spec_status_history,
     status_history,
     unpin_fact,
+    update_status_in,
 )
 from stargraph_mem.stores.repositories.pass_time import Deferral, deferred_of
 from stargraph_mem.stores.repositories.schedule_runs import RuleRun
@@ -161,6 +170,7 @@ class Search:
     params: list[Any]
     limit: int
     include_history: bool
+    include_challenged: bool = False
 
 
 ConnT = TypeVar("ConnT", bound=Conn)
@@ -299,10 +309,12 @@ class SQLFactRepository(Generic[ConnT]):
             )
 
     @asynccontextmanager
-    async def _applying(self, pack_hash: str) -> AsyncIterator[tuple[ConnT, Batch, RecordRuns]]:
-        """The apply transaction, a batch on it and the run recorder; the adapter's staged
-        facts are dropped afterwards."""
-        now = self._clock()
+    async def _applying(
+        self, pack_hash: str, at: datetime | None = None
+    ) -> AsyncIterator[tuple[ConnT, Batch, RecordRuns]]:
+        """The apply transaction, a batch on it (stamped ``at``, default now) and the run
+        recorder; the adapter's staged facts are dropped afterwards."""
+        now = self._clock() if at is None else at
         try:
             async with self._apply_transaction() as db:
                 batch = Batch(db, self.sql, self.adapter, pack_hash, now, self._episodes_here)
@@ -403,7 +415,9 @@ class SQLFactRepository(Generic[ConnT]):
     def _search_sql(self, search: Search, table: str = "") -> tuple[str, list[Any]]:
         """SQL and parameters of a search: fact columns plus a score (higher is better);
         ``table``: the search index to read (default: the schema's)."""
-        where = search.where if search.include_history else [*search.where, _CURRENT]
+        where = search.where
+        if not search.include_history:
+            where = [*where, _CURRENT] if search.include_challenged else [*where, _ACTIVE]
         condition = " AND ".join(where) or "TRUE"
         params = [*search.params, search.limit]
         if search.words is None:
@@ -424,12 +438,14 @@ class SQLFactRepository(Generic[ConnT]):
         limit: int = 10,
         touch: bool = True,
         include_history: bool = False,
+        include_challenged: bool = False,
     ) -> list[FactHit]:
         """Current facts matching any word of ``query``, best first, and the filters.
 
         Words are matched in subject, predicate, object and payload (case and accents
-        ignored); an empty query searches by the filters alone, by confidence. With
-        ``include_history``, closed facts are searched too. With ``touch`` (the default)
+        ignored); an empty query searches by the filters alone, by confidence. Challenged
+        facts are left out unless ``include_challenged``; with ``include_history``, every
+        fact is searched, closed ones too. With ``touch`` (the default)
         each returned fact's access count and last access are recorded (see
         :meth:`access`) in the same call; ``touch=False`` reads without a trace (and,
         on SQLite, works on a read-only file).
@@ -437,7 +453,9 @@ class SQLFactRepository(Generic[ConnT]):
         words = query_words(query)
         pattern = search_pattern(user, agent, subject, predicate, min_confidence)
         where, params = pattern_filter(pattern)
-        search = Search(words, where, params, check_limit(limit), include_history)
+        search = Search(
+            words, where, params, check_limit(limit), include_history, include_challenged
+        )
         if not touch:
             async with self._facts_reading() as db:
                 found = await self._search_without_writing(db, search)
@@ -459,6 +477,7 @@ class SQLFactRepository(Generic[ConnT]):
         agent: str,
         limit: int = 10,
         include_history: bool = False,
+        include_challenged: bool = False,
         valid_from_after_us: int | None = None,
         valid_from_before_us: int | None = None,
     ) -> list[str]:
@@ -468,7 +487,14 @@ class SQLFactRepository(Generic[ConnT]):
         ``valid_from_before_us`` (microseconds since the epoch) left out."""
         pattern = search_pattern(user, agent, None, None, None)
         where, params = pattern_filter(pattern)
-        search = Search(query_words(query), where, params, check_limit(limit), include_history)
+        search = Search(
+            query_words(query),
+            where,
+            params,
+            check_limit(limit),
+            include_history,
+            include_challenged,
+        )
         async with self._facts_reading() as db:
             rows = await self._search_without_writing(db, search)
         if rows is None:
@@ -568,11 +594,66 @@ class SQLFactRepository(Generic[ConnT]):
         async with self._facts_reading() as db:
             return await explain(db, self.sql, fact_id)
 
-    async def status_history(self, fact_id: str) -> list[StatusEvent]:
-        """What happened to a fact, oldest first (see :class:`StatusEvent`)."""
+    @overload
+    async def status_history(
+        self, fact_id: str, *, shape: Literal["events"] = "events"
+    ) -> list[StatusEvent]: ...
+    @overload
+    async def status_history(
+        self, fact_id: str, *, shape: Literal["spec"]
+    ) -> list[StatusChange]: ...
+    async def status_history(
+        self, fact_id: str, *, shape: Literal["events", "spec"] = "events"
+    ) -> list[StatusEvent] | list[StatusChange]:
+        """What happened to a fact, oldest first (see :class:`StatusEvent`); with
+        ``shape="spec"``, its status transitions as specification 004 writes them,
+        ``{old, new, reason, changed_at}`` (see :class:`StatusChange`)."""
         fact_id = check_fact_id(fact_id)
+        if shape not in ("events", "spec"):
+            raise StoreError(f"shape must be 'events' or 'spec' (got {shape!r})")
         async with self._facts_reading() as db:
+            if shape == "spec":
+                return await spec_status_history(db, self.sql, fact_id)
             return await status_history(db, self.sql, fact_id)
+
+    async def update_status(
+        self,
+        fact_id: str,
+        status: str,
+        *,
+        reason: str = "",
+        merged_into: str | None = None,
+        at: datetime | None = None,
+        user: str | None = None,
+        agent: str | None = None,
+    ) -> Fact:
+        """Move a fact to ``status`` (specification 004's ``update_status``) and return it
+        as it is now: ``challenged`` flags a current fact (it stays current, left out of
+        search and recall), ``active`` clears the flag, ``merged`` (with ``merged_into``, a
+        current fact of the same user and agent), ``invalidated``, ``deleted``, ``expired``
+        or ``archived`` close it. A reason is required for ``challenged`` and
+        ``invalidated``. Each change is in the audit (a delete delta of rule
+        ``update_status``) or, clearing a flag, a status event, and in
+        :meth:`status_history`. Stamped ``at`` (an aware time, not before the fact became
+        valid; default now). ``user``/``agent``, when given, must be the fact's. Anything
+        refused raises (:class:`FactStatusError`, :class:`FactNotFoundError`) and
+        changes nothing."""
+        fact_id = check_fact_id(fact_id)
+        if merged_into is not None:
+            merged_into = check_fact_id(merged_into)
+        if at is not None:
+            try:
+                at = from_us(to_us(at, "at"))
+            except (ValueError, TypeError) as exc:
+                raise FactStatusError(
+                    f"cannot update the status of fact {fact_id}: {exc}",
+                    fact_id=fact_id,
+                    status=None,
+                ) from exc
+        async with self._applying("", at) as (db, batch, _):
+            return await update_status_in(
+                db, self.sql, batch, fact_id, status, reason, merged_into, (user, agent)
+            )
 
     # --- statuses and pins --------------------------------------------------------------
 
@@ -677,5 +758,7 @@ class SQLFactRepository(Generic[ConnT]):
 
 
 _CURRENT: Final = "valid_until_us IS NULL"
+_ACTIVE: Final = "valid_until_us IS NULL AND status IS NULL"
+"""Current and not flagged (``challenged`` facts are current, left out of searches)."""
 _ORDER: Final = "confidence DESC, valid_from_us DESC, id"
 """How search results that score alike are ranked."""

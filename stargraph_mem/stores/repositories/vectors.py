@@ -836,7 +836,7 @@ async def _scores(columns: Matrix, query: npt.NDArray[np.float32]) -> Matrix:
 
 def _status(valid_until_us: Any, status: Any) -> str:
     if valid_until_us is None:
-        return "current"
+        return "current" if status is None else str(status)  # challenged: current, flagged
     return "deleted" if status is None else str(status)
 
 
