@@ -187,9 +187,7 @@ def test_ebbinghaus_from_the_last_access_with_trust_is_003s_decay() -> None:
     )
     assert _nightly(text, read, [30]).confidence == round(0.9 * math.exp(-0.1 * 20**0.8), 9)
     extracted = replace(read, trust=0.7)
-    assert _nightly(text, extracted, [30]).confidence == round(
-        0.9 * math.exp(-0.3 * 20**0.8), 9
-    )
+    assert _nightly(text, extracted, [30]).confidence == round(0.9 * math.exp(-0.3 * 20**0.8), 9)
     # from reinforced_at, as before: reads change nothing
     plain = _pack("{ebbinghaus: {fact: f, lambda: 0.1, k: 0.8}}")
     assert _nightly(plain, read, [30]).confidence == round(0.9 * math.exp(-0.1 * 30**0.8), 9)

@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import Field, JsonValue, PrivateAttr
 
 from stargraph_mem.model.base import FrozenModel, Identifier, ScopePart, StoredDatetime
+from stargraph_mem.model.layers import Layer, MemoryType
 
 StatusFilter = Literal[
     "current", "superseded", "deleted", "expired", "archived", "invalidated", "all"
@@ -35,6 +36,11 @@ class Fact(FrozenModel):
     delta_id: str
     status: str = "current"
     """``current`` while valid, else the closing status (see ``FACT_STATUSES``)."""
+    layer: Layer = Field(default="episodic", exclude_if=lambda v: v == "episodic")
+    memory_type: MemoryType = Field(default="fact", exclude_if=lambda v: v == "fact")
+    trust: float = Field(default=1.0, exclude_if=lambda v: v == 1.0)
+    """Specification 004's layer, memory type and source trust
+    (:mod:`~stargraph_mem.model.layers`); left out of dumps at their defaults."""
 
     _lineage: tuple[dict[str, JsonValue], ...] | None = PrivateAttr(default=None)
     _pinned_at: datetime | None = PrivateAttr(default=None)

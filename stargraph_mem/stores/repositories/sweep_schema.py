@@ -43,8 +43,8 @@ SWEEP_INDEXES: Final[Mapping[str, str]] = {
 """Index name → what it indexes: current facts by confidence, by age, by (predicate,
 subject), by rule, by the reinforcement and the observation time they started from (the
 base of ``reinforced_at`` and ``observed_at``, whose later rows the pre-filter checks
-through the reinforcements' own index), by layer (a promotion sweep over ``working``); ``partition_key`` is not needed, a candidate's
-row gives it."""
+through the reinforcements' own index), by layer (a promotion sweep over ``working``);
+``partition_key`` is not needed, a candidate's row gives it."""
 SWEEP_INDEX_NAMES: Final = tuple(SWEEP_INDEXES)
 
 
