@@ -44,6 +44,7 @@ from stargraph_mem.model.facts import (
     StatusEvent,
     StatusFilter,
 )
+from stargraph_mem.model.layers import RecallMode
 from stargraph_mem.model.limits import DEFAULT_LIMITS, Limits
 from stargraph_mem.model.time import to_utc, utc_now
 from stargraph_mem.salience import SalienceScorer
@@ -492,6 +493,7 @@ class Consolidator(AsyncResource):
         limit: int = 10,
         touch: bool = True,
         include_history: bool = False,
+        mode: RecallMode = "full_context",
     ) -> list[FactHit]:
         """Current facts (closed ones too with ``include_history``) ranked for ``query``
         (any of its words), within the filters.
@@ -511,6 +513,7 @@ class Consolidator(AsyncResource):
                 limit=limit,
                 touch=touch,
                 include_history=include_history,
+                mode=mode,
             )
             span.set_attribute("stargraph_mem.recall.hits", len(hits))
         observe.recall(time.perf_counter() - t0)
@@ -531,6 +534,7 @@ class Consolidator(AsyncResource):
         weights: RecallWeights | Mapping[str, float] | None = None,
         k: int | None = None,
         touch: bool = True,
+        mode: RecallMode = "full_context",
     ) -> RecallResult:
         """Facts and episodes of the partition ``(user, agent)`` relevant to ``query``,
         best first: full-text, vector and graph strategies fused by Reciprocal Rank Fusion
@@ -544,7 +548,9 @@ class Consolidator(AsyncResource):
         ``include_history``. ``entity`` restricts facts to one entity's and names it in the
         context. Each hit says which strategies ranked it and where; ``.context(...)`` of
         the result is a markdown block within a token budget. Returned facts' access is
-        recorded unless ``touch=False``.
+        recorded unless ``touch=False``. ``mode`` (specification 004): ``facts_only`` keeps
+        facts of type ``fact``, ``facts_plus_rules`` those and ``procedure`` ones (neither
+        returns episodes), ``full_context`` everything (the default).
         """
         t0 = time.perf_counter()
         times = StrategyTimes()
@@ -563,6 +569,7 @@ class Consolidator(AsyncResource):
                 k=k,
                 touch=touch,
                 times=times,
+                mode=mode,
             )
             span.set_attribute("stargraph_mem.recall.hits", len(result.hits))
             span.set_attribute("stargraph_mem.recall.intent", result.intent)

@@ -120,6 +120,9 @@ class FactPattern(FrozenModel):
     include_history: bool = False
     limit: int | None = Field(default=None, ge=1)
     status: StatusFilter | None = None
+    layer: Layer | None = None
+    memory_type: MemoryType | list[MemoryType] | None = None
+    """Facts of this layer, of this memory type (or one of these types)."""
 
 
 class FactHit(FrozenModel):

@@ -19,6 +19,7 @@ import numpy.typing as npt
 from stargraph_mem.embedding import Embedder
 from stargraph_mem.model.entities import Entity, EntityProfile, EntityType, LineageNeighbours
 from stargraph_mem.model.facts import Fact, FactAccess, FactHit, StatusEvent
+from stargraph_mem.model.layers import RecallMode
 from stargraph_mem.stores.fact import (
     ApplyResult,
     DeltaInput,
@@ -144,6 +145,7 @@ class FactRepository(FactStore, Protocol):
         limit: int = 10,
         touch: bool = True,
         include_history: bool = False,
+        mode: RecallMode = "full_context",
     ) -> list[FactHit]: ...
 
     async def get_many(self, fact_ids: Sequence[str]) -> list[Fact]: ...

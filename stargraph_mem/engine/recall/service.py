@@ -52,6 +52,7 @@ from stargraph_mem.engine.recall.timefilter import TimeWindow, parse_time_window
 from stargraph_mem.errors import EntityNotFoundError, RecallError
 from stargraph_mem.model.entities import EntityProfile
 from stargraph_mem.model.facts import FactPattern
+from stargraph_mem.model.layers import RecallMode, types_of_mode
 from stargraph_mem.model.time import to_us
 from stargraph_mem.stores.repositories.search import MAX_LIMIT, query_words
 from stargraph_mem.stores.scope import Partition
@@ -195,9 +196,14 @@ class Recall:
         k: int | None = None,
         touch: bool = True,
         times: StrategyTimes | None = None,
+        mode: RecallMode = "full_context",
     ) -> RecallResult:
         """See :meth:`~stargraph_mem.engine.api.Consolidator.recall`."""
         query = _check_query(query)
+        try:
+            types = types_of_mode(mode)
+        except ValueError as exc:
+            raise RecallError(str(exc), parameter="mode") from exc
         kinds = check_kinds(kinds)
         limit = _check_limit(limit)
         FactPattern(user=user, agent=agent)  # the scope parts' own checks
@@ -245,6 +251,7 @@ class Recall:
                     limit=pool,
                     touch=False,
                     include_history=include_history,
+                    mode=mode,
                 )
                 for hit in found:
                     if _in_window(hit.fact.valid_from, window):
@@ -339,6 +346,7 @@ class Recall:
             window=window,
             include_history=include_history,
             limit=limit,
+            types=types,
         )
         neighbours = await self._neighbours(temporal, hits) if temporal else []
         if touch and hits:
@@ -398,9 +406,11 @@ class Recall:
         window: TimeWindow,
         include_history: bool,
         limit: int,
+        types: tuple[str, ...] | None = None,
     ) -> list[RecallHit]:
         """The fused keys read back as hits, best first, until ``limit`` (a fact closed
-        or out of the window since its list was read is left out)."""
+        or out of the window since its list was read is left out; with ``types``, a
+        recall mode's memory types, facts of other types and episodes are too)."""
         hits: list[RecallHit] = []
         chunk = fused_keys[: limit * 2]
         rest = fused_keys[limit * 2 :]
@@ -421,6 +431,8 @@ class Recall:
                         continue
                     if not _in_window(fact.valid_from, window):
                         continue
+                    if types is not None and fact.memory_type not in types:
+                        continue
                     hit = RecallHit(
                         kind="fact",
                         id=item_id,
@@ -432,6 +444,8 @@ class Recall:
                 else:
                     found = episodes.get(item_id)
                     if found is None or not _in_window(found.timestamp, window):
+                        continue
+                    if types is not None:
                         continue
                     hit = RecallHit(
                         kind="episode",

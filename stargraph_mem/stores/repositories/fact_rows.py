@@ -505,6 +505,15 @@ def pattern_filter(pattern: FactPattern, mark: str = "?") -> tuple[list[str], li
     if pattern.min_confidence is not None:
         where.append(f"confidence >= {mark}")
         params.append(pattern.min_confidence)
+    if pattern.layer is not None:
+        where.append(f"layer = {mark}")
+        params.append(pattern.layer)
+    if pattern.memory_type is not None:
+        kinds = (
+            [pattern.memory_type] if isinstance(pattern.memory_type, str) else pattern.memory_type
+        )
+        where.append(f"memory_type IN ({', '.join(mark for _ in kinds)})" if kinds else "1 = 0")
+        params += kinds
     return where, params
 
 

@@ -25,6 +25,7 @@ from typing import Any, ClassVar, Final, Generic, TypeVar
 from stargraph_mem.errors import FactNotFoundError
 from stargraph_mem.gcpause import gc_paused
 from stargraph_mem.model.facts import Fact, FactAccess, FactHit, FactPattern, StatusEvent
+from stargraph_mem.model.layers import RecallMode
 from stargraph_mem.model.time import from_us, seconds_us, to_us, utc_now
 from stargraph_mem.stores.dialect import Dialect
 from stargraph_mem.stores.fact import (
@@ -424,6 +425,7 @@ class SQLFactRepository(Generic[ConnT]):
         limit: int = 10,
         touch: bool = True,
         include_history: bool = False,
+        mode: RecallMode = "full_context",
     ) -> list[FactHit]:
         """Current facts matching any word of ``query``, best first, and the filters.
 
@@ -432,10 +434,12 @@ class SQLFactRepository(Generic[ConnT]):
         ``include_history``, closed facts are searched too. With ``touch`` (the default)
         each returned fact's access count and last access are recorded (see
         :meth:`access`) in the same call; ``touch=False`` reads without a trace (and,
-        on SQLite, works on a read-only file).
+        on SQLite, works on a read-only file). ``mode`` keeps the memory types a recall
+        mode returns (specification 004: ``facts_only``, ``facts_plus_rules``,
+        ``full_context``).
         """
         words = query_words(query)
-        pattern = search_pattern(user, agent, subject, predicate, min_confidence)
+        pattern = search_pattern(user, agent, subject, predicate, min_confidence, mode)
         where, params = pattern_filter(pattern)
         search = Search(words, where, params, check_limit(limit), include_history)
         if not touch:
