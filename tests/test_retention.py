@@ -8,19 +8,21 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 from datetime import timedelta
+from pathlib import Path
 
 import clips
 import pytest
+from backends import open_backend, raw_rows
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from packs_helpers import PARTITION, T0, engine_fact
 
 from stargraph_mem.compiler.generator import RETENTION_CLIPS
-from stargraph_mem.compiler.pack import compile_text
+from stargraph_mem.compiler.pack import compile_file, compile_text, validate_file
 from stargraph_mem.compiler.sweep_sql import RETENTION_SQL
 from stargraph_mem.engine.passes.runtime import PackRuntime
 from stargraph_mem.errors import IRError
-from stargraph_mem.ir.operators import RETENTION_MODES
+from stargraph_mem.ir.operators import RETENTION_MODES, retention_table
 from stargraph_mem.ir.reference import RETENTION, access_boost, retention
 from stargraph_mem.model.time import to_us
 from stargraph_mem.stores.fact import EngineFact
@@ -211,3 +213,41 @@ def test_retention_errors_name_where(confidence: str, message: str) -> None:
     with pytest.raises(IRError) as caught:
         compile_text(_pack(confidence))
     assert message in str(caught.value)
+
+
+DOCS = Path(__file__).parent.parent / "docs" / "rule-packs.md"
+SECTION = "## Layers, memory types, trust and retention\n"
+
+
+def test_the_docs_list_each_mode_with_its_formula() -> None:
+    text = DOCS.read_text(encoding="utf-8")
+    block = text.split("<!-- retention:start -->\n", 1)[1].split("<!-- retention:end -->", 1)[0]
+    assert block == retention_table()
+
+
+def test_the_docs_layers_example_validates_and_runs(tmp_path: Path) -> None:
+    section = DOCS.read_text(encoding="utf-8").split(SECTION, 1)[1]
+    path = tmp_path / "layered.yaml"
+    path.write_text(section.split("```yaml\n", 1)[1].split("```\n", 1)[0], encoding="utf-8")
+    assert validate_file(path) == []
+    compiled = compile_file(path)
+    old = replace(engine_fact("f1", ("s", "p", "o"), confidence=0.8), trust=0.5)
+    runtime = PackRuntime(compiled)
+    try:
+        out = runtime.run_pass(partition=PARTITION, now=T0 + 10 * DAY, episodes=[], facts=[old])
+    finally:
+        runtime.close()
+    (delta,) = out.deltas
+    assert delta.confidence == 0.4  # 10 days × 3 (trust 0.5) = one 30-day half-life
+    assert delta.trust == 0.5
+
+
+@pytest.mark.parametrize("backend_name", ["sqlite", "postgresql"])
+async def test_the_sql_curves_are_the_reference_curves(backend_name: str, tmp_path: Path) -> None:
+    ages = [0.0, 0.25, 0.5, 1.0, 1.5, 2.0, 2.4, 2.5, 3.0, 10.0]
+    async with open_backend(backend_name, tmp_path) as backend:
+        for mode in MODES:
+            for x in ages:
+                sql = f"SELECT {RETENTION_SQL[mode](repr(x))}"
+                ((value,),) = await raw_rows(backend.facts, sql)
+                assert float(value) == pytest.approx(RETENTION[mode](x), rel=1e-12, abs=1e-15)

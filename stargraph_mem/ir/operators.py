@@ -273,6 +273,13 @@ ACCESS_BOOST_CAP: Final = 0.3
 004's +0.3)."""
 
 
+def retention_table() -> str:
+    """The retention modes as Markdown, for the rule-pack reference (drift-checked)."""
+    lines = ["| mode | R(x) | meaning |", "| --- | --- | --- |"]
+    lines += [f"| `{m.name}` | {m.formula} | {m.meaning} |" for m in RETENTION_MODES.values()]
+    return "\n".join(lines) + "\n"
+
+
 README_START = "<!-- operators:start -->\n"
 README_END = "<!-- operators:end -->\n"
 
