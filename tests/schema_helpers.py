@@ -4,9 +4,19 @@ from __future__ import annotations
 
 import sqlite3
 
-from stargraph_mem.stores.postgres.schema import V4_SWEEP_INDEXES
+from stargraph_mem.stores.postgres.schema import MIGRATIONS, V4_SWEEP_INDEXES
 from stargraph_mem.stores.repositories.sweep_schema import index_ddl
 
+UNDO_LAYERS = (
+    "DROP INDEX facts_current_layer_of",
+    "DROP INDEX facts_current_type_of",
+    "DROP INDEX IF EXISTS facts_current_layer",
+    "ALTER TABLE facts DROP COLUMN layer",
+    "ALTER TABLE facts DROP COLUMN memory_type",
+    "ALTER TABLE facts DROP COLUMN trust",
+)
+"""What the layers migration added (SQLite version 7, PostgreSQL's ``*_layers_and_trust``):
+each fact's layer, memory type and trust, and their indexes."""
 UNDO_VERSION_6 = ("DELETE FROM fact_store_meta WHERE key = 'text_indexed_through'",)
 """What version 6 added: the search index's mark (a version 5 file indexed every fact)."""
 UNDO_VERSION_5 = (
@@ -28,8 +38,15 @@ UNDO_VERSION_4 = (
 """What version 4 added: aggregates, observation times, deferred episodes, pass times."""
 
 
+def undo_version_7(db: sqlite3.Connection) -> None:
+    """Remove what version 7 added (the caller sets the version it wants)."""
+    for statement in UNDO_LAYERS:
+        db.execute(statement)
+
+
 def undo_version_6(db: sqlite3.Connection) -> None:
-    """Remove what version 6 added (the caller sets the version it wants)."""
+    """Remove what versions 6 and 7 added (the caller sets the version it wants)."""
+    undo_version_7(db)
     for statement in UNDO_VERSION_6:
         db.execute(statement)
 
@@ -91,3 +108,10 @@ PG_UNDO_VERSION_8 = (
 )
 """What PostgreSQL migration 8 made (the entity registry and its aliases), and its ledger
 row."""
+
+LAYERS_VERSION = next(v for v, name, _ in MIGRATIONS if name.endswith("_layers_and_trust"))
+"""The PostgreSQL migration that added layers, memory types and trust (found by name: its
+number depends on the migrations merged before it)."""
+PG_UNDO_LAYERS = (*UNDO_LAYERS, f"DELETE FROM schema_ledger WHERE version = {LAYERS_VERSION}")
+"""What the PostgreSQL layers migration added, and its ledger row (undo it first: it is
+the newest this file knows)."""

@@ -100,3 +100,20 @@ def test_bad_input_is_refused(tmp_path: Path) -> None:
     done = runner.invoke(app, ["recall", "tea", "--db", str(tmp_path / "none.db"), *SCOPE])
     assert done.exit_code == 1 and "does not exist" in done.output
     assert not (tmp_path / "none.db").exists()
+
+
+def test_recall_mode_keeps_a_modes_memory_types(tmp_path: Path) -> None:
+    db = _memory(tmp_path)
+    runner = CliRunner()
+    args = ["recall", "tea morning", "--db", db, *SCOPE, "--json"]
+    done = runner.invoke(app, [*args, "--mode", "facts_only"])
+    assert done.exit_code == 0, done.output
+    kinds = {json.loads(line)["kind"] for line in done.stdout.splitlines()}
+    assert kinds == {"fact"}
+    done = runner.invoke(app, args)
+    assert {json.loads(line)["kind"] for line in done.stdout.splitlines()} == {"fact", "episode"}
+    done = runner.invoke(app, [*args, "--mode", "rules"])
+    assert done.exit_code == 2
+    assert "--mode must be one of facts_only, facts_plus_rules, full_context (got 'rules')" in (
+        done.output
+    )

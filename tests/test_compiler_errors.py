@@ -296,7 +296,7 @@ CASES: list[tuple[str, str, str]] = [
         mutate(("confidence: {var: n, base: 0.5, per: 0.1}", "confidence: [1]")),
         "rules/x.yaml:31:7: rules[1].emit.confidence: expected a number in [0, 1], "
         "{var, base, per}, {from: x} or one operation: reinforce, multiply, ebbinghaus, "
-        "linear_decay, min, max, clamp",
+        "linear_decay, retention, min, max, clamp",
     ),
     (
         "operand_of_no_kind",

@@ -40,7 +40,7 @@ from stargraph_mem.ir.models import (
     FieldType,
     Rule,
 )
-from stargraph_mem.ir.operators import FLAGS, OPERATORS, Operator
+from stargraph_mem.ir.operators import FLAGS, OPERATORS, RETENTION_MODES, Operator
 from stargraph_mem.ir.reference import evaluate
 from stargraph_mem.model.deltas import CLOSE_STATUSES
 from stargraph_mem.model.time import to_us
@@ -393,6 +393,9 @@ def template(draw: Draw, state: RuleState, *, in_memory: bool) -> str:
 UNIT = st.sampled_from([0, 0.1, 0.333, 1])
 
 
+MODES = sorted(RETENTION_MODES)
+
+
 @st.composite
 def operand(draw: Draw, state: RuleState, depth: int) -> Any:
     """An arithmetic operand: a number, a numeric variable or a nested operation."""
@@ -412,7 +415,7 @@ def operand(draw: Draw, state: RuleState, depth: int) -> Any:
 def arithmetic(draw: Draw, state: RuleState, depth: int = 0) -> dict[str, Any]:
     """One typed confidence operation (every operation of :data:`ARITHMETIC`)."""
     facts = [a for a, k in state.aliases.items() if k == "fact"]
-    names = [n for n in ARITHMETIC if facts or n not in ("ebbinghaus", "linear_decay")]
+    names = [n for n in ARITHMETIC if facts or n not in ("ebbinghaus", "linear_decay", "retention")]
     name = draw(st.sampled_from(names))
     if name == "reinforce":
         body: Any = {"value": draw(operand(state, depth)), "by": draw(UNIT)}
@@ -427,6 +430,16 @@ def arithmetic(draw: Draw, state: RuleState, depth: int = 0) -> dict[str, Any]:
         body = {"fact": draw(st.sampled_from(facts)), "lambda": draw(st.sampled_from([0.01, 1]))}
         if draw(st.booleans()):
             body["k"] = draw(st.sampled_from([0.5, 1, 2]))
+        if draw(st.booleans()):
+            body["since"] = "last_access"
+        if draw(st.booleans()):
+            body["untrusted_speed"] = 3
+    elif name == "retention":
+        body = {"fact": draw(st.sampled_from(facts)), "mode": draw(st.sampled_from(MODES))}
+        if draw(st.booleans()):
+            body["half_life"] = {"days": draw(st.sampled_from([0.5, 30]))}
+        if draw(st.booleans()):
+            body["boost"] = False
     else:
         body = {"fact": draw(st.sampled_from(facts)), "per": draw(UNIT), "every": {"hours": 6}}
     return {name: body}

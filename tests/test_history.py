@@ -268,7 +268,7 @@ async def test_a_database_without_aggregates_is_migrated_and_rebuilt(tmp_path: P
     assert [(f[4], f[5]) for f in got] == [("tea", 0.5)]
     with sqlite3.connect(old) as db:
         version = db.execute("SELECT value FROM fact_store_meta WHERE key = 'schema_version'")
-        assert version.fetchone() == ("6",)
+        assert version.fetchone() == ("7",)
 
 
 async def test_a_changed_relation_starts_from_the_consumed_episodes(tmp_path: Path) -> None:

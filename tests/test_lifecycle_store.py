@@ -16,6 +16,7 @@ import pytest
 from backends import Backend, NewLocation, open_backend, raw_execute, raw_rows, snapshot
 from readme_helpers import readme_section_example, run_example
 from schema_helpers import (
+    PG_UNDO_LAYERS,
     PG_UNDO_VERSION_3,
     PG_UNDO_VERSION_4,
     PG_UNDO_VERSION_5,
@@ -44,6 +45,7 @@ from stargraph_mem.stores import (
 from stargraph_mem.stores.database import open_database
 from stargraph_mem.stores.postgres import PostgresDatabase, PostgresFactStore
 from stargraph_mem.stores.postgres.schema import LEDGER_TABLE
+from stargraph_mem.stores.postgres.schema import SCHEMA_VERSION as PG_SCHEMA_VERSION
 
 T0 = datetime(2026, 5, 1, 9, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)
@@ -345,7 +347,7 @@ async def test_a_version_4_sqlite_file_is_migrated_with_its_facts(tmp_path: Path
         undo_version_5(db)
         db.execute("UPDATE fact_store_meta SET value = '4' WHERE key = 'schema_version'")
     async with SQLiteFactStore(path) as store:
-        assert (await store.health()).schema_version == 6
+        assert (await store.health()).schema_version == 7
         assert await store.query(FactPattern(status="all")) == facts
         assert await store.current_facts(ALICE) == engine
         assert {f.object: f.status for f in facts} == {
@@ -365,6 +367,7 @@ async def test_a_postgresql_schema_at_version_2_is_migrated_with_its_facts(
         await store.apply_deltas([tea, gin, water, delete([gin.new_fact_id], ts=T0 + HOUR)])
         facts = await store.query(FactPattern(status="all"))
         undo = (
+            *PG_UNDO_LAYERS,
             *PG_UNDO_VERSION_8,
             *PG_UNDO_VERSION_7,
             *PG_UNDO_VERSION_6,
@@ -377,7 +380,7 @@ async def test_a_postgresql_schema_at_version_2_is_migrated_with_its_facts(
         assert await raw_rows(store, f"SELECT max(version) FROM {LEDGER_TABLE}") == [(2,)]
         assert isinstance(store, PostgresFactStore)
         async with PostgresDatabase(store.database.url) as again:
-            assert (await again.health()).schema_version == 8
+            assert (await again.health()).schema_version == PG_SCHEMA_VERSION
             assert await again.facts.query(FactPattern(status="all")) == facts
         assert {f.object: f.status for f in facts} == {
             "tea": "superseded",

@@ -20,6 +20,7 @@ from backends import PG_URL, open_backend, pg_schema, raw_execute, raw_rows
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schema_helpers import (
+    PG_UNDO_LAYERS,
     PG_UNDO_VERSION_3,
     PG_UNDO_VERSION_4,
     PG_UNDO_VERSION_5,
@@ -371,7 +372,7 @@ async def test_a_version_3_sqlite_file_gains_the_tables(tmp_path: Path) -> None:
         undo_version_4(db)
         db.execute("UPDATE fact_store_meta SET value = '3' WHERE key = 'schema_version'")
     async with SQLiteFactStore(path) as facts:
-        assert (await facts.health()).schema_version == SCHEMA_VERSION == 6
+        assert (await facts.health()).schema_version == SCHEMA_VERSION == 7
         assert await facts.deferred_of("default", [U]) == [[]]
     async with Consolidator.open(path, [DEFAULT]) as mem:
         await mem.memory.put_many([observation("f", 120, "b", subject="t")])
@@ -385,6 +386,7 @@ async def test_a_postgresql_database_at_version_1_is_migrated() -> None:
         async with PostgresDatabase(url) as db:
             await db.memory.put_many([observation("e", 0, "a")])
             for undo in (
+                *PG_UNDO_LAYERS,
                 *PG_UNDO_VERSION_8,
                 *PG_UNDO_VERSION_7,
                 *PG_UNDO_VERSION_6,

@@ -250,7 +250,7 @@ async def test_a_version_2_file_is_migrated_and_indexed(tmp_path: Path) -> None:
     async with SQLiteFactStore(path) as store:
         assert sorted(objects(await store.search("tea coffee jazz"))) == ["coffee", "jazz"]
         health = await store.health()
-        assert health.ok and health.schema_version == SCHEMA_VERSION == 6
+        assert health.ok and health.schema_version == SCHEMA_VERSION == 7
 
 
 async def test_an_unknown_schema_version_is_refused_untouched(tmp_path: Path) -> None:
@@ -460,7 +460,7 @@ async def test_a_version_5_file_gets_its_index_mark(tmp_path: Path) -> None:
         undo_version_6(db)
         db.execute("UPDATE fact_store_meta SET value = '5' WHERE key = 'schema_version'")
     async with SQLiteFactStore(path) as store:
-        assert (await store.health()).schema_version == SCHEMA_VERSION == 6
+        assert (await store.health()).schema_version == SCHEMA_VERSION == 7
         assert indexed(path) == (70, 70, 70)
         assert len(await store.search("tea", limit=100)) == 70
         assert indexed(path) == (70, 70, 70)

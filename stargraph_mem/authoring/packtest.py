@@ -66,6 +66,13 @@ from stargraph_mem.model.deltas import (
 )
 from stargraph_mem.model.episodes import Episode, Intent
 from stargraph_mem.model.facts import Fact
+from stargraph_mem.model.layers import (
+    DEFAULT_LAYER,
+    DEFAULT_MEMORY_TYPE,
+    Layer,
+    MemoryType,
+    stored_trust,
+)
 
 WHAT = "pack test file"
 SEED_RULE = "seed"
@@ -156,6 +163,11 @@ class SeedFact(_Model):
     pinned: bool = False
     accessed: list[When] = Field(default_factory=list, max_length=1000)
     """One recorded read at each of these times."""
+    layer: Layer | None = None
+    memory_type: MemoryType | None = None
+    trust: float | None = Field(default=None, ge=0, le=1)
+    """Specification 004's layer, memory type and source trust (default: episodic, fact,
+    1.0)."""
 
 
 class ExpectedDelta(_Model):
@@ -184,6 +196,8 @@ class ExpectedFact(_Model):
     id: str | None = None
     rule: str | None = None
     confidence: float | None = None
+    layer: Layer | None = None
+    memory_type: MemoryType | None = None
 
 
 class ExpectedRejection(_Model):
@@ -465,6 +479,9 @@ def _seed_deltas(case: Case, pack: CompiledPack, now: datetime) -> list[MemoryDe
         add = AddDelta(
             fact=FactPayload(subject=s, predicate=p, object=o, payload=fact.payload),
             promotion_ts=born,
+            layer=None if fact.layer == DEFAULT_LAYER else fact.layer,
+            memory_type=None if fact.memory_type == DEFAULT_MEMORY_TYPE else fact.memory_type,
+            trust=None if fact.trust is None else stored_trust(fact.trust),
             **common,
         )
         out.append(add)
@@ -574,7 +591,7 @@ DELTA_FIELDS = (
     "bindings",
     "status",
 )
-FACT_FIELDS = ("triple", "id", "rule", "confidence")
+FACT_FIELDS = ("triple", "id", "rule", "confidence", "layer", "memory_type")
 REJECTION_FIELDS = ("episode", "rule", "reason")
 
 
@@ -606,6 +623,8 @@ def fact_view(fact: Fact, run: CaseRun) -> View:
         "id": run.name(fact.id),
         "rule": fact.rule_id,
         "confidence": fact.confidence,
+        "layer": fact.layer,
+        "memory_type": fact.memory_type,
     }
 
 

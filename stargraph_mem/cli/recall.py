@@ -22,6 +22,7 @@ from stargraph_mem.cli.base import (
     run,
     usage_fail,
 )
+from stargraph_mem.model.layers import RECALL_MODES
 
 if TYPE_CHECKING:
     from stargraph_mem.engine.api import Consolidator
@@ -107,6 +108,12 @@ def recall(
     entity: Annotated[
         str | None, typer.Option("--entity", help="Only facts of this entity.")
     ] = None,
+    mode: Annotated[
+        str,
+        typer.Option(
+            "--mode", help="facts_only, facts_plus_rules or full_context (memory types kept)."
+        ),
+    ] = "full_context",
     context: Annotated[
         int | None,
         typer.Option("--context", help="Print the markdown context block of this many tokens."),
@@ -124,6 +131,8 @@ def recall(
         usage_fail(f"--kinds must be one of {', '.join(KINDS)} (got {kinds!r})")
     if context is not None and context < 1:
         usage_fail(f"--context must be a positive number of tokens (got {context})")
+    if mode not in RECALL_MODES:
+        usage_fail(f"--mode must be one of {', '.join(RECALL_MODES)} (got {mode!r})")
     db = existing(db)
 
     async def action() -> RecallResult:
@@ -138,6 +147,7 @@ def recall(
                 limit=limit,
                 include_history=history,
                 entity=entity,
+                mode=mode,  # type: ignore[arg-type]
             )
 
     result = run(action())

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -57,12 +58,19 @@ from stargraph_mem.ir.models import (
     MinOp,
     MultiplyOp,
     ReinforceOp,
+    RetentionOp,
     VarConfidence,
     VarRef,
 )
-from stargraph_mem.ir.operators import unknown_operator
+from stargraph_mem.ir.operators import (
+    ACCESS_BOOST_CAP,
+    ACCESS_BOOST_PER,
+    ACCESS_BOOST_SCALE,
+    unknown_operator,
+)
 from stargraph_mem.ir.reference import evaluate
 from stargraph_mem.model.deltas import FLAG_STATUSES, kind_creates
+from stargraph_mem.model.layers import DEFAULT_LAYER, DEFAULT_MEMORY_TYPE, LAYERS
 from stargraph_mem.model.limits import TEMPLATE_CHARS_MAX
 
 SAL_DROP = 9950
@@ -101,9 +109,15 @@ LIFECYCLE_SLOTS: Mapping[str, str] = {
     "last_access": "(type INTEGER) (default 0)",
     "pinned": "(type SYMBOL) (default FALSE)",
     "status": '(type STRING) (default "current")',
+    "layer": f'(type STRING) (default "{DEFAULT_LAYER}")',
+    "memory_type": f'(type STRING) (default "{DEFAULT_MEMORY_TYPE}")',
+    "trust": "(type FLOAT) (default 1.0)",
+    "read_at": "(type INTEGER) (default 0)",
 }
 """The lifecycle slots of ``sm-fact``: declared only when a rule of the pack reads them, so
-a pack that does not pays nothing per asserted fact."""
+a pack that does not pays nothing per asserted fact. ``read_at`` is no pattern field: the
+latest access-recording read (0: never), which decays counting from the last access read."""
+SLOT_ORDER: Final = (*LIFECYCLE_FIELDS, "read_at")
 
 TEMPLATE_REFS_UNCHECKED: Final = 4
 """Variable references an emit template may hold before CLIPS checks the length of the
@@ -320,7 +334,11 @@ class Generator:
             if info.rule.enabled
         ):
             tested.add("status")
-        return tuple(f for f in LIFECYCLE_FIELDS if f in tested)
+        for info in self.analysis.rules:
+            if info.rule.enabled:
+                for reads in decay_reads(info.rule.emit.confidence).values():
+                    tested |= reads
+        return tuple(f for f in SLOT_ORDER if f in tested)
 
     def payload_tested(self, key: str) -> bool:
         return any(key in pattern.payload for _, _, pattern in self.fact_patterns())
@@ -632,7 +650,9 @@ class Generator:
         forced: dict[str, str] = {}
         if alias in decayed_facts(ctx.info.rule.emit.confidence):
             held = ctx.decay[alias] = {}
-            for fname, tag in DECAY_SLOTS.items():
+            extra = decay_reads(ctx.info.rule.emit.confidence).get(alias, set())
+            slots = {**DECAY_SLOTS, **{f: t for f, t in EXTRA_DECAY_SLOTS.items() if f in extra}}
+            for fname, tag in slots.items():
                 cond = where.get(fname)
                 if cond is not None and cond.bind is not None:  # one variable per slot
                     held[fname] = ctx.var(cond.bind)
@@ -845,13 +865,18 @@ class Generator:
             return f"(max {clips_float(c.lo)} (min {clips_float(c.hi)} {value}))"
         if isinstance(op, EbbinghausOp):
             e, v = op.ebbinghaus, ctx.decay[op.ebbinghaus.fact]
-            k, rf = clips_float(e.k), v["reinforced_at"]
+            k, rf = clips_float(e.k), decay_anchor(v, e.since)
             days = [
                 f"(** (/ (max 0 (- {t} {rf})) {clips_float(DAY_US)}) {k})"
                 for t in ("?i_now", f"(min {v['valid_from']} ?i_now)")
             ]
             power = f"(- {days[0]} {days[1]})"
-            return f"(* {v['confidence']} (exp (- 0.0 (* {clips_float(e.lambda_)} {power}))))"
+            rate = clips_float(e.lambda_)
+            if e.untrusted_speed != 1.0:
+                rate = f"(* {rate} {speed_expr(v, e.untrusted_speed)})"
+            return f"(* {v['confidence']} (exp (- 0.0 (* {rate} {power}))))"
+        if isinstance(op, RetentionOp):
+            return self.retention_expr(op, ctx.decay[op.retention.fact])
         if isinstance(op, LinearDecayOp):
             d, v = op.linear_decay, ctx.decay[op.linear_decay.fact]
             every, rf = d.every.total_microseconds(), v["reinforced_at"]
@@ -862,6 +887,31 @@ class Generator:
             drop = f"(* {clips_float(d.per)} (- {windows[0]} {windows[1]}))"
             return f"(- {v['confidence']} {drop})"
         raise CompileError(f"unknown confidence operation: {type(op).__name__}")
+
+    def retention_expr(self, op: RetentionOp, v: Mapping[str, str]) -> str:
+        """``c·Rt(x_now)/Rt(x_then)`` in CLIPS (see :class:`~stargraph_mem.ir.models.Retention`)."""
+        r = op.retention
+        anchor = decay_anchor(v, "last_access")
+        if r.half_life is not None:
+            half = clips_float(r.half_life.total_seconds() / 86400.0)
+        else:
+            half = "0.0"  # infinite: no layer of the pack has a half-life
+            for layer in reversed(LAYERS):
+                life = self.pack.defaults.half_life_days(layer)
+                if life is not None:
+                    test = f"(eq {v['layer']} {clips_string(layer)})"
+                    half = f"(if {test} then {clips_float(life)} else {half})"
+        speed = speed_expr(v, r.untrusted_speed)
+        curves = []
+        for at in ("?i_now", f"(min {v['valid_from']} ?i_now)"):
+            days = f"(/ (max 0 (- {at} {anchor})) {clips_float(DAY_US)})"
+            x = f"(if (> {half} 0.0) then (/ (* {days} {speed}) {half}) else 0.0)"
+            curve = RETENTION_CLIPS[r.mode](x)
+            if r.boost:
+                curve = f"(min 1.0 (+ {curve} {boost_expr(v['access_count'])}))"
+            curves.append(curve)
+        now, then = curves
+        return f"(if (<= {then} 0.0) then 0.0 else (* {v['confidence']} (/ {now} {then})))"
 
     def rhs(self, ctx: _Ctx) -> list[str]:
         info, emit, program = ctx.info, ctx.info.rule.emit, ctx.program
@@ -926,6 +976,18 @@ class Generator:
         """Lifecycle and payload slots of a fact made in the pass: never read (last access
         is its valid_from), and the declared payload keys rules test."""
         out = ["(f_last_access ?i_now)"] if "last_access" in self.lifecycle else []
+        emit = ctx.info.rule.emit
+        for fname, given, default in (
+            ("layer", emit.layer, self.pack.defaults.layer or DEFAULT_LAYER),
+            (
+                "memory_type",
+                emit.memory_type,
+                self.pack.defaults.memory_type or DEFAULT_MEMORY_TYPE,
+            ),
+        ):
+            if fname in self.lifecycle:
+                expr = clips_string(default) if given is None else self.template_expr(ctx, given)
+                out.append(f"({slot_name(fname)} {expr})")
         for key, value in ctx.info.rule.emit.payload.items():
             ftype = self.payload_types.get(key)
             if ftype is None:
@@ -1244,13 +1306,82 @@ DECAY_SLOTS: Mapping[str, str] = {
 """Fact slots a decay reads, and the tag of the variable holding each (``?i_cf_<alias>``)."""
 
 
+EXTRA_DECAY_SLOTS: Mapping[str, str] = {
+    "read_at": "ra",
+    "access_count": "ac",
+    "trust": "tr",
+    "layer": "ly",
+}
+"""Lifecycle slots some decays also read (:func:`decay_reads`), with their variables' tags."""
+
+
 def decayed_facts(conf: Any) -> set[str]:
-    """Aliases of the facts an ``ebbinghaus`` or ``linear_decay`` operation reads."""
+    """Aliases of the facts an ``ebbinghaus``, ``linear_decay`` or ``retention`` reads."""
+    return set(decay_reads(conf))
+
+
+def decay_reads(conf: Any) -> dict[str, set[str]]:
+    """Fact alias → the lifecycle slots (of :data:`EXTRA_DECAY_SLOTS`) the decays of a
+    confidence read from it, for every fact a decay reads."""
+    out: dict[str, set[str]] = {}
     if isinstance(conf, EbbinghausOp):
-        return {conf.ebbinghaus.fact}
-    if isinstance(conf, LinearDecayOp):
-        return {conf.linear_decay.fact}
-    return {a for operand in arithmetic_operands(conf) for a in decayed_facts(operand)}
+        e = conf.ebbinghaus
+        reads = out.setdefault(e.fact, set())
+        if e.since == "last_access":
+            reads.add("read_at")
+        if e.untrusted_speed != 1.0:
+            reads.add("trust")
+    elif isinstance(conf, LinearDecayOp):
+        out.setdefault(conf.linear_decay.fact, set())
+    elif isinstance(conf, RetentionOp):
+        r = conf.retention
+        reads = out.setdefault(r.fact, {"read_at"})
+        if r.boost:
+            reads.add("access_count")
+        if r.untrusted_speed != 1.0:
+            reads.add("trust")
+        if r.half_life is None:
+            reads.add("layer")
+    for operand in arithmetic_operands(conf):
+        for alias, more in decay_reads(operand).items():
+            out.setdefault(alias, set()).update(more)
+    return out
+
+
+def decay_anchor(held: Mapping[str, str], since: str) -> str:
+    """Where a decay counts days from: ``reinforced_at``, or the later of it and the last
+    access-recording read."""
+    if since == "last_access":
+        return f"(max {held['reinforced_at']} {held['read_at']})"
+    return held["reinforced_at"]
+
+
+def speed_expr(held: Mapping[str, str], untrusted: float) -> str:
+    """How much faster a decay runs for the fact: ``untrusted`` below trust 1.0, else 1."""
+    if untrusted == 1.0:
+        return "1.0"
+    return f"(if (< {held['trust']} 1.0) then {clips_float(untrusted)} else 1.0)"
+
+
+def boost_expr(count: str) -> str:
+    """The access boost ``min(0.3, 0.05·ln(1 + n/20))`` of ``count`` reads."""
+    inner = f"(log (+ 1.0 (/ (float {count}) {clips_float(ACCESS_BOOST_SCALE)})))"
+    raw = f"(* {clips_float(ACCESS_BOOST_PER)} {inner})"
+    return f"(min {clips_float(ACCESS_BOOST_CAP)} {raw})"
+
+
+def _huber_clips(x: str) -> str:
+    exp_part = f"(** 2.0 (- 0.0 {x}))"
+    linear = f"(max 0.0 (* 0.5 (- 1.0 (* {clips_float(math.log(2.0))} (- {x} 1.0)))))"
+    return f"(if (<= {x} 1.0) then {exp_part} else {linear})"
+
+
+RETENTION_CLIPS: Mapping[str, Callable[[str], str]] = {
+    "l2": lambda x: f"(** 2.0 (- 0.0 {x}))",
+    "huber": _huber_clips,
+    "elastic": lambda x: f"(** 2.0 (- 0.0 (/ (+ {x} (* {x} {x})) 2.0)))",
+}
+"""Retention mode → its curve ``R(x)`` as CLIPS (the operator table's CLIPS backend)."""
 
 
 def arithmetic_operands(op: Any) -> list[Any]:

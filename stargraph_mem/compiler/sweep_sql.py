@@ -25,6 +25,7 @@ from stargraph_mem.ir.checks import pattern_of
 from stargraph_mem.ir.models import FACT_FIELDS, Condition, Duration, FieldType, Rule, VarRef
 
 __all__ = [
+    "RETENTION_SQL",
     "SWEEP_COLUMNS",
     "SWEEP_TESTS",
     "SweepFilter",
@@ -115,6 +116,9 @@ SWEEP_COLUMNS: Mapping[str, _Column | _Greatest] = {
         index="facts_current_observed",
     ),
     "rule_id": _Column("f.rule_id", index="facts_current_rule"),
+    "layer": _Column("f.layer", index="facts_current_layer"),
+    "memory_type": _Column("f.memory_type"),
+    "trust": _Column("f.trust"),
 }
 """Fact field → how the pre-filter reads it, and the sweep index (of
 :data:`~stargraph_mem.stores.repositories.sweep_schema.SWEEP_INDEXES`) that serves it. Fields not
@@ -250,3 +254,23 @@ def sweep_filter(rule: Rule) -> SweepFilter:
     alone = len(kinds) == 1 and len(facts) == 1 and not archived
     sql = " AND ".join(parts) if parts else "1 = 1"
     return SweepFilter(sql, tuple(params), alone, archived, tuple(indexes))
+
+
+_LN2_SQL = "0.6931471805599453"
+
+
+def _huber_sql(x: str) -> str:
+    linear = f"0.5 * (1.0 - {_LN2_SQL} * (({x}) - 1.0))"
+    return (
+        f"(CASE WHEN ({x}) <= 1.0 THEN power(2.0, -({x})) "
+        f"WHEN {linear} > 0.0 THEN {linear} ELSE 0.0 END)"
+    )
+
+
+RETENTION_SQL: Mapping[str, Callable[[str], str]] = {
+    "l2": lambda x: f"power(2.0, -({x}))",
+    "huber": _huber_sql,
+    "elastic": lambda x: f"power(2.0, -((({x}) + ({x}) * ({x})) / 2.0))",
+}
+"""Retention mode → its curve ``R(x)`` as SQL over an age expression ``x`` in half-lives
+(the operator table's SQL backend; the same text on SQLite and PostgreSQL)."""

@@ -46,6 +46,7 @@ from stargraph_mem.model.facts import (
     StatusEvent,
     StatusFilter,
 )
+from stargraph_mem.model.layers import RecallMode
 from stargraph_mem.model.limits import DEFAULT_LIMITS, Limits
 from stargraph_mem.model.time import to_utc, utc_now
 from stargraph_mem.salience import SalienceScorer
@@ -495,6 +496,7 @@ class Consolidator(AsyncResource):
         touch: bool = True,
         include_history: bool = False,
         include_challenged: bool = False,
+        mode: RecallMode = "full_context",
     ) -> list[FactHit]:
         """Current facts ranked for ``query`` (any of its words), within the filters:
         challenged facts too with ``include_challenged``, every fact (closed ones too) with
@@ -516,6 +518,7 @@ class Consolidator(AsyncResource):
                 touch=touch,
                 include_history=include_history,
                 include_challenged=include_challenged,
+                mode=mode,
             )
             span.set_attribute("stargraph_mem.recall.hits", len(hits))
         observe.recall(time.perf_counter() - t0)
@@ -537,6 +540,7 @@ class Consolidator(AsyncResource):
         k: int | None = None,
         touch: bool = True,
         include_challenged: bool = False,
+        mode: RecallMode = "full_context",
     ) -> RecallResult:
         """Facts and episodes of the partition ``(user, agent)`` relevant to ``query``,
         best first: full-text, vector and graph strategies fused by Reciprocal Rank Fusion
@@ -551,7 +555,10 @@ class Consolidator(AsyncResource):
         ``include_history`` (every fact). ``entity`` restricts facts to one entity's and
         names it in the context. Each hit says which strategies ranked it and where;
         ``.context(...)`` of the result is a markdown block within a token budget.
-        Returned facts' access is recorded unless ``touch=False``.
+        Returned facts' access is recorded unless ``touch=False``. ``mode`` (specification
+        004): ``facts_only`` keeps facts of type ``fact``, ``facts_plus_rules`` those and
+        ``procedure`` ones (neither returns episodes), ``full_context`` everything (the
+        default).
         """
         t0 = time.perf_counter()
         times = StrategyTimes()
@@ -576,6 +583,7 @@ class Consolidator(AsyncResource):
                 k=k,
                 touch=touch,
                 times=times,
+                mode=mode,
             )
             span.set_attribute("stargraph_mem.recall.hits", len(result.hits))
             span.set_attribute("stargraph_mem.recall.intent", result.intent)

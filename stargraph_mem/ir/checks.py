@@ -39,17 +39,20 @@ from stargraph_mem.ir.models import (
     MultiplyOp,
     NotItem,
     ReinforceOp,
+    RetentionOp,
     Rule,
     RulePack,
     VarConfidence,
     VarRef,
     WhenItem,
+    arithmetic_name,
 )
 from stargraph_mem.ir.operators import FLAGS, OPERATORS, Operator, describe_types
 from stargraph_mem.ir.reference import evaluate, list_item_ok
 from stargraph_mem.ir.source_map import PathKey, SourceMap
 from stargraph_mem.model.deltas import CLOSE_STATUSES, DELTA_KINDS, kind_creates, kind_takes
 from stargraph_mem.model.entities import fold_entity_name
+from stargraph_mem.model.layers import LAYERS, MEMORY_TYPES
 from stargraph_mem.model.time import iso_us
 
 
@@ -616,6 +619,7 @@ class _Checker:
         ):
             self.err(path, "a rule without an 'episode' pattern must list a fact in 'sources'")
         self.check_confidence(info, (*path, "confidence"))
+        self.check_placement(info, path)
         if emit.status is not None and not kind_takes(emit.kind, "status"):
             self.err(
                 (*path, "status"),
@@ -644,6 +648,23 @@ class _Checker:
             self.err(where, f"'{into}' is not a named 'fact' pattern")
         elif into in emit.replaces:
             self.err(where, f"'{into}' is also in 'replaces': a fact cannot be merged into itself")
+
+    def check_placement(self, info: RuleInfo, path: PathKey) -> None:
+        """``layer`` and ``memory_type``: only on an emit that makes a fact; a name of the
+        set, or a template whose value the runtime checks."""
+        emit = info.rule.emit
+        for name, text, names in (
+            ("layer", emit.layer, LAYERS),
+            ("memory_type", emit.memory_type, MEMORY_TYPES),
+        ):
+            if text is None:
+                continue
+            if not kind_creates(emit.kind):
+                self.err((*path, name), f"emit of kind '{emit.kind}' takes no '{name}'")
+            elif "{" not in text and text not in names:
+                self.err((*path, name), f"unknown {name} '{text}' (one of {', '.join(names)})")
+            else:
+                self.use_template(info, text, (*path, name), in_memory=True)
 
     def check_payload_value(self, info: RuleInfo, key: str, value: Any, path: PathKey) -> None:
         """A declared key takes a literal of its type or one variable of that type (a string
@@ -729,9 +750,9 @@ class _Checker:
     def check_arithmetic(self, info: RuleInfo, op: ArithOp, path: PathKey) -> None:
         """Operands of a typed confidence operation: numbers, numeric variables, nested
         operations; ``ebbinghaus`` and ``linear_decay`` name a ``fact`` pattern."""
-        if isinstance(op, EbbinghausOp | LinearDecayOp):
-            ref = op.ebbinghaus.fact if isinstance(op, EbbinghausOp) else op.linear_decay.fact
-            name = "ebbinghaus" if isinstance(op, EbbinghausOp) else "linear_decay"
+        if isinstance(op, EbbinghausOp | LinearDecayOp | RetentionOp):
+            name = arithmetic_name(op)
+            ref = getattr(op, name).fact
             if info.aliases.get(ref) != "fact":
                 self.err(
                     (*path, name, "fact"),

@@ -43,6 +43,7 @@ from stargraph_mem.ir.operators import FieldType as FieldType
 from stargraph_mem.model.cadence import DURATION_PATTERN, DURATION_UNITS, Cadence
 from stargraph_mem.model.deltas import CloseStatus, DeltaKind
 from stargraph_mem.model.entities import MAX_ALIASES, MAX_NAME_CHARS, EntityType
+from stargraph_mem.model.layers import DEFAULT_HALF_LIVES, Layer, MemoryType
 
 PayloadType = Literal["string", "integer", "number", "boolean", "timestamp"]
 """Types a declared fact payload key can have (a list is not a payload value)."""
@@ -428,13 +429,51 @@ class Reinforce(_IR):
     cap: float = Field(default=1.0, ge=0, le=1)
 
 
+Since = Literal["reinforced_at", "last_access"]
+"""Where a decay counts days from: the latest reinforcement, or the latest of it and the
+latest access-recording read (specification 003: a read restarts the curve)."""
+
+
 class Ebbinghaus(_IR):
-    """``c·exp(−λ·days^k)``: fact ``fact``'s confidence forgotten along Ebbinghaus's curve,
-    ``days`` counted from its ``reinforced_at`` (applied incrementally, see the runtime)."""
+    """``c·exp(−s·λ·days^k)``: fact ``fact``'s confidence forgotten along Ebbinghaus's
+    curve, ``days`` counted from its ``reinforced_at`` (or, ``since: last_access``, from
+    the later of it and its last read); ``s`` is ``untrusted_speed`` for a fact whose trust
+    is below 1.0, else 1 (applied incrementally, see the runtime)."""
 
     fact: Name
     lambda_: float = Field(alias="lambda", gt=0, le=1000, allow_inf_nan=False)
     k: float = Field(default=1.0, gt=0, le=10, allow_inf_nan=False)
+    since: Since = Field(default="reinforced_at", exclude_if=lambda v: v == "reinforced_at")
+    untrusted_speed: float = Field(
+        default=1.0, ge=1, le=100, allow_inf_nan=False, exclude_if=lambda v: v == 1.0
+    )
+    """Left out of dumps at their defaults, so packs that do not use them keep their hash."""
+
+
+RetentionMode = Literal["l2", "huber", "elastic"]
+"""Specification 004's retention modes (formulas: ``ir/operators.py``'s
+:data:`~stargraph_mem.ir.operators.RETENTION_MODES`)."""
+
+
+class Retention(_IR):
+    """``c·R(now)/R(valid_from)``: fact ``fact``'s confidence scaled along retention curve
+    ``mode``, ages counted from the later of its ``reinforced_at`` and its last read, in
+    half-lives (``half_life``, else the pack's half-life of the fact's layer; divided by
+    ``untrusted_speed`` for a fact whose trust is below 1.0), plus the access boost
+    ``min(0.3, 0.05·ln(1 + access_count/20))`` when ``boost``. The ratio telescopes: any
+    sweep schedule gives ``c0·R(now)``."""
+
+    fact: Name
+    mode: RetentionMode = "huber"
+    half_life: Duration | None = Field(default=None, exclude_if=lambda v: v is None)
+    untrusted_speed: float = Field(default=3.0, ge=1, le=100, allow_inf_nan=False)
+    boost: bool = True
+
+    @model_validator(mode="after")
+    def _positive(self) -> Retention:
+        if self.half_life is not None and self.half_life.total_microseconds() <= 0:
+            raise ValueError("'half_life' must be a positive duration")
+        return self
 
 
 class LinearDecay(_IR):
@@ -474,6 +513,10 @@ class EbbinghausOp(_IR):
     ebbinghaus: Ebbinghaus
 
 
+class RetentionOp(_IR):
+    retention: Retention
+
+
 class LinearDecayOp(_IR):
     linear_decay: LinearDecay
 
@@ -495,13 +538,16 @@ ARITHMETIC: dict[str, type[_IR]] = {
     "multiply": MultiplyOp,
     "ebbinghaus": EbbinghausOp,
     "linear_decay": LinearDecayOp,
+    "retention": RetentionOp,
     "min": MinOp,
     "max": MaxOp,
     "clamp": ClampOp,
 }
 """The typed confidence operations, keyed by their single YAML key (a closed set)."""
 
-ArithOp = ReinforceOp | MultiplyOp | EbbinghausOp | LinearDecayOp | MinOp | MaxOp | ClampOp
+ArithOp = (
+    ReinforceOp | MultiplyOp | EbbinghausOp | LinearDecayOp | RetentionOp | MinOp | MaxOp | ClampOp
+)
 
 
 def arithmetic_name(op: ArithOp) -> str:
@@ -647,6 +693,11 @@ class Emit(_IR):
     merged_into: Name | None = Field(default=None, exclude_if=lambda v: v is None)
     """With ``status: merged``: the named ``fact`` pattern whose fact the replaced facts
     were merged into (left out of dumps when absent)."""
+    layer: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    """The memory layer of the fact made: a layer name or a template such as ``"{l}"``
+    (absent: the pack's default, else the replaced fact's, else ``episodic``)."""
+    memory_type: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    """The memory type of the fact made, as ``layer``: a type name or a template."""
 
 
 class SelectClause(_IR):
@@ -735,6 +786,23 @@ class Rule(_IR):
 class Defaults(_IR):
     cadence: Cadence = Cadence(cron="0 3 * * *")
     confidence: float = Field(default=0.8, ge=0, le=1)
+    layer: Layer | None = Field(default=None, exclude_if=lambda v: v is None)
+    """The layer of facts whose rule names none (absent: the replaced fact's, else
+    ``episodic``)."""
+    memory_type: MemoryType | None = Field(default=None, exclude_if=lambda v: v is None)
+    half_lives: dict[Layer, Duration | None] = Field(
+        default_factory=dict, exclude_if=lambda v: not v
+    )
+    """Per-layer half-lives ``retention`` reads, over 004's (episodic 30 days, the others
+    infinite); ``null`` is infinite. The three are left out of dumps when absent, so packs
+    that do not use them keep their hash."""
+
+    def half_life_days(self, layer: str) -> float | None:
+        """The half-life of ``layer`` in days (``None``: infinite)."""
+        if layer in self.half_lives:
+            given = self.half_lives[layer]
+            return None if given is None else given.total_seconds() / 86400.0
+        return DEFAULT_HALF_LIVES.get(layer)
 
 
 def _entity_name(value: str) -> str:
@@ -798,10 +866,14 @@ FACT_FIELDS: dict[str, FieldType] = {
     "last_access": "timestamp",
     "pinned": "boolean",
     "status": "string",
+    "layer": "string",
+    "memory_type": "string",
+    "trust": "number",
 }
 """Fields a fact pattern tests. ``last_access`` of a never-read fact is its ``valid_from``;
 ``status`` is ``current``, ``challenged`` (current, flagged) or ``archived`` (archived facts
-are matched only by a pattern whose ``status`` test admits ``archived``)."""
+are matched only by a pattern whose ``status`` test admits ``archived``). ``layer``,
+``memory_type`` and ``trust`` are 004's (see :mod:`stargraph_mem.model.layers`)."""
 
 LIFECYCLE_FIELDS: tuple[str, ...] = (
     "reinforcement_count",
@@ -809,6 +881,9 @@ LIFECYCLE_FIELDS: tuple[str, ...] = (
     "last_access",
     "pinned",
     "status",
+    "layer",
+    "memory_type",
+    "trust",
 )
 """Fact fields that enter CLIPS only when a rule of the pack tests them."""
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Literal
+from typing import Final, Literal
 
 OperandKind = Literal["value", "values", "flag", "duration"]
 """``value``: one literal or ``{var: x}``; ``values``: a list of literals;
@@ -220,6 +220,63 @@ def markdown_table() -> str:
         lines.append(
             f"| `{op.name}` | {operand} | {types} | {op.meaning} | {missing} | `{op.example}` |"
         )
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class RetentionMode:
+    """One retention curve of the ``retention`` confidence operation (specification 004):
+    ``R(x)`` of the age ``x`` in half-lives, 1 at 0, ½ at 1, non-increasing, in [0, 1].
+
+    Like the condition tests, each is specified once here; its backends are tables keyed
+    by name: the CLIPS emitter (``compiler/generator.py``), the SQL compiler
+    (``compiler/sweep_sql.py``), lint (``authoring/lint.py``) and the reference evaluator
+    (``ir/reference.py``), tested for coverage and agreement in ``tests/test_retention.py``.
+    """
+
+    name: str
+    formula: str
+    meaning: str
+
+
+RETENTION_MODES: Mapping[str, RetentionMode] = MappingProxyType(
+    {
+        mode.name: mode
+        for mode in (
+            RetentionMode(
+                "l2",
+                "R(x) = 2^(−x)",
+                "classic Ebbinghaus: smooth exponential decay, 50 % at the half-life",
+            ),
+            RetentionMode(
+                "huber",
+                "R(x) = 2^(−x) for x ≤ 1, max(0, ½·(1 − ln 2·(x − 1))) for x > 1",
+                "as l2 up to the half-life, then linear with the same slope (reaches 0 at "
+                "x = 1 + 1/ln 2 ≈ 2.44): a burst of reads followed by quiet fades at a "
+                "constant rate instead of lingering on the exponential's tail",
+            ),
+            RetentionMode(
+                "elastic",
+                "R(x) = 2^(−(x + x²)/2)",
+                "L1 + L2: 50 % at the half-life like the others, more than l2 before it and "
+                "less after: memories kept read (or reinforced) stay, neglected ones fade",
+            ),
+        )
+    }
+)
+"""Retention mode → its curve, in the order the docs list them."""
+
+ACCESS_BOOST_PER: Final = 0.05
+ACCESS_BOOST_SCALE: Final = 20.0
+ACCESS_BOOST_CAP: Final = 0.3
+"""Access reinforcement: ``min(0.3, 0.05·ln(1 + access_count/20))`` (003's boost, capped at
+004's +0.3)."""
+
+
+def retention_table() -> str:
+    """The retention modes as Markdown, for the rule-pack reference (drift-checked)."""
+    lines = ["| mode | R(x) | meaning |", "| --- | --- | --- |"]
+    lines += [f"| `{m.name}` | {m.formula} | {m.meaning} |" for m in RETENTION_MODES.values()]
     return "\n".join(lines) + "\n"
 
 

@@ -16,11 +16,19 @@ Values are read as the runtime reads episode metadata for the field's declared t
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from stargraph_mem.ir.models import EPISODE_BUILTINS, Condition, Duration, FieldType, VarRef
-from stargraph_mem.ir.operators import OPERATORS, unknown_operator
+from stargraph_mem.ir.operators import (
+    ACCESS_BOOST_CAP,
+    ACCESS_BOOST_PER,
+    ACCESS_BOOST_SCALE,
+    OPERATORS,
+    RETENTION_MODES,
+    unknown_operator,
+)
 from stargraph_mem.model.time import iso_us
 
 
@@ -189,3 +197,48 @@ def raw_value(record: Any, name: str) -> Any:
     if name in EPISODE_BUILTINS:
         return getattr(record, name)
     return record.metadata.get(name)
+
+
+# --- retention curves (the ``retention`` confidence operation) ----------------------------
+
+_LN2: Final = math.log(2.0)
+
+RETENTION: Mapping[str, Callable[[float], float]] = {
+    "l2": lambda x: 2.0 ** (0.0 - x),
+    "huber": lambda x: 2.0 ** (0.0 - x) if x <= 1.0 else max(0.0, 0.5 * (1.0 - _LN2 * (x - 1.0))),
+    "elastic": lambda x: 2.0 ** (0.0 - (x + x * x) / 2.0),
+}
+"""Retention mode → ``R(x)``, ``x`` the age in half-lives (see
+:data:`~stargraph_mem.ir.operators.RETENTION_MODES`)."""
+
+
+def access_boost(access_count: int) -> float:
+    """``min(0.3, 0.05·ln(1 + n/20))``: what ``n`` access-recording reads add to retention."""
+    raw = ACCESS_BOOST_PER * math.log(1.0 + access_count / ACCESS_BOOST_SCALE)
+    return min(ACCESS_BOOST_CAP, raw)
+
+
+def retention(mode: str, x: float, access_count: int = 0, *, boost: bool = True) -> float:
+    """Retention at age ``x`` half-lives with ``access_count`` reads: ``min(1, R(x) + b)``."""
+    if mode not in RETENTION:
+        raise KeyError(f"unknown retention mode '{mode}' (modes: {', '.join(RETENTION_MODES)})")
+    value = RETENTION[mode](x)
+    return min(1.0, value + access_boost(access_count)) if boost else value
+
+
+def retained(
+    mode: str,
+    confidence: float,
+    x_now: float,
+    x_then: float,
+    access_count: int = 0,
+    *,
+    boost: bool = True,
+) -> float:
+    """``c·R(x_now)/R(x_then)``: a confidence last written at age ``x_then`` carried to age
+    ``x_now`` (0 when retention had already reached 0). Applied at any run schedule, the
+    factors telescope to ``c0·R(x_now)``."""
+    then = retention(mode, x_then, access_count, boost=boost)
+    if then <= 0.0:
+        return 0.0
+    return confidence * (retention(mode, x_now, access_count, boost=boost) / then)

@@ -31,6 +31,7 @@ from stargraph_mem.model.base import (
     no_nul,
 )
 from stargraph_mem.model.canonical import canonical_json
+from stargraph_mem.model.layers import Layer, MemoryType
 
 DeltaKind = Literal["add", "update", "delete", "noop"]
 
@@ -278,6 +279,13 @@ class _FactDelta(_DeltaBase):
     creates: ClassVar[bool] = True
 
     fact: FactPayload
+    layer: Layer | None = Field(default=None, exclude_if=lambda v: v is None)
+    """The memory layer of the fact (``None``: the replaced fact's, else ``episodic``)."""
+    memory_type: MemoryType | None = Field(default=None, exclude_if=lambda v: v is None)
+    """The memory type of the fact (``None``: the replaced fact's, else ``fact``)."""
+    trust: float | None = Field(default=None, ge=0, le=1, exclude_if=lambda v: v is None)
+    """The least trust of its sources (``None``: 1.0). The three are left out of the
+    canonical body when ``None``: older deltas keep their ids."""
 
     _alias = model_validator(mode="before")(_fact_payload_alias)
 
@@ -320,6 +328,9 @@ class AddDelta(_FactDelta):
             agent: Any = None,
             reason: Any = "",
             bindings: Any = None,
+            layer: Any = None,
+            memory_type: Any = None,
+            trust: Any = None,
         ) -> None: ...
 
 
@@ -358,6 +369,9 @@ class UpdateDelta(_FactDelta):
             agent: Any = None,
             reason: Any = "",
             bindings: Any = None,
+            layer: Any = None,
+            memory_type: Any = None,
+            trust: Any = None,
         ) -> None: ...
 
 

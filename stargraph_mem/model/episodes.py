@@ -16,6 +16,7 @@ from stargraph_mem.model.base import (
     no_nul,
 )
 from stargraph_mem.model.deltas import DeltaKind
+from stargraph_mem.model.layers import check_trust_metadata
 
 Intent = DeltaKind
 """An episode's ``intent``: the kind of delta it asks the default classification for."""
@@ -30,7 +31,8 @@ def check_honoured_metadata(value: dict[str, Any]) -> None:
     Any string ``intent`` is kept: as in stargraph 0.8, one other than ``noop``, ``delete``
     and ``update`` is classified as the default (an add). A non-string one is refused here,
     where the caller sees it, rather than rejected by the next pass (the default pack
-    reads ``intent`` as a string).
+    reads ``intent`` as a string). ``source`` and ``trust`` give the episode's trust
+    (:func:`~stargraph_mem.model.layers.episode_trust`): a string, a number in [0, 1].
     """
     intent = value.get("intent")
     if intent is not None and not isinstance(intent, str):
@@ -44,6 +46,7 @@ def check_honoured_metadata(value: dict[str, Any]) -> None:
         item = value.get(key)
         if item is not None and not isinstance(item, str):
             raise ValueError(f"metadata.{key} must be a string")
+    check_trust_metadata(value)
 
 
 class Episode(FrozenModel):

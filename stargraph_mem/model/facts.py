@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import Field, JsonValue, PrivateAttr
 
 from stargraph_mem.model.base import FrozenModel, Identifier, ScopePart, StoredDatetime
+from stargraph_mem.model.layers import Layer, MemoryType
 from stargraph_mem.model.lifecycle import spec_status
 
 StatusFilter = Literal[
@@ -48,6 +49,11 @@ class Fact(FrozenModel):
     status: str = "current"
     """``current`` or ``challenged`` while valid, else the closing status (see
     ``FACT_STATUSES``)."""
+    layer: Layer = Field(default="episodic", exclude_if=lambda v: v == "episodic")
+    memory_type: MemoryType = Field(default="fact", exclude_if=lambda v: v == "fact")
+    trust: float = Field(default=1.0, exclude_if=lambda v: v == 1.0)
+    """Specification 004's layer, memory type and source trust
+    (:mod:`~stargraph_mem.model.layers`); left out of dumps at their defaults."""
 
     _lineage: tuple[dict[str, JsonValue], ...] | None = PrivateAttr(default=None)
     _pinned_at: datetime | None = PrivateAttr(default=None)
@@ -127,6 +133,9 @@ class FactPattern(FrozenModel):
     include_history: bool = False
     limit: int | None = Field(default=None, ge=1)
     status: StatusFilter | None = None
+    layer: Layer | None = None
+    memory_type: MemoryType | list[MemoryType] | None = None
+    """Facts of this layer, of this memory type (or one of these types)."""
 
 
 class FactHit(FrozenModel):

@@ -27,6 +27,7 @@ from stargraph_mem.model.base import (
 )
 from stargraph_mem.model.deltas import DELTA_BY_KIND, Delta, MemoryDelta
 from stargraph_mem.model.facts import Fact, FactPattern, StatusEvent
+from stargraph_mem.model.layers import DEFAULT_LAYER, DEFAULT_MEMORY_TYPE
 from stargraph_mem.model.time import TIME_RANGE, from_us
 from stargraph_mem.stores.models import MigrationPlan, StoreHealth
 from stargraph_mem.stores.scope import Partition, partition_key
@@ -451,6 +452,11 @@ class EngineFact:
     """``current``, or ``archived`` for an archived fact a rule asked to see."""
     payload: Mapping[str, Any] | None = None
     """The fact's payload (``None``: empty)."""
+    layer: str = DEFAULT_LAYER
+    memory_type: str = DEFAULT_MEMORY_TYPE
+    trust: float = 1.0
+    """Specification 004's layer, memory type and source trust (see
+    :mod:`stargraph_mem.model.layers`)."""
 
     # the times as rules read them (a pass knows every fact's observation time)
     @property

@@ -19,6 +19,7 @@ import numpy.typing as npt
 from stargraph_mem.embedding import Embedder
 from stargraph_mem.model.entities import Entity, EntityProfile, EntityType, LineageNeighbours
 from stargraph_mem.model.facts import Fact, FactAccess, FactHit, StatusChange, StatusEvent
+from stargraph_mem.model.layers import RecallMode
 from stargraph_mem.stores.fact import (
     ApplyResult,
     DeltaInput,
@@ -145,6 +146,7 @@ class FactRepository(FactStore, Protocol):
         touch: bool = True,
         include_history: bool = False,
         include_challenged: bool = False,
+        mode: RecallMode = "full_context",
     ) -> list[FactHit]: ...
 
     async def search_ids(
@@ -156,6 +158,7 @@ class FactRepository(FactStore, Protocol):
         limit: int = 10,
         include_history: bool = False,
         include_challenged: bool = False,
+        mode: RecallMode = "full_context",
         valid_from_after_us: int | None = None,
         valid_from_before_us: int | None = None,
     ) -> list[str]: ...

@@ -34,7 +34,7 @@ COPIED_TABLES: Final = (
         "facts",
         "rowid id user agent partition_key subject predicate object payload confidence "
         "valid_from_us valid_until_us superseded_by closed_by recorded_at_us rule_id delta_id "
-        "observed_us reinforced_us reinforcement_base status",
+        "observed_us reinforced_us reinforcement_base status layer memory_type trust",
         "rowid",
     ),
     _table(

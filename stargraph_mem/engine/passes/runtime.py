@@ -46,6 +46,7 @@ from stargraph_mem.gcpause import gc_paused
 from stargraph_mem.ir.checks import PAYLOAD_PREFIX, VarInfo, parse_template, pattern_of
 from stargraph_mem.ir.models import (
     ClampOp,
+    Defaults,
     EbbinghausOp,
     FieldType,
     LinearConfidence,
@@ -55,13 +56,24 @@ from stargraph_mem.ir.models import (
     MinOp,
     MultiplyOp,
     ReinforceOp,
+    RetentionOp,
     VarConfidence,
     VarRef,
 )
-from stargraph_mem.ir.reference import ILL_TYPED, MISSING, read_value
+from stargraph_mem.ir.reference import ILL_TYPED, MISSING, read_value, retained
 from stargraph_mem.ir.reference import raw_value as raw_history
 from stargraph_mem.model import lifecycle
 from stargraph_mem.model.deltas import DELTA_BY_KIND, DELTA_KINDS, DeltaBase, FactDelta, MemoryDelta
+from stargraph_mem.model.layers import (
+    DEFAULT_HALF_LIVES,
+    DEFAULT_LAYER,
+    DEFAULT_MEMORY_TYPE,
+    LAYERS,
+    MEMORY_TYPES,
+    episode_trust,
+    least_trust,
+    stored_trust,
+)
 from stargraph_mem.model.limits import DEFAULT_FACT_BYTES, KEY_BYTES, utf8_size
 from stargraph_mem.model.time import EPOCH as EPOCH  # re-export
 from stargraph_mem.model.time import from_us, to_us, to_utc
@@ -894,6 +906,9 @@ class _Collector:
             last_access_us=made.last_access_us,
             pinned=made.pinned,
             payload=delta.fact.payload or None,
+            layer=delta.layer or DEFAULT_LAYER,
+            memory_type=delta.memory_type or DEFAULT_MEMORY_TYPE,
+            trust=1.0 if delta.trust is None else delta.trust,
         )
 
     def episode(self, n: int) -> EpisodeRecord:
@@ -1028,7 +1043,59 @@ class _Collector:
                 "object": plan.object(values),
                 "payload": {key: fill(values) for key, fill in plan.payload},
             }
+            self.placed(body, plan, values, refs)
+            trust = stored_trust(self.trust_of(program, anchor, refs))
+            if trust is not None:
+                body["trust"] = trust
         return plan.model.model_validate(body)
+
+    def placed(
+        self,
+        body: dict[str, Any],
+        plan: _Plan,
+        values: Mapping[str, Any],
+        refs: Mapping[str, Any],
+    ) -> None:
+        """The layer and memory type of the fact a delta makes: the emit's, else the pack's
+        default, else the first replaced fact's; left out of ``body`` when the default."""
+        replaced: EngineFact | None = None
+        if plan.layer is None or plan.memory_type is None:
+            for fid in body.get("replaces", ()):
+                replaced = self.facts.get(fid) or self.archived.get(fid)
+                if replaced is not None:
+                    break
+        for name, fill, names, default in (
+            ("layer", plan.layer, LAYERS, DEFAULT_LAYER),
+            ("memory_type", plan.memory_type, MEMORY_TYPES, DEFAULT_MEMORY_TYPE),
+        ):
+            if fill is not None:
+                value = fill(values)
+                if value not in names:
+                    raise _Unresolved(f"{name} {value!r} is not one of {', '.join(names)}")
+            elif replaced is not None:
+                value = getattr(replaced, name)
+            else:
+                continue
+            if value != default:
+                body[name] = value
+
+    def trust_of(
+        self, program: RuleProgram, anchor: EpisodeRecord | None, refs: Mapping[str, Any]
+    ) -> float:
+        """The least trust of a delta's sources: its episodes' (``metadata.trust`` or
+        ``.source``) and its source facts'."""
+        found: list[float] = [] if anchor is None else [episode_trust(anchor.metadata)]
+        for alias in program.info.rule.emit.sources:
+            kind = program.info.aliases[alias]
+            if kind == "earlier":
+                found.append(episode_trust(refs[alias].metadata))
+            elif kind == "count":
+                found += [
+                    episode_trust(r.metadata) for r in refs[alias][1] if hasattr(r, "metadata")
+                ]
+            elif kind == "fact":
+                found.append(refs[alias].trust)
+        return least_trust(found)
 
     def replaces(
         self, program: RuleProgram, refs: Mapping[str, Any], values: Mapping[str, Any]
@@ -1142,6 +1209,11 @@ class _Plan:
         self.subject = _filler(emit.subject)
         self.predicate = _filler(emit.predicate)
         self.object = _filler(emit.object)
+        defaults = runtime.compiled.pack.defaults
+        layer = emit.layer if emit.layer is not None else defaults.layer
+        kind = emit.memory_type if emit.memory_type is not None else defaults.memory_type
+        self.layer = None if layer is None else _filler(layer)
+        self.memory_type = None if kind is None else _filler(kind)
         self.sizes = [
             (what, _sizer(text))
             for what, text in (
@@ -1164,7 +1236,7 @@ class _Plan:
         )
         """An update's lifecycle: a confirmation (``reinforce`` arithmetic), a sweep's
         change that is no observation (``inherit``), or an observation (``new``)."""
-        self.confidence = _confidence(emit.confidence, runtime.compiled.pack.defaults.confidence)
+        self.confidence = _confidence(emit.confidence, defaults)
 
     def too_large(self, values: Mapping[str, Any], most: int, key_room: int) -> str | None:
         """Why the delta would be too large to build (``None``: it fits), measured before
@@ -1193,10 +1265,10 @@ Confidence = Callable[[Mapping[str, Any], Mapping[str, Any], int], float]
 """``(variable values, pattern references, pass time µs) → confidence``."""
 
 
-def _confidence(conf: Any, default: float) -> Confidence:
+def _confidence(conf: Any, defaults: Defaults) -> Confidence:
     """The function computing a rule's emitted confidence."""
     if conf is None:
-        constant = float(default)
+        constant = float(defaults.confidence)
         return lambda values, refs, now: constant
     if isinstance(conf, LinearConfidence):
         return lambda values, refs, now: _linear(conf, values)
@@ -1206,7 +1278,10 @@ def _confidence(conf: Any, default: float) -> Confidence:
     if isinstance(conf, int | float):
         constant = float(conf)
         return lambda values, refs, now: constant
-    return lambda values, refs, now: round_confidence(arithmetic(conf, values, refs, now))
+    half_lives = defaults.half_life_days
+    return lambda values, refs, now: round_confidence(
+        arithmetic(conf, values, refs, now, half_lives)
+    )
 
 
 CONFIDENCE_DECIMALS = 9
@@ -1219,14 +1294,21 @@ def round_confidence(value: float) -> float:
     return round(max(0.0, min(1.0, value)), CONFIDENCE_DECIMALS)
 
 
-def arithmetic(op: Any, values: Mapping[str, Any], refs: Mapping[str, Any], now_us: int) -> float:
+def arithmetic(
+    op: Any,
+    values: Mapping[str, Any],
+    refs: Mapping[str, Any],
+    now_us: int,
+    half_lives: Callable[[str], float | None] = DEFAULT_HALF_LIVES.get,
+) -> float:
     """A typed confidence operation, evaluated in Python in the order the compiled CLIPS
-    expression uses (the value a fact made in the pass carries in working memory)."""
+    expression uses (the value a fact made in the pass carries in working memory);
+    ``half_lives`` gives a layer's half-life in days (``None``: infinite)."""
     if isinstance(op, int | float):
         return float(op)
     if isinstance(op, VarRef):
         return float(values[op.var])
-    items = [arithmetic(x, values, refs, now_us) for x in arithmetic_operands(op)]
+    items = [arithmetic(x, values, refs, now_us, half_lives) for x in arithmetic_operands(op)]
     if isinstance(op, ReinforceOp):
         return min(op.reinforce.cap, items[0] + op.reinforce.by)
     if isinstance(op, MultiplyOp):
@@ -1242,6 +1324,8 @@ def arithmetic(op: Any, values: Mapping[str, Any], refs: Mapping[str, Any], now_
         return _ebbinghaus(op, refs[op.ebbinghaus.fact], now_us)
     if isinstance(op, LinearDecayOp):
         return _linear_decay(op, refs[op.linear_decay.fact], now_us)
+    if isinstance(op, RetentionOp):
+        return _retention(op, refs[op.retention.fact], now_us, half_lives)
     raise EngineError(f"unknown confidence operation: {type(op).__name__}")
 
 
@@ -1255,12 +1339,51 @@ def _ebbinghaus(op: EbbinghausOp, fact: EngineFact, now_us: int) -> float:
     exactly the one-shot curve. A reinforcement after ``valid_from`` restarts the curve
     from the fact's current confidence (``d_prev`` is then 0)."""
     e = op.ebbinghaus
+    anchor = decay_start(fact, e.since)
 
     def days(t_us: int) -> float:
-        return max(0, t_us - fact.reinforced_at_us) / float(DAY_US)
+        return max(0, t_us - anchor) / float(DAY_US)
 
     power = days(now_us) ** e.k - days(min(fact.valid_from_us, now_us)) ** e.k
-    return fact.confidence * math.exp(0.0 - e.lambda_ * power)
+    rate = e.lambda_ if e.untrusted_speed == 1.0 else e.lambda_ * speed(fact, e.untrusted_speed)
+    return fact.confidence * math.exp(0.0 - rate * power)
+
+
+def decay_start(fact: EngineFact, since: str) -> int:
+    """Where a decay counts days from (µs): ``reinforced_at``, or the later of it and the
+    fact's last access-recording read (a read restarts the curve, specification 003)."""
+    if since == "last_access":
+        return max(fact.reinforced_at_us, fact.last_access_us)
+    return fact.reinforced_at_us
+
+
+def speed(fact: EngineFact, untrusted: float) -> float:
+    """How much faster a decay runs: ``untrusted`` for a fact of trust below 1.0, else 1
+    (specification 004: auto-extracted facts decay 3× faster)."""
+    return untrusted if fact.trust < 1.0 else 1.0
+
+
+def _retention(
+    op: RetentionOp, fact: EngineFact, now_us: int, half_lives: Callable[[str], float | None]
+) -> float:
+    """``c·Rt(x_now)/Rt(x_then)`` (see :class:`~stargraph_mem.ir.models.Retention`): ages in
+    half-lives from the later of ``reinforced_at`` and the last read, to now and to the
+    fact's ``valid_from``."""
+    r = op.retention
+    anchor = decay_start(fact, "last_access")
+    half = r.half_life.total_seconds() / 86400.0 if r.half_life is not None else None
+    if r.half_life is None:
+        half = half_lives(fact.layer)
+    factor = speed(fact, r.untrusted_speed)
+
+    def age(t_us: int) -> float:
+        if half is None or half <= 0.0:
+            return 0.0
+        return max(0, t_us - anchor) / float(DAY_US) * factor / half
+
+    count = fact.access_count if r.boost else 0
+    then = age(min(fact.valid_from_us, now_us))
+    return retained(r.mode, fact.confidence, age(now_us), then, count, boost=r.boost)
 
 
 def _linear_decay(op: LinearDecayOp, fact: EngineFact, now_us: int) -> float:
@@ -1314,7 +1437,7 @@ def _json_value(value: Any) -> Any:
     return value
 
 
-VOLATILE: Final = frozenset({"access_count", "last_access"})
+VOLATILE: Final = frozenset({"access_count", "last_access", "read_at"})
 """Fact fields that change outside consolidation passes without a new fact version (reads
 record access). Pins do too, but only rules with an episode pattern that test ``pinned``
 read them from a pass's facts: sweeps read their facts from the store each time."""
@@ -1496,6 +1619,10 @@ _LIFECYCLE_READERS: Final[Mapping[str, Callable[[EngineFact], Any]]] = {
     "last_access": lambda f: f.last_access_us or f.valid_from_us,
     "pinned": lambda f: TRUE if f.pinned else FALSE,
     "status": lambda f: f.status,
+    "layer": lambda f: f.layer,
+    "memory_type": lambda f: f.memory_type,
+    "trust": lambda f: float(f.trust),
+    "read_at": lambda f: f.last_access_us,
 }
 """How each lifecycle slot is read from an :class:`EngineFact`."""
 

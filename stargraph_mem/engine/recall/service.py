@@ -53,6 +53,7 @@ from stargraph_mem.engine.recall.timefilter import TimeWindow, parse_time_window
 from stargraph_mem.errors import EntityNotFoundError, RecallError
 from stargraph_mem.model.entities import EntityProfile
 from stargraph_mem.model.facts import FactPattern
+from stargraph_mem.model.layers import RecallMode, types_of_mode
 from stargraph_mem.model.lifecycle import CHALLENGED, CURRENT
 from stargraph_mem.model.time import to_us
 from stargraph_mem.stores.repositories.search import MAX_LIMIT, query_words
@@ -198,9 +199,14 @@ class Recall:
         touch: bool = True,
         times: StrategyTimes | None = None,
         include_challenged: bool = False,
+        mode: RecallMode = "full_context",
     ) -> RecallResult:
         """See :meth:`~stargraph_mem.engine.api.Consolidator.recall`."""
         query = _check_query(query)
+        try:
+            types = types_of_mode(mode)
+        except ValueError as exc:
+            raise RecallError(str(exc), parameter="mode") from exc
         kinds = check_kinds(kinds)
         limit = _check_limit(limit)
         FactPattern(user=user, agent=agent)  # the scope parts' own checks
@@ -248,6 +254,7 @@ class Recall:
                     limit=pool,
                     include_history=include_history,
                     include_challenged=include_challenged,
+                    mode=mode,
                     valid_from_after_us=after_us,
                     valid_from_before_us=before_us,
                 )
@@ -348,6 +355,7 @@ class Recall:
             include_history=include_history,
             include_challenged=include_challenged,
             limit=limit,
+            types=types,
         )
         neighbours = await self._neighbours(temporal, hits) if temporal else []
         if touch and hits:
@@ -408,9 +416,11 @@ class Recall:
         include_history: bool,
         limit: int,
         include_challenged: bool = False,
+        types: tuple[str, ...] | None = None,
     ) -> list[RecallHit]:
         """The fused keys read back as hits, best first, until ``limit`` (a fact closed
-        or out of the window since its list was read is left out)."""
+        or out of the window since its list was read is left out; with ``types``, a
+        recall mode's memory types, facts of other types and episodes are too)."""
         hits: list[RecallHit] = []
         chunk = fused_keys[: limit * 2]
         rest = fused_keys[limit * 2 :]
@@ -433,6 +443,8 @@ class Recall:
                         continue
                     if not _in_window(fact.valid_from, window):
                         continue
+                    if types is not None and fact.memory_type not in types:
+                        continue
                     hit = RecallHit(
                         kind="fact",
                         id=item_id,
@@ -444,6 +456,8 @@ class Recall:
                 else:
                     found = episodes.get(item_id)
                     if found is None or not _in_window(found.timestamp, window):
+                        continue
+                    if types is not None:
                         continue
                     hit = RecallHit(
                         kind="episode",

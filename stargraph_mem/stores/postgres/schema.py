@@ -12,6 +12,7 @@ from typing import Final
 
 from stargraph_mem.stores.repositories.entities import ENTITY_TABLES, POSTGRES_ENTITY_TABLES
 from stargraph_mem.stores.repositories.fact_status import STATUS_BACKFILL, STATUS_TABLE_NAMES
+from stargraph_mem.stores.repositories.layers import LAYER_COLUMNS, LAYER_INDEXES
 from stargraph_mem.stores.repositories.pass_time import POSTGRES_TABLES
 from stargraph_mem.stores.repositories.sweep_schema import DROP_SWEEP_INDEXES, index_ddl
 
@@ -284,6 +285,7 @@ MIGRATIONS: Final = (
     (6, "0006_spec_scope_index_name", _SPEC_INDEX_NAME),
     (7, "0007_vectors_and_episode_text", _VECTORS),
     (8, "0008_entities", POSTGRES_ENTITY_TABLES),
+    (9, "0009_layers_and_trust", (*LAYER_COLUMNS, *LAYER_INDEXES)),
 )
 """``(version, name, statements)`` in order; a database at version n gets those above n."""
 SCHEMA_VERSION: Final = MIGRATIONS[-1][0]

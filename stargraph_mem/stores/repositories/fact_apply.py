@@ -22,6 +22,7 @@ from stargraph_mem.errors import DeltaValidationError, FactConflictError, StaleP
 from stargraph_mem.model import lifecycle
 from stargraph_mem.model.deltas import DELTA_BY_KIND, DELTA_KINDS, Delta, DeltaBase, FactDelta
 from stargraph_mem.model.facts import Fact
+from stargraph_mem.model.layers import DEFAULT_LAYER, DEFAULT_MEMORY_TYPE
 from stargraph_mem.model.lifecycle import ARCHIVED, Carried, Event, FactState
 from stargraph_mem.model.time import to_us
 from stargraph_mem.stores.fact import (
@@ -458,6 +459,10 @@ class Batch:
                 "recorded_at": self.now,
                 "rule_id": delta.rule_id,
                 "delta_id": did,
+                "status": "current",
+                "layer": delta.layer or DEFAULT_LAYER,
+                "memory_type": delta.memory_type or DEFAULT_MEMORY_TYPE,
+                "trust": 1.0 if delta.trust is None else delta.trust,
             },
         )
         self._asserting.append((fact, self._bundle(delta, did, predecessors)))

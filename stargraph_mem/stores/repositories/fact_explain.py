@@ -15,6 +15,7 @@ from stargraph_mem.model.facts import Fact
 from stargraph_mem.model.time import from_us
 from stargraph_mem.stores.fact import AuditRow, Explanation, ProvenanceBundle, SourceEpisode
 from stargraph_mem.stores.repositories.fact_rows import (
+    FACT_COLUMN_COUNT,
     audit_from_row,
     bundle_from_row,
     fact_from_row,
@@ -41,7 +42,9 @@ async def _with_predecessors(
     db: Conn, sql: FactStatements, ids: Sequence[str]
 ) -> dict[str, tuple[Fact, list[str]]]:
     rows = await db.fetch(sql.predecessors_in, (sql.ids(list(ids)),))
-    return {row[0]: (fact_from_row(row), orjson.loads(row[15] or b"[]")) for row in rows}
+    return {
+        row[0]: (fact_from_row(row), orjson.loads(row[FACT_COLUMN_COUNT] or b"[]")) for row in rows
+    }
 
 
 async def _predecessors(db: Conn, sql: FactStatements, first: Sequence[str]) -> list[Fact]:
@@ -118,7 +121,7 @@ async def explain(db: Conn, sql: FactStatements, fact_id: str) -> Explanation:
     rows = await db.fetch(sql.fact_by_id, (fact_id,))
     if not rows:
         raise FactNotFoundError(f"no fact with id {fact_id!r}", fact_id=fact_id)
-    fact, closed_by = fact_from_row(rows[0]), rows[0][15]
+    fact, closed_by = fact_from_row(rows[0]), rows[0][FACT_COLUMN_COUNT]
     provenance = await lineage_of(db, sql, fact_id)
     sources = await _source_episodes(
         db, sql, provenance.source_episode_ids, key_of(fact.user, fact.agent)

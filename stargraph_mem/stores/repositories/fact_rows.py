@@ -39,6 +39,7 @@ from stargraph_mem.stores.sql_conn import Conn
 
 __all__ = [
     "AUDIT_INSERT_COLUMNS",
+    "FACT_COLUMN_COUNT",
     "FACT_INSERT_COLUMNS",
     "KINDS",
     "LINEAGE_INSERT_COLUMNS",
@@ -67,6 +68,9 @@ _UNION_TAGS: Final = frozenset({"str", "bool", "int", "float", "none"})
 """Union member names pydantic puts in error locations (binding values are a union)."""
 _EMPTY_OBJECT: Final = b"{}"
 
+FACT_COLUMN_COUNT: Final = 18
+"""How many columns ``fact_from_row`` reads (``fact_sql.FACT_COLUMNS``): a statement's
+next column is at this index."""
 FACT_INSERT_COLUMNS: Final = (
     "rowid",
     "id",
@@ -82,6 +86,9 @@ FACT_INSERT_COLUMNS: Final = (
     "recorded_at_us",
     "rule_id",
     "delta_id",
+    "layer",
+    "memory_type",
+    "trust",
     "observed_us",
     "reinforced_us",
     "reinforcement_base",
@@ -221,6 +228,9 @@ def fact_from_row(row: Sequence[Any]) -> Fact:
             rule_id=row[12],
             delta_id=row[13],
             status="current" if row[14] is None else row[14],
+            layer=row[15],
+            memory_type=row[16],
+            trust=row[17],
         )
     except (ValueError, TypeError, OverflowError) as exc:
         raise corrupt("facts", row[0], exc) from exc
@@ -317,6 +327,9 @@ def engine_fact(row: Sequence[Any], status: str = "current") -> EngineFact:
         row[13] is not None,
         status if row[15] is None else str(row[15]),
         payload,
+        row[16],
+        row[17],
+        float(row[18]),
     )
 
 
@@ -361,6 +374,9 @@ def write_rows(
         recorded_us,
         fact.rule_id,
         fact.delta_id,
+        fact.layer,
+        fact.memory_type,
+        fact.trust,
         *lifecycle,
     )
     lineage_row = (
@@ -489,6 +505,15 @@ def pattern_filter(pattern: FactPattern, mark: str = "?") -> tuple[list[str], li
     if pattern.min_confidence is not None:
         where.append(f"confidence >= {mark}")
         params.append(pattern.min_confidence)
+    if pattern.layer is not None:
+        where.append(f"layer = {mark}")
+        params.append(pattern.layer)
+    if pattern.memory_type is not None:
+        kinds = (
+            [pattern.memory_type] if isinstance(pattern.memory_type, str) else pattern.memory_type
+        )
+        where.append(f"memory_type IN ({', '.join(mark for _ in kinds)})" if kinds else "1 = 0")
+        params += kinds
     return where, params
 
 

@@ -14,6 +14,7 @@ from stargraph_mem.model.deltas import DELTA_KINDS, kind_creates
 from stargraph_mem.stores.dialect import Dialect
 from stargraph_mem.stores.repositories.fact_rows import (
     AUDIT_INSERT_COLUMNS,
+    FACT_COLUMN_COUNT,
     FACT_INSERT_COLUMNS,
     LINEAGE_INSERT_COLUMNS,
 )
@@ -35,9 +36,11 @@ __all__ = [
 
 FACT_COLUMNS: Final = (
     'id, "user", agent, subject, predicate, object, payload, confidence, valid_from_us, '
-    "valid_until_us, superseded_by, recorded_at_us, rule_id, delta_id, status"
+    "valid_until_us, superseded_by, recorded_at_us, rule_id, delta_id, status, layer, "
+    "memory_type, trust"
 )
 """The columns ``fact_from_row`` reads (``user`` quoted: a keyword in PostgreSQL)."""
+assert len(FACT_COLUMNS.split(",")) == FACT_COLUMN_COUNT
 LINEAGE_COLUMNS: Final = (
     "rule_id, pack_hash, delta_id, source_episode_ids, promotion_ts_us, confidence, reason, "
     "bindings, predecessor_ids"
@@ -86,7 +89,7 @@ def _engine(d: Dialect) -> tuple[str, str]:
     columns = f"""
     SELECT f.id, f.subject, f.predicate, f.object, f.confidence, f.valid_from_us,
         {reinforced}, f.rule_id, l.source_episode_ids, {observed}, {count}, {_STATS},
-        f.payload, f.status"""
+        f.payload, f.status, f.layer, f.memory_type, f.trust"""
     return columns, f"FROM facts f JOIN lineage l ON l.rowid = f.rowid {stats} {_ACCESS_AND_PIN}"
 
 

@@ -31,7 +31,11 @@ from stargraph_mem.model.lifecycle import (
     transition_problem,
 )
 from stargraph_mem.model.time import from_us, to_us
-from stargraph_mem.stores.repositories.fact_rows import audit_from_row, fact_from_row
+from stargraph_mem.stores.repositories.fact_rows import (
+    FACT_COLUMN_COUNT,
+    audit_from_row,
+    fact_from_row,
+)
 from stargraph_mem.stores.repositories.fact_statements import FactStatements
 from stargraph_mem.stores.sql_conn import Conn
 
@@ -119,7 +123,7 @@ async def _fact(db: Conn, sql: FactStatements, fact_id: str) -> tuple[Fact, str 
     rows = await db.fetch(sql.fact_by_id, (fact_id,))
     if not rows:
         raise FactNotFoundError(f"no fact with id {fact_id!r}", fact_id=fact_id)
-    return fact_from_row(rows[0]), rows[0][15]
+    return fact_from_row(rows[0]), rows[0][FACT_COLUMN_COUNT]
 
 
 def check_status(fact: Fact, action: str, wanted: str = "current") -> None:

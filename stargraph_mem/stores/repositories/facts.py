@@ -32,6 +32,7 @@ from stargraph_mem.model.facts import (
     StatusChange,
     StatusEvent,
 )
+from stargraph_mem.model.layers import RecallMode
 from stargraph_mem.model.time import from_us, seconds_us, to_us, utc_now
 from stargraph_mem.stores.dialect import Dialect
 from stargraph_mem.stores.fact import (
@@ -439,6 +440,7 @@ class SQLFactRepository(Generic[ConnT]):
         touch: bool = True,
         include_history: bool = False,
         include_challenged: bool = False,
+        mode: RecallMode = "full_context",
     ) -> list[FactHit]:
         """Current facts matching any word of ``query``, best first, and the filters.
 
@@ -448,10 +450,12 @@ class SQLFactRepository(Generic[ConnT]):
         fact is searched, closed ones too. With ``touch`` (the default)
         each returned fact's access count and last access are recorded (see
         :meth:`access`) in the same call; ``touch=False`` reads without a trace (and,
-        on SQLite, works on a read-only file).
+        on SQLite, works on a read-only file). ``mode`` keeps the memory types a recall
+        mode returns (specification 004: ``facts_only``, ``facts_plus_rules``,
+        ``full_context``).
         """
         words = query_words(query)
-        pattern = search_pattern(user, agent, subject, predicate, min_confidence)
+        pattern = search_pattern(user, agent, subject, predicate, min_confidence, mode)
         where, params = pattern_filter(pattern)
         search = Search(
             words, where, params, check_limit(limit), include_history, include_challenged
@@ -478,6 +482,7 @@ class SQLFactRepository(Generic[ConnT]):
         limit: int = 10,
         include_history: bool = False,
         include_challenged: bool = False,
+        mode: RecallMode = "full_context",
         valid_from_after_us: int | None = None,
         valid_from_before_us: int | None = None,
     ) -> list[str]:
@@ -485,7 +490,7 @@ class SQLFactRepository(Generic[ConnT]):
         its order, without building the facts (recall reads back only those it keeps);
         those whose ``valid_from`` is before ``valid_from_after_us`` or not before
         ``valid_from_before_us`` (microseconds since the epoch) left out."""
-        pattern = search_pattern(user, agent, None, None, None)
+        pattern = search_pattern(user, agent, None, None, None, mode)
         where, params = pattern_filter(pattern)
         search = Search(
             query_words(query),

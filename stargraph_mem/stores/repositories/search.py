@@ -15,6 +15,7 @@ from typing import Final
 from stargraph_mem.errors import FactNotFoundError, SearchError
 from stargraph_mem.model.base import unicode_problem
 from stargraph_mem.model.facts import FactPattern
+from stargraph_mem.model.layers import types_of_mode
 from stargraph_mem.model.limits import SEARCH_TEXT_CHARS
 
 __all__ = [
@@ -97,14 +98,21 @@ def search_pattern(
     subject: str | None,
     predicate: str | None,
     min_confidence: float | None,
+    mode: str = "full_context",
 ) -> FactPattern:
-    """The structured part of a search as a validated :class:`FactPattern`."""
+    """The structured part of a search as a validated :class:`FactPattern` (``mode``: a
+    recall mode, whose memory types it keeps)."""
+    try:
+        kinds = types_of_mode(mode)
+    except ValueError as exc:
+        raise SearchError(str(exc)) from exc
     return FactPattern(
         user=user,
         agent=agent,
         subject=subject,
         predicate=predicate,
         min_confidence=min_confidence,
+        memory_type=None if kinds is None else list(kinds),
     )
 
 

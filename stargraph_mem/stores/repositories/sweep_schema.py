@@ -38,12 +38,13 @@ SWEEP_INDEXES: Final[Mapping[str, str]] = {
     "facts_current_observed": (
         "facts ((coalesce(observed_us, valid_from_us))) WHERE valid_until_us IS NULL"
     ),
+    "facts_current_layer": "facts (layer) WHERE valid_until_us IS NULL",
 }
 """Index name → what it indexes: current facts by confidence, by age, by (predicate,
 subject), by rule, by the reinforcement and the observation time they started from (the
 base of ``reinforced_at`` and ``observed_at``, whose later rows the pre-filter checks
-through the reinforcements' own index); ``partition_key`` is not needed, a candidate's
-row gives it."""
+through the reinforcements' own index), by layer (a promotion sweep over ``working``);
+``partition_key`` is not needed, a candidate's row gives it."""
 SWEEP_INDEX_NAMES: Final = tuple(SWEEP_INDEXES)
 
 

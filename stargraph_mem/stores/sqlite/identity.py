@@ -37,7 +37,7 @@ APPLICATION_ID: Final = 0x53474D31
 FILE_VERSION: Final = 1
 """``PRAGMA user_version`` of our files: the layout of the file as a whole. A release whose
 files this one cannot read raises it; a file with a higher one is refused untouched."""
-FACT_SCHEMA_VERSION: Final = 6
+FACT_SCHEMA_VERSION: Final = 7
 """The fact store schema this version reads (the fact store's ``SCHEMA_VERSION``; kept
 here because a newer one is refused when the file opens, whichever store opens it)."""
 _BASELINE: Final = "0001_episodes"

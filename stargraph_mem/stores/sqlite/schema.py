@@ -20,6 +20,7 @@ from stargraph_mem.stores.repositories.fact_status import (
     STATUS_TABLE_NAMES,
     STATUS_TABLES,
 )
+from stargraph_mem.stores.repositories.layers import LAYER_COLUMNS, LAYER_INDEXES
 from stargraph_mem.stores.repositories.pass_time import SQLITE_TABLES as PASS_TIME_TABLES
 from stargraph_mem.stores.sqlite.connection import fetch, scalar
 from stargraph_mem.stores.sqlite.identity import FACT_SCHEMA_VERSION
@@ -55,7 +56,9 @@ newest
 observation time, deferred episodes and pass times
 (:mod:`~stargraph_mem.stores.repositories.pass_time`).
 5: each fact's closing status, reinforcement base, pins and status events
-(:mod:`~stargraph_mem.stores.repositories.fact_status`). Older versions are migrated on open."""
+(:mod:`~stargraph_mem.stores.repositories.fact_status`). 6: the search index's mark.
+7: each fact's layer, memory type and trust (:mod:`~stargraph_mem.model.layers`).
+Older versions are migrated on open."""
 LEDGER: Final = Ledger(
     "fact_store_migrations",
     "INSERT INTO fact_store_migrations (name, applied_at_us, plan) VALUES (?, ?, ?)",
@@ -133,9 +136,13 @@ SCHEMA: Final = (
         observed_us INTEGER NULL,
         reinforced_us INTEGER NULL,
         reinforcement_base INTEGER NOT NULL DEFAULT 0,
-        status TEXT NULL
+        status TEXT NULL,
+        layer TEXT NOT NULL DEFAULT 'episodic',
+        memory_type TEXT NOT NULL DEFAULT 'fact',
+        trust DOUBLE PRECISION NOT NULL DEFAULT 1.0
     )""",
     "CREATE INDEX IF NOT EXISTS facts_psp ON facts (partition_key, subject, predicate)",
+    *LAYER_INDEXES,
     """CREATE INDEX IF NOT EXISTS facts_current ON facts (partition_key, subject, predicate)
         WHERE valid_until_us IS NULL""",
     # Ids are content hashes, so every index keyed by one takes writes all over its pages:
@@ -245,12 +252,20 @@ _MIGRATE_V5: Final = (
 )
 """Version 5 → 6, in the bootstrap transaction: the search index's mark (every fact of a
 version 5 file was indexed by the transaction that made it)."""
+_MIGRATE_V6: Final = (
+    *LAYER_COLUMNS,
+    *LAYER_INDEXES,
+    "UPDATE fact_store_meta SET value = '7' WHERE key = 'schema_version'",
+)
+"""Version 6 → 7, in the bootstrap transaction: each fact's layer, memory type and trust
+(facts made before read as episodic facts of full trust), indexed per partition."""
 MIGRATIONS: Final = {
-    1: (*_MIGRATE_V1, *_MIGRATE_V2, *_MIGRATE_V3, *_MIGRATE_V4, *_MIGRATE_V5),
-    2: (*_MIGRATE_V2, *_MIGRATE_V3, *_MIGRATE_V4, *_MIGRATE_V5),
-    3: (*_MIGRATE_V3, *_MIGRATE_V4, *_MIGRATE_V5),
-    4: (*_MIGRATE_V4, *_MIGRATE_V5),
-    5: _MIGRATE_V5,
+    1: (*_MIGRATE_V1, *_MIGRATE_V2, *_MIGRATE_V3, *_MIGRATE_V4, *_MIGRATE_V5, *_MIGRATE_V6),
+    2: (*_MIGRATE_V2, *_MIGRATE_V3, *_MIGRATE_V4, *_MIGRATE_V5, *_MIGRATE_V6),
+    3: (*_MIGRATE_V3, *_MIGRATE_V4, *_MIGRATE_V5, *_MIGRATE_V6),
+    4: (*_MIGRATE_V4, *_MIGRATE_V5, *_MIGRATE_V6),
+    5: (*_MIGRATE_V5, *_MIGRATE_V6),
+    6: _MIGRATE_V6,
 }
 """The statements that bring a file of each older version to :data:`SCHEMA_VERSION`."""
 TABLES: Final = (
