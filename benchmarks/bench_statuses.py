@@ -2,7 +2,8 @@
 search costs against the same search before any fact was challenged.
 
 Run: ``python benchmarks/bench_statuses.py`` (``--help`` for sizes). ``--facts`` facts are
-spread over ``--users`` partitions (SQLite file in a temporary directory). Figures, all
+made as ``bench_search.py`` makes them (1,000 partitions; SQLite file in a temporary
+directory). Figures, all
 from one run: p50/p95 of ``--queries`` text searches within one user (a) before any
 challenge, (b) after one fact in ten was challenged (challenged ones left out, the default),
 (c) the same with ``include_challenged=True``; p50/p95 of ``update_status`` to
@@ -20,33 +21,13 @@ import sqlite3
 import statistics
 import tempfile
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from stargraph_mem.stores import AddDelta, FactPayload, SQLiteFactStore
+from bench_search import USERS, WORDS, make_adds
 
-START = datetime(2026, 1, 1, tzinfo=UTC)
-WORDS = [f"w{i}" for i in range(500)]
-
-
-def make_adds(count: int, users: int, rng: random.Random) -> list[AddDelta]:
-    return [
-        AddDelta(
-            user=f"user{i % users}",
-            agent="rag",
-            source_episode_ids=[f"ep-{i}"],
-            promotion_ts=START + timedelta(seconds=i),
-            rule_id="promote",
-            confidence=round(rng.random(), 3),
-            fact=FactPayload(
-                subject=f"user{i % users}",
-                predicate=f"p{i // users}",
-                object=" ".join(rng.choice(WORDS) for _ in range(3)),
-            ),
-        )
-        for i in range(count)
-    ]
+from stargraph_mem.stores import SQLiteFactStore
 
 
 def stats(ms: list[float]) -> str:
@@ -67,8 +48,8 @@ async def searches(
 
 async def main(args: argparse.Namespace) -> None:
     rng = random.Random(7)
-    adds = make_adds(args.facts, args.users, rng)
-    queries = [(f"user{rng.randrange(args.users)}", rng.choice(WORDS)) for _ in range(args.queries)]
+    adds = make_adds(args.facts, rng)
+    queries = [(f"user{rng.randrange(USERS)}", rng.choice(WORDS)) for _ in range(args.queries)]
     with tempfile.TemporaryDirectory() as tmp:
         store = SQLiteFactStore(path=Path(tmp) / "statuses.db")
         await store.bootstrap()
@@ -76,7 +57,7 @@ async def main(args: argparse.Namespace) -> None:
             await store.apply_deltas(adds[start : start + 5_000])
         before = await searches(store, queries)
         flagged = [a.new_fact_id for a in adds[::10]]
-        at = START + timedelta(days=1)
+        at = adds[-1].promotion_ts + timedelta(days=1)
         challenge: list[float] = []
         for fid in flagged:
             t0 = time.perf_counter()
@@ -91,7 +72,7 @@ async def main(args: argparse.Namespace) -> None:
             clear.append((time.perf_counter() - t0) * 1000)
         await store.close()
     base = statistics.median(before)
-    print(f"{args.facts} facts over {args.users} partitions, {args.queries} searches each")
+    print(f"{args.facts} facts over {USERS} partitions, {args.queries} searches each")
     print(f"Python {platform.python_version()}, SQLite {sqlite3.sqlite_version}")
     print(f"search before challenges:        {stats(before)}")
     print(
@@ -109,7 +90,6 @@ async def main(args: argparse.Namespace) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--facts", type=int, default=20_000)
-    parser.add_argument("--users", type=int, default=100)
     parser.add_argument("--queries", type=int, default=2_000)
     parser.add_argument("--clears", type=int, default=500)
     asyncio.run(main(parser.parse_args()))
