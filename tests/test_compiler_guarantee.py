@@ -516,7 +516,13 @@ def emit(draw: Draw, state: RuleState, *, claim: bool, has_episode: bool) -> dic
     if conf is not None:
         out["confidence"] = conf
     if kind == "delete" and draw(st.booleans()):
-        out["status"] = draw(st.sampled_from(CLOSE_STATUSES))
+        status = draw(st.sampled_from(CLOSE_STATUSES))
+        targets = [f for f in facts if f not in out["replaces"]]
+        if status == "merged" and not targets:
+            status = "invalidated"  # a merge needs a matched fact it is not replacing
+        out["status"] = status
+        if status == "merged":
+            out["merged_into"] = draw(st.sampled_from(targets))
     unused = [
         n
         for n, t in state.variables.items()

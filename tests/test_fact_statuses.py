@@ -553,6 +553,14 @@ async def test_mcp_update_status_and_status_history(new_location: NewLocation) -
             assert refused.is_error
             assert message in refused.content[0].text  # type: ignore[union-attr]
         assert await snapshot(mem.fact_store) == before
+        found = await client.call_tool("search_facts", {"query": "tea gin"})
+        assert found.structured_content is not None
+        assert [h["fact"]["object"] for h in found.structured_content["hits"]] == ["gin"]
+        found = await client.call_tool(
+            "search_facts", {"query": "tea gin", "include_challenged": True}
+        )
+        assert found.structured_content is not None
+        assert len(found.structured_content["hits"]) == 2
         shown = await client.call_tool("status_history", {"fact_id": t})
         assert shown.structured_content is not None
         assert shown.structured_content["status"] == "challenged"

@@ -687,13 +687,18 @@ def build_server(mem: Consolidator, *, name: str = SERVER_NAME) -> MCPServer[Any
             Field(ge=0, le=1, description="Only facts with at least this confidence."),
         ] = None,
         limit: Annotated[int, Field(ge=1, le=MAX_LIMIT, description="Most facts to return.")] = 10,
+        include_challenged: Annotated[
+            bool,
+            Field(description="Also facts challenged for review (left out by default)."),
+        ] = False,
     ) -> SearchResult:
         """Search the currently believed facts: those matching the most and the rarest words
         of `query` come first, then the more confident and the newer ones; an empty query
         lists the facts matching the filters, most confident first. Each returned fact's
         access count and last access time are recorded (not on a read-only database); no
         fact changes. Closed facts are not searched (use list_facts with as_of for the past),
-        nor challenged ones (update_status flags and clears them).
+        nor challenged ones unless include_challenged (update_status flags and clears
+        them).
         """
         with _refused():
             hits = await mem.search(
@@ -705,6 +710,7 @@ def build_server(mem: Consolidator, *, name: str = SERVER_NAME) -> MCPServer[Any
                 min_confidence=min_confidence,
                 limit=limit,
                 touch=mem.read_only_reason is None,
+                include_challenged=include_challenged,
             )
         return SearchResult(hits=hits)
 
@@ -1036,6 +1042,10 @@ def build_server(mem: Consolidator, *, name: str = SERVER_NAME) -> MCPServer[Any
                 description="Also return a markdown context block within this many tokens.",
             ),
         ] = None,
+        include_challenged: Annotated[
+            bool,
+            Field(description="Also facts challenged for review (left out by default)."),
+        ] = False,
     ) -> MemorySearch:
         """Recall memory by meaning: full-text, vector and graph search (entities, time,
         lineage) fused by Reciprocal Rank Fusion; the query's intent (why, when, who,
@@ -1054,6 +1064,7 @@ def build_server(mem: Consolidator, *, name: str = SERVER_NAME) -> MCPServer[Any
                 limit=limit,
                 entity=entity_name,
                 touch=mem.read_only_reason is None,
+                include_challenged=include_challenged,
             )
             context = None if context_budget is None else result.context(context_budget)
         hits = [
