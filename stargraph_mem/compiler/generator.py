@@ -61,7 +61,7 @@ from stargraph_mem.ir.models import (
     VarRef,
 )
 from stargraph_mem.ir.operators import unknown_operator
-from stargraph_mem.ir.reference import evaluate
+from stargraph_mem.ir.reference import evaluate, normal_form_of
 from stargraph_mem.model.deltas import kind_creates
 from stargraph_mem.model.limits import TEMPLATE_CHARS_MAX
 
@@ -1182,6 +1182,19 @@ def _clips_prefix(t: _Term) -> list[str]:
     return [f":(and (stringp {t.v}) (eq (str-index {t.operand('string')} {t.v}) 1))"]
 
 
+NORMAL_FORM_FUNCTION: Final = "sm-normal-form"
+"""The CLIPS function (defined in every environment, see ``compiler/clips_env.py``) giving a
+string's content normal form (:func:`~stargraph_mem.model.text.content_normal_form`)."""
+
+
+def _clips_normal_eq(t: _Term) -> list[str]:
+    if isinstance(t.value, VarRef):
+        x = f"({NORMAL_FORM_FUNCTION} {t.operand('string')})"
+    else:  # a literal is put in normal form once, here
+        x = clips_string(normal_form_of(t.value))
+    return [f":(and (stringp {t.v}) (eq ({NORMAL_FORM_FUNCTION} {t.v}) {x}))"]
+
+
 def _clips_since(cmp: str) -> Callable[[_Term], list[str]]:
     def emit(t: _Term) -> list[str]:
         micros = t.value.total_microseconds()
@@ -1203,6 +1216,7 @@ CLIPS_TESTS: Mapping[str, Callable[[_Term], list[str]]] = {
     "missing": _clips_missing,
     "contains": _clips_contains,
     "prefix": _clips_prefix,
+    "normal_eq": _clips_normal_eq,
     "older_than": _clips_since("<="),
     "newer_than": _clips_since(">"),
 }

@@ -124,6 +124,15 @@ OPERATORS: Mapping[str, Operator] = MappingProxyType(
                 string_operand=True,
             ),
             _op(
+                "normal_eq",
+                "value",
+                frozenset(("string",)),
+                "equal to the operand once both are in content normal form (case folded, "
+                "accents and punctuation removed, whitespace collapsed)",
+                "content: {normal_eq: {var: o}}",
+                string_operand=True,
+            ),
+            _op(
                 "older_than",
                 "duration",
                 frozenset(("timestamp",)),
@@ -187,6 +196,9 @@ OPERATOR_ALIASES: Mapping[str, str] = MappingProxyType(
         "absent": "missing",
         "has": "contains",
         "includes": "contains",
+        "same_text": "normal_eq",
+        "normalized_eq": "normal_eq",
+        "normalised_eq": "normal_eq",
         "startswith": "prefix",
         "starts_with": "prefix",
         "before": "older_than",

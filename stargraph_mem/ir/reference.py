@@ -21,6 +21,7 @@ from typing import Any, Final
 
 from stargraph_mem.ir.models import EPISODE_BUILTINS, Condition, Duration, FieldType, VarRef
 from stargraph_mem.ir.operators import OPERATORS, unknown_operator
+from stargraph_mem.model.text import content_normal_form
 from stargraph_mem.model.time import iso_us
 
 
@@ -118,6 +119,15 @@ def _prefix(v: Any, x: Any, ftype: FieldType, now: int) -> bool:
     return bool(v.startswith(x))
 
 
+def normal_form_of(value: Any) -> Any:
+    """A string in content normal form; any other value as it is (it equals no string)."""
+    return content_normal_form(value) if isinstance(value, str) else value
+
+
+def _normal_eq(v: Any, x: Any, ftype: FieldType, now: int) -> bool:
+    return bool(normal_form_of(v) == normal_form_of(x))
+
+
 def _older(v: Any, d: Duration, ftype: FieldType, now: int) -> bool:
     return bool(v <= now - d.total_microseconds())
 
@@ -139,6 +149,7 @@ REFERENCE: Mapping[str, Test] = {
     "missing": lambda v, x, t, now: False,
     "contains": _contains,
     "prefix": _prefix,
+    "normal_eq": _normal_eq,
     "older_than": _older,
     "newer_than": _newer,
 }
