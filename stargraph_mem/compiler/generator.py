@@ -214,6 +214,46 @@ class HistoryRelation:
         return f"{self.kind}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
 
 
+@dataclass(frozen=True)
+class NearRelation:
+    """A ``near`` test of one fact pattern: the runtime computes the neighbours (outside
+    CLIPS, with the configured embedder) and asserts an ``sm-near`` fact per neighbour,
+    ``k`` being this relation's index."""
+
+    index: int
+    rule_index: int
+    rule_id: str
+    alias: str
+    """The fact pattern's alias (``-`` inside ``not``/``exists``)."""
+    of: str
+    """``episode``, or the alias of the fact pattern whose neighbours these are (a sweep)."""
+    top_k: int
+    min_cosine: float | None
+
+    @property
+    def sweep(self) -> bool:
+        return self.of != "episode"
+
+
+NEAR_TEMPLATE: Final = """\
+(deftemplate sm-near
+  (slot n (type INTEGER))
+  (slot k (type INTEGER))
+  (slot of (type STRING) (default ""))
+  (slot id (type STRING))
+  (slot cos (type FLOAT)))
+(deffunction sm-facts-count () (length$ (find-all-facts ((?f sm-fact)) TRUE)))
+(deffunction sm-facts-after (?i) (find-all-facts ((?f sm-fact)) (> (fact-index ?f) ?i)))
+(deffunction sm-facts-all () (find-all-facts ((?f sm-fact)) TRUE))
+(deffunction sm-facts-last ()
+  (bind ?m 0)
+  (do-for-all-facts ((?f sm-fact)) TRUE (bind ?m (max ?m (fact-index ?f))))
+  ?m)
+"""
+"""Declared when a rule tests ``near``: the neighbours the runtime asserts, and the calls
+it makes between episodes to follow the facts a pass makes and closes."""
+
+
 @dataclass
 class EmitToken:
     """One token a rule prints after ``<rule> <n>``: which alias and what it is."""
@@ -281,6 +321,8 @@ class Generator:
         )
         """Whether a rule tests ``observed_at``: then facts made in a pass carry it in CLIPS."""
         self.history_at: dict[tuple[int, int], HistoryRelation] = {}
+        self.near: list[NearRelation] = []
+        self.near_at: dict[tuple[int, int], NearRelation] = {}
         self.needs_archived = any(
             admits_archived(pattern_of(item)[1])
             for info in analysis.rules
@@ -398,6 +440,27 @@ class Generator:
         self.history_at[(info.index, j)] = rel
         return rel
 
+    def near_for(self, info: RuleInfo, j: int, kind: str, pattern: Any) -> None:
+        near = pattern.near
+        rel = NearRelation(
+            index=len(self.near),
+            rule_index=info.index,
+            rule_id=info.rule.id,
+            alias=item_alias(kind, pattern, j) if kind == "fact" else "-",
+            of=near.of,
+            top_k=near.top_k,
+            min_cosine=near.min_cosine,
+        )
+        self.near.append(rel)
+        self.near_at[(info.index, j)] = rel
+
+    def near_pattern(self, ctx: _Ctx, j: int, fid: str, cosine: str) -> str:
+        """The ``sm-near`` pattern binding ``fid`` to a neighbour of pattern ``j``'s test."""
+        rel = self.near_at[(ctx.info.index, j)]
+        of = f" (of ?i_fid_{rel.of})" if rel.sweep else ""
+        n = "0" if rel.sweep else "?i_n"
+        return f"(sm-near (n {n}) (k {rel.index}){of} (id {fid}) (cos {cosine}))"
+
     def use_field(self, fname: str) -> None:
         self.used_fields[fname] = self.episode_types[fname]
 
@@ -408,6 +471,8 @@ class Generator:
                 continue
             for j, item in enumerate(info.rule.when):
                 kind, pattern = pattern_of(item)
+                if kind in ("fact", "not", "exists") and pattern.near is not None:
+                    self.near_for(info, j, kind, pattern)
                 if kind == "episode":
                     for fname in pattern.where:
                         self.use_field(fname)
@@ -635,7 +700,15 @@ class Generator:
                 ctx.observed[alias] = f"?i_ob_{alias}"
             else:
                 ctx.observed[alias] = self.slot_var(ctx, cond, "observed_at", alias)
-        return f"?i_fa_{alias} <- (sm-fact " + " ".join(parts) + ")"
+        fact = f"?i_fa_{alias} <- (sm-fact " + " ".join(parts) + ")"
+        if pattern.near is None:
+            return fact
+        (j,) = [
+            j for (r, j), rel in self.near_at.items() if (r, rel.alias) == (ctx.info.index, alias)
+        ]
+        cos = pattern.near.cosine
+        cosine = ctx.var(cos) if cos is not None else f"?i_cos_{alias}"
+        return self.near_pattern(ctx, j, fid, cosine) + "\n  " + fact
 
     @staticmethod
     def slot_var(ctx: _Ctx, cond: Condition, fname: str, prefix: str) -> str:
@@ -753,6 +826,11 @@ class Generator:
                 out.append(self.count_pattern(ctx, pattern, alias))
             else:
                 inner = self.plain_fact(ctx, pattern, kind, f"X{j}")
+                if pattern.near is not None:
+                    fid = f"?i_X{j}-nid"
+                    near = self.near_pattern(ctx, j, fid, f"?i_X{j}-cos")
+                    rest = inner.removeprefix("(sm-fact").removesuffix(")").strip()
+                    inner = f"(and {near} (sm-fact (f_id {fid}){' ' if rest else ''}{rest}))"
                 out.append(f"({'not' if kind == 'not' else 'exists'} {inner})")
         return out
 
@@ -1052,7 +1130,11 @@ class Generator:
         not tied that way, or facts are matched otherwise (``over: history`` relations);
         sweep rules (no episode pattern) run only in passes that assert every fact.
         """
-        if self.history or any(self.replaces_history(info) for info in self.analysis.rules):
+        if (
+            self.history
+            or self.near
+            or any(self.replaces_history(info) for info in self.analysis.rules)
+        ):
             return None
         found: set[tuple[tuple[str, str], ...]] = set()
         for info in self.analysis.rules:
@@ -1101,6 +1183,8 @@ class Generator:
         ]
         parts += [self.relation_template(rel) for rel in self.relations]
         parts += [self.history_template(rel) for rel in self.history]
+        if self.near:
+            parts.append(NEAR_TEMPLATE)
         parts.append(CONTROL_RULES)
         parts += [self.relation_rules(rel) for rel in self.relations]
         parts += [p.clips for p in self.programs]

@@ -30,6 +30,7 @@ from stargraph_mem.compiler.clips_env import QUIET_ROUTER, load_constructs, new_
 from stargraph_mem.compiler.generator import (
     DAY_US,
     OUT,
+    NearRelation,
     RuleProgram,
     arithmetic_operands,
     payload_slot,
@@ -38,10 +39,12 @@ from stargraph_mem.compiler.generator import (
 )
 from stargraph_mem.compiler.pack import CompiledPack, CompiledRule
 from stargraph_mem.compiler.sweep_sql import is_sweep
+from stargraph_mem.embedding import Embedder, identity
 from stargraph_mem.engine.passes.aggregates import HistoryFacts, HistoryInput
 from stargraph_mem.engine.passes.aggregates import compute as compute_history
 from stargraph_mem.engine.passes.layered import GONE, Gone, Layered
-from stargraph_mem.errors import EngineError
+from stargraph_mem.engine.passes.near import NearIndex, NearKey, VectorCache, clips_facts, statement
+from stargraph_mem.errors import EmbedderError, EngineError
 from stargraph_mem.gcpause import gc_paused
 from stargraph_mem.ir.checks import PAYLOAD_PREFIX, VarInfo, parse_template, pattern_of
 from stargraph_mem.ir.models import (
@@ -299,6 +302,8 @@ class PackRuntime:
         # the builders go before the environment does (CLIPS reports them as leaked)
         weakref.finalize(self, _dispose, self._fact_builders, self._calls, self.env)
         self.plans: dict[tuple[str, Stamp | None], _Plan] = {}
+        self._vectors: dict[str, VectorCache] = {}
+        """Per embedder identity, the vectors of the texts ``near`` ranked."""
         """How each rule's deltas are built (per rule, and stamp: see :class:`_Plan`)."""
 
     @property
@@ -402,6 +407,7 @@ class PackRuntime:
         history: HistoryInput | None = None,
         archived: Sequence[EngineFact] = (),
         fact_bytes: int = DEFAULT_FACT_BYTES,
+        embedder: Embedder | None = None,
     ) -> PassOutput:
         """Run every compiled rule once over ``episodes`` and collect deltas.
 
@@ -412,12 +418,19 @@ class PackRuntime:
         ``eligible`` maps a rule index to the seqs it may see (after its watermark, select
         and salience gate); ``None`` means every rule sees every episode. A delta whose
         rendered text would exceed ``fact_bytes`` rejects its episode (see
-        :meth:`_Plan.too_large`).
+        :meth:`_Plan.too_large`). A pack whose fact patterns test ``near`` ranks facts with
+        ``embedder`` (see :mod:`~stargraph_mem.engine.passes.near`).
         """
         given = facts if isinstance(facts, FactList) else list(facts)
         job = PassInput(partition, episodes, given, eligible, history, archived)
         return self.run_passes(
-            [job], now=now, chunk=chunk, stamp=stamp, matched=matched, fact_bytes=fact_bytes
+            [job],
+            now=now,
+            chunk=chunk,
+            stamp=stamp,
+            matched=matched,
+            fact_bytes=fact_bytes,
+            embedder=embedder,
         )[0]
 
     def run_passes(
@@ -429,10 +442,12 @@ class PackRuntime:
         stamp: Stamp | None = None,
         matched: bool = False,
         fact_bytes: int = DEFAULT_FACT_BYTES,
+        embedder: Embedder | None = None,
     ) -> list[PassOutput]:
         """:meth:`run_pass` over each job in turn, the environment reset before each (a
         job's rules see its own episodes and facts only). Every job's deltas go through one
         open file, so many small partitions cost one file open, not one each."""
+        cache = self.vectors(embedder)
         with self._lock:  # CLIPS environments are not thread-safe; one pass at a time
             reader = self._deltas_file()
             builders = self._builders()
@@ -440,7 +455,9 @@ class PackRuntime:
             try:
                 with gc_paused():  # every job's deltas and facts are short-lived objects
                     outputs = [
-                        self._one(job, now, chunk, stamp, matched, reader, builders, fact_bytes)
+                        self._one(
+                            job, now, chunk, stamp, matched, reader, builders, fact_bytes, cache
+                        )
                         for job in jobs
                     ]
                 done = True
@@ -453,11 +470,26 @@ class PackRuntime:
                 self.env.reset()
                 self._clean = True
 
+    def vectors(self, embedder: Embedder | None) -> VectorCache | None:
+        """The vectors ``near`` ranks facts with (``None`` for a pack without ``near``);
+        an ``EngineError`` naming the rule when the pack needs an embedder and has none."""
+        if not self.compiled.near:
+            return None
+        if embedder is None:
+            raise EmbedderError(needs_embedder(self.compiled), pack=self.compiled.name)
+        key = identity(embedder)
+        cache = self._vectors.get(key)
+        if cache is None or cache.embedder is not embedder:
+            cache = self._vectors[key] = VectorCache(embedder)
+        return cache
+
     def _builders(self) -> dict[str, _FactBuilder]:
         """One fact builder per deftemplate a pass asserts, made once (each asserts any
         number of facts); disposed of by :meth:`close`, or before the environment goes."""
         if not self._fact_builders:
             names = [*_BUILT, *(rel.template for rel in self.compiled.history)]
+            if self.compiled.near:
+                names.append("sm-near")
             self._fact_builders.update((name, _FactBuilder(self.env, name)) for name in names)
         return self._fact_builders
 
@@ -502,6 +534,7 @@ class PackRuntime:
         reader: TextIO,
         builders: dict[str, _FactBuilder],
         fact_bytes: int = DEFAULT_FACT_BYTES,
+        cache: VectorCache | None = None,
     ) -> PassOutput:
         """One job's pass; its deltas are what the file gained since the previous job."""
         episodes, fact_list = in_time_order(job.episodes), job.facts
@@ -545,13 +578,21 @@ class PackRuntime:
                     self._assert_fact(builders["sm-fact"], fact, status="archived")
         budget = 50 * (chunk + len(fact_list)) + 10_000
         episode_fb = builders["sm-episode"]
+        near = None
+        if cache is not None:
+            near = _Near(self, cache, builders["sm-near"], fact_list, job.archived)
+            chunk = 1  # each episode ranks the facts the episodes before it left
         for start in range(0, len(episodes), chunk):
             for i in range(start, min(start + chunk, len(episodes))):
+                if near is not None:
+                    near.episode(i + 1, episodes[i], groups.get(ok_sets[i], ()))
                 self._assert_episode(episode_fb, i + 1, episodes[i], ok_sets[i], out)
                 if hist is not None:
                     self._assert_history(builders, i + 1, hist)
             self._run(budget)
         if self._ends(job.eligible):
+            if near is not None:
+                near.sweep()
             builders["sm-end"].assert_fact()
             self._run(budget)
         elif not episodes:
@@ -563,6 +604,7 @@ class PackRuntime:
         collector.history = hist
         collector.keep_matched = matched
         collector.fact_bytes = fact_bytes
+        collector.near = near
         collector.collect(lines)
         out.facts_after = collector.facts_after()
         self._account(episodes, ok_sets, groups, hist, out)
@@ -722,6 +764,121 @@ class PackRuntime:
         Path(self._dir).rmdir()
 
 
+def needs_embedder(compiled: CompiledPack) -> str:
+    """The error for a pack whose fact patterns test ``near`` run without an embedder."""
+    rel = compiled.near[0]
+    return (
+        f"pack '{compiled.name}': rule '{rel.rule_id}' tests 'near' (similarity), which needs "
+        "an embedder: open the memory with one (embedder='hash' is built in), not embedder=None"
+    )
+
+
+NEAR_BINDINGS: Final = "#near"
+"""The references' key of what ``near`` adds to a delta's bindings (see :class:`_Near`)."""
+
+
+class _Near:
+    """The ``near`` tests of one pass: the facts CLIPS holds, followed between episodes,
+    ranked against each episode (or, for a sweep, each other) and asserted as ``sm-near``
+    facts, the worst first (CLIPS fires the newest activation first: the best neighbour)."""
+
+    def __init__(
+        self,
+        runtime: PackRuntime,
+        cache: VectorCache,
+        fb: _FactBuilder,
+        facts: Sequence[EngineFact],
+        archived: Sequence[EngineFact],
+    ) -> None:
+        env = runtime.env
+        self.relations = runtime.compiled.near
+        self.by_rule: dict[int, list[NearRelation]] = {}
+        for rel in self.relations:
+            self.by_rule.setdefault(rel.rule_index, []).append(rel)
+        self.cache = cache
+        self.fb = fb
+        self.scores: dict[NearKey, float] = {}
+        self._count = env.find_function("sm-facts-count")
+        self._after = env.find_function("sm-facts-after")
+        self._all = env.find_function("sm-facts-all")
+        self.index = NearIndex(cache)
+        self.index.add((f.id, statement(f.subject, f.predicate, f.object)) for f in facts)
+        if runtime.compiled.needs_archived:
+            self.index.others = {f.id for f in archived}
+        self.index.last_index = int(env.find_function("sm-facts-last")())
+
+    def sync(self) -> None:
+        """Follow the facts CLIPS made and closed since the last call."""
+        index, new = self.index, []
+        for at, fid, text in clips_facts(self._after(index.last_index)):
+            index.last_index = max(index.last_index, at)
+            if fid not in index.ids and fid not in index.others:
+                new.append((fid, text))
+        index.add(new)
+        if int(self._count()) != index.size:
+            index.keep({str(f["f_id"]) for f in self._all()})
+
+    def episode(self, n: int, record: EpisodeRecord, rules: Iterable[int]) -> None:
+        """The neighbours of episode ``n`` for the ``near`` tests of ``rules`` (those that
+        may see it)."""
+        relations = [r for idx in rules for r in self.by_rule.get(idx, ()) if not r.sweep]
+        if not relations:
+            return
+        self.sync()
+        (query,) = self.cache.of([record.content])
+        for rel in relations:
+            self.put(n, rel, "", self.index.neighbours(rel, query))
+
+    def sweep(self) -> None:
+        """The neighbours of every fact held when the sweep starts, for the sweeps' tests."""
+        relations = [r for r in self.relations if r.sweep]
+        if not relations:
+            return
+        self.sync()
+        ids = sorted(self.index.ids)
+        for rel in relations:
+            for fid in ids:
+                self.put(0, rel, fid, self.index.neighbours(rel, self.index.ids[fid], fid))
+
+    def put(self, n: int, rel: NearRelation, of: str, found: list[tuple[str, float]]) -> None:
+        fb = self.fb
+        for fid, score in reversed(found):
+            fb.put(b"n", n)
+            fb.put(b"k", rel.index)
+            fb.put(b"of", of)
+            fb.put(b"id", fid)
+            fb.put(b"cos", float(score))
+            fb.assert_fact()
+            self.scores[(n, rel.index, of, fid)] = score
+
+    def resolve(self, rule: int, n: int, raw: Mapping[str, str], refs: dict[str, Any]) -> None:
+        """Each ``near`` fact alias's cosine (``<alias>#cos``, for its variable) and the
+        bindings that cite it: ``<alias>.cosine``, ``<alias>.fact``, ``<alias>.embedder``."""
+        cited: dict[str, Any] = {}
+        for rel in self.by_rule.get(rule, ()):
+            if rel.alias == "-":
+                continue
+            key = (
+                (0, rel.index, raw[rel.of], raw[rel.alias])
+                if rel.sweep
+                else (
+                    n,
+                    rel.index,
+                    "",
+                    raw[rel.alias],
+                )
+            )
+            score = self.scores.get(key)
+            if score is None:
+                raise _Unresolved(f"no neighbour {raw[rel.alias]} for '{rel.alias}'")
+            refs[rel.alias + "#cos"] = score
+            cited[f"{rel.alias}.cosine"] = score
+            cited[f"{rel.alias}.fact"] = refs[rel.alias].id
+            cited[f"{rel.alias}.embedder"] = self.cache.identity
+        if cited:
+            refs[NEAR_BINDINGS] = cited
+
+
 def _time_key(record: EpisodeRecord) -> tuple[datetime, int]:
     return record.timestamp, record.seq
 
@@ -793,6 +950,8 @@ class _Collector:
         """The most UTF-8 bytes a delta's rendered text may hold (see :meth:`_Plan.too_large`)."""
         self.key_bytes = utf8_size(partition.key)
         """The partition key's share of an indexed key (see :data:`KEY_BYTES`)."""
+        self.near: _Near | None = None
+        """The pass's ``near`` neighbours (a pack whose fact patterns test ``near``)."""
 
     def facts_after(self) -> list[EngineFact]:
         """Current facts after the pass's deltas (the order of ``current_facts``)."""
@@ -811,6 +970,7 @@ class _Collector:
         program = rule.program
         anchor = self.episodes[n - 1] if n > 0 else None
         refs: dict[str, Any] = {}
+        raw: dict[str, str] = {}
         temp_id: str | None = None
         eps_iter = iter(eps)
         try:
@@ -821,6 +981,7 @@ class _Collector:
                     refs[tok.alias] = self.episode(int(value))
                 elif tok.what == "fact_id":
                     refs[tok.alias] = self.fact(value)
+                    raw[tok.alias] = value
                 elif tok.what == "would_be":
                     refs[tok.alias + "#fact"] = self.fact(value)
                 elif tok.what == "hcount":
@@ -832,6 +993,8 @@ class _Collector:
                         int(value),
                         [self.episodes[int(e) - 1] for e in next(eps_iter)],
                     )
+            if self.near is not None:
+                self.near.resolve(rule.index, n, raw, refs)
             delta = self.build(program, anchor, refs)
             if self.stamp is not None and delta.kind not in self.stamp.kinds:
                 raise _Unresolved(f"rule '{self.stamp.rule_id}' does not emit {delta.kind}")
@@ -998,7 +1161,10 @@ class _Collector:
             "rule_id": plan.rule_id,
             "confidence": plan.confidence(values, refs, self.now_us),
             "reason": plan.reason_prefix + plan.reason(values),
-            "bindings": {name: _json_value(values[name]) for name in plan.binding_names},
+            "bindings": {
+                **{name: _json_value(values[name]) for name in plan.binding_names},
+                **refs.get(NEAR_BINDINGS, {}),
+            },
         }
         fields = plan.fields
         if "reinforces" in fields:
@@ -1094,6 +1260,8 @@ def _getter(var: VarInfo, builtins: set[str]) -> Getter:
     alias, fname = var.alias, var.field
     if var.kind == "count":
         return lambda refs, anchor: refs[alias][0]
+    if var.kind == "near":
+        return lambda refs, anchor: refs[alias + "#cos"]
     if var.kind == "fact" and fname.startswith(PAYLOAD_PREFIX):
         key, ftype = fname.removeprefix(PAYLOAD_PREFIX), var.type
         return lambda refs, anchor: _payload_value(refs[alias].payload, key, ftype)
@@ -1271,6 +1439,8 @@ def _matched(anchor: EpisodeRecord | None, refs: Mapping[str, Any]) -> dict[str,
     """Ids of what each pattern of a fired rule matched (for traces)."""
     out: dict[str, list[str]] = {"episode": [anchor.id]} if anchor is not None else {}
     for alias, ref in refs.items():
+        if alias == NEAR_BINDINGS or alias.endswith("#cos"):
+            continue
         if isinstance(ref, tuple):
             out[alias] = [r.id for r in ref[1]]
         elif alias.endswith("#fact"):
