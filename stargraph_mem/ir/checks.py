@@ -287,6 +287,11 @@ class _Checker:
             )
 
     def _bind_path(self, info: RuleInfo, var: VarInfo) -> PathKey:
+        if var.kind == "near":
+            for j, item in enumerate(info.rule.when):
+                kind, pattern = pattern_of(item)
+                if kind == "fact" and pattern.near is not None and pattern.near.cosine == var.name:
+                    return (*info.path, "when", j, kind, "near", "cosine")
         if var.kind == "count":
             for j, item in enumerate(info.rule.when):
                 kind, pattern = pattern_of(item)
@@ -813,6 +818,11 @@ def _unused_message(var: VarInfo) -> str:
     name = var.name
     if var.kind == "count":
         todo = f'cite it in sources ("sources: [{name}]") or drop "as: {name}"'
+    elif var.kind == "near":
+        todo = (
+            f'use it ("confidence: {{from: {name}}}" or {{var: {name}}}) or drop '
+            f'"cosine: {name}" (the cosine is in the bindings anyway)'
+        )
     else:
         todo = f'use it ("{{{name}}}" in emit, or {{var: {name}}}) or drop "bind: {name}"'
     return f"variable '{name}' is bound but never used: {todo}"
