@@ -396,3 +396,46 @@ def test_a_sweep_names_the_fact_whose_neighbours_it_ranks() -> None:
     assert "rules[0].when[1].fact.near.of: 'nobody' is not an earlier named 'fact' pattern" in (
         _pack_error(text)
     )
+
+
+# --- content normal form: exact dedup ------------------------------------------------------
+
+EXACT = """\
+ir_version: 1
+pack: exact
+version: "1"
+defaults:
+  cadence: {cron: "0 3 * * *"}
+rules:
+  - id: repeat
+    priority: 10
+    when:
+      - episode: {content: {bind: c}}
+      - fact: {as: same, predicate: said, object: {normal_eq: {var: c}}}
+    emit:
+      kind: update
+      replaces: [same]
+      subject: "{c}"
+      predicate: said
+      object: "{c}"
+      confidence: {reinforce: {value: 0.8, by: 0.1}}
+      sources: [same]
+  - id: new
+    when:
+      - episode: {content: {bind: c}}
+      - not: {predicate: said, object: {normal_eq: {var: c}}}
+    emit: {kind: add, subject: "{c}", predicate: said, object: "{c}"}
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_normal_eq_dedups_case_punctuation_accents_and_spaces(backend: str) -> None:
+    """Specification 002's normalised content dedup: "Tea." after "tea" is a repeat."""
+    texts = ["tea", "Tea.", "  TÉA!! ", "green tea"]
+    async with location(backend) as where, Consolidator(where, [compile_text(EXACT)]) as mem:
+        await mem.memory.put_many([episode(n, t) for n, t in enumerate(texts)])
+        report = await mem.consolidate(now=T0 + timedelta(hours=1))
+        assert fired(report) == {"new": 2, "repeat": 2}
+        assert await current(mem) == Counter(
+            {("u1", "  TÉA!! ", 0.9): 1, ("u1", "green tea", 0.8): 1}
+        )
