@@ -242,16 +242,27 @@ NEAR_TEMPLATE: Final = """\
   (slot of (type STRING) (default ""))
   (slot id (type STRING))
   (slot cos (type FLOAT)))
-(deffunction sm-facts-count () (length$ (find-all-facts ((?f sm-fact)) TRUE)))
-(deffunction sm-facts-after (?i) (find-all-facts ((?f sm-fact)) (> (fact-index ?f) ?i)))
-(deffunction sm-facts-all () (find-all-facts ((?f sm-fact)) TRUE))
-(deffunction sm-facts-last ()
-  (bind ?m 0)
-  (do-for-all-facts ((?f sm-fact)) TRUE (bind ?m (max ?m (fact-index ?f))))
-  ?m)
+(deftemplate sm-made (slot f (type FACT-ADDRESS)))
+(deftemplate sm-gone (slot id (type STRING)))
+(deffunction sm-made-take ()
+  (bind ?r (create$))
+  (do-for-all-facts ((?m sm-made)) TRUE
+    (if (fact-existp ?m:f) then (bind ?r (create$ ?r ?m:f)))
+    (retract ?m))
+  ?r)
+(deffunction sm-gone-take ()
+  (bind ?r (create$))
+  (do-for-all-facts ((?g sm-gone)) TRUE (bind ?r (create$ ?r ?g:id)) (retract ?g))
+  ?r)
+(defrule sm-drop-fact-gone (declare (salience 9960))
+  (sm-drop (id ?id))
+  (sm-fact (f_id ?id))
+  =>
+  (assert (sm-gone (id ?id))))
 """
-"""Declared when a rule tests ``near``: the neighbours the runtime asserts, and the calls
-it makes between episodes to follow the facts a pass makes and closes."""
+"""Declared when a rule tests ``near``: the neighbours the runtime asserts, and the logs of
+the facts a pass makes (``sm-made``) and closes (``sm-gone``, also for a dropped fact, just
+before ``sm-drop-fact`` retracts it) that the runtime takes between episodes."""
 
 
 @dataclass
@@ -937,8 +948,12 @@ class Generator:
                 )
             elif info.aliases.get(ref) == "fact":
                 out.append(f"(retract ?i_fa_{ref})")
+                if self.near:
+                    out.append(f"(assert (sm-gone (id ?i_fid_{ref})))")
             else:
                 out.append(f"(retract ?i_wb_{ref})")
+                if self.near:
+                    out.append(f"(assert (sm-gone (id ?i_wbid_{ref})))")
         for ref in emit.reinforces:
             if self.observes:  # a reinforcing observation is one the fact was seen in
                 seen = f"(max {ctx.observed[ref]} {self.observed_expr(ctx)})"
@@ -951,7 +966,7 @@ class Generator:
             )
             anchor = "0" if info.fact_only else "?i_n"
             out.append('(bind ?i_tid (str-cat "t" (gensym*)))')
-            out.append(
+            made = (
                 "(assert (sm-fact (f_id ?i_tid)"
                 f" (f_subject {self.template_expr(ctx, emit.subject)})"
                 f" (f_predicate {self.template_expr(ctx, emit.predicate)})"
@@ -963,6 +978,9 @@ class Generator:
                 + "".join(f" {x}" for x in self.new_fact_extras(ctx))
                 + "))"
             )
+            if self.near:  # logged for the runtime, which ranks it for later episodes
+                made = f"(assert (sm-made (f {made})))"
+            out.append(made)
         printed = [str(info.index), "0" if info.fact_only else "?i_n"]
         for tok in program.tokens:
             printed.append(self.token_expr(tok))

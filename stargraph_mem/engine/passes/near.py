@@ -13,7 +13,6 @@ its own neighbour). Each neighbour becomes an ``sm-near`` fact; no pairwise join
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Final
 
 import numpy as np
@@ -48,54 +47,56 @@ class VectorCache:
         return [self.rows[t] for t in texts]
 
 
-@dataclass
 class NearIndex:
-    """The facts CLIPS holds in one pass, by CLIPS fact id, with their vectors."""
+    """The facts CLIPS holds in one pass, by CLIPS fact id, with their vectors: rows of one
+    growing matrix; a closed fact's row is filled by the last row (no copy per change)."""
 
-    cache: VectorCache
-    ids: dict[str, Matrix] = field(default_factory=dict)
-    """Candidate fact id → its statement's vector."""
-    others: set[str] = field(default_factory=set)
-    """Facts CLIPS holds that are no candidates (archived ones)."""
-    last_index: int = 0
-    _matrix: tuple[Matrix, list[str]] | None = None
+    def __init__(self, cache: VectorCache) -> None:
+        self.cache = cache
+        self.rows = np.zeros((64, cache.embedder.dimension), dtype=np.float32)
+        self.ids: list[str] = []
+        self.at: dict[str, int] = {}
+        """Fact id → its row."""
 
     def add(self, facts: Iterable[tuple[str, str]]) -> None:
-        """``(id, text)`` of facts to rank."""
-        pairs = list(facts)
-        for (fid, _), row in zip(pairs, self.cache.of([t for _, t in pairs]), strict=True):
-            self.ids[fid] = row
-        if pairs:
-            self._matrix = None
+        """``(id, text)`` of facts to rank (ids already held are left as they are)."""
+        pairs = [(fid, text) for fid, text in facts if fid not in self.at]
+        if not pairs:
+            return
+        vectors = self.cache.of([text for _, text in pairs])
+        need = len(self.ids) + len(pairs)
+        if need > len(self.rows):
+            grown = np.zeros((max(need, 2 * len(self.rows)), self.rows.shape[1]), np.float32)
+            grown[: len(self.ids)] = self.rows[: len(self.ids)]
+            self.rows = grown
+        for (fid, _), row in zip(pairs, vectors, strict=True):
+            self.at[fid] = len(self.ids)
+            self.rows[len(self.ids)] = row
+            self.ids.append(fid)
 
-    def keep(self, live: set[str]) -> None:
-        """Forget the facts CLIPS no longer holds."""
-        gone = [fid for fid in self.ids if fid not in live]
-        for fid in gone:
-            del self.ids[fid]
-        self.others &= live
-        if gone:
-            self._matrix = None
+    def remove(self, fids: Iterable[str]) -> None:
+        """Forget closed facts (ids not held are ignored)."""
+        for fid in fids:
+            row = self.at.pop(fid, None)
+            if row is None:
+                continue
+            last = self.ids.pop()
+            if last != fid:
+                self.rows[row] = self.rows[len(self.ids)]
+                self.ids[row] = last
+                self.at[last] = row
 
-    @property
-    def size(self) -> int:
-        return len(self.ids) + len(self.others)
-
-    def matrix(self) -> tuple[Matrix, list[str]]:
-        if self._matrix is None:
-            ids = list(self.ids)
-            rows = [self.ids[i] for i in ids]
-            dim = self.cache.embedder.dimension
-            m = np.stack(rows) if rows else np.zeros((0, dim), dtype=np.float32)
-            self._matrix = (m, ids)
-        return self._matrix
+    def vector(self, fid: str) -> Matrix:
+        row: Matrix = self.rows[self.at[fid]]
+        return row
 
     def neighbours(
         self, rel: NearRelation, query: Matrix, exclude: str | None = None
     ) -> list[tuple[str, float]]:
-        matrix, ids = self.matrix()
-        k = rel.top_k + (1 if exclude is not None and exclude in self.ids else 0)
-        found = top_k(matrix, ids, query, k, min_score=rel.min_cosine)
+        """The ``top_k`` facts nearest ``query`` with cosine ≥ ``min_cosine``, best first
+        (``exclude``, a fact ranked against the others, is never its own neighbour)."""
+        k = rel.top_k + (1 if exclude in self.at else 0)
+        found = top_k(self.rows[: len(self.ids)], self.ids, query, k, min_score=rel.min_cosine)
         return [(fid, score) for fid, score in found if fid != exclude][: rel.top_k]
 
 
@@ -104,15 +105,12 @@ def statement(subject: str, predicate: str, obj: str) -> str:
     return fact_text(subject, predicate, obj)
 
 
-def clips_facts(found: Any) -> list[tuple[int, str, str]]:
-    """``(fact index, id, statement)`` of the ``sm-fact`` facts a CLIPS call returned."""
-    out = []
-    for fact in found:
-        out.append(
-            (
-                int(fact.index),
-                str(fact["f_id"]),
-                statement(str(fact["f_subject"]), str(fact["f_predicate"]), str(fact["f_object"])),
-            )
+def clips_facts(found: Any) -> list[tuple[str, str]]:
+    """``(id, statement)`` of the ``sm-fact`` facts a CLIPS call returned."""
+    return [
+        (
+            str(fact["f_id"]),
+            statement(str(fact["f_subject"]), str(fact["f_predicate"]), str(fact["f_object"])),
         )
-    return out
+        for fact in found
+    ]

@@ -580,7 +580,7 @@ class PackRuntime:
         episode_fb = builders["sm-episode"]
         near = None
         if cache is not None:
-            near = _Near(self, cache, builders["sm-near"], fact_list, job.archived)
+            near = _Near(self, cache, builders["sm-near"], fact_list)
             chunk = 1  # each episode ranks the facts the episodes before it left
         for start in range(0, len(episodes), chunk):
             for i in range(start, min(start + chunk, len(episodes))):
@@ -788,7 +788,6 @@ class _Near:
         cache: VectorCache,
         fb: _FactBuilder,
         facts: Sequence[EngineFact],
-        archived: Sequence[EngineFact],
     ) -> None:
         env = runtime.env
         self.relations = runtime.compiled.near
@@ -798,25 +797,16 @@ class _Near:
         self.cache = cache
         self.fb = fb
         self.scores: dict[NearKey, float] = {}
-        self._count = env.find_function("sm-facts-count")
-        self._after = env.find_function("sm-facts-after")
-        self._all = env.find_function("sm-facts-all")
+        self._made = env.find_function("sm-made-take")
+        self._gone = env.find_function("sm-gone-take")
         self.index = NearIndex(cache)
+        # archived facts enter CLIPS beside these for patterns that admit them: never ranked
         self.index.add((f.id, statement(f.subject, f.predicate, f.object)) for f in facts)
-        if runtime.compiled.needs_archived:
-            self.index.others = {f.id for f in archived}
-        self.index.last_index = int(env.find_function("sm-facts-last")())
 
     def sync(self) -> None:
-        """Follow the facts CLIPS made and closed since the last call."""
-        index, new = self.index, []
-        for at, fid, text in clips_facts(self._after(index.last_index)):
-            index.last_index = max(index.last_index, at)
-            if fid not in index.ids and fid not in index.others:
-                new.append((fid, text))
-        index.add(new)
-        if int(self._count()) != index.size:
-            index.keep({str(f["f_id"]) for f in self._all()})
+        """Follow the facts CLIPS made and closed since the last call (from its logs)."""
+        self.index.add(clips_facts(self._made()))
+        self.index.remove(str(fid) for fid in self._gone())
 
     def episode(self, n: int, record: EpisodeRecord, rules: Iterable[int]) -> None:
         """The neighbours of episode ``n`` for the ``near`` tests of ``rules`` (those that
@@ -838,7 +828,7 @@ class _Near:
         ids = sorted(self.index.ids)
         for rel in relations:
             for fid in ids:
-                self.put(0, rel, fid, self.index.neighbours(rel, self.index.ids[fid], fid))
+                self.put(0, rel, fid, self.index.neighbours(rel, self.index.vector(fid), fid))
 
     def put(self, n: int, rel: NearRelation, of: str, found: list[tuple[str, float]]) -> None:
         fb = self.fb
