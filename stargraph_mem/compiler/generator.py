@@ -1176,6 +1176,26 @@ class Generator:
         smallest = [k for k in found if not any(set(o) < set(k) for o in found)]
         return tuple(sorted(smallest))
 
+    def near_only(self) -> bool:
+        """Whether a stored fact can matter to a pass only as some episode's neighbour:
+        every fact pattern of the enabled rules tests ``near`` of the episode, no rule is a
+        sweep, replaces facts by a list or the fact of an earlier pass's episode. A pass
+        then asserts a stored fact into CLIPS when it first ranks among the neighbours."""
+        if not self.near:
+            return False
+        for info in self.analysis.rules:
+            if not info.rule.enabled:
+                continue
+            if info.sweep or self.replaces_history(info):
+                return False
+            if any(isinstance(ref, ListVar) for ref in info.rule.emit.replaces):
+                return False
+            for item in info.rule.when:
+                kind, pattern = pattern_of(item)
+                if kind in ("fact", "not", "exists") and pattern.near is None:
+                    return False
+        return True
+
     def replaces_history(self, info: RuleInfo) -> bool:
         """Whether ``info`` replaces the fact made from an ``over: history`` earlier episode."""
         wanted = self.would_be_aliases(info)

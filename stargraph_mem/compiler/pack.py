@@ -85,6 +85,9 @@ class CompiledPack:
     near: list[NearRelation] = field(default_factory=list)
     """The ``near`` tests of fact patterns, in ``sm-near`` ``k`` order: a pass of such a
     pack needs an embedder."""
+    near_only: bool = False
+    """Stored facts matter only as neighbours (see ``Generator.near_only``): a pass of
+    episode rules asserts each when it first ranks among an episode's neighbours."""
     manifest: dict[str, Any] = field(default_factory=dict)
     schedule: str = ""
     """The schedule program (:mod:`~stargraph_mem.compiler.cadence`): CLIPS rules deciding
@@ -171,6 +174,7 @@ def compile_analysis(
         relations=list(gen.relations),
         history=list(gen.history),
         near=list(gen.near),
+        near_only=gen.near_only(),
         episode_fields=dict(sorted(gen.used_fields.items())),
         matches_facts=gen.matches_facts(),
         fact_slots=gen.lifecycle,

@@ -568,7 +568,8 @@ class PackRuntime:
                 fb.put(b"set", set_id)
                 fb.put(b"r", clips.Symbol(self.rules[idx].program.symbol))
                 fb.assert_fact()
-        if self.compiled.matches_facts:
+        lazy = cache is not None and self.compiled.near_only and not self._ends(job.eligible)
+        if self.compiled.matches_facts and not lazy:
             tied = None if self._ends(job.eligible) else self._tied_to(episodes)
             for fact in fact_list if tied is None else tied(fact_list):
                 first = fact.source_episode_ids[0] if fact.source_episode_ids else ""
@@ -580,7 +581,7 @@ class PackRuntime:
         episode_fb = builders["sm-episode"]
         near = None
         if cache is not None:
-            near = _Near(self, cache, builders["sm-near"], fact_list)
+            near = _Near(self, cache, builders, fact_list, lazy=lazy)
             chunk = 1  # each episode ranks the facts the episodes before it left
         for start in range(0, len(episodes), chunk):
             for i in range(start, min(start + chunk, len(episodes))):
@@ -786,8 +787,10 @@ class _Near:
         self,
         runtime: PackRuntime,
         cache: VectorCache,
-        fb: _FactBuilder,
+        builders: Mapping[str, _FactBuilder],
         facts: Sequence[EngineFact],
+        *,
+        lazy: bool = False,
     ) -> None:
         env = runtime.env
         self.relations = runtime.compiled.near
@@ -795,8 +798,12 @@ class _Near:
         for rel in self.relations:
             self.by_rule.setdefault(rel.rule_index, []).append(rel)
         self.cache = cache
-        self.fb = fb
+        self.fb = builders["sm-near"]
         self.scores: dict[NearKey, float] = {}
+        self.runtime, self.fact_fb = runtime, builders["sm-fact"]
+        self.pending: dict[str, EngineFact] = {f.id: f for f in facts} if lazy else {}
+        """Stored facts not asserted into CLIPS yet (``lazy``: the pack's rules see stored
+        facts only as neighbours, see ``CompiledPack.near_only``)."""
         self._made = env.find_function("sm-made-take")
         self._gone = env.find_function("sm-gone-take")
         self.index = NearIndex(cache)
@@ -831,6 +838,10 @@ class _Near:
                 self.put(0, rel, fid, self.index.neighbours(rel, self.index.vector(fid), fid))
 
     def put(self, n: int, rel: NearRelation, of: str, found: list[tuple[str, float]]) -> None:
+        for fid, _ in found:
+            stored = self.pending.pop(fid, None)
+            if stored is not None:
+                self.runtime._assert_fact(self.fact_fb, stored)
         fb = self.fb
         for fid, score in reversed(found):
             fb.put(b"n", n)
