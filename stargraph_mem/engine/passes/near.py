@@ -12,7 +12,7 @@ its own neighbour). Each neighbour becomes an ``sm-near`` fact; no pairwise join
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 import numpy as np
@@ -85,6 +85,25 @@ class NearIndex:
                 self.rows[row] = self.rows[len(self.ids)]
                 self.ids[row] = last
                 self.at[last] = row
+
+    def rename(self, final: Mapping[str, str | None]) -> None:
+        """Give the facts a pass made their stored ids (``None``: its delta was rejected,
+        the fact is not kept)."""
+        for temp, fid in final.items():
+            row = self.at.pop(temp, None)
+            if row is None:
+                continue
+            self.at[temp] = row
+            if fid is None:
+                self.remove([temp])
+            else:
+                del self.at[temp]
+                self.ids[row] = fid
+                self.at[fid] = row
+
+    def holds(self, facts: Sequence[Any]) -> bool:
+        """Whether the index holds exactly the facts ``facts`` (by id)."""
+        return len(facts) == len(self.ids) and all(f.id in self.at for f in facts)
 
     def vector(self, fid: str) -> Matrix:
         row: Matrix = self.rows[self.at[fid]]

@@ -13,7 +13,7 @@ import tempfile
 import threading
 import weakref
 from bisect import bisect_left, insort
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -304,6 +304,10 @@ class PackRuntime:
         self.plans: dict[tuple[str, Stamp | None], _Plan] = {}
         self._vectors: dict[str, VectorCache] = {}
         """Per embedder identity, the vectors of the texts ``near`` ranked."""
+        self._near_kept: OrderedDict[str, tuple[list[EngineFact], NearIndex]] = OrderedDict()
+        """Per partition key, the facts a pass left and the ``near`` index of exactly those:
+        the next pass over that very list starts from it (a streaming record ranks against
+        the partition's facts without rebuilding the index)."""
         """How each rule's deltas are built (per rule, and stamp: see :class:`_Plan`)."""
 
     @property
@@ -581,7 +585,11 @@ class PackRuntime:
         episode_fb = builders["sm-episode"]
         near = None
         if cache is not None:
-            near = _Near(self, cache, builders, fact_list, lazy=lazy)
+            kept = self._near_kept.pop(job.partition.key, None)
+            index = None
+            if kept is not None and kept[0] is fact_list and kept[1].cache is cache:
+                index = kept[1]
+            near = _Near(self, cache, builders, fact_list, lazy=lazy, index=index)
             chunk = 1  # each episode ranks the facts the episodes before it left
         for start in range(0, len(episodes), chunk):
             for i in range(start, min(start + chunk, len(episodes))):
@@ -608,8 +616,27 @@ class PackRuntime:
         collector.near = near
         collector.collect(lines)
         out.facts_after = collector.facts_after()
+        if near is not None and out.facts_after is not None:
+            near.sync()  # what the last episode (or the sweep) made and closed
+            self._keep_near(job.partition.key, near.index, collector.temp, out.facts_after)
         self._account(episodes, ok_sets, groups, hist, out)
         return out
+
+    def _keep_near(
+        self,
+        key: str,
+        index: NearIndex,
+        temp: Mapping[str, str | None],
+        after: list[EngineFact],
+    ) -> None:
+        """Keep ``index`` for the next pass over ``after`` when it holds exactly those facts
+        (under their stored ids); at most :data:`NEAR_KEPT` partitions."""
+        index.rename(temp)
+        if not index.holds(after):  # a rejected delta's closings, say: build afresh next time
+            return
+        self._near_kept[key] = (after, index)
+        while len(self._near_kept) > NEAR_KEPT:
+            self._near_kept.popitem(last=False)
 
     def _account(
         self,
@@ -774,6 +801,9 @@ def needs_embedder(compiled: CompiledPack) -> str:
     )
 
 
+NEAR_KEPT: Final = 64
+"""Partitions whose ``near`` index a runtime keeps between passes."""
+
 NEAR_BINDINGS: Final = "#near"
 """The references' key of what ``near`` adds to a delta's bindings (see :class:`_Near`)."""
 
@@ -791,6 +821,7 @@ class _Near:
         facts: Sequence[EngineFact],
         *,
         lazy: bool = False,
+        index: NearIndex | None = None,
     ) -> None:
         env = runtime.env
         self.relations = runtime.compiled.near
@@ -806,9 +837,11 @@ class _Near:
         facts only as neighbours, see ``CompiledPack.near_only``)."""
         self._made = env.find_function("sm-made-take")
         self._gone = env.find_function("sm-gone-take")
-        self.index = NearIndex(cache)
         # archived facts enter CLIPS beside these for patterns that admit them: never ranked
-        self.index.add((f.id, statement(f.subject, f.predicate, f.object)) for f in facts)
+        if index is None:
+            index = NearIndex(cache)
+            index.add((f.id, statement(f.subject, f.predicate, f.object)) for f in facts)
+        self.index = index
 
     def sync(self) -> None:
         """Follow the facts CLIPS made and closed since the last call (from its logs)."""
