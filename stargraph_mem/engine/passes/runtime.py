@@ -483,7 +483,7 @@ class PackRuntime:
             raise EmbedderError(needs_embedder(self.compiled), pack=self.compiled.name)
         key = identity(embedder)
         cache = self._vectors.get(key)
-        if cache is None or cache.embedder is not embedder:
+        if cache is None:  # one identity, one vector per text: any instance of it will do
             cache = self._vectors[key] = VectorCache(embedder)
         return cache
 
@@ -590,6 +590,7 @@ class PackRuntime:
             if kept is not None and kept[0] is fact_list and kept[1].cache is cache:
                 index = kept[1]
             near = _Near(self, cache, builders, fact_list, lazy=lazy, index=index)
+            cache.of([record.content for record in episodes])  # one batch, not one a time
             chunk = 1  # each episode ranks the facts the episodes before it left
         for start in range(0, len(episodes), chunk):
             for i in range(start, min(start + chunk, len(episodes))):
@@ -856,8 +857,12 @@ class _Near:
             return
         self.sync()
         (query,) = self.cache.of([record.content])
-        for rel in relations:
-            self.put(n, rel, "", self.index.neighbours(rel, query))
+        ranked: dict[tuple[int, float | None], list[tuple[str, float]]] = {}
+        for rel in relations:  # tests asking the same question share one ranking
+            key = (rel.top_k, rel.min_cosine)
+            if key not in ranked:
+                ranked[key] = self.index.neighbours(rel, query)
+            self.put(n, rel, "", ranked[key])
 
     def sweep(self) -> None:
         """The neighbours of every fact held when the sweep starts, for the sweeps' tests."""
