@@ -200,7 +200,9 @@ def _condition_model() -> type[ConditionBase]:
     fields: dict[str, Any] = {
         operator_attribute(op.name): (
             _OPERAND_TYPES[op.operand] | None,
-            Field(default=None, alias=op.name),
+            Field(default=None, alias=op.name)
+            if op.dumped_absent
+            else Field(default=None, alias=op.name, exclude_if=lambda v: v is None),
         )
         for op in OPERATORS.values()
     }
