@@ -833,9 +833,15 @@ class _Near:
         self.fb = builders["sm-near"]
         self.scores: dict[NearKey, float] = {}
         self.runtime, self.fact_fb = runtime, builders["sm-fact"]
-        self.pending: dict[str, EngineFact] = {f.id: f for f in facts} if lazy else {}
-        """Stored facts not asserted into CLIPS yet (``lazy``: the pack's rules see stored
-        facts only as neighbours, see ``CompiledPack.near_only``)."""
+        self.lazy = lazy
+        """The pack's rules see stored facts only as neighbours (``CompiledPack.near_only``):
+        each is asserted into CLIPS when it first ranks among them."""
+        self.stored: Mapping[str, EngineFact] | Layered[str, EngineFact] = (
+            (facts.ids() if isinstance(facts, FactList) else {f.id: f for f in facts})
+            if lazy
+            else {}
+        )
+        self.admitted: set[str] = set()
         self._made = env.find_function("sm-made-take")
         self._gone = env.find_function("sm-gone-take")
         # archived facts enter CLIPS beside these for patterns that admit them: never ranked
@@ -876,9 +882,10 @@ class _Near:
                 self.put(0, rel, fid, self.index.neighbours(rel, self.index.vector(fid), fid))
 
     def put(self, n: int, rel: NearRelation, of: str, found: list[tuple[str, float]]) -> None:
-        for fid, _ in found:
-            stored = self.pending.pop(fid, None)
+        for fid, _ in found if self.lazy else ():
+            stored = self.stored.get(fid) if fid not in self.admitted else None
             if stored is not None:
+                self.admitted.add(fid)
                 self.runtime._assert_fact(self.fact_fb, stored)
         fb = self.fb
         for fid, score in reversed(found):
