@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from pydantic import JsonValue, ValidationError
 
 from stargraph_mem.compiler.pack import compile_file
+from stargraph_mem.embedding import HashingEmbedder
 from stargraph_mem.engine.api import Consolidator
 from stargraph_mem.engine.passes.runtime import UNMATCHED, PackRuntime
 from stargraph_mem.stores.memory import EpisodeRecord
@@ -192,6 +193,10 @@ def _records(drawn: Sequence[tuple[dict[str, JsonValue], str, int]]) -> list[Epi
     ]
 
 
+EMBEDDER = HashingEmbedder()
+"""What packs testing ``near`` rank facts with (the others ignore it)."""
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(PACKS), episode_lists)
 def test_every_consumed_episode_is_accounted_for(
@@ -201,7 +206,9 @@ def test_every_consumed_episode_is_accounted_for(
     of a delta, rejected with a non-empty reason, or kept by an aggregate."""
     runtime = _runtime(pack)
     records = _records(drawn)
-    out = runtime.run_pass(partition=Partition("alice", "rag"), now=NOW, episodes=records)
+    out = runtime.run_pass(
+        partition=Partition("alice", "rag"), now=NOW, episodes=records, embedder=EMBEDDER
+    )
     sources = {e for d in out.deltas for e in d.source_episode_ids}
     rejected = {r.episode_id for r in out.rejected}
     assert all(r.reason for r in out.rejected)

@@ -264,6 +264,7 @@ LINT_NARROW: Mapping[str, _Narrow] = {
     "missing": lambda d, x: setattr(d, "missing", True),
     "contains": lambda d, x: d.contains.append(x),
     "prefix": lambda d, x: d.prefixes.append(x),
+    "normal_eq": lambda d, x: None,  # many spellings pass: no candidate set to narrow to
     "older_than": lambda d, x: d.tighten_older(x.total_microseconds()),
     "newer_than": lambda d, x: d.tighten_newer(x.total_microseconds()),
 }
@@ -286,6 +287,7 @@ LINT_IMPLIES: Mapping[str, _Implied] = {
         x in c if d.ftype == "string" else x == c for c in d.contains
     ),
     "prefix": lambda d, x, present: any(p.startswith(x) for p in d.prefixes),
+    "normal_eq": lambda d, x, present: False,  # only when the candidates pin the value down
     "older_than": lambda d, x, present: d.older is not None and d.older >= x.total_microseconds(),
     "newer_than": lambda d, x, present: d.newer is not None and d.newer <= x.total_microseconds(),
 }

@@ -536,6 +536,7 @@ async def _consolidate(
                 max_episodes=max_episodes,
                 keep_deltas=False,
                 worker="never",
+                embedder=mem.embedder,
             )
             for p in packs
         ]

@@ -244,6 +244,19 @@ def trace_lines(
     return out
 
 
+def similarity_texts(bindings: Mapping[str, Any]) -> list[str]:
+    """What a ``near`` test decided on, from a delta's bindings: ``cosine 0.91 with fact X
+    under embedder stargraph-hash@1/256``, one per fact pattern that tested it."""
+    out = []
+    for key in sorted(bindings):
+        if not key.endswith(".cosine"):
+            continue
+        alias = key.removesuffix(".cosine")
+        fact, embedder = bindings.get(f"{alias}.fact"), bindings.get(f"{alias}.embedder")
+        out.append(f"cosine {bindings[key]} with fact {fact} under embedder {embedder} ({alias})")
+    return out
+
+
 def explanation_lines(why: Explanation) -> list[str]:
     """``explain``'s text: the fact's trace plus scope, validity, pack and what followed."""
     fact = why.fact
@@ -253,6 +266,7 @@ def explanation_lines(why: Explanation) -> list[str]:
         ("valid", f"{fact.valid_from.isoformat()} .. {until}"),
         ("pack", why.pack_hash or "-"),
     ]
+    extra += [("similar", text) for text in similarity_texts(why.provenance.bindings)]
     if why.closed_by is not None:
         extra.append(("closed by", why.closed_by))
     direct = set(why.provenance.predecessor_ids)

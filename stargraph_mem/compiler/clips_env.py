@@ -12,7 +12,9 @@ from typing import Final
 import clips
 from clips.routers import Router
 
+from stargraph_mem.compiler.generator import NORMAL_FORM_FUNCTION
 from stargraph_mem.errors import CompileError
+from stargraph_mem.ir.reference import normal_form_of
 
 QUIET_ROUTER: Final = b"stargraph-quiet"
 """The name of the :class:`QuietRouter` (a pass's run switches it off: see
@@ -36,9 +38,11 @@ class QuietRouter(Router):  # type: ignore[misc]
 
 
 def new_environment() -> clips.Environment:
-    """A fresh, silent CLIPS environment."""
+    """A fresh, silent CLIPS environment, with the one Python function a generated program
+    calls defined (:data:`~stargraph_mem.compiler.generator.NORMAL_FORM_FUNCTION`)."""
     env = clips.Environment()
     env.add_router(QuietRouter())
+    env.define_function(normal_form_of, NORMAL_FORM_FUNCTION)
     return env
 
 

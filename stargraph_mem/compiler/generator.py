@@ -68,7 +68,7 @@ from stargraph_mem.ir.operators import (
     ACCESS_BOOST_SCALE,
     unknown_operator,
 )
-from stargraph_mem.ir.reference import evaluate
+from stargraph_mem.ir.reference import evaluate, normal_form_of
 from stargraph_mem.model.deltas import FLAG_STATUSES, kind_creates
 from stargraph_mem.model.layers import DEFAULT_LAYER, DEFAULT_MEMORY_TYPE, LAYERS
 from stargraph_mem.model.limits import TEMPLATE_CHARS_MAX
@@ -228,6 +228,57 @@ class HistoryRelation:
         return f"{self.kind}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
 
 
+@dataclass(frozen=True)
+class NearRelation:
+    """A ``near`` test of one fact pattern: the runtime computes the neighbours (outside
+    CLIPS, with the configured embedder) and asserts an ``sm-near`` fact per neighbour,
+    ``k`` being this relation's index."""
+
+    index: int
+    rule_index: int
+    rule_id: str
+    alias: str
+    """The fact pattern's alias (``-`` inside ``not``/``exists``)."""
+    of: str
+    """``episode``, or the alias of the fact pattern whose neighbours these are (a sweep)."""
+    top_k: int
+    min_cosine: float | None
+
+    @property
+    def sweep(self) -> bool:
+        return self.of != "episode"
+
+
+NEAR_TEMPLATE: Final = """\
+(deftemplate sm-near
+  (slot n (type INTEGER))
+  (slot k (type INTEGER))
+  (slot of (type STRING) (default ""))
+  (slot id (type STRING))
+  (slot cos (type FLOAT)))
+(deftemplate sm-made (slot f (type FACT-ADDRESS)))
+(deftemplate sm-gone (slot id (type STRING)))
+(deffunction sm-made-take ()
+  (bind ?r (create$))
+  (do-for-all-facts ((?m sm-made)) TRUE
+    (if (fact-existp ?m:f) then (bind ?r (create$ ?r ?m:f)))
+    (retract ?m))
+  ?r)
+(deffunction sm-gone-take ()
+  (bind ?r (create$))
+  (do-for-all-facts ((?g sm-gone)) TRUE (bind ?r (create$ ?r ?g:id)) (retract ?g))
+  ?r)
+(defrule sm-drop-fact-gone (declare (salience 9960))
+  (sm-drop (id ?id))
+  (sm-fact (f_id ?id))
+  =>
+  (assert (sm-gone (id ?id))))
+"""
+"""Declared when a rule tests ``near``: the neighbours the runtime asserts, and the logs of
+the facts a pass makes (``sm-made``) and closes (``sm-gone``, also for a dropped fact, just
+before ``sm-drop-fact`` retracts it) that the runtime takes between episodes."""
+
+
 @dataclass
 class EmitToken:
     """One token a rule prints after ``<rule> <n>``: which alias and what it is."""
@@ -295,6 +346,8 @@ class Generator:
         )
         """Whether a rule tests ``observed_at``: then facts made in a pass carry it in CLIPS."""
         self.history_at: dict[tuple[int, int], HistoryRelation] = {}
+        self.near: list[NearRelation] = []
+        self.near_at: dict[tuple[int, int], NearRelation] = {}
         self.needs_archived = any(
             admits_archived(pattern_of(item)[1])
             for info in analysis.rules
@@ -432,6 +485,27 @@ class Generator:
         self.history_at[(info.index, j)] = rel
         return rel
 
+    def near_for(self, info: RuleInfo, j: int, kind: str, pattern: Any) -> None:
+        near = pattern.near
+        rel = NearRelation(
+            index=len(self.near),
+            rule_index=info.index,
+            rule_id=info.rule.id,
+            alias=item_alias(kind, pattern, j) if kind == "fact" else "-",
+            of=near.of,
+            top_k=near.top_k,
+            min_cosine=near.min_cosine,
+        )
+        self.near.append(rel)
+        self.near_at[(info.index, j)] = rel
+
+    def near_pattern(self, ctx: _Ctx, j: int, fid: str, cosine: str) -> str:
+        """The ``sm-near`` pattern binding ``fid`` to a neighbour of pattern ``j``'s test."""
+        rel = self.near_at[(ctx.info.index, j)]
+        of = f" (of ?i_fid_{rel.of})" if rel.sweep else ""
+        n = "0" if rel.sweep else "?i_n"
+        return f"(sm-near (n {n}) (k {rel.index}){of} (id {fid}) (cos {cosine}))"
+
     def use_field(self, fname: str) -> None:
         self.used_fields[fname] = self.episode_types[fname]
 
@@ -442,6 +516,8 @@ class Generator:
                 continue
             for j, item in enumerate(info.rule.when):
                 kind, pattern = pattern_of(item)
+                if kind in ("fact", "not", "exists") and pattern.near is not None:
+                    self.near_for(info, j, kind, pattern)
                 if kind == "episode":
                     for fname in pattern.where:
                         self.use_field(fname)
@@ -676,7 +752,15 @@ class Generator:
                 ctx.observed[alias] = f"?i_ob_{alias}"
             else:
                 ctx.observed[alias] = self.slot_var(ctx, cond, "observed_at", alias)
-        return f"?i_fa_{alias} <- (sm-fact " + " ".join(parts) + ")"
+        fact = f"?i_fa_{alias} <- (sm-fact " + " ".join(parts) + ")"
+        if pattern.near is None:
+            return fact
+        (j,) = [
+            j for (r, j), rel in self.near_at.items() if (r, rel.alias) == (ctx.info.index, alias)
+        ]
+        cos = pattern.near.cosine
+        cosine = ctx.var(cos) if cos is not None else f"?i_cos_{alias}"
+        return self.near_pattern(ctx, j, fid, cosine) + "\n  " + fact
 
     @staticmethod
     def slot_var(ctx: _Ctx, cond: Condition, fname: str, prefix: str) -> str:
@@ -794,6 +878,11 @@ class Generator:
                 out.append(self.count_pattern(ctx, pattern, alias))
             else:
                 inner = self.plain_fact(ctx, pattern, kind, f"X{j}")
+                if pattern.near is not None:
+                    fid = f"?i_X{j}-nid"
+                    near = self.near_pattern(ctx, j, fid, f"?i_X{j}-cos")
+                    rest = inner.removeprefix("(sm-fact").removesuffix(")").strip()
+                    inner = f"(and {near} (sm-fact (f_id {fid}){' ' if rest else ''}{rest}))"
                 out.append(f"({'not' if kind == 'not' else 'exists'} {inner})")
         return out
 
@@ -936,8 +1025,12 @@ class Generator:
                 )
             elif info.aliases.get(ref) == "fact":
                 out.append(f"(retract ?i_fa_{ref})")
+                if self.near:
+                    out.append(f"(assert (sm-gone (id ?i_fid_{ref})))")
             else:
                 out.append(f"(retract ?i_wb_{ref})")
+                if self.near:
+                    out.append(f"(assert (sm-gone (id ?i_wbid_{ref})))")
         for ref in emit.reinforces:
             if self.observes:  # a reinforcing observation is one the fact was seen in
                 seen = f"(max {ctx.observed[ref]} {self.observed_expr(ctx)})"
@@ -950,7 +1043,7 @@ class Generator:
             )
             anchor = "0" if info.fact_only else "?i_n"
             out.append('(bind ?i_tid (str-cat "t" (gensym*)))')
-            out.append(
+            made = (
                 "(assert (sm-fact (f_id ?i_tid)"
                 f" (f_subject {self.template_expr(ctx, emit.subject)})"
                 f" (f_predicate {self.template_expr(ctx, emit.predicate)})"
@@ -962,6 +1055,9 @@ class Generator:
                 + "".join(f" {x}" for x in self.new_fact_extras(ctx))
                 + "))"
             )
+            if self.near:  # logged for the runtime, which ranks it for later episodes
+                made = f"(assert (sm-made (f {made})))"
+            out.append(made)
         printed = [str(info.index), "0" if info.fact_only else "?i_n"]
         for tok in program.tokens:
             printed.append(self.token_expr(tok))
@@ -1141,7 +1237,11 @@ class Generator:
         not tied that way, or facts are matched otherwise (``over: history`` relations);
         sweep rules (no episode pattern) run only in passes that assert every fact.
         """
-        if self.history or any(self.replaces_history(info) for info in self.analysis.rules):
+        if (
+            self.history
+            or self.near
+            or any(self.replaces_history(info) for info in self.analysis.rules)
+        ):
             return None
         found: set[tuple[tuple[str, str], ...]] = set()
         for info in self.analysis.rules:
@@ -1164,6 +1264,26 @@ class Generator:
                 found.add(tuple(sorted(pairs)))
         smallest = [k for k in found if not any(set(o) < set(k) for o in found)]
         return tuple(sorted(smallest))
+
+    def near_only(self) -> bool:
+        """Whether a stored fact can matter to a pass only as some episode's neighbour:
+        every fact pattern of the enabled rules tests ``near`` of the episode, no rule is a
+        sweep, replaces facts by a list or the fact of an earlier pass's episode. A pass
+        then asserts a stored fact into CLIPS when it first ranks among the neighbours."""
+        if not self.near:
+            return False
+        for info in self.analysis.rules:
+            if not info.rule.enabled:
+                continue
+            if info.sweep or self.replaces_history(info):
+                return False
+            if any(isinstance(ref, ListVar) for ref in info.rule.emit.replaces):
+                return False
+            for item in info.rule.when:
+                kind, pattern = pattern_of(item)
+                if kind in ("fact", "not", "exists") and pattern.near is None:
+                    return False
+        return True
 
     def replaces_history(self, info: RuleInfo) -> bool:
         """Whether ``info`` replaces the fact made from an ``over: history`` earlier episode."""
@@ -1190,6 +1310,8 @@ class Generator:
         ]
         parts += [self.relation_template(rel) for rel in self.relations]
         parts += [self.history_template(rel) for rel in self.history]
+        if self.near:
+            parts.append(NEAR_TEMPLATE)
         parts.append(CONTROL_RULES)
         parts += [self.relation_rules(rel) for rel in self.relations]
         parts += [p.clips for p in self.programs]
@@ -1271,6 +1393,19 @@ def _clips_prefix(t: _Term) -> list[str]:
     return [f":(and (stringp {t.v}) (eq (str-index {t.operand('string')} {t.v}) 1))"]
 
 
+NORMAL_FORM_FUNCTION: Final = "sm-normal-form"
+"""The CLIPS function (defined in every environment, see ``compiler/clips_env.py``) giving a
+string's content normal form (:func:`~stargraph_mem.model.text.content_normal_form`)."""
+
+
+def _clips_normal_eq(t: _Term) -> list[str]:
+    if isinstance(t.value, VarRef):
+        x = f"({NORMAL_FORM_FUNCTION} {t.operand('string')})"
+    else:  # a literal is put in normal form once, here
+        x = clips_string(normal_form_of(t.value))
+    return [f":(and (stringp {t.v}) (eq ({NORMAL_FORM_FUNCTION} {t.v}) {x}))"]
+
+
 def _clips_since(cmp: str) -> Callable[[_Term], list[str]]:
     def emit(t: _Term) -> list[str]:
         micros = t.value.total_microseconds()
@@ -1292,6 +1427,7 @@ CLIPS_TESTS: Mapping[str, Callable[[_Term], list[str]]] = {
     "missing": _clips_missing,
     "contains": _clips_contains,
     "prefix": _clips_prefix,
+    "normal_eq": _clips_normal_eq,
     "older_than": _clips_since("<="),
     "newer_than": _clips_since(">"),
 }

@@ -15,6 +15,7 @@ from stargraph_mem.compiler.cadence import schedule_program
 from stargraph_mem.compiler.generator import (
     Generator,
     HistoryRelation,
+    NearRelation,
     Relation,
     RuleProgram,
     item_alias,
@@ -81,6 +82,12 @@ class CompiledPack:
     file: str = "<string>"
     history: list[HistoryRelation] = field(default_factory=list)
     """The ``over: history`` patterns, in ``sm-hist-<i>`` order."""
+    near: list[NearRelation] = field(default_factory=list)
+    """The ``near`` tests of fact patterns, in ``sm-near`` ``k`` order: a pass of such a
+    pack needs an embedder."""
+    near_only: bool = False
+    """Stored facts matter only as neighbours (see ``Generator.near_only``): a pass of
+    episode rules asserts each when it first ranks among an episode's neighbours."""
     manifest: dict[str, Any] = field(default_factory=dict)
     schedule: str = ""
     """The schedule program (:mod:`~stargraph_mem.compiler.cadence`): CLIPS rules deciding
@@ -166,6 +173,8 @@ def compile_analysis(
         rules=rules,
         relations=list(gen.relations),
         history=list(gen.history),
+        near=list(gen.near),
+        near_only=gen.near_only(),
         episode_fields=dict(sorted(gen.used_fields.items())),
         matches_facts=gen.matches_facts(),
         fact_slots=gen.lifecycle,

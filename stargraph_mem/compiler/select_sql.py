@@ -15,6 +15,7 @@ from stargraph_mem.compiler.generator import literal_value
 from stargraph_mem.errors import CompileError
 from stargraph_mem.ir.models import EPISODE_BUILTINS, Condition, Duration, FieldType, SelectClause
 from stargraph_mem.ir.operators import unknown_operator
+from stargraph_mem.ir.reference import normal_form_of
 
 _COLUMNS = {
     "id": "id",
@@ -47,6 +48,10 @@ class SelectSQL:
 TIMESTAMP_FUNCTION = "sm_timestamp_us"
 """SQL function (registered on the connection that runs a ``select``) turning an ISO-8601
 text with offset into UTC microseconds, or NULL: the reference evaluator's reading."""
+
+NORMAL_FORM_FUNCTION = "sm_normal_form"
+"""SQL function (registered beside :data:`TIMESTAMP_FUNCTION`) giving a string's content
+normal form (the reference evaluator's ``normal_eq`` reading)."""
 
 _JSON_TYPES: dict[str, str] = {
     "string": "'text'",
@@ -175,6 +180,10 @@ def _sql_prefix(f: _Field, x: Any) -> _Emitted:
     return f"substr({f.value}, 1, length(?)) = ?", [x, x]
 
 
+def _sql_normal_eq(f: _Field, x: Any) -> _Emitted:
+    return f"{NORMAL_FORM_FUNCTION}({f.value}) = ?", [normal_form_of(x)]
+
+
 def _sql_since(cmp: str) -> SqlTest:
     def emit(f: _Field, d: Any) -> _Emitted:
         assert isinstance(d, Duration)
@@ -196,6 +205,7 @@ SQL_TESTS: Mapping[str, SqlTest] = {
     "missing": _sql_missing,
     "contains": _sql_contains,
     "prefix": _sql_prefix,
+    "normal_eq": _sql_normal_eq,
     "older_than": _sql_since("<="),
     "newer_than": _sql_since(">"),
 }

@@ -134,6 +134,15 @@ class Consolidator(AsyncResource):
         """Whether pass reports keep their deltas (counts are always kept); large runs
         turn this off so a million deltas are not held in memory."""
         self.clock = clock
+        self.embedder: Embedder | None = (
+            load_embedder(embedder) if isinstance(embedder, str) else embedder
+        )
+        """What episodes, facts and queries are embedded with for :meth:`recall` and what
+        packs' ``near`` tests rank facts with (``None``: recall without the vector strategy,
+        and a pack testing ``near`` is refused); a spec string is read by
+        :func:`~stargraph_mem.embedding.load_embedder`."""
+        if self.embedder is not None and not isinstance(self.embedder, Embedder):
+            raise EmbedderError(f"embedder must be an Embedder or a spec string (got {embedder!r})")
         self.runners = [
             PassRunner(
                 runtime_for(compiled),
@@ -144,6 +153,7 @@ class Consolidator(AsyncResource):
                 keep_deltas=keep_deltas,
                 worker=worker,
                 fact_bytes=self.limits.fact_bytes,
+                embedder=self.embedder,
             )
             for compiled in self.packs
         ]
@@ -167,14 +177,6 @@ class Consolidator(AsyncResource):
             self.database, reconnect or Reconnect(), on_outage=on_outage, forget=self._forget
         )
         """Runs ``tick`` and ``consolidate`` again after a lost connection."""
-        self.embedder: Embedder | None = (
-            load_embedder(embedder) if isinstance(embedder, str) else embedder
-        )
-        """What episodes, facts and queries are embedded with for :meth:`recall` (``None``:
-        recall without the vector strategy); a spec string is read by
-        :func:`~stargraph_mem.embedding.load_embedder`."""
-        if self.embedder is not None and not isinstance(self.embedder, Embedder):
-            raise EmbedderError(f"embedder must be an Embedder or a spec string (got {embedder!r})")
         self._entities_of: set[str] = set()
         """Partitions whose pack-declared entities are registered (by this process)."""
         self._recall = Recall(

@@ -30,6 +30,7 @@ from stargraph_mem.ir.models import (
     EpisodeItem,
     ExistsItem,
     FactItem,
+    FactPattern,
     FieldType,
     LinearConfidence,
     LinearDecayOp,
@@ -290,6 +291,11 @@ class _Checker:
             )
 
     def _bind_path(self, info: RuleInfo, var: VarInfo) -> PathKey:
+        if var.kind == "near":
+            for j, item in enumerate(info.rule.when):
+                kind, pattern = pattern_of(item)
+                if kind == "fact" and pattern.near is not None and pattern.near.cosine == var.name:
+                    return (*info.path, "when", j, kind, "near", "cosine")
         if var.kind == "count":
             for j, item in enumerate(info.rule.when):
                 kind, pattern = pattern_of(item)
@@ -325,6 +331,7 @@ class _Checker:
                 info, pattern.where, FACT_FIELDS, ppath, "-", kind, allow_bind=False
             )
             self.check_fact_extras(info, pattern, ppath, "-", kind)
+            self.check_near(info, pattern, ppath, None)
             return
         if isinstance(item, EarlierItem | CountItem) and info.episode_alias is None:
             self.err(path, f"an '{kind}' pattern must follow the rule's 'episode' pattern")
@@ -333,6 +340,7 @@ class _Checker:
             info.episode_alias = alias
             self.check_conditions(info, pattern.where, self.episode_fields, ppath, alias, kind)
         elif isinstance(item, FactItem):
+            self.check_near(info, pattern, ppath, alias)
             self.check_conditions(info, pattern.where, FACT_FIELDS, ppath, alias, kind)
             self.check_fact_extras(info, pattern, ppath, alias, kind)
         elif isinstance(item, EarlierItem):
@@ -340,6 +348,39 @@ class _Checker:
             self.check_conditions(info, pattern.where, self.episode_fields, ppath, alias, kind)
         elif isinstance(item, CountItem):
             self.check_count(info, item.count, ppath, alias)
+
+    def check_near(
+        self, info: RuleInfo, pattern: FactPattern, path: PathKey, alias: str | None
+    ) -> None:
+        """``near``: neighbours of the rule's episode (an episode rule) or of an earlier
+        named fact pattern (a sweep); ``cosine`` binds a number (not inside not/exists)."""
+        near = pattern.near
+        if near is None:
+            return
+        npath = (*path, "near")
+        episode_rule = any(isinstance(w, EpisodeItem) for w in info.rule.when)
+        if near.of == "episode" and info.episode_alias is None:
+            self.err(
+                (*npath, "of"),
+                "near of 'episode' must follow the rule's 'episode' pattern"
+                if episode_rule
+                else "a sweep has no episode: write 'of: <alias>' naming an earlier 'fact' pattern",
+            )
+        elif near.of != "episode" and episode_rule:
+            self.err((*npath, "of"), "in a rule with an 'episode' pattern, near is 'of: episode'")
+        elif near.of != "episode" and info.aliases.get(near.of) != "fact":
+            self.err((*npath, "of"), f"'{near.of}' is not an earlier named 'fact' pattern")
+        if near.cosine is None:
+            return
+        if alias is None:
+            self.err(
+                (*npath, "cosine"),
+                "variables cannot be bound inside 'not' or 'exists' (they would not be visible)",
+            )
+        elif near.cosine in info.variables or near.cosine in info.aliases:
+            self.err((*npath, "cosine"), f"name '{near.cosine}' is already used in this rule")
+        else:
+            info.variables[near.cosine] = VarInfo(near.cosine, alias, "near", "cosine", "number")
 
     def check_fact_extras(
         self, info: RuleInfo, pattern: Any, path: PathKey, alias: str, kind: str
@@ -820,6 +861,11 @@ def _unused_message(var: VarInfo) -> str:
     name = var.name
     if var.kind == "count":
         todo = f'cite it in sources ("sources: [{name}]") or drop "as: {name}"'
+    elif var.kind == "near":
+        todo = (
+            f'use it ("confidence: {{from: {name}}}" or {{var: {name}}}) or drop '
+            f'"cosine: {name}" (the cosine is in the bindings anyway)'
+        )
     else:
         todo = f'use it ("{{{name}}}" in emit, or {{var: {name}}}) or drop "bind: {name}"'
     return f"variable '{name}' is bound but never used: {todo}"

@@ -201,7 +201,9 @@ def _condition_model() -> type[ConditionBase]:
     fields: dict[str, Any] = {
         operator_attribute(op.name): (
             _OPERAND_TYPES[op.operand] | None,
-            Field(default=None, alias=op.name),
+            Field(default=None, alias=op.name)
+            if op.dumped_absent
+            else Field(default=None, alias=op.name, exclude_if=lambda v: v is None),
         )
         for op in OPERATORS.values()
     }
@@ -248,19 +250,44 @@ class EpisodePattern(_FieldsPattern):
     """The episode under consideration (one per rule)."""
 
 
+MAX_NEIGHBOURS = 100
+"""The largest ``top_k`` a ``near`` test may ask for."""
+
+
+class Near(_IR):
+    """The fact must be one of the near neighbours of the episode (or, in a sweep, of an
+    earlier fact pattern): among the partition's current facts, the ``top_k`` most similar
+    by exact cosine under the configured embedder (scores rounded to six places, ties
+    broken by fact id) whose cosine is at least ``min_cosine``. ``cosine`` binds the score.
+
+    The runtime computes the neighbours outside CLIPS and asserts them for the rules.
+    """
+
+    of: Name = "episode"
+    """``episode`` (the episode's content), or the alias of an earlier fact pattern (a
+    sweep: that fact's statement)."""
+    top_k: int = Field(default=5, ge=1, le=MAX_NEIGHBOURS)
+    min_cosine: float | None = Field(default=None, ge=-1, le=1, allow_inf_nan=False)
+    cosine: Name | None = None
+    """A variable bound to the neighbour's cosine (a number)."""
+
+
 class FactPattern(_FieldsPattern):
     """A current fact of the partition (from the store or promoted earlier in the pass).
 
     ``payload`` tests keys the pack declares in ``fact_payload``:
-    ``payload: {importance: {lt: 0.3}}``.
+    ``payload: {importance: {lt: 0.3}}``. ``near`` keeps only facts similar in meaning to
+    the episode (or to another fact): see :class:`Near`.
     """
 
     payload: dict[Name, Condition] = Field(default_factory=dict, exclude_if=lambda v: not v)
     """Left out of dumps when empty, so packs that do not use it keep their hash."""
+    near: Near | None = Field(default=None, exclude_if=lambda v: v is None)
+    """Left out of dumps when absent, so packs that do not use it keep their hash."""
 
     @classmethod
     def _own_keys(cls) -> frozenset[str]:
-        return frozenset({"as", "payload"})
+        return frozenset({"as", "payload", "near"})
 
 
 Over = Literal["pass", "history"]

@@ -47,6 +47,10 @@ class Operator:
     """The answer on a missing or ``null`` field (``ne`` and ``not_in`` pass there)."""
     meaning: str
     example: str
+    dumped_absent: bool = True
+    """Whether a condition without this test still dumps it (as ``null``): true for the
+    operators pack hashes were first computed with, false for those added since, so a
+    pack that does not use a new operator keeps its hash."""
 
     @property
     def allows_var(self) -> bool:
@@ -62,8 +66,11 @@ def _op(
     *,
     on_missing: bool = False,
     string_operand: bool = False,
+    dumped_absent: bool = True,
 ) -> Operator:
-    return Operator(name, operand, types, string_operand, on_missing, meaning, example)
+    return Operator(
+        name, operand, types, string_operand, on_missing, meaning, example, dumped_absent
+    )
 
 
 _EQUALITY: frozenset[FieldType] = SCALAR_TYPES
@@ -122,6 +129,16 @@ OPERATORS: Mapping[str, Operator] = MappingProxyType(
                 "starts with the operand",
                 "source_node: {prefix: 'chat.'}",
                 string_operand=True,
+            ),
+            _op(
+                "normal_eq",
+                "value",
+                frozenset(("string",)),
+                "equal to the operand once both are in content normal form (case folded, "
+                "accents and punctuation removed, whitespace collapsed)",
+                "content: {normal_eq: {var: o}}",
+                string_operand=True,
+                dumped_absent=False,
             ),
             _op(
                 "older_than",
@@ -187,6 +204,9 @@ OPERATOR_ALIASES: Mapping[str, str] = MappingProxyType(
         "absent": "missing",
         "has": "contains",
         "includes": "contains",
+        "same_text": "normal_eq",
+        "normalized_eq": "normal_eq",
+        "normalised_eq": "normal_eq",
         "startswith": "prefix",
         "starts_with": "prefix",
         "before": "older_than",

@@ -29,6 +29,7 @@ from stargraph_mem.ir.operators import (
     RETENTION_MODES,
     unknown_operator,
 )
+from stargraph_mem.model.text import content_normal_form
 from stargraph_mem.model.time import iso_us
 
 
@@ -126,6 +127,15 @@ def _prefix(v: Any, x: Any, ftype: FieldType, now: int) -> bool:
     return bool(v.startswith(x))
 
 
+def normal_form_of(value: Any) -> Any:
+    """A string in content normal form; any other value as it is (it equals no string)."""
+    return content_normal_form(value) if isinstance(value, str) else value
+
+
+def _normal_eq(v: Any, x: Any, ftype: FieldType, now: int) -> bool:
+    return bool(normal_form_of(v) == normal_form_of(x))
+
+
 def _older(v: Any, d: Duration, ftype: FieldType, now: int) -> bool:
     return bool(v <= now - d.total_microseconds())
 
@@ -147,6 +157,7 @@ REFERENCE: Mapping[str, Test] = {
     "missing": lambda v, x, t, now: False,
     "contains": _contains,
     "prefix": _prefix,
+    "normal_eq": _normal_eq,
     "older_than": _older,
     "newer_than": _newer,
 }

@@ -302,6 +302,7 @@ class BatchRun:
             now=self.now,
             matched=self.runner.keep_deltas,
             fact_bytes=self.runner.fact_bytes,
+            embedder=self.runner.embedder,
         )
 
     @staticmethod

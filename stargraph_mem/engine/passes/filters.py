@@ -43,9 +43,9 @@ from typing import Any, Final
 
 import orjson
 
-from stargraph_mem.compiler.select_sql import TIMESTAMP_FUNCTION
+from stargraph_mem.compiler.select_sql import NORMAL_FORM_FUNCTION, TIMESTAMP_FUNCTION
 from stargraph_mem.errors import ConsolidationRuleError
-from stargraph_mem.ir.reference import timestamp_micros
+from stargraph_mem.ir.reference import normal_form_of, timestamp_micros
 from stargraph_mem.model.time import to_us
 from stargraph_mem.stores.memory import EpisodeRecord
 from stargraph_mem.stores.repositories.episode_rows import stored_row
@@ -784,6 +784,7 @@ SELECT_FUNCTIONS = frozenset(
         "coalesce",
         "typeof",
         TIMESTAMP_FUNCTION,
+        NORMAL_FORM_FUNCTION,
     }
 )
 """Functions the ``select`` compiler emits; a ``select`` may call nothing else."""
@@ -815,6 +816,7 @@ def episode_copy(records: Sequence[EpisodeRecord]) -> sqlite3.Connection:
         conn.executemany(_COPY_EPISODE, map(stored_row, records))
         conn.execute("PRAGMA query_only = ON")
         conn.create_function(TIMESTAMP_FUNCTION, 1, timestamp_micros, deterministic=True)
+        conn.create_function(NORMAL_FORM_FUNCTION, 1, normal_form_of, deterministic=True)
     except BaseException:
         conn.close()
         raise

@@ -21,6 +21,7 @@ from functools import partial
 from typing import Literal
 
 from stargraph_mem.compiler.pack import CompiledPack, CompiledRule
+from stargraph_mem.embedding import Embedder
 from stargraph_mem.engine.limits import DEFAULT_MAX_EPISODES
 from stargraph_mem.engine.passes import observe
 from stargraph_mem.engine.passes.aggregates import HistoryInput, HistoryRead, load_history
@@ -28,9 +29,9 @@ from stargraph_mem.engine.passes.eligibility import Eligibility
 from stargraph_mem.engine.passes.inflight import Behind
 from stargraph_mem.engine.passes.pass_clock import due, not_yet_due, resumed_records, timed
 from stargraph_mem.engine.passes.report import LegacyFilter, PassReport, changes, recorded_runs
-from stargraph_mem.engine.passes.runtime import PackRuntime, Stamp
+from stargraph_mem.engine.passes.runtime import PackRuntime, Stamp, needs_embedder
 from stargraph_mem.engine.passes.worker import WorkerProcess
-from stargraph_mem.errors import StalePassError
+from stargraph_mem.errors import EmbedderError, StalePassError
 from stargraph_mem.gcpause import gc_paused
 from stargraph_mem.model.deltas import DELTA_ADAPTER, MemoryDelta
 from stargraph_mem.model.limits import DEFAULT_FACT_BYTES
@@ -93,8 +94,13 @@ class PassRunner:
         worker: WorkerMode = "auto",
         claim_seconds: float = CLAIM_SECONDS,
         fact_bytes: int = DEFAULT_FACT_BYTES,
+        embedder: Embedder | None = None,
     ) -> None:
         self.runtime = runtime
+        if runtime.compiled.near and embedder is None:
+            raise EmbedderError(needs_embedder(runtime.compiled), pack=runtime.compiled.name)
+        self.embedder = embedder
+        """What ``near`` tests rank facts with (a pack without them ignores it)."""
         self.fact_bytes = fact_bytes
         """The most UTF-8 bytes a delta's rendered text may hold (else its episode is
         rejected)."""
@@ -363,7 +369,11 @@ class PassRunner:
     async def _worker_for(self, partition: Partition, after: int) -> WorkerProcess | None:
         """A started worker process for the rest of a run whose first pass ended at seq
         ``after``, or None to go on in this process."""
-        if self.worker == "never" or type(self.scorer) is not RuleBasedScorer:
+        if (
+            self.worker == "never"
+            or type(self.scorer) is not RuleBasedScorer
+            or self.runtime.compiled.near  # the embedder lives in this process
+        ):
             return None
         if (
             self.worker == "auto"
@@ -547,6 +557,7 @@ class PassRunner:
             history=history,
             archived=archived,
             fact_bytes=self.fact_bytes,
+            embedder=self.embedder,
         )
         # a small pass of a record costs less than the hand-over to a thread
         small = current_scope() is not None and len(records) <= INLINE_PASS_EPISODES

@@ -13,7 +13,7 @@ import tempfile
 import threading
 import weakref
 from bisect import bisect_left, insort
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -30,6 +30,7 @@ from stargraph_mem.compiler.clips_env import QUIET_ROUTER, load_constructs, new_
 from stargraph_mem.compiler.generator import (
     DAY_US,
     OUT,
+    NearRelation,
     RuleProgram,
     arithmetic_operands,
     payload_slot,
@@ -38,10 +39,12 @@ from stargraph_mem.compiler.generator import (
 )
 from stargraph_mem.compiler.pack import CompiledPack, CompiledRule
 from stargraph_mem.compiler.sweep_sql import is_sweep
+from stargraph_mem.embedding import Embedder, identity
 from stargraph_mem.engine.passes.aggregates import HistoryFacts, HistoryInput
 from stargraph_mem.engine.passes.aggregates import compute as compute_history
 from stargraph_mem.engine.passes.layered import GONE, Gone, Layered
-from stargraph_mem.errors import EngineError
+from stargraph_mem.engine.passes.near import NearIndex, NearKey, VectorCache, clips_facts, statement
+from stargraph_mem.errors import EmbedderError, EngineError
 from stargraph_mem.gcpause import gc_paused
 from stargraph_mem.ir.checks import PAYLOAD_PREFIX, VarInfo, parse_template, pattern_of
 from stargraph_mem.ir.models import (
@@ -311,6 +314,12 @@ class PackRuntime:
         # the builders go before the environment does (CLIPS reports them as leaked)
         weakref.finalize(self, _dispose, self._fact_builders, self._calls, self.env)
         self.plans: dict[tuple[str, Stamp | None], _Plan] = {}
+        self._vectors: dict[str, VectorCache] = {}
+        """Per embedder identity, the vectors of the texts ``near`` ranked."""
+        self._near_kept: OrderedDict[str, tuple[list[EngineFact], NearIndex]] = OrderedDict()
+        """Per partition key, the facts a pass left and the ``near`` index of exactly those:
+        the next pass over that very list starts from it (a streaming record ranks against
+        the partition's facts without rebuilding the index)."""
         """How each rule's deltas are built (per rule, and stamp: see :class:`_Plan`)."""
 
     @property
@@ -414,6 +423,7 @@ class PackRuntime:
         history: HistoryInput | None = None,
         archived: Sequence[EngineFact] = (),
         fact_bytes: int = DEFAULT_FACT_BYTES,
+        embedder: Embedder | None = None,
     ) -> PassOutput:
         """Run every compiled rule once over ``episodes`` and collect deltas.
 
@@ -424,12 +434,19 @@ class PackRuntime:
         ``eligible`` maps a rule index to the seqs it may see (after its watermark, select
         and salience gate); ``None`` means every rule sees every episode. A delta whose
         rendered text would exceed ``fact_bytes`` rejects its episode (see
-        :meth:`_Plan.too_large`).
+        :meth:`_Plan.too_large`). A pack whose fact patterns test ``near`` ranks facts with
+        ``embedder`` (see :mod:`~stargraph_mem.engine.passes.near`).
         """
         given = facts if isinstance(facts, FactList) else list(facts)
         job = PassInput(partition, episodes, given, eligible, history, archived)
         return self.run_passes(
-            [job], now=now, chunk=chunk, stamp=stamp, matched=matched, fact_bytes=fact_bytes
+            [job],
+            now=now,
+            chunk=chunk,
+            stamp=stamp,
+            matched=matched,
+            fact_bytes=fact_bytes,
+            embedder=embedder,
         )[0]
 
     def run_passes(
@@ -441,10 +458,12 @@ class PackRuntime:
         stamp: Stamp | None = None,
         matched: bool = False,
         fact_bytes: int = DEFAULT_FACT_BYTES,
+        embedder: Embedder | None = None,
     ) -> list[PassOutput]:
         """:meth:`run_pass` over each job in turn, the environment reset before each (a
         job's rules see its own episodes and facts only). Every job's deltas go through one
         open file, so many small partitions cost one file open, not one each."""
+        cache = self.vectors(embedder)
         with self._lock:  # CLIPS environments are not thread-safe; one pass at a time
             reader = self._deltas_file()
             builders = self._builders()
@@ -452,7 +471,9 @@ class PackRuntime:
             try:
                 with gc_paused():  # every job's deltas and facts are short-lived objects
                     outputs = [
-                        self._one(job, now, chunk, stamp, matched, reader, builders, fact_bytes)
+                        self._one(
+                            job, now, chunk, stamp, matched, reader, builders, fact_bytes, cache
+                        )
                         for job in jobs
                     ]
                 done = True
@@ -465,11 +486,26 @@ class PackRuntime:
                 self.env.reset()
                 self._clean = True
 
+    def vectors(self, embedder: Embedder | None) -> VectorCache | None:
+        """The vectors ``near`` ranks facts with (``None`` for a pack without ``near``);
+        an ``EngineError`` naming the rule when the pack needs an embedder and has none."""
+        if not self.compiled.near:
+            return None
+        if embedder is None:
+            raise EmbedderError(needs_embedder(self.compiled), pack=self.compiled.name)
+        key = identity(embedder)
+        cache = self._vectors.get(key)
+        if cache is None:  # one identity, one vector per text: any instance of it will do
+            cache = self._vectors[key] = VectorCache(embedder)
+        return cache
+
     def _builders(self) -> dict[str, _FactBuilder]:
         """One fact builder per deftemplate a pass asserts, made once (each asserts any
         number of facts); disposed of by :meth:`close`, or before the environment goes."""
         if not self._fact_builders:
             names = [*_BUILT, *(rel.template for rel in self.compiled.history)]
+            if self.compiled.near:
+                names.append("sm-near")
             self._fact_builders.update((name, _FactBuilder(self.env, name)) for name in names)
         return self._fact_builders
 
@@ -514,6 +550,7 @@ class PackRuntime:
         reader: TextIO,
         builders: dict[str, _FactBuilder],
         fact_bytes: int = DEFAULT_FACT_BYTES,
+        cache: VectorCache | None = None,
     ) -> PassOutput:
         """One job's pass; its deltas are what the file gained since the previous job."""
         episodes, fact_list = in_time_order(job.episodes), job.facts
@@ -547,7 +584,8 @@ class PackRuntime:
                 fb.put(b"set", set_id)
                 fb.put(b"r", clips.Symbol(self.rules[idx].program.symbol))
                 fb.assert_fact()
-        if self.compiled.matches_facts:
+        lazy = cache is not None and self.compiled.near_only and not self._ends(job.eligible)
+        if self.compiled.matches_facts and not lazy:
             tied = None if self._ends(job.eligible) else self._tied_to(episodes)
             for fact in fact_list if tied is None else tied(fact_list):
                 first = fact.source_episode_ids[0] if fact.source_episode_ids else ""
@@ -557,13 +595,26 @@ class PackRuntime:
                     self._assert_fact(builders["sm-fact"], fact, status="archived")
         budget = 50 * (chunk + len(fact_list)) + 10_000
         episode_fb = builders["sm-episode"]
+        near = None
+        if cache is not None:
+            kept = self._near_kept.pop(job.partition.key, None)
+            index = None
+            if kept is not None and kept[0] is fact_list and kept[1].cache is cache:
+                index = kept[1]
+            near = _Near(self, cache, builders, fact_list, lazy=lazy, index=index)
+            cache.of([record.content for record in episodes])  # one batch, not one a time
+            chunk = 1  # each episode ranks the facts the episodes before it left
         for start in range(0, len(episodes), chunk):
             for i in range(start, min(start + chunk, len(episodes))):
+                if near is not None:
+                    near.episode(i + 1, episodes[i], groups.get(ok_sets[i], ()))
                 self._assert_episode(episode_fb, i + 1, episodes[i], ok_sets[i], out)
                 if hist is not None:
                     self._assert_history(builders, i + 1, hist)
             self._run(budget)
         if self._ends(job.eligible):
+            if near is not None:
+                near.sweep()
             builders["sm-end"].assert_fact()
             self._run(budget)
         elif not episodes:
@@ -575,10 +626,30 @@ class PackRuntime:
         collector.history = hist
         collector.keep_matched = matched
         collector.fact_bytes = fact_bytes
+        collector.near = near
         collector.collect(lines)
         out.facts_after = collector.facts_after()
+        if near is not None and out.facts_after is not None:
+            near.sync()  # what the last episode (or the sweep) made and closed
+            self._keep_near(job.partition.key, near.index, collector.temp, out.facts_after)
         self._account(episodes, ok_sets, groups, hist, out)
         return out
+
+    def _keep_near(
+        self,
+        key: str,
+        index: NearIndex,
+        temp: Mapping[str, str | None],
+        after: list[EngineFact],
+    ) -> None:
+        """Keep ``index`` for the next pass over ``after`` when it holds exactly those facts
+        (under their stored ids); at most :data:`NEAR_KEPT` partitions."""
+        index.rename(temp)
+        if not index.holds(after):  # a rejected delta's closings, say: build afresh next time
+            return
+        self._near_kept[key] = (after, index)
+        while len(self._near_kept) > NEAR_KEPT:
+            self._near_kept.popitem(last=False)
 
     def _account(
         self,
@@ -734,6 +805,138 @@ class PackRuntime:
         Path(self._dir).rmdir()
 
 
+def needs_embedder(compiled: CompiledPack) -> str:
+    """The error for a pack whose fact patterns test ``near`` run without an embedder."""
+    rel = compiled.near[0]
+    return (
+        f"pack '{compiled.name}': rule '{rel.rule_id}' tests 'near' (similarity), which needs "
+        "an embedder: open the memory with one (embedder='hash' is built in), not embedder=None"
+    )
+
+
+NEAR_KEPT: Final = 64
+"""Partitions whose ``near`` index a runtime keeps between passes."""
+
+NEAR_BINDINGS: Final = "#near"
+"""The references' key of what ``near`` adds to a delta's bindings (see :class:`_Near`)."""
+
+
+class _Near:
+    """The ``near`` tests of one pass: the facts CLIPS holds, followed between episodes,
+    ranked against each episode (or, for a sweep, each other) and asserted as ``sm-near``
+    facts, the worst first (CLIPS fires the newest activation first: the best neighbour)."""
+
+    def __init__(
+        self,
+        runtime: PackRuntime,
+        cache: VectorCache,
+        builders: Mapping[str, _FactBuilder],
+        facts: Sequence[EngineFact],
+        *,
+        lazy: bool = False,
+        index: NearIndex | None = None,
+    ) -> None:
+        env = runtime.env
+        self.relations = runtime.compiled.near
+        self.by_rule: dict[int, list[NearRelation]] = {}
+        for rel in self.relations:
+            self.by_rule.setdefault(rel.rule_index, []).append(rel)
+        self.cache = cache
+        self.fb = builders["sm-near"]
+        self.scores: dict[NearKey, float] = {}
+        self.runtime, self.fact_fb = runtime, builders["sm-fact"]
+        self.lazy = lazy
+        """The pack's rules see stored facts only as neighbours (``CompiledPack.near_only``):
+        each is asserted into CLIPS when it first ranks among them."""
+        self.stored: Mapping[str, EngineFact] | Layered[str, EngineFact] = (
+            (facts.ids() if isinstance(facts, FactList) else {f.id: f for f in facts})
+            if lazy
+            else {}
+        )
+        self.admitted: set[str] = set()
+        self._made = env.find_function("sm-made-take")
+        self._gone = env.find_function("sm-gone-take")
+        # archived facts enter CLIPS beside these for patterns that admit them: never ranked
+        if index is None:
+            index = NearIndex(cache)
+            index.add((f.id, statement(f.subject, f.predicate, f.object)) for f in facts)
+        self.index = index
+
+    def sync(self) -> None:
+        """Follow the facts CLIPS made and closed since the last call (from its logs)."""
+        self.index.add(clips_facts(self._made()))
+        self.index.remove(str(fid) for fid in self._gone())
+
+    def episode(self, n: int, record: EpisodeRecord, rules: Iterable[int]) -> None:
+        """The neighbours of episode ``n`` for the ``near`` tests of ``rules`` (those that
+        may see it)."""
+        relations = [r for idx in rules for r in self.by_rule.get(idx, ()) if not r.sweep]
+        if not relations:
+            return
+        self.sync()
+        (query,) = self.cache.of([record.content])
+        ranked: dict[tuple[int, float | None], list[tuple[str, float]]] = {}
+        for rel in relations:  # tests asking the same question share one ranking
+            key = (rel.top_k, rel.min_cosine)
+            if key not in ranked:
+                ranked[key] = self.index.neighbours(rel, query)
+            self.put(n, rel, "", ranked[key])
+
+    def sweep(self) -> None:
+        """The neighbours of every fact held when the sweep starts, for the sweeps' tests."""
+        relations = [r for r in self.relations if r.sweep]
+        if not relations:
+            return
+        self.sync()
+        ids = sorted(self.index.ids)
+        for rel in relations:
+            for fid in ids:
+                self.put(0, rel, fid, self.index.neighbours(rel, self.index.vector(fid), fid))
+
+    def put(self, n: int, rel: NearRelation, of: str, found: list[tuple[str, float]]) -> None:
+        for fid, _ in found if self.lazy else ():
+            stored = self.stored.get(fid) if fid not in self.admitted else None
+            if stored is not None:
+                self.admitted.add(fid)
+                self.runtime._assert_fact(self.fact_fb, stored)
+        fb = self.fb
+        for fid, score in reversed(found):
+            fb.put(b"n", n)
+            fb.put(b"k", rel.index)
+            fb.put(b"of", of)
+            fb.put(b"id", fid)
+            fb.put(b"cos", float(score))
+            fb.assert_fact()
+            self.scores[(n, rel.index, of, fid)] = score
+
+    def resolve(self, rule: int, n: int, raw: Mapping[str, str], refs: dict[str, Any]) -> None:
+        """Each ``near`` fact alias's cosine (``<alias>#cos``, for its variable) and the
+        bindings that cite it: ``<alias>.cosine``, ``<alias>.fact``, ``<alias>.embedder``."""
+        cited: dict[str, Any] = {}
+        for rel in self.by_rule.get(rule, ()):
+            if rel.alias == "-":
+                continue
+            key = (
+                (0, rel.index, raw[rel.of], raw[rel.alias])
+                if rel.sweep
+                else (
+                    n,
+                    rel.index,
+                    "",
+                    raw[rel.alias],
+                )
+            )
+            score = self.scores.get(key)
+            if score is None:
+                raise _Unresolved(f"no neighbour {raw[rel.alias]} for '{rel.alias}'")
+            refs[rel.alias + "#cos"] = score
+            cited[f"{rel.alias}.cosine"] = score
+            cited[f"{rel.alias}.fact"] = refs[rel.alias].id
+            cited[f"{rel.alias}.embedder"] = self.cache.identity
+        if cited:
+            refs[NEAR_BINDINGS] = cited
+
+
 def _time_key(record: EpisodeRecord) -> tuple[datetime, int]:
     return record.timestamp, record.seq
 
@@ -805,6 +1008,8 @@ class _Collector:
         """The most UTF-8 bytes a delta's rendered text may hold (see :meth:`_Plan.too_large`)."""
         self.key_bytes = utf8_size(partition.key)
         """The partition key's share of an indexed key (see :data:`KEY_BYTES`)."""
+        self.near: _Near | None = None
+        """The pass's ``near`` neighbours (a pack whose fact patterns test ``near``)."""
 
     def facts_after(self) -> list[EngineFact]:
         """Current facts after the pass's deltas (the order of ``current_facts``)."""
@@ -823,6 +1028,7 @@ class _Collector:
         program = rule.program
         anchor = self.episodes[n - 1] if n > 0 else None
         refs: dict[str, Any] = {}
+        raw: dict[str, str] = {}
         temp_id: str | None = None
         eps_iter = iter(eps)
         try:
@@ -833,6 +1039,7 @@ class _Collector:
                     refs[tok.alias] = self.episode(int(value))
                 elif tok.what == "fact_id":
                     refs[tok.alias] = self.fact(value)
+                    raw[tok.alias] = value
                 elif tok.what == "would_be":
                     refs[tok.alias + "#fact"] = self.fact(value)
                 elif tok.what == "hcount":
@@ -844,6 +1051,8 @@ class _Collector:
                         int(value),
                         [self.episodes[int(e) - 1] for e in next(eps_iter)],
                     )
+            if self.near is not None:
+                self.near.resolve(rule.index, n, raw, refs)
             delta = self.build(program, anchor, refs)
             if self.stamp is not None and delta.kind not in self.stamp.kinds:
                 raise _Unresolved(f"rule '{self.stamp.rule_id}' does not emit {delta.kind}")
@@ -1023,7 +1232,10 @@ class _Collector:
             "rule_id": plan.rule_id,
             "confidence": plan.confidence(values, refs, self.now_us),
             "reason": plan.reason_prefix + plan.reason(values),
-            "bindings": {name: _json_value(values[name]) for name in plan.binding_names},
+            "bindings": {
+                **{name: _json_value(values[name]) for name in plan.binding_names},
+                **refs.get(NEAR_BINDINGS, {}),
+            },
         }
         fields = plan.fields
         if "reinforces" in fields:
@@ -1173,6 +1385,8 @@ def _getter(var: VarInfo, builtins: set[str]) -> Getter:
     alias, fname = var.alias, var.field
     if var.kind == "count":
         return lambda refs, anchor: refs[alias][0]
+    if var.kind == "near":
+        return lambda refs, anchor: refs[alias + "#cos"]
     if var.kind == "fact" and fname.startswith(PAYLOAD_PREFIX):
         key, ftype = fname.removeprefix(PAYLOAD_PREFIX), var.type
         return lambda refs, anchor: _payload_value(refs[alias].payload, key, ftype)
@@ -1407,6 +1621,8 @@ def _matched(anchor: EpisodeRecord | None, refs: Mapping[str, Any]) -> dict[str,
     """Ids of what each pattern of a fired rule matched (for traces)."""
     out: dict[str, list[str]] = {"episode": [anchor.id]} if anchor is not None else {}
     for alias, ref in refs.items():
+        if alias == NEAR_BINDINGS or alias.endswith("#cos"):
+            continue
         if isinstance(ref, tuple):
             out[alias] = [r.id for r in ref[1]]
         elif alias.endswith("#fact"):

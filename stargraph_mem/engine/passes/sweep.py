@@ -263,6 +263,7 @@ class Sweeper:
             now=fire,
             matched=runner.keep_deltas,
             fact_bytes=runner.fact_bytes,
+            embedder=runner.embedder,
         )
         if traced is not None:
             traced.phases(read, time.perf_counter() - t0 - read, 0)

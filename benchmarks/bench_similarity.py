@@ -1,0 +1,257 @@
+"""What ``near`` (similarity in rules) costs: the same pack with and without it, one run.
+
+``nightly``: a partition holding ``--facts`` current facts (made by ``apply_deltas``, untimed)
+gets ``--episodes`` new episodes, then one ``consolidate`` pass is timed. Pack A merges an
+episode into the fact nearest in meaning (``near``, top 1, cosine ≥ 0.8) or adds it; pack B
+is the same pack deciding on the exact text instead (``object: {eq: {var: c}}``). Each
+round builds a fresh memory for each pack, A and B in turn; ``cold`` clears the runtime's
+vectors first (a nightly process that embeds every fact text once), ``warm`` keeps them.
+
+``record``: the same two packs on ``every: 1``, two memories of ``--facts`` facts each, blocks
+of ``--block`` records taking turns; p50 of a ``record`` (put + its pass), wall and CPU.
+
+    PYTHONPATH=. python benchmarks/bench_similarity.py
+    PYTHONPATH=. python benchmarks/bench_similarity.py --facts 1000 --episodes 100 --rounds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import statistics
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from stargraph_mem.compiler.pack import CompiledPack, compile_text
+from stargraph_mem.engine.api import Consolidator, runtime_for
+from stargraph_mem.model.deltas import AddDelta, FactPayload
+from stargraph_mem.stores.models import Episode
+
+NEAR_PACK = """\
+ir_version: 1
+pack: bench_near
+version: "1"
+defaults:
+  cadence: {cron: "0 3 * * *"}
+rules:
+  - id: merge
+    priority: 10
+    when:
+      - episode: {content: {bind: c}}
+      - fact: {as: twin, predicate: said, near: {top_k: 1, min_cosine: 0.8, cosine: cos}}
+    emit:
+      kind: update
+      replaces: [twin]
+      subject: "{c}"
+      predicate: said
+      object: "{c}"
+      confidence: {from: cos}
+      sources: [twin]
+  - id: add
+    when:
+      - episode: {content: {bind: c}}
+      - not: {predicate: said, near: {top_k: 1, min_cosine: 0.8}}
+    emit: {kind: add, subject: "{c}", predicate: said, object: "{c}"}
+"""
+
+EXACT_PACK = (
+    NEAR_PACK.replace("bench_near", "bench_exact")
+    .replace(
+        "{as: twin, predicate: said, near: {top_k: 1, min_cosine: 0.8, cosine: cos}}",
+        "{as: twin, predicate: said, object: {eq: {var: c}}}",
+    )
+    .replace("confidence: {from: cos}", "confidence: 0.9")
+    .replace(
+        "{predicate: said, near: {top_k: 1, min_cosine: 0.8}}",
+        "{predicate: said, object: {eq: {var: c}}}",
+    )
+)
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+WORDS = [
+    "tea",
+    "coffee",
+    "green",
+    "black",
+    "morning",
+    "evening",
+    "meeting",
+    "monday",
+    "tuesday",
+    "friday",
+    "project",
+    "report",
+    "budget",
+    "dog",
+    "cat",
+    "garden",
+    "train",
+    "station",
+    "lisbon",
+    "paris",
+    "book",
+    "film",
+    "music",
+    "piano",
+    "running",
+    "swim",
+    "doctor",
+    "dentist",
+    "birthday",
+    "sister",
+    "brother",
+    "office",
+    "laptop",
+    "phone",
+    "password",
+    "holiday",
+    "beach",
+]
+
+
+def sentence(rng: random.Random) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 7)))
+
+
+def seeds(n: int, rng: random.Random) -> list[AddDelta]:
+    out = []
+    for i in range(n):
+        text = sentence(rng)
+        out.append(
+            AddDelta(
+                user="u",
+                agent="a",
+                fact=FactPayload(subject=text, predicate="said", object=text),
+                source_episode_ids=[f"seed{i}"],
+                rule_id="seed",
+                confidence=0.8,
+                promotion_ts=T0 - timedelta(days=1, seconds=i),
+            )
+        )
+    return out
+
+
+def episodes(n: int, rng: random.Random, start: int, known: list[str]) -> list[Episode]:
+    """Half repeat a stored statement in other case and punctuation, half are new."""
+    out = []
+    for i in range(start, start + n):
+        text = rng.choice(known).upper() + "!" if i % 2 else sentence(rng)
+        out.append(
+            Episode(
+                id=f"e{i}",
+                content=text,
+                timestamp=T0 + timedelta(seconds=i),
+                user="u",
+                session="s",
+                agent="a",
+            )
+        )
+    return out
+
+
+async def nightly_once(
+    pack: CompiledPack, path: Path, facts: int, n: int, cold: bool
+) -> tuple[float, float]:
+    """One nightly pass over the same data every time (seeded alike): wall and CPU s."""
+    rng = random.Random(1)
+    made = seeds(facts, rng)
+    async with Consolidator(path, [pack]) as mem:
+        await mem.fact_store.apply_deltas(made, pack_hash="seed")
+        await mem.memory.put_many(episodes(n, rng, 0, [d.fact.subject for d in made]))
+        if cold:
+            runtime_for(pack)._vectors.clear()
+        w0, c0 = time.perf_counter(), time.process_time()
+        await mem.consolidate(now=T0 + timedelta(days=1))
+        return time.perf_counter() - w0, time.process_time() - c0
+
+
+async def nightly(args: argparse.Namespace, near: CompiledPack, exact: CompiledPack) -> None:
+    for cold in (True, False):
+        walls: dict[str, list[float]] = {"near": [], "exact": []}
+        cpus: dict[str, list[float]] = {"near": [], "exact": []}
+        with tempfile.TemporaryDirectory(prefix="bench-sim-") as tmp:
+            for r in range(args.rounds + 1):  # round 0 warms the process up, untimed
+                for name, pack in (("near", near), ("exact", exact)):
+                    path = Path(tmp) / f"{name}-{r}-{cold}.db"
+                    wall, cpu = await nightly_once(pack, path, args.facts, args.episodes, cold)
+                    if r:
+                        walls[name].append(wall)
+                        cpus[name].append(cpu)
+        w = {k: statistics.median(v) * 1000 for k, v in walls.items()}
+        c = {k: statistics.median(v) * 1000 for k, v in cpus.items()}
+        label = "cold (vectors cleared)" if cold else "warm (fact texts embedded before)"
+        print(
+            f"nightly {label}: {args.facts} facts, {args.episodes} episodes, "
+            f"{args.rounds} rounds: near {w['near']:.1f} ms wall ({c['near']:.1f} CPU), "
+            f"exact {w['exact']:.1f} ms ({c['exact']:.1f} CPU): ratio wall "
+            f"{w['near'] / w['exact']:.2f}, CPU {c['near'] / c['exact']:.2f}"
+        )
+
+
+async def record(args: argparse.Namespace) -> None:
+    streaming = {
+        name: compile_text(text.replace('{cron: "0 3 * * *"}', "{every: 1}"))
+        for name, text in (("near", NEAR_PACK), ("exact", EXACT_PACK))
+    }
+    rng = random.Random(7)
+    made = seeds(args.facts, rng)
+    known = [d.fact.subject for d in made]
+    walls: dict[str, list[float]] = {"near": [], "exact": []}
+    cpus: dict[str, list[float]] = {"near": [], "exact": []}
+    with tempfile.TemporaryDirectory(prefix="bench-sim-") as tmp:
+        mems = {
+            name: Consolidator(Path(tmp) / f"{name}.db", [pack]) for name, pack in streaming.items()
+        }
+        for mem in mems.values():
+            await mem.bootstrap()
+            await mem.fact_store.apply_deltas(made, pack_hash="seed")
+        try:
+            n = 0
+            stream = episodes(args.records * 2 + 2 * args.block, rng, 0, known)
+            for block in range(args.records // args.block + 1):
+                for name, mem in mems.items():
+                    for _ in range(args.block):
+                        ep = stream[n]
+                        n += 1
+                        w0, c0 = time.perf_counter(), time.process_time()
+                        await mem.record(ep)
+                        w1, c1 = time.perf_counter(), time.process_time()
+                        if block:  # the first block of each warms up, untimed
+                            walls[name].append(w1 - w0)
+                            cpus[name].append(c1 - c0)
+        finally:
+            for mem in mems.values():
+                await mem.close()
+    w = {k: statistics.median(v) * 1000 for k, v in walls.items()}
+    c = {k: statistics.median(v) * 1000 for k, v in cpus.items()}
+    print(
+        f"record p50: {args.facts} facts, {len(walls['near'])} records each: "
+        f"near {w['near']:.2f} ms wall ({c['near']:.2f} CPU), exact {w['exact']:.2f} ms "
+        f"({c['exact']:.2f} CPU): ratio wall {w['near'] / w['exact']:.2f}, "
+        f"CPU {c['near'] / c['exact']:.2f}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--facts", type=int, default=1000)
+    parser.add_argument("--episodes", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--records", type=int, default=300)
+    parser.add_argument("--block", type=int, default=20)
+    parser.add_argument("--parts", nargs="+", default=["nightly", "record"])
+    args = parser.parse_args()
+    near, exact = compile_text(NEAR_PACK), compile_text(EXACT_PACK)
+    print(f"load average: {Path('/proc/loadavg').read_text().split()[:3]}")
+    if "nightly" in args.parts:
+        asyncio.run(nightly(args, near, exact))
+    if "record" in args.parts:
+        asyncio.run(record(args))
+    print(f"load average: {Path('/proc/loadavg').read_text().split()[:3]}")
+
+
+if __name__ == "__main__":
+    main()

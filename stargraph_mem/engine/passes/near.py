@@ -1,0 +1,135 @@
+"""Near neighbours for ``near`` tests: computed outside CLIPS, asserted for the rules.
+
+A pass of a pack whose fact patterns test ``near`` follows the facts CLIPS holds (the
+stored ones, those the pass makes, minus those it closes) and, before each episode a
+``near`` rule may see, ranks them against the episode's content: exact cosine under the
+configured embedder, scores rounded and ties broken by id as
+:func:`~stargraph_mem.embedding.top_k` does. So an episode's neighbours are the facts
+current at its point of the pass, however the stream is cut into passes. A sweep's
+``near`` ranks the facts current when the sweep starts against each other (a fact is not
+its own neighbour). Each neighbour becomes an ``sm-near`` fact; no pairwise join in CLIPS.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final
+
+import numpy as np
+
+from stargraph_mem.compiler.generator import NearRelation
+from stargraph_mem.embedding import Embedder, Matrix, identity, top_k
+from stargraph_mem.stores.repositories.vectors import fact_text
+
+CACHED_TEXTS: Final = 200_000
+"""Texts whose vectors a runtime remembers per embedder (then it starts afresh)."""
+
+NearKey = tuple[int, int, str, str]
+"""``(episode ordinal (0 in a sweep), relation index, of-fact id ("" for the episode),
+neighbour id)``: the raw CLIPS fact ids, as the rules print them."""
+
+
+class VectorCache:
+    """Vectors of texts under one embedder (a cache only: the same text, the same row)."""
+
+    def __init__(self, embedder: Embedder) -> None:
+        self.embedder = embedder
+        self.identity = identity(embedder)
+        self.rows: dict[str, Matrix] = {}
+
+    def of(self, texts: Sequence[str]) -> list[Matrix]:
+        missing = list(dict.fromkeys(t for t in texts if t not in self.rows))
+        if missing:
+            if len(self.rows) + len(missing) > CACHED_TEXTS:
+                self.rows.clear()
+            made = np.asarray(self.embedder.embed(missing), dtype=np.float32)
+            self.rows.update(zip(missing, made, strict=True))
+        return [self.rows[t] for t in texts]
+
+
+class NearIndex:
+    """The facts CLIPS holds in one pass, by CLIPS fact id, with their vectors: rows of one
+    growing matrix; a closed fact's row is filled by the last row (no copy per change)."""
+
+    def __init__(self, cache: VectorCache) -> None:
+        self.cache = cache
+        self.rows = np.zeros((64, cache.embedder.dimension), dtype=np.float32)
+        self.ids: list[str] = []
+        self.at: dict[str, int] = {}
+        """Fact id → its row."""
+
+    def add(self, facts: Iterable[tuple[str, str]]) -> None:
+        """``(id, text)`` of facts to rank (ids already held are left as they are)."""
+        pairs = [(fid, text) for fid, text in facts if fid not in self.at]
+        if not pairs:
+            return
+        vectors = self.cache.of([text for _, text in pairs])
+        need = len(self.ids) + len(pairs)
+        if need > len(self.rows):
+            grown = np.zeros((max(need, 2 * len(self.rows)), self.rows.shape[1]), np.float32)
+            grown[: len(self.ids)] = self.rows[: len(self.ids)]
+            self.rows = grown
+        for (fid, _), row in zip(pairs, vectors, strict=True):
+            self.at[fid] = len(self.ids)
+            self.rows[len(self.ids)] = row
+            self.ids.append(fid)
+
+    def remove(self, fids: Iterable[str]) -> None:
+        """Forget closed facts (ids not held are ignored)."""
+        for fid in fids:
+            row = self.at.pop(fid, None)
+            if row is None:
+                continue
+            last = self.ids.pop()
+            if last != fid:
+                self.rows[row] = self.rows[len(self.ids)]
+                self.ids[row] = last
+                self.at[last] = row
+
+    def rename(self, final: Mapping[str, str | None]) -> None:
+        """Give the facts a pass made their stored ids (``None``: its delta was rejected,
+        the fact is not kept)."""
+        for temp, fid in final.items():
+            row = self.at.pop(temp, None)
+            if row is None:
+                continue
+            self.at[temp] = row
+            if fid is None:
+                self.remove([temp])
+            else:
+                del self.at[temp]
+                self.ids[row] = fid
+                self.at[fid] = row
+
+    def holds(self, facts: Sequence[Any]) -> bool:
+        """Whether the index holds exactly the facts ``facts`` (by id)."""
+        return len(facts) == len(self.ids) and all(f.id in self.at for f in facts)
+
+    def vector(self, fid: str) -> Matrix:
+        row: Matrix = self.rows[self.at[fid]]
+        return row
+
+    def neighbours(
+        self, rel: NearRelation, query: Matrix, exclude: str | None = None
+    ) -> list[tuple[str, float]]:
+        """The ``top_k`` facts nearest ``query`` with cosine ≥ ``min_cosine``, best first
+        (``exclude``, a fact ranked against the others, is never its own neighbour)."""
+        k = rel.top_k + (1 if exclude in self.at else 0)
+        found = top_k(self.rows[: len(self.ids)], self.ids, query, k, min_score=rel.min_cosine)
+        return [(fid, score) for fid, score in found if fid != exclude][: rel.top_k]
+
+
+def statement(subject: str, predicate: str, obj: str) -> str:
+    """The text a fact is ranked by: its statement (subject, predicate, object)."""
+    return fact_text(subject, predicate, obj)
+
+
+def clips_facts(found: Any) -> list[tuple[str, str]]:
+    """``(id, statement)`` of the ``sm-fact`` facts a CLIPS call returned."""
+    return [
+        (
+            str(fact["f_id"]),
+            statement(str(fact["f_subject"]), str(fact["f_predicate"]), str(fact["f_object"])),
+        )
+        for fact in found
+    ]
