@@ -116,7 +116,7 @@ async def streaming(sdk: Sdk, db: Path, records: int, block: int, warmup: int) -
             report = await mem.record(episode)
             elapsed, used = time.perf_counter() - t, time.process_time() - c
             assert report.passes and report.passes[0].episodes == 1
-            if k >= warmup:
+            if blocks:  # from the first block after the warm-up
                 blocks[-1][1].append(elapsed)
                 blocks[-1][2].append(used)
     sdk.off()
