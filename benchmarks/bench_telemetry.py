@@ -21,6 +21,8 @@ span it ever made would measure its own growing heap.
     python benchmarks/bench_telemetry.py --episodes 8000 --partitions 400 --records 200
     python benchmarks/bench_telemetry.py --skip nightly --sample 0.01  # 1 % of traces
     python benchmarks/bench_telemetry.py --skip nightly --records 4000 --processor simple
+    valgrind --tool=callgrind python benchmarks/bench_telemetry.py --skip nightly \
+        --records 400 --block 10 --side with   # and --side without: instructions per record
 """
 
 from __future__ import annotations
@@ -94,8 +96,12 @@ class Sdk:
         return self.spans, points
 
 
-async def streaming(sdk: Sdk, db: Path, records: int, block: int, warmup: int) -> None:
-    """Record p50 with and without the SDK, in alternating blocks."""
+async def streaming(
+    sdk: Sdk, db: Path, records: int, block: int, warmup: int, side: str | None = None
+) -> None:
+    """Record p50 with and without the SDK, in alternating blocks; with ``side``, every
+    block on that side only (two runs under ``valgrind --tool=callgrind`` then count the
+    instructions the SDK adds, whatever the machine's load)."""
     import random
 
     pack = streaming_pack()
@@ -105,7 +111,7 @@ async def streaming(sdk: Sdk, db: Path, records: int, block: int, warmup: int) -
     blocks: list[tuple[bool, list[float], list[float]]] = []
     async with Consolidator(db, [pack], keep_deltas=False) as mem:
         for k in range(warmup + records):
-            with_sdk = (k // block) % 2 == 1
+            with_sdk = (k // block) % 2 == 1 if side is None else side == "with"
             if k % block == 0:
                 sdk.drain()
                 sdk.on() if with_sdk else sdk.off()
@@ -120,6 +126,8 @@ async def streaming(sdk: Sdk, db: Path, records: int, block: int, warmup: int) -
                 blocks[-1][1].append(elapsed)
                 blocks[-1][2].append(used)
     sdk.off()
+    if side is not None:
+        return
     for label, column in (("wall", 1), ("CPU", 2)):
         found = {
             side: [s for b in blocks if b[0] == side for s in b[column]] for side in (False, True)
@@ -201,6 +209,12 @@ async def main() -> None:
     parser.add_argument("--order", choices=["without-first", "with-first"], default="without-first")
     parser.add_argument("--skip", choices=["streaming", "nightly"], default=None)
     parser.add_argument(
+        "--side",
+        choices=["with", "without"],
+        default=None,
+        help="streaming: every record with (or without) the SDK, for instruction counts",
+    )
+    parser.add_argument(
         "--sample", type=float, default=1.0, help="share of traces the SDK samples (1: all)"
     )
     parser.add_argument(
@@ -214,7 +228,8 @@ async def main() -> None:
     sdk = Sdk(args.sample, args.processor)
     with tempfile.TemporaryDirectory() as tmp:
         if args.skip != "streaming":
-            await streaming(sdk, Path(tmp) / "stream.db", args.records, args.block, args.warmup)
+            db = Path(tmp) / "stream.db"
+            await streaming(sdk, db, args.records, args.block, args.warmup, args.side)
         if args.skip != "nightly":
             with_first = args.order == "with-first"
             await nightly(sdk, Path(tmp), args.episodes, args.partitions, with_first)
