@@ -2,10 +2,17 @@
 episodes, with the SDK configured (metrics into an ``InMemoryMetricReader``, spans into an
 ``InMemorySpanExporter``) and without it (the API's no-ops), in one process.
 
+Spans reach the exporter through a ``BatchSpanProcessor``, as an operator wires one (spans
+queue and a thread exports them); ``--processor simple`` exports each span as it ends
+(a ``SimpleSpanProcessor``, what tests use). The exporter is emptied between blocks,
+outside the timings, as a collector would take the spans away: a process that keeps every
+span it ever made would measure its own growing heap.
+
 - Streaming: the ``bench_streaming.py`` setup (an ``every: 1`` pack, a partition holding
   1,000 consolidated episodes); blocks of ``--block`` records with and without the SDK
   take turns, so both see the same machine; p50 of each (wall clock, and CPU time of the
-  process: steadier on a busy machine) and their ratios.
+  process: steadier on a busy machine), their ratios, and the median of the ratios of
+  neighbouring blocks' p50s (a load that changes between blocks moves both sides of one).
 - Nightly: ``rules/default.yaml`` over ``--episodes`` episodes in ``--partitions``
   partitions, consolidated on two identical fresh databases, without then with the SDK
   (``--order with-first`` swaps them); seconds of each (wall clock and CPU) and ratios.
@@ -13,6 +20,9 @@ episodes, with the SDK configured (metrics into an ``InMemoryMetricReader``, spa
     python benchmarks/bench_telemetry.py                      # about 3 minutes
     python benchmarks/bench_telemetry.py --episodes 8000 --partitions 400 --records 200
     python benchmarks/bench_telemetry.py --skip nightly --sample 0.01  # 1 % of traces
+    python benchmarks/bench_telemetry.py --skip nightly --records 4000 --processor simple
+    valgrind --tool=callgrind python benchmarks/bench_telemetry.py --skip nightly \
+        --records 400 --block 10 --side with   # and --side without: instructions per record
 """
 
 from __future__ import annotations
@@ -29,7 +39,7 @@ from bench_streaming import PARTITION, build, observation, streaming_pack
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
@@ -46,13 +56,20 @@ NOW = datetime(2026, 2, 1, tzinfo=UTC)
 class Sdk:
     """The SDK's in-memory reader and exporter, switched on and off for the package."""
 
-    def __init__(self, sample: float = 1.0) -> None:
+    def __init__(self, sample: float = 1.0, processor: str = "batch") -> None:
         self.reader = InMemoryMetricReader()
         self.exporter = InMemorySpanExporter()
         sampler = ParentBased(TraceIdRatioBased(sample)) if sample < 1.0 else None
         self.tracer = TracerProvider(sampler=sampler)
-        self.tracer.add_span_processor(SimpleSpanProcessor(self.exporter))
+        self.processor = (
+            BatchSpanProcessor(self.exporter)
+            if processor == "batch"
+            else SimpleSpanProcessor(self.exporter)
+        )
+        self.tracer.add_span_processor(self.processor)
         self.meter = MeterProvider(metric_readers=[self.reader])
+        self.spans = 0
+        """Spans exported and taken away (see :meth:`drain`)."""
 
     def on(self) -> None:
         telemetry.configure(self.meter, self.tracer)
@@ -61,46 +78,71 @@ class Sdk:
     def off() -> None:
         telemetry.configure()
 
+    def drain(self) -> None:
+        """Export what waits, count the exported spans and let them go."""
+        self.processor.force_flush()
+        self.spans += len(self.exporter.get_finished_spans())
+        self.exporter.clear()
+
     def seen(self) -> tuple[int, int]:
         """Spans exported and metric data points collected so far."""
+        self.drain()
         data = self.reader.get_metrics_data()
         points = 0
         if data is not None:
             for resource in data.resource_metrics:
                 for scope in resource.scope_metrics:
                     points += sum(len(m.data.data_points) for m in scope.metrics)
-        return len(self.exporter.get_finished_spans()), points
+        return self.spans, points
 
 
-async def streaming(sdk: Sdk, db: Path, records: int, block: int, warmup: int) -> None:
-    """Record p50 with and without the SDK, in alternating blocks."""
+async def streaming(
+    sdk: Sdk, db: Path, records: int, block: int, warmup: int, side: str | None = None
+) -> None:
+    """Record p50 with and without the SDK, in alternating blocks; with ``side``, every
+    block on that side only (two runs under ``valgrind --tool=callgrind`` then count the
+    instructions the SDK adds, whatever the machine's load)."""
     import random
 
     pack = streaming_pack()
     await build(db, pack, 1000)
     rng = random.Random(11)
-    times: dict[bool, list[float]] = {False: [], True: []}
-    cpu: dict[bool, list[float]] = {False: [], True: []}
+    # per block: (with the SDK, wall seconds of each record, CPU seconds of each record)
+    blocks: list[tuple[bool, list[float], list[float]]] = []
     async with Consolidator(db, [pack], keep_deltas=False) as mem:
         for k in range(warmup + records):
-            with_sdk = (k // block) % 2 == 1
+            with_sdk = (k // block) % 2 == 1 if side is None else side == "with"
             if k % block == 0:
+                sdk.drain()
                 sdk.on() if with_sdk else sdk.off()
+                if k >= warmup:
+                    blocks.append((with_sdk, [], []))
             episode = observation(10**7 + k, PARTITION.user, PARTITION.agent, rng)
             t, c = time.perf_counter(), time.process_time()
             report = await mem.record(episode)
             elapsed, used = time.perf_counter() - t, time.process_time() - c
             assert report.passes and report.passes[0].episodes == 1
-            if k >= warmup:
-                times[with_sdk].append(elapsed)
-                cpu[with_sdk].append(used)
+            if blocks:  # from the first block after the warm-up
+                blocks[-1][1].append(elapsed)
+                blocks[-1][2].append(used)
     sdk.off()
-    for label, found in (("wall", times), ("CPU", cpu)):
+    if side is not None:
+        return
+    for label, column in (("wall", 1), ("CPU", 2)):
+        found = {
+            side: [s for b in blocks if b[0] == side for s in b[column]] for side in (False, True)
+        }
         without, with_ = statistics.median(found[False]), statistics.median(found[True])
+        pairs = [
+            statistics.median(blocks[i + 1][column]) / statistics.median(blocks[i][column])
+            for i in range(len(blocks) - 1)
+            if not blocks[i][0] and blocks[i + 1][0]
+        ]
         print(
             f"streaming record p50 ({label}): {without * 1e3:.3f} ms without, {with_ * 1e3:.3f} "
             f"ms with the SDK ({len(found[False])} / {len(found[True])} records), ratio "
-            f"{with_ / without:.3f}",
+            f"{with_ / without:.3f}; median of {len(pairs)} block ratios "
+            f"{statistics.median(pairs):.3f}",
             flush=True,
         )
 
@@ -140,6 +182,7 @@ async def nightly(sdk: Sdk, tmp: Path, total: int, partitions: int, with_first: 
             seconds[with_sdk] = time.perf_counter() - t
             cpu[with_sdk] = time.process_time() - c
             sdk.off()
+            sdk.drain()
             assert report.episodes == len(episodes), report.episodes
         print(
             f"nightly pass {'with' if with_sdk else 'without'} the SDK: {seconds[with_sdk]:.2f} s, "
@@ -166,13 +209,27 @@ async def main() -> None:
     parser.add_argument("--order", choices=["without-first", "with-first"], default="without-first")
     parser.add_argument("--skip", choices=["streaming", "nightly"], default=None)
     parser.add_argument(
+        "--side",
+        choices=["with", "without"],
+        default=None,
+        help="streaming: every record with (or without) the SDK, for instruction counts",
+    )
+    parser.add_argument(
         "--sample", type=float, default=1.0, help="share of traces the SDK samples (1: all)"
     )
+    parser.add_argument(
+        "--processor",
+        choices=["batch", "simple"],
+        default="batch",
+        help="the span processor: BatchSpanProcessor (as operators wire it) or Simple",
+    )
     args = parser.parse_args()
-    sdk = Sdk(args.sample)
+    print(f"load average: {Path('/proc/loadavg').read_text().split()[:3]}", flush=True)
+    sdk = Sdk(args.sample, args.processor)
     with tempfile.TemporaryDirectory() as tmp:
         if args.skip != "streaming":
-            await streaming(sdk, Path(tmp) / "stream.db", args.records, args.block, args.warmup)
+            db = Path(tmp) / "stream.db"
+            await streaming(sdk, db, args.records, args.block, args.warmup, args.side)
         if args.skip != "nightly":
             with_first = args.order == "with-first"
             await nightly(sdk, Path(tmp), args.episodes, args.partitions, with_first)

@@ -17,8 +17,8 @@ from __future__ import annotations
 import importlib
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Protocol
@@ -288,6 +288,10 @@ def _build(meters: MeterProvider, tracers: TracerProvider) -> None:
     """Instruments from ``meters`` and the tracer from ``tracers``, those of an SDK only."""
     _state.instruments = _instruments_of(meters) if _is_sdk(meters) else Instruments()
     _state.tracer = tracers.get_tracer(SCOPE) if _is_sdk(tracers) else None
+    if _state.tracer is not None:
+        global _api_trace, _api_context
+        _api_trace = importlib.import_module("opentelemetry.trace")
+        _api_context = importlib.import_module("opentelemetry.context")
     _state.enabled = _is_sdk(meters) or _is_sdk(tracers)
 
 
@@ -507,23 +511,66 @@ _NOTHING: Final = nullcontext()
 _NULL_CURRENT: Final = nullcontext(_NULL_SPAN)
 
 
+class _Current:
+    """A span started with the caller's span as parent, current inside the ``with`` block
+    and ended after it, an exception recorded on it: what the tracer's
+    ``start_as_current_span`` does, in a third of the calls (a record pays for each). The
+    record's span also waits there for the first pass to describe itself on (see
+    :func:`record_span`)."""
+
+    __slots__ = ("_fold_token", "_record", "_token", "fold", "span")
+
+    def __init__(self, span: Any, *, record: bool = False, fold: bool = False) -> None:
+        self.span = span
+        self._record = record
+        self.fold = fold
+        """Whether a pass may still describe itself on this span (taken once)."""
+        self._token: Any = None
+        self._fold_token: Any = None
+
+    def __enter__(self) -> Any:
+        self._token = _api_context.attach(_api_trace.set_span_in_context(self.span))
+        if self._record:  # a record's passes fold into it, or (fold=False) none does
+            self._fold_token = _FOLD.set(self if self.fold else None)
+        return self.span
+
+    def __exit__(self, kind: object, error: BaseException | None, tb: object) -> None:
+        if self._record:
+            _FOLD.reset(self._fold_token)
+        _api_context.detach(self._token)
+        span = self.span
+        if isinstance(error, Exception):  # as the API's use_span: not GeneratorExit and kin
+            trace = _api_trace
+            span.record_exception(error)
+            span.set_status(
+                trace.Status(trace.StatusCode.ERROR, f"{type(error).__name__}: {error}")
+            )
+        span.end()
+
+
+_api_trace: Any = None
+_api_context: Any = None
+"""``opentelemetry.trace`` and ``opentelemetry.context``, once a tracer was built."""
+
+
 def span(name: str, attributes: Attributes | None = None) -> AbstractContextManager[Any]:
     """A span over the ``with`` block, current inside it (a child of the caller's)."""
     tracer = _state.tracer if enabled() else None
     if tracer is None:
         return _NULL_CURRENT
-    return tracer.start_as_current_span(name, attributes=attributes)
+    return _Current(tracer.start_span(name, attributes=attributes))
 
 
-_FOLD: ContextVar[list[Any] | None] = ContextVar("stargraph_mem_fold", default=None)
+_FOLD: ContextVar[_Current | None] = ContextVar("stargraph_mem_fold", default=None)
 """The record span a record's first pass may describe itself on (taken once)."""
 
 
 RECORD_SPAN: Final = "stargraph_mem.record"
 
 
-@contextmanager
-def record_span(attributes: Attributes | None = None, *, fold: bool = True) -> Iterator[Any]:
+def record_span(
+    attributes: Attributes | None = None, *, fold: bool = True
+) -> AbstractContextManager[Any]:
     """The span of one ``record``: current inside the block, and the span its first pass
     describes itself on (pack, rule and partition counts, episodes read, and the read,
     CLIPS run and apply seconds as attributes), so a streaming record costs one span, not
@@ -532,21 +579,22 @@ def record_span(attributes: Attributes | None = None, *, fold: bool = True) -> I
     a span opened with ``fold=False`` (``record_many``: one record, many partitions)."""
     tracer = _state.tracer if enabled() else None
     if tracer is None:
-        yield _NULL_SPAN
-        return
-    with tracer.start_as_current_span(RECORD_SPAN, attributes=attributes) as span:
-        token = _FOLD.set([span] if fold and not _state.detailed_records else None)
-        try:
-            yield span
-        finally:
-            _FOLD.reset(token)
+        return _NULL_CURRENT
+    span = tracer.start_span(RECORD_SPAN, attributes=attributes)
+    return _Current(span, record=True, fold=fold and not _state.detailed_records)
+
+
+_KINDS: dict[tuple[str, str], dict[str, str]] = {}
+"""The duration histograms' attributes by (pack, pass kind): made once each (a
+:class:`Spread` keeps them as they are until the SDK collects)."""
 
 
 class PassSpan:
     """One pass's span, opened when it starts and ended once its apply is done (which may
     run while the next pass is computed): its read and CLIPS run become child spans from
     the pass's timings, its apply a child span around the commit. A record's first pass
-    is folded into the record's span instead (see :func:`record_span`)."""
+    is folded into the record's span instead (see :func:`record_span`): its attributes
+    are kept here and set on that span in one call when the pass ends."""
 
     __slots__ = ("_folded", "_kind", "_start", "_tracer", "span")
 
@@ -555,21 +603,23 @@ class PassSpan:
 
     def __init__(self, pack: str, rules: int, partitions: int, kind: str = "episodes") -> None:
         self._tracer = _state.tracer if enabled() else None
-        self._kind = {PACK: pack, PASS_KIND: kind}
+        key = (pack, kind)
+        found = _KINDS.get(key)
+        if found is None:
+            found = _KINDS[key] = {PACK: pack, PASS_KIND: kind}
+        self._kind = found
         self._start = 0
         self._folded = None
         if self._tracer is None:
             self.span: Any = _NULL_SPAN
             return
-        slot = _FOLD.get()
-        if slot:
-            self.span = slot.pop()
-            self._folded = {
-                PACK: pack,
-                RULE_COUNT: rules,
-                PARTITION_COUNT: partitions,
-                PASS_KIND: kind,
-            }
+        record = _FOLD.get()
+        if record is not None and record.fold:
+            record.fold = False
+            self.span = record.span
+            self._folded = {PACK: pack, RULE_COUNT: rules, PARTITION_COUNT: partitions}
+            if kind != "episodes":  # a record's pass reads episodes (said once, here)
+                self._folded[PASS_KIND] = kind
             return
         self._start = time.time_ns()
         self.span = self._tracer.start_span(
@@ -585,12 +635,11 @@ class PassSpan:
 
     def current(self) -> AbstractContextManager[Any]:
         """The pass's span is the current one inside the block (not ended by it)."""
-        found = _modules()
-        if self._folded is not None or self._tracer is None or found is None:
+        if self._folded is not None or self._tracer is None:
             return _NOTHING
         if not self.span.is_recording():
             return _NOTHING
-        used: AbstractContextManager[Any] = found[1].use_span(
+        used: AbstractContextManager[Any] = _api_trace.use_span(
             self.span, end_on_exit=False, record_exception=False
         )
         return used
@@ -598,13 +647,15 @@ class PassSpan:
     def phases(self, read: float, run: float, episodes: int) -> None:
         """Child spans ``read`` and ``clips_run`` from the pass's start, of these many
         seconds, and the episodes it read."""
-        found = _modules()
-        if self._tracer is None or found is None or not self.span.is_recording():
+        folded = self._folded
+        if folded is not None:
+            folded[EPISODE_COUNT] = episodes
+            folded[READ_SECONDS] = read
+            folded[RUN_SECONDS] = run
             return
-        if self._folded is not None:
-            self._folded.update({EPISODE_COUNT: episodes, READ_SECONDS: read, RUN_SECONDS: run})
+        if self._tracer is None or not self.span.is_recording():
             return
-        parent = found[1].set_span_in_context(self.span)
+        parent = _api_trace.set_span_in_context(self.span)
         self.span.set_attribute(EPISODE_COUNT, episodes)
         read_end = self._start + int(read * 1e9)
         for name, start, end in (
@@ -615,12 +666,11 @@ class PassSpan:
 
     def apply(self) -> AbstractContextManager[Any]:
         """A child span ``apply`` over the block (the pass's commit), current inside it."""
-        found = _modules()
-        if self._folded is not None or self._tracer is None or found is None:
+        if self._folded is not None or self._tracer is None:
             return _NOTHING
         if not self.span.is_recording():
             return _NOTHING
-        parent = found[1].set_span_in_context(self.span)
+        parent = _api_trace.set_span_in_context(self.span)
         return self._tracer.start_as_current_span("stargraph_mem.pass.apply", parent)
 
     def timed(self, compute: float, apply: float) -> None:
@@ -635,16 +685,15 @@ class PassSpan:
 
     def end(self, error: BaseException | None = None) -> None:
         """End the pass's span (recording ``error`` when it failed)."""
-        found = _modules()
-        if self._tracer is None or found is None:
-            return
         if self._folded is not None:  # the record ends its span (and records its error)
             if error is not None:
                 self._folded[ERROR_TYPE] = type(error).__name__
             self.span.set_attributes(self._folded)
             return
+        if self._tracer is None:
+            return
         if error is not None:
             self.span.record_exception(error)
             self.span.set_attribute(ERROR_TYPE, type(error).__name__)
-            self.span.set_status(found[1].Status(found[1].StatusCode.ERROR))
+            self.span.set_status(_api_trace.Status(_api_trace.StatusCode.ERROR))
         self.span.end()

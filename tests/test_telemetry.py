@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 from backends import NewLocation
 from e2e_helpers import SEED_PACK, episode, spo
+from opentelemetry import trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -272,6 +273,21 @@ async def test_record_many_keeps_its_batch_size_and_traces_each_pass(
     assert len(passes) == 2
     assert record.context is not None
     assert all(p.parent and p.parent.span_id == record.context.span_id for p in passes)
+
+
+def test_a_record_span_is_current_in_its_block_and_records_the_error_it_ends_with(
+    otel: Otel,
+) -> None:
+    """As the API's own context manager does: current inside, an exception leaving the
+    block recorded with an error status, the caller's context back after it."""
+    with pytest.raises(ValueError), telemetry.record_span() as span:
+        assert trace.get_current_span() is span
+        raise ValueError("boom")
+    assert trace.get_current_span() is trace.INVALID_SPAN
+    (ended,) = otel.spans()
+    assert ended.name == "stargraph_mem.record"
+    assert ended.status.status_code is trace.StatusCode.ERROR
+    assert [event.name for event in ended.events] == ["exception"]
 
 
 async def test_spans_continue_the_callers_trace(new_location: NewLocation, otel: Otel) -> None:

@@ -10,7 +10,8 @@ user ids or content. Warnings go to the ``stargraph_mem.worker`` logger.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
 from typing import TYPE_CHECKING, Final
 
 from stargraph_mem import telemetry
@@ -74,31 +75,41 @@ def outcome(report: PassReport) -> str:
     return "applied" if report.applied else "dry_run"
 
 
+@lru_cache(maxsize=4096)
+def attributes(pack: str, *pairs: str) -> Mapping[str, str]:
+    """``{PACK: pack}`` and the (key, value) ``pairs`` after it, made once per distinct
+    set (a streaming record measures the same few each time; never to be changed)."""
+    return {PACK: pack, **dict(zip(pairs[::2], pairs[1::2], strict=True))}
+
+
 def passes(reports: Sequence[PassReport]) -> None:
     """Count passes, episodes, deltas, rejections and quarantines of ``reports`` (their
     durations are recorded where their spans end: see ``PassSpan.timed``)."""
     tools = telemetry.instruments()
     for report in reports:
-        pack = {PACK: report.pack}
-        kind = {PACK: report.pack, PASS_KIND: "sweep" if report.sweep else "episodes"}
-        tools.passes.add(1, {**kind, PASS_OUTCOME: outcome(report)})
+        pack = report.pack
+        kind = "sweep" if report.sweep else "episodes"
+        tools.passes.add(1, attributes(pack, PASS_KIND, kind, PASS_OUTCOME, outcome(report)))
         if report.failed is not None:
-            reason = {QUARANTINE_REASON: "pass_failed", ERROR_TYPE: error_type(report.failed)}
-            tools.quarantines.add(1, {**pack, **reason})
+            reason = error_type(report.failed)
+            tools.quarantines.add(
+                1, attributes(pack, QUARANTINE_REASON, "pass_failed", ERROR_TYPE, reason)
+            )
             continue
         if not report.applied:
             continue
         if report.quarantined:
-            undecodable = {**pack, QUARANTINE_REASON: "row_undecodable"}
+            undecodable = attributes(pack, QUARANTINE_REASON, "row_undecodable")
             tools.quarantines.add(len(report.quarantined), undecodable)
-        tools.episodes.add(report.episodes, pack)
+        tools.episodes.add(report.episodes, attributes(pack))
         for kind_of, count in report.delta_counts.items():
             if count:
-                tools.deltas.add(count, {**pack, DELTA_KIND: kind_of})
+                tools.deltas.add(count, attributes(pack, DELTA_KIND, kind_of))
         for rejected in report.rejected:
-            tools.rejections.add(1, {**pack, REJECTION_REASON: rejection_reason(rejected)})
+            reason = rejection_reason(rejected)
+            tools.rejections.add(1, attributes(pack, REJECTION_REASON, reason))
         if report.gated_out:
-            gated = {**pack, REJECTION_REASON: "salience_gate"}
+            gated = attributes(pack, REJECTION_REASON, "salience_gate")
             tools.rejections.add(len(report.gated_out), gated)
 
 
