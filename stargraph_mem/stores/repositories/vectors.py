@@ -40,10 +40,6 @@ from datetime import datetime
 from functools import cache
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal, overload
 
-import numpy as np
-import numpy.typing as npt
-
-from stargraph_mem.embedding import Embedder, Matrix, from_blobs, identity, to_blob, top_k
 from stargraph_mem.errors import SearchError, StoreError
 from stargraph_mem.model.deltas import FACT_STATUSES
 from stargraph_mem.model.time import to_us
@@ -53,6 +49,12 @@ from stargraph_mem.stores.repositories.episode_rows import row_record, split_row
 from stargraph_mem.stores.repositories.episodes import READ_COLUMNS
 from stargraph_mem.stores.repositories.search import MAX_LIMIT, MAX_WORDS, check_limit
 from stargraph_mem.stores.sql_conn import Conn
+
+if TYPE_CHECKING:  # numpy and the embedders load with the first vector, not with the store
+    import numpy as np
+    import numpy.typing as npt
+
+    from stargraph_mem.embedding import Embedder, Matrix
 
 __all__ = [
     "EMBED_BATCH",
@@ -244,13 +246,13 @@ class _Entry:
     seq: int = 0
     ids: list[str] = field(default_factory=list)
     rows: dict[str, int] = field(default_factory=dict)
-    matrix: Matrix = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
-    times: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    statuses: npt.NDArray[np.object_] = field(default_factory=lambda: np.zeros(0, dtype=np.object_))
+    matrix: Matrix = field(default_factory=lambda: _zeros((0, 0), "float32"))
+    times: npt.NDArray[np.int64] = field(default_factory=lambda: _zeros(0, "int64"))
+    statuses: npt.NDArray[np.object_] = field(default_factory=lambda: _zeros(0, "object"))
     """Each fact's status when last read (``current`` for episodes)."""
 
     def __post_init__(self) -> None:
-        self.matrix = np.zeros((0, self.dimension), dtype=np.float32)
+        self.matrix = _zeros((0, self.dimension), "float32")
 
     @property
     def size(self) -> int:
@@ -268,6 +270,8 @@ class _Entry:
         self, ids: list[str], vectors: Matrix, times: list[int], statuses: list[str]
     ) -> None:
         """Add rows (an id already held gets its new row instead: a re-embedded item)."""
+        import numpy as np
+
         fresh: list[int] = []
         for i, item_id in enumerate(ids):
             at = self.rows.get(item_id)
@@ -294,7 +298,15 @@ class _Entry:
             self.ids.append(ids[i])
 
 
+def _zeros(shape: int | tuple[int, int], dtype: str) -> Any:
+    import numpy as np
+
+    return np.zeros(shape, dtype=dtype)
+
+
 def _grown(array: Any, capacity: int) -> Any:
+    import numpy as np
+
     grown = np.zeros((capacity, *array.shape[1:]), dtype=array.dtype)
     grown[: len(array)] = array
     return grown
@@ -372,6 +384,8 @@ def _identity_of(embedder: Embedder | str) -> tuple[str, int]:
                 f"embedder identity {embedder!r} is not of the form name@version/dimension"
             )
         return embedder, int(size)
+    from stargraph_mem.embedding import Embedder, identity
+
     if not isinstance(embedder, Embedder):
         raise StoreError(f"embedder must be an Embedder or its identity (got {embedder!r})")
     dimension = embedder.dimension
@@ -394,6 +408,8 @@ def _time_us(value: object, what: str) -> int | None:
 
 
 def _check_query(vector: object, dimension: int) -> npt.NDArray[np.float32]:
+    import numpy as np
+
     try:
         query = np.asarray(vector, dtype=np.float32)
     except (TypeError, ValueError) as exc:
@@ -436,6 +452,10 @@ def _check_words(words: object) -> list[str]:
 
 def _embedded(embedder: Embedder, texts: list[str], dimension: int) -> Matrix:
     """What ``embedder`` makes of ``texts``, checked (shape, finite values)."""
+    import numpy as np
+
+    from stargraph_mem.embedding import identity
+
     out = np.asarray(embedder.embed(texts), dtype=np.float32)
     if out.shape != (len(texts), dimension):
         raise StoreError(
@@ -557,6 +577,8 @@ class SQLVectorRepository:
     ) -> int:
         """Embed ``items`` (id, text), store their vectors and move the ``marks`` (kind,
         through) of the partition and embedder (one transaction)."""
+        from stargraph_mem.embedding import to_blob
+
         sql = _statements(self.dialect)
         rows: list[tuple[Any, ...]] = []
         if items:
@@ -702,6 +724,8 @@ class SQLVectorRepository:
 
     async def _refresh(self, entry: _Entry, key: str, ident: str, kind: Kind) -> None:
         """Bring ``entry`` up to date: the vectors stored above its seq (one read)."""
+        from stargraph_mem.embedding import from_blobs
+
         sql = _statements(self.dialect)
         text = sql.new_episode_vectors if kind == "episode" else sql.new_fact_vectors
         async with self._vectors_reading() as db:
@@ -728,6 +752,8 @@ class SQLVectorRepository:
         before: int | None,
         wanted: frozenset[str] | None,
     ) -> list[tuple[str, float]]:
+        import numpy as np
+
         n = entry.size
         while True:
             mask: npt.NDArray[np.bool_] | None = None
@@ -840,6 +866,8 @@ async def _top_k(
     matrix: Matrix, ids: Sequence[str], query: npt.NDArray[np.float32], limit: int
 ) -> list[tuple[str, float]]:
     """:func:`~stargraph_mem.embedding.top_k`, in a thread for large matrices."""
+    from stargraph_mem.embedding import top_k
+
     if matrix.shape[0] > THREAD_ROWS:
         return await asyncio.to_thread(top_k, matrix, ids, query, limit)
     return top_k(matrix, ids, query, limit)
