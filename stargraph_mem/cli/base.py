@@ -29,6 +29,7 @@ from typer._click import Context as ClickContext  # typer vendors click
 from typer.core import TyperGroup
 
 from stargraph_mem.cli.help import HelpTyper, examples_epilog, readable_params
+from stargraph_mem.cli.values import plain_values
 from stargraph_mem.errors import IRIssue, StargraphMemError, describe
 from stargraph_mem.model.limits import LIMIT_MAX, TEMPLATE_CHARS_MAX, Limits
 from stargraph_mem.model.time import NaiveTimestampError, parse_iso, utc_now
@@ -137,6 +138,7 @@ class CommandGroup(TyperGroup):
     def get_params(self, ctx: ClickContext) -> list[Any]:
         params = super().get_params(ctx)
         readable_params(params)
+        plain_values(params)
         return params
 
     def _named_shell_completion(self, ctx: ClickContext, option: str, shell: str) -> None:

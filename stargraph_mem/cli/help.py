@@ -25,6 +25,8 @@ import typer
 from typer._click import Context as ClickContext  # typer vendors click
 from typer.core import TyperArgument, TyperCommand, TyperOption
 
+from stargraph_mem.cli.values import plain_values
+
 EXAMPLES: dict[str, tuple[str, ...]] = {
     "": (
         "stargraph-mem new rules/my_pack",
@@ -228,10 +230,12 @@ class HelpCommand(TyperCommand):
         if self.epilog is None:
             self.epilog = examples_epilog(self.name or "")
         readable_params(self.params)
+        plain_values(self.params)
 
     def get_params(self, ctx: ClickContext) -> list[Any]:
         params = super().get_params(ctx)
         readable_params(params)
+        plain_values(params)
         return params
 
 
