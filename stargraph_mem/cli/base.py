@@ -28,7 +28,12 @@ import typer
 from typer._click import Context as ClickContext  # typer vendors click
 from typer.core import TyperGroup
 
-from stargraph_mem.cli.help import HelpTyper, examples_epilog, readable_params
+from stargraph_mem.cli.help import (
+    HelpTyper,
+    examples_epilog,
+    load_help_formatter,
+    readable_params,
+)
 from stargraph_mem.cli.values import plain_values
 from stargraph_mem.errors import IRIssue, StargraphMemError, describe
 from stargraph_mem.model.limits import LIMIT_MAX, TEMPLATE_CHARS_MAX, Limits
@@ -140,6 +145,10 @@ class CommandGroup(TyperGroup):
         readable_params(params)
         plain_values(params)
         return params
+
+    def format_help(self, ctx: ClickContext, formatter: Any) -> None:
+        load_help_formatter()
+        super().format_help(ctx, formatter)
 
     def _named_shell_completion(self, ctx: ClickContext, option: str, shell: str) -> None:
         """Show or install the completion script of ``shell`` (exits), as typer's options do
