@@ -13,7 +13,6 @@ valid UTF-8 are usage errors (:class:`CommandGroup`).
 
 from __future__ import annotations
 
-import logging
 import re
 import sqlite3
 import sys
@@ -361,6 +360,8 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
 def quiet_driver_logs() -> None:
     """Keep the PostgreSQL driver's own log lines (a pool dropping a dead connection) off
     stderr: commands report a lost database themselves, as one line."""
+    import logging
+
     logger = logging.getLogger("psycopg")
     if not any(isinstance(handler, logging.NullHandler) for handler in logger.handlers):
         logger.addHandler(logging.NullHandler())
