@@ -48,8 +48,12 @@ class Tree:
 
     def env(self) -> dict[str, str]:
         """The environment that makes this tree's ``stargraph_mem`` the one imported (and
-        its user cache this tree's own)."""
-        return {**os.environ, "PYTHONPATH": str(self.path), "XDG_CACHE_HOME": str(self.cache)}
+        its user cache this tree's own). Bytecode is written and read as an installed
+        package's is (``PYTHONDONTWRITEBYTECODE`` dropped): otherwise every run compiles
+        the tree's modules again, which no user pays."""
+        env = {**os.environ, "PYTHONPATH": str(self.path), "XDG_CACHE_HOME": str(self.cache)}
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        return env
 
 
 @dataclass
@@ -64,6 +68,13 @@ class Row:
     ratios: list[float] = field(default_factory=list)
     """CPU time of each run ÷ that of the floor run paired with it."""
     clips: bool | None = None
+
+
+def floor_env() -> dict[str, str]:
+    """The floor's environment: bytecode as for the trees (see :meth:`Tree.env`)."""
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
 
 
 def cli_prefix() -> list[str]:
@@ -127,7 +138,7 @@ def measure(rows: list[Row], repeat: int, cold: bool = False) -> None:
     cache), then time ``repeat`` rounds, each round running every command once right after
     a run of the floor (with ``cold``, the command's tree's user cache emptied before it)."""
     for row in rows:
-        env = row.tree.env() if row.tree else None
+        env = row.tree.env() if row.tree else floor_env()
         cwd = row.tree.path if row.tree else ROOT
         run(row.argv, env, cwd)
         if cold and row.tree is not None:
@@ -137,7 +148,7 @@ def measure(rows: list[Row], repeat: int, cold: bool = False) -> None:
     for _ in range(repeat):
         for row in commands:
             assert row.tree is not None
-            floor_wall, floor_cpu = run(floor.argv, None, ROOT)
+            floor_wall, floor_cpu = run(floor.argv, floor_env(), ROOT)
             floor.times.append(floor_wall)
             floor.cpu.append(floor_cpu)
             if cold:
