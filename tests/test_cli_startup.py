@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import typer
+from cli_probe import loaded
 from typer._coercion import build_runtime_param
 from typer.testing import CliRunner
 
@@ -22,48 +23,6 @@ from stargraph_mem.compiler import pack as pack_module
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = ROOT / "rules" / "default.yaml"
-WATCHED = (
-    "clips",
-    "numpy",
-    "pydantic",
-    "rich.markdown",
-    "stargraph_mem.ir.loader",
-    "stargraph_mem.compiler.pack",
-    "stargraph_mem.engine.api",
-    "stargraph_mem.embedding",
-)
-
-PROBE = """
-import sys
-from stargraph_mem.cli import main
-sys.argv = ["stargraph-mem", *sys.argv[1:]]
-try:
-    main()
-except SystemExit as exc:
-    code = exc.code
-else:
-    code = 0
-watched = WATCHED
-loaded = ",".join(name for name in watched if name in sys.modules)
-sys.stderr.write(f"\\nexit={code} loaded={loaded}\\n")
-""".replace("WATCHED", repr(WATCHED))
-
-
-def loaded(env: dict[str, str], *args: str) -> tuple[str, set[str]]:
-    """Run the CLI in a fresh interpreter: its exit code and the watched modules it loaded."""
-    done = subprocess.run(
-        [sys.executable, "-c", PROBE, *args],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
-    verdicts = [line for line in done.stderr.splitlines() if line.startswith("exit=")]
-    assert len(verdicts) == 1, done.stdout + done.stderr
-    code, modules = (part.split("=", 1)[1] for part in verdicts[0].split())
-    return code, set(filter(None, modules.split(",")))
 
 
 @pytest.fixture
@@ -251,9 +210,20 @@ REFUSED = [
 ]
 
 
-def _typer_coerces(param: Any, value: Any) -> Any:
+def coercions(command: str, name: str, value: Any) -> tuple[Any, Any]:
+    """Calls coercing ``value`` for the parameter ``name`` of ``command``: ours, and
+    typer's own (its pydantic adapter)."""
+    param = PARAMS[(command, name)]
+    assert isinstance(param._runtime_param, PlainValue)
     ctx = typer.Context(typer.main.get_command(app))
-    return build_runtime_param(param.type_descriptor).coerce(value, param=param, ctx=ctx)
+
+    def ours() -> Any:
+        return param._runtime_param.coerce(value, param=param, ctx=ctx)
+
+    def theirs() -> Any:
+        return build_runtime_param(param.type_descriptor).coerce(value, param=param, ctx=ctx)
+
+    return ours, theirs
 
 
 @pytest.mark.parametrize(("command", "name", "value"), CASES)
@@ -261,11 +231,7 @@ def test_plain_values_are_what_typer_makes_of_them(
     command: str, name: str, value: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(ROOT)
-    param = PARAMS[(command, name)]
-    assert isinstance(param._runtime_param, PlainValue)
-    ctx = typer.Context(typer.main.get_command(app))
-    ours = param._runtime_param.coerce(value, param=param, ctx=ctx)
-    theirs = _typer_coerces(param, value)
+    ours, theirs = (coerce() for coerce in coercions(command, name, value))
     assert ours == theirs
     assert type(ours) is type(theirs)
 
@@ -275,13 +241,12 @@ def test_refused_values_get_typers_own_message(
     command: str, name: str, value: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(ROOT)
-    param = PARAMS[(command, name)]
-    ctx = typer.Context(typer.main.get_command(app))
-    with pytest.raises(typer.BadParameter) as ours:
-        param._runtime_param.coerce(value, param=param, ctx=ctx)
-    with pytest.raises(typer.BadParameter) as theirs:
-        _typer_coerces(param, value)
-    assert ours.value.format_message() == theirs.value.format_message()
+    messages = []
+    for coerce in coercions(command, name, value):
+        with pytest.raises(typer.BadParameter) as refused:
+            coerce()
+        messages.append(refused.value.format_message())
+    assert messages[0] == messages[1]
 
 
 # --- one command built alone ------------------------------------------------------------------
