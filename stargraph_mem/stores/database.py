@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
-from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,15 +24,15 @@ from stargraph_mem.model.time import utc_now
 from stargraph_mem.stores.protocols import Database
 from stargraph_mem.stores.resources import AsyncResource, closed_on_failure
 from stargraph_mem.stores.sqlite.connection import SharedConnection, scalar, transaction
+from stargraph_mem.stores.sqlite.entities import SQLiteEntityStore
+from stargraph_mem.stores.sqlite.schedule import SQLiteScheduleStore
 from stargraph_mem.stores.sqlite.search import catch_up_text
+from stargraph_mem.stores.sqlite.vectors import SQLiteVectorStore
 from stargraph_mem.stores.sqlite_fact import SQLiteFactStore
 from stargraph_mem.stores.sqlite_memory import SQLiteMemoryStore
 from stargraph_mem.stores.url import DatabaseURL, bad_location, parse_database_url, redact
 
 if TYPE_CHECKING:
-    from stargraph_mem.stores.sqlite.entities import SQLiteEntityStore
-    from stargraph_mem.stores.sqlite.schedule import SQLiteScheduleStore
-    from stargraph_mem.stores.sqlite.vectors import SQLiteVectorStore
     from stargraph_mem.stores.tables import Table
 
 __all__ = [
@@ -46,12 +45,9 @@ __all__ = [
 
 
 class SQLiteDatabase(AsyncResource):
-    """One SQLite file: one connection shared by the repositories (so they can work
-    inside one transaction, :meth:`transaction`), plus the fact store's background
-    checkpointer while a long run asks for one.
-
-    The schedule, vector and entity repositories are made (and their modules imported)
-    on first use: a command that lists facts loads none of them."""
+    """One SQLite file: one connection shared by the three repositories (so they can
+    work inside one transaction, :meth:`transaction`), plus the fact store's background
+    checkpointer while a long run asks for one."""
 
     backend: str = "sqlite"
 
@@ -71,26 +67,11 @@ class SQLiteDatabase(AsyncResource):
         if limits is not None:
             self.memory.limits = limits
         self.facts = SQLiteFactStore(self.path, clock=clock, shared=self.connection)
-        self.clock = clock
-
-    @cached_property
-    def schedule(self) -> SQLiteScheduleStore:
-        from stargraph_mem.stores.sqlite.schedule import SQLiteScheduleStore
-
-        return SQLiteScheduleStore(self.path, clock=self.clock, shared=self.connection)
-
-    @cached_property
-    def vectors(self) -> SQLiteVectorStore:
-        from stargraph_mem.stores.sqlite.vectors import SQLiteVectorStore
-
-        return SQLiteVectorStore(self.path, clock=self.clock, shared=self.connection)
-
-    @cached_property
-    def entities(self) -> SQLiteEntityStore:
-        from stargraph_mem.stores.sqlite.entities import SQLiteEntityStore
-
-        needs = (self.memory, self.facts)
-        return SQLiteEntityStore(self.path, clock=self.clock, shared=self.connection, needs=needs)
+        self.schedule = SQLiteScheduleStore(self.path, clock=clock, shared=self.connection)
+        self.vectors = SQLiteVectorStore(self.path, clock=clock, shared=self.connection)
+        self.entities = SQLiteEntityStore(
+            self.path, clock=clock, shared=self.connection, needs=(self.memory, self.facts)
+        )
 
     @property
     def read_only_reason(self) -> str | None:
