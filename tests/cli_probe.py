@@ -10,6 +10,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 WATCHED = (
     "clips",
+    "croniter",
     "numpy",
     "pydantic",
     "rich.markdown",

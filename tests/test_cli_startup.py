@@ -54,7 +54,7 @@ def test_a_second_validate_loads_only_what_hashing_needs(
     pack.write_bytes(DEFAULT.read_bytes())
     code, first = loaded(cli_env, "validate", str(pack))
     assert code == "0"
-    assert {"clips", "stargraph_mem.compiler.pack"} <= first
+    assert {"clips", "croniter", "stargraph_mem.compiler.pack"} <= first
     assert loaded(cli_env, "validate", str(pack)) == ("0", set())
     assert loaded(cli_env, "validate", "--json", str(pack)) == ("0", set())
 
@@ -150,6 +150,15 @@ def test_a_pack_changed_while_validated_is_not_remembered(
     assert validation.validate_file(pack, tmp_path / "cache") == []
     monkeypatch.setattr(pack_module, "validate_file", real)
     assert validation.validate_file(pack, tmp_path / "cache")  # the edit is seen
+
+
+def test_the_default_cadence_is_the_validated_one() -> None:
+    from stargraph_mem.model.cadence import SLEEP_CYCLE, Cadence
+
+    validated = Cadence(cron="0 3 * * *")
+    assert validated == SLEEP_CYCLE
+    assert SLEEP_CYCLE.model_fields_set == validated.model_fields_set
+    assert SLEEP_CYCLE.model_dump() == validated.model_dump()
 
 
 def test_the_code_identity_follows_the_package_files(tmp_path: Path) -> None:

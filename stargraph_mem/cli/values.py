@@ -63,6 +63,8 @@ class PlainValue(RuntimeParam):
         if annotation is int or annotation is float:
             return self._number(annotation, value)
         if isinstance(annotation, type) and issubclass(annotation, Path):
+            if isinstance(value, Path):  # a default: typer takes it as it is too
+                value = str(value)
             if info.path_type is not None or not isinstance(value, str) or value in ("", "-"):
                 raise _NotPlain
             if "\0" in value:
