@@ -14,7 +14,8 @@ A whole pack file that validated is remembered too (:func:`validated_before`, us
 the file's bytes and absolute path, this package's version and source files (path, size
 and modification time of every module: a changed check, emitter or schema is a miss), the
 Python version and the installed libraries that decide what validation says (PyYAML,
-pydantic, croniter, CLIPS: the path, size and modification time of their modules). A hit
+pydantic, croniter, CLIPS: the path, size and modification time of the files in their
+top folder, which an upgrade rewrites). A hit
 costs hashing the file; anything else runs the whole validation, so an error is reported
 exactly as it always is, and only a file that had no issue at all is remembered.
 
