@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import cli_probe
 import pytest
 
 from stargraph_mem.compiler import build_cache
@@ -182,35 +181,11 @@ def test_the_cache_directory_follows_xdg(monkeypatch: pytest.MonkeyPatch, tmp_pa
 
 # --- commands that do not need CLIPS never import it ---------------------------------------
 
-PROBE = """
-import sys
-from stargraph_mem.cli import main
-sys.argv = ["stargraph-mem", *sys.argv[1:]]
-try:
-    main()
-except SystemExit as exc:
-    code = exc.code
-else:
-    code = 0
-sys.stderr.write(f"\\nexit={code} clips={'clips' in sys.modules}\\n")
-"""
-
 
 def loaded(env: dict[str, str], *args: str) -> tuple[str, str]:
     """Run the CLI in a fresh interpreter; its exit code and whether CLIPS was imported."""
-    done = subprocess.run(
-        [sys.executable, "-c", PROBE, *args],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
-    verdicts = [line for line in done.stderr.splitlines() if line.startswith("exit=")]
-    assert len(verdicts) == 1, done.stdout + done.stderr
-    code, clips = (part.split("=", 1)[1] for part in verdicts[0].split())
-    return code, clips
+    code, modules = cli_probe.loaded(env, *args)
+    return code, str("clips" in modules)
 
 
 @pytest.fixture

@@ -25,11 +25,34 @@ from stargraph_mem.cli import memory, facts, packs, consolidate, scheduler  # no
 from stargraph_mem.cli import recall, authoring, review, mcp  # noqa: F401
 
 # isort: on
+import copy
+import os
+import sys
+
+import typer
+
 from stargraph_mem.cli.base import app
 
-__all__ = ["app", "main"]
+__all__ = ["app", "main", "narrowed"]
+
+
+def narrowed(args: list[str]) -> typer.Typer:
+    """The app to run for the command line ``args``: when the first names a command, an
+    app holding only that command (typer builds every registered command's parameters
+    before parsing, so building one saves most of a command's start-up); otherwise, and
+    while shell completion asks, the whole app. A command runs, and its help and errors
+    read, the same either way."""
+    if not args or any(name.endswith("_COMPLETE") for name in os.environ):
+        return app
+    for info in app.registered_commands:
+        name = info.name or typer.main.get_command_name(getattr(info.callback, "__name__", ""))
+        if name == args[0]:
+            alone = copy.copy(app)
+            alone.registered_commands = [info]
+            return alone
+    return app
 
 
 def main() -> None:
     """Console-script entry point (``stargraph-mem``)."""
-    app()
+    narrowed(sys.argv[1:])()

@@ -13,7 +13,6 @@ valid UTF-8 are usage errors (:class:`CommandGroup`).
 
 from __future__ import annotations
 
-import logging
 import re
 import sqlite3
 import sys
@@ -28,7 +27,13 @@ import typer
 from typer._click import Context as ClickContext  # typer vendors click
 from typer.core import TyperGroup
 
-from stargraph_mem.cli.help import HelpTyper, examples_epilog, readable_params
+from stargraph_mem.cli.help import (
+    HelpTyper,
+    examples_epilog,
+    load_help_formatter,
+    readable_params,
+)
+from stargraph_mem.cli.values import plain_values
 from stargraph_mem.errors import IRIssue, StargraphMemError, describe
 from stargraph_mem.model.limits import LIMIT_MAX, TEMPLATE_CHARS_MAX, Limits
 from stargraph_mem.model.time import NaiveTimestampError, parse_iso, utc_now
@@ -137,7 +142,12 @@ class CommandGroup(TyperGroup):
     def get_params(self, ctx: ClickContext) -> list[Any]:
         params = super().get_params(ctx)
         readable_params(params)
+        plain_values(params)
         return params
+
+    def format_help(self, ctx: ClickContext, formatter: Any) -> None:
+        load_help_formatter()
+        super().format_help(ctx, formatter)
 
     def _named_shell_completion(self, ctx: ClickContext, option: str, shell: str) -> None:
         """Show or install the completion script of ``shell`` (exits), as typer's options do
@@ -350,6 +360,8 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
 def quiet_driver_logs() -> None:
     """Keep the PostgreSQL driver's own log lines (a pool dropping a dead connection) off
     stderr: commands report a lost database themselves, as one line."""
+    import logging
+
     logger = logging.getLogger("psycopg")
     if not any(isinstance(handler, logging.NullHandler) for handler in logger.handlers):
         logger.addHandler(logging.NullHandler())

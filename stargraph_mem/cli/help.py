@@ -16,14 +16,19 @@ the group applies :func:`readable_params` to its own options.
 
 from __future__ import annotations
 
+import sys
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from importlib import import_module
 from pathlib import PurePath
 from typing import Any
 
 import typer
 from typer._click import Context as ClickContext  # typer vendors click
 from typer.core import TyperArgument, TyperCommand, TyperOption
+
+from stargraph_mem.cli.values import plain_values
 
 EXAMPLES: dict[str, tuple[str, ...]] = {
     "": (
@@ -223,6 +228,52 @@ def readable_params(params: Sequence[Any]) -> None:
             param.help = reflow(help_text)
 
 
+DEFERRED_RICH: dict[str, str] = {"rich.markdown": "Markdown", "rich.traceback": "Traceback"}
+"""What typer's help formatter imports but our help never uses (markdown help text, pretty
+tracebacks: the app disables both), and the one name it takes from each module."""
+
+
+class _DeferredClass(type):
+    """The metaclass of a stand-in for a class not imported yet: calling the stand-in or
+    reading one of its attributes imports the real class and uses it."""
+
+    def real(cls) -> Any:
+        return getattr(import_module(cls.__module__), cls.__name__)
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        return cls.real()(*args, **kwargs)
+
+    def __getattr__(cls, name: str) -> Any:
+        return getattr(cls.real(), name)
+
+
+@contextmanager
+def _deferred_rich() -> Iterator[None]:
+    """While the block runs, ``from rich.markdown import Markdown`` (and the same of
+    :data:`DEFERRED_RICH`) gives a stand-in instead of importing the module; afterwards
+    the modules import as usual (the stand-ins then import them when used)."""
+    placed = {name: type(sys)(name) for name in DEFERRED_RICH if name not in sys.modules}
+    for name, module in placed.items():
+        stand_in = _DeferredClass(DEFERRED_RICH[name], (), {"__module__": name})
+        setattr(module, DEFERRED_RICH[name], stand_in)
+        sys.modules[name] = module
+    try:
+        yield
+    finally:
+        for name, module in placed.items():
+            if sys.modules.get(name) is module:
+                del sys.modules[name]
+
+
+def load_help_formatter() -> None:
+    """Import typer's rich help formatter without the rich modules it imports for features
+    our help does not use (:data:`DEFERRED_RICH`): a third of ``--help``'s start-up."""
+    if "typer.rich_utils" in sys.modules:
+        return
+    with _deferred_rich():
+        import_module("typer.rich_utils")
+
+
 class HelpCommand(TyperCommand):
     """A command whose help reflows, names values readably and ends with examples."""
 
@@ -233,11 +284,17 @@ class HelpCommand(TyperCommand):
         if self.epilog is None:
             self.epilog = examples_epilog(self.name or "")
         readable_params(self.params)
+        plain_values(self.params)
 
     def get_params(self, ctx: ClickContext) -> list[Any]:
         params = super().get_params(ctx)
         readable_params(params)
+        plain_values(params)
         return params
+
+    def format_help(self, ctx: ClickContext, formatter: Any) -> None:
+        load_help_formatter()
+        super().format_help(ctx, formatter)
 
 
 class HelpTyper(typer.Typer):

@@ -34,7 +34,6 @@ from stargraph_mem.cli.base import (
     usage_fail,
     using_store,
 )
-from stargraph_mem.model.canonical import default_episode_id
 from stargraph_mem.model.limits import DEFAULT_CONTENT_BYTES, DEFAULT_METADATA_BYTES, Limits
 
 if TYPE_CHECKING:
@@ -80,6 +79,7 @@ def put(
     max_metadata: MetadataLimitOption = DEFAULT_METADATA_BYTES,
 ) -> None:
     """Store one episode and print its id."""
+    from stargraph_mem.model.canonical import default_episode_id
     from stargraph_mem.model.episodes import Episode
 
     when = parse_timestamp(timestamp)

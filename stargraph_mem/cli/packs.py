@@ -34,7 +34,7 @@ def validate(
 ) -> None:
     """Check rule packs; print every problem as file:line:col: path: message (exit 1 when
     any). --json prints {"ok", "packs": [{"file", "ok", "problems": [...]}]} instead."""
-    from stargraph_mem.compiler.pack import validate_file
+    from stargraph_mem.compiler.validation import validate_file
 
     checked = [(pack, validate_file(pack)) for pack in packs]
     failed = any(issues for _, issues in checked)

@@ -12,38 +12,41 @@ from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Literal, Protocol, Self, overload, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, Self, overload, runtime_checkable
 
-import numpy.typing as npt
+from stargraph_mem.stores.fact import FactStore
+from stargraph_mem.stores.memory import IncrementalMemoryStore
 
-from stargraph_mem.embedding import Embedder
-from stargraph_mem.model.entities import Entity, EntityProfile, EntityType, LineageNeighbours
-from stargraph_mem.model.facts import Fact, FactAccess, FactHit, StatusChange, StatusEvent
-from stargraph_mem.model.layers import RecallMode
-from stargraph_mem.stores.fact import (
-    ApplyResult,
-    DeltaInput,
-    EngineFact,
-    FactStore,
-    Rejection,
-    WatermarkAdvance,
-)
-from stargraph_mem.stores.memory import (
-    CheckedRead,
-    EpisodeRecord,
-    IncrementalMemoryStore,
-    QuarantinedRow,
-)
-from stargraph_mem.stores.repositories.aggregates import (
-    AggregateRow,
-    AggregateWindow,
-    AggregateWrite,
-)
-from stargraph_mem.stores.repositories.fact_rows import PassBasis, PassWrite
-from stargraph_mem.stores.repositories.pass_time import Deferral
-from stargraph_mem.stores.repositories.schedule_runs import LeaseState, RuleRun, RunState
-from stargraph_mem.stores.repositories.vectors import BackfillReport, Kind
-from stargraph_mem.stores.scope import Partition
+if TYPE_CHECKING:  # annotations only: a store opened to list facts loads none of these
+    import numpy.typing as npt
+
+    from stargraph_mem.embedding import Embedder
+    from stargraph_mem.model.entities import (
+        Entity,
+        EntityProfile,
+        EntityType,
+        LineageNeighbours,
+    )
+    from stargraph_mem.model.facts import Fact, FactAccess, FactHit, StatusChange, StatusEvent
+    from stargraph_mem.model.layers import RecallMode
+    from stargraph_mem.stores.fact import (
+        ApplyResult,
+        DeltaInput,
+        EngineFact,
+        Rejection,
+        WatermarkAdvance,
+    )
+    from stargraph_mem.stores.memory import CheckedRead, EpisodeRecord, QuarantinedRow
+    from stargraph_mem.stores.repositories.aggregates import (
+        AggregateRow,
+        AggregateWindow,
+        AggregateWrite,
+    )
+    from stargraph_mem.stores.repositories.fact_rows import PassBasis, PassWrite
+    from stargraph_mem.stores.repositories.pass_time import Deferral
+    from stargraph_mem.stores.repositories.schedule_runs import LeaseState, RuleRun, RunState
+    from stargraph_mem.stores.repositories.vectors import BackfillReport, Kind
+    from stargraph_mem.stores.scope import Partition
 
 __all__ = [
     "ArchivedFactSource",

@@ -33,26 +33,13 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal
 
-import numpy as np
-import numpy.typing as npt
-
-from stargraph_mem.embedding import (
-    Embedder,
-    Matrix,
-    column_dot,
-    from_blobs,
-    identity,
-    to_blob,
-    top_scores,
-)
 from stargraph_mem.errors import SearchError, StoreError
 from stargraph_mem.model.deltas import FACT_STATUSES
 from stargraph_mem.model.time import to_us
@@ -61,8 +48,15 @@ from stargraph_mem.stores.memory import EpisodeRecord
 from stargraph_mem.stores.repositories.episode_rows import row_record, split_rows
 from stargraph_mem.stores.repositories.episodes import READ_COLUMNS
 from stargraph_mem.stores.repositories.search import MAX_LIMIT, MAX_WORDS, check_limit
-from stargraph_mem.stores.repositories.word_index import RowIds, WordIndexCache
 from stargraph_mem.stores.sql_conn import Conn
+
+if TYPE_CHECKING:  # numpy and the embedders load with the first vector, not with the store
+    import numpy as np
+    import numpy.typing as npt
+
+    from stargraph_mem.embedding import Embedder, Matrix
+    from stargraph_mem.stores.repositories.vector_cache import CacheEntry, VectorCache
+    from stargraph_mem.stores.repositories.word_index import WordIndexCache
 
 __all__ = [
     "EMBED_BATCH",
@@ -71,7 +65,6 @@ __all__ = [
     "VECTORS_LOCK",
     "BackfillReport",
     "SQLVectorRepository",
-    "VectorCache",
     "fact_text",
 ]
 
@@ -226,138 +219,6 @@ def _statements(dialect: Dialect) -> _Statements:
     )
 
 
-# --- the cache ----------------------------------------------------------------------------
-
-_NEVER: Final = -(2**63)
-_ALWAYS: Final = 2**63 - 1
-
-
-@dataclass(slots=True)
-class _Entry:
-    """One (partition, embedder, kind)'s vectors as the store held them at ``seq``."""
-
-    dimension: int
-    seq: int = 0
-    ids: list[str] = field(default_factory=list)
-    rows: dict[str, int] = field(default_factory=dict)
-    columns: Matrix = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
-    """The vectors as columns (shape ``(dimension, capacity)``): a sparse query reads only
-    the rows of its non-zero components (:func:`~stargraph_mem.embedding.column_dot`)."""
-    times: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    statuses: npt.NDArray[np.int16] = field(default_factory=lambda: np.zeros(0, dtype=np.int16))
-    """Each fact's status when last read (``current`` for episodes), as its
-    :func:`status_code` (comparing small integers, not strings, over every row)."""
-
-    def __post_init__(self) -> None:
-        self.columns = np.zeros((self.dimension, 0), dtype=np.float32)
-
-    @property
-    def size(self) -> int:
-        return len(self.ids)
-
-    @property
-    def nbytes(self) -> int:
-        """Roughly what the entry holds in memory (capacity included)."""
-        per_id = 120  # a short str, its dict slot and its list slot
-        return int(
-            self.columns.nbytes + self.times.nbytes + self.statuses.nbytes + per_id * self.size
-        )
-
-    def append(
-        self, ids: list[str], vectors: Matrix, times: list[int], statuses: list[str]
-    ) -> None:
-        """Add rows (an id already held gets its new row instead: a re-embedded item)."""
-        fresh: list[int] = []
-        for i, item_id in enumerate(ids):
-            at = self.rows.get(item_id)
-            if at is None:
-                fresh.append(i)
-                continue
-            self.columns[:, at] = vectors[i]
-            self.times[at] = times[i]
-            self.statuses[at] = status_code(statuses[i])
-        if not fresh:
-            return
-        n, m = self.size, len(fresh)
-        if n + m > self.columns.shape[1]:  # grow by doubling: appends stay amortised O(1)
-            capacity = max(n + m, 2 * self.columns.shape[1], 64)
-            columns = np.zeros((self.dimension, capacity), dtype=np.float32)
-            columns[:, :n] = self.columns[:, :n]
-            self.columns = columns
-            self.times = _grown(self.times, capacity)
-            self.statuses = _grown(self.statuses, capacity)
-        take = np.asarray(fresh)
-        self.columns[:, n : n + m] = vectors[take].T
-        self.times[n : n + m] = np.asarray(times, dtype=np.int64)[take]
-        for j, i in enumerate(fresh):
-            self.statuses[n + j] = status_code(statuses[i])
-            self.rows[ids[i]] = n + j
-            self.ids.append(ids[i])
-
-
-_STATUS_CODES: dict[str, int] = {}
-
-
-def status_code(status: str) -> int:
-    """A small integer standing for ``status`` in this process (given on first use)."""
-    code = _STATUS_CODES.get(status)
-    if code is None:
-        code = _STATUS_CODES.setdefault(status, len(_STATUS_CODES))
-    return code
-
-
-def _grown(array: Any, capacity: int) -> Any:
-    grown = np.zeros((capacity, *array.shape[1:]), dtype=array.dtype)
-    grown[: len(array)] = array
-    return grown
-
-
-class VectorCache:
-    """The vectors :meth:`SQLVectorRepository.nearest` ranks, kept in process per
-    (partition, embedder identity, kind), least recently used first out.
-
-    At most :attr:`max_entries` entries and about :attr:`max_bytes` of vectors, ids and
-    columns in all (default 64 entries, 256 MiB: 60,000 vectors of 384 floats take about
-    100 MiB); an entry larger than the whole cap is used for one call and not kept. An
-    entry is brought up to date at each use by reading only the vectors stored after the
-    highest seq it holds; facts' currency is checked against the store for every fact a
-    ranking returns.
-    """
-
-    def __init__(self, max_entries: int = 64, max_bytes: int = 256 * 2**20) -> None:
-        self.max_entries = max_entries
-        self.max_bytes = max_bytes
-        self._entries: OrderedDict[tuple[str, str, str], _Entry] = OrderedDict()
-
-    def get(self, key: tuple[str, str, str], dimension: int) -> _Entry:
-        entry = self._entries.get(key)
-        if entry is None or entry.dimension != dimension:
-            entry = _Entry(dimension)
-            self._entries[key] = entry
-        self._entries.move_to_end(key)
-        return entry
-
-    def settle(self) -> None:
-        """Evict the least recently used entries until within the caps."""
-        while len(self._entries) > self.max_entries or (
-            len(self._entries) > 0 and self.nbytes > self.max_bytes
-        ):
-            self._entries.popitem(last=False)
-
-    def forget(self, embedder: str | None = None) -> None:
-        """Drop every entry (of ``embedder`` only, when given)."""
-        for key in list(self._entries):
-            if embedder is None or key[1] == embedder:
-                del self._entries[key]
-
-    @property
-    def nbytes(self) -> int:
-        return sum(entry.nbytes for entry in self._entries.values())
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-
 # --- checks -------------------------------------------------------------------------------
 
 
@@ -384,6 +245,8 @@ def _identity_of(embedder: Embedder | str) -> tuple[str, int]:
                 f"embedder identity {embedder!r} is not of the form name@version/dimension"
             )
         return embedder, int(size)
+    from stargraph_mem.embedding import Embedder, identity
+
     if not isinstance(embedder, Embedder):
         raise StoreError(f"embedder must be an Embedder or its identity (got {embedder!r})")
     dimension = embedder.dimension
@@ -406,6 +269,8 @@ def _time_us(value: object, what: str) -> int | None:
 
 
 def _check_query(vector: object, dimension: int) -> npt.NDArray[np.float32]:
+    import numpy as np
+
     try:
         query = np.asarray(vector, dtype=np.float32)
     except (TypeError, ValueError) as exc:
@@ -448,6 +313,10 @@ def _check_words(words: object) -> list[str]:
 
 def _embedded(embedder: Embedder, texts: list[str], dimension: int) -> Matrix:
     """What ``embedder`` makes of ``texts``, checked (shape, finite values)."""
+    import numpy as np
+
+    from stargraph_mem.embedding import identity
+
     out = np.asarray(embedder.embed(texts), dtype=np.float32)
     if out.shape != (len(texts), dimension):
         raise StoreError(
@@ -487,6 +356,8 @@ class SQLVectorRepository:
         try:
             return self._vector_cache
         except AttributeError:
+            from stargraph_mem.stores.repositories.vector_cache import VectorCache
+
             self._vector_cache = VectorCache()
             return self._vector_cache
 
@@ -494,6 +365,8 @@ class SQLVectorRepository:
         try:
             return self._word_index_cache
         except AttributeError:
+            from stargraph_mem.stores.repositories.word_index import WordIndexCache
+
             self._word_index_cache = WordIndexCache()
             return self._word_index_cache
 
@@ -575,6 +448,8 @@ class SQLVectorRepository:
     ) -> int:
         """Embed ``items`` (id, text), store their vectors and move the ``marks`` (kind,
         through) of the partition and embedder (one transaction)."""
+        from stargraph_mem.embedding import to_blob
+
         sql = _statements(self.dialect)
         rows: list[tuple[Any, ...]] = []
         if items:
@@ -693,12 +568,14 @@ class SQLVectorRepository:
         finally:
             cache.settle()
 
-    async def _refresh(self, entry: _Entry, key: str, ident: str, kind: Kind) -> None:
+    async def _refresh(self, entry: CacheEntry, key: str, ident: str, kind: Kind) -> None:
         """Bring ``entry`` up to date: the vectors stored above its seq (one read)."""
         sql = _statements(self.dialect)
         text = sql.new_episode_vectors if kind == "episode" else sql.new_fact_vectors
         async with self._vectors_reading() as db:
             rows = await db.fetch(text, (key, ident, entry.seq))
+        from stargraph_mem.embedding import from_blobs
+
         rows = [row for row in rows if int(row[0]) > entry.seq]  # a concurrent refresh's
         if not rows:
             return
@@ -714,37 +591,20 @@ class SQLVectorRepository:
 
     async def _rank(
         self,
-        entry: _Entry,
+        entry: CacheEntry,
         query: npt.NDArray[np.float32],
         limit: int,
         after: int | None,
         before: int | None,
         wanted: frozenset[str] | None,
     ) -> list[tuple[str, float]]:
-        n = entry.size
-        if not n:
+        from stargraph_mem.stores.repositories.vector_cache import ranked_rows, scores
+
+        if not entry.size:
             return []
-        scores = await _scores(entry.columns[:, :n], query)
+        found = await scores(entry.columns[:, : entry.size], query)
         while True:
-            mask: npt.NDArray[np.bool_] | None = None
-            if after is not None or before is not None:
-                times = entry.times[:n]
-                mask = (times >= (_NEVER if after is None else after)) & (
-                    times < (_ALWAYS if before is None else before)
-                )
-            if wanted is not None:
-                statuses = entry.statuses[:n]
-                if len(wanted) == 1:
-                    (only,) = wanted
-                    keep = statuses == status_code(only)
-                else:
-                    keep = np.isin(statuses, [status_code(status) for status in wanted])
-                mask = keep if mask is None else mask & keep
-            if mask is None:
-                ranked = top_scores(scores, entry.ids, limit)
-            else:
-                rows = np.flatnonzero(mask)
-                ranked = top_scores(scores[rows], RowIds(entry.ids, rows), limit)
+            ranked = ranked_rows(entry, found, limit, after, before, wanted)
             if wanted is None or not ranked:
                 return ranked
             # a fact may have closed since it was read: check those ranked
@@ -752,8 +612,10 @@ class SQLVectorRepository:
             if not changed:
                 return ranked
 
-    async def _recheck(self, entry: _Entry, ids: list[str]) -> bool:
+    async def _recheck(self, entry: CacheEntry, ids: list[str]) -> bool:
         """Read the currency of the facts ``ids``; whether any changed."""
+        from stargraph_mem.stores.repositories.vector_cache import status_code
+
         async with self._vectors_reading() as db:
             rows = await db.fetch(_statements(self.dialect).fact_currency, (self.dialect.ids(ids),))
         now = {str(row[0]): _status(row[1], row[2]) for row in rows}
@@ -820,18 +682,6 @@ class SQLVectorRepository:
                 _statements(self.dialect).episode_times_in, (self.dialect.ids(wanted),)
             )
         return {str(row[0]): (int(row[1]), str(row[2])) for row in rows}
-
-
-THREAD_WORK: Final = 1 << 22
-"""Scoring that multiplies more floats than this (rows × non-zero query components) runs
-in a thread (numpy releases the GIL), so the event loop serves others meanwhile."""
-
-
-async def _scores(columns: Matrix, query: npt.NDArray[np.float32]) -> Matrix:
-    """:func:`~stargraph_mem.embedding.column_dot`, in a thread for large work."""
-    if columns.shape[1] * int(np.count_nonzero(query)) > THREAD_WORK:
-        return await asyncio.to_thread(column_dot, columns, query)
-    return column_dot(columns, query)
 
 
 def _status(valid_until_us: Any, status: Any) -> str:
