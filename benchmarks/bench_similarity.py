@@ -160,7 +160,7 @@ async def nightly_once(
     made = seeds(facts, rng)
     async with Consolidator(path, [pack]) as mem:
         await mem.fact_store.apply_deltas(made, pack_hash="seed")
-        await mem.memory.put_many(episodes(n, rng, 0, [d.fact.subject for d in made]))
+        await mem.memory.put_many(episodes(n, rng, 0, [str(d.fact.subject) for d in made]))
         if cold:
             runtime_for(pack)._vectors.clear()
         w0, c0 = time.perf_counter(), time.process_time()
@@ -198,7 +198,7 @@ async def record(args: argparse.Namespace) -> None:
     }
     rng = random.Random(7)
     made = seeds(args.facts, rng)
-    known = [d.fact.subject for d in made]
+    known = [str(d.fact.subject) for d in made]
     walls: dict[str, list[float]] = {"near": [], "exact": []}
     cpus: dict[str, list[float]] = {"near": [], "exact": []}
     with tempfile.TemporaryDirectory(prefix="bench-sim-") as tmp:

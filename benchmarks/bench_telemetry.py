@@ -129,14 +129,15 @@ async def streaming(
     if side is not None:
         return
     for label, column in (("wall", 1), ("CPU", 2)):
+        times = [(b[0], b[1] if column == 1 else b[2]) for b in blocks]
         found = {
-            side: [s for b in blocks if b[0] == side for s in b[column]] for side in (False, True)
+            on: [s for sdk_on, ts in times if sdk_on == on for s in ts] for on in (False, True)
         }
         without, with_ = statistics.median(found[False]), statistics.median(found[True])
         pairs = [
-            statistics.median(blocks[i + 1][column]) / statistics.median(blocks[i][column])
-            for i in range(len(blocks) - 1)
-            if not blocks[i][0] and blocks[i + 1][0]
+            statistics.median(times[i + 1][1]) / statistics.median(times[i][1])
+            for i in range(len(times) - 1)
+            if not times[i][0] and times[i + 1][0]
         ]
         print(
             f"streaming record p50 ({label}): {without * 1e3:.3f} ms without, {with_ * 1e3:.3f} "

@@ -6,6 +6,7 @@ from them, the stores keep and filter them, recall and search take a ``mode``, t
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 from contextlib import closing
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -25,7 +26,14 @@ from stargraph_mem.engine.api import Consolidator
 from stargraph_mem.errors import IRError, RecallError, SearchError
 from stargraph_mem.model.episodes import Episode
 from stargraph_mem.model.layers import episode_trust
-from stargraph_mem.stores import AddDelta, FactPattern, FactPayload, Partition, SQLiteFactStore
+from stargraph_mem.stores import (
+    AddDelta,
+    FactPattern,
+    FactPayload,
+    Partition,
+    SQLiteFactStore,
+    UpdateDelta,
+)
 from stargraph_mem.stores.postgres import PostgresDatabase, PostgresFactStore
 from stargraph_mem.stores.postgres.schema import LEDGER_TABLE
 from stargraph_mem.stores.postgres.schema import SCHEMA_VERSION as PG_SCHEMA_VERSION
@@ -33,6 +41,13 @@ from stargraph_mem.stores.postgres.schema import SCHEMA_VERSION as PG_SCHEMA_VER
 RULES = Path(__file__).parent.parent / "rules"
 NOW = datetime(2026, 3, 2, 3, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)
+
+
+def _making(deltas: Sequence[object]) -> list[AddDelta | UpdateDelta]:
+    """``deltas``, each checked to make a fact (an add or an update)."""
+    made = [d for d in deltas if isinstance(d, AddDelta | UpdateDelta)]
+    assert len(made) == len(deltas)
+    return made
 
 
 def _add(obj: str, **placed: Any) -> AddDelta:
@@ -89,7 +104,7 @@ def test_rules_place_facts_by_emit_template_and_pack_default() -> None:
         triple(3, "alice", "said", "bye", kind="opinion"),
     ]
     out = run_pass(compiled, episodes)
-    placed = [(d.fact.object, d.layer, d.memory_type) for d in out.deltas]
+    placed = [(d.fact.object, d.layer, d.memory_type) for d in _making(out.deltas)]
     assert placed == [("deploy", "procedural", "procedure"), ("hello", "semantic", "narrative")]
     (rejected,) = out.rejected
     assert rejected.episode_id == "e3"
@@ -142,6 +157,7 @@ def test_fact_patterns_see_layer_type_and_trust_and_updates_inherit_them() -> No
     ]
     out = run_pass(compile_ok(MATCH), [], facts, now=T0 + 2 * HOUR)
     (delta,) = out.deltas
+    assert isinstance(delta, UpdateDelta)
     assert delta.replaces == ["f1"]
     assert (delta.layer, delta.memory_type, delta.trust) == ("semantic", None, 0.5)
     assert out.facts_after is not None
@@ -177,7 +193,7 @@ def test_facts_made_from_episodes_take_their_least_trust() -> None:
         triple(3, "carol", "likes", "gin"),
     ]
     out = run_pass(compiled, episodes)
-    assert [(d.fact.subject, d.trust) for d in out.deltas] == [
+    assert [(d.fact.subject, d.trust) for d in _making(out.deltas)] == [
         ("alice", 0.7),
         ("bob", 0.5),
         ("carol", None),

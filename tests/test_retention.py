@@ -24,6 +24,7 @@ from stargraph_mem.engine.passes.runtime import PackRuntime
 from stargraph_mem.errors import IRError
 from stargraph_mem.ir.operators import RETENTION_MODES, retention_table
 from stargraph_mem.ir.reference import RETENTION, access_boost, retention
+from stargraph_mem.model.deltas import UpdateDelta
 from stargraph_mem.model.time import to_us
 from stargraph_mem.stores.fact import EngineFact
 
@@ -238,6 +239,7 @@ def test_the_docs_layers_example_validates_and_runs(tmp_path: Path) -> None:
     finally:
         runtime.close()
     (delta,) = out.deltas
+    assert isinstance(delta, UpdateDelta)
     assert delta.confidence == 0.4  # 10 days × 3 (trust 0.5) = one 30-day half-life
     assert delta.trust == 0.5
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import numpy.typing as npt
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -95,8 +96,8 @@ def test_column_scores_agree_with_row_scores_for_sparse_and_dense_queries() -> N
     sparse = embedder.embed(["green tea"])[0]
     assert np.count_nonzero(sparse) < len(sparse) / 2
     rng = np.random.default_rng(7)
-    dense = rng.standard_normal(matrix.shape[1]).astype(np.float32)
-    dense /= np.linalg.norm(dense)
+    drawn = rng.standard_normal(matrix.shape[1])
+    dense: npt.NDArray[np.float32] = np.asarray(drawn / np.linalg.norm(drawn), dtype=np.float32)
     for query in (sparse, dense):
         np.testing.assert_allclose(column_dot(columns, query), dot(matrix, query), atol=1e-5)
         ids = [f"e{i:03d}" for i in range(300)]
