@@ -178,3 +178,20 @@ async def test_batches_keep_partitions_apart_on_every_backend(new_location: NewL
     assert "gin" in objects[SCOPES[0]]
     for row in got:
         assert all(src.startswith(f"{row[0]}-{row[1]}-") for src in row[7])
+
+
+def test_running_no_rule_makes_no_pass() -> None:
+    """An empty selection of rules (a pack of sweeps asked for its episode rules) returns
+    at once: more episodes than a pass reads must not make it read the same ones forever."""
+
+    async def run(path: Path) -> list[object]:
+        async with Consolidator.open(path, [RULES / "default.yaml"], max_episodes=4) as c:
+            await c.memory.put_many(stream([(SCOPES[0], "ann", "likes", "x", None, None)] * 9))
+            (partition,) = await c.memory.partitions()
+            (runner,) = c.runners
+            reports = await asyncio.wait_for(runner.run(partition, now=NOW, rule_ids=[]), 10)
+            assert await runner.pending(partition) == 9  # nothing consumed
+            return list(reports)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        assert asyncio.run(run(Path(tmp) / "m.db")) == []

@@ -187,6 +187,8 @@ class PassRunner:
         """
         now = to_utc(now)
         rules = self.rules_of(rule_ids)
+        if not rules:  # an empty selection (a pack of sweeps asked for its episode rules)
+            return []
         async with self.lock:
             return await self.run_alone(
                 partition, now, rules, dry_run, legacy, stamp, runs, on_pass
