@@ -161,7 +161,8 @@ def test_lint_shipped_packs_are_clean() -> None:
     packs = sorted(str(p) for p in RULES.glob("*.yaml"))
     code, out, err = invoke("lint", *packs)
     assert (code, err) == (0, "")
-    assert out == "".join(f"ok: {p}\n" for p in packs)
+    silenced = {"memory_layers.yaml": " (4 warnings silenced)"}  # each with its reason
+    assert out == "".join(f"ok: {p}{silenced.get(Path(p).name, '')}\n" for p in packs)
 
 
 def test_lint_warnings_exit_zero_and_strict_exit_one() -> None:
