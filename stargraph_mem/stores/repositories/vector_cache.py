@@ -13,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from stargraph_mem.embedding import Matrix, column_dot, top_scores
-from stargraph_mem.stores.repositories.word_index import RowIds
+from stargraph_mem.stores.repositories.word_index import RowIds, in_window
 
 __all__ = [
     "THREAD_WORK",
@@ -26,9 +26,6 @@ __all__ = [
 
 
 # --- the cache ----------------------------------------------------------------------------
-
-_NEVER: Final = -(2**63)
-_ALWAYS: Final = 2**63 - 1
 
 
 @dataclass(slots=True)
@@ -181,12 +178,7 @@ def ranked_rows(
     id: only those whose time lies in ``[after, before)`` and, for facts, whose status is
     ``wanted`` (as last read)."""
     n = entry.size
-    mask: npt.NDArray[np.bool_] | None = None
-    if after is not None or before is not None:
-        times = entry.times[:n]
-        mask = (times >= (_NEVER if after is None else after)) & (
-            times < (_ALWAYS if before is None else before)
-        )
+    mask = in_window(entry.times[:n], after, before)
     if wanted is not None:
         statuses = entry.statuses[:n]
         if len(wanted) == 1:

@@ -61,7 +61,6 @@ if TYPE_CHECKING:  # numpy and the embedders load with the first vector, not wit
 __all__ = [
     "EMBED_BATCH",
     "KINDS",
-    "TEXT_CHUNK",
     "VECTORS_LOCK",
     "BackfillReport",
     "SQLVectorRepository",
@@ -75,8 +74,6 @@ EMBED_BATCH: Final = 512
 """The most texts one ``embed`` call receives."""
 THREAD_FROM: Final = 64
 """Batches of at least this many texts are embedded in a thread (the loop keeps running)."""
-TEXT_CHUNK: Final = 5000
-"""Episodes indexed for full text per statement and transaction."""
 VECTORS_LOCK: Final = "vectors"
 """The advisory lock vector writes hold (PostgreSQL), so their seqs commit in order."""
 TEXT_MARK_KIND: Final = "episode_text"

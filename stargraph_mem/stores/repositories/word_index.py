@@ -28,7 +28,15 @@ import numpy.typing as npt
 from stargraph_mem.embedding import top_scores
 from stargraph_mem.stores.repositories.search import fold
 
-__all__ = ["BM25_B", "BM25_K1", "RowIds", "WordIndex", "WordIndexCache", "doc_words"]
+__all__ = [
+    "BM25_B",
+    "BM25_K1",
+    "RowIds",
+    "WordIndex",
+    "WordIndexCache",
+    "doc_words",
+    "in_window",
+]
 
 BM25_K1: Final = 1.2
 BM25_B: Final = 0.75
@@ -144,15 +152,25 @@ class WordIndex:
             norm = BM25_K1 * (1.0 - BM25_B + BM25_B * lengths[rows] / average)
             scores[rows] += idf * counts * (BM25_K1 + 1.0) / (counts + norm)
             matched[rows] = True
-        if after_us is not None or before_us is not None:
-            times = self.times[:n]
-            matched &= (times >= (_NEVER if after_us is None else after_us)) & (
-                times < (_ALWAYS if before_us is None else before_us)
-            )
+        window = in_window(self.times[:n], after_us, before_us)
+        if window is not None:
+            matched &= window
         found = np.flatnonzero(matched)
         if not len(found):
             return []
         return top_scores(scores[found], RowIds(self.ids, found), limit)
+
+
+def in_window(
+    times: npt.NDArray[np.int64], after: int | None, before: int | None
+) -> npt.NDArray[np.bool_] | None:
+    """Which ``times`` lie in ``[after, before)`` (``None``: no bound given, all of them)."""
+    if after is None and before is None:
+        return None
+    low = _NEVER if after is None else after
+    high = _ALWAYS if before is None else before
+    window: npt.NDArray[np.bool_] = (times >= low) & (times < high)
+    return window
 
 
 class RowIds(Sequence[str]):
