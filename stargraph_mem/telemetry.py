@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import CallbackOptions, Meter, MeterProvider, Observation
@@ -79,6 +79,7 @@ ATTRIBUTE_KEYS: Final = frozenset(
 """Every attribute key a metric of this package carries (each with bounded values)."""
 
 Attributes = Mapping[str, str | bool | int | float]
+T = TypeVar("T")
 
 
 class Counter(Protocol):
@@ -187,6 +188,32 @@ class Instruments:
     recall_duration: Histogram = _NULL
     observed: list[Any] = field(default_factory=list, repr=False)
     """The observable instruments (kept so they live as long as the others)."""
+    live: bool = False
+    """Whether an SDK's meter made these (else :meth:`later` drops what it is given)."""
+    waiting: list[tuple[Callable[[Instruments, Any], None], Any]] = field(
+        default_factory=list, repr=False
+    )
+    """Counting put off until the SDK collects (see :meth:`later`)."""
+
+    LATER_LIMIT: ClassVar[int] = 1_000
+    """Put-off countings that wait at most (then they are done at once)."""
+
+    def later(self, count: Callable[[Instruments, T], None], what: T) -> None:
+        """Run ``count(self, what)`` when the SDK next collects (before it reads the
+        totals), not now: a streaming ``record`` pays a list append for its report's
+        counts. :attr:`LATER_LIMIT` waiting (no reader collecting) are done at once."""
+        if not self.live:
+            return
+        waiting = self.waiting
+        waiting.append((count, what))
+        if len(waiting) >= self.LATER_LIMIT:
+            self.catch_up()
+
+    def catch_up(self) -> None:
+        """Do the put-off countings, in the order they were put off."""
+        waiting, self.waiting = self.waiting, []
+        for count, what in waiting:
+            count(self, what)
 
 
 GLOBAL_CHECK_SECONDS: Final = 1.0
@@ -348,11 +375,17 @@ def _histogram(
     return spread
 
 
-def _flusher(spreads: Sequence[Spread]) -> Callable[[CallbackOptions], list[Observation]]:
-    """An observable instrument's callback that hands every spread's measurements over
-    (the SDK runs callbacks before it reads its storage) and observes nothing."""
+def _flusher(
+    spreads: Sequence[Spread], tools: list[Instruments]
+) -> Callable[[CallbackOptions], list[Observation]]:
+    """An observable instrument's callback that does the put-off countings of ``tools``
+    (its one :class:`Instruments`, once made) and hands every spread's measurements over
+    (the SDK runs callbacks in the order their instruments were made, before it reads its
+    storage: this one is made first), and observes nothing."""
 
     def flush(options: CallbackOptions) -> list[Observation]:
+        for made in tools:
+            made.catch_up()
         for spread in spreads:
             spread.flush()
         return []
@@ -364,10 +397,12 @@ def _create(meter: Meter) -> Instruments:
     """Every instrument of the package from ``meter``."""
     kept: list[Any] = []
     spreads: list[Spread] = []
-    # first: its callback hands the histograms' waiting measurements over at collection
+    made: list[Instruments] = []
+    # first: its callback does the put-off countings and hands the histograms' waiting
+    # measurements over at collection
     kept.append(
         meter.create_observable_gauge(
-            "stargraph_mem.telemetry.flush", [_flusher(spreads)], "1", "Observes nothing."
+            "stargraph_mem.telemetry.flush", [_flusher(spreads, made)], "1", "Observes nothing."
         )
     )
     out = Instruments(
@@ -463,6 +498,8 @@ def _create(meter: Meter) -> Instruments:
         ),
     ]
     out.observed = kept
+    out.live = True
+    made.append(out)
     return out
 
 

@@ -40,6 +40,7 @@ from stargraph_mem.compiler.pack import CompiledPack, compile_file, compile_text
 from stargraph_mem.engine.api import Consolidator
 from stargraph_mem.engine.operations import Backlog, JsonFormatter, log_tick, tick_fields
 from stargraph_mem.engine.passes import observe
+from stargraph_mem.engine.passes.report import PassReport
 from stargraph_mem.engine.schedule.scheduler import ConsolidationReport, Due
 from stargraph_mem.stores.scope import Partition
 
@@ -612,3 +613,63 @@ def test_a_spread_hands_its_measurements_over_when_too_many_wait() -> None:
     assert got == []
     spread.record(-1.0)
     assert len(got) == telemetry.Spread.LIMIT and got[-1] == -1.0
+
+
+async def test_a_record_s_counts_wait_until_the_sdk_collects(
+    new_location: NewLocation, otel: Otel
+) -> None:
+    """A streaming record's report is counted when the SDK collects (a list append on the
+    record's path), with the totals an immediate count gives; an SDK no longer listening
+    counts nothing of what it was not given."""
+    tools = telemetry.instruments()
+    clock = Clock(T0)
+    async with Consolidator(new_location(), packs(), clock=clock) as mem:
+        await mem.record(episode("a1", at=T0, **spo("alice", "likes", "opera")))
+        await mem.record(episode("a2", at=T0, **spo("alice", "likes", "jazz")))
+        assert len(tools.waiting) == 2  # nothing counted yet
+        points = otel.points()
+        assert tools.waiting == []
+        assert points[at("stargraph_mem.episodes.consumed", **attrs(SEED))] == 2
+        consumed = at(
+            "stargraph_mem.passes",
+            **attrs(SEED, **{"pass.kind": "episodes", "pass.outcome": "applied"}),
+        )
+        assert points[consumed] == 2
+        await mem.record(episode("a3", at=T0, **spo("alice", "likes", "tea")))
+        assert otel.points()[consumed] == 3
+
+
+def test_put_off_counts_are_done_at_once_when_too_many_wait() -> None:
+    tools = telemetry.Instruments(live=True)
+    done: list[int] = []
+    for n in range(telemetry.Instruments.LATER_LIMIT - 1):
+        tools.later(lambda _tools, k: done.append(k), n)
+    assert done == []
+    tools.later(lambda _tools, k: done.append(k), -1)
+    assert done == [*range(telemetry.Instruments.LATER_LIMIT - 1), -1]
+    assert tools.waiting == []
+    idle = telemetry.Instruments()  # no SDK: nothing is kept
+    idle.later(lambda _tools, k: done.append(k), 7)
+    assert idle.waiting == [] and done[-1] == -1
+
+
+def test_a_big_report_is_counted_at_once(otel: Otel) -> None:
+    """A report of more than a few passes (a nightly run's: it may hold many deltas) is
+    counted now, not kept until the SDK collects."""
+    tools = telemetry.instruments()
+
+    def of(passes: int) -> ConsolidationReport:
+        done = ConsolidationReport(now=T0)
+        done.passes.extend(
+            PassReport("p", "h", Partition(f"u{n}", "a"), T0, ["r"], episodes=1, applied=True)
+            for n in range(passes)
+        )
+        return done
+
+    consumed = at("stargraph_mem.episodes.consumed", **attrs("p"))
+    observe.report(of(observe.SMALL_REPORT))
+    assert len(tools.waiting) == 1
+    observe.report(of(observe.SMALL_REPORT + 1))
+    assert len(tools.waiting) == 1  # counted at once
+    assert otel.points()[consumed] == 2 * observe.SMALL_REPORT + 1
+    assert tools.waiting == []

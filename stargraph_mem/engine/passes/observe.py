@@ -82,10 +82,10 @@ def attributes(pack: str, *pairs: str) -> Mapping[str, str]:
     return {PACK: pack, **dict(zip(pairs[::2], pairs[1::2], strict=True))}
 
 
-def passes(reports: Sequence[PassReport]) -> None:
-    """Count passes, episodes, deltas, rejections and quarantines of ``reports`` (their
-    durations are recorded where their spans end: see ``PassSpan.timed``)."""
-    tools = telemetry.instruments()
+def passes(tools: telemetry.Instruments, reports: Sequence[PassReport]) -> None:
+    """Count passes, episodes, deltas, rejections and quarantines of ``reports`` into
+    ``tools`` (their durations are recorded where their spans end: see
+    ``PassSpan.timed``)."""
     for report in reports:
         pack = report.pack
         kind = "sweep" if report.sweep else "episodes"
@@ -113,14 +113,28 @@ def passes(reports: Sequence[PassReport]) -> None:
             tools.rejections.add(len(report.gated_out), gated)
 
 
+SMALL_REPORT: Final = 4
+"""Reports of at most these many passes are counted when the SDK next collects (they hold
+little); a bigger one (a nightly run's) is counted at once."""
+
+
 def report(done: ConsolidationReport) -> None:
-    """Record what one call of the Consolidator did (when an SDK listens)."""
+    """Record what one call of the Consolidator did (when an SDK listens). A small report
+    (a streaming record's) is counted when the SDK next collects, so the record pays for
+    a list append instead of the counting (the totals an SDK reads are the same)."""
     if not telemetry.enabled():
         return
-    passes(done.passes)
-    conflicts = telemetry.instruments().conflicts
+    tools = telemetry.instruments()
+    if len(done.passes) <= SMALL_REPORT:
+        tools.later(_count, done)
+    else:
+        _count(tools, done)
+
+
+def _count(tools: telemetry.Instruments, done: ConsolidationReport) -> None:
+    passes(tools, done.passes)
     for due in done.conflicts:
-        conflicts.add(1, {PACK: due.pack, CONFLICT_KIND: "scheduler"})
+        tools.conflicts.add(1, {PACK: due.pack, CONFLICT_KIND: "scheduler"})
 
 
 def stale_retry(pack: str, partition: Partition, attempt: int) -> None:
