@@ -11,7 +11,8 @@ time and keeps the partition's unconsolidated rows, as a scheduler without water
 A bare ``put`` of the same kind of episode (no cadence check, no pass), into a partition of
 its own, is the floor: blocks of 50 records and 50 puts take turns in one process, so both
 see the same machine, and the ratio record p50 ÷ put p50 is what consolidating on every
-put costs on top of storing it.
+put costs on top of storing it (wall-clock; the last column is the same ratio of CPU
+times, the figure to read on a machine other work loads).
 
 The default stream is mostly adds and repeats (each episode's object is one of five);
 ``--stream updates`` gives each episode an object of its own, so once its subject and
@@ -124,14 +125,15 @@ def percentile(values: list[float], q: float) -> float:
 
 async def streaming(
     db: Path | str, pack: CompiledPack, count: int, warmup: int, block: int = 50
-) -> tuple[list[float], list[float], list[float]]:
+) -> tuple[list[float], list[float], list[float], list[float]]:
     """Wall-clock and CPU seconds (all threads of the process) per ``record`` (put, cadence
-    check, pass committed), and wall-clock seconds per bare ``put``: blocks of ``block``
-    records and ``block`` puts in turn, in one process, so both see the same machine."""
+    check, pass committed), and the same per bare ``put``: blocks of ``block`` records and
+    ``block`` puts in turn, in one process, so both see the same machine."""
     rng = random.Random(11)
     wall: list[float] = []
     cpu: list[float] = []
     puts: list[float] = []
+    puts_cpu: list[float] = []
     async with Consolidator(db, [pack], keep_deltas=False) as mem:
         for k in range(warmup + count):
             episode = observation(10**7 + k, PARTITION.user, PARTITION.agent, rng)
@@ -143,9 +145,10 @@ async def streaming(
                 wall.append(elapsed)
                 cpu.append(used)
             if k % block == block - 1:  # a block's puts are kept when its records are
-                timed = await bare_puts(mem, rng, block, first=len(puts) + k + 1)
+                timed, used_cpu = await bare_puts(mem, rng, block, first=len(puts) + k + 1)
                 puts += timed if k >= warmup else []
-    return wall, cpu, puts
+                puts_cpu += used_cpu if k >= warmup else []
+    return wall, cpu, puts, puts_cpu
 
 
 async def baseline(db: Path, pack: CompiledPack, count: int) -> list[float]:
@@ -189,18 +192,23 @@ async def baseline(db: Path, pack: CompiledPack, count: int) -> list[float]:
     return out
 
 
-async def bare_puts(mem: Consolidator, rng: random.Random, count: int, first: int) -> list[float]:
-    """Seconds per bare ``put`` of the same kind of episode (ids from ``first`` on), into a
-    partition of their own: each record's pass still consumes one episode."""
+async def bare_puts(
+    mem: Consolidator, rng: random.Random, count: int, first: int
+) -> tuple[list[float], list[float]]:
+    """Wall-clock and CPU seconds per bare ``put`` of the same kind of episode (ids from
+    ``first`` on), into a partition of their own: each record's pass still consumes one
+    episode."""
     out: list[float] = []
+    cpu: list[float] = []
     for k in range(first, first + count):
         episode = observation(3 * 10**7 + k, PUT_USER, PARTITION.agent, rng)
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         await mem.memory.put(
             episode, user=episode.user, session=episode.session, agent=episode.agent
         )
         out.append(time.perf_counter() - t)
-    return out
+        cpu.append(time.process_time() - c)
+    return out, cpu
 
 
 PUT_USER = "bench-put-user"
@@ -230,7 +238,7 @@ async def measure(
             t = time.perf_counter()
             facts = await build(db, pack, history)
             built = time.perf_counter() - t
-            times, cpu, puts = await streaming(db, pack, count, warmup=50)
+            times, cpu, puts, puts_cpu = await streaming(db, pack, count, warmup=50)
             base = await baseline(db, pack, baseline_count) if isinstance(db, Path) else []
         finally:
             if postgres is not None:
@@ -247,6 +255,7 @@ async def measure(
         "cpu_p50_ms": percentile(cpu, 0.5) * 1e3,
         "baseline_p50_ms": percentile(base, 0.5) * 1e3 if base else float("nan"),
         "put_p50_ms": percentile(puts, 0.5) * 1e3,
+        "put_cpu_p50_ms": percentile(puts_cpu, 0.5) * 1e3,
     }
 
 
@@ -282,7 +291,7 @@ def main() -> None:
     OWN, SUBJECTS, STREAM = args.own, args.subjects, args.stream
     print(
         "history    facts  build s  p50 ms  p99 ms  p99.9 ms  max ms  mean ms  cpu p50 ms"
-        "  baseline p50 ms  ratio  put p50 ms  record/put"
+        "  baseline p50 ms  ratio  put p50 ms  record/put  put cpu p50 ms  cpu record/put"
     )
     for size in args.sizes:
         base_count = args.baseline_records if size < 500_000 else max(3, args.baseline_records // 4)
@@ -294,7 +303,8 @@ def main() -> None:
             f"{r['mean_ms']:>7.2f}  "
             f"{r['cpu_p50_ms']:>10.2f}  "
             f"{r['baseline_p50_ms']:>15.1f}  {ratio:>5.0f}x  {r['put_p50_ms']:>10.2f}  "
-            f"{r['p50_ms'] / r['put_p50_ms']:>9.1f}x",
+            f"{r['p50_ms'] / r['put_p50_ms']:>9.1f}x  {r['put_cpu_p50_ms']:>14.2f}  "
+            f"{r['cpu_p50_ms'] / r['put_cpu_p50_ms']:>12.1f}x",
             flush=True,
         )
 

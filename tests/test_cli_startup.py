@@ -44,7 +44,7 @@ def test_facts_loads_no_clips_numpy_engine_or_embedders(
     for args in ((), ("--search", "tea"), ("--json", "--user", "alice")):
         code, modules = loaded(cli_env, "facts", "--db", str(db), *args)
         assert code == "0"
-        assert modules <= {"pydantic"}  # the facts are pydantic models
+        assert modules <= {"pydantic"}  # a new file: the store makes its schema
 
 
 def test_a_second_validate_loads_only_what_hashing_needs(

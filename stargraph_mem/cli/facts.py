@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import orjson
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
     from stargraph_mem.model.facts import Fact, FactHit, FactPattern
     from stargraph_mem.stores.fact import Explanation
     from stargraph_mem.stores.protocols import FactRepository
+    from stargraph_mem.stores.sqlite.listing import Listed
 
 T = TypeVar("T")
 
@@ -40,14 +43,14 @@ def parse_confidence(value: float | None) -> float | None:
 
 def parse_limit(value: int) -> int:
     """``--limit``: an integer from 1 to the most hits a search returns (1000)."""
-    from stargraph_mem.stores.sqlite.search import MAX_LIMIT
+    from stargraph_mem.model.limits import SEARCH_HITS_MAX
 
-    if not 1 <= value <= MAX_LIMIT:
-        raise typer.BadParameter(f"must be an integer from 1 to {MAX_LIMIT}, got {value}")
+    if not 1 <= value <= SEARCH_HITS_MAX:
+        raise typer.BadParameter(f"must be an integer from 1 to {SEARCH_HITS_MAX}, got {value}")
     return value
 
 
-def fact_order(fact: Fact) -> tuple[str, str, str, str, str, str]:
+def fact_order(fact: Fact | Listed) -> tuple[str, str, str, str, str, str]:
     """How ``facts`` sorts: user, agent, subject, predicate, object, then id."""
     return (fact.user, fact.agent, fact.subject, fact.predicate, fact.object, fact.id)
 
@@ -125,8 +128,7 @@ def facts(
 ) -> None:
     """List current facts (or those current at --as-of, or those with --status), sorted by
     user, agent, subject, predicate, object and id; or search them with --search."""
-    from stargraph_mem.model.deltas import FACT_STATUSES
-    from stargraph_mem.model.facts import FactPattern
+    from stargraph_mem.model.statuses import FACT_STATUSES
 
     when = parse_aware(as_of, "--as-of")
     if search is None and (touch or limit != 10):
@@ -142,6 +144,8 @@ def facts(
     if search is None and include_challenged:
         usage_fail("--include-challenged goes with --search")
     if search is not None:
+        from stargraph_mem.model.facts import FactPattern
+
         search_facts(
             db,
             search,
@@ -159,25 +163,106 @@ def facts(
         )
         return
 
+    pattern = ListingPattern(
+        user=user,
+        agent=agent,
+        subject=subject,
+        predicate=predicate,
+        min_confidence=min_confidence,
+        status=status,
+    )
+    found = quick_listing(db, pattern, when)
+    if found is None:
+        found = stored_listing(db, pattern, when)
+    show_listing(sorted(found, key=fact_order), status, as_json)
+
+
+@dataclass(frozen=True, slots=True)
+class ListingPattern:
+    """The filters of a listing, as :class:`~stargraph_mem.model.facts.FactPattern` has
+    them, without building one (see :func:`quick_listing`)."""
+
+    user: str | None = None
+    agent: str | None = None
+    subject: str | None = None
+    predicate: str | None = None
+    min_confidence: float | None = None
+    status: str | None = None
+    object: str | None = None
+    include_history: bool = False
+    limit: int | None = None
+    layer: str | None = None
+    memory_type: str | None = None
+
+
+def quick_listing(db: str, pattern: ListingPattern, when: datetime | None) -> list[Listed] | None:
+    """The facts of a listing read straight from a SQLite file, without the store stack
+    or pydantic (:func:`~stargraph_mem.stores.sqlite.listing.list_facts`); ``None`` when
+    the store must answer: another backend, a pattern ``FactPattern`` would refuse, or a
+    file that opening would change, refuse or find corrupt."""
+    from stargraph_mem.errors import StargraphMemError
+    from stargraph_mem.model.limits import SCOPE_PART_CHARS
+    from stargraph_mem.model.time import to_us
+    from stargraph_mem.stores.sqlite.listing import list_facts
+    from stargraph_mem.stores.url import parse_database_url
+
+    for part in (pattern.user, pattern.agent):
+        if part is not None and not 1 <= len(part) <= SCOPE_PART_CHARS:
+            return None  # FactPattern refuses it: the store's way says how
+    try:
+        url = parse_database_url(db)
+        as_of_us = None if when is None else to_us(when, "as_of time")
+    except (StargraphMemError, ValueError):
+        return None
+    if url.path is None:
+        return None
+    return list_facts(url.path, pattern, as_of_us=as_of_us)
+
+
+def stored_listing(db: str, pattern: ListingPattern, when: datetime | None) -> list[Listed]:
+    """The facts of a listing as the store's ``query`` (or ``as_of``) returns them, as
+    :class:`Listed` rows (the JSON: ``Fact.model_dump_json()``)."""
+    from stargraph_mem.model.facts import FactPattern
+    from stargraph_mem.stores.sqlite.listing import Listed
+
     async def action() -> list[Fact]:
         async with opened(db, "facts") as database:
             store = database.facts
-            pattern = FactPattern(
-                user=user,
-                agent=agent,
-                subject=subject,
-                predicate=predicate,
-                min_confidence=min_confidence,
-                status=status,
+            query = FactPattern(
+                user=pattern.user,
+                agent=pattern.agent,
+                subject=pattern.subject,
+                predicate=pattern.predicate,
+                min_confidence=pattern.min_confidence,
+                status=pattern.status,
             )
             if when is not None:
-                return await store.as_of(when, pattern)
-            return await store.query(pattern)
+                return await store.as_of(when, query)
+            return await store.query(query)
 
-    found = sorted(run(action()), key=fact_order)
+    return [
+        Listed(
+            f.id,
+            f.user,
+            f.agent,
+            f.subject,
+            f.predicate,
+            f.object,
+            f.payload,
+            f.confidence,
+            f.status,
+            f.model_dump_json(),
+        )
+        for f in run(action())
+    ]
+
+
+def show_listing(found: list[Listed], status: str | None, as_json: bool) -> None:
+    """Print a listing: one JSON object per fact, or a table (with a STATUS column when
+    ``--status`` asks for other facts than the active ones, or one is not current)."""
     if as_json:
         for fact in found:
-            typer.echo(fact.model_dump_json())
+            typer.echo(fact.json)
         return
     head = ["ID", "USER", "AGENT", "SUBJECT", "PREDICATE", "CONFIDENCE", "OBJECT"]
     shown = status not in (None, "active") or any(f.status != "current" for f in found)
@@ -189,7 +274,7 @@ def facts(
     typer.echo("\n".join(aligned(rows)))
 
 
-def object_column(fact: Fact) -> str:
+def object_column(fact: Fact | Listed) -> str:
     """A table's OBJECT cell: the object, or a payload-only fact's payload as JSON."""
     if fact.has_triple:
         return fact.object

@@ -21,13 +21,12 @@ from pydantic import (
     ValidationInfo,
 )
 
+from stargraph_mem.model.ids import ID_PATTERN as ID_PATTERN  # re-export
+from stargraph_mem.model.limits import SCOPE_PART_CHARS
 from stargraph_mem.model.time import check_time_range
 
-ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
-"""Episode ids, fact ids and rule ids all match this pattern."""
-
 Identifier = Annotated[str, StringConstraints(pattern=ID_PATTERN)]
-ScopePart = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+ScopePart = Annotated[str, StringConstraints(min_length=1, max_length=SCOPE_PART_CHARS)]
 
 
 class FrozenModel(BaseModel):

@@ -32,6 +32,9 @@ from stargraph_mem.model.base import (
 )
 from stargraph_mem.model.canonical import canonical_json
 from stargraph_mem.model.layers import Layer, MemoryType
+from stargraph_mem.model.statuses import CLOSE_STATUSES as CLOSE_STATUSES  # re-export
+from stargraph_mem.model.statuses import FACT_STATUSES as FACT_STATUSES  # re-export
+from stargraph_mem.model.statuses import FLAG_STATUSES as FLAG_STATUSES  # re-export
 
 DeltaKind = Literal["add", "update", "delete", "noop"]
 
@@ -39,22 +42,6 @@ CloseStatus = Literal["deleted", "expired", "archived", "invalidated", "merged",
 """The status a delete gives the facts it names (an update closes them as ``superseded``):
 each closes them, except ``challenged``, which flags them and leaves them current (see
 :mod:`stargraph_mem.model.lifecycle`)."""
-CLOSE_STATUSES: tuple[str, ...] = (
-    "deleted",
-    "expired",
-    "archived",
-    "invalidated",
-    "merged",
-    "challenged",
-)
-"""What a delete's ``status`` may be (:data:`CloseStatus`)."""
-FLAG_STATUSES: tuple[str, ...] = ("challenged",)
-"""Statuses of a fact that stays current, flagged: readable by ``get``/``query``, left out
-of search and recall unless asked for."""
-FACT_STATUSES: tuple[str, ...] = ("current", "challenged", "superseded", *CLOSE_STATUSES[:5])
-"""Every status a fact can have: ``current`` (the specification's ``active``) or
-``challenged`` while valid, else why it was closed."""
-
 Lifecycle = Literal["new", "inherit", "reinforce"]
 """What the fact an update creates keeps of the facts it replaces:
 

@@ -20,6 +20,8 @@ __all__ = [
     "DEFAULT_METADATA_BYTES",
     "KEY_BYTES",
     "LIMIT_MAX",
+    "SCOPE_PART_CHARS",
+    "SEARCH_HITS_MAX",
     "SEARCH_TEXT_CHARS",
     "TEMPLATE_CHARS_MAX",
     "Limits",
@@ -37,6 +39,10 @@ KEY_BYTES: Final = 2_600
 """The most UTF-8 bytes of an indexed key: an episode's scope key, or a fact's partition
 key, subject and predicate together. PostgreSQL's B-tree rows hold at most 2,704 bytes
 (a third of a page); the rest is the row's header and the other columns."""
+SCOPE_PART_CHARS: Final = 256
+"""The most characters of a user or agent name in a fact pattern (``FactPattern``)."""
+SEARCH_HITS_MAX: Final = 1000
+"""The most hits one search returns (``limit``), on both backends."""
 SEARCH_TEXT_CHARS: Final = 32_768
 """The characters of a fact's text (subject, predicate, object, payload JSON) its search
 index holds, on both backends. PostgreSQL's ``tsvector`` holds at most 1 MiB; the most

@@ -11,7 +11,6 @@ import socket
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any, Final
 
 import orjson
@@ -31,10 +30,16 @@ from stargraph_mem.stores.fact import (
     WatermarkAdvance,
 )
 from stargraph_mem.stores.repositories.aggregates import AggregateWrite
+from stargraph_mem.stores.repositories.fact_filter import (
+    FACT_COLUMN_COUNT,
+    fact_select,
+    key_of,
+    pattern_filter,
+)
 from stargraph_mem.stores.repositories.fact_statements import FactStatements
 from stargraph_mem.stores.repositories.pass_time import PassTime
 from stargraph_mem.stores.repositories.schedule_runs import RuleRun
-from stargraph_mem.stores.scope import Partition, partition_key, prefix_upper_bound, user_prefix
+from stargraph_mem.stores.scope import Partition, partition_key
 from stargraph_mem.stores.sql_conn import Conn
 
 __all__ = [
@@ -67,10 +72,6 @@ KINDS: Final = DELTA_KINDS
 _UNION_TAGS: Final = frozenset({"str", "bool", "int", "float", "none"})
 """Union member names pydantic puts in error locations (binding values are a union)."""
 _EMPTY_OBJECT: Final = b"{}"
-
-FACT_COLUMN_COUNT: Final = 18
-"""How many columns ``fact_from_row`` reads (``fact_sql.FACT_COLUMNS``): a statement's
-next column is at this index."""
 FACT_INSERT_COLUMNS: Final = (
     "rowid",
     "id",
@@ -193,12 +194,6 @@ class PassWrite:
 
 
 # --- conversions ------------------------------------------------------------------------
-
-
-@lru_cache(maxsize=8192)
-def key_of(user: str, agent: str) -> str:
-    """The partition key of ``(user, agent)`` (cached: batches repeat a few partitions)."""
-    return partition_key(user, agent)
 
 
 def json_text(value: Any) -> str:
@@ -482,72 +477,11 @@ def key_problem(delta: Delta) -> str | None:
 # --- filters ------------------------------------------------------------------------------
 
 
-def pattern_filter(pattern: FactPattern, mark: str = "?") -> tuple[list[str], list[Any]]:
-    """SQL conditions and parameters for a :class:`FactPattern` (history aside); ``mark``
-    is the backend's parameter placeholder."""
-    where: list[str] = []
-    params: list[Any] = []
-    if pattern.user is not None and pattern.agent is not None:
-        where.append(f"partition_key = {mark}")
-        params.append(key_of(pattern.user, pattern.agent))
-    elif pattern.user is not None:
-        prefix = user_prefix(pattern.user)
-        where.append(f"partition_key >= {mark} AND partition_key < {mark}")
-        params += [prefix, prefix_upper_bound(prefix)]
-    elif pattern.agent is not None:
-        where.append(f"agent = {mark}")
-        params.append(pattern.agent)
-    for column in ("subject", "predicate", "object"):
-        value = getattr(pattern, column)
-        if value is not None:
-            where.append(f"{column} = {mark}")
-            params.append(value)
-    if pattern.min_confidence is not None:
-        where.append(f"confidence >= {mark}")
-        params.append(pattern.min_confidence)
-    if pattern.layer is not None:
-        where.append(f"layer = {mark}")
-        params.append(pattern.layer)
-    if pattern.memory_type is not None:
-        kinds = (
-            [pattern.memory_type] if isinstance(pattern.memory_type, str) else pattern.memory_type
-        )
-        where.append(f"memory_type IN ({', '.join(mark for _ in kinds)})" if kinds else "1 = 0")
-        params += kinds
-    return where, params
-
-
-def _status_filter(pattern: FactPattern, mark: str, params: list[Any]) -> list[str]:
-    """The condition picking ``pattern``'s statuses (none for ``all``)."""
-    status = pattern.status or ("all" if pattern.include_history else "current")
-    if status == "all":
-        return []
-    if status == "current":
-        return ["valid_until_us IS NULL"]
-    if status == "active":  # current and not flagged
-        return ["valid_until_us IS NULL", "status IS NULL"]
-    params.append(status)
-    return [f"status = {mark}"]
-
-
 def fact_query(
     sql: FactStatements, pattern: FactPattern, *, as_of_us: int | None = None
 ) -> tuple[str, list[Any]]:
     """The SQL and parameters of ``query`` (or of ``as_of`` when ``as_of_us`` is given),
     in the dialect of ``sql``."""
-    mark = sql.mark
-    where, params = pattern_filter(pattern, mark)
-    if as_of_us is not None:
-        where.append(
-            f"valid_from_us <= {mark} AND (valid_until_us IS NULL OR valid_until_us > {mark})"
-        )
-        params += [as_of_us, as_of_us]
-    else:
-        where += _status_filter(pattern, mark, params)
-    condition = " AND ".join(where) or "TRUE"
-    params.append(sql.no_limit if pattern.limit is None else pattern.limit)
-    text = (
-        f"SELECT {sql.fact_columns} FROM facts WHERE {condition} "
-        f"ORDER BY valid_from_us, id LIMIT {mark}"
+    return fact_select(
+        pattern, mark=sql.mark, columns=sql.fact_columns, no_limit=sql.no_limit, as_of_us=as_of_us
     )
-    return text, params

@@ -12,9 +12,9 @@ from typing import Final
 
 from stargraph_mem.model.deltas import DELTA_KINDS, kind_creates
 from stargraph_mem.stores.dialect import Dialect
+from stargraph_mem.stores.repositories.fact_filter import FACT_COLUMNS
 from stargraph_mem.stores.repositories.fact_rows import (
     AUDIT_INSERT_COLUMNS,
-    FACT_COLUMN_COUNT,
     FACT_INSERT_COLUMNS,
     LINEAGE_INSERT_COLUMNS,
 )
@@ -34,13 +34,6 @@ __all__ = [
     "touch",
 ]
 
-FACT_COLUMNS: Final = (
-    'id, "user", agent, subject, predicate, object, payload, confidence, valid_from_us, '
-    "valid_until_us, superseded_by, recorded_at_us, rule_id, delta_id, status, layer, "
-    "memory_type, trust"
-)
-"""The columns ``fact_from_row`` reads (``user`` quoted: a keyword in PostgreSQL)."""
-assert len(FACT_COLUMNS.split(",")) == FACT_COLUMN_COUNT
 LINEAGE_COLUMNS: Final = (
     "rule_id, pack_hash, delta_id, source_episode_ids, promotion_ts_us, confidence, reason, "
     "bindings, predecessor_ids"

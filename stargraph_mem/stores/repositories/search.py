@@ -16,7 +16,7 @@ from stargraph_mem.errors import FactNotFoundError, SearchError
 from stargraph_mem.model.base import unicode_problem
 from stargraph_mem.model.facts import FactPattern
 from stargraph_mem.model.layers import types_of_mode
-from stargraph_mem.model.limits import SEARCH_TEXT_CHARS
+from stargraph_mem.model.limits import SEARCH_HITS_MAX, SEARCH_TEXT_CHARS
 
 __all__ = [
     "MAX_LIMIT",
@@ -33,7 +33,7 @@ __all__ = [
     "search_pattern",
 ]
 
-MAX_LIMIT: Final = 1000
+MAX_LIMIT: Final = SEARCH_HITS_MAX
 """The most hits one search returns."""
 MAX_WORDS: Final = 64
 """The most words a query may hold (each is one term of the full-text match)."""

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
-import os
 import sqlite3
 import threading
 import time
@@ -36,6 +35,7 @@ from stargraph_mem.stores.mounts import network_filesystem_warning
 from stargraph_mem.stores.resources import AsyncResource, closed_on_failure
 from stargraph_mem.stores.sql_conn import Conn, Insert, Many
 from stargraph_mem.stores.sqlite.dialect import SQLITE
+from stargraph_mem.stores.sqlite.files import BUSY_TIMEOUT_MS, read_only_reason, sidecar
 from stargraph_mem.stores.sqlite.identity import APPLICATION_ID, FILE_VERSION, Identity, identify
 from stargraph_mem.stores.sqlite.inline import InlineScope, current_scope
 
@@ -68,7 +68,6 @@ __all__ = [
 
 T = TypeVar("T")
 
-BUSY_TIMEOUT_MS: Final = 30_000
 BUSY_SLICE_MS: Final = 200
 """A write transaction waits for another connection's lock this long at a time (up to
 :data:`BUSY_TIMEOUT_MS` in all), so that an interrupted wait ends promptly."""
@@ -689,29 +688,6 @@ async def stamp(db: aiosqlite.Connection) -> None:
         await db.execute(f"PRAGMA user_version={FILE_VERSION}")
 
 
-def _sidecar(path: Path, suffix: str) -> Path:
-    return path.with_name(path.name + suffix)
-
-
-def read_only_reason(path: Path) -> str | None:
-    """Why SQLite could only read ``path``; ``None`` when it can write it (or it does not
-    exist yet).
-
-    Writing needs the file and, for the rollback journal or a new write-ahead log, its
-    folder; a folder that cannot be written still allows writes when both ``-wal`` and
-    ``-shm`` exist and can be written. ``os.access`` also answers for read-only mounts.
-    """
-    if not path.exists():
-        return None
-    if not os.access(path, os.W_OK):
-        return "the file is not writable"
-    if not os.access(path.parent, os.W_OK | os.X_OK) and not all(
-        os.access(_sidecar(path, suffix), os.W_OK) for suffix in ("-wal", "-shm")
-    ):
-        return "its folder is not writable"
-    return None
-
-
 def read_only_uri(path: Path) -> str:
     """A URI that reads ``path`` without writing it or creating files beside it.
 
@@ -721,7 +697,7 @@ def read_only_uri(path: Path) -> str:
     which a read-only folder does not allow).
     """
     uri = path.resolve().as_uri()
-    live = any(_sidecar(path, suffix).exists() for suffix in ("-wal", "-journal"))
+    live = any(sidecar(path, suffix).exists() for suffix in ("-wal", "-journal"))
     return f"{uri}?mode=ro" if live else f"{uri}?mode=ro&immutable=1"
 
 
@@ -742,7 +718,7 @@ async def open_read_only(path: Path, why: str) -> aiosqlite.Connection:
             await _identify(db, path)
     except sqlite3.Error as exc:
         hint = ""
-        if _sidecar(path, "-wal").exists() and not _sidecar(path, "-shm").exists():
+        if sidecar(path, "-wal").exists() and not sidecar(path, "-shm").exists():
             hint = f" (reading {path.name}-wal needs a {path.name}-shm beside it)"
         raise StoreError(f"cannot read {where}: {exc}{hint}", read_only=where) from exc
     _READ_ONLY[db] = where
