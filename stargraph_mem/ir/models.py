@@ -273,9 +273,7 @@ class Near(_IR):
     min_cosine: float | None = Field(default=None, ge=-1, le=1, allow_inf_nan=False)
     cosine: Name | None = None
     """A variable bound to the neighbour's cosine (a number)."""
-    at_least: int | None = Field(
-        default=None, ge=1, le=MAX_CLUSTER, exclude_if=lambda v: v is None
-    )
+    at_least: int | None = Field(default=None, ge=1, le=MAX_CLUSTER, exclude_if=lambda v: v is None)
     """Clusters (a sweep only, with ``min_cosine``): the facts are grouped into clusters
     outside CLIPS (see :func:`~stargraph_mem.engine.passes.near.clusters`) and the
     neighbours of fact ``of`` are the other members of the cluster it represents, when
