@@ -906,7 +906,7 @@ class _Near:
 
     def clusters(self, rel: NearRelation) -> None:
         """A clustering test's neighbours: each large enough cluster's members, as the
-        neighbours of its representative (see :func:`~stargraph_mem.engine.passes.near.clusters`)."""
+        neighbours of its representative (see :func:`.near.clusters`)."""
         assert rel.at_least is not None and rel.min_cosine is not None  # checked by the IR
         found = self.runtime.env.eval("(find-all-facts ((?f sm-fact)) TRUE)")
         ranks = clips_ranks(found)
