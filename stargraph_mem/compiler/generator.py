@@ -243,6 +243,9 @@ class NearRelation:
     """``episode``, or the alias of the fact pattern whose neighbours these are (a sweep)."""
     top_k: int
     min_cosine: float | None
+    at_least: int | None = None
+    """Clusters: the neighbours of a fact are the other members of the cluster it
+    represents, when there are at least this many (see ``near.clusters``)."""
 
     @property
     def sweep(self) -> bool:
@@ -495,6 +498,7 @@ class Generator:
             of=near.of,
             top_k=near.top_k,
             min_cosine=near.min_cosine,
+            at_least=near.at_least,
         )
         self.near.append(rel)
         self.near_at[(info.index, j)] = rel

@@ -38,6 +38,7 @@ from stargraph_mem.ir.models import (
     MaxOp,
     MinOp,
     MultiplyOp,
+    Near,
     NotItem,
     ReinforceOp,
     RetentionOp,
@@ -370,6 +371,8 @@ class _Checker:
             self.err((*npath, "of"), "in a rule with an 'episode' pattern, near is 'of: episode'")
         elif near.of != "episode" and info.aliases.get(near.of) != "fact":
             self.err((*npath, "of"), f"'{near.of}' is not an earlier named 'fact' pattern")
+        if near.at_least is not None:
+            self.check_cluster(near, npath, episode_rule)
         if near.cosine is None:
             return
         if alias is None:
@@ -381,6 +384,27 @@ class _Checker:
             self.err((*npath, "cosine"), f"name '{near.cosine}' is already used in this rule")
         else:
             info.variables[near.cosine] = VarInfo(near.cosine, alias, "near", "cosine", "number")
+
+    def check_cluster(self, near: Near, path: PathKey, episode_rule: bool) -> None:
+        """``at_least`` (clusters): a sweep's test, with ``min_cosine``, without ``top_k``
+        (every other member of the cluster is a neighbour)."""
+        if episode_rule:
+            self.err(
+                (*path, "at_least"),
+                "clusters ('at_least') are a sweep's: a rule with an 'episode' pattern "
+                "ranks the episode's neighbours (drop 'at_least')",
+            )
+        if near.min_cosine is None:
+            self.err(
+                (*path, "at_least"),
+                "'at_least' groups facts whose cosine reaches 'min_cosine': write "
+                "'min_cosine' too (e.g. min_cosine: 0.8)",
+            )
+        if "top_k" in near.model_fields_set:
+            self.err(
+                (*path, "top_k"),
+                "with 'at_least' every other member of the cluster is a neighbour: drop 'top_k'",
+            )
 
     def check_fact_extras(
         self, info: RuleInfo, pattern: Any, path: PathKey, alias: str, kind: str

@@ -253,6 +253,9 @@ class EpisodePattern(_FieldsPattern):
 MAX_NEIGHBOURS = 100
 """The largest ``top_k`` a ``near`` test may ask for."""
 
+MAX_CLUSTER = 10_000
+"""The largest ``at_least`` a clustering ``near`` test may ask for."""
+
 
 class Near(_IR):
     """The fact must be one of the near neighbours of the episode (or, in a sweep, of an
@@ -270,6 +273,12 @@ class Near(_IR):
     min_cosine: float | None = Field(default=None, ge=-1, le=1, allow_inf_nan=False)
     cosine: Name | None = None
     """A variable bound to the neighbour's cosine (a number)."""
+    at_least: int | None = Field(default=None, ge=1, le=MAX_CLUSTER, exclude_if=lambda v: v is None)
+    """Clusters (a sweep only, with ``min_cosine``): the facts are grouped into clusters
+    outside CLIPS (see :func:`~stargraph_mem.engine.passes.near.clusters`) and the
+    neighbours of fact ``of`` are the other members of the cluster it represents, when
+    there are at least ``at_least`` of them (``at_least: 4``: a cluster of 5); ``top_k``
+    does not apply. Left out of dumps when absent, so packs without it keep their hash."""
 
 
 class FactPattern(_FieldsPattern):

@@ -18,7 +18,7 @@ from typing import Any, Final
 import numpy as np
 
 from stargraph_mem.compiler.generator import NearRelation
-from stargraph_mem.embedding import Embedder, Matrix, identity, top_k
+from stargraph_mem.embedding import SCORE_DECIMALS, Embedder, Matrix, identity, top_k
 from stargraph_mem.stores.repositories.vectors import fact_text
 
 CACHED_TEXTS: Final = 200_000
@@ -133,3 +133,60 @@ def clips_facts(found: Any) -> list[tuple[str, str]]:
         )
         for fact in found
     ]
+
+
+Rank = tuple[float, int, str]
+"""A fact's place in representative order: ``(-confidence, valid_from, id)`` (the highest
+confidence first, then the oldest, then the smallest id)."""
+
+
+def clips_ranks(found: Any) -> dict[str, Rank]:
+    """Each ``sm-fact`` of ``found``'s place in representative order, by id."""
+    out: dict[str, Rank] = {}
+    for fact in found:
+        fid = str(fact["f_id"])
+        out[fid] = (-float(fact["f_confidence"]), int(fact["f_valid_from"]), fid)
+    return out
+
+
+def clusters(
+    index: NearIndex, ranks: Mapping[str, Rank], min_cosine: float, at_least: int
+) -> list[tuple[str, list[tuple[str, float]]]]:
+    """The clusters of the facts ``index`` holds with at least ``at_least`` members besides
+    their representative: ``(representative, [(member, cosine), …] best first)``.
+
+    Leader clustering, in representative order (:data:`Rank`): each fact not yet in a
+    cluster represents a new one, which takes every fact not yet in a cluster whose cosine
+    with it (rounded as :func:`~stargraph_mem.embedding.top_k` rounds) is at
+    least ``min_cosine``. Every fact ends in exactly one cluster, every member is within
+    ``min_cosine`` of its representative (no chaining), and the representative is the
+    cluster's best fact; the order is total, so the clusters do not depend on the order
+    the facts were stored or made in. Cost: one dot product per representative."""
+    held = len(index.ids)
+    if not held:
+        return []
+    order = sorted(range(held), key=lambda row: ranks.get(index.ids[row], (0.0, 0, index.ids[row])))
+    rows = index.rows[:held]
+    free = np.ones(held, dtype=bool)
+    out: list[tuple[str, list[tuple[str, float]]]] = []
+    for lead in order:
+        if not free[lead]:
+            continue
+        free[lead] = False
+        candidates = np.flatnonzero(free)
+        if not len(candidates):
+            break
+        raw = rows[candidates] @ rows[lead]
+        scores = np.round(raw.astype(np.float64), SCORE_DECIMALS)
+        taken = candidates[scores >= min_cosine]
+        if not len(taken):
+            continue
+        free[taken] = False
+        if len(taken) < at_least:
+            continue
+        kept = scores[scores >= min_cosine]
+        members = sorted(
+            ((-float(score), index.ids[int(row)]) for row, score in zip(taken, kept, strict=True))
+        )
+        out.append((index.ids[lead], [(fid, -neg) for neg, fid in members]))
+    return out

@@ -43,7 +43,15 @@ from stargraph_mem.embedding import Embedder, identity
 from stargraph_mem.engine.passes.aggregates import HistoryFacts, HistoryInput
 from stargraph_mem.engine.passes.aggregates import compute as compute_history
 from stargraph_mem.engine.passes.layered import GONE, Gone, Layered
-from stargraph_mem.engine.passes.near import NearIndex, NearKey, VectorCache, clips_facts, statement
+from stargraph_mem.engine.passes.near import (
+    NearIndex,
+    NearKey,
+    VectorCache,
+    clips_facts,
+    clips_ranks,
+    clusters,
+    statement,
+)
 from stargraph_mem.errors import EmbedderError, EngineError
 from stargraph_mem.gcpause import gc_paused
 from stargraph_mem.ir.checks import PAYLOAD_PREFIX, VarInfo, parse_template, pattern_of
@@ -890,8 +898,20 @@ class _Near:
         self.sync()
         ids = sorted(self.index.ids)
         for rel in relations:
+            if rel.at_least is not None:
+                self.clusters(rel)
+                continue
             for fid in ids:
                 self.put(0, rel, fid, self.index.neighbours(rel, self.index.vector(fid), fid))
+
+    def clusters(self, rel: NearRelation) -> None:
+        """A clustering test's neighbours: each large enough cluster's members, as the
+        neighbours of its representative (see :func:`.near.clusters`)."""
+        assert rel.at_least is not None and rel.min_cosine is not None  # checked by the IR
+        found = self.runtime.env.eval("(find-all-facts ((?f sm-fact)) TRUE)")
+        ranks = clips_ranks(found)
+        for lead, members in clusters(self.index, ranks, rel.min_cosine, rel.at_least):
+            self.put(0, rel, lead, members)
 
     def put(self, n: int, rel: NearRelation, of: str, found: list[tuple[str, float]]) -> None:
         for fid, _ in found if self.lazy else ():
