@@ -36,13 +36,7 @@ def night(n: int) -> datetime:
 
 
 def said(
-    eid: str,
-    day: int,
-    content: str,
-    *,
-    user: str = "alice",
-    session: str | None = None,
-    **metadata: JsonValue,
+    eid: str, day: int, content: str, metadata: dict[str, JsonValue], *, user: str = "alice"
 ) -> Episode:
     """Episode ``eid`` at 09:00 on the day before night ``day``."""
     return Episode(
@@ -50,7 +44,7 @@ def said(
         content=content,
         timestamp=night(day) - timedelta(hours=18),
         user=user,
-        session=session or f"s{day}",
+        session=f"s{day}",
         agent="rag",
         metadata=metadata,
     )
@@ -114,21 +108,24 @@ READ_DAYS = (5, 40)
 """Nights before which (at 21:00 the evening before) alice's tea fact is read."""
 
 
+CONFIRM: dict[str, JsonValue] = {"subject": "alice", "predicate": "lives_in"}
+
+
 async def graph_nights(location: str) -> Nights:
     """75 nights of alice and bob: statements on day 0, a confirm on day 10, a restated
     and a corrected statement on day 20, reads of the tea fact before nights 5 and 40."""
     episodes = {
         0: [
-            said("t", 0, "alice likes tea", **spo("alice", "likes", "tea")),
-            said("o", 0, "alice likes opera", **spo("alice", "hears", "opera")),
-            said("c", 0, "alice lives in oslo", **spo("alice", "lives_in", "oslo")),
-            said("ch", 0, "alice plays chess", **spo("alice", "plays", "chess")),
-            said("j", 0, "bob likes jazz", user="bob", **spo("bob", "likes", "jazz")),
+            said("t", 0, "alice likes tea", spo("alice", "likes", "tea")),
+            said("o", 0, "alice likes opera", spo("alice", "hears", "opera")),
+            said("c", 0, "alice lives in oslo", spo("alice", "lives_in", "oslo")),
+            said("ch", 0, "alice plays chess", spo("alice", "plays", "chess")),
+            said("j", 0, "bob likes jazz", spo("bob", "likes", "jazz"), user="bob"),
         ],
-        10: [said("cf", 10, "yes, oslo", intent="confirm", subject="alice", predicate="lives_in")],
+        10: [said("cf", 10, "yes, oslo", {"intent": "confirm", **CONFIRM})],
         20: [
-            said("ch2", 20, "alice plays chess", **spo("alice", "plays", "chess")),
-            said("j2", 20, "bob likes blues", user="bob", **spo("bob", "likes", "blues")),
+            said("ch2", 20, "alice plays chess", spo("alice", "plays", "chess")),
+            said("j2", 20, "bob likes blues", spo("bob", "likes", "blues"), user="bob"),
         ],
     }
     out: Nights = {}
@@ -198,16 +195,13 @@ def memory(
     importance: float,
     **more: JsonValue,
 ) -> Episode:
-    return said(
-        eid,
-        day,
-        content,
-        subject="alice",
-        category=category,
-        confidence=confidence,
-        importance=importance,
-        **more,
-    )
+    extracted: dict[str, JsonValue] = {
+        "subject": "alice",
+        "category": category,
+        "confidence": confidence,
+        "importance": importance,
+    }
+    return said(eid, day, content, {**extracted, **more})
 
 
 async def engram_nights(location: str) -> tuple[Nights, list[str], list[str]]:
@@ -227,7 +221,7 @@ async def engram_nights(location: str) -> tuple[Nights, list[str], list[str]]:
         ],
         3: [memory("tea2", 3, "ALICE likes GREEN tea!!", "preference", 0.9, 0.6)],
         12: [memory("move2", 12, "alice might move to paris", "fact", 0.3, 0.5)],
-        10: [said("done", 10, "send the report by friday.", intent="resolve")],
+        10: [said("done", 10, "send the report by friday.", {"intent": "resolve"})],
         110: [memory("park2", 110, "alice parked on level 2", "fact", 0.5, 0.1)],
     }
     out: Nights = {}
@@ -237,8 +231,9 @@ async def engram_nights(location: str) -> tuple[Nights, list[str], list[str]]:
                 await mem.record_many(episodes[n])
             if n == 15:  # a correction names the fact the Oslo memory made
                 (oslo,) = [f for f in await mem.facts() if f.object == "Alice lives in Oslo"]
-                fix = memory("fix", 15, "Alice lives in Bergen now", "correction", 0.95, 0.7)
-                await mem.record(fix.model_copy(update={"metadata": {**fix.metadata, "replaces": [oslo.id]}}))
+                bergen = "Alice lives in Bergen now"
+                fix = memory("fix", 15, bergen, "correction", 0.95, 0.7, replaces=[oslo.id])
+                await mem.record(fix)
             await mem.consolidate(now=night(n))
             out[n] = await every_fact(mem)
         searched = await mem.search("parked level", include_history=True, touch=False)
