@@ -23,7 +23,7 @@ from stargraph_mem.compiler.sweep_sql import RETENTION_SQL
 from stargraph_mem.engine.passes.runtime import PackRuntime
 from stargraph_mem.errors import IRError
 from stargraph_mem.ir.operators import RETENTION_MODES, retention_table
-from stargraph_mem.ir.reference import RETENTION, access_boost, retention
+from stargraph_mem.ir.reference import RETENTION, access_boost, boosted, read_boost, retention
 from stargraph_mem.model.deltas import UpdateDelta
 from stargraph_mem.model.time import to_us
 from stargraph_mem.stores.fact import EngineFact
@@ -197,6 +197,64 @@ def test_ebbinghaus_from_the_last_access_with_trust_is_003s_decay() -> None:
     # from reinforced_at, as before: reads change nothing
     plain = _pack("{ebbinghaus: {fact: f, lambda: 0.1, k: 0.8}}")
     assert _nightly(plain, read, [30]).confidence == round(0.9 * math.exp(-0.1 * 30**0.8), 9)
+
+
+BOOSTED = "{ebbinghaus: {fact: f, lambda: 0.1, k: 0.8, since: last_access, boost: true}}"
+
+
+def test_read_boost_is_003s_uncapped_and_the_confidence_stays_at_most_1() -> None:
+    assert read_boost(0) == 0.0
+    assert read_boost(20) == pytest.approx(0.05 * math.log(2))
+    assert read_boost(10**6) > 0.3  # no 0.3 cap: 003 caps the confidence, not the boost
+    assert boosted(0.5, 20, read_since=True) == pytest.approx(0.5 + 0.05 * math.log(2))
+    assert boosted(0.5, 20, read_since=False) == 0.5
+    assert boosted(0.99, 10**6, read_since=True) == 1.0
+
+
+def test_ebbinghaus_boost_adds_003s_access_reinforcement_to_a_read_fact() -> None:
+    # read 4 times, last 10 days after the fact was made; a sweep 30 days after it:
+    # (0.6 + 0.05·ln(1 + 4/20)) · exp(−0.1 · 20^0.8) from the read
+    read = replace(
+        engine_fact("f1", ("s", "p", "o"), confidence=0.6),
+        access_count=4,
+        last_access_us=to_us(T0 + 10 * DAY),
+    )
+    expected = (0.6 + 0.05 * math.log(1.2)) * math.exp(-0.1 * 20**0.8)
+    assert _nightly(_pack(BOOSTED), read, [30]).confidence == round(expected, 9)
+    # never read since it was made: the plain curve
+    unread = engine_fact("f1", ("s", "p", "o"), confidence=0.6)
+    plain = 0.6 * math.exp(-0.1 * 30**0.8)
+    assert _nightly(_pack(BOOSTED), unread, [30]).confidence == round(plain, 9)
+    # the boost never lifts a confidence above 1
+    many = replace(read, confidence=1.0, access_count=10**6)
+    assert _nightly(_pack(BOOSTED), many, [10]).confidence == 1.0
+
+
+@settings(max_examples=40, deadline=None)
+@given(nights=SCHEDULES, reads=st.integers(min_value=0, max_value=5000))
+def test_ebbinghaus_boost_is_earned_once_per_read_spell(nights: list[int], reads: int) -> None:
+    """A read before the first sweep boosts once; the later sweeps (no new read) continue
+    the curve from the read, so any schedule gives the one-shot value (CLIPS' working-memory
+    value is checked against the Python one at every sweep)."""
+    start = replace(
+        engine_fact("f1", ("s", "p", "o"), confidence=0.7),
+        access_count=reads,
+        last_access_us=to_us(T0 + DAY / 2) if reads else 0,
+    )
+    total = sum(nights)
+    once = _nightly(_pack(BOOSTED), start, [total])
+    stepped = _nightly(_pack(BOOSTED), start, nights)
+    assert stepped.confidence == pytest.approx(once.confidence, abs=len(nights) * 1e-9)
+    days = total - 0.5 if reads else total
+    expected = boosted(0.7, reads, reads > 0) * math.exp(-0.1 * days**0.8)
+    assert once.confidence == pytest.approx(expected, rel=1e-6, abs=1e-9)
+
+
+def test_ebbinghaus_boost_keeps_the_hash_of_packs_without_it() -> None:
+    plain = compile_text(_pack("{ebbinghaus: {fact: f, lambda: 0.1, k: 0.8}}"))
+    explicit = compile_text(_pack("{ebbinghaus: {fact: f, lambda: 0.1, k: 0.8, boost: false}}"))
+    boosted_pack = compile_text(_pack(BOOSTED))
+    assert plain.sha256 == explicit.sha256 != boosted_pack.sha256
 
 
 @pytest.mark.parametrize(

@@ -967,7 +967,11 @@ class Generator:
             rate = clips_float(e.lambda_)
             if e.untrusted_speed != 1.0:
                 rate = f"(* {rate} {speed_expr(v, e.untrusted_speed)})"
-            return f"(* {v['confidence']} (exp (- 0.0 (* {rate} {power}))))"
+            start = v["confidence"]
+            if e.boost:
+                boosted = f"(min 1.0 (+ {start} {read_boost_expr(v['access_count'])}))"
+                start = f"(if (> {v['read_at']} {v['valid_from']}) then {boosted} else {start})"
+            return f"(* {start} (exp (- 0.0 (* {rate} {power}))))"
         if isinstance(op, RetentionOp):
             return self.retention_expr(op, ctx.decay[op.retention.fact])
         if isinstance(op, LinearDecayOp):
@@ -1471,6 +1475,8 @@ def decay_reads(conf: Any) -> dict[str, set[str]]:
             reads.add("read_at")
         if e.untrusted_speed != 1.0:
             reads.add("trust")
+        if e.boost:
+            reads.update(("read_at", "access_count"))
     elif isinstance(conf, LinearDecayOp):
         out.setdefault(conf.linear_decay.fact, set())
     elif isinstance(conf, RetentionOp):
@@ -1508,6 +1514,13 @@ def boost_expr(count: str) -> str:
     inner = f"(log (+ 1.0 (/ (float {count}) {clips_float(ACCESS_BOOST_SCALE)})))"
     raw = f"(* {clips_float(ACCESS_BOOST_PER)} {inner})"
     return f"(min {clips_float(ACCESS_BOOST_CAP)} {raw})"
+
+
+def read_boost_expr(count: str) -> str:
+    """Specification 003's access boost ``0.05·ln(1 + n/20)`` after the ``count``-th read
+    (``ebbinghaus`` with ``boost``; uncapped, the confidence it raises is capped at 1)."""
+    inner = f"(log (+ 1.0 (/ (float {count}) {clips_float(ACCESS_BOOST_SCALE)})))"
+    return f"(* {clips_float(ACCESS_BOOST_PER)} {inner})"
 
 
 def _huber_clips(x: str) -> str:

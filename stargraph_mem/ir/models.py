@@ -474,7 +474,8 @@ class Ebbinghaus(_IR):
     """``c·exp(−s·λ·days^k)``: fact ``fact``'s confidence forgotten along Ebbinghaus's
     curve, ``days`` counted from its ``reinforced_at`` (or, ``since: last_access``, from
     the later of it and its last read); ``s`` is ``untrusted_speed`` for a fact whose trust
-    is below 1.0, else 1 (applied incrementally, see the runtime)."""
+    is below 1.0, else 1; with ``boost``, ``c`` is first raised by the access boost when
+    the fact was read since its ``valid_from`` (applied incrementally, see the runtime)."""
 
     fact: Name
     lambda_: float = Field(alias="lambda", gt=0, le=1000, allow_inf_nan=False)
@@ -483,7 +484,13 @@ class Ebbinghaus(_IR):
     untrusted_speed: float = Field(
         default=1.0, ge=1, le=100, allow_inf_nan=False, exclude_if=lambda v: v == 1.0
     )
-    """Left out of dumps at their defaults, so packs that do not use them keep their hash."""
+    boost: bool = Field(default=False, exclude_if=lambda v: not v)
+    """Specification 003's access reinforcement: a fact read since its ``valid_from`` (a
+    read after the sweep that made it) restarts from ``min(1, c + 0.05·ln(1 +
+    access_count/20))`` instead of ``c``.
+
+    ``since``, ``untrusted_speed`` and ``boost`` are left out of dumps at their defaults,
+    so packs that do not use them keep their hash."""
 
 
 RetentionMode = Literal["l2", "huber", "elastic"]

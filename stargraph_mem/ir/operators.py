@@ -290,7 +290,8 @@ ACCESS_BOOST_PER: Final = 0.05
 ACCESS_BOOST_SCALE: Final = 20.0
 ACCESS_BOOST_CAP: Final = 0.3
 """Access reinforcement: ``min(0.3, 0.05·ln(1 + access_count/20))`` (003's boost, capped at
-004's +0.3)."""
+004's +0.3) in ``retention``; ``ebbinghaus`` with ``boost`` adds 003's uncapped
+``0.05·ln(1 + access_count/20)`` to the confidence, which stays at most 1."""
 
 
 def retention_table() -> str:

@@ -229,6 +229,20 @@ def access_boost(access_count: int) -> float:
     return min(ACCESS_BOOST_CAP, raw)
 
 
+def read_boost(access_count: int) -> float:
+    """``0.05·ln(1 + n/20)``: specification 003's access reinforcement after the ``n``-th
+    read (``ebbinghaus`` with ``boost``; uncapped, the confidence it raises stays <= 1)."""
+    return ACCESS_BOOST_PER * math.log(1.0 + access_count / ACCESS_BOOST_SCALE)
+
+
+def boosted(confidence: float, access_count: int, read_since: bool) -> float:
+    """The confidence an ``ebbinghaus`` with ``boost`` decays from: ``min(1, c + boost)``
+    for a fact read since its ``valid_from`` (``read_since``), else ``c``."""
+    if not read_since:
+        return confidence
+    return min(1.0, confidence + read_boost(access_count))
+
+
 def retention(mode: str, x: float, access_count: int = 0, *, boost: bool = True) -> float:
     """Retention at age ``x`` half-lives with ``access_count`` reads: ``min(1, R(x) + b)``."""
     if mode not in RETENTION:

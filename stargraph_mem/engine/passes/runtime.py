@@ -71,7 +71,7 @@ from stargraph_mem.ir.models import (
     VarConfidence,
     VarRef,
 )
-from stargraph_mem.ir.reference import ILL_TYPED, MISSING, read_value, retained
+from stargraph_mem.ir.reference import ILL_TYPED, MISSING, boosted, read_value, retained
 from stargraph_mem.ir.reference import raw_value as raw_history
 from stargraph_mem.model import lifecycle
 from stargraph_mem.model.deltas import DELTA_BY_KIND, DELTA_KINDS, DeltaBase, FactDelta, MemoryDelta
@@ -1571,7 +1571,9 @@ def _ebbinghaus(op: EbbinghausOp, fact: EngineFact, now_us: int) -> float:
     already ``c0·exp(−λ·d_prev^k)``, and which keeps ``reinforced_at`` (lifecycle
     ``inherit``); the factors telescope, so any run schedule gives ``c0·exp(−λ·d_now^k)``,
     exactly the one-shot curve. A reinforcement after ``valid_from`` restarts the curve
-    from the fact's current confidence (``d_prev`` is then 0)."""
+    from the fact's current confidence (``d_prev`` is then 0). With ``boost``, a fact read
+    since its ``valid_from`` first gains specification 003's access boost (capped at 1),
+    once per sweep that sees it."""
     e = op.ebbinghaus
     anchor = decay_start(fact, e.since)
 
@@ -1580,7 +1582,11 @@ def _ebbinghaus(op: EbbinghausOp, fact: EngineFact, now_us: int) -> float:
 
     power = days(now_us) ** e.k - days(min(fact.valid_from_us, now_us)) ** e.k
     rate = e.lambda_ if e.untrusted_speed == 1.0 else e.lambda_ * speed(fact, e.untrusted_speed)
-    return fact.confidence * math.exp(0.0 - rate * power)
+    confidence = fact.confidence
+    if e.boost:
+        read_since = fact.last_access_us > fact.valid_from_us
+        confidence = boosted(confidence, fact.access_count, read_since)
+    return confidence * math.exp(0.0 - rate * power)
 
 
 def decay_start(fact: EngineFact, since: str) -> int:
