@@ -24,6 +24,7 @@ from backends import BACKENDS, PG_URL, pg_schema
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from stargraph_mem.authoring.trace import explanation_lines
 from stargraph_mem.compiler.pack import CompiledPack, compile_file, compile_text
 from stargraph_mem.embedding import HashingEmbedder, identity
 from stargraph_mem.engine.api import Consolidator
@@ -124,6 +125,29 @@ async def test_a_fact_at_0_81_completes_a_cluster_of_5_one_at_0_79_does_not(
     else:
         assert current == sorted([REP, *TWINS, fifth])
         assert merged == {}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_explain_of_a_merged_fact_names_the_cosine_and_the_embedder(
+    backend: str, dream_cycle: CompiledPack
+) -> None:
+    """``explain`` of a fact merged into its cluster's representative says on a ``closed
+    as`` line which rule merged it, at what cosine with which fact, under which embedder."""
+    seeds = [seed(REP, 0.9, 5), *(seed(t, 0.8, 4) for t in TWINS), seed(AT_081, 0.8, 3)]
+    async with location(backend) as where, Consolidator(where, [dream_cycle]) as mem:
+        for delta in seeds:
+            await mem.fact_store.apply_deltas([delta], pack_hash="seed")
+        await mem.consolidate(now=NOW)
+        every = await mem.facts(status="all")
+        (rep,) = [f for f in every if f.status == "current"]
+        milk = next(f for f in every if f.object == AT_081)
+        assert milk.status == "merged"
+        lines = explanation_lines(await mem.explain(milk.id))
+    (closed,) = [line for line in lines if line.strip().startswith("closed as")]
+    assert closed.split("closed as", 1)[1].strip() == (
+        f"merged by merge_cluster: cosine {cosine(REP, AT_081)} with fact {rep.id} under "
+        f"embedder {identity(HASH)} (member)"
+    )
 
 
 # --- the same clusters whatever the storage order -------------------------------------

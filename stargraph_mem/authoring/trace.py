@@ -257,6 +257,35 @@ def similarity_texts(bindings: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def closing_similarity(why: Explanation) -> list[str]:
+    """What a ``near`` test decided on when the delta that closed the fact was made (a
+    cluster merged into its representative, a paraphrase folded into a fact): ``merged by
+    merge_cluster: cosine 0.93 with fact R under embedder stargraph-hash@1/256 (member)``.
+    Where the fact itself is the neighbour named, the other side is the fact it was merged
+    into (if any)."""
+    row = next((r for r in why.audit if r.delta_id == why.closed_by), None)
+    if row is None:
+        return []
+    delta = row.delta
+    bindings = delta.bindings
+    status = getattr(delta, "status", None) or delta.kind
+    out = []
+    for key in sorted(bindings):
+        if not key.endswith(".cosine"):
+            continue
+        alias = key.removesuffix(".cosine")
+        other = bindings.get(f"{alias}.fact")
+        if other == why.fact.id:
+            other = getattr(delta, "merged_into", None)
+        near = "" if other is None else f" with fact {other}"
+        embedder = bindings.get(f"{alias}.embedder")
+        out.append(
+            f"{status} by {row.rule_id}: cosine {bindings[key]}{near} under embedder "
+            f"{embedder} ({alias})"
+        )
+    return out
+
+
 def explanation_lines(why: Explanation) -> list[str]:
     """``explain``'s text: the fact's trace plus scope, validity, pack and what followed."""
     fact = why.fact
@@ -269,6 +298,7 @@ def explanation_lines(why: Explanation) -> list[str]:
     extra += [("similar", text) for text in similarity_texts(why.provenance.bindings)]
     if why.closed_by is not None:
         extra.append(("closed by", why.closed_by))
+        extra += [("closed as", text) for text in closing_similarity(why)]
     direct = set(why.provenance.predecessor_ids)
     extra += [("earlier", _known_text(p)) for p in why.predecessors if p.id not in direct]
     extra += [("successor", _known_text(s)) for s in why.successors]
