@@ -13,6 +13,7 @@ its own neighbour). Each neighbour becomes an ``sm-near`` fact; no pairwise join
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from operator import attrgetter
 from typing import Any, Final
 
 import numpy as np
@@ -20,6 +21,8 @@ import numpy as np
 from stargraph_mem.compiler.generator import NearRelation
 from stargraph_mem.embedding import Embedder, Matrix, identity, top_k
 from stargraph_mem.stores.repositories.vectors import fact_text
+
+_ID: Final = attrgetter("id")
 
 CACHED_TEXTS: Final = 200_000
 """Texts whose vectors a runtime remembers per embedder (then it starts afresh)."""
@@ -57,6 +60,8 @@ class NearIndex:
         self.ids: list[str] = []
         self.at: dict[str, int] = {}
         """Fact id → its row."""
+        self.norm = 0.0
+        """At least the largest L2 norm of a row held (for :func:`top_k`'s prefilter)."""
 
     def add(self, facts: Iterable[tuple[str, str]]) -> None:
         """``(id, text)`` of facts to rank (ids already held are left as they are)."""
@@ -69,10 +74,14 @@ class NearIndex:
             grown = np.zeros((max(need, 2 * len(self.rows)), self.rows.shape[1]), np.float32)
             grown[: len(self.ids)] = self.rows[: len(self.ids)]
             self.rows = grown
+        start = len(self.ids)
         for (fid, _), row in zip(pairs, vectors, strict=True):
             self.at[fid] = len(self.ids)
             self.rows[len(self.ids)] = row
             self.ids.append(fid)
+        block = self.rows[start : len(self.ids)].astype(np.float64)
+        largest = float(np.sqrt(np.max(np.einsum("ij,ij->i", block, block))))
+        self.norm = max(self.norm, largest * (1 + 1e-9))
 
     def remove(self, fids: Iterable[str]) -> None:
         """Forget closed facts (ids not held are ignored)."""
@@ -103,7 +112,7 @@ class NearIndex:
 
     def holds(self, facts: Sequence[Any]) -> bool:
         """Whether the index holds exactly the facts ``facts`` (by id)."""
-        return len(facts) == len(self.ids) and all(f.id in self.at for f in facts)
+        return len(facts) == len(self.ids) and all(map(self.at.__contains__, map(_ID, facts)))
 
     def vector(self, fid: str) -> Matrix:
         row: Matrix = self.rows[self.at[fid]]
@@ -115,7 +124,9 @@ class NearIndex:
         """The ``top_k`` facts nearest ``query`` with cosine ≥ ``min_cosine``, best first
         (``exclude``, a fact ranked against the others, is never its own neighbour)."""
         k = rel.top_k + (1 if exclude in self.at else 0)
-        found = top_k(self.rows[: len(self.ids)], self.ids, query, k, min_score=rel.min_cosine)
+        found = top_k(
+            self.rows[: len(self.ids)], self.ids, query, k, min_score=rel.min_cosine, norm=self.norm
+        )
         return [(fid, score) for fid, score in found if fid != exclude][: rel.top_k]
 
 

@@ -856,6 +856,7 @@ class _Near:
         self.admitted: set[str] = set()
         self._made = env.find_function("sm-made-take")
         self._gone = env.find_function("sm-gone-take")
+        self._logs = [lib.FindDeftemplate(env._env, name) for name in (b"sm-made", b"sm-gone")]
         # archived facts enter CLIPS beside these for patterns that admit them: never ranked
         if index is None:
             index = NearIndex(cache)
@@ -863,9 +864,13 @@ class _Near:
         self.index = index
 
     def sync(self) -> None:
-        """Follow the facts CLIPS made and closed since the last call (from its logs)."""
-        self.index.add(clips_facts(self._made()))
-        self.index.remove(str(fid) for fid in self._gone())
+        """Follow the facts CLIPS made and closed since the last call (from its logs; a log
+        without a fact is not called for)."""
+        made, gone = self._logs
+        if lib.GetNextFactInTemplate(made, ffi.NULL) != ffi.NULL:
+            self.index.add(clips_facts(self._made()))
+        if lib.GetNextFactInTemplate(gone, ffi.NULL) != ffi.NULL:
+            self.index.remove(str(fid) for fid in self._gone())
 
     def episode(self, n: int, record: EpisodeRecord, rules: Iterable[int]) -> None:
         """The neighbours of episode ``n`` for the ``near`` tests of ``rules`` (those that
