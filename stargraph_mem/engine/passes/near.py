@@ -49,6 +49,16 @@ class VectorCache:
             self.rows.update(zip(missing, made, strict=True))
         return [self.rows[t] for t in texts]
 
+    def seed(self, texts: Sequence[str], rows: Matrix) -> None:
+        """Take the vectors ``rows`` of ``texts`` (made by this embedder elsewhere: stored
+        ones) for the texts not held yet."""
+        if len(self.rows) + len(texts) > CACHED_TEXTS:
+            return
+        held = self.rows
+        for text, row in zip(texts, rows, strict=True):
+            if text not in held:
+                held[text] = row
+
 
 class NearIndex:
     """The facts CLIPS holds in one pass, by CLIPS fact id, with their vectors: rows of one

@@ -39,7 +39,7 @@ from stargraph_mem.compiler.generator import (
 )
 from stargraph_mem.compiler.pack import CompiledPack, CompiledRule
 from stargraph_mem.compiler.sweep_sql import is_sweep
-from stargraph_mem.embedding import Embedder, identity
+from stargraph_mem.embedding import Embedder, Matrix, identity
 from stargraph_mem.engine.passes.aggregates import HistoryFacts, HistoryInput
 from stargraph_mem.engine.passes.aggregates import compute as compute_history
 from stargraph_mem.engine.passes.layered import GONE, Gone, Layered
@@ -498,6 +498,29 @@ class PackRuntime:
         if cache is None:  # one identity, one vector per text: any instance of it will do
             cache = self._vectors[key] = VectorCache(embedder)
         return cache
+
+    def unembedded(
+        self, key: str, facts: Sequence[EngineFact], embedder: Embedder | None
+    ) -> list[EngineFact]:
+        """The facts among ``facts`` (of partition ``key``) whose statement a pass would
+        embed: none for a pack without ``near``, or when the partition's index is kept for
+        exactly these facts (a streaming record's next pass)."""
+        cache = self.vectors(embedder)
+        kept = self._near_kept.get(key)
+        if cache is None or (kept is not None and kept[0] is facts and kept[1].cache is cache):
+            return []
+        rows = cache.rows
+        return [f for f in facts if statement(f.subject, f.predicate, f.object) not in rows]
+
+    def seed_vectors(
+        self, embedder: Embedder, facts: Sequence[EngineFact], vectors: Matrix
+    ) -> None:
+        """Stored vectors of the statements of ``facts`` (one row each, of ``embedder``'s
+        identity), taken so a pass need not embed them again."""
+        cache = self.vectors(embedder)
+        if cache is not None:
+            texts = [statement(f.subject, f.predicate, f.object) for f in facts]
+            cache.seed(texts, vectors)
 
     def _builders(self) -> dict[str, _FactBuilder]:
         """One fact builder per deftemplate a pass asserts, made once (each asserts any
