@@ -80,11 +80,48 @@ rules:
 """
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
-WORDS = (
-    "tea coffee green black morning evening meeting monday tuesday project report budget "
-    "dog cat garden train station lisbon paris book film music piano running swim doctor "
-    "dentist birthday sister brother office laptop phone holiday beach the a is on my"
-).split()
+WORDS = [
+    "tea",
+    "coffee",
+    "green",
+    "black",
+    "morning",
+    "evening",
+    "meeting",
+    "monday",
+    "tuesday",
+    "project",
+    "report",
+    "budget",
+    "dog",
+    "cat",
+    "garden",
+    "train",
+    "station",
+    "lisbon",
+    "paris",
+    "book",
+    "film",
+    "music",
+    "piano",
+    "running",
+    "swim",
+    "doctor",
+    "dentist",
+    "birthday",
+    "sister",
+    "brother",
+    "office",
+    "laptop",
+    "phone",
+    "holiday",
+    "beach",
+    "the",
+    "a",
+    "is",
+    "on",
+    "my",
+]
 
 
 def sentence(rng: random.Random) -> str:
@@ -176,7 +213,7 @@ async def decisions(where: str) -> dict[str, Any]:
                             getattr(delta, "confidence", None),
                             [statement[i] for i in getattr(delta, "replaces", ()) or ()],
                             bindings.get("twin.cosine"),
-                            statement.get(str(bindings.get("twin.fact")), None),
+                            statement.get(str(bindings.get("twin.fact"))),
                         ]
                     )
             made.sort(key=json.dumps)

@@ -72,10 +72,21 @@ class NearIndex:
         """Fact id → its row."""
         self.norm = 0.0
         """At least the largest L2 norm of a row held (for :func:`top_k`'s prefilter)."""
+        self.pending: dict[str, str] = {}
+        """Facts held without a row yet (id → text): added ``later``, given their rows
+        before the next ranking (their texts embedded with the next pass's episodes)."""
 
-    def add(self, facts: Iterable[tuple[str, str]]) -> None:
-        """``(id, text)`` of facts to rank (ids already held are left as they are)."""
-        pairs = [(fid, text) for fid, text in facts if fid not in self.at]
+    def add(self, facts: Iterable[tuple[str, str]], *, later: bool = False) -> None:
+        """``(id, text)`` of facts to rank (ids already held are left as they are);
+        ``later``: held at once, embedded only when a ranking needs them."""
+        pending = self.pending
+        pairs = [(fid, text) for fid, text in facts if fid not in self.at and fid not in pending]
+        if later:
+            pending.update(pairs)
+            return
+        if pending:
+            pairs = [*pending.items(), *pairs]
+            pending.clear()
         if not pairs:
             return
         vectors = self.cache.of([text for _, text in pairs])
@@ -98,6 +109,7 @@ class NearIndex:
         for fid in fids:
             row = self.at.pop(fid, None)
             if row is None:
+                self.pending.pop(fid, None)
                 continue
             last = self.ids.pop()
             if last != fid:
@@ -108,9 +120,13 @@ class NearIndex:
     def rename(self, final: Mapping[str, str | None]) -> None:
         """Give the facts a pass made their stored ids (``None``: its delta was rejected,
         the fact is not kept)."""
+        pending = self.pending
         for temp, fid in final.items():
             row = self.at.pop(temp, None)
             if row is None:
+                text = pending.pop(temp, None)
+                if text is not None and fid is not None:
+                    pending[fid] = text
                 continue
             self.at[temp] = row
             if fid is None:
@@ -122,9 +138,14 @@ class NearIndex:
 
     def holds(self, facts: Sequence[Any]) -> bool:
         """Whether the index holds exactly the facts ``facts`` (by id)."""
-        return len(facts) == len(self.ids) and all(map(self.at.__contains__, map(_ID, facts)))
+        if len(facts) != len(self.ids) + len(self.pending):
+            return False
+        if self.pending:
+            return all(f.id in self.at or f.id in self.pending for f in facts)
+        return all(map(self.at.__contains__, map(_ID, facts)))
 
     def vector(self, fid: str) -> Matrix:
+        self.add(())  # the facts added later get their rows
         row: Matrix = self.rows[self.at[fid]]
         return row
 
@@ -133,6 +154,7 @@ class NearIndex:
     ) -> list[tuple[str, float]]:
         """The ``top_k`` facts nearest ``query`` with cosine ≥ ``min_cosine``, best first
         (``exclude``, a fact ranked against the others, is never its own neighbour)."""
+        self.add(())  # the facts added later get their rows
         k = rel.top_k + (1 if exclude in self.at else 0)
         found = top_k(
             self.rows[: len(self.ids)], self.ids, query, k, min_score=rel.min_cosine, norm=self.norm

@@ -625,7 +625,8 @@ class PackRuntime:
             if kept is not None and kept[0] is fact_list and kept[1].cache is cache:
                 index = kept[1]
             near = _Near(self, cache, builders, fact_list, lazy=lazy, index=index)
-            cache.of([record.content for record in episodes])  # one batch, not one a time
+            # one batch, not one a time (with the facts the last pass made, if kept)
+            cache.of([*near.index.pending.values(), *(record.content for record in episodes)])
             chunk = 1  # each episode ranks the facts the episodes before it left
         for start in range(0, len(episodes), chunk):
             for i in range(start, min(start + chunk, len(episodes))):
@@ -653,7 +654,7 @@ class PackRuntime:
         collector.collect(lines)
         out.facts_after = collector.facts_after()
         if near is not None and out.facts_after is not None:
-            near.sync()  # what the last episode (or the sweep) made and closed
+            near.sync(later=True)  # what the last episode (or the sweep) made and closed
             self._keep_near(job.partition.key, near.index, collector.temp, out.facts_after)
         self._account(episodes, ok_sets, groups, hist, out)
         return out
@@ -886,12 +887,15 @@ class _Near:
             index.add((f.id, statement(f.subject, f.predicate, f.object)) for f in facts)
         self.index = index
 
-    def sync(self) -> None:
+    def sync(self, *, later: bool = False) -> None:
         """Follow the facts CLIPS made and closed since the last call (from its logs; a log
-        without a fact is not called for)."""
+        without a fact is not called for); ``later``: the made facts' texts are embedded
+        when a ranking needs them (see :meth:`NearIndex.add`)."""
         made, gone = self._logs
         if lib.GetNextFactInTemplate(made, ffi.NULL) != ffi.NULL:
-            self.index.add(clips_facts(self._made()))
+            self.index.add(clips_facts(self._made()), later=later)
+        elif not later:
+            self.index.add(())  # the facts added later get their rows
         if lib.GetNextFactInTemplate(gone, ffi.NULL) != ffi.NULL:
             self.index.remove(str(fid) for fid in self._gone())
 
