@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Final, Protocol, runtime_checkable
+from typing import Any, Final, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -176,6 +176,10 @@ def top_k(
     return top_scores(dot(matrix[rows], q), picked, k, min_score=min_score)
 
 
+_rows_dot: Any = getattr(np, "vecdot", None)
+"""numpy 2's row-by-row dot product (one thread: a BLAS matrix-vector product of this
+size splits across threads, which wait for busy cores); ``@`` on numpy 1."""
+
 PREFILTER_FROM: Final = 64
 """:func:`top_k` over more rows than this scores them all with a fast product first and
 computes the exact scores of the few that could rank only."""
@@ -185,7 +189,7 @@ def _candidates(
     matrix: Matrix, query: Matrix, k: int, min_score: float | None, norm: float
 ) -> npt.NDArray[np.intp] | None:
     """The rows whose exact score (:func:`dot`) could make :func:`top_scores` keep them,
-    from a fast product (BLAS: another summation order, so slightly other values); None
+    from a fast product (another summation order, so slightly other values); None
     when that product is not finite (then every row is scored exactly).
 
     Both are ``float32`` sums of the same ``d`` products, so each differs from the true
@@ -197,12 +201,13 @@ def _candidates(
     score is at least each bound minus ``2 · margin``. Those rows hold the exact ``k``
     best, so ``top_scores`` over them finds the same ``k``-th best, keeps the same rows
     and returns the same list."""
-    fast = matrix @ query
+    fast = _rows_dot(matrix, query) if _rows_dot is not None else matrix @ query
     if not np.isfinite(fast).all():
         return None
     d = matrix.shape[1]
     gamma = d * 2.0**-24 / (1 - d * 2.0**-24) if d < 2**23 else math.inf
-    margin = 2 * gamma * norm * float(np.linalg.norm(query.astype(np.float64))) * 1.001
+    q64 = query.astype(np.float64)
+    margin = 2 * gamma * norm * math.sqrt(float(q64 @ q64)) * 1.001
     reach = 2 * margin + _SLACK + 1e-12
     if not math.isfinite(reach):
         return None
