@@ -5,7 +5,9 @@ gets ``--episodes`` new episodes, then one ``consolidate`` pass is timed. Pack A
 episode into the fact nearest in meaning (``near``, top 1, cosine ≥ 0.8) or adds it; pack B
 is the same pack deciding on the exact text instead (``object: {eq: {var: c}}``). Each
 round builds a fresh memory for each pack, A and B in turn; ``cold`` clears the runtime's
-vectors first (a nightly process that embeds every fact text once), ``warm`` keeps them.
+vectors first (a nightly process that embeds every fact text once), ``stored`` too, after
+storing the facts' vectors as a recall does (``embed_backfill``, untimed: the pass reads
+them instead of embedding), ``warm`` keeps them.
 
 ``record``: the same two packs on ``every: 1``, two memories of ``--facts`` facts each, blocks
 of ``--block`` records taking turns; p50 of a ``record`` (put + its pass), wall and CPU.
@@ -153,7 +155,7 @@ def episodes(n: int, rng: random.Random, start: int, known: list[str]) -> list[E
 
 
 async def nightly_once(
-    pack: CompiledPack, path: Path, facts: int, n: int, cold: bool
+    pack: CompiledPack, path: Path, facts: int, n: int, mode: str
 ) -> tuple[float, float]:
     """One nightly pass over the same data every time (seeded alike): wall and CPU s."""
     rng = random.Random(1)
@@ -161,7 +163,9 @@ async def nightly_once(
     async with Consolidator(path, [pack]) as mem:
         await mem.fact_store.apply_deltas(made, pack_hash="seed")
         await mem.memory.put_many(episodes(n, rng, 0, [str(d.fact.subject) for d in made]))
-        if cold:
+        if mode == "stored":  # the vectors recall stores (as after a recall), untimed
+            await mem.embed_backfill()
+        if mode != "warm":
             runtime_for(pack)._vectors.clear()
         w0, c0 = time.perf_counter(), time.process_time()
         await mem.consolidate(now=T0 + timedelta(days=1))
@@ -169,20 +173,24 @@ async def nightly_once(
 
 
 async def nightly(args: argparse.Namespace, near: CompiledPack, exact: CompiledPack) -> None:
-    for cold in (True, False):
+    for mode in args.modes:
         walls: dict[str, list[float]] = {"near": [], "exact": []}
         cpus: dict[str, list[float]] = {"near": [], "exact": []}
         with tempfile.TemporaryDirectory(prefix="bench-sim-") as tmp:
             for r in range(args.rounds + 1):  # round 0 warms the process up, untimed
                 for name, pack in (("near", near), ("exact", exact)):
-                    path = Path(tmp) / f"{name}-{r}-{cold}.db"
-                    wall, cpu = await nightly_once(pack, path, args.facts, args.episodes, cold)
+                    path = Path(tmp) / f"{name}-{r}-{mode}.db"
+                    wall, cpu = await nightly_once(pack, path, args.facts, args.episodes, mode)
                     if r:
                         walls[name].append(wall)
                         cpus[name].append(cpu)
         w = {k: statistics.median(v) * 1000 for k, v in walls.items()}
         c = {k: statistics.median(v) * 1000 for k, v in cpus.items()}
-        label = "cold (vectors cleared)" if cold else "warm (fact texts embedded before)"
+        label = {
+            "cold": "cold (vectors cleared, none stored)",
+            "stored": "cold (vectors cleared, the facts' vectors stored)",
+            "warm": "warm (fact texts embedded before)",
+        }[mode]
         print(
             f"nightly {label}: {args.facts} facts, {args.episodes} episodes, "
             f"{args.rounds} rounds: near {w['near']:.1f} ms wall ({c['near']:.1f} CPU), "
@@ -243,6 +251,9 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=300)
     parser.add_argument("--block", type=int, default=20)
     parser.add_argument("--parts", nargs="+", default=["nightly", "record"])
+    parser.add_argument(
+        "--modes", nargs="+", default=["cold", "stored", "warm"], choices=["cold", "stored", "warm"]
+    )
     args = parser.parse_args()
     near, exact = compile_text(NEAR_PACK), compile_text(EXACT_PACK)
     print(f"load average: {Path('/proc/loadavg').read_text().split()[:3]}")

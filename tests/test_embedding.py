@@ -24,9 +24,11 @@ from hypothesis import strategies as st
 from stargraph_mem.embedding import (
     DEFAULT_EMBEDDER_SPEC,
     EMBEDDER_SPECS,
+    PREFILTER_FROM,
     Embedder,
     HashingEmbedder,
     SentenceTransformerEmbedder,
+    dot,
     from_blob,
     from_blobs,
     hashing,
@@ -286,6 +288,55 @@ def test_top_k_does_not_depend_on_row_order(
     assert ranked == top_k(matrix[order], [ids[i] for i in order], q, k)
     assert ranked == sorted(ranked, key=lambda hit: (-hit[1], hit[0]))
     assert len(ranked) == min(k, len(texts))
+
+
+@st.composite
+def rankings(draw: st.DrawFn) -> tuple[np.ndarray, list[str], np.ndarray, int, float | None]:
+    """Many rows (past the prefilter's threshold), some repeated or nearly repeated so
+    that scores tie or differ in the last bits, a query, ``k`` and a ``min_score``."""
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    dimension = draw(st.sampled_from([8, 32, 256, 384]))
+    n = draw(st.integers(PREFILTER_FROM + 1, 400))
+    rows = rng.standard_normal((n, dimension))
+    if draw(st.booleans()):  # sparse rows, like the hashing embedder's
+        rows *= rng.random((n, dimension)) < 0.3
+    twins = rng.integers(0, n, size=n // 3)
+    rows[twins[1:]] = rows[twins[:-1]] * (1 + rng.standard_normal((len(twins) - 1, 1)) * 1e-7)
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    matrix = np.divide(rows, norms, out=np.zeros_like(rows), where=norms > 0).astype(np.float32)
+    query = matrix[int(rng.integers(0, n))] if draw(st.booleans()) else matrix.mean(axis=0)
+    query = (query / max(float(np.linalg.norm(query)), 1e-9)).astype(np.float32)
+    k = draw(st.sampled_from([1, 2, 5, 100]))
+    min_score = draw(st.sampled_from([None, -1.0, 0.0, 0.3, 0.8, 0.999999]))
+    ids = [f"id{i:04d}" for i in rng.permutation(n)]
+    return matrix, ids, query, k, min_score
+
+
+@settings(max_examples=300, deadline=None)
+@given(case=rankings())
+def test_the_prefiltered_top_k_is_the_exact_one(
+    case: tuple[np.ndarray, list[str], np.ndarray, int, float | None],
+) -> None:
+    """Given a bound on the rows' norms, ``top_k`` scores exactly only the rows a fast
+    product says could rank: the very same list, scores to the bit."""
+    matrix, ids, query, k, min_score = case
+    exact = top_k(matrix, ids, query, k, min_score=min_score)
+    largest = float(np.linalg.norm(matrix.astype(np.float64), axis=1).max())
+    assert top_k(matrix, ids, query, k, min_score=min_score, norm=largest) == exact
+    assert top_k(matrix, ids, query, k, min_score=min_score, norm=2 * largest) == exact
+
+
+def test_exact_scores_of_some_rows_are_those_of_all_rows() -> None:
+    """The prefilter recomputes a few rows' scores by themselves: each row's dot product
+    is summed the same way whatever rows come with it."""
+    rng = np.random.default_rng(7)
+    for dimension in (8, 256, 384):
+        matrix = rng.standard_normal((500, dimension)).astype(np.float32)
+        query = rng.standard_normal(dimension).astype(np.float32)
+        every = dot(matrix, query)
+        for size in (1, 2, 3, 7, 64, 499):
+            rows = rng.choice(500, size=size, replace=False)
+            assert dot(matrix[rows], query).tobytes() == every[rows].tobytes()
 
 
 # --- load_embedder -------------------------------------------------------------------

@@ -13,8 +13,9 @@ the ``embeddings`` extra bundles it) or ``sentence-transformers:<path-or-name>``
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from typing import Final, Protocol, runtime_checkable
+from typing import Any, Final, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -26,6 +27,7 @@ from stargraph_mem.errors import EmbedderError
 __all__ = [
     "DEFAULT_EMBEDDER_SPEC",
     "EMBEDDER_SPECS",
+    "PREFILTER_FROM",
     "SCORE_DECIMALS",
     "SPARSE_SHARE",
     "Embedder",
@@ -33,6 +35,7 @@ __all__ = [
     "Matrix",
     "SentenceTransformerEmbedder",
     "column_dot",
+    "dot",
     "from_blob",
     "from_blobs",
     "identity",
@@ -150,15 +153,70 @@ def top_k(
     k: int,
     *,
     min_score: float | None = None,
+    norm: float | None = None,
 ) -> list[tuple[str, float]]:
     """The ``k`` rows most similar to ``query`` as ``(id, cosine)``, best first: scores
     rounded to :data:`SCORE_DECIMALS` places, ties broken by id (ascending); rows below
-    ``min_score`` left out. Rows and query are unit length, so cosine is a dot product."""
+    ``min_score`` left out. Rows and query are unit length, so cosine is a dot product.
+
+    ``norm``, when given, is at least the largest L2 norm of a row: then the exact scores
+    (:func:`dot`) of only the rows that could rank are computed (see
+    :func:`_candidates`); the result is the same."""
     if len(ids) != matrix.shape[0]:
         raise ValueError(f"{len(ids)} ids for {matrix.shape[0]} vectors")
     if k <= 0 or not len(ids):
         return []
-    return top_scores(dot(matrix, query), ids, k, min_score=min_score)
+    q = np.asarray(query, dtype=np.float32)
+    rows = None
+    if norm is not None and len(ids) > PREFILTER_FROM:
+        rows = _candidates(matrix, q, k, min_score, norm)
+    if rows is None:
+        return top_scores(dot(matrix, q), ids, k, min_score=min_score)
+    picked = [ids[int(i)] for i in rows]
+    return top_scores(dot(matrix[rows], q), picked, k, min_score=min_score)
+
+
+_rows_dot: Any = getattr(np, "vecdot", None)
+"""numpy 2's row-by-row dot product (one thread: a BLAS matrix-vector product of this
+size splits across threads, which wait for busy cores); ``@`` on numpy 1."""
+
+PREFILTER_FROM: Final = 64
+""":func:`top_k` over more rows than this scores them all with a fast product first and
+computes the exact scores of the few that could rank only."""
+
+
+def _candidates(
+    matrix: Matrix, query: Matrix, k: int, min_score: float | None, norm: float
+) -> npt.NDArray[np.intp] | None:
+    """The rows whose exact score (:func:`dot`) could make :func:`top_scores` keep them,
+    from a fast product (another summation order, so slightly other values); None
+    when that product is not finite (then every row is scored exactly).
+
+    Both are ``float32`` sums of the same ``d`` products, so each differs from the true
+    dot product by at most ``γ_d · Σ|m_j q_j| ≤ γ_d ‖m‖ ‖q‖`` (``γ_d = d·u / (1 − d·u)``,
+    ``u = 2**-24``, whatever the order of the sums), and from each other by at most twice
+    that: ``margin``. A row ``top_scores`` keeps has an exact score at least
+    ``min_score − _SLACK`` and at least the exact ``k``-th best minus ``_SLACK``; the
+    exact ``k``-th best is at least the fast ``k``-th best minus ``margin``; so its fast
+    score is at least each bound minus ``2 · margin``. Those rows hold the exact ``k``
+    best, so ``top_scores`` over them finds the same ``k``-th best, keeps the same rows
+    and returns the same list."""
+    fast = _rows_dot(matrix, query) if _rows_dot is not None else matrix @ query
+    if not np.isfinite(fast).all():
+        return None
+    d = matrix.shape[1]
+    gamma = d * 2.0**-24 / (1 - d * 2.0**-24) if d < 2**23 else math.inf
+    q64 = query.astype(np.float64)
+    margin = 2 * gamma * norm * math.sqrt(float(q64 @ q64)) * 1.001
+    reach = 2 * margin + _SLACK + 1e-12
+    if not math.isfinite(reach):
+        return None
+    rows = np.flatnonzero(fast >= min_score - reach) if min_score is not None else None
+    pool = fast if rows is None else fast[rows]
+    if len(pool) > k:
+        near = np.flatnonzero(pool >= _kth(pool, k) - reach)
+        rows = near if rows is None else rows[near]
+    return np.arange(len(fast)) if rows is None else rows
 
 
 _SLACK: Final = 1e-5

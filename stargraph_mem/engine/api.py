@@ -154,6 +154,7 @@ class Consolidator(AsyncResource):
                 worker=worker,
                 fact_bytes=self.limits.fact_bytes,
                 embedder=self.embedder,
+                vectors=self.database.vectors,
             )
             for compiled in self.packs
         ]

@@ -20,7 +20,7 @@ from stargraph_mem.stores.memory import IncrementalMemoryStore
 if TYPE_CHECKING:  # annotations only: a store opened to list facts loads none of these
     import numpy.typing as npt
 
-    from stargraph_mem.embedding import Embedder
+    from stargraph_mem.embedding import Embedder, Matrix
     from stargraph_mem.model.entities import (
         Entity,
         EntityProfile,
@@ -345,6 +345,10 @@ class VectorRepository(Protocol):
     async def episodes(self, ids: Sequence[str]) -> list[EpisodeRecord]: ...
 
     async def episode_times(self, ids: Sequence[str]) -> dict[str, tuple[int, str]]: ...
+
+    async def fact_vectors(
+        self, partition_key: str, embedder: Embedder | str, ids: Sequence[str]
+    ) -> tuple[list[str], Matrix]: ...
 
 
 class EntityRepository(Protocol):

@@ -13,6 +13,7 @@ its own neighbour). Each neighbour becomes an ``sm-near`` fact; no pairwise join
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from operator import attrgetter
 from typing import Any, Final
 
 import numpy as np
@@ -20,6 +21,8 @@ import numpy as np
 from stargraph_mem.compiler.generator import NearRelation
 from stargraph_mem.embedding import SCORE_DECIMALS, Embedder, Matrix, identity, top_k
 from stargraph_mem.stores.repositories.vectors import fact_text
+
+_ID: Final = attrgetter("id")
 
 CACHED_TEXTS: Final = 200_000
 """Texts whose vectors a runtime remembers per embedder (then it starts afresh)."""
@@ -46,6 +49,16 @@ class VectorCache:
             self.rows.update(zip(missing, made, strict=True))
         return [self.rows[t] for t in texts]
 
+    def seed(self, texts: Sequence[str], rows: Matrix) -> None:
+        """Take the vectors ``rows`` of ``texts`` (made by this embedder elsewhere: stored
+        ones) for the texts not held yet."""
+        if len(self.rows) + len(texts) > CACHED_TEXTS:
+            return
+        held = self.rows
+        for text, row in zip(texts, rows, strict=True):
+            if text not in held:
+                held[text] = row
+
 
 class NearIndex:
     """The facts CLIPS holds in one pass, by CLIPS fact id, with their vectors: rows of one
@@ -57,10 +70,23 @@ class NearIndex:
         self.ids: list[str] = []
         self.at: dict[str, int] = {}
         """Fact id → its row."""
+        self.norm = 0.0
+        """At least the largest L2 norm of a row held (for :func:`top_k`'s prefilter)."""
+        self.pending: dict[str, str] = {}
+        """Facts held without a row yet (id → text): added ``later``, given their rows
+        before the next ranking (their texts embedded with the next pass's episodes)."""
 
-    def add(self, facts: Iterable[tuple[str, str]]) -> None:
-        """``(id, text)`` of facts to rank (ids already held are left as they are)."""
-        pairs = [(fid, text) for fid, text in facts if fid not in self.at]
+    def add(self, facts: Iterable[tuple[str, str]], *, later: bool = False) -> None:
+        """``(id, text)`` of facts to rank (ids already held are left as they are);
+        ``later``: held at once, embedded only when a ranking needs them."""
+        pending = self.pending
+        pairs = [(fid, text) for fid, text in facts if fid not in self.at and fid not in pending]
+        if later:
+            pending.update(pairs)
+            return
+        if pending:
+            pairs = [*pending.items(), *pairs]
+            pending.clear()
         if not pairs:
             return
         vectors = self.cache.of([text for _, text in pairs])
@@ -69,16 +95,21 @@ class NearIndex:
             grown = np.zeros((max(need, 2 * len(self.rows)), self.rows.shape[1]), np.float32)
             grown[: len(self.ids)] = self.rows[: len(self.ids)]
             self.rows = grown
+        start = len(self.ids)
         for (fid, _), row in zip(pairs, vectors, strict=True):
             self.at[fid] = len(self.ids)
             self.rows[len(self.ids)] = row
             self.ids.append(fid)
+        block = self.rows[start : len(self.ids)].astype(np.float64)
+        largest = float(np.sqrt(np.max(np.einsum("ij,ij->i", block, block))))
+        self.norm = max(self.norm, largest * (1 + 1e-9))
 
     def remove(self, fids: Iterable[str]) -> None:
         """Forget closed facts (ids not held are ignored)."""
         for fid in fids:
             row = self.at.pop(fid, None)
             if row is None:
+                self.pending.pop(fid, None)
                 continue
             last = self.ids.pop()
             if last != fid:
@@ -89,9 +120,13 @@ class NearIndex:
     def rename(self, final: Mapping[str, str | None]) -> None:
         """Give the facts a pass made their stored ids (``None``: its delta was rejected,
         the fact is not kept)."""
+        pending = self.pending
         for temp, fid in final.items():
             row = self.at.pop(temp, None)
             if row is None:
+                text = pending.pop(temp, None)
+                if text is not None and fid is not None:
+                    pending[fid] = text
                 continue
             self.at[temp] = row
             if fid is None:
@@ -103,9 +138,14 @@ class NearIndex:
 
     def holds(self, facts: Sequence[Any]) -> bool:
         """Whether the index holds exactly the facts ``facts`` (by id)."""
-        return len(facts) == len(self.ids) and all(f.id in self.at for f in facts)
+        if len(facts) != len(self.ids) + len(self.pending):
+            return False
+        if self.pending:
+            return all(f.id in self.at or f.id in self.pending for f in facts)
+        return all(map(self.at.__contains__, map(_ID, facts)))
 
     def vector(self, fid: str) -> Matrix:
+        self.add(())  # the facts added later get their rows
         row: Matrix = self.rows[self.at[fid]]
         return row
 
@@ -114,8 +154,11 @@ class NearIndex:
     ) -> list[tuple[str, float]]:
         """The ``top_k`` facts nearest ``query`` with cosine ≥ ``min_cosine``, best first
         (``exclude``, a fact ranked against the others, is never its own neighbour)."""
+        self.add(())  # the facts added later get their rows
         k = rel.top_k + (1 if exclude in self.at else 0)
-        found = top_k(self.rows[: len(self.ids)], self.ids, query, k, min_score=rel.min_cosine)
+        found = top_k(
+            self.rows[: len(self.ids)], self.ids, query, k, min_score=rel.min_cosine, norm=self.norm
+        )
         return [(fid, score) for fid, score in found if fid != exclude][: rel.top_k]
 
 

@@ -18,10 +18,10 @@ from contextlib import AsyncExitStack, suppress
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import partial
-from typing import Literal
+from typing import Final, Literal, Protocol
 
 from stargraph_mem.compiler.pack import CompiledPack, CompiledRule
-from stargraph_mem.embedding import Embedder
+from stargraph_mem.embedding import Embedder, Matrix
 from stargraph_mem.engine.limits import DEFAULT_MAX_EPISODES
 from stargraph_mem.engine.passes import observe
 from stargraph_mem.engine.passes.aggregates import HistoryInput, HistoryRead, load_history
@@ -79,6 +79,19 @@ holding at most this many facts in all (the least recent are dropped first; a pa
 with more is read again each pass), instead of reading them again."""
 
 
+STORED_VECTORS_FROM: Final = 32
+"""A pass that would embed at least this many fact statements first looks for their stored
+vectors (one read); fewer are embedded at once."""
+
+
+class StoredVectors(Protocol):
+    """Where facts' stored vectors are read (the store's vector repository)."""
+
+    async def fact_vectors(
+        self, partition_key: str, embedder: Embedder, ids: Sequence[str]
+    ) -> tuple[list[str], Matrix]: ...
+
+
 class PassRunner:
     """Runs passes of one compiled pack against a memory store and a fact store."""
 
@@ -95,12 +108,17 @@ class PassRunner:
         claim_seconds: float = CLAIM_SECONDS,
         fact_bytes: int = DEFAULT_FACT_BYTES,
         embedder: Embedder | None = None,
+        vectors: StoredVectors | None = None,
     ) -> None:
         self.runtime = runtime
         if runtime.compiled.near and embedder is None:
             raise EmbedderError(needs_embedder(runtime.compiled), pack=runtime.compiled.name)
         self.embedder = embedder
         """What ``near`` tests rank facts with (a pack without them ignores it)."""
+        self.vectors = vectors
+        """Where a pass of a pack testing ``near`` reads the stored vectors of the facts it
+        ranks (those of ``embedder``'s identity, as recall stores them), so that it embeds
+        only the statements without one (None: it embeds them all)."""
         self.fact_bytes = fact_bytes
         """The most UTF-8 bytes a delta's rendered text may hold (else its episode is
         rejected)."""
@@ -546,6 +564,7 @@ class PassRunner:
             read_history = replace(read_history, carried=previous.history_after)
         (history,) = await self.history([read_history], now, rules)
         (archived,) = await self.archived_of([partition])
+        await self.stored_vectors(partition, facts)
         t1 = time.perf_counter()
         run = partial(
             self.runtime.run_pass,
@@ -570,6 +589,21 @@ class PassRunner:
             report.history_after = history.after(out.aggregates)
         report.timings = {"read": t1 - t0, "engine": t2 - t1, "apply": 0.0, "total": t2 - t0}
         return report
+
+    async def stored_vectors(self, partition: Partition, facts: Sequence[EngineFact]) -> None:
+        """Give the runtime the stored vectors of the facts whose statements a pass would
+        embed, when there are many: a fact's vector is stored from its statement plus its
+        payload, so only facts without a payload have their statement's vector stored."""
+        embedder = self.embedder
+        if self.vectors is None or embedder is None or not self.runtime.compiled.near:
+            return
+        missing = self.runtime.unembedded(partition.key, facts, embedder)
+        plain = {f.id: f for f in missing if f.payload is None}
+        if len(plain) < STORED_VECTORS_FROM:
+            return
+        found, rows = await self.vectors.fact_vectors(partition.key, embedder, list(plain))
+        if found:
+            self.runtime.seed_vectors(embedder, [plain[i] for i in found], rows)
 
     def history_read(
         self,

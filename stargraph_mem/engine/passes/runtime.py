@@ -39,7 +39,7 @@ from stargraph_mem.compiler.generator import (
 )
 from stargraph_mem.compiler.pack import CompiledPack, CompiledRule
 from stargraph_mem.compiler.sweep_sql import is_sweep
-from stargraph_mem.embedding import Embedder, identity
+from stargraph_mem.embedding import Embedder, Matrix, identity
 from stargraph_mem.engine.passes.aggregates import HistoryFacts, HistoryInput
 from stargraph_mem.engine.passes.aggregates import compute as compute_history
 from stargraph_mem.engine.passes.layered import GONE, Gone, Layered
@@ -507,6 +507,29 @@ class PackRuntime:
             cache = self._vectors[key] = VectorCache(embedder)
         return cache
 
+    def unembedded(
+        self, key: str, facts: Sequence[EngineFact], embedder: Embedder | None
+    ) -> list[EngineFact]:
+        """The facts among ``facts`` (of partition ``key``) whose statement a pass would
+        embed: none for a pack without ``near``, or when the partition's index is kept for
+        exactly these facts (a streaming record's next pass)."""
+        cache = self.vectors(embedder)
+        kept = self._near_kept.get(key)
+        if cache is None or (kept is not None and kept[0] is facts and kept[1].cache is cache):
+            return []
+        rows = cache.rows
+        return [f for f in facts if statement(f.subject, f.predicate, f.object) not in rows]
+
+    def seed_vectors(
+        self, embedder: Embedder, facts: Sequence[EngineFact], vectors: Matrix
+    ) -> None:
+        """Stored vectors of the statements of ``facts`` (one row each, of ``embedder``'s
+        identity), taken so a pass need not embed them again."""
+        cache = self.vectors(embedder)
+        if cache is not None:
+            texts = [statement(f.subject, f.predicate, f.object) for f in facts]
+            cache.seed(texts, vectors)
+
     def _builders(self) -> dict[str, _FactBuilder]:
         """One fact builder per deftemplate a pass asserts, made once (each asserts any
         number of facts); disposed of by :meth:`close`, or before the environment goes."""
@@ -610,7 +633,8 @@ class PackRuntime:
             if kept is not None and kept[0] is fact_list and kept[1].cache is cache:
                 index = kept[1]
             near = _Near(self, cache, builders, fact_list, lazy=lazy, index=index)
-            cache.of([record.content for record in episodes])  # one batch, not one a time
+            # one batch, not one a time (with the facts the last pass made, if kept)
+            cache.of([*near.index.pending.values(), *(record.content for record in episodes)])
             chunk = 1  # each episode ranks the facts the episodes before it left
         for start in range(0, len(episodes), chunk):
             for i in range(start, min(start + chunk, len(episodes))):
@@ -638,7 +662,7 @@ class PackRuntime:
         collector.collect(lines)
         out.facts_after = collector.facts_after()
         if near is not None and out.facts_after is not None:
-            near.sync()  # what the last episode (or the sweep) made and closed
+            near.sync(later=True)  # what the last episode (or the sweep) made and closed
             self._keep_near(job.partition.key, near.index, collector.temp, out.facts_after)
         self._account(episodes, ok_sets, groups, hist, out)
         return out
@@ -864,16 +888,24 @@ class _Near:
         self.admitted: set[str] = set()
         self._made = env.find_function("sm-made-take")
         self._gone = env.find_function("sm-gone-take")
+        self._logs = [lib.FindDeftemplate(env._env, name) for name in (b"sm-made", b"sm-gone")]
         # archived facts enter CLIPS beside these for patterns that admit them: never ranked
         if index is None:
             index = NearIndex(cache)
             index.add((f.id, statement(f.subject, f.predicate, f.object)) for f in facts)
         self.index = index
 
-    def sync(self) -> None:
-        """Follow the facts CLIPS made and closed since the last call (from its logs)."""
-        self.index.add(clips_facts(self._made()))
-        self.index.remove(str(fid) for fid in self._gone())
+    def sync(self, *, later: bool = False) -> None:
+        """Follow the facts CLIPS made and closed since the last call (from its logs; a log
+        without a fact is not called for); ``later``: the made facts' texts are embedded
+        when a ranking needs them (see :meth:`NearIndex.add`)."""
+        made, gone = self._logs
+        if lib.GetNextFactInTemplate(made, ffi.NULL) != ffi.NULL:
+            self.index.add(clips_facts(self._made()), later=later)
+        elif not later:
+            self.index.add(())  # the facts added later get their rows
+        if lib.GetNextFactInTemplate(gone, ffi.NULL) != ffi.NULL:
+            self.index.remove(str(fid) for fid in self._gone())
 
     def episode(self, n: int, record: EpisodeRecord, rules: Iterable[int]) -> None:
         """The neighbours of episode ``n`` for the ``near`` tests of ``rules`` (those that

@@ -85,10 +85,10 @@ class CacheEntry:
         take = np.asarray(fresh)
         self.columns[:, n : n + m] = vectors[take].T
         self.times[n : n + m] = np.asarray(times, dtype=np.int64)[take]
-        for j, i in enumerate(fresh):
-            self.statuses[n + j] = status_code(statuses[i])
-            self.rows[ids[i]] = n + j
-            self.ids.append(ids[i])
+        self.statuses[n : n + m] = [status_code(statuses[i]) for i in fresh]
+        added = [ids[i] for i in fresh]
+        self.rows.update(zip(added, range(n, n + m), strict=True))
+        self.ids.extend(added)
 
 
 _STATUS_CODES: dict[str, int] = {}

@@ -565,6 +565,29 @@ class SQLVectorRepository:
         finally:
             cache.settle()
 
+    async def fact_vectors(
+        self, partition_key: str, embedder: Embedder | str, ids: Sequence[str]
+    ) -> tuple[list[str], Matrix]:
+        """The stored vectors of ``embedder``'s identity of the facts ``ids`` of the
+        partition that have one: their ids (in the order of ``ids``) and their rows, the
+        vectors of their :func:`fact_text`, bit for bit as the embedder made them. Read
+        through the in-process cache :meth:`nearest` ranks from (the vectors stored since
+        it was last brought up to date, one read); nothing is embedded."""
+        import numpy as np
+
+        key = _check_partition(partition_key)
+        ident, dimension = _identity_of(embedder)
+        cache = self._cache()
+        entry = cache.get((key, ident, "fact"), dimension)
+        try:
+            await self._refresh(entry, key, ident, "fact")
+            rows = entry.rows
+            found = [item_id for item_id in ids if item_id in rows]
+            at = np.fromiter((rows[item_id] for item_id in found), dtype=np.intp, count=len(found))
+            return found, np.ascontiguousarray(entry.columns[:, at].T)
+        finally:
+            cache.settle()
+
     async def _refresh(self, entry: CacheEntry, key: str, ident: str, kind: Kind) -> None:
         """Bring ``entry`` up to date: the vectors stored above its seq (one read)."""
         sql = _statements(self.dialect)

@@ -1,0 +1,198 @@
+"""Where ``near`` gets its vectors: a pass reads the stored vectors of the facts it ranks
+(as recall stores them) instead of embedding their statements again, except for a fact
+with a payload (its stored vector is of its statement and payload); the decisions are the
+same either way, on both backends. And the index of a kept partition embeds the facts a
+pass made only when the next ranking needs them."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+from backends import BACKENDS, PG_URL, pg_schema
+
+from stargraph_mem.compiler.generator import NearRelation
+from stargraph_mem.compiler.pack import CompiledPack, compile_text
+from stargraph_mem.embedding import HashingEmbedder, Matrix
+from stargraph_mem.engine.api import Consolidator, runtime_for
+from stargraph_mem.engine.passes.near import NearIndex, VectorCache
+from stargraph_mem.engine.passes.runner import STORED_VECTORS_FROM
+from stargraph_mem.model.deltas import AddDelta, FactPayload
+from stargraph_mem.stores.models import Episode
+
+PACK = """\
+ir_version: 1
+pack: vectors_near
+version: "1"
+defaults:
+  cadence: {cron: "0 3 * * *"}
+rules:
+  - id: merge
+    priority: 10
+    when:
+      - episode: {content: {bind: c}}
+      - fact: {as: twin, predicate: said, near: {top_k: 1, min_cosine: 0.8, cosine: cos}}
+    emit:
+      kind: update
+      replaces: [twin]
+      subject: "{c}"
+      predicate: said
+      object: "{c}"
+      confidence: {from: cos}
+      sources: [twin]
+  - id: add
+    when:
+      - episode: {content: {bind: c}}
+      - not: {predicate: said, near: {top_k: 1, min_cosine: 0.8}}
+    emit: {kind: add, subject: "{c}", predicate: said, object: "{c}"}
+"""
+
+T0 = datetime(2026, 5, 1, tzinfo=UTC)
+WORDS = (
+    *("tea", "coffee", "green", "black", "monday", "friday", "dog"),
+    *("cat", "garden", "train", "paris", "book", "piano"),
+)
+
+
+class Counting:
+    """The built-in embedder (its identity too), remembering every text it embedded."""
+
+    def __init__(self) -> None:
+        self.inner = HashingEmbedder()
+        self.texts: list[str] = []
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def version(self) -> str:
+        return self.inner.version
+
+    @property
+    def dimension(self) -> int:
+        return self.inner.dimension
+
+    def embed(self, texts: Sequence[str]) -> Matrix:
+        self.texts.extend(texts)
+        return self.inner.embed(texts)
+
+
+def statement(i: int) -> str:
+    return " ".join(WORDS[(i * 7 + j * 3) % len(WORDS)] for j in range(3 + i % 4)) + f" n{i}"
+
+
+def seeds(n: int, payload_every: int) -> list[AddDelta]:
+    return [
+        AddDelta(
+            user="u",
+            agent="a",
+            fact=FactPayload(
+                subject=statement(i),
+                predicate="said",
+                object=statement(i),
+                payload={"note": f"seed {i}"} if i % payload_every == 0 else {},
+            ),
+            source_episode_ids=[f"seed{i}"],
+            rule_id="seed",
+            confidence=0.5,
+            promotion_ts=T0 - timedelta(days=1, seconds=i),
+        )
+        for i in range(n)
+    ]
+
+
+def episodes() -> list[Episode]:
+    texts = [statement(3).upper() + "!", "piano lessons on friday", statement(8) + "."]
+    return [
+        Episode(
+            id=f"e{n}",
+            content=t,
+            timestamp=T0 + timedelta(minutes=n),
+            user="u",
+            agent="a",
+            session="s",
+        )
+        for n, t in enumerate(texts)
+    ]
+
+
+@asynccontextmanager
+async def location(backend: str) -> AsyncIterator[str]:
+    if backend == "sqlite":
+        with tempfile.TemporaryDirectory(prefix="near-vectors-") as tmp:
+            yield str(Path(tmp) / "m.db")
+    else:
+        async with pg_schema() as name:
+            yield f"{PG_URL}?schema={name}"
+
+
+async def consolidated(
+    backend: str, pack: CompiledPack, *, backfill: bool
+) -> tuple[list[tuple[str, float]], Counting]:
+    """The facts left by one pass over :func:`episodes` in a fresh memory, the runtime's
+    vectors cleared first (after storing the facts' vectors when ``backfill``)."""
+    embedder = Counting()
+    count = 2 * STORED_VECTORS_FROM
+    async with location(backend) as where, Consolidator(where, [pack], embedder=embedder) as mem:
+        await mem.fact_store.apply_deltas(seeds(count, payload_every=5), pack_hash="seed")
+        if backfill:
+            await mem.embed_backfill()
+        await mem.memory.put_many(episodes())
+        runtime_for(pack)._vectors.clear()
+        embedder.texts.clear()
+        await mem.consolidate(now=T0 + timedelta(hours=1))
+        facts = sorted((f.subject, f.confidence) for f in await mem.facts())
+    return facts, embedder
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_pass_reads_stored_fact_vectors_and_decides_the_same(backend: str) -> None:
+    pack = compile_text(PACK)
+    plain, fresh = await consolidated(backend, pack, backfill=False)
+    stored, reading = await consolidated(backend, pack, backfill=True)
+    assert stored == plain
+    said = {s for s, _ in plain}
+    assert "piano lessons on friday" in said  # an add
+    assert statement(3).upper() + "!" in said and statement(3) not in said  # a merge
+    count = 2 * STORED_VECTORS_FROM
+    with_payload = {f"{statement(i)} said {statement(i)}" for i in range(0, count, 5)}
+    without = {f"{statement(i)} said {statement(i)}" for i in range(count)} - with_payload
+    assert without <= set(fresh.texts)  # nothing stored: every statement embedded
+    assert not without & set(reading.texts)  # stored: read, not embedded
+    assert with_payload <= set(reading.texts)  # a payload's vector is another text's
+    assert {e.content for e in episodes()} <= set(reading.texts)
+
+
+def test_facts_added_later_get_their_rows_when_a_ranking_needs_them() -> None:
+    embedder = Counting()
+    index = NearIndex(VectorCache(embedder))
+    index.add([("a", "green tea"), ("b", "black coffee")])
+    index.add([("c", "green tea please")], later=True)
+    assert embedder.texts == ["green tea", "black coffee"]
+    assert index.pending == {"c": "green tea please"}
+    index.rename({"c": "f-c", "b": "f-b"})
+    assert index.pending == {"f-c": "green tea please"}
+    assert index.holds([_Fact("a"), _Fact("f-b"), _Fact("f-c")])
+    assert not index.holds([_Fact("a"), _Fact("f-b"), _Fact("c")])
+    query = embedder.inner.embed(["green tea please"])[0]
+    rel = NearRelation(0, 0, "r", "twin", "episode", top_k=2, min_cosine=None)
+    found = index.neighbours(rel, query)
+    assert [fid for fid, _ in found] == ["f-c", "a"]
+    assert found[0][1] == 1.0
+    assert embedder.texts[-1] == "green tea please" and not index.pending
+    index.add([("d", "dog")], later=True)
+    index.remove(["d", "a"])
+    index.rename({"e": None})
+    assert not index.pending and sorted(index.ids) == ["f-b", "f-c"]
+    assert np.array_equal(index.vector("f-c"), query)
+
+
+class _Fact:
+    def __init__(self, fid: str) -> None:
+        self.id = fid
