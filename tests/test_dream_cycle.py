@@ -31,6 +31,7 @@ from stargraph_mem.engine.api import Consolidator
 from stargraph_mem.engine.passes.near import NearIndex, Rank, VectorCache, clusters, statement
 from stargraph_mem.errors import IRError
 from stargraph_mem.model.deltas import AddDelta, FactPayload
+from stargraph_mem.stores import Episode
 
 PACK = Path(__file__).resolve().parent.parent / "rules" / "dream_cycle.yaml"
 NOW = datetime(2026, 11, 29, 3, 0, tzinfo=UTC)
@@ -148,6 +149,40 @@ async def test_explain_of_a_merged_fact_names_the_cosine_and_the_embedder(
         f"merged by merge_cluster: cosine {cosine(REP, AT_081)} with fact {rep.id} under "
         f"embedder {identity(HASH)} (member)"
     )
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_belief_faded_nightly_is_still_old_when_newer_evidence_comes(
+    backend: str, dream_cycle: CompiledPack
+) -> None:
+    """Nightly fades remake an episodic fact (its ``valid_from`` is last night), but the
+    belief is as old as its observation: a move 35 nights after alice said she lives in
+    Paris challenges it; one 20 nights after does not."""
+    day0 = datetime(2026, 9, 1, 9, 0, tzinfo=UTC)
+
+    def said(eid: str, at: datetime, city: str) -> Episode:
+        meta = {"subject": "alice", "predicate": "lives_in", "object": city, "importance": 0.9}
+        return Episode(
+            id=eid, content=f"I live in {city}", timestamp=at, user="alice", session=eid,
+            agent="a", metadata=meta,
+        )  # fmt: skip
+
+    for nights, challenged in ((35, True), (20, False)):
+        async with location(backend) as where, Consolidator(where, [dream_cycle]) as mem:
+            await mem.memory.put_many([said("paris", day0, "paris")])
+            for night in range(1, nights + 1):
+                await mem.consolidate(now=day0 + timedelta(days=night, hours=18))
+            (paris,) = await mem.facts()
+            assert paris.rule_id.startswith("fade") and paris.valid_from > day0
+            moved = day0 + timedelta(days=nights, hours=20)
+            await mem.memory.put_many([said("rome", moved, "rome")])
+            await mem.consolidate(now=moved + timedelta(hours=1))
+            statuses = {f.object: f.status for f in await mem.facts(status="all")
+                        if f.status != "superseded"}  # fmt: skip
+            assert statuses == {
+                "paris": "challenged" if challenged else "current",
+                "rome": "current",
+            }, nights
 
 
 # --- the same clusters whatever the storage order -------------------------------------
