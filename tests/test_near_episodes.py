@@ -30,7 +30,7 @@ from test_near import TEXTS, episode, location
 
 from stargraph_mem.authoring.trace import explanation_lines
 from stargraph_mem.compiler.pack import CompiledPack, compile_text
-from stargraph_mem.embedding import HashingEmbedder, identity
+from stargraph_mem.embedding import HashingEmbedder, Matrix, identity
 from stargraph_mem.engine.api import Consolidator
 from stargraph_mem.engine.passes.near import VectorCache
 from stargraph_mem.engine.passes.near_episodes import EarlierEpisodes, EpisodeNeighbours
@@ -200,7 +200,7 @@ class _Counting(HashingEmbedder):
         super().__init__()
         self.texts: list[str] = []
 
-    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+    def embed(self, texts: Sequence[str]) -> Matrix:
         self.texts += texts
         return super().embed(texts)
 
