@@ -142,6 +142,26 @@ async def test_an_episode_is_never_its_own_neighbour_and_same_pass_episodes_coun
         )
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_batched_partitions_each_see_their_own_earlier_passes(
+    backend: str, echoes: CompiledPack
+) -> None:
+    """Many partitions in one run (the batched path): each episode of the second pass
+    finds the episode of its own partition from the first pass, never another's."""
+    users = [f"u{i}" for i in range(6)]
+    first = [episode(i, "I love green tea", user=u) for i, u in enumerate(users)]
+    second = [episode(10 + i, "I really love green tea", user=u) for i, u in enumerate(users)]
+    async with location(backend) as where, Consolidator(where, [echoes]) as mem:
+        await mem.memory.put_many(first)
+        await mem.consolidate(now=episode(9, "").timestamp)
+        await mem.memory.put_many(second)
+        await mem.consolidate(now=episode(20, "").timestamp)
+        got = {d[1]: (d[0], d[4]) for d in await decisions(mem) if d[2] == "echoes"}
+    assert got == {
+        f"e{10 + i}": (u, tuple(sorted((f"e{i}", f"e{10 + i}")))) for i, u in enumerate(users)
+    }
+
+
 # --- windows --------------------------------------------------------------------------------
 
 

@@ -376,6 +376,7 @@ class PassRunner:
             self.worker == "never"
             or type(self.scorer) is not RuleBasedScorer
             or self.runtime.compiled.near  # the embedder lives in this process
+            or self.runtime.compiled.episode_near
         ):
             return None
         if (
