@@ -246,14 +246,19 @@ def trace_lines(
 
 def similarity_texts(bindings: Mapping[str, Any]) -> list[str]:
     """What a ``near`` test decided on, from a delta's bindings: ``cosine 0.91 with fact X
-    under embedder stargraph-hash@1/256``, one per fact pattern that tested it."""
+    under embedder stargraph-hash@1/256``, one per pattern that tested it (``with episode
+    E`` for a neighbour episode, an ``earlier`` pattern with ``near``)."""
     out = []
     for key in sorted(bindings):
         if not key.endswith(".cosine"):
             continue
         alias = key.removesuffix(".cosine")
-        fact, embedder = bindings.get(f"{alias}.fact"), bindings.get(f"{alias}.embedder")
-        out.append(f"cosine {bindings[key]} with fact {fact} under embedder {embedder} ({alias})")
+        embedder = bindings.get(f"{alias}.embedder")
+        if f"{alias}.episode" in bindings:
+            what = f"episode {bindings[f'{alias}.episode']}"
+        else:
+            what = f"fact {bindings.get(f'{alias}.fact')}"
+        out.append(f"cosine {bindings[key]} with {what} under embedder {embedder} ({alias})")
     return out
 
 

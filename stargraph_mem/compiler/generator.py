@@ -252,6 +252,35 @@ class NearRelation:
         return self.of != "episode"
 
 
+@dataclass(frozen=True)
+class EpisodeNearRelation:
+    """An ``earlier`` pattern with ``near``: the runtime ranks the earlier episodes of the
+    partition against each episode (outside CLIPS, with the configured embedder) and
+    asserts an ``sm-near-ep`` fact per neighbour, ``k`` being this relation's index."""
+
+    index: int
+    rule_index: int
+    rule_id: str
+    alias: str
+    top_k: int
+    min_cosine: float | None
+    last: int
+    """At most the latest this many earlier episodes are candidates."""
+    within_us: int | None = None
+    """Only earlier episodes stamped at most this long before the episode (µs)."""
+
+
+EPISODE_NEAR_TEMPLATE: Final = """\
+(deftemplate sm-near-ep
+  (slot n (type INTEGER))
+  (slot k (type INTEGER))
+  (slot id (type STRING))
+  (slot cos (type FLOAT)))
+"""
+"""Declared when a rule has an ``earlier`` pattern with ``near``: the neighbour episodes
+(by id) the runtime asserts for episode ``n``."""
+
+
 NEAR_TEMPLATE: Final = """\
 (deftemplate sm-near
   (slot n (type INTEGER))
@@ -288,6 +317,7 @@ class EmitToken:
 
     alias: str
     what: str  # "fact_id" | "episode_n" | "would_be" | "count" | "hcount" | "temp_id"
+    # | "near_episode"
     rel: int = -1
     """``hcount``: the index of its :class:`HistoryRelation`."""
 
@@ -351,6 +381,8 @@ class Generator:
         self.history_at: dict[tuple[int, int], HistoryRelation] = {}
         self.near: list[NearRelation] = []
         self.near_at: dict[tuple[int, int], NearRelation] = {}
+        self.episode_near: list[EpisodeNearRelation] = []
+        self.episode_near_at: dict[tuple[int, int], EpisodeNearRelation] = {}
         self.needs_archived = any(
             admits_archived(pattern_of(item)[1])
             for info in analysis.rules
@@ -503,6 +535,30 @@ class Generator:
         self.near.append(rel)
         self.near_at[(info.index, j)] = rel
 
+    def episode_near_for(self, info: RuleInfo, j: int, pattern: EarlierPattern) -> None:
+        near = pattern.near
+        assert near is not None
+        rel = EpisodeNearRelation(
+            index=len(self.episode_near),
+            rule_index=info.index,
+            rule_id=info.rule.id,
+            alias=item_alias("earlier", pattern, j),
+            top_k=near.top_k,
+            min_cosine=near.min_cosine,
+            last=near.last,
+            within_us=None if near.within is None else near.within.total_microseconds(),
+        )
+        self.episode_near.append(rel)
+        self.episode_near_at[(info.index, j)] = rel
+
+    def episode_near_pattern(self, ctx: _Ctx, j: int, pattern: EarlierPattern, alias: str) -> str:
+        """The ``sm-near-ep`` pattern binding a neighbour episode of pattern ``j``."""
+        rel = self.episode_near_at[(ctx.info.index, j)]
+        assert pattern.near is not None
+        cos = pattern.near.cosine
+        cosine = ctx.var(cos) if cos is not None else f"?i_cos_{alias}"
+        return f"(sm-near-ep (n ?i_n) (k {rel.index}) (id ?i_eid_{alias}) (cos {cosine}))"
+
     def near_pattern(self, ctx: _Ctx, j: int, fid: str, cosine: str) -> str:
         """The ``sm-near`` pattern binding ``fid`` to a neighbour of pattern ``j``'s test."""
         rel = self.near_at[(ctx.info.index, j)]
@@ -527,6 +583,8 @@ class Generator:
                         self.use_field(fname)
                     if self.observes:
                         self.use_field("timestamp")
+                elif kind == "earlier" and pattern.near is not None:
+                    self.episode_near_for(info, j, pattern)
                 elif kind in ("earlier", "count") and pattern.over == "history":
                     self.history_for(info, j, kind, pattern)
                 elif kind in ("earlier", "count"):
@@ -870,6 +928,8 @@ class Generator:
                 out.append(self.episode_pattern(ctx, pattern.where))
             elif kind == "fact":
                 out.append(self.fact_pattern(ctx, pattern, alias))
+            elif (info.index, j) in self.episode_near_at:
+                out.append(self.episode_near_pattern(ctx, j, pattern, alias))
             elif (info.index, j) in self.history_at:
                 hist = self.history_at[(info.index, j)]
                 if kind == "earlier":
@@ -1136,6 +1196,7 @@ class Generator:
             "episode_n": f"?i_pn_{tok.alias}",
             "would_be": f"?i_wbid_{tok.alias}",
             "temp_id": "?i_tid",
+            "near_episode": f"?i_eid_{tok.alias}",
         }.get(tok.what, count_var(tok.alias))
 
     def plan_tokens(self, program: RuleProgram) -> None:
@@ -1145,6 +1206,8 @@ class Generator:
             alias = item_alias(kind, pattern, j)
             if kind == "fact":
                 program.tokens.append(EmitToken(alias, "fact_id"))
+            elif kind == "earlier" and pattern.near is not None:
+                program.tokens.append(EmitToken(alias, "near_episode"))
             elif kind == "earlier":
                 program.tokens.append(EmitToken(alias, "episode_n"))
                 if alias in self.would_be_aliases(info):
@@ -1320,6 +1383,8 @@ class Generator:
         parts += [self.history_template(rel) for rel in self.history]
         if self.near:
             parts.append(NEAR_TEMPLATE)
+        if self.episode_near:
+            parts.append(EPISODE_NEAR_TEMPLATE)
         parts.append(CONTROL_RULES)
         parts += [self.relation_rules(rel) for rel in self.relations]
         parts += [p.clips for p in self.programs]

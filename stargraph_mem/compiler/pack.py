@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from stargraph_mem.compiler.cadence import schedule_program
 from stargraph_mem.compiler.generator import (
+    EpisodeNearRelation,
     Generator,
     HistoryRelation,
     NearRelation,
@@ -85,6 +86,9 @@ class CompiledPack:
     near: list[NearRelation] = field(default_factory=list)
     """The ``near`` tests of fact patterns, in ``sm-near`` ``k`` order: a pass of such a
     pack needs an embedder."""
+    episode_near: list[EpisodeNearRelation] = field(default_factory=list)
+    """The ``earlier`` patterns with ``near``, in ``sm-near-ep`` ``k`` order: a pass of such
+    a pack needs an embedder and the partition's earlier episodes."""
     near_only: bool = False
     """Stored facts matter only as neighbours (see ``Generator.near_only``): a pass of
     episode rules asserts each when it first ranks among an episode's neighbours."""
@@ -174,6 +178,7 @@ def compile_analysis(
         relations=list(gen.relations),
         history=list(gen.history),
         near=list(gen.near),
+        episode_near=list(gen.episode_near),
         near_only=gen.near_only(),
         episode_fields=dict(sorted(gen.used_fields.items())),
         matches_facts=gen.matches_facts(),

@@ -25,6 +25,7 @@ from stargraph_mem.ir.models import (
     CountItem,
     CountPattern,
     EarlierItem,
+    EarlierPattern,
     EbbinghausOp,
     Emit,
     EpisodeItem,
@@ -295,7 +296,9 @@ class _Checker:
         if var.kind == "near":
             for j, item in enumerate(info.rule.when):
                 kind, pattern = pattern_of(item)
-                if kind == "fact" and pattern.near is not None and pattern.near.cosine == var.name:
+                if kind in ("fact", "earlier") and getattr(pattern.near, "cosine", None) == (
+                    var.name
+                ):
                     return (*info.path, "when", j, kind, "near", "cosine")
         if var.kind == "count":
             for j, item in enumerate(info.rule.when):
@@ -344,6 +347,8 @@ class _Checker:
             self.check_near(info, pattern, ppath, alias)
             self.check_conditions(info, pattern.where, FACT_FIELDS, ppath, alias, kind)
             self.check_fact_extras(info, pattern, ppath, alias, kind)
+        elif isinstance(item, EarlierItem) and item.earlier.near is not None:
+            self.check_episode_near(info, item.earlier, ppath, alias)
         elif isinstance(item, EarlierItem):
             self.check_keys(item.earlier.keys, (*ppath, "keys"))
             self.check_conditions(info, pattern.where, self.episode_fields, ppath, alias, kind)
@@ -381,6 +386,35 @@ class _Checker:
                 "variables cannot be bound inside 'not' or 'exists' (they would not be visible)",
             )
         elif near.cosine in info.variables or near.cosine in info.aliases:
+            self.err((*npath, "cosine"), f"name '{near.cosine}' is already used in this rule")
+        else:
+            info.variables[near.cosine] = VarInfo(near.cosine, alias, "near", "cosine", "number")
+
+    def check_episode_near(
+        self, info: RuleInfo, pattern: EarlierPattern, path: PathKey, alias: str
+    ) -> None:
+        """``earlier`` with ``near``: neighbours among earlier episodes. It always looks at
+        earlier passes too (no ``over``), binds the neighbour as a whole (no field tests:
+        the runtime, not CLIPS, chooses it) and its cosine with ``cosine``."""
+        near = pattern.near
+        assert near is not None
+        npath = (*path, "near")
+        if "over" in pattern.model_fields_set:
+            self.err(
+                (*path, "over"),
+                "'near' ranks earlier passes' episodes and this pass's alike: drop 'over'",
+            )
+        for fname in pattern.where:
+            self.err(
+                (*path, fname),
+                f"an 'earlier' pattern with 'near' takes no field tests ('{fname}'): the "
+                "neighbours are ranked by content; test them in another pattern or drop it",
+            )
+        if near.within is not None and near.within.total_microseconds() <= 0:
+            self.err((*npath, "within"), "'within' must be a positive duration")
+        if near.cosine is None:
+            return
+        if near.cosine in info.variables or near.cosine in info.aliases:
             self.err((*npath, "cosine"), f"name '{near.cosine}' is already used in this rule")
         else:
             info.variables[near.cosine] = VarInfo(near.cosine, alias, "near", "cosine", "number")
@@ -791,6 +825,12 @@ class _Checker:
             return
         if info.aliases.get(ref) not in ("fact", "earlier"):
             self.err(path, f"'{ref}' is not a named 'fact' or 'earlier' pattern")
+        elif info.aliases[ref] == "earlier" and _episode_near(info, ref):
+            self.err(
+                path,
+                f"'{ref}' is a neighbour episode ('earlier' with 'near'), which made no fact "
+                f"of its own to replace: cite it in 'sources' instead",
+            )
 
     def check_confidence(self, info: RuleInfo, path: PathKey) -> None:
         conf = info.rule.emit.confidence
@@ -893,6 +933,16 @@ def _unused_message(var: VarInfo) -> str:
     else:
         todo = f'use it ("{{{name}}}" in emit, or {{var: {name}}}) or drop "bind: {name}"'
     return f"variable '{name}' is bound but never used: {todo}"
+
+
+def _episode_near(info: RuleInfo, alias: str) -> bool:
+    """Whether ``alias`` names an ``earlier`` pattern with ``near``."""
+    return any(
+        isinstance(item, EarlierItem)
+        and item.earlier.alias == alias
+        and item.earlier.near is not None
+        for item in info.rule.when
+    )
 
 
 def pattern_of(item: WhenItem) -> tuple[str, Any]:

@@ -304,20 +304,63 @@ Over = Literal["pass", "history"]
 history (durable aggregates kept in the fact store, updated by each pass)."""
 
 
+EPISODE_WINDOW = 1_000
+"""The earlier episodes an episode ``near`` ranks by default: the latest this many."""
+
+MAX_EPISODE_WINDOW = 100_000
+"""The largest ``last`` an episode ``near`` may ask for."""
+
+
+class EpisodeNear(_IR):
+    """The episode must be one of the near neighbours of the rule's episode among the
+    partition's *earlier* episodes (earlier passes' and this pass's, before it in the
+    sequential order; never the episode itself): the ``top_k`` most similar by exact
+    cosine of their ``content`` under the configured embedder (scores rounded to six
+    places, ties broken by episode id) whose cosine is at least ``min_cosine``.
+
+    The candidates are bounded: the latest ``last`` earlier episodes (default
+    :data:`EPISODE_WINDOW`), and with ``within`` only those stamped at most that long
+    before the episode. The runtime ranks them outside CLIPS (see
+    :mod:`~stargraph_mem.engine.passes.near_episodes`) and asserts them for the rules.
+    """
+
+    top_k: int = Field(default=5, ge=1, le=MAX_NEIGHBOURS)
+    min_cosine: float | None = Field(default=None, ge=-1, le=1, allow_inf_nan=False)
+    cosine: Name | None = None
+    """A variable bound to the neighbour's cosine (a number)."""
+    last: int = Field(default=EPISODE_WINDOW, ge=1, le=MAX_EPISODE_WINDOW)
+    within: Duration | None = None
+
+
 class EarlierPattern(_FieldsPattern):
-    """The latest earlier episode with equal ``keys`` (and matching conditions).
+    """The latest earlier episode with equal ``keys`` (and matching conditions); or, with
+    ``near`` (and no ``keys``), each near neighbour among the earlier episodes.
 
     Literal conditions select which episodes the relation tracks; ``bind`` and ``var``
     conditions are tested on the one it finds. ``over: pass`` (the default) looks in the
-    pass only; ``over: history`` also finds one consumed by an earlier pass.
+    pass only; ``over: history`` also finds one consumed by an earlier pass. ``near``
+    always looks at earlier passes' episodes too (see :class:`EpisodeNear`).
     """
 
-    keys: list[Name] = Field(min_length=1, max_length=4)
+    keys: list[Name] = Field(default_factory=list, max_length=4)
     over: Over = "pass"
+    near: EpisodeNear | None = Field(default=None, exclude_if=lambda v: v is None)
+    """Left out of dumps when absent, so packs that do not use it keep their hash."""
+
+    @model_validator(mode="after")
+    def _keys_or_near(self) -> EarlierPattern:
+        if self.near is None and not self.keys:
+            raise ValueError("an 'earlier' pattern needs 'keys' (1 to 4 fields), or 'near'")
+        if self.near is not None and self.keys:
+            raise ValueError(
+                "'near' ranks earlier episodes by meaning, 'keys' matches them exactly: "
+                "write one of them"
+            )
+        return self
 
     @classmethod
     def _own_keys(cls) -> frozenset[str]:
-        return frozenset({"as", "keys", "over"})
+        return frozenset({"as", "keys", "over", "near"})
 
 
 class CountPattern(_FieldsPattern):

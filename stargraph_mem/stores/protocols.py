@@ -97,6 +97,16 @@ class EpisodeRepository(IncrementalMemoryStore, Protocol):
 
     async def count_since_of(self, reads: Sequence[tuple[Partition, int]]) -> list[int]: ...
 
+    async def earlier_episodes(
+        self,
+        partition: Partition,
+        through_seq: int,
+        *,
+        limit: int,
+        since_us: int | None = None,
+        embedder: str | None = None,
+    ) -> tuple[list[EpisodeRecord], dict[str, bytes]]: ...
+
 
 class FactRepository(FactStore, Protocol):
     """Facts, lineage, audit, watermarks, rejections and partition claims."""

@@ -27,6 +27,7 @@ from datetime import datetime
 from stargraph_mem.compiler.pack import CompiledRule
 from stargraph_mem.engine.passes.aggregates import HistoryInput
 from stargraph_mem.engine.passes.inflight import Behind
+from stargraph_mem.engine.passes.near_episodes import EarlierEpisodes
 from stargraph_mem.engine.passes.pass_clock import resumed_records
 from stargraph_mem.engine.passes.report import LegacyFilter, PassReport, recorded_runs
 from stargraph_mem.engine.passes.runner import PassRunner
@@ -102,6 +103,7 @@ class _Job:
     eligible: dict[int, set[int]]
     history: HistoryInput | None = None
     archived: list[EngineFact] = field(default_factory=list)
+    earlier: EarlierEpisodes | None = None
 
 
 @dataclass
@@ -290,13 +292,23 @@ class BatchRun:
         archived = await runner.archived_of([j.report.partition for j in jobs])
         for job, history, facts in zip(jobs, loaded, archived, strict=True):
             job.history, job.archived = history, facts
+        for job, item in zip(jobs, group, strict=True):
+            job.earlier = await runner.earlier_of(job.report.partition, job.records, item.low)
         return jobs
 
     def _run_pack(self, jobs: list[_Job]) -> list[PassOutput]:
         """Every job through the pack, one partition after the other (in a worker thread)."""
         return self.runner.runtime.run_passes(
             [
-                PassInput(j.report.partition, j.records, j.facts, j.eligible, j.history, j.archived)
+                PassInput(
+                    j.report.partition,
+                    j.records,
+                    j.facts,
+                    j.eligible,
+                    j.history,
+                    j.archived,
+                    j.earlier,
+                )
                 for j in jobs
             ],
             now=self.now,

@@ -21,12 +21,13 @@ from functools import partial
 from typing import Final, Literal, Protocol
 
 from stargraph_mem.compiler.pack import CompiledPack, CompiledRule
-from stargraph_mem.embedding import Embedder, Matrix
+from stargraph_mem.embedding import Embedder, Matrix, identity
 from stargraph_mem.engine.limits import DEFAULT_MAX_EPISODES
 from stargraph_mem.engine.passes import observe
 from stargraph_mem.engine.passes.aggregates import HistoryInput, HistoryRead, load_history
 from stargraph_mem.engine.passes.eligibility import Eligibility
 from stargraph_mem.engine.passes.inflight import Behind
+from stargraph_mem.engine.passes.near_episodes import EarlierEpisodes, window_of
 from stargraph_mem.engine.passes.pass_clock import due, not_yet_due, resumed_records, timed
 from stargraph_mem.engine.passes.report import LegacyFilter, PassReport, changes, recorded_runs
 from stargraph_mem.engine.passes.runtime import PackRuntime, Stamp, needs_embedder
@@ -111,7 +112,7 @@ class PassRunner:
         vectors: StoredVectors | None = None,
     ) -> None:
         self.runtime = runtime
-        if runtime.compiled.near and embedder is None:
+        if (runtime.compiled.near or runtime.compiled.episode_near) and embedder is None:
             raise EmbedderError(needs_embedder(runtime.compiled), pack=runtime.compiled.name)
         self.embedder = embedder
         """What ``near`` tests rank facts with (a pack without them ignores it)."""
@@ -393,6 +394,7 @@ class PassRunner:
             self.worker == "never"
             or type(self.scorer) is not RuleBasedScorer
             or self.runtime.compiled.near  # the embedder lives in this process
+            or self.runtime.compiled.episode_near
         ):
             return None
         if (
@@ -579,6 +581,7 @@ class PassRunner:
             archived=archived,
             fact_bytes=self.fact_bytes,
             embedder=self.embedder,
+            earlier=await self.earlier_of(partition, records, low),
         )
         # a small pass of a record costs less than the hand-over to a thread
         small = current_scope() is not None and len(records) <= INLINE_PASS_EPISODES
@@ -640,6 +643,23 @@ class PassRunner:
             reads,
         )
         return list(loaded)
+
+    async def earlier_of(
+        self, partition: Partition, records: Sequence[EpisodeRecord], low: int
+    ) -> EarlierEpisodes | None:
+        """The episodes earlier passes consumed (``seq <= low``), for a pack with ``earlier``
+        patterns testing ``near``: the latest the widest window asks for, and their stored
+        vectors under the embedder (None: the pack has none, or the pass no episode)."""
+        relations = self.runtime.compiled.episode_near
+        if not relations or not records or self.embedder is None:
+            return None
+        last, back = window_of(relations)
+        since = None if back is None else min(to_us(r.timestamp) for r in records) - back
+        ident = identity(self.embedder)
+        found, vectors = await self.memory.earlier_episodes(
+            partition, low, limit=last, since_us=since, embedder=ident
+        )
+        return EarlierEpisodes(found, vectors, ident)
 
     async def archived_of(self, partitions: Sequence[Partition]) -> list[list[EngineFact]]:
         """Archived facts of ``partitions``, read only for a pack whose fact patterns admit

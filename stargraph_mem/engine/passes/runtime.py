@@ -52,6 +52,7 @@ from stargraph_mem.engine.passes.near import (
     clusters,
     statement,
 )
+from stargraph_mem.engine.passes.near_episodes import EarlierEpisodes, EpisodeNeighbours
 from stargraph_mem.errors import EmbedderError, EngineError
 from stargraph_mem.gcpause import gc_paused
 from stargraph_mem.ir.checks import PAYLOAD_PREFIX, VarInfo, parse_template, pattern_of
@@ -432,6 +433,7 @@ class PackRuntime:
         archived: Sequence[EngineFact] = (),
         fact_bytes: int = DEFAULT_FACT_BYTES,
         embedder: Embedder | None = None,
+        earlier: EarlierEpisodes | None = None,
     ) -> PassOutput:
         """Run every compiled rule once over ``episodes`` and collect deltas.
 
@@ -446,7 +448,7 @@ class PackRuntime:
         ``embedder`` (see :mod:`~stargraph_mem.engine.passes.near`).
         """
         given = facts if isinstance(facts, FactList) else list(facts)
-        job = PassInput(partition, episodes, given, eligible, history, archived)
+        job = PassInput(partition, episodes, given, eligible, history, archived, earlier)
         return self.run_passes(
             [job],
             now=now,
@@ -497,7 +499,7 @@ class PackRuntime:
     def vectors(self, embedder: Embedder | None) -> VectorCache | None:
         """The vectors ``near`` ranks facts with (``None`` for a pack without ``near``);
         an ``EngineError`` naming the rule when the pack needs an embedder and has none."""
-        if not self.compiled.near:
+        if not (self.compiled.near or self.compiled.episode_near):
             return None
         if embedder is None:
             raise EmbedderError(needs_embedder(self.compiled), pack=self.compiled.name)
@@ -537,6 +539,8 @@ class PackRuntime:
             names = [*_BUILT, *(rel.template for rel in self.compiled.history)]
             if self.compiled.near:
                 names.append("sm-near")
+            if self.compiled.episode_near:
+                names.append("sm-near-ep")
             self._fact_builders.update((name, _FactBuilder(self.env, name)) for name in names)
         return self._fact_builders
 
@@ -627,7 +631,12 @@ class PackRuntime:
         budget = 50 * (chunk + len(fact_list)) + 10_000
         episode_fb = builders["sm-episode"]
         near = None
-        if cache is not None:
+        episode_near = None
+        if cache is not None and self.compiled.episode_near:
+            episode_near = EpisodeNeighbours(
+                self.compiled.episode_near, cache, job.earlier, episodes
+            )
+        if cache is not None and self.compiled.near:
             kept = self._near_kept.pop(job.partition.key, None)
             index = None
             if kept is not None and kept[0] is fact_list and kept[1].cache is cache:
@@ -638,6 +647,9 @@ class PackRuntime:
             chunk = 1  # each episode ranks the facts the episodes before it left
         for start in range(0, len(episodes), chunk):
             for i in range(start, min(start + chunk, len(episodes))):
+                if episode_near is not None:
+                    eligible_rules = groups.get(ok_sets[i], ())
+                    episode_near.episode(i + 1, episodes[i], eligible_rules, builders["sm-near-ep"])
                 if near is not None:
                     near.episode(i + 1, episodes[i], groups.get(ok_sets[i], ()))
                 self._assert_episode(episode_fb, i + 1, episodes[i], ok_sets[i], out)
@@ -659,6 +671,7 @@ class PackRuntime:
         collector.keep_matched = matched
         collector.fact_bytes = fact_bytes
         collector.near = near
+        collector.episode_near = episode_near
         collector.collect(lines)
         out.facts_after = collector.facts_after()
         if near is not None and out.facts_after is not None:
@@ -838,10 +851,10 @@ class PackRuntime:
 
 
 def needs_embedder(compiled: CompiledPack) -> str:
-    """The error for a pack whose fact patterns test ``near`` run without an embedder."""
-    rel = compiled.near[0]
+    """The error for a pack whose patterns test ``near`` run without an embedder."""
+    rule_id = compiled.near[0].rule_id if compiled.near else compiled.episode_near[0].rule_id
     return (
-        f"pack '{compiled.name}': rule '{rel.rule_id}' tests 'near' (similarity), which needs "
+        f"pack '{compiled.name}': rule '{rule_id}' tests 'near' (similarity), which needs "
         "an embedder: open the memory with one (embedder='hash' is built in), not embedder=None"
     )
 
@@ -1018,6 +1031,8 @@ class PassInput:
     as in a pass over a fresh partition)."""
     archived: Sequence[EngineFact] = ()
     """The partition's archived facts, for a pack whose patterns admit them."""
+    earlier: EarlierEpisodes | None = None
+    """The episodes earlier passes consumed, for ``earlier`` patterns with ``near``."""
 
 
 @dataclass(frozen=True)
@@ -1062,6 +1077,8 @@ class _Collector:
         """The partition key's share of an indexed key (see :data:`KEY_BYTES`)."""
         self.near: _Near | None = None
         """The pass's ``near`` neighbours (a pack whose fact patterns test ``near``)."""
+        self.episode_near: EpisodeNeighbours | None = None
+        """The pass's neighbour episodes (a pack with ``earlier`` patterns testing ``near``)."""
 
     def facts_after(self) -> list[EngineFact]:
         """Current facts after the pass's deltas (the order of ``current_facts``)."""
@@ -1092,6 +1109,11 @@ class _Collector:
                 elif tok.what == "fact_id":
                     refs[tok.alias] = self.fact(value)
                     raw[tok.alias] = value
+                elif tok.what == "near_episode":
+                    if self.episode_near is None:
+                        raise _Unresolved(f"no neighbour episode {value} for '{tok.alias}'")
+                    refs[tok.alias] = self.episode_near.record(value)
+                    raw[tok.alias] = value
                 elif tok.what == "would_be":
                     refs[tok.alias + "#fact"] = self.fact(value)
                 elif tok.what == "hcount":
@@ -1105,6 +1127,8 @@ class _Collector:
                     )
             if self.near is not None:
                 self.near.resolve(rule.index, n, raw, refs)
+            if self.episode_near is not None:
+                self.episode_near.resolve(rule.index, n, raw, refs)
             delta = self.build(program, anchor, refs)
             if self.stamp is not None and delta.kind not in self.stamp.kinds:
                 raise _Unresolved(f"rule '{self.stamp.rule_id}' does not emit {delta.kind}")

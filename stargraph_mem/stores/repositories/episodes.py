@@ -408,6 +408,49 @@ class Episodes:
                 return []  # an older file opened read-only: nothing was ever noted
         return [quarantined_row(row) for row in rows]
 
+    async def earlier_episodes(
+        self: EpisodeAccess,
+        partition: Partition,
+        through_seq: int,
+        *,
+        limit: int,
+        since_us: int | None = None,
+        embedder: str | None = None,
+    ) -> tuple[list[EpisodeRecord], dict[str, bytes]]:
+        """The latest ``limit`` episodes of ``partition`` with ``seq <= through_seq`` (those
+        earlier passes read), stamped at or after ``since_us`` when given, oldest first
+        (timestamp, then seq); and the stored vectors of those that have one under embedder
+        identity ``embedder`` (``{id: float32 bytes}``). Rows that cannot be decoded are
+        left out (the pass that read them quarantined them)."""
+        check_limit(limit)
+        where = "partition_key = ? AND seq <= ?"
+        params: tuple[Any, ...] = (key_of_partition(partition), through_seq)
+        if since_us is not None:
+            where += " AND ts_us >= ?"
+            params += (since_us,)
+        sql = self.dialect.sql(
+            f"SELECT {READ_COLUMNS} FROM episodes WHERE {where} "
+            "ORDER BY ts_us DESC, seq DESC LIMIT ?"
+        )
+        async with self._reading() as db:
+            rows = await db.fetch(sql, (*params, limit))
+        records, _ = split_rows(list(reversed(rows)), row_record)
+        if embedder is None or not records:
+            return records, {}
+        found = self.dialect.sql(
+            "SELECT item_id, vector FROM vectors WHERE kind = 'episode' AND embedder = ? "
+            f"AND item_id {self.dialect.in_ids()}"
+        )
+        ids = self.dialect.ids([r.id for r in records])
+        async with self._reading() as db:
+            try:
+                stored = await db.fetch(found, (embedder, ids))
+            except self._unreadable as exc:
+                if "no such table" not in str(exc):
+                    raise
+                stored = []  # an older file opened read-only: no vector was ever stored
+        return records, {str(row[0]): bytes(row[1]) for row in stored}
+
     async def max_seq(self: EpisodeAccess, partition: Partition) -> int:
         """The partition's highest ``seq`` (0 when it has no episodes)."""
         async with self._reading() as db:
