@@ -25,6 +25,8 @@ from stargraph_mem.integrations.mcp_server import (
     TOOL_NAMES,
     build_server,
 )
+from stargraph_mem.model.deltas import AddDelta, FactPayload
+from stargraph_mem.model.episodes import Episode
 
 NOW = datetime(2026, 11, 2, 3, 0, tzinfo=UTC)
 LIFECYCLE = RULES / "fact_lifecycle.yaml"
@@ -479,3 +481,52 @@ async def test_search_memory_and_get_entity_info(new_location: NewLocation) -> N
             client, "get_entity_info", name="nobody", user="alice", agent="rag"
         )
         assert len(await mem.facts()) == 2
+
+
+async def test_search_tools_keep_what_a_recall_mode_includes(new_location: NewLocation) -> None:
+    """``mode`` on ``search_facts`` and ``search_memory`` (specification 004): facts_only
+    keeps facts of type fact, facts_plus_rules adds procedures, full_context (the default)
+    keeps everything, episodes included."""
+    async with serving(new_location(), [DEFAULT]) as (mem, client):
+        for n, (obj, kind) in enumerate(
+            (("tea", "fact"), ("tea before noon", "procedure"), ("tea at dawn", "narrative"))
+        ):
+            delta = AddDelta(
+                user="alice",
+                agent="rag",
+                fact=FactPayload(subject="alice", predicate="drinks", object=obj),
+                source_episode_ids=[f"e{n}"],
+                rule_id="seed",
+                confidence=0.8,
+                promotion_ts=NOW,
+                memory_type=kind,
+            )
+            await mem.fact_store.apply_deltas([delta], pack_hash="seed")
+        await mem.memory.put_many(
+            [
+                Episode(
+                    id="said",
+                    content="alice drinks tea",
+                    timestamp=NOW,
+                    user="alice",
+                    session="s1",
+                    agent="rag",
+                )
+            ]
+        )
+        expected = {
+            "facts_only": {"tea"},
+            "facts_plus_rules": {"tea", "tea before noon"},
+            "full_context": {"tea", "tea before noon", "tea at dawn"},
+        }
+        for mode, objects in expected.items():
+            hits = (await call(client, "search_facts", query="tea", mode=mode))["hits"]
+            assert {h["fact"]["object"] for h in hits} == objects, mode
+            found = await call(
+                client, "search_memory", query="tea", user="alice", agent="rag", mode=mode
+            )
+            facts = {h["fact"]["object"] for h in found["hits"] if h["kind"] == "fact"}
+            assert facts == objects, mode
+            episodes = [h for h in found["hits"] if h["kind"] == "episode"]
+            assert bool(episodes) == (mode == "full_context"), mode
+        assert "mode" in await refused(client, "search_facts", query="tea", mode="everything")

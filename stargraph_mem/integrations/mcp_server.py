@@ -53,6 +53,7 @@ from stargraph_mem.model.deltas import DELTA_KINDS
 from stargraph_mem.model.entities import TimelineEvent
 from stargraph_mem.model.episodes import Episode
 from stargraph_mem.model.facts import Fact, FactHit, FactPattern, StatusChange
+from stargraph_mem.model.layers import RecallMode
 from stargraph_mem.model.lifecycle import spec_status
 from stargraph_mem.model.time import NaiveTimestampError, parse_iso
 from stargraph_mem.stores.fact import BindingValue, SourceEpisode
@@ -691,6 +692,14 @@ def build_server(mem: Consolidator, *, name: str = SERVER_NAME) -> MCPServer[Any
             bool,
             Field(description="Also facts challenged for review (left out by default)."),
         ] = False,
+        mode: Annotated[
+            RecallMode,
+            Field(
+                description="What kinds of memory come back (specification 004): facts_only "
+                "(facts of type fact), facts_plus_rules (fact and procedure), full_context "
+                "(everything, the default). The first two return no episodes."
+            ),
+        ] = "full_context",
     ) -> SearchResult:
         """Search the currently believed facts: those matching the most and the rarest words
         of `query` come first, then the more confident and the newer ones; an empty query
@@ -711,6 +720,7 @@ def build_server(mem: Consolidator, *, name: str = SERVER_NAME) -> MCPServer[Any
                 limit=limit,
                 touch=mem.read_only_reason is None,
                 include_challenged=include_challenged,
+                mode=mode,
             )
         return SearchResult(hits=hits)
 
@@ -1046,6 +1056,14 @@ def build_server(mem: Consolidator, *, name: str = SERVER_NAME) -> MCPServer[Any
             bool,
             Field(description="Also facts challenged for review (left out by default)."),
         ] = False,
+        mode: Annotated[
+            RecallMode,
+            Field(
+                description="What kinds of memory come back (specification 004): facts_only "
+                "(facts of type fact), facts_plus_rules (fact and procedure), full_context "
+                "(everything, the default). The first two return no episodes."
+            ),
+        ] = "full_context",
     ) -> MemorySearch:
         """Recall memory by meaning: full-text, vector and graph search (entities, time,
         lineage) fused by Reciprocal Rank Fusion; the query's intent (why, when, who,
@@ -1065,6 +1083,7 @@ def build_server(mem: Consolidator, *, name: str = SERVER_NAME) -> MCPServer[Any
                 entity=entity_name,
                 touch=mem.read_only_reason is None,
                 include_challenged=include_challenged,
+                mode=mode,
             )
             context = None if context_budget is None else result.context(context_budget)
         hits = [
