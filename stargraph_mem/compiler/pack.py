@@ -18,6 +18,7 @@ from stargraph_mem.compiler.generator import (
     NearRelation,
     Relation,
     RuleProgram,
+    SurpriseRelation,
     item_alias,
 )
 from stargraph_mem.compiler.select_sql import SelectSQL, compile_select
@@ -85,6 +86,9 @@ class CompiledPack:
     near: list[NearRelation] = field(default_factory=list)
     """The ``near`` tests of fact patterns, in ``sm-near`` ``k`` order: a pass of such a
     pack needs an embedder."""
+    surprise: list[SurpriseRelation] = field(default_factory=list)
+    """The ``surprise`` patterns, in ``sm-surprise`` ``k`` order: a pass of such a pack
+    needs an embedder too."""
     near_only: bool = False
     """Stored facts matter only as neighbours (see ``Generator.near_only``): a pass of
     episode rules asserts each when it first ranks among an episode's neighbours."""
@@ -101,6 +105,11 @@ class CompiledPack:
     @property
     def name(self) -> str:
         return self.pack.pack
+
+    @property
+    def similarity(self) -> bool:
+        """Whether a pass needs an embedder: a ``near`` test or a ``surprise`` pattern."""
+        return bool(self.near or self.surprise)
 
     def rule(self, rule_id: str) -> CompiledRule:
         for rule in self.rules:
@@ -174,6 +183,7 @@ def compile_analysis(
         relations=list(gen.relations),
         history=list(gen.history),
         near=list(gen.near),
+        surprise=list(gen.surprise),
         near_only=gen.near_only(),
         episode_fields=dict(sorted(gen.used_fields.items())),
         matches_facts=gen.matches_facts(),
