@@ -845,25 +845,18 @@ class _Checker:
         self.check_payload_ops(info, op, path)
 
     def check_payload_ops(self, info: RuleInfo, op: ArithOp, path: PathKey) -> None:
-        """The operations of a payload value, nested ones included, and their operands."""
-        name = arithmetic_name(op)
-        if name not in PAYLOAD_OPERATIONS:
+        """The operations of a payload value (no decay, nested ones included) and their
+        operands."""
+        decay = _decay_in(op, path)
+        if decay is not None:
+            where, name = decay
             self.err(
-                (*path, name),
+                where,
                 f"'{name}' decays a fact's confidence: a payload value takes "
                 + ", ".join(PAYLOAD_OPERATIONS),
             )
             return
         self.check_arithmetic(info, op, path)
-        inner = getattr(op, name)
-        places: list[tuple[PathKey, Any]] = (
-            [((*path, name, k), x) for k, x in enumerate(inner)]
-            if isinstance(inner, list)
-            else [((*path, name, "value"), inner.value)]
-        )
-        for where, operand in places:
-            if is_arithmetic(operand) and arithmetic_name(operand) not in PAYLOAD_OPERATIONS:
-                self.check_payload_ops(info, operand, where)
 
     def check_listed_once(self, refs: list[Any], path: PathKey) -> None:
         """A fact named twice would be replaced (or reinforced) twice: never valid."""
@@ -966,6 +959,25 @@ class _Checker:
                 )
             else:
                 seen[key] = info
+
+
+def _decay_in(op: ArithOp, path: PathKey) -> tuple[PathKey, str] | None:
+    """Where the first operation of ``op`` (itself included) that is no payload operation
+    is, and its name (``None``: there is none)."""
+    name = arithmetic_name(op)
+    if name not in PAYLOAD_OPERATIONS:
+        return (*path, name), name
+    inner = getattr(op, name)
+    places: list[tuple[PathKey, Any]] = (
+        [((*path, name, k), x) for k, x in enumerate(inner)]
+        if isinstance(inner, list)
+        else [((*path, name, "value"), inner.value)]
+    )
+    for where, operand in places:
+        found = _decay_in(operand, where) if is_arithmetic(operand) else None
+        if found is not None:
+            return found
+    return None
 
 
 def is_arithmetic(value: object) -> TypeGuard[ArithOp]:
