@@ -114,7 +114,7 @@ CASES: list[tuple[str, str, str]] = [
         "unknown_pattern_kind",
         mutate(("      - count: {as: n", "      - tally: {as: n")),
         "rules/x.yaml:25:9: rules[1].when[1]: each 'when' item has exactly one key: "
-        "episode, fact, earlier, count, not or exists",
+        "episode, fact, earlier, count, not, exists or surprise",
     ),
     (
         "unknown_episode_field",
@@ -296,7 +296,7 @@ CASES: list[tuple[str, str, str]] = [
         mutate(("confidence: {var: n, base: 0.5, per: 0.1}", "confidence: [1]")),
         "rules/x.yaml:31:7: rules[1].emit.confidence: expected a number in [0, 1], "
         "{var, base, per}, {from: x} or one operation: reinforce, multiply, ebbinghaus, "
-        "linear_decay, retention, min, max, clamp",
+        "linear_decay, retention, min, max, clamp, add",
     ),
     (
         "operand_of_no_kind",

@@ -421,7 +421,7 @@ def arithmetic(draw: Draw, state: RuleState, depth: int = 0) -> dict[str, Any]:
         body: Any = {"value": draw(operand(state, depth)), "by": draw(UNIT)}
         if draw(st.booleans()):
             body["cap"] = draw(UNIT)
-    elif name in ("multiply", "min", "max"):
+    elif name in ("multiply", "min", "max", "add"):
         body = draw(st.lists(operand(state, depth), min_size=2, max_size=3))
     elif name == "clamp":
         lo, hi = sorted([draw(UNIT), draw(UNIT)])

@@ -265,14 +265,14 @@ rules:
             "{mni: [{var: c}, 0.5]}",
             "rules/x.yaml:15:7: rules[0].emit.confidence: unknown operation 'mni'; did you mean "
             "'min'? (operations: reinforce, multiply, ebbinghaus, linear_decay, retention, min, "
-            "max, clamp)",
+            "max, clamp, add)",
         ),
         (
             "{min: [{var: c}, 0.5]}",
             '{min: [{var: c}, "0.5"]}',
             "rules/x.yaml:15:36: rules[0].emit.confidence.min[1]: expected a number, {var: x} "
             "or one operation: reinforce, multiply, ebbinghaus, linear_decay, retention, min, "
-            "max, clamp",
+            "max, clamp, add",
         ),
         (
             "{min: [{var: c}, 0.5]}",

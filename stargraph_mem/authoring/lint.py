@@ -535,7 +535,7 @@ class _Linter:
         conds: list[Condition] = []
         for item in info.rule.when:
             kind, pattern = pattern_of(item)
-            for fname, cond in pattern.where.items():
+            for fname, cond in getattr(pattern, "where", {}).items():  # surprise: no fields
                 if cond.bind == name:
                     conds += self.constraints(info, fname) if kind == "episode" else [cond]
         found = _Domain.of("string", conds).candidates() if conds else None
@@ -550,7 +550,7 @@ def _var_refs(item: WhenItem) -> set[str]:
     _, pattern = pattern_of(item)
     return {
         value.var
-        for cond in pattern.where.values()
+        for cond in getattr(pattern, "where", {}).values()  # surprise: no fields
         for _, value in cond.tests()
         if isinstance(value, VarRef)
     }

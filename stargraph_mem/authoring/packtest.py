@@ -187,6 +187,8 @@ class ExpectedDelta(_Model):
     merged_into: str | None = None
     """A merge's target: a seeded fact's id or the episode id that made it."""
     bindings: dict[str, JsonValue] | None = None
+    payload: dict[str, JsonValue] | None = None
+    """The payload of the fact an add or update makes (every key: numbers to 1e-9)."""
 
 
 class ExpectedFact(_Model):
@@ -590,6 +592,7 @@ DELTA_FIELDS = (
     "reason",
     "bindings",
     "status",
+    "payload",
 )
 FACT_FIELDS = ("triple", "id", "rule", "confidence", "layer", "memory_type")
 REJECTION_FIELDS = ("episode", "rule", "reason")
@@ -599,6 +602,7 @@ def delta_view(delta: MemoryDelta, run: CaseRun) -> View:
     view: View = {"kind": delta.kind, "rule": delta.rule_id}
     if isinstance(delta, FactDelta):
         view["triple"] = delta.fact.triple
+        view["payload"] = dict(delta.fact.payload)
     for fid, role in touched_facts(delta):
         view.setdefault(role, []).append(run.name(fid))
     if kind_takes(delta.kind, "reinforces"):
@@ -640,8 +644,12 @@ def _given(expected: BaseModel) -> View:
 
 
 def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
     if isinstance(a, float | int) and isinstance(b, float | int):
         return math.isclose(a, b, rel_tol=0, abs_tol=1e-9)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(v, b[k]) for k, v in a.items())
     return bool(a == b)
 
 

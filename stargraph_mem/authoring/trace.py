@@ -291,6 +291,21 @@ def closing_similarity(why: Explanation) -> list[str]:
     return out
 
 
+def surprise_texts(bindings: Mapping[str, Any]) -> list[str]:
+    """What a ``surprise`` pattern scored, from a delta's bindings: ``0.42 over 5 facts
+    (k 5) under embedder stargraph-hash@1/256 (u)``, one per pattern."""
+    out = []
+    for key in sorted(bindings):
+        if not key.endswith(".cosines"):
+            continue
+        name = key.removesuffix(".cosines")
+        facts, k = bindings.get(f"{name}.facts") or [], bindings.get(f"{name}.k")
+        embedder = bindings.get(f"{name}.embedder")
+        over = f"{len(facts)} fact{'' if len(facts) == 1 else 's'}"
+        out.append(f"{bindings.get(name)} over {over} (k {k}) under embedder {embedder} ({name})")
+    return out
+
+
 def explanation_lines(why: Explanation) -> list[str]:
     """``explain``'s text: the fact's trace plus scope, validity, pack and what followed."""
     fact = why.fact
@@ -301,6 +316,7 @@ def explanation_lines(why: Explanation) -> list[str]:
         ("pack", why.pack_hash or "-"),
     ]
     extra += [("similar", text) for text in similarity_texts(why.provenance.bindings)]
+    extra += [("surprise", text) for text in surprise_texts(why.provenance.bindings)]
     if why.closed_by is not None:
         extra.append(("closed by", why.closed_by))
         extra += [("closed as", text) for text in closing_similarity(why)]

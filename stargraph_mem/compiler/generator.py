@@ -36,6 +36,7 @@ from stargraph_mem.ir.checks import (
     Analysis,
     RuleInfo,
     VarInfo,
+    is_arithmetic,
     parse_template,
     parse_timestamp_literal,
     pattern_of,
@@ -45,6 +46,7 @@ from stargraph_mem.ir.models import (
     EPISODE_BUILTINS,
     FACT_FIELDS,
     LIFECYCLE_FIELDS,
+    AddOp,
     ClampOp,
     Condition,
     CountPattern,
@@ -59,8 +61,10 @@ from stargraph_mem.ir.models import (
     MultiplyOp,
     ReinforceOp,
     RetentionOp,
+    SurprisePattern,
     VarConfidence,
     VarRef,
+    arithmetic_name,
 )
 from stargraph_mem.ir.operators import (
     ACCESS_BOOST_CAP,
@@ -311,6 +315,31 @@ the facts a pass makes (``sm-made``) and closes (``sm-gone``, also for a dropped
 before ``sm-drop-fact`` retracts it) that the runtime takes between episodes."""
 
 
+@dataclass(frozen=True)
+class SurpriseRelation:
+    """A ``surprise`` pattern of one rule: the runtime scores each episode the rule may
+    see against the partition's current facts (outside CLIPS, with the configured
+    embedder: see :func:`~stargraph_mem.engine.passes.near.surprise`) and asserts one
+    ``sm-surprise`` fact, ``k`` being this relation's index."""
+
+    index: int
+    rule_index: int
+    rule_id: str
+    alias: str
+    """The pattern's name: its ``as``, else ``surprise`` (the bindings cite it so)."""
+    k: int
+    """How many nearest facts the score averages over (fewer when there are fewer)."""
+
+
+SURPRISE_TEMPLATE: Final = """\
+(deftemplate sm-surprise
+  (slot n (type INTEGER))
+  (slot k (type INTEGER))
+  (slot u (type FLOAT)))
+"""
+"""Declared when a rule has a ``surprise`` pattern: the scores the runtime asserts."""
+
+
 @dataclass
 class EmitToken:
     """One token a rule prints after ``<rule> <n>``: which alias and what it is."""
@@ -383,6 +412,8 @@ class Generator:
         self.near_at: dict[tuple[int, int], NearRelation] = {}
         self.episode_near: list[EpisodeNearRelation] = []
         self.episode_near_at: dict[tuple[int, int], EpisodeNearRelation] = {}
+        self.surprise: list[SurpriseRelation] = []
+        self.surprise_at: dict[tuple[int, int], SurpriseRelation] = {}
         self.needs_archived = any(
             admits_archived(pattern_of(item)[1])
             for info in analysis.rules
@@ -566,6 +597,34 @@ class Generator:
         n = "0" if rel.sweep else "?i_n"
         return f"(sm-near (n {n}) (k {rel.index}){of} (id {fid}) (cos {cosine}))"
 
+    @property
+    def similar(self) -> bool:
+        """Whether the runtime follows the facts CLIPS makes and closes (``near`` tests
+        and ``surprise`` patterns rank them between episodes)."""
+        return bool(self.near or self.surprise)
+
+    def surprise_for(self, info: RuleInfo, j: int, pattern: SurprisePattern) -> None:
+        rel = SurpriseRelation(
+            index=len(self.surprise),
+            rule_index=info.index,
+            rule_id=info.rule.id,
+            alias=pattern.alias or "surprise",
+            k=pattern.k,
+        )
+        self.surprise.append(rel)
+        self.surprise_at[(info.index, j)] = rel
+
+    def surprise_pattern(self, ctx: _Ctx, j: int, pattern: SurprisePattern) -> str:
+        """The ``sm-surprise`` pattern of pattern ``j``: its score, bound and bounded."""
+        rel = self.surprise_at[(ctx.info.index, j)]
+        var = ctx.var(pattern.alias) if pattern.alias is not None else f"?i_su_{j}"
+        tests = []
+        if pattern.at_least is not None:
+            tests.append(f":(>= {var} {clips_float(pattern.at_least)})")
+        if pattern.at_most is not None:
+            tests.append(f":(<= {var} {clips_float(pattern.at_most)})")
+        return f"(sm-surprise (n ?i_n) (k {rel.index}) (u " + "&".join([var, *tests]) + "))"
+
     def use_field(self, fname: str) -> None:
         self.used_fields[fname] = self.episode_types[fname]
 
@@ -578,6 +637,8 @@ class Generator:
                 kind, pattern = pattern_of(item)
                 if kind in ("fact", "not", "exists") and pattern.near is not None:
                     self.near_for(info, j, kind, pattern)
+                if kind == "surprise":
+                    self.surprise_for(info, j, pattern)
                 if kind == "episode":
                     for fname in pattern.where:
                         self.use_field(fname)
@@ -930,6 +991,8 @@ class Generator:
                 out.append(self.fact_pattern(ctx, pattern, alias))
             elif (info.index, j) in self.episode_near_at:
                 out.append(self.episode_near_pattern(ctx, j, pattern, alias))
+            elif kind == "surprise":
+                out.append(self.surprise_pattern(ctx, j, pattern))
             elif (info.index, j) in self.history_at:
                 hist = self.history_at[(info.index, j)]
                 if kind == "earlier":
@@ -1008,8 +1071,8 @@ class Generator:
             r = op.reinforce
             value = self.arithmetic_expr(ctx, r.value)
             return f"(min {clips_float(r.cap)} (+ {value} {clips_float(r.by)}))"
-        if isinstance(op, MultiplyOp | MinOp | MaxOp):
-            name = "*" if isinstance(op, MultiplyOp) else "min" if isinstance(op, MinOp) else "max"
+        if isinstance(op, MultiplyOp | MinOp | MaxOp | AddOp):
+            name = {"multiply": "*", "min": "min", "max": "max", "add": "+"}[arithmetic_name(op)]
             items = arithmetic_operands(op)
             return f"({name} " + " ".join(self.arithmetic_expr(ctx, x) for x in items) + ")"
         if isinstance(op, ClampOp):
@@ -1093,11 +1156,11 @@ class Generator:
                 )
             elif info.aliases.get(ref) == "fact":
                 out.append(f"(retract ?i_fa_{ref})")
-                if self.near:
+                if self.similar:
                     out.append(f"(assert (sm-gone (id ?i_fid_{ref})))")
             else:
                 out.append(f"(retract ?i_wb_{ref})")
-                if self.near:
+                if self.similar:
                     out.append(f"(assert (sm-gone (id ?i_wbid_{ref})))")
         for ref in emit.reinforces:
             if self.observes:  # a reinforcing observation is one the fact was seen in
@@ -1123,7 +1186,7 @@ class Generator:
                 + "".join(f" {x}" for x in self.new_fact_extras(ctx))
                 + "))"
             )
-            if self.near:  # logged for the runtime, which ranks it for later episodes
+            if self.similar:  # logged for the runtime, which ranks it for later episodes
                 made = f"(assert (sm-made (f {made})))"
             out.append(made)
         printed = [str(info.index), "0" if info.fact_only else "?i_n"]
@@ -1157,7 +1220,9 @@ class Generator:
             if ftype is None:
                 continue
             parts = parse_template(value) if isinstance(value, str) else []
-            if len(parts) == 1 and parts[0][0] == "var":
+            if is_arithmetic(value):  # computed again by the runtime, for the delta
+                expr = self.arithmetic_expr(ctx, value)
+            elif len(parts) == 1 and parts[0][0] == "var":
                 var = ctx.info.variables[parts[0][1]]
                 expr = f"(float {ctx.var(var.name)})" if ftype == "number" else ctx.var(var.name)
                 if ftype == "string" and var.type != "string" and isinstance(value, str):
@@ -1381,10 +1446,12 @@ class Generator:
         ]
         parts += [self.relation_template(rel) for rel in self.relations]
         parts += [self.history_template(rel) for rel in self.history]
-        if self.near:
+        if self.similar:
             parts.append(NEAR_TEMPLATE)
         if self.episode_near:
             parts.append(EPISODE_NEAR_TEMPLATE)
+        if self.surprise:
+            parts.append(SURPRISE_TEMPLATE)
         parts.append(CONTROL_RULES)
         parts += [self.relation_rules(rel) for rel in self.relations]
         parts += [p.clips for p in self.programs]
@@ -1614,6 +1681,8 @@ def arithmetic_operands(op: Any) -> list[Any]:
         return list(op.min)
     if isinstance(op, MaxOp):
         return list(op.max)
+    if isinstance(op, AddOp):
+        return list(op.add)
     return []
 
 

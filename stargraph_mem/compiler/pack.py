@@ -19,6 +19,7 @@ from stargraph_mem.compiler.generator import (
     NearRelation,
     Relation,
     RuleProgram,
+    SurpriseRelation,
     item_alias,
 )
 from stargraph_mem.compiler.select_sql import SelectSQL, compile_select
@@ -89,6 +90,9 @@ class CompiledPack:
     episode_near: list[EpisodeNearRelation] = field(default_factory=list)
     """The ``earlier`` patterns with ``near``, in ``sm-near-ep`` ``k`` order: a pass of such
     a pack needs an embedder and the partition's earlier episodes."""
+    surprise: list[SurpriseRelation] = field(default_factory=list)
+    """The ``surprise`` patterns, in ``sm-surprise`` ``k`` order: a pass of such a pack
+    needs an embedder too."""
     near_only: bool = False
     """Stored facts matter only as neighbours (see ``Generator.near_only``): a pass of
     episode rules asserts each when it first ranks among an episode's neighbours."""
@@ -105,6 +109,12 @@ class CompiledPack:
     @property
     def name(self) -> str:
         return self.pack.pack
+
+    @property
+    def similarity(self) -> bool:
+        """Whether a pass needs an embedder: a ``near`` test (of facts or of earlier
+        episodes) or a ``surprise`` pattern."""
+        return bool(self.near or self.episode_near or self.surprise)
 
     def rule(self, rule_id: str) -> CompiledRule:
         for rule in self.rules:
@@ -179,6 +189,7 @@ def compile_analysis(
         history=list(gen.history),
         near=list(gen.near),
         episode_near=list(gen.episode_near),
+        surprise=list(gen.surprise),
         near_only=gen.near_only(),
         episode_fields=dict(sorted(gen.used_fields.items())),
         matches_facts=gen.matches_facts(),

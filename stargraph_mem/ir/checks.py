@@ -18,7 +18,9 @@ from stargraph_mem.ir.models import (
     EPISODE_BUILTINS,
     FACT_FIELDS,
     MATCHED_STATUSES,
+    PAYLOAD_OPERATIONS,
     WHEN_KINDS,
+    AddOp,
     ArithOp,
     ClampOp,
     Condition,
@@ -45,6 +47,8 @@ from stargraph_mem.ir.models import (
     RetentionOp,
     Rule,
     RulePack,
+    SurpriseItem,
+    SurprisePattern,
     VarConfidence,
     VarRef,
     WhenItem,
@@ -300,10 +304,10 @@ class _Checker:
                     var.name
                 ):
                     return (*info.path, "when", j, kind, "near", "cosine")
-        if var.kind == "count":
+        if var.kind in ("count", "surprise"):
             for j, item in enumerate(info.rule.when):
                 kind, pattern = pattern_of(item)
-                if kind == "count" and getattr(pattern, "alias", None) == var.name:
+                if kind == var.kind and getattr(pattern, "alias", None) == var.name:
                     return (*info.path, "when", j, kind, "as")
         for j, item in enumerate(info.rule.when):
             kind, pattern = pattern_of(item)
@@ -339,7 +343,10 @@ class _Checker:
             return
         if isinstance(item, EarlierItem | CountItem) and info.episode_alias is None:
             self.err(path, f"an '{kind}' pattern must follow the rule's 'episode' pattern")
-        alias = self.new_alias(info, pattern.alias, kind, ppath, index)
+        if isinstance(item, SurpriseItem):
+            alias = self.surprise_alias(info, item.surprise, ppath, index)
+        else:
+            alias = self.new_alias(info, pattern.alias, kind, ppath, index)
         if isinstance(item, EpisodeItem):
             info.episode_alias = alias
             self.check_conditions(info, pattern.where, self.episode_fields, ppath, alias, kind)
@@ -354,6 +361,8 @@ class _Checker:
             self.check_conditions(info, pattern.where, self.episode_fields, ppath, alias, kind)
         elif isinstance(item, CountItem):
             self.check_count(info, item.count, ppath, alias)
+        elif isinstance(item, SurpriseItem):
+            self.check_surprise(info, item.surprise, ppath, alias)
 
     def check_near(
         self, info: RuleInfo, pattern: FactPattern, path: PathKey, alias: str | None
@@ -468,6 +477,45 @@ class _Checker:
                 (*path, "status"),
                 "never matches: a fact a rule sees has status "
                 + " or ".join(repr(v) for v in MATCHED_STATUSES),
+            )
+
+    def surprise_alias(
+        self, info: RuleInfo, pattern: SurprisePattern, path: PathKey, index: int
+    ) -> str:
+        """A ``surprise`` pattern's name: its ``as``, else ``surprise`` (one per rule: its
+        score is cited in the bindings under that name)."""
+        first = next(
+            (j for j, w in enumerate(info.rule.when) if isinstance(w, SurpriseItem)), index
+        )
+        if first != index:
+            self.err(path, "a rule has at most one 'surprise' pattern")
+        if pattern.alias is None and ("surprise" in info.aliases or "surprise" in info.variables):
+            self.err(path, "name 'surprise' is already used in this rule: name the score ('as: u')")
+            return unnamed_alias(index)
+        return self.new_alias(info, pattern.alias or "surprise", "surprise", path, index)
+
+    def check_surprise(
+        self, info: RuleInfo, pattern: SurprisePattern, path: PathKey, alias: str
+    ) -> None:
+        """``surprise`` scores the rule's episode: it follows the episode pattern (a sweep
+        has no episode); ``as`` binds a number; the bounds can hold together."""
+        if info.episode_alias is None:
+            self.err(
+                path,
+                "'surprise' scores the rule's episode against the facts: it must follow the "
+                "rule's 'episode' pattern (a sweep has no episode)",
+            )
+        if (
+            pattern.at_least is not None
+            and pattern.at_most is not None
+            and pattern.at_least > pattern.at_most
+        ):
+            self.err(
+                (*path, "at_most"), "at_most is smaller than at_least: the rule can never fire"
+            )
+        if pattern.alias is not None:
+            info.variables[pattern.alias] = VarInfo(
+                pattern.alias, alias, "surprise", "surprise", "number"
             )
 
     def check_keys(self, keys: list[str], path: PathKey) -> None:
@@ -713,6 +761,12 @@ class _Checker:
                 self.err((*path, "sources", k), f"'{name}' is not a named pattern of this rule")
             elif info.aliases[name] == "count":
                 info.used_vars.add(name)  # its episodes are cited: the count is used
+            elif info.aliases[name] == "surprise":
+                self.err(
+                    (*path, "sources", k),
+                    f"'{name}' is a surprise score, not a pattern with sources (its "
+                    "neighbours are cited in the bindings)",
+                )
         if info.episode_alias is None and not any(
             info.aliases.get(s) == "fact" for s in emit.sources
         ):
@@ -769,6 +823,9 @@ class _Checker:
         """A declared key takes a literal of its type or one variable of that type (a string
         key any template); an undeclared key takes a template."""
         ptype = self.pack.fact_payload.get(key)
+        if is_arithmetic(value):
+            self.check_payload_operation(info, key, ptype, value, path)
+            return
         if ptype is None or (ptype == "string" and isinstance(value, str)):
             if not isinstance(value, str):
                 self.err(
@@ -805,6 +862,35 @@ class _Checker:
             self.err(path, f"type mismatch: variable '{name}' is {var.type}, '{key}' is {ptype}")
         else:
             info.used_vars.add(name)
+
+    def check_payload_operation(
+        self, info: RuleInfo, key: str, ptype: FieldType | None, op: ArithOp, path: PathKey
+    ) -> None:
+        """An operation computes a ``number`` key declared in ``fact_payload`` (in Python,
+        as the confidence is); the decays are the confidence's only."""
+        if ptype != "number":
+            declared = "is not declared in 'fact_payload'" if ptype is None else f"is {ptype}"
+            self.err(
+                path,
+                f"payload key '{key}' {declared}: an operation computes a key declared "
+                "'number' (fact_payload: {" + key + ": number})",
+            )
+            return
+        self.check_payload_ops(info, op, path)
+
+    def check_payload_ops(self, info: RuleInfo, op: ArithOp, path: PathKey) -> None:
+        """The operations of a payload value (no decay, nested ones included) and their
+        operands."""
+        decay = _decay_in(op, path)
+        if decay is not None:
+            where, name = decay
+            self.err(
+                where,
+                f"'{name}' decays a fact's confidence: a payload value takes "
+                + ", ".join(PAYLOAD_OPERATIONS),
+            )
+            return
+        self.check_arithmetic(info, op, path)
 
     def check_listed_once(self, refs: list[Any], path: PathKey) -> None:
         """A fact named twice would be replaced (or reinforced) twice: never valid."""
@@ -870,8 +956,8 @@ class _Checker:
             self.check_operand(info, op.clamp.value, (*path, "clamp", "value"))
             if op.clamp.lo > op.clamp.hi:
                 self.err((*path, "clamp", "hi"), "hi is smaller than lo")
-        elif isinstance(op, MultiplyOp | MinOp | MaxOp):
-            name = "multiply" if isinstance(op, MultiplyOp) else type(op).__name__[:3].lower()
+        elif isinstance(op, MultiplyOp | MinOp | MaxOp | AddOp):
+            name = arithmetic_name(op)
             for k, operand in enumerate(getattr(op, name)):
                 self.check_operand(info, operand, (*path, name, k))
 
@@ -915,6 +1001,25 @@ class _Checker:
                 seen[key] = info
 
 
+def _decay_in(op: ArithOp, path: PathKey) -> tuple[PathKey, str] | None:
+    """Where the first operation of ``op`` (itself included) that is no payload operation
+    is, and its name (``None``: there is none)."""
+    name = arithmetic_name(op)
+    if name not in PAYLOAD_OPERATIONS:
+        return (*path, name), name
+    inner = getattr(op, name)
+    places: list[tuple[PathKey, Any]] = (
+        [((*path, name, k), x) for k, x in enumerate(inner)]
+        if isinstance(inner, list)
+        else [((*path, name, "value"), inner.value)]
+    )
+    for where, operand in places:
+        found = _decay_in(operand, where) if is_arithmetic(operand) else None
+        if found is not None:
+            return found
+    return None
+
+
 def is_arithmetic(value: object) -> TypeGuard[ArithOp]:
     """Whether ``value`` is a typed confidence operation."""
     return isinstance(value, tuple(ARITHMETIC.values()))
@@ -925,6 +1030,11 @@ def _unused_message(var: VarInfo) -> str:
     name = var.name
     if var.kind == "count":
         todo = f'cite it in sources ("sources: [{name}]") or drop "as: {name}"'
+    elif var.kind == "surprise":
+        todo = (
+            f'use it ({{var: {name}}} in an operation, or "{{{name}}}") or drop "as: {name}" '
+            "(the score is in the bindings anyway, as 'surprise')"
+        )
     elif var.kind == "near":
         todo = (
             f'use it ("confidence: {{from: {name}}}" or {{var: {name}}}) or drop '
@@ -956,6 +1066,8 @@ def pattern_of(item: WhenItem) -> tuple[str, Any]:
         return "count", item.count
     if isinstance(item, NotItem):
         return "not", item.not_
+    if isinstance(item, SurpriseItem):
+        return "surprise", item.surprise
     return "exists", item.exists
 
 

@@ -394,6 +394,33 @@ class CountPattern(_FieldsPattern):
         )
 
 
+MAX_SURPRISE_K = MAX_NEIGHBOURS
+"""The largest ``k`` a ``surprise`` pattern may ask for."""
+
+
+class SurprisePattern(_IR):
+    """How surprising the episode is against the partition's current facts (specification
+    004's surprise-based importance): ``1 − mean cosine`` of its ``k`` nearest facts under
+    the configured embedder (cosines rounded to six places as ``near`` ranks; fewer when
+    the partition has fewer facts), clamped to [0, 1] and rounded to six places; 1.0 when
+    it has none. ``as`` binds the score (a number); ``at_least`` / ``at_most`` bound it.
+
+    The runtime computes the score outside CLIPS, against the facts current at the
+    episode's point of the pass (as ``near`` does), and asserts it for the rules.
+    """
+
+    alias: Name | None = Field(default=None, alias="as")
+    k: int = Field(default=5, ge=1, le=MAX_SURPRISE_K)
+    at_least: float | None = Field(default=None, ge=0, le=1, allow_inf_nan=False)
+    at_most: float | None = Field(default=None, ge=0, le=1, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_nulls(cls, data: Any) -> Any:
+        _refuse_nulls(data)
+        return data
+
+
 class EpisodeItem(_IR):
     episode: EpisodePattern
 
@@ -408,6 +435,10 @@ class EarlierItem(_IR):
 
 class CountItem(_IR):
     count: CountPattern
+
+
+class SurpriseItem(_IR):
+    surprise: SurprisePattern
 
 
 def _fields_directly(kind: str, data: Any) -> Any:
@@ -455,6 +486,7 @@ WHEN_KINDS: dict[str, type[Any]] = {
     "count": CountItem,
     "not": NotItem,
     "exists": ExistsItem,
+    "surprise": SurpriseItem,
 }
 
 
@@ -474,12 +506,14 @@ WhenItem = Annotated[
     | Annotated[EarlierItem, Tag("earlier")]
     | Annotated[CountItem, Tag("count")]
     | Annotated[NotItem, Tag("not")]
-    | Annotated[ExistsItem, Tag("exists")],
+    | Annotated[ExistsItem, Tag("exists")]
+    | Annotated[SurpriseItem, Tag("surprise")],
     Discriminator(
         _when_kind,
         custom_error_type="pattern_kind",
         custom_error_message=(
-            "each 'when' item has exactly one key: episode, fact, earlier, count, not or exists"
+            "each 'when' item has exactly one key: episode, fact, earlier, count, not, exists "
+            "or surprise"
         ),
     ),
 ]
@@ -611,6 +645,12 @@ class MinOp(_IR):
     min: list[Operand_] = Field(min_length=2, max_length=8)
 
 
+class AddOp(_IR):
+    """The sum of the operands (a negative number subtracts)."""
+
+    add: list[Operand_] = Field(min_length=2, max_length=8)
+
+
 class MaxOp(_IR):
     max: list[Operand_] = Field(min_length=2, max_length=8)
 
@@ -628,11 +668,20 @@ ARITHMETIC: dict[str, type[_IR]] = {
     "min": MinOp,
     "max": MaxOp,
     "clamp": ClampOp,
+    "add": AddOp,
 }
 """The typed confidence operations, keyed by their single YAML key (a closed set)."""
 
 ArithOp = (
-    ReinforceOp | MultiplyOp | EbbinghausOp | LinearDecayOp | RetentionOp | MinOp | MaxOp | ClampOp
+    ReinforceOp
+    | MultiplyOp
+    | EbbinghausOp
+    | LinearDecayOp
+    | RetentionOp
+    | MinOp
+    | MaxOp
+    | ClampOp
+    | AddOp
 )
 
 
@@ -744,6 +793,38 @@ else:
     )
 
 
+PAYLOAD_OPERATIONS: tuple[str, ...] = ("reinforce", "multiply", "min", "max", "clamp", "add")
+"""The operations an ``emit.payload`` key of type ``number`` takes (the decays read a
+fact's confidence and are the confidence's only)."""
+
+
+def _payload_kind(value: Any) -> str | None:
+    """A payload value: a scalar (a literal or a template) or one operation."""
+    if isinstance(value, dict):
+        kind = _confidence_kind(value)
+        return kind if kind in ARITHMETIC else "unknown"
+    for name, model in ARITHMETIC.items():
+        if isinstance(value, model):
+            return name
+    return "scalar"
+
+
+if TYPE_CHECKING:
+    PayloadValue = bool | int | float | str | ArithOp
+else:
+    PayloadValue = _with_operations(
+        [Annotated[Scalar, Tag("scalar")]],
+        Discriminator(
+            _payload_kind,
+            custom_error_type="payload_kind",
+            custom_error_message=(
+                "expected a literal, a template or one operation: " + ", ".join(PAYLOAD_OPERATIONS)
+            ),
+        ),
+    )
+    """An ``emit.payload`` value."""
+
+
 _RECURSIVE: tuple[type[_IR], ...] = (Reinforce, Clamp, *ARITHMETIC.values())
 for _model in _RECURSIVE:
     _model.model_rebuild()
@@ -765,8 +846,9 @@ class Emit(_IR):
     subject: str | None = None
     predicate: str | None = None
     object: str | None = None
-    payload: dict[str, Scalar] = Field(default_factory=dict)
-    """Templates; a key declared in ``fact_payload`` also takes a literal of its type."""
+    payload: dict[str, PayloadValue] = Field(default_factory=dict)
+    """Templates; a key declared in ``fact_payload`` also takes a literal of its type, and
+    a ``number`` key an operation (``{add: […]}``: see :data:`PAYLOAD_OPERATIONS`)."""
     replaces: list[Ref] = Field(default_factory=list)
     reinforces: list[Name] = Field(default_factory=list)
     confidence: Confidence | None = None

@@ -49,10 +49,12 @@ from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
 from stargraph_mem.ir.models import (
+    ARITHMETIC,
     EPISODE_BUILTINS,
     FACT_FIELDS,
     IR_VERSION,
     NAME_PATTERN,
+    PAYLOAD_OPERATIONS,
     Emit,
     RulePack,
 )
@@ -210,7 +212,12 @@ def _emit(emit: Schema) -> None:
         props[name] = {**props[name], "anyOf": [template, {"type": "null"}]}
     props["reason"] = {**props["reason"], **template}
     declared = {"type": ["number", "boolean"], "description": "a declared key's literal"}
-    props["payload"] = {**props["payload"], "additionalProperties": {"anyOf": [template, declared]}}
+    operations = [{"$ref": f"#/$defs/{ARITHMETIC[name].__name__}"} for name in PAYLOAD_OPERATIONS]
+    computed = {"description": "a declared number key's operation", "anyOf": operations}
+    props["payload"] = {
+        **props["payload"],
+        "additionalProperties": {"anyOf": [template, declared, computed]},
+    }
     kinds = get_args(Emit.model_fields["kind"].annotation)
     creating = [k for k in kinds if kind_creates(k)]
     closing = [k for k in kinds if kind_takes(k, "replaces")]

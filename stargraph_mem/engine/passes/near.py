@@ -8,10 +8,13 @@ configured embedder, scores rounded and ties broken by id as
 current at its point of the pass, however the stream is cut into passes. A sweep's
 ``near`` ranks the facts current when the sweep starts against each other (a fact is not
 its own neighbour). Each neighbour becomes an ``sm-near`` fact; no pairwise join in CLIPS.
+A ``surprise`` pattern's score (:func:`surprise`) is computed from the same facts, the
+same way, and asserted as one ``sm-surprise`` fact per episode.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from operator import attrgetter
 from typing import Any, Final
@@ -233,3 +236,26 @@ def clusters(
         )
         out.append((index.ids[lead], [(fid, -neg) for neg, fid in members]))
     return out
+
+
+SURPRISE_DECIMALS: Final = SCORE_DECIMALS
+"""A surprise score is rounded to as many places as the cosines it averages."""
+
+
+def surprise(index: NearIndex, query: Matrix, k: int) -> tuple[float, list[tuple[str, float]]]:
+    """Specification 004's surprise of ``query`` against the facts ``index`` holds, and
+    the neighbours it averages over (best first).
+
+    ``u = 1 − (c₁ + … + c_m) / m`` over the ``m = min(k, facts)`` nearest facts, each
+    cosine ``cᵢ`` rounded to six places and ties broken by id as
+    :func:`~stargraph_mem.embedding.top_k` ranks (the same facts ``near`` would find),
+    summed exactly (``math.fsum``), clamped to [0, 1] and rounded to six places; 1.0 when
+    there is no fact. The same facts give the same score, whatever order they came in."""
+    rel = NearRelation(
+        index=-1, rule_index=-1, rule_id="", alias="", of="episode", top_k=k, min_cosine=None
+    )
+    found = index.neighbours(rel, query) if index.ids else []
+    if not found:
+        return 1.0, []
+    mean = math.fsum(score for _, score in found) / len(found)
+    return round(max(0.0, min(1.0, 1.0 - mean)), SURPRISE_DECIMALS), found

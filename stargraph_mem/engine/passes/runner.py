@@ -112,7 +112,7 @@ class PassRunner:
         vectors: StoredVectors | None = None,
     ) -> None:
         self.runtime = runtime
-        if (runtime.compiled.near or runtime.compiled.episode_near) and embedder is None:
+        if runtime.compiled.similarity and embedder is None:
             raise EmbedderError(needs_embedder(runtime.compiled), pack=runtime.compiled.name)
         self.embedder = embedder
         """What ``near`` tests rank facts with (a pack without them ignores it)."""
@@ -393,8 +393,7 @@ class PassRunner:
         if (
             self.worker == "never"
             or type(self.scorer) is not RuleBasedScorer
-            or self.runtime.compiled.near  # the embedder lives in this process
-            or self.runtime.compiled.episode_near
+            or self.runtime.compiled.similarity  # the embedder lives in this process
         ):
             return None
         if (

@@ -32,6 +32,7 @@ from stargraph_mem.compiler.generator import (
     OUT,
     NearRelation,
     RuleProgram,
+    SurpriseRelation,
     arithmetic_operands,
     payload_slot,
     slot_name,
@@ -51,12 +52,20 @@ from stargraph_mem.engine.passes.near import (
     clips_ranks,
     clusters,
     statement,
+    surprise,
 )
 from stargraph_mem.engine.passes.near_episodes import EarlierEpisodes, EpisodeNeighbours
 from stargraph_mem.errors import EmbedderError, EngineError
 from stargraph_mem.gcpause import gc_paused
-from stargraph_mem.ir.checks import PAYLOAD_PREFIX, VarInfo, parse_template, pattern_of
+from stargraph_mem.ir.checks import (
+    PAYLOAD_PREFIX,
+    VarInfo,
+    is_arithmetic,
+    parse_template,
+    pattern_of,
+)
 from stargraph_mem.ir.models import (
+    AddOp,
     ClampOp,
     Defaults,
     EbbinghausOp,
@@ -499,7 +508,7 @@ class PackRuntime:
     def vectors(self, embedder: Embedder | None) -> VectorCache | None:
         """The vectors ``near`` ranks facts with (``None`` for a pack without ``near``);
         an ``EngineError`` naming the rule when the pack needs an embedder and has none."""
-        if not (self.compiled.near or self.compiled.episode_near):
+        if not self.compiled.similarity:
             return None
         if embedder is None:
             raise EmbedderError(needs_embedder(self.compiled), pack=self.compiled.name)
@@ -537,10 +546,12 @@ class PackRuntime:
         number of facts); disposed of by :meth:`close`, or before the environment goes."""
         if not self._fact_builders:
             names = [*_BUILT, *(rel.template for rel in self.compiled.history)]
-            if self.compiled.near:
+            if self.compiled.near or self.compiled.surprise:  # beside the logs a pass follows
                 names.append("sm-near")
             if self.compiled.episode_near:
                 names.append("sm-near-ep")
+            if self.compiled.surprise:
+                names.append("sm-surprise")
             self._fact_builders.update((name, _FactBuilder(self.env, name)) for name in names)
         return self._fact_builders
 
@@ -636,7 +647,7 @@ class PackRuntime:
             episode_near = EpisodeNeighbours(
                 self.compiled.episode_near, cache, job.earlier, episodes
             )
-        if cache is not None and self.compiled.near:
+        if cache is not None and (self.compiled.near or self.compiled.surprise):
             kept = self._near_kept.pop(job.partition.key, None)
             index = None
             if kept is not None and kept[0] is fact_list and kept[1].cache is cache:
@@ -652,6 +663,7 @@ class PackRuntime:
                     episode_near.episode(i + 1, episodes[i], eligible_rules, builders["sm-near-ep"])
                 if near is not None:
                     near.episode(i + 1, episodes[i], groups.get(ok_sets[i], ()))
+                    near.surprise(i + 1, episodes[i], groups.get(ok_sets[i], ()))
                 self._assert_episode(episode_fb, i + 1, episodes[i], ok_sets[i], out)
                 if hist is not None:
                     self._assert_history(builders, i + 1, hist)
@@ -672,6 +684,8 @@ class PackRuntime:
         collector.fact_bytes = fact_bytes
         collector.near = near
         collector.episode_near = episode_near
+        if near is not None:
+            near.made_ids = collector.temp
         collector.collect(lines)
         out.facts_after = collector.facts_after()
         if near is not None and out.facts_after is not None:
@@ -851,10 +865,16 @@ class PackRuntime:
 
 
 def needs_embedder(compiled: CompiledPack) -> str:
-    """The error for a pack whose patterns test ``near`` run without an embedder."""
-    rule_id = compiled.near[0].rule_id if compiled.near else compiled.episode_near[0].rule_id
+    """The error for a pack whose patterns test ``near`` (of facts or of earlier
+    episodes) or whose rules score ``surprise``, run without an embedder."""
+    if compiled.near:
+        rule_id, what = compiled.near[0].rule_id, "tests 'near'"
+    elif compiled.surprise:
+        rule_id, what = compiled.surprise[0].rule_id, "scores 'surprise'"
+    else:
+        rule_id, what = compiled.episode_near[0].rule_id, "tests 'near'"
     return (
-        f"pack '{compiled.name}': rule '{rule_id}' tests 'near' (similarity), which needs "
+        f"pack '{compiled.name}': rule '{rule_id}' {what} (similarity), which needs "
         "an embedder: open the memory with one (embedder='hash' is built in), not embedder=None"
     )
 
@@ -907,6 +927,33 @@ class _Near:
             index = NearIndex(cache)
             index.add((f.id, statement(f.subject, f.predicate, f.object)) for f in facts)
         self.index = index
+        self.surprising: dict[int, list[SurpriseRelation]] = {}
+        for srel in runtime.compiled.surprise:
+            self.surprising.setdefault(srel.rule_index, []).append(srel)
+        self.surprise_fb = builders.get("sm-surprise")
+        self.surprises: dict[tuple[int, int], tuple[float, list[tuple[str, float]]]] = {}
+        """``(episode ordinal, relation index)`` → the score and the neighbours it averages."""
+        self.made_ids: Mapping[str, str | None] = {}
+        """The stored ids of the facts the pass made, by temporary id (the collector's)."""
+
+    def surprise(self, n: int, record: EpisodeRecord, rules: Iterable[int]) -> None:
+        """The surprise of episode ``n`` for the ``surprise`` patterns of ``rules`` (those
+        that may see it), against the facts current at its point of the pass."""
+        relations = [r for idx in rules for r in self.surprising.get(idx, ())]
+        if not relations or self.surprise_fb is None:
+            return
+        self.sync()
+        (query,) = self.cache.of([record.content])
+        scored: dict[int, tuple[float, list[tuple[str, float]]]] = {}
+        fb = self.surprise_fb
+        for rel in relations:  # patterns asking for the same k share one score
+            if rel.k not in scored:
+                scored[rel.k] = surprise(self.index, query, rel.k)
+            self.surprises[(n, rel.index)] = scored[rel.k]
+            fb.put(b"n", n)
+            fb.put(b"k", rel.index)
+            fb.put(b"u", float(scored[rel.k][0]))
+            fb.assert_fact()
 
     def sync(self, *, later: bool = False) -> None:
         """Follow the facts CLIPS made and closed since the last call (from its logs; a log
@@ -998,8 +1045,25 @@ class _Near:
             cited[f"{rel.alias}.cosine"] = score
             cited[f"{rel.alias}.fact"] = refs[rel.alias].id
             cited[f"{rel.alias}.embedder"] = self.cache.identity
+        for srel in self.surprising.get(rule, ()):
+            found = self.surprises.get((n, srel.index))
+            if found is None:
+                raise _Unresolved(f"no surprise score for '{srel.alias}'")
+            score, nearest = found
+            refs[srel.alias + "#surprise"] = score
+            cited[srel.alias] = score
+            cited[f"{srel.alias}.k"] = srel.k
+            cited[f"{srel.alias}.facts"] = [self.fact_id(fid) for fid, _ in nearest]
+            cited[f"{srel.alias}.cosines"] = [cos for _, cos in nearest]
+            cited[f"{srel.alias}.embedder"] = self.cache.identity
         if cited:
             refs[NEAR_BINDINGS] = cited
+
+    def fact_id(self, fid: str) -> str:
+        """A neighbour's id as stored: a fact the pass made has a temporary id in CLIPS
+        until its delta is built."""
+        final = self.made_ids.get(fid, fid)
+        return fid if final is None else final
 
 
 def _time_key(record: EpisodeRecord) -> tuple[datetime, int]:
@@ -1463,6 +1527,8 @@ def _getter(var: VarInfo, builtins: set[str]) -> Getter:
         return lambda refs, anchor: refs[alias][0]
     if var.kind == "near":
         return lambda refs, anchor: refs[alias + "#cos"]
+    if var.kind == "surprise":
+        return lambda refs, anchor: refs[alias + "#surprise"]
     if var.kind == "fact" and fname.startswith(PAYLOAD_PREFIX):
         key, ftype = fname.removeprefix(PAYLOAD_PREFIX), var.type
         return lambda refs, anchor: _payload_value(refs[alias].payload, key, ftype)
@@ -1578,6 +1644,12 @@ CONFIDENCE_DECIMALS = 9
 """Arithmetic confidences are rounded to this many decimals (see :func:`round_confidence`)."""
 
 
+def payload_number(op: Any, values: Mapping[str, Any]) -> float:
+    """A ``number`` payload key computed by an operation (see :func:`arithmetic`; the
+    checks admit no decay there), rounded to 9 decimals as a confidence is, not clamped."""
+    return round(arithmetic(op, values, {}, 0), CONFIDENCE_DECIMALS)
+
+
 def round_confidence(value: float) -> float:
     """Clamp to [0, 1], then round to 9 decimals, half to even on the float's exact binary
     value (Python's ``round``): same inputs, same bits, on every platform."""
@@ -1608,6 +1680,11 @@ def arithmetic(
         return product
     if isinstance(op, MinOp | MaxOp):
         return min(items) if isinstance(op, MinOp) else max(items)
+    if isinstance(op, AddOp):
+        total = items[0]
+        for item in items[1:]:  # left to right, as CLIPS adds (no compensated sum)
+            total += item
+        return total
     if isinstance(op, ClampOp):
         return max(op.clamp.lo, min(op.clamp.hi, items[0]))
     if isinstance(op, EbbinghausOp):
@@ -1703,7 +1780,7 @@ def _matched(anchor: EpisodeRecord | None, refs: Mapping[str, Any]) -> dict[str,
     """Ids of what each pattern of a fired rule matched (for traces)."""
     out: dict[str, list[str]] = {"episode": [anchor.id]} if anchor is not None else {}
     for alias, ref in refs.items():
-        if alias == NEAR_BINDINGS or alias.endswith("#cos"):
+        if alias == NEAR_BINDINGS or alias.endswith(("#cos", "#surprise")):
             continue
         if isinstance(ref, tuple):
             out[alias] = [r.id for r in ref[1]]
@@ -1939,7 +2016,10 @@ PayloadFiller = Callable[[Mapping[str, Any]], Any]
 
 
 def _payload_filler(value: Any, ftype: FieldType | None, info: Any) -> PayloadFiller:
-    """A payload value: a template's text, or for a declared key a value of its type."""
+    """A payload value: a template's text, or for a declared key a value of its type (an
+    operation's, for a ``number`` key: see :func:`payload_number`)."""
+    if is_arithmetic(value):
+        return lambda values: payload_number(value, values)
     if ftype is None or (ftype == "string" and isinstance(value, str)):
         return _filler(str(value))
     if not isinstance(value, str):
