@@ -234,7 +234,7 @@ def test_clusters_do_not_depend_on_the_storage_order(
 
 def _index(texts: Sequence[str]) -> NearIndex:
     index = NearIndex(VectorCache(HASH))
-    index.add((f"f{n}", statement("alice", "likes", t)) for n, t in enumerate(texts))
+    index.add((f"f{n}", statement("alice", "likes", t), 0) for n, t in enumerate(texts))
     return index
 
 

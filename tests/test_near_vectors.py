@@ -172,12 +172,12 @@ async def test_a_pass_reads_stored_fact_vectors_and_decides_the_same(backend: st
 def test_facts_added_later_get_their_rows_when_a_ranking_needs_them() -> None:
     embedder = Counting()
     index = NearIndex(VectorCache(embedder))
-    index.add([("a", "green tea"), ("b", "black coffee")])
-    index.add([("c", "green tea please")], later=True)
+    index.add([("a", "green tea", 1), ("b", "black coffee", 2)])
+    index.add([("c", "green tea please", 3)], later=True)
     assert embedder.texts == ["green tea", "black coffee"]
-    assert index.pending == {"c": "green tea please"}
+    assert index.pending == {"c": ("green tea please", 3)}
     index.rename({"c": "f-c", "b": "f-b"})
-    assert index.pending == {"f-c": "green tea please"}
+    assert index.pending == {"f-c": ("green tea please", 3)}
     assert index.holds([_Fact("a"), _Fact("f-b"), _Fact("f-c")])
     assert not index.holds([_Fact("a"), _Fact("f-b"), _Fact("c")])
     query = embedder.inner.embed(["green tea please"])[0]
@@ -186,7 +186,7 @@ def test_facts_added_later_get_their_rows_when_a_ranking_needs_them() -> None:
     assert [fid for fid, _ in found] == ["f-c", "a"]
     assert found[0][1] == 1.0
     assert embedder.texts[-1] == "green tea please" and not index.pending
-    index.add([("d", "dog")], later=True)
+    index.add([("d", "dog", 4)], later=True)
     index.remove(["d", "a"])
     index.rename({"e": None})
     assert not index.pending and sorted(index.ids) == ["f-b", "f-c"]

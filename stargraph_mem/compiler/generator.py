@@ -400,13 +400,20 @@ class Generator:
         self.programs: list[RuleProgram] = []
         self.history: list[HistoryRelation] = []
         self.observes = any(
-            "observed_at" in pattern_of(item)[1].where
+            "observed_at" in pattern.where or getattr(pattern, "near", None) is not None
+            for info in analysis.rules
+            if info.rule.enabled
+            for kind, pattern in map(pattern_of, info.rule.when)
+            if kind in ("fact", "not", "exists")
+        ) or any(
+            pattern_of(item)[0] == "surprise"
             for info in analysis.rules
             if info.rule.enabled
             for item in info.rule.when
-            if pattern_of(item)[0] in ("fact", "not", "exists")
         )
-        """Whether a rule tests ``observed_at``: then facts made in a pass carry it in CLIPS."""
+        """Whether a rule tests ``observed_at``, or ranks facts by meaning (``near``,
+        ``surprise``: ties go to the earliest observed): then facts made in a pass carry
+        it in CLIPS."""
         self.history_at: dict[tuple[int, int], HistoryRelation] = {}
         self.near: list[NearRelation] = []
         self.near_at: dict[tuple[int, int], NearRelation] = {}

@@ -75,15 +75,22 @@ class NearIndex:
         """Fact id → its row."""
         self.norm = 0.0
         """At least the largest L2 norm of a row held (for :func:`top_k`'s prefilter)."""
-        self.pending: dict[str, str] = {}
-        """Facts held without a row yet (id → text): added ``later``, given their rows
-        before the next ranking (their texts embedded with the next pass's episodes)."""
+        self.pending: dict[str, tuple[str, int]] = {}
+        """Facts held without a row yet (id → text, observation time): added ``later``,
+        given their rows before the next ranking (their texts embedded with the next
+        pass's episodes)."""
+        self.keys: list[str] = []
+        """Each row's tie key (see :func:`tie_key`), in row order."""
 
-    def add(self, facts: Iterable[tuple[str, str]], *, later: bool = False) -> None:
-        """``(id, text)`` of facts to rank (ids already held are left as they are);
-        ``later``: held at once, embedded only when a ranking needs them."""
+    def add(self, facts: Iterable[tuple[str, str, int]], *, later: bool = False) -> None:
+        """``(id, text, observed_us)`` of facts to rank (ids already held are left as they
+        are); ``later``: held at once, embedded only when a ranking needs them."""
         pending = self.pending
-        pairs = [(fid, text) for fid, text in facts if fid not in self.at and fid not in pending]
+        pairs = [
+            (fid, (text, observed))
+            for fid, text, observed in facts
+            if fid not in self.at and fid not in pending
+        ]
         if later:
             pending.update(pairs)
             return
@@ -92,17 +99,18 @@ class NearIndex:
             pending.clear()
         if not pairs:
             return
-        vectors = self.cache.of([text for _, text in pairs])
+        vectors = self.cache.of([text for _, (text, _) in pairs])
         need = len(self.ids) + len(pairs)
         if need > len(self.rows):
             grown = np.zeros((max(need, 2 * len(self.rows)), self.rows.shape[1]), np.float32)
             grown[: len(self.ids)] = self.rows[: len(self.ids)]
             self.rows = grown
         start = len(self.ids)
-        for (fid, _), row in zip(pairs, vectors, strict=True):
+        for (fid, (text, observed)), row in zip(pairs, vectors, strict=True):
             self.at[fid] = len(self.ids)
             self.rows[len(self.ids)] = row
             self.ids.append(fid)
+            self.keys.append(tie_key(observed, text, fid))
         block = self.rows[start : len(self.ids)].astype(np.float64)
         largest = float(np.sqrt(np.max(np.einsum("ij,ij->i", block, block))))
         self.norm = max(self.norm, largest * (1 + 1e-9))
@@ -115,9 +123,11 @@ class NearIndex:
                 self.pending.pop(fid, None)
                 continue
             last = self.ids.pop()
+            last_key = self.keys.pop()
             if last != fid:
                 self.rows[row] = self.rows[len(self.ids)]
                 self.ids[row] = last
+                self.keys[row] = last_key
                 self.at[last] = row
 
     def rename(self, final: Mapping[str, str | None]) -> None:
@@ -127,9 +137,9 @@ class NearIndex:
         for temp, fid in final.items():
             row = self.at.pop(temp, None)
             if row is None:
-                text = pending.pop(temp, None)
-                if text is not None and fid is not None:
-                    pending[fid] = text
+                held = pending.pop(temp, None)
+                if held is not None and fid is not None:
+                    pending[fid] = held
                 continue
             self.at[temp] = row
             if fid is None:
@@ -137,6 +147,7 @@ class NearIndex:
             else:
                 del self.at[temp]
                 self.ids[row] = fid
+                self.keys[row] = renamed_key(self.keys[row], fid)
                 self.at[fid] = row
 
     def holds(self, facts: Sequence[Any]) -> bool:
@@ -160,9 +171,14 @@ class NearIndex:
         self.add(())  # the facts added later get their rows
         k = rel.top_k + (1 if exclude in self.at else 0)
         found = top_k(
-            self.rows[: len(self.ids)], self.ids, query, k, min_score=rel.min_cosine, norm=self.norm
+            self.rows[: len(self.ids)],
+            self.keys,
+            query,
+            k,
+            min_score=rel.min_cosine,
+            norm=self.norm,
         )
-        return [(fid, score) for fid, score in found if fid != exclude][: rel.top_k]
+        return [(fid, score) for fid, score in map(_of_key, found) if fid != exclude][: rel.top_k]
 
 
 def statement(subject: str, predicate: str, obj: str) -> str:
@@ -170,15 +186,36 @@ def statement(subject: str, predicate: str, obj: str) -> str:
     return fact_text(subject, predicate, obj)
 
 
-def clips_facts(found: Any) -> list[tuple[str, str]]:
-    """``(id, statement)`` of the ``sm-fact`` facts a CLIPS call returned."""
+def clips_facts(found: Any) -> list[tuple[str, str, int]]:
+    """``(id, statement, observed_us)`` of the ``sm-fact`` facts a CLIPS call returned."""
     return [
         (
             str(fact["f_id"]),
             statement(str(fact["f_subject"]), str(fact["f_predicate"]), str(fact["f_object"])),
+            int(fact["f_observed_at"]),
         )
         for fact in found
     ]
+
+
+_SEP: Final = "\x1f"
+
+
+def tie_key(observed_us: int, text: str, fid: str) -> str:
+    """The key that orders facts of equal cosine: the earliest observed first, then by
+    statement, then by id. An observation time is the same whether the fact was made
+    earlier in this pass (under a temporary id) or in an earlier one (under its stored
+    id), so ties go the same way however the stream is cut into passes."""
+    return f"{observed_us:020d}{_SEP}{text}{_SEP}{fid}"
+
+
+def renamed_key(key: str, fid: str) -> str:
+    """``key`` of a fact now known by ``fid``."""
+    return key.rsplit(_SEP, 1)[0] + _SEP + fid
+
+
+def _of_key(found: tuple[str, float]) -> tuple[str, float]:
+    return found[0].rsplit(_SEP, 1)[1], found[1]
 
 
 Rank = tuple[float, int, str]

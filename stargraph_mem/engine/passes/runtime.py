@@ -654,7 +654,8 @@ class PackRuntime:
                 index = kept[1]
             near = _Near(self, cache, builders, fact_list, lazy=lazy, index=index)
             # one batch, not one a time (with the facts the last pass made, if kept)
-            cache.of([*near.index.pending.values(), *(record.content for record in episodes)])
+            held = [text for text, _ in near.index.pending.values()]
+            cache.of([*held, *(record.content for record in episodes)])
             chunk = 1  # each episode ranks the facts the episodes before it left
         for start in range(0, len(episodes), chunk):
             for i in range(start, min(start + chunk, len(episodes))):
@@ -925,7 +926,14 @@ class _Near:
         # archived facts enter CLIPS beside these for patterns that admit them: never ranked
         if index is None:
             index = NearIndex(cache)
-            index.add((f.id, statement(f.subject, f.predicate, f.object)) for f in facts)
+            index.add(
+                (
+                    f.id,
+                    statement(f.subject, f.predicate, f.object),
+                    f.observed_us or f.valid_from_us,
+                )
+                for f in facts
+            )
         self.index = index
         self.surprising: dict[int, list[SurpriseRelation]] = {}
         for srel in runtime.compiled.surprise:
