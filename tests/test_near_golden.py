@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 from backends import BACKENDS, PG_URL, pg_schema
+from near_packs import merge_or_add
 
 from stargraph_mem.compiler.pack import compile_text
 from stargraph_mem.engine.api import Consolidator
@@ -31,32 +32,7 @@ from stargraph_mem.stores.models import Episode
 
 GOLDEN = Path(__file__).parent / "fixtures" / "near" / "golden.json"
 
-PACK = """\
-ir_version: 1
-pack: golden_near
-version: "1"
-defaults:
-  cadence: {cron: "0 3 * * *"}
-rules:
-  - id: merge
-    priority: 10
-    when:
-      - episode: {content: {bind: c}}
-      - fact: {as: twin, predicate: said, near: {top_k: 1, min_cosine: 0.55, cosine: cos}}
-    emit:
-      kind: update
-      replaces: [twin]
-      subject: "{c}"
-      predicate: said
-      object: "{c}"
-      confidence: {from: cos}
-      sources: [twin]
-  - id: add
-    when:
-      - episode: {content: {bind: c}}
-      - not: {predicate: said, near: {top_k: 1, min_cosine: 0.55}}
-    emit: {kind: add, subject: "{c}", predicate: said, object: "{c}"}
-"""
+PACK = merge_or_add("golden_near", 0.55)
 
 SWEEP = """\
 ir_version: 1

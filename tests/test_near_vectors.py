@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from backends import BACKENDS, PG_URL, pg_schema
+from near_packs import merge_or_add
 
 from stargraph_mem.compiler.generator import NearRelation
 from stargraph_mem.compiler.pack import CompiledPack, compile_text
@@ -25,32 +26,7 @@ from stargraph_mem.engine.passes.runner import STORED_VECTORS_FROM
 from stargraph_mem.model.deltas import AddDelta, FactPayload
 from stargraph_mem.stores.models import Episode
 
-PACK = """\
-ir_version: 1
-pack: vectors_near
-version: "1"
-defaults:
-  cadence: {cron: "0 3 * * *"}
-rules:
-  - id: merge
-    priority: 10
-    when:
-      - episode: {content: {bind: c}}
-      - fact: {as: twin, predicate: said, near: {top_k: 1, min_cosine: 0.8, cosine: cos}}
-    emit:
-      kind: update
-      replaces: [twin]
-      subject: "{c}"
-      predicate: said
-      object: "{c}"
-      confidence: {from: cos}
-      sources: [twin]
-  - id: add
-    when:
-      - episode: {content: {bind: c}}
-      - not: {predicate: said, near: {top_k: 1, min_cosine: 0.8}}
-    emit: {kind: add, subject: "{c}", predicate: said, object: "{c}"}
-"""
+PACK = merge_or_add("vectors_near", 0.8)
 
 T0 = datetime(2026, 5, 1, tzinfo=UTC)
 WORDS = (
