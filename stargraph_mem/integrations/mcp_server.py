@@ -160,6 +160,17 @@ UserFilter = Annotated[
 AgentFilter = Annotated[
     Scope | None, Field(description="Only facts of this agent (default: every agent).")
 ]
+IncludeChallenged = Annotated[
+    bool, Field(description="Also facts challenged for review (left out by default).")
+]
+ModeParam = Annotated[
+    RecallMode,
+    Field(
+        description="What kinds of memory come back (specification 004): facts_only (facts "
+        "of type fact), facts_plus_rules (fact and procedure), full_context (everything, the "
+        "default). The first two return no episodes."
+    ),
+]
 
 
 # --- results --------------------------------------------------------------------------------
@@ -688,18 +699,8 @@ def build_server(mem: Consolidator, *, name: str = SERVER_NAME) -> MCPServer[Any
             Field(ge=0, le=1, description="Only facts with at least this confidence."),
         ] = None,
         limit: Annotated[int, Field(ge=1, le=MAX_LIMIT, description="Most facts to return.")] = 10,
-        include_challenged: Annotated[
-            bool,
-            Field(description="Also facts challenged for review (left out by default)."),
-        ] = False,
-        mode: Annotated[
-            RecallMode,
-            Field(
-                description="What kinds of memory come back (specification 004): facts_only "
-                "(facts of type fact), facts_plus_rules (fact and procedure), full_context "
-                "(everything, the default). The first two return no episodes."
-            ),
-        ] = "full_context",
+        include_challenged: IncludeChallenged = False,
+        mode: ModeParam = "full_context",
     ) -> SearchResult:
         """Search the currently believed facts: those matching the most and the rarest words
         of `query` come first, then the more confident and the newer ones; an empty query
@@ -1052,18 +1053,8 @@ def build_server(mem: Consolidator, *, name: str = SERVER_NAME) -> MCPServer[Any
                 description="Also return a markdown context block within this many tokens.",
             ),
         ] = None,
-        include_challenged: Annotated[
-            bool,
-            Field(description="Also facts challenged for review (left out by default)."),
-        ] = False,
-        mode: Annotated[
-            RecallMode,
-            Field(
-                description="What kinds of memory come back (specification 004): facts_only "
-                "(facts of type fact), facts_plus_rules (fact and procedure), full_context "
-                "(everything, the default). The first two return no episodes."
-            ),
-        ] = "full_context",
+        include_challenged: IncludeChallenged = False,
+        mode: ModeParam = "full_context",
     ) -> MemorySearch:
         """Recall memory by meaning: full-text, vector and graph search (entities, time,
         lineage) fused by Reciprocal Rank Fusion; the query's intent (why, when, who,
