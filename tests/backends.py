@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, closing
@@ -91,6 +92,18 @@ async def pg_schema() -> AsyncIterator[str]:
             await admin.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
         finally:
             await admin.close()
+
+
+@asynccontextmanager
+async def memory_location(backend: str, prefix: str = "memory-") -> AsyncIterator[str]:
+    """Where a fresh memory of ``backend`` lives: a SQLite file in a temporary directory, or
+    a PostgreSQL schema no one uses (dropped afterwards)."""
+    if backend == "sqlite":
+        with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+            yield str(Path(tmp) / "m.db")
+    else:
+        async with pg_schema() as name:
+            yield f"{PG_URL}?schema={name}"
 
 
 @asynccontextmanager

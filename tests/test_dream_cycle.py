@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import tempfile
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
 import pytest
-from backends import BACKENDS, PG_URL, pg_schema
+from backends import BACKENDS, memory_location
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -49,15 +48,9 @@ def dream_cycle() -> CompiledPack:
     return compile_file(PACK)
 
 
-@asynccontextmanager
-async def location(backend: str) -> AsyncIterator[str]:
+def location(backend: str) -> AbstractAsyncContextManager[str]:
     """Where a fresh memory of ``backend`` lives (dropped afterwards)."""
-    if backend == "sqlite":
-        with tempfile.TemporaryDirectory(prefix="dream-") as tmp:
-            yield str(Path(tmp) / "m.db")
-    else:
-        async with pg_schema() as name:
-            yield f"{PG_URL}?schema={name}"
+    return memory_location(backend, "dream-")
 
 
 def cosine(a: str, b: str) -> float:

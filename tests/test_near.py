@@ -14,15 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import tempfile
 from collections import Counter
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from backends import BACKENDS, PG_URL, pg_schema
+from backends import BACKENDS, memory_location
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -88,15 +87,9 @@ def paraphrases() -> CompiledPack:
     return compile_text(PARAPHRASES)
 
 
-@asynccontextmanager
-async def location(backend: str) -> AsyncIterator[str]:
+def location(backend: str) -> AbstractAsyncContextManager[str]:
     """Where a fresh memory of ``backend`` lives (dropped afterwards)."""
-    if backend == "sqlite":
-        with tempfile.TemporaryDirectory(prefix="near-") as tmp:
-            yield str(Path(tmp) / "m.db")
-    else:
-        async with pg_schema() as name:
-            yield f"{PG_URL}?schema={name}"
+    return memory_location(backend, "near-")
 
 
 def episode(n: int, text: str, *, user: str = "u1", minutes: int | None = None) -> Episode:

@@ -15,14 +15,13 @@ import json
 import random
 import sys
 import tempfile
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from backends import BACKENDS, PG_URL, pg_schema
+from backends import BACKENDS, memory_location
 from near_packs import merge_or_add
 
 from stargraph_mem.compiler.pack import compile_text
@@ -151,14 +150,9 @@ def data() -> tuple[list[AddDelta], list[list[Episode]]]:
     return seeds, passes
 
 
-@asynccontextmanager
-async def location(backend: str) -> AsyncIterator[str]:
-    if backend == "sqlite":
-        with tempfile.TemporaryDirectory(prefix="near-golden-") as tmp:
-            yield str(Path(tmp) / "m.db")
-    else:
-        async with pg_schema() as name:
-            yield f"{PG_URL}?schema={name}"
+def location(backend: str) -> AbstractAsyncContextManager[str]:
+    """Where a fresh memory of ``backend`` lives (dropped afterwards)."""
+    return memory_location(backend, "near-golden-")
 
 
 async def decisions(where: str) -> dict[str, Any]:

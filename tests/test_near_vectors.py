@@ -6,15 +6,13 @@ pass made only when the next ranking needs them."""
 
 from __future__ import annotations
 
-import tempfile
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import numpy as np
 import pytest
-from backends import BACKENDS, PG_URL, pg_schema
+from backends import BACKENDS, memory_location
 from near_packs import merge_or_add
 
 from stargraph_mem.compiler.generator import NearRelation
@@ -98,14 +96,9 @@ def episodes() -> list[Episode]:
     ]
 
 
-@asynccontextmanager
-async def location(backend: str) -> AsyncIterator[str]:
-    if backend == "sqlite":
-        with tempfile.TemporaryDirectory(prefix="near-vectors-") as tmp:
-            yield str(Path(tmp) / "m.db")
-    else:
-        async with pg_schema() as name:
-            yield f"{PG_URL}?schema={name}"
+def location(backend: str) -> AbstractAsyncContextManager[str]:
+    """Where a fresh memory of ``backend`` lives (dropped afterwards)."""
+    return memory_location(backend, "near-vectors-")
 
 
 async def consolidated(

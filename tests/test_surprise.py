@@ -16,17 +16,16 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import tempfile
 from collections import Counter
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from backends import BACKENDS, PG_URL, pg_schema
+from backends import BACKENDS, memory_location
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -94,15 +93,9 @@ def surprising() -> CompiledPack:
     return compile_text(PACK)
 
 
-@asynccontextmanager
-async def location(backend: str) -> AsyncIterator[str]:
+def location(backend: str) -> AbstractAsyncContextManager[str]:
     """Where a fresh memory of ``backend`` lives (dropped afterwards)."""
-    if backend == "sqlite":
-        with tempfile.TemporaryDirectory(prefix="surprise-") as tmp:
-            yield str(Path(tmp) / "m.db")
-    else:
-        async with pg_schema() as name:
-            yield f"{PG_URL}?schema={name}"
+    return memory_location(backend, "surprise-")
 
 
 def episode(n: int, text: str, *, user: str = "u1", minutes: int | None = None) -> Any:
