@@ -43,6 +43,7 @@ __all__ = [
     "to_blob",
     "top_k",
     "top_scores",
+    "with_room",
 ]
 
 Matrix = npt.NDArray[np.float32]
@@ -95,6 +96,16 @@ def from_blob(blob: bytes, dimension: int) -> Matrix:
     if len(blob) != 4 * dimension:
         raise ValueError(f"a stored vector has {len(blob)} bytes; expected {4 * dimension}")
     return np.frombuffer(blob, dtype="<f4").astype(np.float32)
+
+
+def with_room(rows: Matrix, used: int, need: int) -> Matrix:
+    """``rows`` when it has ``need`` rows, else a copy with room for at least twice as
+    many (its first ``used`` rows kept, the others zero): a matrix that grows by rows."""
+    if need <= len(rows):
+        return rows
+    grown = np.zeros((max(need, 2 * len(rows)), rows.shape[1]), dtype=np.float32)
+    grown[:used] = rows[:used]
+    return grown
 
 
 def from_blobs(blobs: Sequence[bytes], dimension: int) -> Matrix:

@@ -22,7 +22,7 @@ from typing import Any, Final
 import numpy as np
 
 from stargraph_mem.compiler.generator import NearRelation
-from stargraph_mem.embedding import SCORE_DECIMALS, Embedder, Matrix, identity, top_k
+from stargraph_mem.embedding import SCORE_DECIMALS, Embedder, Matrix, identity, top_k, with_room
 from stargraph_mem.stores.repositories.vectors import fact_text
 
 _ID: Final = attrgetter("id")
@@ -100,11 +100,7 @@ class NearIndex:
         if not pairs:
             return
         vectors = self.cache.of([text for _, (text, _) in pairs])
-        need = len(self.ids) + len(pairs)
-        if need > len(self.rows):
-            grown = np.zeros((max(need, 2 * len(self.rows)), self.rows.shape[1]), np.float32)
-            grown[: len(self.ids)] = self.rows[: len(self.ids)]
-            self.rows = grown
+        self.rows = with_room(self.rows, len(self.ids), len(self.ids) + len(pairs))
         start = len(self.ids)
         for (fid, (text, observed)), row in zip(pairs, vectors, strict=True):
             self.at[fid] = len(self.ids)

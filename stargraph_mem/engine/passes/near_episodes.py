@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 
 from stargraph_mem.compiler.generator import EpisodeNearRelation
-from stargraph_mem.embedding import Matrix, from_blob, top_k
+from stargraph_mem.embedding import Matrix, from_blob, top_k, with_room
 from stargraph_mem.model.time import to_us
 from stargraph_mem.stores.memory import EpisodeRecord
 
@@ -91,11 +91,7 @@ class EpisodeNeighbours:
         dim = self.cache.embedder.dimension
         missing = [r.content for r in records if r.id not in stored]
         made = iter(self.cache.of(missing)) if missing else iter(())
-        need = len(self.ids) + len(records)
-        if need > len(self.rows):
-            grown = np.zeros((max(need, 2 * len(self.rows)), dim), dtype=np.float32)
-            grown[: len(self.ids)] = self.rows[: len(self.ids)]
-            self.rows = grown
+        self.rows = with_room(self.rows, len(self.ids), len(self.ids) + len(records))
         for record in records:
             blob = stored.get(record.id)
             row = from_blob(blob, dim) if blob is not None else next(made)
