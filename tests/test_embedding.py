@@ -36,6 +36,7 @@ from stargraph_mem.embedding import (
     load_embedder,
     to_blob,
     top_k,
+    top_scores,
 )
 from stargraph_mem.embedding.sentence import MINILM_NAME, minilm, model_version
 from stargraph_mem.errors import EmbedderError, EmbedderUnavailableError
@@ -476,3 +477,26 @@ def test_a_model_directory_loads_by_spec(mini: SentenceTransformerEmbedder) -> N
     np.testing.assert_allclose(loaded.embed(["tea"]), mini.embed(["tea"]), atol=1e-6)
     with pytest.raises(EmbedderError, match="batch_size must be a positive integer, got 0"):
         SentenceTransformerEmbedder(mini.directory, batch_size=0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    scores=st.lists(
+        st.sampled_from([0.8, 0.8000004, 0.7999996, 0.80000049, 0.9, 0.3, float("nan")])
+        | st.floats(min_value=-1, max_value=1, width=32),
+        min_size=1,
+        max_size=16,
+    ),
+    k=st.integers(min_value=1, max_value=5),
+    min_score=st.sampled_from([-0.5, 0.0, 0.3, 0.8, 0.9]),
+)
+def test_a_few_scores_rank_as_many_do(scores: list[float], k: int, min_score: float) -> None:
+    """A handful of scores is ranked in Python, more with numpy: the same list, to the bit
+    (rounding, ties, the threshold, a NaN). Scores far below the threshold pad the list
+    past the few without changing what ranks."""
+    raw = np.array(scores, dtype=np.float32)
+    ids = [f"id{i:02d}" for i in range(len(raw))][::-1]
+    few = top_scores(raw, ids, k, min_score=min_score)
+    padded = np.concatenate([raw, np.full(20, -2.0, dtype=np.float32)])
+    many = top_scores(padded, [*ids, *(f"pad{i:02d}" for i in range(20))], k, min_score=min_score)
+    assert few == many

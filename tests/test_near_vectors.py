@@ -13,6 +13,8 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 from backends import BACKENDS, memory_location
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from near_packs import merge_or_add
 
 from stargraph_mem.compiler.generator import NearRelation
@@ -165,3 +167,46 @@ def test_facts_added_later_get_their_rows_when_a_ranking_needs_them() -> None:
 class _Fact:
     def __init__(self, fid: str) -> None:
         self.id = fid
+
+
+_OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["add", "later", "remove", "rename", "reject"]),
+        st.integers(min_value=0, max_value=11),
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(start=st.sets(st.integers(min_value=0, max_value=11), max_size=8), ops=_OPS)
+def test_the_check_of_changed_ids_agrees_with_the_full_check(
+    start: set[int], ops: list[tuple[str, int]]
+) -> None:
+    """``holds_changed`` (what a kept index checks after a pass: only the ids either side
+    changed) says what ``holds`` (every fact) says, for any pass of adds, removals and
+    renames, and any set of facts the pass's own bookkeeping ends with."""
+    index = NearIndex(VectorCache(HashingEmbedder(16)))
+    index.add((f"f{i}", f"word{i}", i) for i in sorted(start))
+    index.mark()
+    ours = {f"f{i}" for i in start}
+    changed: set[str] = set()
+    for op, i in ops:
+        fid = f"f{i}"
+        if op in ("add", "later"):
+            index.add([(fid, f"word{i}", i)], later=op == "later")
+            ours.add(fid)
+        elif op == "remove":
+            index.remove([fid])
+            ours.discard(fid)
+        elif op == "rename":
+            index.rename({fid: f"g{i}"})
+            if fid in ours:
+                ours.discard(fid)
+                ours.add(f"g{i}")
+            changed.add(f"g{i}")
+        else:  # the other side disagrees about this id (a rejected delta, say)
+            ours.symmetric_difference_update({fid})
+        changed.add(fid)
+    facts = [_Fact(fid) for fid in sorted(ours)]
+    assert index.holds_changed(len(facts), changed, ours.__contains__) == index.holds(facts)

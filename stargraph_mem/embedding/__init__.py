@@ -183,7 +183,7 @@ def top_k(
         rows = _candidates(matrix, q, k, min_score, norm)
     if rows is None:
         return top_scores(dot(matrix, q), ids, k, min_score=min_score)
-    picked = [ids[int(i)] for i in rows]
+    picked = [ids[i] for i in rows.tolist()]
     return top_scores(dot(matrix[rows], q), picked, k, min_score=min_score)
 
 
@@ -213,8 +213,8 @@ def _candidates(
     best, so ``top_scores`` over them finds the same ``k``-th best, keeps the same rows
     and returns the same list."""
     fast = _rows_dot(matrix, query) if _rows_dot is not None else matrix @ query
-    if not np.isfinite(fast).all():
-        return None
+    if not math.isfinite(float(np.add.reduce(fast, dtype=np.float64))):
+        return None  # a NaN or an infinity among the scores (a finite sum of these is)
     d = matrix.shape[1]
     gamma = d * 2.0**-24 / (1 - d * 2.0**-24) if d < 2**23 else math.inf
     q64 = query.astype(np.float64)
@@ -258,6 +258,8 @@ def top_scores(
     if k <= 0 or not len(ids):
         return []
     raw = np.asarray(scores)
+    if min_score is not None and len(raw) <= _FEW:
+        return _top_few(raw.tolist(), ids, k, min_score)
     if min_score is None:
         keep = np.flatnonzero(raw >= _kth(raw, k) - _SLACK) if len(raw) > k else np.arange(len(raw))
     else:
@@ -267,7 +269,36 @@ def top_scores(
     rounded = np.round(raw[keep].astype(np.float64), SCORE_DECIMALS)
     if min_score is not None:
         keep, rounded = keep[rounded >= min_score], rounded[rounded >= min_score]
-    ranked = sorted((-float(score), ids[int(i)]) for i, score in zip(keep, rounded, strict=True))
+    ranked = sorted(
+        (-score, ids[i]) for i, score in zip(keep.tolist(), rounded.tolist(), strict=True)
+    )
+    return [(item_id, -neg) for neg, item_id in ranked[:k]]
+
+
+_FEW: Final = 16
+""":func:`top_scores` ranks at most this many scores in Python (numpy's calls cost more)."""
+
+_SCALE: Final = 10.0**SCORE_DECIMALS
+
+
+def _top_few(
+    raw: list[float], ids: Sequence[str], k: int, min_score: float
+) -> list[tuple[str, float]]:
+    """:func:`top_scores` of a few scores with a ``min_score``, the same steps in Python:
+    a NaN fails every comparison as it does in numpy, and ``round(x·10⁶) / 10⁶`` of a
+    ``float`` is exactly ``np.round(x, 6)`` (both multiply, round half to even and
+    divide in binary64)."""
+    floor = min_score - _SLACK
+    kept = [(score, i) for i, score in enumerate(raw) if score >= floor]
+    if len(kept) > k:
+        kth = sorted((score for score, _ in kept), reverse=True)[k - 1] - _SLACK
+        kept = [(score, i) for score, i in kept if score >= kth]
+    ranked = []
+    for score, i in kept:
+        rounded = round(score * _SCALE) / _SCALE
+        if rounded >= min_score:
+            ranked.append((-rounded, ids[i]))
+    ranked.sort()
     return [(item_id, -neg) for neg, item_id in ranked[:k]]
 
 

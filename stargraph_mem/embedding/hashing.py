@@ -68,6 +68,9 @@ STOPWORDS: Final = frozenset(_STOPWORD_LIST.split())
 CACHED_WORDS: Final = 1 << 15
 """How many words (and word pairs) an embedder remembers the features of."""
 
+_ONE_BY_ONE: Final = 3
+"""Batches of at most this many texts are summed text by text (see ``_sum_one``)."""
+
 _WORD: Final = re.compile(r"\w+")
 _STOPWORD_WEIGHT: Final = 0.2
 _WORD_WEIGHT: Final = 1.0
@@ -194,6 +197,8 @@ class HashingEmbedder:
         """Start the cache afresh: a slot per known word (``str``) or pair (``tuple``), and
         the features of slot ``i`` at ``[starts[i], ends[i])`` of the feature arrays."""
         self._slots: dict[str | tuple[str, str], int] = {}
+        self._listed: dict[int, tuple[list[int], list[float]]] = {}
+        """A slot's features as Python lists, made when one text first uses it."""
         self._buckets = _Grown(np.int64)
         self._weights = _Grown(np.float64)
         self._starts = _Grown(np.int64)
@@ -232,6 +237,10 @@ class HashingEmbedder:
             counts.update(itertools.pairwise(t for t in tokens if t not in STOPWORDS))
             keys.append(counts)
         self._learn(keys)
+        if len(keys) == 1:
+            return self._sum_one(keys[0])
+        if 1 < len(keys) <= _ONE_BY_ONE:
+            return np.concatenate([self._sum_one(counts) for counts in keys])
         return self._sum(keys)
 
     def _learn(self, keys: list[Counter[str | tuple[str, str]]]) -> None:
@@ -258,6 +267,39 @@ class HashingEmbedder:
         self._weights.extend(weights)
         first = len(slots)
         slots.update((key, first + i) for i, key in enumerate(new))
+
+    def _features(self, slot: int) -> tuple[list[int], list[float]]:
+        """Slot ``slot``'s buckets and weights as lists (made once)."""
+        found = self._listed.get(slot)
+        if found is None:
+            start, end = int(self._starts.data[slot]), int(self._ends.data[slot])
+            found = self._listed[slot] = (
+                self._buckets.data[start:end].tolist(),
+                self._weights.data[start:end].tolist(),
+            )
+        return found
+
+    def _sum_one(self, counts: Counter[str | tuple[str, str]]) -> npt.NDArray[np.float32]:
+        """:meth:`_sum` of one text, its features added up in Python: the same products
+        and the same binary64 additions in the same order as ``np.bincount`` makes them,
+        then the same normalisation, so the same bits (numpy's many small calls cost more
+        than the few hundred additions of a short text)."""
+        dimension = self._dimension
+        dense = [0.0] * dimension
+        slots = self._slots
+        for key, tf in counts.items():
+            buckets, weights = self._features(slots[key])
+            if tf == 1:
+                for bucket, weight in zip(buckets, weights, strict=True):
+                    dense[bucket] += weight
+            else:
+                scale = 1.0 + math.log(tf)
+                for bucket, weight in zip(buckets, weights, strict=True):
+                    dense[bucket] += weight * scale
+        matrix = np.array(dense, dtype=np.float64).reshape(1, dimension)
+        norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix))[:, None]
+        np.divide(matrix, norms, out=matrix, where=norms > 0)
+        return matrix.astype(np.float32)
 
     def _sum(self, keys: list[Counter[str | tuple[str, str]]]) -> npt.NDArray[np.float32]:
         """Each text's features, scaled by their sublinear TF, summed and normalised."""

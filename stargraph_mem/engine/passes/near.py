@@ -15,7 +15,7 @@ same way, and asserted as one ``sm-surprise`` fact per episode.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from operator import attrgetter
 from typing import Any, Final
 
@@ -81,6 +81,8 @@ class NearIndex:
         pass's episodes)."""
         self.keys: list[str] = []
         """Each row's tie key (see :func:`tie_key`), in row order."""
+        self.touched: set[str] = set()
+        """Ids added, removed or renamed since :meth:`mark` (see :meth:`holds_changed`)."""
 
     def add(self, facts: Iterable[tuple[str, str, int]], *, later: bool = False) -> None:
         """``(id, text, observed_us)`` of facts to rank (ids already held are left as they
@@ -91,6 +93,7 @@ class NearIndex:
             for fid, text, observed in facts
             if fid not in self.at and fid not in pending
         ]
+        self.touched.update(fid for fid, _ in pairs)
         if later:
             pending.update(pairs)
             return
@@ -107,13 +110,12 @@ class NearIndex:
             self.rows[len(self.ids)] = row
             self.ids.append(fid)
             self.keys.append(tie_key(observed, text, fid))
-        block = self.rows[start : len(self.ids)].astype(np.float64)
-        largest = float(np.sqrt(np.max(np.einsum("ij,ij->i", block, block))))
-        self.norm = max(self.norm, largest * (1 + 1e-9))
+        self.norm = max(self.norm, largest_norm(self.rows[start : len(self.ids)]))
 
     def remove(self, fids: Iterable[str]) -> None:
         """Forget closed facts (ids not held are ignored)."""
         for fid in fids:
+            self.touched.add(fid)
             row = self.at.pop(fid, None)
             if row is None:
                 self.pending.pop(fid, None)
@@ -130,7 +132,11 @@ class NearIndex:
         """Give the facts a pass made their stored ids (``None``: its delta was rejected,
         the fact is not kept)."""
         pending = self.pending
+        touched = self.touched
         for temp, fid in final.items():
+            touched.add(temp)
+            if fid is not None:
+                touched.add(fid)
             row = self.at.pop(temp, None)
             if row is None:
                 held = pending.pop(temp, None)
@@ -154,6 +160,23 @@ class NearIndex:
             return all(f.id in self.at or f.id in self.pending for f in facts)
         return all(map(self.at.__contains__, map(_ID, facts)))
 
+    def mark(self) -> None:
+        """Start following the ids the index changes (it holds exactly some set now)."""
+        self.touched = set()
+
+    def holds_changed(
+        self, count: int, changed: Iterable[str], holds: Callable[[str], bool]
+    ) -> bool:
+        """Whether the index holds exactly a set of ``count`` facts (``holds``: whether an
+        id is among them), given it held exactly that set at :meth:`mark` apart from the
+        ids ``changed`` since. Only the ids changed on either side are looked at: an id
+        neither side changed is held by both or by neither, so a pass over few episodes
+        checks a few ids, not every fact of the partition."""
+        if count != len(self.ids) + len(self.pending):
+            return False
+        at, pending = self.at, self.pending
+        return all((fid in at or fid in pending) == holds(fid) for fid in (*self.touched, *changed))
+
     def vector(self, fid: str) -> Matrix:
         self.add(())  # the facts added later get their rows
         row: Matrix = self.rows[self.at[fid]]
@@ -175,6 +198,16 @@ class NearIndex:
             norm=self.norm,
         )
         return [(fid, score) for fid, score in map(_of_key, found) if fid != exclude][: rel.top_k]
+
+
+def largest_norm(block: Matrix) -> float:
+    """At least the largest L2 norm of ``block``'s rows (computed in ``float64``, with a
+    margin for its rounding); one row costs one product."""
+    if len(block) == 1:
+        row = block[0].astype(np.float64)
+        return math.sqrt(float(row @ row)) * (1 + 1e-9)
+    wide = block.astype(np.float64)
+    return float(np.sqrt(np.max(np.einsum("ij,ij->i", wide, wide)))) * (1 + 1e-9)
 
 
 def statement(subject: str, predicate: str, obj: str) -> str:

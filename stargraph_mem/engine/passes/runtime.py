@@ -653,6 +653,7 @@ class PackRuntime:
             if kept is not None and kept[0] is fact_list and kept[1].cache is cache:
                 index = kept[1]
             near = _Near(self, cache, builders, fact_list, lazy=lazy, index=index)
+            near.index.mark()  # it holds exactly the pass's facts: follow what changes
             # one batch, not one a time (with the facts the last pass made, if kept)
             held = [text for text, _ in near.index.pending.values()]
             cache.of([*held, *(record.content for record in episodes)])
@@ -691,7 +692,7 @@ class PackRuntime:
         out.facts_after = collector.facts_after()
         if near is not None and out.facts_after is not None:
             near.sync(later=True)  # what the last episode (or the sweep) made and closed
-            self._keep_near(job.partition.key, near.index, collector.temp, out.facts_after)
+            self._keep_near(job.partition.key, near.index, collector, out.facts_after)
         self._account(episodes, ok_sets, groups, hist, out)
         return out
 
@@ -699,14 +700,15 @@ class PackRuntime:
         self,
         key: str,
         index: NearIndex,
-        temp: Mapping[str, str | None],
+        collector: _Collector,
         after: list[EngineFact],
     ) -> None:
         """Keep ``index`` for the next pass over ``after`` when it holds exactly those facts
         (under their stored ids); at most :data:`NEAR_KEPT` partitions."""
-        index.rename(temp)
-        if not index.holds(after):  # a rejected delta's closings, say: build afresh next time
-            return
+        index.rename(collector.temp)
+        facts = collector.facts
+        if not index.holds_changed(len(after), (*facts.gone, *facts.used), facts.__contains__):
+            return  # a rejected delta's closings, say: build afresh next time
         self._near_kept[key] = (after, index)
         while len(self._near_kept) > NEAR_KEPT:
             self._near_kept.popitem(last=False)
