@@ -294,16 +294,6 @@ NEAR_TEMPLATE: Final = """\
   (slot cos (type FLOAT)))
 (deftemplate sm-made (slot f (type FACT-ADDRESS)))
 (deftemplate sm-gone (slot id (type STRING)))
-(deffunction sm-made-take ()
-  (bind ?r (create$))
-  (do-for-all-facts ((?m sm-made)) TRUE
-    (if (fact-existp ?m:f) then (bind ?r (create$ ?r ?m:f)))
-    (retract ?m))
-  ?r)
-(deffunction sm-gone-take ()
-  (bind ?r (create$))
-  (do-for-all-facts ((?g sm-gone)) TRUE (bind ?r (create$ ?r ?g:id)) (retract ?g))
-  ?r)
 (defrule sm-drop-fact-gone (declare (salience 9960))
   (sm-drop (id ?id))
   (sm-fact (f_id ?id))
@@ -312,7 +302,8 @@ NEAR_TEMPLATE: Final = """\
 """
 """Declared when a rule tests ``near``: the neighbours the runtime asserts, and the logs of
 the facts a pass makes (``sm-made``) and closes (``sm-gone``, also for a dropped fact, just
-before ``sm-drop-fact`` retracts it) that the runtime takes between episodes."""
+before ``sm-drop-fact`` retracts it) that the runtime reads and retracts between episodes
+(through the C API: see ``engine/passes/clips_logs.py``)."""
 
 
 @dataclass(frozen=True)

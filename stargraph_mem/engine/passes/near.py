@@ -215,18 +215,6 @@ def statement(subject: str, predicate: str, obj: str) -> str:
     return fact_text(subject, predicate, obj)
 
 
-def clips_facts(found: Any) -> list[tuple[str, str, int]]:
-    """``(id, statement, observed_us)`` of the ``sm-fact`` facts a CLIPS call returned."""
-    return [
-        (
-            str(fact["f_id"]),
-            statement(str(fact["f_subject"]), str(fact["f_predicate"]), str(fact["f_object"])),
-            int(fact["f_observed_at"]),
-        )
-        for fact in found
-    ]
-
-
 _SEP: Final = "\x1f"
 
 

@@ -43,12 +43,12 @@ from stargraph_mem.compiler.sweep_sql import is_sweep
 from stargraph_mem.embedding import Embedder, Matrix, identity
 from stargraph_mem.engine.passes.aggregates import HistoryFacts, HistoryInput
 from stargraph_mem.engine.passes.aggregates import compute as compute_history
+from stargraph_mem.engine.passes.clips_logs import FactLogs
 from stargraph_mem.engine.passes.layered import GONE, Gone, Layered
 from stargraph_mem.engine.passes.near import (
     NearIndex,
     NearKey,
     VectorCache,
-    clips_facts,
     clips_ranks,
     clusters,
     statement,
@@ -922,9 +922,7 @@ class _Near:
             else {}
         )
         self.admitted: set[str] = set()
-        self._made = env.find_function("sm-made-take")
-        self._gone = env.find_function("sm-gone-take")
-        self._logs = [lib.FindDeftemplate(env._env, name) for name in (b"sm-made", b"sm-gone")]
+        self._logs = FactLogs(env._env)
         # archived facts enter CLIPS beside these for patterns that admit them: never ranked
         if index is None:
             index = NearIndex(cache)
@@ -969,13 +967,13 @@ class _Near:
         """Follow the facts CLIPS made and closed since the last call (from its logs; a log
         without a fact is not called for); ``later``: the made facts' texts are embedded
         when a ranking needs them (see :meth:`NearIndex.add`)."""
-        made, gone = self._logs
-        if lib.GetNextFactInTemplate(made, ffi.NULL) != ffi.NULL:
-            self.index.add(clips_facts(self._made()), later=later)
+        logs = self._logs
+        if logs.has_made():
+            self.index.add(logs.take_made(), later=later)
         elif not later:
             self.index.add(())  # the facts added later get their rows
-        if lib.GetNextFactInTemplate(gone, ffi.NULL) != ffi.NULL:
-            self.index.remove(str(fid) for fid in self._gone())
+        if logs.has_gone():
+            self.index.remove(logs.take_gone())
 
     def episode(self, n: int, record: EpisodeRecord, rules: Iterable[int]) -> None:
         """The neighbours of episode ``n`` for the ``near`` tests of ``rules`` (those that
