@@ -103,14 +103,17 @@ class NearIndex:
         if not pairs:
             return
         vectors = self.cache.of([text for _, (text, _) in pairs])
-        self.rows = with_room(self.rows, len(self.ids), len(self.ids) + len(pairs))
-        start = len(self.ids)
-        for (fid, (text, observed)), row in zip(pairs, vectors, strict=True):
-            self.at[fid] = len(self.ids)
-            self.rows[len(self.ids)] = row
-            self.ids.append(fid)
-            self.keys.append(tie_key(observed, text, fid))
-        self.norm = max(self.norm, largest_norm(self.rows[start : len(self.ids)]))
+        start, end = len(self.ids), len(self.ids) + len(pairs)
+        self.rows = with_room(self.rows, start, end)
+        if len(vectors) == 1:
+            self.rows[start] = vectors[0]
+        else:
+            self.rows[start:end] = np.stack(vectors)
+        added = [fid for fid, _ in pairs]
+        self.at.update(zip(added, range(start, end), strict=True))
+        self.ids.extend(added)
+        self.keys.extend(tie_key(observed, text, fid) for fid, (text, observed) in pairs)
+        self.norm = max(self.norm, largest_norm(self.rows[start:end]))
 
     def remove(self, fids: Iterable[str]) -> None:
         """Forget closed facts (ids not held are ignored)."""
