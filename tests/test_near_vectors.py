@@ -25,6 +25,7 @@ from stargraph_mem.engine.passes.near import NearIndex, VectorCache
 from stargraph_mem.engine.passes.runner import STORED_VECTORS_FROM
 from stargraph_mem.model.deltas import AddDelta, FactPayload
 from stargraph_mem.stores.models import Episode
+from stargraph_mem.stores.scope import Partition
 
 PACK = merge_or_add("vectors_near", 0.8)
 
@@ -210,3 +211,56 @@ def test_the_check_of_changed_ids_agrees_with_the_full_check(
         changed.add(fid)
     facts = [_Fact(fid) for fid in sorted(ours)]
     assert index.holds_changed(len(facts), changed, ours.__contains__) == index.holds(facts)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_pass_stores_the_vectors_it_made_for_the_next_one(backend: str) -> None:
+    """A pass that embedded many fact statements without a stored vector stores those
+    vectors (as recall would have): the next pass over the partition, in a runtime that
+    holds no vector (another process), reads them and embeds no statement again; the facts
+    with a payload (whose stored vector is of another text) are not stored by a pass."""
+    pack = compile_text(PACK)
+    embedder = Counting()
+    count = 2 * STORED_VECTORS_FROM
+    later = [
+        Episode(
+            id="late",
+            content=statement(11).lower() + "?",
+            timestamp=T0 + timedelta(hours=2),
+            user="u",
+            agent="a",
+            session="s",
+        )
+    ]
+    async with location(backend) as where, Consolidator(where, [pack], embedder=embedder) as mem:
+        await mem.fact_store.apply_deltas(seeds(count, payload_every=5), pack_hash="seed")
+        await mem.memory.put_many(episodes())
+        runtime_for(pack)._vectors.clear()
+        await mem.consolidate(now=T0 + timedelta(hours=1))
+        plain = [d for d in seeds(count, payload_every=5) if not d.fact.payload]
+        texts = {f"{d.fact.subject} said {d.fact.object}" for d in plain}
+        seed_texts = {d.fact.subject for d in plain}
+        assert texts <= set(embedder.texts)  # the first pass embedded them
+        ids = [f.id for f in await mem.fact_store.current_facts(Partition("u", "a"))]
+        found, rows = await mem.database.vectors.fact_vectors(
+            Partition("u", "a").key, embedder, ids
+        )
+        current_seeds = {
+            f.id for f in await mem.facts() if not f.payload and f.subject in seed_texts
+        }
+        assert set(found) == current_seeds  # the ranked statements', not the payloads'
+        assert len(current_seeds) == len(plain) - 2  # the two the episodes merged closed
+        by_text = dict(zip(embedder.texts, embedder.inner.embed(embedder.texts), strict=True))
+        current = {f.id: f for f in await mem.fact_store.current_facts(Partition("u", "a"))}
+        for fid, row in zip(found, rows, strict=True):
+            fact = current[fid]
+            assert fact.payload is None
+            assert (
+                row.tobytes() == by_text[f"{fact.subject} {fact.predicate} {fact.object}"].tobytes()
+            )
+        runtime_for(pack)._vectors.clear()  # another process
+        embedder.texts.clear()
+        await mem.memory.put_many(later)
+        await mem.consolidate(now=T0 + timedelta(hours=3))
+        assert not texts & set(embedder.texts)  # read, not embedded again
+        assert later[0].content in embedder.texts

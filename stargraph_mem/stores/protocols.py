@@ -360,6 +360,10 @@ class VectorRepository(Protocol):
         self, partition_key: str, embedder: Embedder | str, ids: Sequence[str]
     ) -> tuple[list[str], Matrix]: ...
 
+    async def keep_fact_vectors(
+        self, partition_key: str, embedder: Embedder | str, items: Sequence[tuple[str, Matrix]]
+    ) -> int: ...
+
 
 class EntityRepository(Protocol):
     """Entities of each partition (declared, and named by facts) and the graph reads of

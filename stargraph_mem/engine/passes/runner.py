@@ -92,6 +92,10 @@ class StoredVectors(Protocol):
         self, partition_key: str, embedder: Embedder, ids: Sequence[str]
     ) -> tuple[list[str], Matrix]: ...
 
+    async def keep_fact_vectors(
+        self, partition_key: str, embedder: Embedder, items: Sequence[tuple[str, Matrix]]
+    ) -> int: ...
+
 
 class PassRunner:
     """Runs passes of one compiled pack against a memory store and a fact store."""
@@ -565,7 +569,7 @@ class PassRunner:
             read_history = replace(read_history, carried=previous.history_after)
         (history,) = await self.history([read_history], now, rules)
         (archived,) = await self.archived_of([partition])
-        await self.stored_vectors(partition, facts)
+        unstored = await self.stored_vectors(partition, facts)
         t1 = time.perf_counter()
         run = partial(
             self.runtime.run_pass,
@@ -585,6 +589,8 @@ class PassRunner:
         # a small pass of a record costs less than the hand-over to a thread
         small = current_scope() is not None and len(records) <= INLINE_PASS_EPISODES
         out = run() if small else await asyncio.to_thread(run)
+        if unstored and current_scope() is None:  # not inside a record's transaction
+            await self.keep_vectors(partition, unstored)
         t2 = time.perf_counter()
         report.take(out, self.keep_deltas)
         if history is not None:
@@ -592,20 +598,37 @@ class PassRunner:
         report.timings = {"read": t1 - t0, "engine": t2 - t1, "apply": 0.0, "total": t2 - t0}
         return report
 
-    async def stored_vectors(self, partition: Partition, facts: Sequence[EngineFact]) -> None:
+    async def stored_vectors(
+        self, partition: Partition, facts: Sequence[EngineFact]
+    ) -> list[EngineFact]:
         """Give the runtime the stored vectors of the facts whose statements a pass would
         embed, when there are many: a fact's vector is stored from its statement plus its
-        payload, so only facts without a payload have their statement's vector stored."""
+        payload, so only facts without a payload have their statement's vector stored.
+        Return the facts among them without a stored vector, when many: the pass embeds
+        them, and :meth:`keep_vectors` stores what it made."""
         embedder = self.embedder
         if self.vectors is None or embedder is None or not self.runtime.compiled.near:
-            return
+            return []
         missing = self.runtime.unembedded(partition.key, facts, embedder)
         plain = {f.id: f for f in missing if f.payload is None}
         if len(plain) < STORED_VECTORS_FROM:
-            return
+            return []
         found, rows = await self.vectors.fact_vectors(partition.key, embedder, list(plain))
         if found:
             self.runtime.seed_vectors(embedder, [plain[i] for i in found], rows)
+        for fid in found:
+            del plain[fid]
+        return list(plain.values()) if len(plain) >= STORED_VECTORS_FROM else []
+
+    async def keep_vectors(self, partition: Partition, facts: Sequence[EngineFact]) -> None:
+        """Store the vectors a pass made of the statements of ``facts``, which had none
+        stored (see :meth:`stored_vectors`), so the next pass over them, in any process,
+        reads them instead of embedding them again (as recall would have stored them)."""
+        if not facts or self.vectors is None or self.embedder is None:
+            return
+        made = self.runtime.statement_vectors(self.embedder, facts)
+        if made:
+            await self.vectors.keep_fact_vectors(partition.key, self.embedder, made)
 
     def history_read(
         self,

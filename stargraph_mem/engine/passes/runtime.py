@@ -541,6 +541,22 @@ class PackRuntime:
             texts = [statement(f.subject, f.predicate, f.object) for f in facts]
             cache.seed(texts, vectors)
 
+    def statement_vectors(
+        self, embedder: Embedder, facts: Sequence[EngineFact]
+    ) -> list[tuple[str, Matrix]]:
+        """``(id, vector)`` of the facts among ``facts`` whose statement this runtime holds
+        a vector of under ``embedder``'s identity (those a pass just ranked)."""
+        cache = self._vectors.get(identity(embedder))
+        if cache is None:
+            return []
+        rows = cache.rows
+        out = []
+        for fact in facts:
+            row = rows.get(statement(fact.subject, fact.predicate, fact.object))
+            if row is not None:
+                out.append((fact.id, row))
+        return out
+
     def _builders(self) -> dict[str, _FactBuilder]:
         """One fact builder per deftemplate a pass asserts, made once (each asserts any
         number of facts); disposed of by :meth:`close`, or before the environment goes."""

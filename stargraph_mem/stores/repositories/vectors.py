@@ -588,6 +588,31 @@ class SQLVectorRepository:
         finally:
             cache.settle()
 
+    async def keep_fact_vectors(
+        self, partition_key: str, embedder: Embedder | str, items: Sequence[tuple[str, Matrix]]
+    ) -> int:
+        """Store ``items`` (fact id, the vector of its :func:`fact_text` under ``embedder``,
+        made elsewhere: by a pass that ranked the facts) for the facts of the partition that
+        have no vector of that identity yet; how many rows were offered. A cache fill: a
+        vector already stored is left as it is, and a read-only store keeps nothing."""
+        from stargraph_mem.embedding import to_blob
+
+        if not items or self.read_only_reason is not None:
+            return 0
+        key = _check_partition(partition_key)
+        ident, dimension = _identity_of(embedder)
+        rows = []
+        for item_id, vector in items:
+            if vector.shape != (dimension,):
+                raise StoreError(
+                    f"the vector of fact {item_id!r} has shape {vector.shape}; "
+                    f"expected ({dimension},) for {ident}"
+                )
+            rows.append(("fact", item_id, key, ident, to_blob(vector)))
+        async with self._vectors_writing() as db:
+            await db.executemany(_statements(self.dialect).insert_vector, rows)
+        return len(rows)
+
     async def _refresh(self, entry: CacheEntry, key: str, ident: str, kind: Kind) -> None:
         """Bring ``entry`` up to date: the vectors stored above its seq (one read)."""
         sql = _statements(self.dialect)
