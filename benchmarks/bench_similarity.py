@@ -5,9 +5,11 @@ gets ``--episodes`` new episodes, then one ``consolidate`` pass is timed. Pack A
 episode into the fact nearest in meaning (``near``, top 1, cosine ≥ 0.8) or adds it; pack B
 is the same pack deciding on the exact text instead (``object: {eq: {var: c}}``). Each
 round builds a fresh memory for each pack, A and B in turn; ``cold`` clears the runtime's
-vectors first (a nightly process that embeds every fact text once), ``stored`` too, after
-storing the facts' vectors as a recall does (``embed_backfill``, untimed: the pass reads
-them instead of embedding), ``warm`` keeps them.
+vectors first and none are stored (a memory's first pass with ``near``: it embeds every
+fact text, then stores those vectors), ``stored`` clears them too, after storing the
+facts' vectors as a recall, ``stargraph-mem embed`` or an earlier pass does
+(``embed_backfill``, untimed: the pass reads them instead of embedding; every later night
+of a memory), ``warm`` keeps them (a process that ranked these facts before).
 
 ``record``: the same two packs on ``every: 1``, two memories of ``--facts`` facts each, blocks
 of ``--block`` records taking turns; p50 of a ``record`` (put + its pass), wall and CPU.
