@@ -128,6 +128,7 @@ class _Statements:
     insert_vector: str
     new_episode_vectors: str
     new_fact_vectors: str
+    fact_vectors: str
     fact_currency: str
     new_episode_text: str
     pending: str
@@ -190,6 +191,10 @@ def _statements(dialect: Dialect) -> _Statements:
             "SELECT v.seq, v.item_id, v.vector, f.valid_from_us, f.valid_until_us, f.status "
             "FROM vectors v JOIN facts f ON f.id = v.item_id WHERE v.partition_key = ? AND "
             "v.embedder = ? AND v.kind = 'fact' AND v.seq > ? ORDER BY v.seq"
+        ),
+        fact_vectors=sql(
+            "SELECT item_id, vector FROM vectors WHERE partition_key = ? AND embedder = ? "
+            "AND kind = 'fact'"
         ),
         fact_currency=sql(f"SELECT id, valid_until_us, status FROM facts WHERE id {in_ids}"),
         new_episode_text=sql(
@@ -570,23 +575,19 @@ class SQLVectorRepository:
     ) -> tuple[list[str], Matrix]:
         """The stored vectors of ``embedder``'s identity of the facts ``ids`` of the
         partition that have one: their ids (in the order of ``ids``) and their rows, the
-        vectors of their :func:`fact_text`, bit for bit as the embedder made them. Read
-        through the in-process cache :meth:`nearest` ranks from (the vectors stored since
-        it was last brought up to date, one read); nothing is embedded."""
-        import numpy as np
+        vectors of their :func:`fact_text`, bit for bit as the embedder made them (one
+        read of the partition's fact vectors; nothing is embedded, and the cache
+        :meth:`nearest` ranks from is left as it is: a nightly run over many partitions
+        would fill it with vectors no recall of the run asks for)."""
+        from stargraph_mem.embedding import from_blobs
 
         key = _check_partition(partition_key)
         ident, dimension = _identity_of(embedder)
-        cache = self._cache()
-        entry = cache.get((key, ident, "fact"), dimension)
-        try:
-            await self._refresh(entry, key, ident, "fact")
-            rows = entry.rows
-            found = [item_id for item_id in ids if item_id in rows]
-            at = np.fromiter((rows[item_id] for item_id in found), dtype=np.intp, count=len(found))
-            return found, np.ascontiguousarray(entry.columns[:, at].T)
-        finally:
-            cache.settle()
+        async with self._vectors_reading() as db:
+            stored = await db.fetch(_statements(self.dialect).fact_vectors, (key, ident))
+        blobs = {str(item_id): blob for item_id, blob in stored}
+        found = [item_id for item_id in ids if item_id in blobs]
+        return found, from_blobs([bytes(blobs[item_id]) for item_id in found], dimension)
 
     async def keep_fact_vectors(
         self, partition_key: str, embedder: Embedder | str, items: Sequence[tuple[str, Matrix]]
