@@ -232,10 +232,9 @@ class HashingEmbedder:
                 )
             tokenised.append(words(text))
         keys: list[Counter[str | tuple[str, str]]] = []
-        for tokens in tokenised:
-            counts: Counter[str | tuple[str, str]] = Counter(tokens)
-            counts.update(itertools.pairwise(t for t in tokens if t not in STOPWORDS))
-            keys.append(counts)
+        for tokens in tokenised:  # the words, then the pairs of content words, in order
+            pairs = itertools.pairwise(t for t in tokens if t not in STOPWORDS)
+            keys.append(Counter(itertools.chain(tokens, pairs)))
         self._learn(keys)
         if len(keys) == 1:
             return self._sum_one(keys[0])
@@ -304,19 +303,11 @@ class HashingEmbedder:
     def _sum(self, keys: list[Counter[str | tuple[str, str]]]) -> npt.NDArray[np.float32]:
         """Each text's features, scaled by their sublinear TF, summed and normalised."""
         slots = self._slots
-        chosen: list[int] = []
-        scales: list[float] = []
-        sizes: list[int] = []
-        repeated = False
-        for counts in keys:
-            for key, tf in counts.items():
-                chosen.append(slots[key])
-                if tf == 1:
-                    scales.append(1.0)
-                else:
-                    scales.append(1.0 + math.log(tf))
-                    repeated = True
-            sizes.append(len(counts))
+        chosen = [slots[key] for counts in keys for key in counts]
+        tfs = [tf for counts in keys for tf in counts.values()]
+        repeated = any(tf != 1 for tf in tfs)
+        scales = [1.0 if tf == 1 else 1.0 + math.log(tf) for tf in tfs] if repeated else []
+        sizes = [len(counts) for counts in keys]
         rows, dimension = len(keys), self._dimension
         if not chosen:
             return np.zeros((rows, dimension), dtype=np.float32)
