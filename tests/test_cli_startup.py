@@ -280,11 +280,30 @@ def test_a_command_built_alone_reads_the_same(command: str) -> None:
 
 
 def test_the_whole_app_runs_otherwise(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert narrowed([]) is app
-    assert narrowed(["--help"]) is app
     assert narrowed(["valdate"]) is app
+    assert narrowed(["--version"]) is app
+    assert narrowed(["--help", "validate"]) is app
     monkeypatch.setenv("_STARGRAPH_MEM_COMPLETE", "complete_bash")
     assert narrowed(["validate"]) is app
+    assert narrowed(["--help"]) is app
+
+
+@pytest.mark.parametrize("args", [[], ["--help"]])
+@pytest.mark.parametrize("columns", ["60", "100", "200"])
+def test_the_group_help_lists_the_commands_without_building_them(
+    args: list[str], columns: str
+) -> None:
+    """The group's help comes from an app whose commands are listed with their names,
+    help and panels but have no parameters (reading a command's signature is most of
+    typer's work): the very same text, and the same exit code."""
+    listed = narrowed(args)
+    assert listed is not app
+    assert [len(typer.main.get_command(listed).commands[name].params) for name in ("put",)] == [0]  # type: ignore[attr-defined]
+    env = {"COLUMNS": columns}
+    full = CliRunner().invoke(app, args, env=env)
+    short = CliRunner().invoke(listed, args, env=env)
+    assert "put" in full.stdout and "validate" in full.stdout
+    assert (short.exit_code, short.stdout) == (full.exit_code, full.stdout)
 
 
 def test_help_formatter_defers_markdown_until_used() -> None:

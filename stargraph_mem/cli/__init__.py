@@ -26,24 +26,35 @@ from stargraph_mem.cli import recall, authoring, review, mcp  # noqa: F401
 
 # isort: on
 import copy
+import inspect
 import os
 import sys
+from collections.abc import Callable
+from typing import Final
 
 import typer
+from typer.models import CommandInfo
 
 from stargraph_mem.cli.base import app
 
-__all__ = ["app", "main", "narrowed"]
+__all__ = ["app", "listed", "main", "narrowed"]
+
+
+HELP_ARGS: Final = ([], ["--help"])
+"""Command lines that print the group's help (no arguments: ``no_args_is_help``)."""
 
 
 def narrowed(args: list[str]) -> typer.Typer:
     """The app to run for the command line ``args``: when the first names a command, an
     app holding only that command (typer builds every registered command's parameters
-    before parsing, so building one saves most of a command's start-up); otherwise, and
+    before parsing, so building one saves most of a command's start-up); for the group's
+    help, an app whose commands are listed but not built (:func:`listed`); otherwise, and
     while shell completion asks, the whole app. A command runs, and its help and errors
     read, the same either way."""
-    if not args or any(name.endswith("_COMPLETE") for name in os.environ):
+    if any(name.endswith("_COMPLETE") for name in os.environ):
         return app
+    if args in HELP_ARGS:
+        return listed()
     for info in app.registered_commands:
         name = info.name or typer.main.get_command_name(getattr(info.callback, "__name__", ""))
         if name == args[0]:
@@ -51,6 +62,32 @@ def narrowed(args: list[str]) -> typer.Typer:
             alone.registered_commands = [info]
             return alone
     return app
+
+
+def _listed_only() -> None:
+    """The callback of a command that is only listed (never run: see :func:`listed`)."""
+
+
+def listed() -> typer.Typer:
+    """The app with each command in place, its name, help and panel as registered, but
+    without parameters: what the group's help shows of a command is those, so the help
+    reads the same while typer reads no command's signature."""
+    alone = copy.copy(app)
+    alone.registered_commands = [
+        replace_callback(info, _listed_only) for info in app.registered_commands
+    ]
+    return alone
+
+
+def replace_callback(info: CommandInfo, callback: Callable[[], None]) -> CommandInfo:
+    """``info`` with ``callback`` instead of its own (its name and help kept)."""
+    own = info.callback
+    name = info.name or typer.main.get_command_name(getattr(own, "__name__", ""))
+    stub = copy.copy(info)
+    stub.name = name
+    stub.help = info.help if info.help is not None else inspect.getdoc(own)
+    stub.callback = callback
+    return stub
 
 
 def main() -> None:
