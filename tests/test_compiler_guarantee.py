@@ -16,7 +16,8 @@ Adding an option to a pattern: one entry in :data:`EARLIER_OPTIONS` or
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
@@ -33,6 +34,7 @@ from stargraph_mem.engine.passes.runtime import PackRuntime
 from stargraph_mem.errors import CompileError, IRError
 from stargraph_mem.ir.models import (
     ARITHMETIC,
+    EPISODE_ACCESS_FIELDS,
     EPISODE_BUILTINS,
     FACT_FIELDS,
     MATCHED_STATUSES,
@@ -41,7 +43,7 @@ from stargraph_mem.ir.models import (
     Rule,
 )
 from stargraph_mem.ir.operators import FLAGS, OPERATORS, RETENTION_MODES, Operator
-from stargraph_mem.ir.reference import evaluate
+from stargraph_mem.ir.reference import evaluate, raw_value
 from stargraph_mem.model.deltas import CLOSE_STATUSES
 from stargraph_mem.model.time import to_us
 from stargraph_mem.stores.fact import EngineFact
@@ -258,7 +260,6 @@ OVER = st.none() | st.sampled_from(["pass", "history"])
 
 EARLIER_OPTIONS: dict[str, Callable[[RuleState], st.SearchStrategy[Any] | None]] = {
     "keys": keys_of,
-    "over": lambda s: OVER,
 }
 """Pattern keys of ``earlier`` besides its field conditions (``None``: leave it out)."""
 
@@ -268,9 +269,22 @@ COUNT_OPTIONS: dict[str, Callable[[RuleState], st.SearchStrategy[Any] | None]] =
     "at_least": lambda s: st.none() | st.integers(0, 3),
     "at_most": lambda s: st.none() | st.integers(3, 6),
     "grows": lambda s: st.none() | st.booleans(),
-    "over": lambda s: OVER,
 }
-"""Pattern keys of ``count`` besides its field conditions (``None``: leave it out)."""
+"""Pattern keys of ``count`` besides its field conditions and ``over`` (``None``: leave it
+out)."""
+
+
+@contextmanager
+def over_fields(state: RuleState, over: str | None) -> Iterator[None]:
+    """While an ``earlier``/``count`` pattern is drawn: an ``over: history`` one reads no
+    access statistics (the checker refuses them there)."""
+    kept = state.fields
+    if over == "history":
+        state.fields = {f: t for f, t in kept.items() if f not in EPISODE_ACCESS_FIELDS}
+    try:
+        yield
+    finally:
+        state.fields = kept
 
 
 def options(draw: Draw, table: dict[str, Any], state: RuleState) -> dict[str, Any]:
@@ -340,10 +354,14 @@ def _other_fields(state: RuleState, body: dict[str, Any]) -> dict[str, FieldType
 
 @st.composite
 def earlier_item(draw: Draw, state: RuleState) -> dict[str, Any]:
-    body = options(draw, EARLIER_OPTIONS, state)
-    if draw(st.booleans()):
-        body.update(draw(time_condition(state)))
-    body.update(draw(conditions(state, _other_fields(state, body), "earlier")))
+    over = draw(OVER)
+    with over_fields(state, over):
+        body = options(draw, EARLIER_OPTIONS, state)
+        if over is not None:
+            body["over"] = over
+        if draw(st.booleans()):
+            body.update(draw(time_condition(state)))
+        body.update(draw(conditions(state, _other_fields(state, body), "earlier")))
     if draw(st.integers(0, 3)):
         body["as"] = alias = state.fresh(draw)
         state.aliases[alias] = "earlier"
@@ -352,14 +370,18 @@ def earlier_item(draw: Draw, state: RuleState) -> dict[str, Any]:
 
 @st.composite
 def count_item(draw: Draw, state: RuleState) -> dict[str, Any]:
-    body = options(draw, COUNT_OPTIONS, state)
-    if "at_least" in body and "at_most" in body and body["at_least"] > body["at_most"]:
-        body["at_most"] = body["at_least"]
-    if body.get("over") == "history" and draw(st.booleans()):
-        body["within"] = draw(DURATIONS)
-    if draw(st.booleans()):
-        body.update(draw(time_condition(state)))
-    body.update(draw(conditions(state, _other_fields(state, body), "count", literal_only=True)))
+    over = draw(OVER)
+    with over_fields(state, over):
+        body = options(draw, COUNT_OPTIONS, state)
+        if over is not None:
+            body["over"] = over
+        if "at_least" in body and "at_most" in body and body["at_least"] > body["at_most"]:
+            body["at_most"] = body["at_least"]
+        if over == "history" and draw(st.booleans()):
+            body["within"] = draw(DURATIONS)
+        if draw(st.booleans()):
+            body.update(draw(time_condition(state)))
+        body.update(draw(conditions(state, _other_fields(state, body), "count", literal_only=True)))
     if draw(st.booleans()):
         body["as"] = alias = state.fresh(draw)
         state.aliases[alias] = "count"
@@ -726,6 +748,8 @@ def pass_input(
                 session=draw(st.sampled_from(["s1", "s2", "alice"])),
                 agent=PARTITION.agent,
                 metadata={k: v for k, v in meta.items() if v is not None},
+                last_accessed=draw(st.sampled_from([None, NOW - timedelta(hours=1), NOW])),
+                access_count=draw(st.integers(0, 3)),
             )
         )
     facts = []
@@ -769,14 +793,7 @@ def observer_matches(compiled: CompiledPack, episodes: list[EpisodeRecord]) -> l
     now_us = to_us(NOW)
     out = []
     for ep in sorted(episodes, key=lambda e: (e.timestamp, e.seq)):
-        raw = {
-            "id": ep.id,
-            "session": ep.session,
-            "source_node": ep.source_node,
-            "content": ep.content,
-            "timestamp": ep.timestamp.isoformat(),
-            **ep.metadata,
-        }
+        raw = {**{f: raw_value(ep, f) for f in EPISODE_BUILTINS}, **ep.metadata}
         if all(evaluate(cond, fields[f], raw.get(f), now_us=now_us) for f, cond in where.items()):
             out.append(ep.id)
     return out

@@ -23,6 +23,8 @@ _COLUMNS = {
     "source_node": "source_node",
     "content": "content",
     "timestamp": "ts_us",
+    "access_count": "access_count",
+    "last_access": "coalesce(last_accessed_us, ts_us)",
 }
 
 

@@ -15,6 +15,7 @@ from stargraph_mem.errors import IRError, IRIssue
 from stargraph_mem.ir.issues import model_keys, unknown_field_message
 from stargraph_mem.ir.models import (
     ARITHMETIC,
+    EPISODE_ACCESS_FIELDS,
     EPISODE_BUILTINS,
     FACT_FIELDS,
     MATCHED_STATUSES,
@@ -359,8 +360,10 @@ class _Checker:
         elif isinstance(item, EarlierItem):
             self.check_keys(item.earlier.keys, (*ppath, "keys"))
             self.check_conditions(info, pattern.where, self.episode_fields, ppath, alias, kind)
+            self.check_history_access(item.earlier, ppath)
         elif isinstance(item, CountItem):
             self.check_count(info, item.count, ppath, alias)
+            self.check_history_access(item.count, ppath)
         elif isinstance(item, SurpriseItem):
             self.check_surprise(info, item.surprise, ppath, alias)
 
@@ -517,6 +520,26 @@ class _Checker:
             info.variables[pattern.alias] = VarInfo(
                 pattern.alias, alias, "surprise", "surprise", "number"
             )
+
+    def check_history_access(self, pattern: EarlierPattern | CountPattern, path: PathKey) -> None:
+        """An ``over: history`` pattern reads no access statistics: its durable aggregates
+        keep what an episode was when consumed, and later reads change them."""
+        if pattern.over != "history":
+            return
+        distinct = getattr(pattern, "distinct", None)
+        named: list[tuple[PathKey, str]] = [
+            *(((*path, "keys", k), key) for k, key in enumerate(pattern.keys)),
+            *(((*path, fname), fname) for fname in pattern.where),
+            *([((*path, "distinct"), distinct)] if distinct is not None else []),
+        ]
+        for at, fname in named:
+            if fname in EPISODE_ACCESS_FIELDS:
+                self.err(
+                    at,
+                    f"'{fname}' changes with every read of an episode: an 'over: history' "
+                    "pattern cannot use it (test it on the rule's 'episode' pattern, or "
+                    "drop 'over: history')",
+                )
 
     def check_keys(self, keys: list[str], path: PathKey) -> None:
         for k, key in enumerate(keys):

@@ -1018,7 +1018,17 @@ EPISODE_BUILTINS: dict[str, FieldType] = {
     "source_node": "string",
     "content": "string",
     "timestamp": "timestamp",
+    "access_count": "integer",
+    "last_access": "timestamp",
 }
+"""Fields every episode has. ``access_count`` counts the access-recording reads that
+returned it (``MemoryStore.recent``) and ``last_access`` is the latest (a never-read
+episode's ``last_access`` is its ``timestamp``): see :data:`EPISODE_ACCESS_FIELDS`."""
+EPISODE_ACCESS_FIELDS: frozenset[str] = frozenset({"access_count", "last_access"})
+"""The episode fields reads change after the episode is written: a rule's ``episode``
+pattern (and ``select``, ``over: pass`` patterns) sees them as the pass reads them; an
+``over: history`` pattern cannot test them (its durable aggregates hold what an episode
+was when consumed, not what later reads made it)."""
 FACT_FIELDS: dict[str, FieldType] = {
     "id": "string",
     "subject": "string",

@@ -202,9 +202,12 @@ def evaluate(
 
 def raw_value(record: Any, name: str) -> Any:
     """An episode record's field as :func:`evaluate` reads it: a declared metadata key, or
-    a builtin (the timestamp as ISO-8601 text)."""
+    a builtin (the timestamp as ISO-8601 text; ``last_access`` the last access-recording
+    read, or the timestamp for a never-read episode)."""
     if name == "timestamp":
         return record.timestamp.isoformat()
+    if name == "last_access":
+        return (record.last_accessed or record.timestamp).isoformat()
     if name in EPISODE_BUILTINS:
         return getattr(record, name)
     return record.metadata.get(name)

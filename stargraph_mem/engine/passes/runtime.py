@@ -65,6 +65,7 @@ from stargraph_mem.ir.checks import (
     pattern_of,
 )
 from stargraph_mem.ir.models import (
+    EPISODE_BUILTINS,
     AddOp,
     ClampOp,
     Defaults,
@@ -195,6 +196,8 @@ def _ill_typed(ftype: FieldType, value: Any) -> str:
 def _builtin(record: EpisodeRecord, name: str) -> Any:
     if name == "timestamp":
         return to_us(record.timestamp)
+    if name == "last_access":  # a never-read episode's last access is its timestamp
+        return to_us(record.last_accessed or record.timestamp)
     value = getattr(record, name)
     return NIL if value is None else value
 
@@ -308,7 +311,7 @@ class PackRuntime:
         """Indexes of the rules without an episode pattern: they fire once the episodes are
         done, and only in passes that run them (see :meth:`_ends`)."""
         self.fields = compiled.episode_fields
-        self.builtins = {"id", "session", "source_node", "content", "timestamp"}
+        self.builtins = set(EPISODE_BUILTINS)
         self._slots = [
             (slot_name(name).encode(), name, ftype, name in self.builtins)
             for name, ftype in self.fields.items()
@@ -1540,6 +1543,11 @@ def _sizer(text: str | None) -> Sizer:
     )
 
 
+def _last_access(record: EpisodeRecord) -> datetime:
+    """An episode's ``last_access``: its last access-recording read, else its timestamp."""
+    return record.last_accessed or record.timestamp
+
+
 class _TooLarge(Exception):
     """A delta's rendered text would exceed a size limit (the message says which)."""
 
@@ -1565,6 +1573,8 @@ def _getter(var: VarInfo, builtins: set[str]) -> Getter:
             raise _Unresolved(f"no episode for '{var.name}'")
         return cast(EpisodeRecord, record)
 
+    if fname == "last_access":
+        return lambda refs, anchor: _last_access(record_of(refs, anchor))
     if fname in builtins:
         return lambda refs, anchor: getattr(record_of(refs, anchor), fname)
     return lambda refs, anchor: record_of(refs, anchor).metadata.get(fname)

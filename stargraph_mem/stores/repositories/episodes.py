@@ -298,7 +298,8 @@ class Episodes:
         """Newest first (by UTC time, then insertion); widens as session/agent are omitted.
 
         The rows returned get ``last_accessed`` = now and ``access_count`` + 1 (not on a
-        file opened read-only: there the read records no access). Rows that
+        file opened read-only: there the read records no access); rules see them as the
+        episode's ``last_access`` and ``access_count``. Rows that
         cannot be decoded are skipped (up to ``limit`` good ones are still returned),
         quarantined, and logged as one warning each (:meth:`recent_checked` returns them).
         """
