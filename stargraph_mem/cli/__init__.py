@@ -40,7 +40,7 @@ from stargraph_mem.cli.base import app
 __all__ = ["app", "listed", "main", "narrowed"]
 
 
-HELP_ARGS: Final = ([], ["--help"])
+HELP_ARGS: Final[tuple[list[str], ...]] = ([], ["--help"])
 """Command lines that print the group's help (no arguments: ``no_args_is_help``)."""
 
 
