@@ -1,6 +1,6 @@
 """Episode access statistics in rules, on both backends: ``access_count`` counts the
-access-recording reads that returned an episode (``MemoryStore.recent``), ``last_access``
-is the latest of them, or the episode's timestamp when it was never read."""
+access-recording reads that returned an episode (``recent``, recall, ``record_access``),
+``last_access`` is the latest of them, or the episode's timestamp when it was never read."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from backends import NewLocation
 
 from stargraph_mem.compiler.pack import compile_text
 from stargraph_mem.engine.api import Consolidator
-from stargraph_mem.errors import IRError
+from stargraph_mem.errors import IRError, StoreError
 from stargraph_mem.model.episodes import Episode
 from stargraph_mem.stores.database import open_database
 
@@ -210,3 +210,60 @@ def test_a_pack_without_access_fields_asserts_no_access_slots() -> None:
     plain = compile_text(NIGHTLY.replace("access_count: {ge: 2}, ", ""))
     assert "f_access_count" not in plain.clips
     assert "access_count" not in plain.episode_fields
+
+
+async def test_recall_counts_the_episodes_it_returns(new_location: NewLocation) -> None:
+    """An episode recall returns is read, as one ``recent`` returns: counted once per
+    recall that returns it (``touch=False`` counts nothing), and a rule sees the count."""
+    location = new_location()
+    episodes = [
+        Episode(
+            id=f"e{n}",
+            content=text,
+            timestamp=T0 + timedelta(minutes=n),
+            user="alice",
+            session="s1",
+            agent="rag",
+        )
+        for n, text in enumerate(["green tea every morning", "the train to lisbon", "piano"])
+    ]
+    async with Consolidator(
+        location, [compile_text(NIGHTLY)], clock=lambda: READ_AT, embedder="hash"
+    ) as mem:
+        await mem.memory.put_many(episodes)
+        started = datetime.now(UTC)
+        for _ in range(2):
+            found = await mem.recall("green tea", user="alice", agent="rag", kinds="episodes")
+            assert "e0" in [hit.id for hit in found.hits]
+        quiet = await mem.recall(
+            "green tea", user="alice", agent="rag", kinds="episodes", touch=False
+        )
+        assert "e0" in [hit.id for hit in quiet.hits]
+        seen = {r.id: r for r in await mem.memory.by_ids(["e0", "e1", "e2"])}
+        hit_ids = {hit.id for hit in found.hits}
+        assert seen["e0"].access_count == 2
+        assert seen["e0"].last_accessed is not None
+        assert started <= seen["e0"].last_accessed <= datetime.now(UTC)  # the store's clock
+        for eid in ("e1", "e2"):  # counted only when a recall returned it
+            assert seen[eid].access_count == (2 if eid in hit_ids else 0)
+        report = await mem.consolidate(now=NIGHT)
+        assert report.counts["add"] >= 1
+        assert "green tea every morning" in (await _facts_by_predicate(mem))["often_read"]
+
+
+async def test_reads_recorded_by_id(new_location: NewLocation) -> None:
+    """``record_access`` counts reads made elsewhere (an episode put in a prompt), at a
+    given time or now; an unknown id is left alone, and bad input changes nothing."""
+    location = new_location()
+    async with open_database(location, clock=lambda: READ_AT) as db:
+        await db.memory.put_many([_episode(n, T0 + timedelta(minutes=n)) for n in (1, 2)])
+        later = READ_AT + timedelta(hours=1)
+        await db.memory.record_access(["e1", "e1", "nope"])
+        await db.memory.record_access(["e2"], at=later)
+        with pytest.raises(ValueError, match="naive"):
+            await db.memory.record_access(["e1"], at=datetime(2026, 5, 1))
+        with pytest.raises(StoreError, match="sequence of episode id strings"):
+            await db.memory.record_access("e1")
+        seen = {r.id: r for r in await db.memory.by_ids(["e1", "e2"])}
+        assert (seen["e1"].access_count, seen["e1"].last_accessed) == (2, READ_AT)
+        assert (seen["e2"].access_count, seen["e2"].last_accessed) == (1, later)

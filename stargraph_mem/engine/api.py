@@ -558,10 +558,10 @@ class Consolidator(AsyncResource):
         ``include_history`` (every fact). ``entity`` restricts facts to one entity's and
         names it in the context. Each hit says which strategies ranked it and where;
         ``.context(...)`` of the result is a markdown block within a token budget.
-        Returned facts' access is recorded unless ``touch=False``. ``mode`` (specification
-        004): ``facts_only`` keeps facts of type ``fact``, ``facts_plus_rules`` those and
-        ``procedure`` ones (neither returns episodes), ``full_context`` everything (the
-        default).
+        Returned facts' and episodes' access is recorded unless ``touch=False``. ``mode``
+        (specification 004): ``facts_only`` keeps facts of type ``fact``,
+        ``facts_plus_rules`` those and ``procedure`` ones (neither returns episodes),
+        ``full_context`` everything (the default).
         """
         t0 = time.perf_counter()
         times = StrategyTimes()

@@ -362,6 +362,9 @@ class Recall:
             fact_ids = [hit.id for hit in hits if hit.kind == "fact"]
             if fact_ids and self.database.facts.read_only_reason is None:
                 await self.database.facts.record_access(fact_ids)
+            episode_ids = [hit.id for hit in hits if hit.kind == "episode"]
+            if episode_ids:
+                await self.database.memory.record_access(episode_ids)
         times.add("hydrate", started)
         return RecallResult(
             query=query,

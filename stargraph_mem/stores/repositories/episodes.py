@@ -24,12 +24,14 @@ import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
+from datetime import datetime
 from functools import cache
 from typing import Any, ClassVar, Final, Protocol
 
+from stargraph_mem.errors import StoreError
 from stargraph_mem.model.episodes import Episode
 from stargraph_mem.model.limits import DEFAULT_LIMITS, Limits
-from stargraph_mem.model.time import from_us
+from stargraph_mem.model.time import from_us, to_us
 from stargraph_mem.stores.dialect import Dialect
 from stargraph_mem.stores.memory import CheckedRead, EpisodeRecord, QuarantinedRow
 from stargraph_mem.stores.repositories.access import Access
@@ -109,6 +111,7 @@ class _Statements:
     since: str
     by_ids: str
     touch: str
+    touch_id: str
     note: str
     quarantined: str
     quarantined_of: str
@@ -148,6 +151,9 @@ def _statements(dialect: Dialect) -> _Statements:
         touch=sql(
             "UPDATE episodes SET last_accessed_us = ?, access_count = access_count + 1 "
             "WHERE seq = ?"
+        ),
+        touch_id=sql(
+            "UPDATE episodes SET last_accessed_us = ?, access_count = access_count + 1 WHERE id = ?"
         ),
         note=sql(
             f"INSERT INTO quarantine ({_QUARANTINE_COLUMNS}) VALUES (?, ?, ?, ?, ?) "
@@ -336,6 +342,22 @@ class Episodes:
                     await db.executemany(touch, [(now_us, seq) for seq, _ in found])
         quarantined = await _quarantine(self, bad)
         return [episode for _, episode in found], quarantined
+
+    async def record_access(
+        self: EpisodeAccess, episode_ids: Sequence[str], *, at: datetime | None = None
+    ) -> None:
+        """Count one read of each episode of ``episode_ids`` at ``at`` (default: now), as
+        :meth:`recent` counts the episodes it returns (recall counts its episode hits
+        this way): rules see it as the episode's ``access_count`` and ``last_access``. An
+        id no episode has is left alone; a read-only file records nothing."""
+        if isinstance(episode_ids, str) or not all(isinstance(i, str) for i in episode_ids):
+            raise StoreError("episode_ids must be a sequence of episode id strings")
+        if not episode_ids or self.read_only_reason is not None:
+            return
+        at_us = self._now_us() if at is None else to_us(at, "at")
+        touch = _statements(self.dialect).touch_id
+        async with self._writing() as db:
+            await db.executemany(touch, [(at_us, eid) for eid in episode_ids])
 
     async def since(
         self: EpisodeAccess, partition: Partition, after_seq: int, *, limit: int | None = None
