@@ -23,12 +23,25 @@ span it ever made would measure its own growing heap.
     python benchmarks/bench_telemetry.py --skip nightly --records 4000 --processor simple
     valgrind --tool=callgrind python benchmarks/bench_telemetry.py --skip nightly \
         --records 400 --block 10 --side with   # and --side without: instructions per record
+    valgrind --tool=callgrind python benchmarks/bench_telemetry.py --calls 2000 \
+        --processor simple   # and --calls 0: instructions of a record's telemetry calls
+
+``--calls N`` makes no store pass: it runs the telemetry calls of one ``record`` alone
+(record span, the pass folded into it, its durations, its report) N times with the SDK,
+then collects the metrics once, as a reader would; instructions per record = (count of N
+− count of 0) / N. The collection (the counting and durations put off until then) is part
+of that; ``--no-collect`` leaves it out: what the record itself pays. Without the set-up
+and its noise (a run of 0 differs from the set-up of a run of N by a few million
+instructions): ``valgrind --tool=callgrind --collect-atstart=no
+--toggle-collect=_operator_call`` counts the N records' calls alone (the collection not
+included), exact to a few hundred instructions per record.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import operator
 import statistics
 import tempfile
 import time
@@ -46,7 +59,10 @@ from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from stargraph_mem import telemetry
 from stargraph_mem.compiler.pack import compile_file
 from stargraph_mem.engine.api import Consolidator
+from stargraph_mem.engine.passes import observe
+from stargraph_mem.engine.passes.report import ConsolidationReport
 from stargraph_mem.stores.models import Episode
+from stargraph_mem.telemetry import PassSpan
 
 ROOT = Path(__file__).resolve().parents[1]
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -148,6 +164,42 @@ async def streaming(
         )
 
 
+async def a_record(tmp: Path) -> tuple[str, int, ConsolidationReport]:
+    """A streaming record's pack, rule count and report (the third record of a fresh
+    partition: its pass applied deltas)."""
+    import random
+
+    pack = streaming_pack()
+    rng = random.Random(3)
+    async with Consolidator(tmp / "calls.db", [pack], keep_deltas=False) as mem:
+        for k in range(3):
+            report = await mem.record(observation(k, PARTITION.user, PARTITION.agent, rng))
+    return pack.name, len(pack.rules), report
+
+
+def calls(sdk: Sdk, pack: str, rules: int, report: ConsolidationReport, n: int) -> None:
+    """The telemetry calls a ``record`` makes around its put and pass, ``n`` times (the
+    runner's order: record span, pass span, its phases and apply, durations, end; the
+    report after the record's span), exporter emptied every 10 records."""
+    timings = report.passes[0].timings
+    read, engine, apply = timings["read"], timings["engine"], timings["apply"]
+    sdk.on()
+    for k in range(n):
+        with telemetry.record_span():
+            traced = PassSpan(pack, rules, 1)
+            with traced.current():
+                pass
+            traced.phases(read, engine, 1)
+            with traced.apply():
+                pass
+            traced.timed(read + engine, apply)
+            traced.end()
+        observe.report(report)
+        if k % 10 == 9:
+            sdk.drain()
+    sdk.off()
+
+
 def nightly_episodes(total: int, partitions: int) -> list[Episode]:
     """``total`` episodes over ``partitions`` users (as ``bench_partitions.py`` writes)."""
     each = total // partitions
@@ -224,8 +276,29 @@ async def main() -> None:
         default="batch",
         help="the span processor: BatchSpanProcessor (as operators wire it) or Simple",
     )
+    parser.add_argument(
+        "--calls",
+        type=int,
+        default=None,
+        help="only a record's telemetry calls, this many times (no store; see above)",
+    )
+    parser.add_argument(
+        "--no-collect", action="store_true", help="--calls: collect no metrics at the end"
+    )
     args = parser.parse_args()
     print(f"load average: {Path('/proc/loadavg').read_text().split()[:3]}", flush=True)
+    if args.calls is not None:
+        sdk = Sdk(args.sample, args.processor)
+        with tempfile.TemporaryDirectory() as tmp:
+            pack, rules, report = await a_record(Path(tmp))
+        # through operator.call: callgrind --collect-atstart=no --toggle-collect=_operator_call
+        # counts these calls only
+        operator.call(calls, sdk, pack, rules, report, args.calls)
+        sdk.drain()
+        if not args.no_collect:
+            sdk.seen()
+        print(f"{args.calls} records' telemetry calls: the SDK saw {sdk.spans:,} spans")
+        return
     sdk = Sdk(args.sample, args.processor)
     with tempfile.TemporaryDirectory() as tmp:
         if args.skip != "streaming":

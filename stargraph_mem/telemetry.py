@@ -35,6 +35,7 @@ __all__ = [
     "configure",
     "enabled",
     "instruments",
+    "live_instruments",
     "record_span",
     "set_backlog",
     "set_embedding_backlog",
@@ -194,6 +195,9 @@ class Instruments:
         default_factory=list, repr=False
     )
     """Counting put off until the SDK collects (see :meth:`later`)."""
+    durations: list[tuple[tuple[str, str], float, float]] = field(default_factory=list, repr=False)
+    """Passes' seconds and their applies', by (pack, pass kind), put off until the SDK
+    collects (see :meth:`PassSpan.timed`)."""
 
     LATER_LIMIT: ClassVar[int] = 1_000
     """Put-off countings that wait at most (then they are done at once)."""
@@ -210,10 +214,14 @@ class Instruments:
             self.catch_up()
 
     def catch_up(self) -> None:
-        """Do the put-off countings, in the order they were put off."""
+        """Do the put-off countings, in the order they were put off, and record the
+        put-off durations."""
         waiting, self.waiting = self.waiting, []
         for count, what in waiting:
             count(self, what)
+        durations, self.durations = self.durations, []
+        for timed in durations:
+            _durations(self, timed)
 
 
 GLOBAL_CHECK_SECONDS: Final = 1.0
@@ -544,6 +552,16 @@ def instruments() -> Instruments:
     return _state.instruments
 
 
+def live_instruments() -> Instruments | None:
+    """The instruments in effect when an SDK's meter made them, else None (one call for
+    the check and the instruments: a record pays for every call)."""
+    state = _state  # what enabled() does, inline
+    if not state.explicit and time.monotonic() - state.checked >= GLOBAL_CHECK_SECONDS:
+        _follow_globals()
+    tools = state.instruments
+    return tools if tools.live else None
+
+
 _NOTHING: Final = nullcontext()
 _NULL_CURRENT: Final = nullcontext(_NULL_SPAN)
 
@@ -551,15 +569,43 @@ _NULL_CURRENT: Final = nullcontext(_NULL_SPAN)
 class _Current:
     """A span started with the caller's span as parent, current inside the ``with`` block
     and ended after it, an exception recorded on it: what the tracer's
-    ``start_as_current_span`` does, in a third of the calls (a record pays for each). The
-    record's span also waits there for the first pass to describe itself on (see
-    :func:`record_span`)."""
+    ``start_as_current_span`` does, in a third of the calls (a record pays for each)."""
 
-    __slots__ = ("_fold_token", "_record", "_token", "fold", "span")
+    __slots__ = ("_token", "span")
 
-    def __init__(self, span: Any, *, record: bool = False, fold: bool = False) -> None:
+    def __init__(self, span: Any) -> None:
         self.span = span
-        self._record = record
+        self._token: Any = None
+
+    def __enter__(self) -> Any:
+        self._token = _api_context.attach(_api_trace.set_span_in_context(self.span))
+        return self.span
+
+    def __exit__(self, kind: object, error: BaseException | None, tb: object) -> None:
+        _api_context.detach(self._token)
+        if error is not None:
+            _failed(self.span, error)
+        self.span.end()
+
+
+def _failed(span: Any, error: BaseException) -> None:
+    """Record ``error`` on ``span`` when it is an ``Exception`` (as the API's ``use_span``:
+    not ``GeneratorExit`` and kin)."""
+    if isinstance(error, Exception):
+        trace = _api_trace
+        span.record_exception(error)
+        span.set_status(trace.Status(trace.StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+
+
+class _RecordCurrent:
+    """A record's span, current inside the ``with`` block as :class:`_Current`'s, that
+    also waits there for the record's first pass to describe itself on (see
+    :func:`record_span`): that pass finds it in :data:`_FOLD`."""
+
+    __slots__ = ("_fold_token", "_token", "fold", "span")
+
+    def __init__(self, span: Any, fold: bool) -> None:
+        self.span = span
         self.fold = fold
         """Whether a pass may still describe itself on this span (taken once)."""
         self._token: Any = None
@@ -567,22 +613,17 @@ class _Current:
 
     def __enter__(self) -> Any:
         self._token = _api_context.attach(_api_trace.set_span_in_context(self.span))
-        if self._record:  # a record's passes fold into it, or (fold=False) none does
-            self._fold_token = _FOLD.set(self if self.fold else None)
+        # a record's passes fold into it, or (fold=False) none does, not even into an
+        # enclosing record's
+        self._fold_token = _FOLD.set(self if self.fold else None)
         return self.span
 
     def __exit__(self, kind: object, error: BaseException | None, tb: object) -> None:
-        if self._record:
-            _FOLD.reset(self._fold_token)
+        _FOLD.reset(self._fold_token)
         _api_context.detach(self._token)
-        span = self.span
-        if isinstance(error, Exception):  # as the API's use_span: not GeneratorExit and kin
-            trace = _api_trace
-            span.record_exception(error)
-            span.set_status(
-                trace.Status(trace.StatusCode.ERROR, f"{type(error).__name__}: {error}")
-            )
-        span.end()
+        if error is not None:
+            _failed(self.span, error)
+        self.span.end()
 
 
 _api_trace: Any = None
@@ -598,7 +639,7 @@ def span(name: str, attributes: Attributes | None = None) -> AbstractContextMana
     return _Current(tracer.start_span(name, attributes=attributes))
 
 
-_FOLD: ContextVar[_Current | None] = ContextVar("stargraph_mem_fold", default=None)
+_FOLD: ContextVar[_RecordCurrent | None] = ContextVar("stargraph_mem_fold", default=None)
 """The record span a record's first pass may describe itself on (taken once)."""
 
 
@@ -614,16 +655,29 @@ def record_span(
     five. A second pass of the same record (another pack, a backlog) gets its own span
     tree; so does every pass after ``configure(detailed_records=True)``, and every pass of
     a span opened with ``fold=False`` (``record_many``: one record, many partitions)."""
-    tracer = _state.tracer if enabled() else None
+    state = _state  # what enabled() does, inline: a record pays for every call
+    if not state.explicit and time.monotonic() - state.checked >= GLOBAL_CHECK_SECONDS:
+        _follow_globals()
+    tracer = state.tracer  # None unless an SDK's tracer listens
     if tracer is None:
         return _NULL_CURRENT
     span = tracer.start_span(RECORD_SPAN, attributes=attributes)
-    return _Current(span, record=True, fold=fold and not _state.detailed_records)
+    return _RecordCurrent(span, fold and not state.detailed_records)
 
 
 _KINDS: dict[tuple[str, str], dict[str, str]] = {}
 """The duration histograms' attributes by (pack, pass kind): made once each (a
 :class:`Spread` keeps them as they are until the SDK collects)."""
+
+
+def _durations(tools: Instruments, timed: tuple[tuple[str, str], float, float]) -> None:
+    """Record a pass's duration and its apply's, attributed by (pack, pass kind)."""
+    key, seconds, apply = timed
+    found = _KINDS.get(key)
+    if found is None:
+        found = _KINDS[key] = {PACK: key[0], PASS_KIND: key[1]}
+    tools.pass_duration.record(seconds, found)
+    tools.apply_duration.record(apply, found)
 
 
 class PassSpan:
@@ -635,28 +689,29 @@ class PassSpan:
 
     __slots__ = ("_folded", "_kind", "_start", "_tracer", "span")
 
+    span: Any
+    """The pass's span (the record's when folded; a no-op one when no SDK listens)."""
+    _kind: tuple[str, str]
+    """(pack, pass kind): the duration histograms' attributes (see :func:`_durations`)."""
     _folded: dict[str, Any] | None
     """A folded pass's attributes, set on the record's span once, when the pass ends."""
 
     def __init__(self, pack: str, rules: int, partitions: int, kind: str = "episodes") -> None:
-        self._tracer = _state.tracer if enabled() else None
-        key = (pack, kind)
-        found = _KINDS.get(key)
-        if found is None:
-            found = _KINDS[key] = {PACK: pack, PASS_KIND: kind}
-        self._kind = found
+        self._kind = (pack, kind)
         self._start = 0
         self._folded = None
-        if self._tracer is None:
-            self.span: Any = _NULL_SPAN
-            return
         record = _FOLD.get()
-        if record is not None and record.fold:
+        if record is not None and record.fold:  # a record's span waits for its first pass
             record.fold = False
+            self._tracer = None
             self.span = record.span
             self._folded = {PACK: pack, RULE_COUNT: rules, PARTITION_COUNT: partitions}
             if kind != "episodes":  # a record's pass reads episodes (said once, here)
                 self._folded[PASS_KIND] = kind
+            return
+        self._tracer = _state.tracer if enabled() else None
+        if self._tracer is None:
+            self.span = _NULL_SPAN
             return
         self._start = time.time_ns()
         self.span = self._tracer.start_span(
@@ -713,12 +768,15 @@ class PassSpan:
     def timed(self, compute: float, apply: float) -> None:
         """Record the applied pass's duration (``compute`` + ``apply`` seconds) and its
         apply's in the histograms (one measurement per pass span: a batch of partitions
-        is one)."""
-        tools = instruments()
-        tools.pass_duration.record(compute + apply, self._kind)
-        tools.apply_duration.record(apply, self._kind)
+        is one), when the SDK next collects (:attr:`Instruments.durations`)."""
         if self._folded is not None:
             self._folded[APPLY_SECONDS] = apply
+        tools = _state.instruments
+        if tools.live:  # a list append: a record pays for every call
+            waiting = tools.durations
+            waiting.append((self._kind, compute + apply, apply))
+            if len(waiting) >= tools.LATER_LIMIT:
+                tools.catch_up()
 
     def end(self, error: BaseException | None = None) -> None:
         """End the pass's span (recording ``error`` when it failed)."""

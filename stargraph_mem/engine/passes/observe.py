@@ -122,13 +122,16 @@ def report(done: ConsolidationReport) -> None:
     """Record what one call of the Consolidator did (when an SDK listens). A small report
     (a streaming record's) is counted when the SDK next collects, so the record pays for
     a list append instead of the counting (the totals an SDK reads are the same)."""
-    if not telemetry.enabled():
+    tools = telemetry.live_instruments()
+    if tools is None:
         return
-    tools = telemetry.instruments()
-    if len(done.passes) <= SMALL_REPORT:
-        tools.later(_count, done)
-    else:
+    if len(done.passes) > SMALL_REPORT:
         _count(tools, done)
+        return
+    waiting = tools.waiting  # Instruments.later, inline: a record pays for every call
+    waiting.append((_count, done))
+    if len(waiting) >= tools.LATER_LIMIT:
+        tools.catch_up()
 
 
 def _count(tools: telemetry.Instruments, done: ConsolidationReport) -> None:
