@@ -197,8 +197,8 @@ class HashingEmbedder:
         """Start the cache afresh: a slot per known word (``str``) or pair (``tuple``), and
         the features of slot ``i`` at ``[starts[i], ends[i])`` of the feature arrays."""
         self._slots: dict[str | tuple[str, str], int] = {}
-        self._listed: dict[int, tuple[list[int], list[float]]] = {}
-        """A slot's features as Python lists, made when one text first uses it."""
+        self._scaled: dict[tuple[int, int], _Features] = {}
+        """A slot's features scaled for one term frequency, made when one text uses it."""
         self._buckets = _Grown(np.int64)
         self._weights = _Grown(np.float64)
         self._starts = _Grown(np.int64)
@@ -267,35 +267,34 @@ class HashingEmbedder:
         first = len(slots)
         slots.update((key, first + i) for i, key in enumerate(new))
 
-    def _features(self, slot: int) -> tuple[list[int], list[float]]:
-        """Slot ``slot``'s buckets and weights as lists (made once)."""
-        found = self._listed.get(slot)
+    def _features(self, slot: int, tf: int) -> _Features:
+        """Slot ``slot``'s buckets and weights, the weights scaled for a term frequency of
+        ``tf`` as :meth:`_sum` scales them (made once per slot and frequency)."""
+        found = self._scaled.get((slot, tf))
         if found is None:
             start, end = int(self._starts.data[slot]), int(self._ends.data[slot])
-            found = self._listed[slot] = (
-                self._buckets.data[start:end].tolist(),
-                self._weights.data[start:end].tolist(),
-            )
+            weights = self._weights.data[start:end].copy()
+            if tf != 1:
+                weights *= 1.0 + math.log(tf)
+            found = self._scaled[(slot, tf)] = (self._buckets.data[start:end].copy(), weights)
         return found
 
     def _sum_one(self, counts: Counter[str | tuple[str, str]]) -> npt.NDArray[np.float32]:
-        """:meth:`_sum` of one text, its features added up in Python: the same products
-        and the same binary64 additions in the same order as ``np.bincount`` makes them,
-        then the same normalisation, so the same bits (numpy's many small calls cost more
-        than the few hundred additions of a short text)."""
+        """:meth:`_sum` of one text from its slots' features kept scaled per term frequency:
+        the same weights in the same order into ``np.bincount``, then the same
+        normalisation, so the same bits (the batch's index arithmetic costs more than the
+        sum itself for one short text)."""
         dimension = self._dimension
-        dense = [0.0] * dimension
+        if not counts:
+            return np.zeros((1, dimension), dtype=np.float32)
         slots = self._slots
-        for key, tf in counts.items():
-            buckets, weights = self._features(slots[key])
-            if tf == 1:
-                for bucket, weight in zip(buckets, weights, strict=True):
-                    dense[bucket] += weight
-            else:
-                scale = 1.0 + math.log(tf)
-                for bucket, weight in zip(buckets, weights, strict=True):
-                    dense[bucket] += weight * scale
-        matrix = np.array(dense, dtype=np.float64).reshape(1, dimension)
+        parts = [self._features(slots[key], tf) for key, tf in counts.items()]
+        dense = np.bincount(
+            np.concatenate([buckets for buckets, _ in parts]),
+            weights=np.concatenate([weights for _, weights in parts]),
+            minlength=dimension,
+        )
+        matrix = dense.reshape(1, dimension)
         norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix))[:, None]
         np.divide(matrix, norms, out=matrix, where=norms > 0)
         return matrix.astype(np.float32)
