@@ -276,9 +276,15 @@ def enabled() -> bool:
     """Whether measurements reach an SDK: providers handed to :func:`configure`, or the
     API's global ones once an SDK's were set there (looked at again every
     :data:`GLOBAL_CHECK_SECONDS`). Until then instruments and spans are no-ops."""
-    if not _state.explicit and time.monotonic() - _state.checked >= GLOBAL_CHECK_SECONDS:
+    return _current_state().enabled
+
+
+def _current_state() -> _State:
+    """The state, after following the global providers when they are due a look."""
+    state = _state
+    if not state.explicit and time.monotonic() - state.checked >= GLOBAL_CHECK_SECONDS:
         _follow_globals()
-    return _state.enabled
+    return state
 
 
 def _follow_globals() -> None:
@@ -555,10 +561,7 @@ def instruments() -> Instruments:
 def live_instruments() -> Instruments | None:
     """The instruments in effect when an SDK's meter made them, else None (one call for
     the check and the instruments: a record pays for every call)."""
-    state = _state  # what enabled() does, inline
-    if not state.explicit and time.monotonic() - state.checked >= GLOBAL_CHECK_SECONDS:
-        _follow_globals()
-    tools = state.instruments
+    tools = _current_state().instruments
     return tools if tools.live else None
 
 
@@ -655,9 +658,7 @@ def record_span(
     five. A second pass of the same record (another pack, a backlog) gets its own span
     tree; so does every pass after ``configure(detailed_records=True)``, and every pass of
     a span opened with ``fold=False`` (``record_many``: one record, many partitions)."""
-    state = _state  # what enabled() does, inline: a record pays for every call
-    if not state.explicit and time.monotonic() - state.checked >= GLOBAL_CHECK_SECONDS:
-        _follow_globals()
+    state = _current_state()
     tracer = state.tracer  # None unless an SDK's tracer listens
     if tracer is None:
         return _NULL_CURRENT
