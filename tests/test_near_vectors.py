@@ -264,3 +264,112 @@ async def test_a_pass_stores_the_vectors_it_made_for_the_next_one(backend: str) 
         await mem.consolidate(now=T0 + timedelta(hours=3))
         assert not texts & set(embedder.texts)  # read, not embedded again
         assert later[0].content in embedder.texts
+
+
+class Batches(Counting):
+    """:class:`Counting`, remembering each call's texts apart."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[list[str]] = []
+
+    def embed(self, texts: Sequence[str]) -> Matrix:
+        self.calls.append(list(texts))
+        return super().embed(texts)
+
+
+FORESEEN_PACK = """\
+ir_version: 1
+pack: foreseen
+version: "1"
+fields: {topic: string}
+defaults:
+  cadence: {cron: "0 3 * * *"}
+rules:
+  - id: merge
+    priority: 10
+    when:
+      - episode: {content: {bind: c}, topic: {bind: t}}
+      - fact:
+          as: twin
+          predicate: said
+          object: {bind: o}
+          near: {top_k: 1, min_cosine: 0.8, cosine: cos}
+    emit:
+      kind: update
+      replaces: [twin]
+      subject: "{t}: {c}"
+      predicate: said
+      object: "{c}, once {o}"
+      confidence: {from: cos}
+  - id: add
+    when:
+      - episode: {content: {bind: c}, topic: {bind: t}}
+      - not: {predicate: said, near: {top_k: 1, min_cosine: 0.8}}
+    emit: {kind: add, subject: "{t}: {c}", predicate: said, object: "{c}"}
+"""
+
+
+def topical(n: int) -> list[Episode]:
+    """Episodes whose facts the pack makes from their text and metadata; every third
+    repeats an earlier one in other case (a merge)."""
+    out = []
+    for i in range(n):
+        text = statement(i - 2).upper() if i % 3 == 2 else statement(i)
+        out.append(
+            Episode(
+                id=f"t{i}",
+                content=text,
+                timestamp=T0 + timedelta(minutes=i),
+                user="u",
+                agent="a",
+                session="s",
+                metadata={"topic": f"topic {i % 2}"},
+            )
+        )
+    return out
+
+
+async def foreseen_run(backend: str, foresee: bool) -> tuple[list[tuple[str, str, float]], Batches]:
+    pack = compile_text(FORESEEN_PACK)
+    embedder = Batches()
+    runtime = runtime_for(pack)
+    async with location(backend) as where, Consolidator(where, [pack], embedder=embedder) as mem:
+        await mem.memory.put_many(topical(9))
+        runtime._vectors.clear()
+        if not foresee:  # every rule unforeseeable: each made fact embedded when made
+            runtime._foreseers.update(dict.fromkeys(runtime.rules))
+        await mem.consolidate(now=T0 + timedelta(hours=1))
+        runtime._foreseers.clear()
+        facts = sorted((f.subject, f.object, f.confidence) for f in await mem.facts())
+    return facts, embedder
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_pass_embeds_the_facts_its_rules_will_make_with_its_episodes(
+    backend: str,
+) -> None:
+    """The statement of a fact a rule makes from the episode's text fields alone is
+    embedded with the pass's episodes, in one batch, not one call per fact as each is
+    made; one that cannot be foreseen (it quotes the fact it replaces) is embedded when
+    made. The decisions are the same either way."""
+    foreseen, batches = await foreseen_run(backend, foresee=True)
+    plain, one_by_one = await foreseen_run(backend, foresee=False)
+    assert foreseen == plain
+    made = {f"{s} said {o}" for s, o, _ in foreseen}
+    merges = {t for t in made if ", once " in t}
+    adds = made - merges
+    assert merges and adds
+    first, *later = batches.calls
+    assert adds <= set(first)  # foreseen: in the first batch, with the episodes
+    assert not adds & {t for call in later for t in call}
+    # the merges: one by one, when a later episode ranks them (the last one's: none does)
+    assert all(len(call) == 1 for call in later)
+    assert {t for call in later for t in call} == merges - {max(merges, key=_made_by_last)}
+    _, *plain_later = one_by_one.calls
+    assert all(len(call) == 1 for call in plain_later)
+    assert len(plain_later) == len(topical(9)) - 1  # each fact made but the last one
+
+
+def _made_by_last(text: str) -> bool:
+    return statement(6).upper() in text

@@ -85,7 +85,14 @@ from stargraph_mem.ir.models import (
 from stargraph_mem.ir.reference import ILL_TYPED, MISSING, boosted, read_value, retained
 from stargraph_mem.ir.reference import raw_value as raw_history
 from stargraph_mem.model import lifecycle
-from stargraph_mem.model.deltas import DELTA_BY_KIND, DELTA_KINDS, DeltaBase, FactDelta, MemoryDelta
+from stargraph_mem.model.deltas import (
+    DELTA_BY_KIND,
+    DELTA_KINDS,
+    DeltaBase,
+    FactDelta,
+    MemoryDelta,
+    kind_creates,
+)
 from stargraph_mem.model.layers import (
     DEFAULT_HALF_LIVES,
     DEFAULT_LAYER,
@@ -336,6 +343,9 @@ class PackRuntime:
         weakref.finalize(self, _dispose, self._fact_builders, self._calls, self.env)
         self.plans: dict[tuple[str, Stamp | None], _Plan] = {}
         self._vectors: dict[str, VectorCache] = {}
+        self._foreseers: dict[int, Foreseer | None] = {}
+        """Per rule index, how to foresee the statement of the fact it makes (see
+        :meth:`_foreseen`); ``None``: it cannot be foreseen."""
         """Per embedder identity, the vectors of the texts ``near`` ranked."""
         self._near_kept: OrderedDict[str, tuple[list[EngineFact], NearIndex]] = OrderedDict()
         """Per partition key, the facts a pass left and the ``near`` index of exactly those:
@@ -673,9 +683,16 @@ class PackRuntime:
                 index = kept[1]
             near = _Near(self, cache, builders, fact_list, lazy=lazy, index=index)
             near.index.mark()  # it holds exactly the pass's facts: follow what changes
-            # one batch, not one a time (with the facts the last pass made, if kept)
+            # one batch, not one a time (with the facts the last pass made, if kept, and
+            # those the episodes' rules would make from the episode alone)
             held = [text for text, _ in near.index.pending.values()]
-            cache.of([*held, *(record.content for record in episodes)])
+            cache.of(
+                [
+                    *held,
+                    *(record.content for record in episodes),
+                    *self._foreseen(episodes, ok_sets, groups),
+                ]
+            )
             chunk = 1  # each episode ranks the facts the episodes before it left
         for start in range(0, len(episodes), chunk):
             for i in range(start, min(start + chunk, len(episodes))):
@@ -713,6 +730,31 @@ class PackRuntime:
             near.sync(later=True)  # what the last episode (or the sweep) made and closed
             self._keep_near(job.partition.key, near.index, collector, out.facts_after)
         self._account(episodes, ok_sets, groups, hist, out)
+        return out
+
+    def _foreseen(
+        self,
+        episodes: Sequence[EpisodeRecord],
+        ok_sets: Sequence[int],
+        groups: Mapping[int, tuple[int, ...]],
+    ) -> list[str]:
+        """The statements of the facts the rules each episode may fire would make from that
+        episode's text fields alone (see :func:`_foreseer`): a pass ranks every fact it
+        makes for the episodes after it, so their texts are embedded with the episodes, in
+        one batch, not one at a time as each is made. A guess only: a rule that does not
+        fire wasted a row of the batch; a text CLIPS builds otherwise is embedded when
+        made, as before. A vector depends on its text alone, so results are the same."""
+        foreseers = self._foreseers
+        out: list[str] = []
+        for record, set_id in zip(episodes, ok_sets, strict=True):
+            for idx in groups.get(set_id, ()):
+                if idx not in foreseers:
+                    foreseers[idx] = _foreseer(self.rules[idx], self.builtins)
+                foresee = foreseers[idx]
+                if foresee is not None:
+                    text = foresee(record)
+                    if text is not None:
+                        out.append(text)
         return out
 
     def _keep_near(
@@ -1550,6 +1592,39 @@ def _last_access(record: EpisodeRecord) -> datetime:
 
 class _TooLarge(Exception):
     """A delta's rendered text would exceed a size limit (the message says which)."""
+
+
+Foreseer = Callable[[EpisodeRecord], str | None]
+"""The statement of the fact a rule would make from one episode, or None."""
+
+
+def _foreseer(rule: CompiledRule, builtins: set[str]) -> Foreseer | None:
+    """How to foresee the statement of the fact ``rule`` makes from the episode it fires
+    on, when its emit's subject, predicate and object use nothing but text fields of that
+    episode (else None)."""
+    info = rule.program.info
+    emit = info.rule.emit
+    if is_sweep(info.rule) or not kind_creates(emit.kind):
+        return None
+    templates = (emit.subject or "", emit.predicate or "", emit.object or "")
+    names = {value for text in templates for kind, value in _template(text) if kind == "var"}
+    variables = [info.variables[name] for name in sorted(names)]
+    if any(var.kind != "episode" or var.type != "string" for var in variables):
+        return None
+    getters = [(var.name, _getter(var, builtins)) for var in variables]
+    subject, predicate, obj = (_filler(text) for text in templates)
+    no_refs: dict[str, Any] = {}
+
+    def foresee(record: EpisodeRecord) -> str | None:
+        values: dict[str, Any] = {}
+        for name, get in getters:
+            value = get(no_refs, record)
+            if type(value) is not str:
+                return None
+            values[name] = value
+        return statement(subject(values), predicate(values), obj(values))
+
+    return foresee
 
 
 def _getter(var: VarInfo, builtins: set[str]) -> Getter:
