@@ -18,10 +18,14 @@ Half the episodes repeat a stored statement: ``--repeats paraphrased`` (the defa
 other case and punctuation, which only pack A merges (it then writes more: a merge closes
 a fact and asserts one where B only adds); ``--repeats verbatim`` word for word, which both
 merge, so both make the same deltas and the ratio is what the ``near`` test itself costs.
+``--exact normal_eq`` has pack B compare texts in content normal form (``normal_eq``): it
+then merges the paraphrased repeats as A does, so both make the same deltas on that stream
+too. Each part prints the deltas each pack made, by kind.
 
     PYTHONPATH=. python benchmarks/bench_similarity.py
     PYTHONPATH=. python benchmarks/bench_similarity.py --facts 1000 --episodes 100 --rounds 5
     PYTHONPATH=. python benchmarks/bench_similarity.py --repeats verbatim
+    PYTHONPATH=. python benchmarks/bench_similarity.py --exact normal_eq
 """
 
 from __future__ import annotations
@@ -32,11 +36,14 @@ import random
 import statistics
 import tempfile
 import time
+from collections import Counter
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from stargraph_mem.compiler.pack import CompiledPack, compile_text
 from stargraph_mem.engine.api import Consolidator, runtime_for
+from stargraph_mem.engine.passes.report import ConsolidationReport
 from stargraph_mem.model.deltas import AddDelta, FactPayload
 from stargraph_mem.stores.models import Episode
 
@@ -79,6 +86,12 @@ EXACT_PACK = (
         "{predicate: said, object: {eq: {var: c}}}",
     )
 )
+
+
+def exact_pack(op: str) -> str:
+    """Pack B, comparing texts with ``op`` (``eq`` or ``normal_eq``)."""
+    return EXACT_PACK.replace("{eq: {var: c}}", f"{{{op}: {{var: c}}}}")
+
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 WORDS = [
@@ -168,8 +181,9 @@ def episodes(
 
 async def nightly_once(
     pack: CompiledPack, path: Path, facts: int, n: int, mode: str, verbatim: bool = False
-) -> tuple[float, float]:
-    """One nightly pass over the same data every time (seeded alike): wall and CPU s."""
+) -> tuple[float, float, Counter[str]]:
+    """One nightly pass over the same data every time (seeded alike): wall and CPU s, and
+    the deltas it made by kind."""
     rng = random.Random(1)
     made = seeds(facts, rng)
     async with Consolidator(path, [pack]) as mem:
@@ -181,19 +195,34 @@ async def nightly_once(
         if mode != "warm":
             runtime_for(pack)._vectors.clear()
         w0, c0 = time.perf_counter(), time.process_time()
-        await mem.consolidate(now=T0 + timedelta(days=1))
-        return time.perf_counter() - w0, time.process_time() - c0
+        report = await mem.consolidate(now=T0 + timedelta(days=1))
+        wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+        return wall, cpu, kinds(report)
+
+
+def kinds(report: ConsolidationReport) -> Counter[str]:
+    """The deltas of ``report``'s passes, by kind."""
+    return Counter(delta.kind for done in report.passes for delta in done.deltas)
+
+
+def shown(made: Mapping[str, Counter[str]]) -> str:
+    """Each pack's deltas by kind, for the printed line."""
+    return "; ".join(
+        f"{name} " + " ".join(f"{kind}={n}" for kind, n in sorted(c.items()))
+        for name, c in made.items()
+    )
 
 
 async def nightly(args: argparse.Namespace, near: CompiledPack, exact: CompiledPack) -> None:
     for mode in args.modes:
         walls: dict[str, list[float]] = {"near": [], "exact": []}
         cpus: dict[str, list[float]] = {"near": [], "exact": []}
+        made: dict[str, Counter[str]] = {}
         with tempfile.TemporaryDirectory(prefix="bench-sim-") as tmp:
             for r in range(args.rounds + 1):  # round 0 warms the process up, untimed
                 for name, pack in (("near", near), ("exact", exact)):
                     path = Path(tmp) / f"{name}-{r}-{mode}.db"
-                    wall, cpu = await nightly_once(
+                    wall, cpu, made[name] = await nightly_once(
                         pack, path, args.facts, args.episodes, mode, args.repeats == "verbatim"
                     )
                     if r:
@@ -207,24 +236,26 @@ async def nightly(args: argparse.Namespace, near: CompiledPack, exact: CompiledP
             "warm": "warm (fact texts embedded before)",
         }[mode]
         print(
-            f"nightly {label}, {args.repeats} repeats: {args.facts} facts, "
+            f"nightly {label}, {args.repeats} repeats, B by {args.exact}: {args.facts} facts, "
             f"{args.episodes} episodes, "
             f"{args.rounds} rounds: near {w['near']:.1f} ms wall ({c['near']:.1f} CPU), "
             f"exact {w['exact']:.1f} ms ({c['exact']:.1f} CPU): ratio wall "
-            f"{w['near'] / w['exact']:.2f}, CPU {c['near'] / c['exact']:.2f}"
+            f"{w['near'] / w['exact']:.2f}, CPU {c['near'] / c['exact']:.2f} "
+            f"(deltas: {shown(made)})"
         )
 
 
 async def record(args: argparse.Namespace) -> None:
     streaming = {
         name: compile_text(text.replace('{cron: "0 3 * * *"}', "{every: 1}"))
-        for name, text in (("near", NEAR_PACK), ("exact", EXACT_PACK))
+        for name, text in (("near", NEAR_PACK), ("exact", exact_pack(args.exact)))
     }
     rng = random.Random(7)
     made = seeds(args.facts, rng)
     known = [str(d.fact.subject) for d in made]
     walls: dict[str, list[float]] = {"near": [], "exact": []}
     cpus: dict[str, list[float]] = {"near": [], "exact": []}
+    deltas: dict[str, Counter[str]] = {"near": Counter(), "exact": Counter()}
     with tempfile.TemporaryDirectory(prefix="bench-sim-") as tmp:
         mems = {
             name: Consolidator(Path(tmp) / f"{name}.db", [pack]) for name, pack in streaming.items()
@@ -233,17 +264,16 @@ async def record(args: argparse.Namespace) -> None:
             await mem.bootstrap()
             await mem.fact_store.apply_deltas(made, pack_hash="seed")
         try:
-            n = 0
-            count = args.records * 2 + 2 * args.block
+            count = args.records + args.block
             stream = episodes(count, rng, 0, known, args.repeats == "verbatim")
             for block in range(args.records // args.block + 1):
-                for name, mem in mems.items():
-                    for _ in range(args.block):
-                        ep = stream[n]
-                        n += 1
+                mine = stream[block * args.block : (block + 1) * args.block]
+                for name, mem in mems.items():  # each pack records the same episodes
+                    for ep in mine:
                         w0, c0 = time.perf_counter(), time.process_time()
-                        await mem.record(ep)
+                        report = await mem.record(ep)
                         w1, c1 = time.perf_counter(), time.process_time()
+                        deltas[name] += kinds(report)
                         if block:  # the first block of each warms up, untimed
                             walls[name].append(w1 - w0)
                             cpus[name].append(c1 - c0)
@@ -253,11 +283,11 @@ async def record(args: argparse.Namespace) -> None:
     w = {k: statistics.median(v) * 1000 for k, v in walls.items()}
     c = {k: statistics.median(v) * 1000 for k, v in cpus.items()}
     print(
-        f"record p50, {args.repeats} repeats: {args.facts} facts, "
+        f"record p50, {args.repeats} repeats, B by {args.exact}: {args.facts} facts, "
         f"{len(walls['near'])} records each: "
         f"near {w['near']:.2f} ms wall ({c['near']:.2f} CPU), exact {w['exact']:.2f} ms "
         f"({c['exact']:.2f} CPU): ratio wall {w['near'] / w['exact']:.2f}, "
-        f"CPU {c['near'] / c['exact']:.2f}"
+        f"CPU {c['near'] / c['exact']:.2f} (deltas: {shown(deltas)})"
     )
 
 
@@ -278,10 +308,18 @@ def main() -> None:
         "merge them: the same deltas, so the ratio is what the near test itself costs)",
     )
     parser.add_argument(
+        "--exact",
+        default="eq",
+        choices=["eq", "normal_eq"],
+        help="how pack B compares the episode with a fact's text: word for word (eq) or in "
+        "content normal form (normal_eq: case and punctuation ignored, so B merges the "
+        "paraphrased repeats too and both packs make the same deltas)",
+    )
+    parser.add_argument(
         "--modes", nargs="+", default=["cold", "stored", "warm"], choices=["cold", "stored", "warm"]
     )
     args = parser.parse_args()
-    near, exact = compile_text(NEAR_PACK), compile_text(EXACT_PACK)
+    near, exact = compile_text(NEAR_PACK), compile_text(exact_pack(args.exact))
     print(f"load average: {Path('/proc/loadavg').read_text().split()[:3]}")
     if "nightly" in args.parts:
         asyncio.run(nightly(args, near, exact))

@@ -56,6 +56,8 @@ rules:
 """
 
 WORDS = ["a", "b", "c", ""]
+SPELLINGS = ["a", "A!", "b", " B. ", "c", "ç", "a b", "A-B", ""]
+"""Texts equal in content normal form: a, A!; b, B.; c, ç; a b, A-B; the empty text last."""
 
 
 def episode_rules(compiled: CompiledPack, episodes: list[EpisodeRecord]) -> dict[int, list[int]]:
@@ -82,15 +84,17 @@ def assert_same_pass(
 
 
 @st.composite
-def pass_inputs(draw: Any) -> tuple[list[EpisodeRecord], list[EngineFact]]:
+def pass_inputs(
+    draw: Any, words: list[str] = WORDS
+) -> tuple[list[EpisodeRecord], list[EngineFact]]:
     episodes = []
     for seq in range(1, draw(st.integers(1, 5)) + 1):
-        s, p, o, x = (draw(st.sampled_from(WORDS)) for _ in range(4))
+        s, p, o, x = (draw(st.sampled_from(words)) for _ in range(4))
         meta = {"other": x} if draw(st.booleans()) else {}
         episodes.append(triple(seq, s, p, o, **meta))
     facts = []
     for k in range(draw(st.integers(0, 12))):
-        s, p, o = (draw(st.sampled_from(WORDS[:3])) for _ in range(3))
+        s, p, o = (draw(st.sampled_from(words[:-1])) for _ in range(3))
         age = draw(st.sampled_from([0, 1, 2]))
         facts.append(engine_fact(f"f{k:02d}", (s, p, o), valid_from=T0 - timedelta(days=age)))
     facts.sort(key=lambda f: (f.valid_from_us, f.id))
@@ -114,6 +118,47 @@ def test_asserting_tied_facts_only_decides_the_same(
 ) -> None:
     episodes, facts = data
     assert_same_pass(PACKS[name], episodes, facts)
+
+
+NORMAL_MATCHES = """\
+ir_version: 1
+pack: normal_matches
+version: "1"
+fields: {subject: string, predicate: string, object: string, other: string}
+rules:
+  - id: same_text
+    priority: 20
+    when:
+      - episode: {subject: {bind: s}, object: {bind: o}}
+      - fact: {as: f, subject: {var: s}, object: {normal_eq: {var: o}}}
+    emit: {kind: noop, reinforces: [f], reason: "{o} again"}
+  - id: other_spelling
+    priority: 10
+    when:
+      - episode: {other: {bind: x}}
+      - exists: {subject: {normal_eq: {var: x}}}
+    emit: {kind: noop, reason: "{x} is a subject, spelt some way"}
+  - id: new_text
+    when:
+      - episode: {subject: {bind: s}, predicate: {bind: p}, object: {bind: o}}
+      - not: {object: {normal_eq: {var: o}}}
+    emit: {kind: add, subject: "{s}", predicate: "{p}", object: "{o}", reason: "new {o}"}
+"""
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=pass_inputs(words=SPELLINGS))
+def test_facts_tied_in_content_normal_form_decide_the_same(
+    data: tuple[list[EpisodeRecord], list[EngineFact]],
+) -> None:
+    """``normal_eq`` ties a fact to an episode by content normal form: a pass asserting
+    only the facts some episode equals that way decides what one asserting every fact
+    does (the facts it makes in the pass are matched in CLIPS, as before)."""
+    episodes, facts = data
+    compiled = compile_text(NORMAL_MATCHES)
+    # (subject, normal:object) of same_text holds new_text's (normal:object): dropped
+    assert compiled.fact_keys == ((("normal:object", "object"),), (("normal:subject", "other"),))
+    assert_same_pass(compiled, episodes, facts)
 
 
 def test_the_keys_of_the_shipped_and_test_packs() -> None:
@@ -154,12 +199,19 @@ rules:
     assert compile_text(text).fact_keys is None
 
 
-def test_only_the_tied_facts_enter_clips() -> None:
+@pytest.mark.parametrize("normal", [False, True])
+def test_only_the_tied_facts_enter_clips(normal: bool) -> None:
     """The filter does what it is for: a one-episode pass over many facts asserts the one
-    fact of that (subject, predicate)."""
-    compiled = PACKS["dedup_against_facts"]
-    facts = [engine_fact(f"f{k:03d}", (f"s{k}", "p", "o")) for k in range(100)]
-    episodes = [triple(1, "s7", "p", "other")]
+    fact of that (subject, predicate), or (``normal_eq``) of that object in other case and
+    punctuation."""
+    if normal:
+        compiled = compile_text(NORMAL_MATCHES)
+        facts = [engine_fact(f"f{k:03d}", ("s", "p", f"o{k}")) for k in range(100)]
+        episodes = [triple(1, "s", "q", "O7!")]
+    else:
+        compiled = PACKS["dedup_against_facts"]
+        facts = [engine_fact(f"f{k:03d}", (f"s{k}", "p", "o")) for k in range(100)]
+        episodes = [triple(1, "s7", "p", "other")]
     runtime = PackRuntime(compiled)
     asserted: list[str] = []
     original = runtime._assert_fact
@@ -181,7 +233,10 @@ def test_only_the_tied_facts_enter_clips() -> None:
         runtime.close()
     assert asserted == ["f007"]
     (delta,) = out.deltas
-    assert delta.kind == "update" and delta.replaces == ["f007"]
+    if normal:
+        assert delta.kind == "noop" and delta.reinforced_ids == ["f007"]
+    else:
+        assert delta.kind == "update" and delta.replaces == ["f007"]
     assert out.facts_after is not None and len(out.facts_after) == 100
 
 
@@ -216,12 +271,15 @@ def test_passes_carrying_the_facts_they_leave_decide_as_passes_given_plain_lists
 @settings(max_examples=150, deadline=None)
 @given(
     facts=st.lists(
-        st.tuples(st.sampled_from(WORDS[:3]), st.sampled_from(WORDS[:3]), st.integers(0, 3)),
+        st.tuples(
+            st.sampled_from(SPELLINGS[:-1]), st.sampled_from(SPELLINGS[:-1]), st.integers(0, 3)
+        ),
         max_size=12,
     ),
     gone=st.sets(st.integers(0, 11)),
     made=st.lists(
-        st.tuples(st.integers(0, 15), st.sampled_from(WORDS[:3]), st.integers(0, 4)), max_size=5
+        st.tuples(st.integers(0, 15), st.sampled_from(SPELLINGS[:-1]), st.integers(0, 4)),
+        max_size=5,
     ),
 )
 def test_a_fact_list_changed_equals_one_built_anew(
@@ -245,7 +303,8 @@ def test_a_fact_list_changed_equals_one_built_anew(
             key=lambda f: (f.valid_from_us, f.id),
         )
     )
-    old.keyed(("subject",))  # a lookup made before the change comes along
+    old.keyed(("subject",))  # lookups made before the change come along
+    old.keyed(("normal:subject",))
     new = [fact(k, s, "new", d) for k, s, d in {k: (k, s, d) for k, s, d in made}.values()]
     closed = {f"f{k:02d}" for k in gone}
     after = old.changed(closed, new)
@@ -256,6 +315,11 @@ def test_a_fact_list_changed_equals_one_built_anew(
     assert list(after) == expected
     fresh = FactList(expected)
     assert after.ids() == fresh.ids()
-    for fields in [("subject",), ("subject", "object")]:
+    for fields in [
+        ("subject",),
+        ("subject", "object"),
+        ("normal:subject",),
+        ("normal:object", "predicate"),
+    ]:
         assert after.keyed(fields) == fresh.keyed(fields)
     assert list(old) == sorted(old, key=lambda f: (f.valid_from_us, f.id))  # unchanged

@@ -129,6 +129,9 @@ text it would build (see :meth:`Generator.template_expr`): at most four copies o
 an episode's largest value."""
 
 STATEMENT_FIELDS: Final = frozenset({"subject", "predicate", "object"})
+NORMAL_KEY: Final = "normal:"
+"""Before a fact field in ``CompiledPack.fact_keys``: the pattern ties the field's content
+normal form (``normal_eq``), not its value, to the episode's field."""
 """The fact fields that are strings in CLIPS and in the store alike."""
 
 DAY_US = 86_400_000_000
@@ -1364,7 +1367,9 @@ class Generator:
     def fact_keys(self) -> tuple[tuple[tuple[str, str], ...], ...] | None:
         """What ties each fact pattern of the episode rules to the episode: per pattern,
         the (fact field, episode field) pairs it equates (``subject: {var: s}`` with ``s``
-        bound to a string field of the episode), only the smallest sets kept.
+        bound to a string field of the episode; ``object: {normal_eq: {var: s}}`` gives
+        ``("normal:object", field)``, equal in content normal form), only the smallest
+        sets kept.
 
         A stored fact whose fields match none of them for any episode of a pass can match
         no pattern in that pass, so it need not enter CLIPS. ``None`` when some pattern is
@@ -1387,12 +1392,13 @@ class Generator:
                     continue
                 pairs: set[tuple[str, str]] = set()
                 for fname, cond in pattern.where.items():
-                    ref = cond.get("eq")
-                    if fname not in STATEMENT_FIELDS or not isinstance(ref, VarRef):
+                    if fname not in STATEMENT_FIELDS:
                         continue
-                    bound = info.variables.get(ref.var)
-                    if bound is not None and bound.kind == "episode" and bound.type == "string":
-                        pairs.add((fname, bound.field))
+                    for op, key in (("eq", fname), ("normal_eq", NORMAL_KEY + fname)):
+                        ref = cond.get(op)
+                        bound = info.variables.get(ref.var) if isinstance(ref, VarRef) else None
+                        if bound is not None and bound.kind == "episode" and bound.type == "string":
+                            pairs.add((key, bound.field))
                 if not pairs:
                     return None
                 found.add(tuple(sorted(pairs)))

@@ -29,6 +29,7 @@ from pydantic import ValidationError
 from stargraph_mem.compiler.clips_env import QUIET_ROUTER, load_constructs, new_environment
 from stargraph_mem.compiler.generator import (
     DAY_US,
+    NORMAL_KEY,
     OUT,
     NearRelation,
     RuleProgram,
@@ -82,7 +83,14 @@ from stargraph_mem.ir.models import (
     VarConfidence,
     VarRef,
 )
-from stargraph_mem.ir.reference import ILL_TYPED, MISSING, boosted, read_value, retained
+from stargraph_mem.ir.reference import (
+    ILL_TYPED,
+    MISSING,
+    boosted,
+    normal_form_of,
+    read_value,
+    retained,
+)
 from stargraph_mem.ir.reference import raw_value as raw_history
 from stargraph_mem.model import lifecycle
 from stargraph_mem.model.deltas import (
@@ -845,11 +853,16 @@ class PackRuntime:
         wanted: list[tuple[tuple[str, ...], set[Any]]] = []
         for pairs in keys:
             seen: set[Any] = set()
+            normal = [fname.startswith(NORMAL_KEY) for fname, _ in pairs]
             for record in episodes:
                 try:
                     values = [self._field_value(record, efield) for _, efield in pairs]
                 except _BadValue:  # the episode enters no rule
                     continue
+                if any(normal):
+                    values = [
+                        normal_form_of(v) if n else v for v, n in zip(values, normal, strict=True)
+                    ]
                 seen.add(values[0] if len(values) == 1 else tuple(values))
             wanted.append((tuple(fname for fname, _ in pairs), seen))
 
@@ -861,7 +874,7 @@ class PackRuntime:
                     for value in seen:
                         found.update((f.id, f) for f in keyed.get(value, ()))
                 return sorted(found.values(), key=_fact_order)  # the list's own order
-            getters = [(attrgetter(*fields), seen) for fields, seen in wanted]
+            getters = [(key_of(fields), seen) for fields, seen in wanted]
             return [f for f in facts if any(of(f) in seen for of, seen in getters)]
 
         return tied
@@ -1594,6 +1607,28 @@ class _TooLarge(Exception):
     """A delta's rendered text would exceed a size limit (the message says which)."""
 
 
+@lru_cache(maxsize=256)
+def key_of(fields: tuple[str, ...]) -> Callable[[EngineFact], Any]:
+    """A fact's key by ``fields`` (one field: its value, else a tuple): each field's value,
+    or its content normal form for a field named ``normal:<field>`` (see
+    ``CompiledPack.fact_keys``)."""
+    if not any(f.startswith(NORMAL_KEY) for f in fields):
+        return attrgetter(*fields)
+    parts = [
+        _normal_of(attrgetter(f.removeprefix(NORMAL_KEY)))
+        if f.startswith(NORMAL_KEY)
+        else attrgetter(f)
+        for f in fields
+    ]
+    if len(parts) == 1:
+        return parts[0]
+    return lambda fact: tuple(part(fact) for part in parts)
+
+
+def _normal_of(get: Callable[[EngineFact], Any]) -> Callable[[EngineFact], Any]:
+    return lambda fact: normal_form_of(get(fact))
+
+
 Foreseer = Callable[[EpisodeRecord], str | None]
 """The statement of the fact a rule would make from one episode, or None."""
 
@@ -1964,7 +1999,7 @@ class FactList(list[EngineFact]):
         the order of this one."""
         found = self._keyed.get(fields)
         if found is None:
-            of = attrgetter(*fields)
+            of = key_of(fields)
             index: dict[Any, list[EngineFact]] = {}
             for fact in self:
                 index.setdefault(of(fact), []).append(fact)
@@ -1990,7 +2025,7 @@ class FactList(list[EngineFact]):
         by_id.update((f.id, f) for f in made)
         out._ids = ids.changed(by_id)
         for fields, index in self._keyed.items():
-            of = attrgetter(*fields)
+            of = key_of(fields)
             lists: dict[Any, list[EngineFact]] = {}
             for fact in removed:
                 key = of(fact)
