@@ -14,8 +14,12 @@ span it ever made would measure its own growing heap.
   process: steadier on a busy machine), their ratios, and the median of the ratios of
   neighbouring blocks' p50s (a load that changes between blocks moves both sides of one).
 - Nightly: ``rules/default.yaml`` over ``--episodes`` episodes in ``--partitions``
-  partitions, consolidated on two identical fresh databases, without then with the SDK
-  (``--order with-first`` swaps them); seconds of each (wall clock and CPU) and ratios.
+  partitions, consolidated on identical fresh databases, without and with the SDK, in
+  ``--nightly-rounds`` pairs (3), each pass from a collected heap; the first pair runs
+  without then with (``--order with-first`` swaps them) and each next pair swaps again:
+  a process's second pass ran 10–15 % slower than its first whichever side it was, which
+  one fixed order reads as the SDK's cost. Seconds of each (wall clock and CPU), the ratio
+  of the medians and each pair's.
 
     python benchmarks/bench_telemetry.py                      # about 3 minutes
     python benchmarks/bench_telemetry.py --episodes 8000 --partitions 400 --records 200
@@ -41,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import operator
 import statistics
 import tempfile
@@ -218,36 +223,48 @@ def nightly_episodes(total: int, partitions: int) -> list[Episode]:
     ]
 
 
-async def nightly(sdk: Sdk, tmp: Path, total: int, partitions: int, with_first: bool) -> None:
-    """Seconds of one ``consolidate`` over ``total`` episodes, without and with the SDK."""
+async def nightly(
+    sdk: Sdk, tmp: Path, total: int, partitions: int, with_first: bool, rounds: int = 1
+) -> None:
+    """Seconds of one ``consolidate`` over ``total`` episodes, without and with the SDK:
+    ``rounds`` pairs, each on fresh memories, the order swapped every round (a run's
+    second pass sees a heap the first one grew), each from a collected heap; the ratio of
+    the medians and of each pair."""
     pack = compile_file(ROOT / "rules" / "default.yaml")
     episodes = nightly_episodes(total, partitions)
-    seconds: dict[bool, float] = {}
-    cpu: dict[bool, float] = {}
-    for with_sdk in (True, False) if with_first else (False, True):
-        db = Path(tempfile.mkdtemp(dir=tmp)) / "m.db"
-        async with Consolidator(db, [pack], keep_deltas=False) as mem:
-            for start in range(0, len(episodes), 10_000):
-                await mem.memory.put_many(episodes[start : start + 10_000])
-            sdk.on() if with_sdk else sdk.off()
-            t, c = time.perf_counter(), time.process_time()
-            report = await mem.consolidate(now=NOW)
-            seconds[with_sdk] = time.perf_counter() - t
-            cpu[with_sdk] = time.process_time() - c
-            sdk.off()
-            sdk.drain()
-            assert report.episodes == len(episodes), report.episodes
-        print(
-            f"nightly pass {'with' if with_sdk else 'without'} the SDK: {seconds[with_sdk]:.2f} s, "
-            f"CPU {cpu[with_sdk]:.2f} s ({len(report.passes)} pass reports, "
-            f"{sum(report.counts.values())} deltas)",
-            flush=True,
-        )
-    ratio, cpu_ratio = seconds[True] / seconds[False], cpu[True] / cpu[False]
+    seconds: dict[bool, list[float]] = {True: [], False: []}
+    cpu: dict[bool, list[float]] = {True: [], False: []}
+    for r in range(rounds):
+        first = with_first if r % 2 == 0 else not with_first
+        for with_sdk in (first, not first):
+            db = Path(tempfile.mkdtemp(dir=tmp)) / "m.db"
+            async with Consolidator(db, [pack], keep_deltas=False) as mem:
+                for start in range(0, len(episodes), 10_000):
+                    await mem.memory.put_many(episodes[start : start + 10_000])
+                sdk.on() if with_sdk else sdk.off()
+                gc.collect()
+                t, c = time.perf_counter(), time.process_time()
+                report = await mem.consolidate(now=NOW)
+                seconds[with_sdk].append(time.perf_counter() - t)
+                cpu[with_sdk].append(time.process_time() - c)
+                sdk.off()
+                sdk.drain()
+                assert report.episodes == len(episodes), report.episodes
+            print(
+                f"nightly pass {'with' if with_sdk else 'without'} the SDK: "
+                f"{seconds[with_sdk][-1]:.2f} s, CPU {cpu[with_sdk][-1]:.2f} s "
+                f"({len(report.passes)} pass reports, {sum(report.counts.values())} deltas)",
+                flush=True,
+            )
+    wall = {k: statistics.median(v) for k, v in seconds.items()}
+    used = {k: statistics.median(v) for k, v in cpu.items()}
+    pairs = [w / wo for w, wo in zip(seconds[True], seconds[False], strict=True)]
     print(
-        f"nightly pass over {len(episodes):,} episodes in {partitions:,} partitions: "
-        f"{seconds[False]:.2f} s without, {seconds[True]:.2f} s with the SDK, ratio {ratio:.3f} "
-        f"(CPU {cpu[False]:.2f} s / {cpu[True]:.2f} s, ratio {cpu_ratio:.3f})",
+        f"nightly pass over {len(episodes):,} episodes in {partitions:,} partitions, "
+        f"{rounds} pair(s): median {wall[False]:.2f} s without, {wall[True]:.2f} s with the "
+        f"SDK, ratio {wall[True] / wall[False]:.3f} (CPU {used[False]:.2f} s / "
+        f"{used[True]:.2f} s, ratio {used[True] / used[False]:.3f}); each pair's ratio "
+        + " ".join(f"{x:.3f}" for x in pairs),
         flush=True,
     )
 
@@ -260,6 +277,12 @@ async def main() -> None:
     parser.add_argument("--episodes", type=int, default=40_000)
     parser.add_argument("--partitions", type=int, default=2_000)
     parser.add_argument("--order", choices=["without-first", "with-first"], default="without-first")
+    parser.add_argument(
+        "--nightly-rounds",
+        type=int,
+        default=3,
+        help="nightly: pairs of passes (without and with the SDK), the order swapped each",
+    )
     parser.add_argument("--skip", choices=["streaming", "nightly"], default=None)
     parser.add_argument(
         "--side",
@@ -306,7 +329,9 @@ async def main() -> None:
             await streaming(sdk, db, args.records, args.block, args.warmup, args.side)
         if args.skip != "nightly":
             with_first = args.order == "with-first"
-            await nightly(sdk, Path(tmp), args.episodes, args.partitions, with_first)
+            await nightly(
+                sdk, Path(tmp), args.episodes, args.partitions, with_first, args.nightly_rounds
+            )
     spans, points = sdk.seen()
     print(f"the SDK saw {spans:,} spans and holds {points} metric data points")
 

@@ -33,6 +33,7 @@ from stargraph_mem.engine.passes.report import ConsolidationReport
 from stargraph_mem.engine.passes.runtime import PackRuntime
 from stargraph_mem.errors import EmbedderError, IRError
 from stargraph_mem.model.deltas import AddDelta, FactPayload, MemoryDelta
+from stargraph_mem.stores.memory import EpisodeRecord
 from stargraph_mem.stores.models import Episode
 from stargraph_mem.stores.scope import Partition
 
@@ -441,6 +442,48 @@ rules:
       - not: {predicate: said, object: {normal_eq: {var: c}}}
     emit: {kind: add, subject: "{c}", predicate: said, object: "{c}"}
 """
+
+
+def test_normal_eq_with_an_episode_field_joins_normal_forms_held_in_slots(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A fact pattern's ``normal_eq`` with the episode's text is an equality join of two
+    slots holding the normal forms (each fact's and episode's computed once), not a Python
+    call per (episode, fact) pair: a pass over 40 new texts calls the normal form function
+    once per fact it makes, however many facts are in CLIPS; the decisions are those of
+    the test it replaces (a repeat in other case, punctuation and accents merges)."""
+    from stargraph_mem.compiler import clips_env
+
+    calls: list[object] = []
+    normal_form_of = clips_env.normal_form_of  # type: ignore[attr-defined]
+
+    def counted(value: object) -> object:
+        calls.append(value)
+        return normal_form_of(value)
+
+    monkeypatch.setattr(clips_env, "normal_form_of", counted)
+    compiled = compile_text(EXACT)  # its environment calls the counted function
+    assert "sm-normal-form ?v_c" not in compiled.clips  # no per-pair test left
+    assert compiled.normal_fact_fields == ("object",)
+    assert compiled.normal_episode_fields == ("content",)
+    texts = [f"text number {n}" for n in range(40)] + ["TEXT number 7!", "téxt, number 9"]
+    records = [
+        EpisodeRecord(n + 1, f"e{n}", t, T0 + timedelta(minutes=n), None, "u1", "s", "a")
+        for n, t in enumerate(texts)
+    ]
+    runtime = PackRuntime(compiled)
+    try:
+        out = runtime.run_pass(
+            partition=Partition("u1", "a"),
+            now=T0 + timedelta(hours=1),
+            episodes=records,
+            facts=[],
+            eligible={r.index: [e.seq for e in records] for r in compiled.rules},
+        )
+    finally:
+        runtime.close()
+    assert Counter(d.rule_id for d in out.deltas) == {"new": 40, "repeat": 2}
+    assert len(calls) == len(texts)  # one per fact made, in its rule's right-hand side
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -65,6 +65,7 @@ from stargraph_mem.ir.models import (
     VarConfidence,
     VarRef,
     arithmetic_name,
+    operator_attribute,
 )
 from stargraph_mem.ir.operators import (
     ACCESS_BOOST_CAP,
@@ -129,10 +130,22 @@ text it would build (see :meth:`Generator.template_expr`): at most four copies o
 an episode's largest value."""
 
 STATEMENT_FIELDS: Final = frozenset({"subject", "predicate", "object"})
+"""The fact fields that are strings in CLIPS and in the store alike."""
 NORMAL_KEY: Final = "normal:"
 """Before a fact field in ``CompiledPack.fact_keys``: the pattern ties the field's content
 normal form (``normal_eq``), not its value, to the episode's field."""
-"""The fact fields that are strings in CLIPS and in the store alike."""
+
+
+def normal_var(var: str) -> str:
+    """The CLIPS variable holding the content normal form of author variable ``var``."""
+    return f"?i_nf_{var}"
+
+
+def normal_slot(fname: str) -> str:
+    """The slot holding a field's content normal form, beside the field's own slot (``-``
+    is in no field name, so no declared field's slot can clash with it)."""
+    return f"{slot_name(fname)}-nf"
+
 
 DAY_US = 86_400_000_000
 """Microseconds in a day: ``ebbinghaus`` counts days."""
@@ -424,6 +437,25 @@ class Generator:
         )
         """Whether a fact pattern admits archived facts: then the partition's archived facts
         enter CLIPS too, and every other fact pattern tests ``status`` is current."""
+        self.normal_pairs = self.normal_joins()
+        """Per rule index, the ``normal_eq`` tests of its fact patterns that compare a
+        statement field with a string field of the rule's episode, by (fact field, variable):
+        both sides' content normal forms are slots (computed once per fact and episode, not
+        once per pair), so the test is an equality join."""
+        self.normal_fact_fields = tuple(
+            sorted({fname for pairs in self.normal_pairs.values() for fname, _ in pairs})
+        )
+        """The fact fields whose content normal form ``sm-fact`` holds (:func:`normal_slot`)."""
+        self.normal_episode_fields = tuple(
+            sorted(
+                {
+                    info.variables[var].field
+                    for info in analysis.rules
+                    for _, var in self.normal_pairs.get(info.index, ())
+                }
+            )
+        )
+        """The episode fields whose content normal form ``sm-episode`` holds."""
         self.lifecycle = self.lifecycle_slots()
         """The lifecycle fact fields that enter CLIPS (:data:`LIFECYCLE_SLOTS`)."""
         self.payload_types: dict[str, FieldType] = {
@@ -443,6 +475,28 @@ class Generator:
             for kind, pattern in [pattern_of(item)]
             if kind in ("fact", "not", "exists")
         ]
+
+    def normal_joins(self) -> dict[int, set[tuple[str, str]]]:
+        """See :attr:`normal_pairs`."""
+        found: dict[int, set[tuple[str, str]]] = {}
+        for info, _, pattern in self.fact_patterns():
+            for fname, cond in pattern.where.items():
+                var = self.normal_var(info, fname, cond)
+                if var is not None:
+                    found.setdefault(info.index, set()).add((fname, var))
+        return found
+
+    @staticmethod
+    def normal_var(info: RuleInfo, fname: str, cond: Condition) -> str | None:
+        """The variable a fact pattern's ``normal_eq`` test on ``fname`` compares with,
+        when it is a string field of the rule's episode (else None: the test stays one)."""
+        ref = cond.get("normal_eq")
+        if fname not in STATEMENT_FIELDS or not isinstance(ref, VarRef):
+            return None
+        bound = info.variables.get(ref.var)
+        if bound is None or bound.kind != "episode" or bound.type != "string":
+            return None
+        return ref.var
 
     def lifecycle_slots(self) -> tuple[str, ...]:
         tested = {f for _, _, pattern in self.fact_patterns() for f in pattern.where}
@@ -472,6 +526,9 @@ class Generator:
         lines = [FACT_SLOTS]
         lines += [f"  (slot {slot_name(f)} {LIFECYCLE_SLOTS[f]})" for f in self.lifecycle]
         lines += [f"  (slot {payload_slot(k)} (default nil))" for k in self.payload_types]
+        lines += [
+            f'  (slot {normal_slot(f)} (type STRING) (default ""))' for f in self.normal_fact_fields
+        ]
         return "\n".join(lines) + ")\n"
 
     def implicit(self, info: RuleInfo, kind: str, pattern: Any) -> list[str]:
@@ -677,6 +734,7 @@ class Generator:
             "  (slot ok (type INTEGER))",
         ]
         lines += [self.slot_decl(f, t) for f, t in sorted(self.used_fields.items())]
+        lines += [f"  (slot {normal_slot(f)} (default nil))" for f in self.normal_episode_fields]
         return "\n".join(lines) + ")\n"
 
     def history_template(self, rel: HistoryRelation) -> str:
@@ -774,6 +832,16 @@ class Generator:
         for fname, cond in where.items():
             ftype = types[fname]
             sigil = "?"
+            var = (
+                self.normal_var(ctx.info, fname, cond)
+                if ctx is not None and types is FACT_FIELDS
+                else None
+            )
+            if var is not None:  # an equality join of the two normal forms' slots
+                out.append(f"({normal_slot(fname)} {normal_var(var)})")
+                cond = cond.model_copy(update={operator_attribute("normal_eq"): None})
+                if not cond.tests() and cond.bind is None and fname not in forced:
+                    continue
             tests = cond.tests()
             simple_join = (
                 cond.bind is None
@@ -838,6 +906,10 @@ class Generator:
                 ctx.observed[""] = forced["timestamp"]
         parts = ["(n ?i_n)", "(ok ?i_ok)"]
         parts += self.slots(ctx, where, self.episode_types, "E", forced=forced)
+        joined = {var for _, var in self.normal_pairs.get(ctx.info.index, ())}
+        for fname, cond in where.items():
+            if cond.bind is not None and cond.bind in joined:
+                parts.append(f"({normal_slot(fname)} {normal_var(cond.bind)})")
         elig = f"(sm-elig (set ?i_ok) (r {ctx.program.symbol}))"
         return "(sm-episode " + " ".join(parts) + ")\n  " + elig
 
@@ -1175,11 +1247,23 @@ class Generator:
             )
             anchor = "0" if info.fact_only else "?i_n"
             out.append('(bind ?i_tid (str-cat "t" (gensym*)))')
+            texts = {
+                fname: self.template_expr(ctx, text)
+                for fname, text in (
+                    ("subject", emit.subject),
+                    ("predicate", emit.predicate),
+                    ("object", emit.object),
+                )
+            }
+            normal = "".join(
+                f" ({normal_slot(f)} ({NORMAL_FORM_FUNCTION} {texts[f]}))"
+                for f in self.normal_fact_fields
+            )
             made = (
                 "(assert (sm-fact (f_id ?i_tid)"
-                f" (f_subject {self.template_expr(ctx, emit.subject)})"
-                f" (f_predicate {self.template_expr(ctx, emit.predicate)})"
-                f" (f_object {self.template_expr(ctx, emit.object)})"
+                f" (f_subject {texts['subject']})"
+                f" (f_predicate {texts['predicate']})"
+                f" (f_object {texts['object']}){normal}"
                 f" (f_confidence {self.confidence_expr(ctx)})"
                 " (f_valid_from ?i_now) (f_reinforced_at ?i_now)"
                 f" (f_observed_at {self.observed_expr(ctx)})"

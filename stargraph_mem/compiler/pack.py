@@ -72,6 +72,11 @@ class CompiledPack:
     fact_slots: tuple[str, ...] = ()
     """The lifecycle fact fields the program declares (a rule reads them): the runtime
     asserts those slots only."""
+    normal_fact_fields: tuple[str, ...] = ()
+    """The statement fields whose content normal form ``sm-fact`` holds (a ``normal_eq``
+    join: see ``Generator.normal_pairs``): the runtime asserts them with each fact."""
+    normal_episode_fields: tuple[str, ...] = ()
+    """The episode fields whose content normal form ``sm-episode`` holds."""
     payload_slots: dict[str, FieldType] = field(default_factory=dict)
     """Declared payload keys rules test, each an ``sm-fact`` slot (``p_<key>``)."""
     needs_archived: bool = False
@@ -194,6 +199,8 @@ def compile_analysis(
         episode_fields=dict(sorted(gen.used_fields.items())),
         matches_facts=gen.matches_facts(),
         fact_slots=gen.lifecycle,
+        normal_fact_fields=gen.normal_fact_fields,
+        normal_episode_fields=gen.normal_episode_fields,
         payload_slots=dict(gen.payload_types),
         needs_archived=gen.needs_archived,
         fact_keys=gen.fact_keys(),

@@ -35,6 +35,7 @@ from stargraph_mem.compiler.generator import (
     RuleProgram,
     SurpriseRelation,
     arithmetic_operands,
+    normal_slot,
     payload_slot,
     slot_name,
     uses_reinforce,
@@ -112,6 +113,7 @@ from stargraph_mem.model.layers import (
     stored_trust,
 )
 from stargraph_mem.model.limits import DEFAULT_FACT_BYTES, KEY_BYTES, utf8_size
+from stargraph_mem.model.text import content_normal_form
 from stargraph_mem.model.time import EPOCH as EPOCH  # re-export
 from stargraph_mem.model.time import from_us, to_us, to_utc
 from stargraph_mem.stores.fact import EngineFact
@@ -331,6 +333,11 @@ class PackRuntime:
             (slot_name(name).encode(), name, ftype, name in self.builtins)
             for name, ftype in self.fields.items()
         ]
+        self._normal_slots = [
+            (normal_slot(name).encode(), name, name in self.builtins)
+            for name in compiled.normal_episode_fields
+        ]
+        """The episode fields whose content normal form a ``normal_eq`` join reads."""
         self._fact_extras = _fact_extras(compiled)
         self.volatile = bool(VOLATILE & set(compiled.fact_slots)) or _episode_rules_read_pins(
             compiled
@@ -369,13 +376,17 @@ class PackRuntime:
 
     def _episode_slots(self, record: EpisodeRecord) -> list[tuple[bytes, Any]]:
         metadata = record.metadata
-        return [
+        slots = [
             (
                 slot,
                 _builtin(record, name) if builtin else _normalise(metadata.get(name), ftype),
             )
             for slot, name, ftype, builtin in self._slots
         ]
+        for slot, name, builtin in self._normal_slots:
+            value = getattr(record, name) if builtin else metadata.get(name)
+            slots.append((slot, normal_text(value) if type(value) is str else NIL))
+        return slots
 
     def _assert_fact(
         self, fb: _FactBuilder, fact: EngineFact, anchor: int = 0, status: str | None = None
@@ -1626,7 +1637,13 @@ def key_of(fields: tuple[str, ...]) -> Callable[[EngineFact], Any]:
 
 
 def _normal_of(get: Callable[[EngineFact], Any]) -> Callable[[EngineFact], Any]:
-    return lambda fact: normal_form_of(get(fact))
+    """A fact field's content normal form (see :func:`normal_form_of`), from its value."""
+    return lambda fact: normal_text(v) if type(v := get(fact)) is str else normal_form_of(v)
+
+
+normal_text = lru_cache(maxsize=1 << 16)(content_normal_form)
+"""A text's content normal form (the texts of a partition's facts and episodes recur from
+pass to pass)."""
 
 
 Foreseer = Callable[[EpisodeRecord], str | None]
@@ -2152,6 +2169,10 @@ def _fact_extras(compiled: CompiledPack) -> list[tuple[bytes, Callable[[EngineFa
     out += [
         (payload_slot(key).encode(), _payload_slot(key, ftype))
         for key, ftype in compiled.payload_slots.items()
+    ]
+    out += [
+        (normal_slot(fname).encode(), _normal_of(attrgetter(fname)))
+        for fname in compiled.normal_fact_fields
     ]
     return out
 
