@@ -15,11 +15,12 @@ span it ever made would measure its own growing heap.
   neighbouring blocks' p50s (a load that changes between blocks moves both sides of one).
 - Nightly: ``rules/default.yaml`` over ``--episodes`` episodes in ``--partitions``
   partitions, consolidated on identical fresh databases, without and with the SDK, in
-  ``--nightly-rounds`` pairs (3), each pass from a collected heap; the first pair runs
-  without then with (``--order with-first`` swaps them) and each next pair swaps again:
-  a process's second pass ran 10–15 % slower than its first whichever side it was, which
-  one fixed order reads as the SDK's cost. Seconds of each (wall clock and CPU), the ratio
-  of the medians and each pair's.
+  ``--nightly-rounds`` pairs (3), each pass in a fresh process of its own; the first pair
+  runs without then with (``--order with-first`` swaps them) and each next pair swaps
+  again. Passes run one after the other in one process differed by 0.94–1.26 between the
+  two sides of a pair, whichever ran first (a heap the earlier passes grew), which one
+  process reads as the SDK's cost. Seconds of each (wall clock and CPU), the ratio of the
+  medians and each pair's.
 
     python benchmarks/bench_telemetry.py                      # about 3 minutes
     python benchmarks/bench_telemetry.py --episodes 8000 --partitions 400 --records 200
@@ -48,6 +49,8 @@ import asyncio
 import gc
 import operator
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from datetime import UTC, datetime, timedelta
@@ -223,47 +226,70 @@ def nightly_episodes(total: int, partitions: int) -> list[Episode]:
     ]
 
 
-async def nightly(
-    sdk: Sdk, tmp: Path, total: int, partitions: int, with_first: bool, rounds: int = 1
-) -> None:
-    """Seconds of one ``consolidate`` over ``total`` episodes, without and with the SDK:
-    ``rounds`` pairs, each on fresh memories, the order swapped every round (a run's
-    second pass sees a heap the first one grew), each from a collected heap; the ratio of
-    the medians and of each pair."""
+async def nightly_child(sdk: Sdk, tmp: Path, total: int, partitions: int, with_sdk: bool) -> None:
+    """One nightly pass in this (fresh) process: prints ``wall cpu`` seconds."""
     pack = compile_file(ROOT / "rules" / "default.yaml")
     episodes = nightly_episodes(total, partitions)
+    db = Path(tempfile.mkdtemp(dir=tmp)) / "m.db"
+    async with Consolidator(db, [pack], keep_deltas=False) as mem:
+        for start in range(0, len(episodes), 10_000):
+            await mem.memory.put_many(episodes[start : start + 10_000])
+        sdk.on() if with_sdk else sdk.off()
+        gc.collect()
+        t, c = time.perf_counter(), time.process_time()
+        report = await mem.consolidate(now=NOW)
+        wall, cpu = time.perf_counter() - t, time.process_time() - c
+        sdk.off()
+        sdk.drain()
+        assert report.episodes == len(episodes), report.episodes
+    print(f"{wall} {cpu} {len(report.passes)} {sum(report.counts.values())}")
+
+
+def nightly(total: int, partitions: int, with_first: bool, rounds: int, processor: str) -> None:
+    """Seconds of one ``consolidate`` over ``total`` episodes, without and with the SDK:
+    ``rounds`` pairs, each pass in a fresh process of its own (passes run one after the
+    other in one process see a heap the earlier ones grew: 0.94–1.26 between the two
+    sides of a pair, whichever ran first), the order swapped every pair; the ratio of the
+    medians and each pair's."""
     seconds: dict[bool, list[float]] = {True: [], False: []}
     cpu: dict[bool, list[float]] = {True: [], False: []}
     for r in range(rounds):
         first = with_first if r % 2 == 0 else not with_first
         for with_sdk in (first, not first):
-            db = Path(tempfile.mkdtemp(dir=tmp)) / "m.db"
-            async with Consolidator(db, [pack], keep_deltas=False) as mem:
-                for start in range(0, len(episodes), 10_000):
-                    await mem.memory.put_many(episodes[start : start + 10_000])
-                sdk.on() if with_sdk else sdk.off()
-                gc.collect()
-                t, c = time.perf_counter(), time.process_time()
-                report = await mem.consolidate(now=NOW)
-                seconds[with_sdk].append(time.perf_counter() - t)
-                cpu[with_sdk].append(time.process_time() - c)
-                sdk.off()
-                sdk.drain()
-                assert report.episodes == len(episodes), report.episodes
+            out = subprocess.run(
+                [
+                    sys.executable,
+                    __file__,
+                    "--nightly-child",
+                    "with" if with_sdk else "without",
+                    "--episodes",
+                    str(total),
+                    "--partitions",
+                    str(partitions),
+                    "--processor",
+                    processor,
+                ],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout.split()
+            wall, used, passes, deltas = float(out[0]), float(out[1]), out[2], out[3]
+            seconds[with_sdk].append(wall)
+            cpu[with_sdk].append(used)
             print(
-                f"nightly pass {'with' if with_sdk else 'without'} the SDK: "
-                f"{seconds[with_sdk][-1]:.2f} s, CPU {cpu[with_sdk][-1]:.2f} s "
-                f"({len(report.passes)} pass reports, {sum(report.counts.values())} deltas)",
+                f"nightly pass {'with' if with_sdk else 'without'} the SDK: {wall:.2f} s, "
+                f"CPU {used:.2f} s ({passes} pass reports, {deltas} deltas)",
                 flush=True,
             )
-    wall = {k: statistics.median(v) for k, v in seconds.items()}
-    used = {k: statistics.median(v) for k, v in cpu.items()}
+    wall_med = {k: statistics.median(v) for k, v in seconds.items()}
+    used_med = {k: statistics.median(v) for k, v in cpu.items()}
     pairs = [w / wo for w, wo in zip(seconds[True], seconds[False], strict=True)]
     print(
-        f"nightly pass over {len(episodes):,} episodes in {partitions:,} partitions, "
-        f"{rounds} pair(s): median {wall[False]:.2f} s without, {wall[True]:.2f} s with the "
-        f"SDK, ratio {wall[True] / wall[False]:.3f} (CPU {used[False]:.2f} s / "
-        f"{used[True]:.2f} s, ratio {used[True] / used[False]:.3f}); each pair's ratio "
+        f"nightly pass over {total:,} episodes in {partitions:,} partitions, {rounds} "
+        f"pair(s), a process each: median {wall_med[False]:.2f} s without, "
+        f"{wall_med[True]:.2f} s with the SDK, ratio {wall_med[True] / wall_med[False]:.3f} "
+        f"(CPU {used_med[False]:.2f} s / {used_med[True]:.2f} s, ratio "
+        f"{used_med[True] / used_med[False]:.3f}); each pair's ratio "
         + " ".join(f"{x:.3f}" for x in pairs),
         flush=True,
     )
@@ -308,7 +334,18 @@ async def main() -> None:
     parser.add_argument(
         "--no-collect", action="store_true", help="--calls: collect no metrics at the end"
     )
+    parser.add_argument("--nightly-child", choices=["with", "without"], help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.nightly_child is not None:
+        with tempfile.TemporaryDirectory() as tmp:
+            await nightly_child(
+                Sdk(args.sample, args.processor),
+                Path(tmp),
+                args.episodes,
+                args.partitions,
+                args.nightly_child == "with",
+            )
+        return
     print(f"load average: {Path('/proc/loadavg').read_text().split()[:3]}", flush=True)
     if args.calls is not None:
         sdk = Sdk(args.sample, args.processor)
@@ -329,9 +366,7 @@ async def main() -> None:
             await streaming(sdk, db, args.records, args.block, args.warmup, args.side)
         if args.skip != "nightly":
             with_first = args.order == "with-first"
-            await nightly(
-                sdk, Path(tmp), args.episodes, args.partitions, with_first, args.nightly_rounds
-            )
+            nightly(args.episodes, args.partitions, with_first, args.nightly_rounds, args.processor)
     spans, points = sdk.seen()
     print(f"the SDK saw {spans:,} spans and holds {points} metric data points")
 
