@@ -23,13 +23,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_workers import CLI, PACK, check, children_cpu, drop, server_cpu, write_episodes
+from bench_workers import CLI, PACK, check, drop, measured, write_episodes
 
 NOW = "2026-01-02T00:00:00+00:00"
 COMMANDS = {
@@ -46,15 +45,11 @@ def one(location: str, episodes: Path, command: str, partitions: int) -> tuple[f
     """Ingest (untimed), then time ``command``: wall, its CPU and the server's CPU seconds
     (0 when no local server was measured)."""
     cli("ingest", "--db", location, str(episodes))
-    server0, client0 = server_cpu(), children_cpu()
-    t0 = time.perf_counter()
-    cli(*COMMANDS[command], "--db", location, "--pack", str(PACK))
-    wall = time.perf_counter() - t0
-    client = children_cpu() - client0
-    server1 = server_cpu()
-    server = 0.0 if server0 is None or server1 is None else server1 - server0
+    wall, client, server = measured(
+        lambda: cli(*COMMANDS[command], "--db", location, "--pack", str(PACK))
+    )
     asyncio.run(check(location, partitions))
-    return wall, client, server
+    return wall, client, server or 0.0
 
 
 def main() -> None:

@@ -26,6 +26,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -122,20 +123,31 @@ def one_run(
         check=True,
         capture_output=True,
     )
+
+    def launch() -> None:
+        procs = [
+            subprocess.Popen([sys.executable, __file__, "--worker", location])
+            for _ in range(workers)
+        ]
+        for proc in procs:
+            if proc.wait() != 0:
+                raise SystemExit(f"a worker failed with exit code {proc.returncode}")
+
+    seconds, client, server = measured(launch)
+    asyncio.run(check(location, partitions))
+    return seconds, client, server
+
+
+def measured(run: Callable[[], None]) -> tuple[float, float, float | None]:
+    """Wall seconds of ``run()``, the CPU seconds of the child processes it waited for,
+    and the local server's meanwhile (``None`` when not measured)."""
     server0, client0 = server_cpu(), children_cpu()
     t0 = time.perf_counter()
-    procs = [
-        subprocess.Popen([sys.executable, __file__, "--worker", location]) for _ in range(workers)
-    ]
-    for proc in procs:
-        if proc.wait() != 0:
-            raise SystemExit(f"a worker failed with exit code {proc.returncode}")
+    run()
     seconds = time.perf_counter() - t0
     client = children_cpu() - client0
     server1 = server_cpu()
-    server = None if server0 is None or server1 is None else server1 - server0
-    asyncio.run(check(location, partitions))
-    return seconds, client, server
+    return seconds, client, None if server0 is None or server1 is None else server1 - server0
 
 
 def main() -> None:

@@ -84,19 +84,22 @@ def seeds(n: int, payload_every: int) -> list[AddDelta]:
     ]
 
 
+def said(eid: str, text: str, minutes: int, **metadata: str) -> Episode:
+    """An episode of user ``u`` saying ``text``, ``minutes`` after T0."""
+    return Episode(
+        id=eid,
+        content=text,
+        timestamp=T0 + timedelta(minutes=minutes),
+        user="u",
+        agent="a",
+        session="s",
+        metadata=metadata,
+    )
+
+
 def episodes() -> list[Episode]:
     texts = [statement(3).upper() + "!", "piano lessons on friday", statement(8) + "."]
-    return [
-        Episode(
-            id=f"e{n}",
-            content=t,
-            timestamp=T0 + timedelta(minutes=n),
-            user="u",
-            agent="a",
-            session="s",
-        )
-        for n, t in enumerate(texts)
-    ]
+    return [said(f"e{n}", t, n) for n, t in enumerate(texts)]
 
 
 def location(backend: str) -> AbstractAsyncContextManager[str]:
@@ -222,16 +225,7 @@ async def test_a_pass_stores_the_vectors_it_made_for_the_next_one(backend: str) 
     pack = compile_text(PACK)
     embedder = Counting()
     count = 2 * STORED_VECTORS_FROM
-    later = [
-        Episode(
-            id="late",
-            content=statement(11).lower() + "?",
-            timestamp=T0 + timedelta(hours=2),
-            user="u",
-            agent="a",
-            session="s",
-        )
-    ]
+    later = [said("late", statement(11).lower() + "?", 120)]
     async with location(backend) as where, Consolidator(where, [pack], embedder=embedder) as mem:
         await mem.fact_store.apply_deltas(seeds(count, payload_every=5), pack_hash="seed")
         await mem.memory.put_many(episodes())
@@ -313,21 +307,15 @@ rules:
 def topical(n: int) -> list[Episode]:
     """Episodes whose facts the pack makes from their text and metadata; every third
     repeats an earlier one in other case (a merge)."""
-    out = []
-    for i in range(n):
-        text = statement(i - 2).upper() if i % 3 == 2 else statement(i)
-        out.append(
-            Episode(
-                id=f"t{i}",
-                content=text,
-                timestamp=T0 + timedelta(minutes=i),
-                user="u",
-                agent="a",
-                session="s",
-                metadata={"topic": f"topic {i % 2}"},
-            )
+    return [
+        said(
+            f"t{i}",
+            statement(i - 2).upper() if i % 3 == 2 else statement(i),
+            i,
+            topic=f"topic {i % 2}",
         )
-    return out
+        for i in range(n)
+    ]
 
 
 async def foreseen_run(backend: str, foresee: bool) -> tuple[list[tuple[str, str, float]], Batches]:

@@ -358,10 +358,10 @@ class PackRuntime:
         weakref.finalize(self, _dispose, self._fact_builders, self._calls, self.env)
         self.plans: dict[tuple[str, Stamp | None], _Plan] = {}
         self._vectors: dict[str, VectorCache] = {}
+        """Per embedder identity, the vectors of the texts ``near`` ranked."""
         self._foreseers: dict[int, Foreseer | None] = {}
         """Per rule index, how to foresee the statement of the fact it makes (see
         :meth:`_foreseen`); ``None``: it cannot be foreseen."""
-        """Per embedder identity, the vectors of the texts ``near`` ranked."""
         self._near_kept: OrderedDict[str, tuple[list[EngineFact], NearIndex]] = OrderedDict()
         """Per partition key, the facts a pass left and the ``near`` index of exactly those:
         the next pass over that very list starts from it (a streaming record ranks against
