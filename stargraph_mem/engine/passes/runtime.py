@@ -854,7 +854,7 @@ class PackRuntime:
                     continue
                 if any(normal):
                     values = [
-                        normal_form_of(v) if n else v for v, n in zip(values, normal, strict=True)
+                        normal_value(v) if n else v for v, n in zip(values, normal, strict=True)
                     ]
                 seen.add(values[0] if len(values) == 1 else tuple(values))
             wanted.append((tuple(fname for fname, _ in pairs), seen))
@@ -1619,13 +1619,19 @@ def key_of(fields: tuple[str, ...]) -> Callable[[EngineFact], Any]:
 
 
 def _normal_of(get: Callable[[EngineFact], Any]) -> Callable[[EngineFact], Any]:
-    """A fact field's content normal form (see :func:`normal_form_of`), from its value."""
-    return lambda fact: normal_text(v) if type(v := get(fact)) is str else normal_form_of(v)
+    """A fact field's content normal form, from its value (see :func:`normal_value`)."""
+    return lambda fact: normal_value(get(fact))
 
 
 normal_text = lru_cache(maxsize=1 << 16)(content_normal_form)
 """A text's content normal form (the texts of a partition's facts and episodes recur from
 pass to pass)."""
+
+
+def normal_value(value: Any) -> Any:
+    """What ``normal_eq`` compares of a value, as CLIPS's ``sm-normal-form`` gives it
+    (:func:`normal_form_of`): a text's content normal form (remembered), else the value."""
+    return normal_text(value) if type(value) is str else normal_form_of(value)
 
 
 Foreseer = Callable[[EpisodeRecord], str | None]
