@@ -369,10 +369,12 @@ async def test_a_lease_held_by_a_silent_worker_is_counted_as_taken_over(
     async with Consolidator(new_location(), [nightly], holder="here/1/a") as mem:
         await mem.record(episode("e1", at=T0, **spo("alice", "likes", "tea")))
         gone = "elsewhere/1/b"  # a worker of another host: alive until its lease expires
-        assert await mem.fact_store.claim_partitions([Partition("alice", "rag")], gone, 0.3)
+        alice = [Partition("alice", "rag")]
+        assert await mem.fact_store.claim_partitions(alice, gone, 600.0)
         held = await mem.tick(night)
         assert [d.rule_id for d in held.held] and not held.passes
-        time.sleep(0.4)
+        # it went silent: its lease runs out (its own claim renewed for no time at all)
+        assert await mem.fact_store.claim_partitions(alice, gone, 0.0)
         with caplog.at_level(logging.WARNING, logger="stargraph_mem.worker"):
             taken = await mem.tick(night)
         assert [p.applied for p in taken.passes] == [True]
