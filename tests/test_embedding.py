@@ -189,6 +189,27 @@ def test_the_cache_never_changes_a_vector(monkeypatch: pytest.MonkeyPatch) -> No
         np.testing.assert_array_equal(small.embed(texts[::-1]), expected[::-1])
 
 
+def test_texts_of_the_same_words_share_a_vector_that_callers_cannot_change(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    texts = [t for triple in PARAPHRASES for t in triple]
+    expected = HashingEmbedder().embed(texts)
+    monkeypatch.setattr(hashing, "CACHED_TEXTS", 4)  # the cache of vectors overflows often
+    embedder = HashingEmbedder()
+    for _ in range(2):
+        np.testing.assert_array_equal(np.vstack([embedder.embed([t]) for t in texts]), expected)
+        np.testing.assert_array_equal(embedder.embed(texts + texts[:5]), [*expected, *expected[:5]])
+    # a text in other case and punctuation is the same words: the same vector, bit for bit
+    first = embedder.embed(["Green tea, please!"])
+    np.testing.assert_array_equal(first, embedder.embed(["green TEA please"]))
+    first[0, :] = 7.0  # what a caller does to its result does not reach the next one
+    again = embedder.embed(["green tea please", "Green tea, please!"])
+    again[1, :] = 5.0
+    np.testing.assert_array_equal(
+        embedder.embed(["green tea please"]), HashingEmbedder().embed(["green tea please"])
+    )
+
+
 @settings(max_examples=200, deadline=None)
 @given(texts=st.lists(TEXTS, max_size=6))
 def test_hashing_norms_are_at_most_one(texts: list[str]) -> None:

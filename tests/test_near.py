@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 from collections import Counter
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import numpy as np
 import pytest
 from backends import BACKENDS, memory_location
 from hypothesis import HealthCheck, given, settings
@@ -29,6 +31,7 @@ from stargraph_mem.authoring.trace import explanation_lines
 from stargraph_mem.compiler.pack import CompiledPack, compile_text
 from stargraph_mem.embedding import HashingEmbedder, identity
 from stargraph_mem.engine.api import Consolidator
+from stargraph_mem.engine.passes.near import largest_norm
 from stargraph_mem.engine.passes.report import ConsolidationReport
 from stargraph_mem.engine.passes.runtime import PackRuntime
 from stargraph_mem.errors import EmbedderError, IRError
@@ -497,3 +500,28 @@ async def test_normal_eq_dedups_case_punctuation_accents_and_spaces(backend: str
         assert await current(mem) == Counter(
             {("u1", "  TÉA!! ", 0.9): 1, ("u1", "green tea", 0.8): 1}
         )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    rows=st.lists(
+        st.lists(
+            st.one_of(
+                st.floats(min_value=-(2.0**61), max_value=2.0**61, allow_nan=False, width=32),
+                st.floats(min_value=-(2.0**-66), max_value=2.0**-66, width=32),  # squares underflow
+            ),
+            min_size=5,
+            max_size=5,
+        ),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_the_largest_norm_bounds_every_row_from_above(rows: list[list[float]]) -> None:
+    """The prefilter of a ranking needs a bound at least every row's norm, never below."""
+    block = np.array(rows, dtype=np.float32)
+    exact = max(math.sqrt(math.fsum(float(x) ** 2 for x in row)) for row in block)
+    assert largest_norm(block) >= exact
+    assert largest_norm(block) <= exact * 1.0001 + 1e-21
+    for row in block:
+        assert largest_norm(row[None, :]) >= math.sqrt(math.fsum(float(x) ** 2 for x in row))

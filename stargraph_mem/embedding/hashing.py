@@ -45,7 +45,14 @@ import numpy.typing as npt
 
 from stargraph_mem.errors import EmbedderError
 
-__all__ = ["CACHED_WORDS", "DEFAULT_DIMENSION", "MAX_DIMENSION", "STOPWORDS", "HashingEmbedder"]
+__all__ = [
+    "CACHED_TEXTS",
+    "CACHED_WORDS",
+    "DEFAULT_DIMENSION",
+    "MAX_DIMENSION",
+    "STOPWORDS",
+    "HashingEmbedder",
+]
 
 DEFAULT_DIMENSION: Final = 256
 """The vector length of ``hash`` (``hash:<dim>`` chooses another)."""
@@ -67,6 +74,9 @@ STOPWORDS: Final = frozenset(_STOPWORD_LIST.split())
 
 CACHED_WORDS: Final = 1 << 15
 """How many words (and word pairs) an embedder remembers the features of."""
+
+CACHED_TEXTS: Final = 1 << 14
+"""How many texts' vectors (by their folded words) an embedder remembers."""
 
 _ONE_BY_ONE: Final = 3
 """Batches of at most this many texts are summed text by text (see ``_sum_one``)."""
@@ -177,7 +187,9 @@ class HashingEmbedder:
     letters do not (a real model, ``minilm``, does that).
 
     Each instance remembers the hashed features of up to :data:`CACHED_WORDS` words and word
-    pairs (then starts afresh): a cache only, no vector depends on it."""
+    pairs, and the vectors of up to :data:`CACHED_TEXTS` texts by their folded words (so
+    ``"Tea, please!"`` reuses the vector of ``"tea please"``: a vector depends on those
+    words alone), each cache then starting afresh: caches only, no vector depends on them."""
 
     def __init__(self, dimension: int = DEFAULT_DIMENSION) -> None:
         if (
@@ -197,6 +209,8 @@ class HashingEmbedder:
         """Start the cache afresh: a slot per known word (``str``) or pair (``tuple``), and
         the features of slot ``i`` at ``[starts[i], ends[i])`` of the feature arrays."""
         self._slots: dict[str | tuple[str, str], int] = {}
+        self._texts: dict[tuple[str, ...], npt.NDArray[np.float32]] = {}
+        """A text's vector (a read-only row) by its folded words."""
         self._scaled: dict[tuple[int, int], _Features] = {}
         """A slot's features scaled for one term frequency, made when one text uses it."""
         self._buckets = _Grown(np.int64)
@@ -224,23 +238,48 @@ class HashingEmbedder:
         word). ``EmbedderError`` names the first item that is not a ``str``."""
         if isinstance(texts, str):
             raise EmbedderError("embed takes a sequence of texts, not one str")
-        tokenised: list[list[str]] = []
+        tokenised: list[tuple[str, ...]] = []
         for row, text in enumerate(texts):
             if not isinstance(text, str):
                 raise EmbedderError(
                     f"texts[{row}] is a {type(text).__name__}, not a str", index=row
                 )
-            tokenised.append(words(text))
+            tokenised.append(tuple(words(text)))
+        known = self._texts
+        if len(tokenised) == 1:  # one text (a streaming record's): no batch to assemble
+            found = known.get(tokenised[0])
+            if found is None:
+                found = self._remember(tokenised)[0]
+            return found[None, :].copy()
+        missing = list(dict.fromkeys(t for t in tokenised if t not in known))
+        made = dict(zip(missing, self._remember(missing), strict=True)) if missing else {}
+        out = np.empty((len(tokenised), self._dimension), dtype=np.float32)
+        for row, tokens in enumerate(tokenised):
+            found = made.get(tokens)
+            out[row] = known[tokens] if found is None else found
+        return out
+
+    def _remember(self, tokenised: list[tuple[str, ...]]) -> list[npt.NDArray[np.float32]]:
+        """The vectors of texts of these folded words (none of them remembered), now
+        remembered (read-only rows)."""
         keys: list[Counter[str | tuple[str, str]]] = []
         for tokens in tokenised:  # the words, then the pairs of content words, in order
-            pairs = itertools.pairwise(t for t in tokens if t not in STOPWORDS)
-            keys.append(Counter(itertools.chain(tokens, pairs)))
+            content = [t for t in tokens if t not in STOPWORDS]
+            counts: Counter[str | tuple[str, str]] = Counter(tokens)
+            counts.update(itertools.pairwise(content))
+            keys.append(counts)
         self._learn(keys)
-        if len(keys) == 1:
-            return self._sum_one(keys[0])
-        if 1 < len(keys) <= _ONE_BY_ONE:
-            return np.concatenate([self._sum_one(counts) for counts in keys])
-        return self._sum(keys)
+        if len(keys) <= _ONE_BY_ONE:
+            rows = [self._sum_one(counts)[0] for counts in keys]
+        else:
+            rows = list(self._sum(keys))
+        known = self._texts
+        if len(known) + len(rows) > CACHED_TEXTS:
+            known = self._texts = {}  # a new dict: a caller may still read the old one
+        for tokens, row in zip(tokenised, rows, strict=True):
+            row.flags.writeable = False
+            known[tokens] = row
+        return rows
 
     def _learn(self, keys: list[Counter[str | tuple[str, str]]]) -> None:
         """Hash the features of the words and pairs not met before, in one go."""

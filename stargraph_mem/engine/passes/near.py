@@ -204,13 +204,19 @@ class NearIndex:
 
 
 def largest_norm(block: Matrix) -> float:
-    """At least the largest L2 norm of ``block``'s rows (computed in ``float64``, with a
-    margin for its rounding); one row costs one product."""
+    """At least the largest L2 norm of ``block``'s rows: the sums of squares in
+    ``float32`` (one product for one row), enlarged by their worst rounding (a sum of ``d``
+    non-negative products is off by at most ``γ_(d+1)`` of itself, plus ``2^-149`` per
+    product that underflows) and the square root's. A sum that overflows gives infinity:
+    no prefilter then (see :func:`top_k`)."""
+    d = int(block.shape[1])
+    bound = 1.0 + 2.0 * (d + 1) * 2.0**-24 + 1e-6
     if len(block) == 1:
-        row = block[0].astype(np.float64)
-        return math.sqrt(float(row @ row)) * (1 + 1e-9)
-    wide = block.astype(np.float64)
-    return float(np.sqrt(np.max(np.einsum("ij,ij->i", wide, wide)))) * (1 + 1e-9)
+        row = block[0]
+        squares = float(np.dot(row, row))
+    else:
+        squares = float(np.einsum("ij,ij->i", block, block).max())
+    return math.sqrt(squares * bound + 2 * d * 2.0**-149) * bound
 
 
 def statement(subject: str, predicate: str, obj: str) -> str:
