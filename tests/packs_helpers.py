@@ -7,7 +7,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from stargraph_mem.compiler.pack import CompiledPack, compile_text
-from stargraph_mem.engine.passes.runtime import PackRuntime, PassOutput
+from stargraph_mem.engine.passes.outputs import PassOutput
+from stargraph_mem.engine.passes.runtime import PackRuntime
 from stargraph_mem.errors import IRError
 from stargraph_mem.ir.checks import analyze
 from stargraph_mem.ir.loader import load_pack_text

@@ -16,7 +16,8 @@ from packs_helpers import NOW, PARTITION, T0, engine_fact, run_pass, triple
 
 from stargraph_mem.compiler.pack import CompiledPack, compile_file, compile_text
 from stargraph_mem.compiler.sweep_sql import is_sweep
-from stargraph_mem.engine.passes.runtime import FactList, PackRuntime
+from stargraph_mem.engine.passes.fact_list import FactList
+from stargraph_mem.engine.passes.runtime import PackRuntime
 from stargraph_mem.stores.fact import EngineFact
 from stargraph_mem.stores.memory import EpisodeRecord
 

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from packs_helpers import engine_fact
 
+from stargraph_mem.engine.passes.fact_list import FactList
 from stargraph_mem.engine.passes.layered import GONE, Gone, Layered
-from stargraph_mem.engine.passes.runtime import FactList
 from stargraph_mem.stores.fact import EngineFact
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)

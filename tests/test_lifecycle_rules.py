@@ -14,7 +14,8 @@ from packs_helpers import NOW, PARTITION, T0, engine_fact, first_issue, run_pass
 
 from stargraph_mem.compiler.pack import CompiledPack, compile_file, compile_text, validate_file
 from stargraph_mem.engine.passes.confidence import round_confidence
-from stargraph_mem.engine.passes.runtime import PackRuntime, PassOutput
+from stargraph_mem.engine.passes.outputs import PassOutput
+from stargraph_mem.engine.passes.runtime import PackRuntime
 from stargraph_mem.errors import IRError
 from stargraph_mem.model.canonical import canonical_json
 from stargraph_mem.model.time import to_us as to_micros

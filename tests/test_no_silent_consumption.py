@@ -21,7 +21,8 @@ from pydantic import JsonValue, ValidationError
 from stargraph_mem.compiler.pack import compile_file
 from stargraph_mem.embedding import HashingEmbedder
 from stargraph_mem.engine.api import Consolidator
-from stargraph_mem.engine.passes.runtime import UNMATCHED, PackRuntime
+from stargraph_mem.engine.passes.outputs import UNMATCHED
+from stargraph_mem.engine.passes.runtime import PackRuntime
 from stargraph_mem.stores.memory import EpisodeRecord
 from stargraph_mem.stores.models import ConsolidationRule, Episode
 from stargraph_mem.stores.scope import Partition

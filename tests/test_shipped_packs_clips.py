@@ -24,7 +24,7 @@ from packs_helpers import (
 )
 
 from stargraph_mem.compiler.pack import CompiledPack, compile_file
-from stargraph_mem.engine.passes.runtime import PassOutput
+from stargraph_mem.engine.passes.outputs import PassOutput
 from stargraph_mem.stores.fact import EngineFact
 from stargraph_mem.stores.memory import EpisodeRecord
 from stargraph_mem.stores.models import MemoryDelta

@@ -48,8 +48,8 @@ from stargraph_mem.authoring.trace import (
 )
 from stargraph_mem.compiler.pack import CompiledPack
 from stargraph_mem.engine.api import Consolidator
+from stargraph_mem.engine.passes.outputs import RejectedEpisode
 from stargraph_mem.engine.passes.report import PassReport
-from stargraph_mem.engine.passes.runtime import RejectedEpisode
 from stargraph_mem.errors import IRError
 from stargraph_mem.ir.loader import parse_yaml, read_document, validate_document
 from stargraph_mem.ir.models import Duration

@@ -37,9 +37,9 @@ from stargraph_mem.compiler.cadence import next_fire
 from stargraph_mem.compiler.pack import CompiledPack, compile_file
 from stargraph_mem.engine.api import runtime_for
 from stargraph_mem.engine.passes.filters import check_when_filter
+from stargraph_mem.engine.passes.outputs import Stamp
 from stargraph_mem.engine.passes.report import LegacyFilter
 from stargraph_mem.engine.passes.runner import PassRunner
-from stargraph_mem.engine.passes.runtime import Stamp
 from stargraph_mem.engine.schedule.scheduler import registered_cadence_text
 from stargraph_mem.errors import ConsolidationRuleError
 from stargraph_mem.model.cadence import span_due_us

@@ -28,10 +28,10 @@ from stargraph_mem.compiler.pack import CompiledRule
 from stargraph_mem.engine.passes.aggregates import HistoryInput
 from stargraph_mem.engine.passes.inflight import Behind
 from stargraph_mem.engine.passes.near_episodes import EarlierEpisodes
+from stargraph_mem.engine.passes.outputs import PassInput, PassOutput
 from stargraph_mem.engine.passes.pass_clock import resumed_records
 from stargraph_mem.engine.passes.report import LegacyFilter, PassReport, recorded_runs
 from stargraph_mem.engine.passes.runner import PassRunner
-from stargraph_mem.engine.passes.runtime import PassInput, PassOutput
 from stargraph_mem.errors import (
     CompileError,
     ConsolidationRuleError,

@@ -10,8 +10,8 @@ from datetime import datetime
 from stargraph_mem.compiler.pack import CompiledPack, CompiledRule
 from stargraph_mem.engine.passes.filters import episode_copy, select_seqs_on, when_filter_seqs
 from stargraph_mem.engine.passes.gating import RuleGate, UnusableImportance
+from stargraph_mem.engine.passes.outputs import RejectedEpisode
 from stargraph_mem.engine.passes.report import LegacyFilter, PassReport
-from stargraph_mem.engine.passes.runtime import RejectedEpisode
 from stargraph_mem.model.time import to_us
 from stargraph_mem.salience import SalienceScorer
 from stargraph_mem.stores.memory import EpisodeRecord

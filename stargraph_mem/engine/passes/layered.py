@@ -1,7 +1,7 @@
 """A read-only mapping that the next version of it shares: a base dict plus the changes
 made since, so a version with a few changes costs those changes, not a copy of the base.
 
-:class:`~stargraph_mem.engine.passes.runtime.FactList` keeps its lookups (facts by id, by the
+:class:`~stargraph_mem.engine.passes.fact_list.FactList` keeps its lookups (facts by id, by the
 fields fact patterns join on) this way: a streaming pass changes one or two facts of a
 partition that may hold thousands, and the list it leaves must not disturb the one it was
 given (a pass being applied, or a dry run, still holds that one).

@@ -15,8 +15,8 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Final
 
 from stargraph_mem import telemetry
+from stargraph_mem.engine.passes.outputs import RejectedEpisode
 from stargraph_mem.engine.passes.report import GATED, PassReport
-from stargraph_mem.engine.passes.runtime import RejectedEpisode
 from stargraph_mem.stores.scope import Partition
 from stargraph_mem.telemetry import (
     CONFLICT_KIND,

@@ -9,8 +9,8 @@ from datetime import datetime
 from typing import Final
 
 from stargraph_mem.engine.passes.aggregates import HistoryInput
+from stargraph_mem.engine.passes.outputs import PassOutput, RejectedEpisode
 from stargraph_mem.engine.passes.pass_clock import after_pass
-from stargraph_mem.engine.passes.runtime import PassOutput, RejectedEpisode
 from stargraph_mem.model.deltas import DELTA_KINDS, MemoryDelta
 from stargraph_mem.stores.fact import EngineFact, Rejection, WatermarkAdvance
 from stargraph_mem.stores.memory import QuarantinedRow

@@ -28,9 +28,11 @@ from stargraph_mem.engine.passes.aggregates import HistoryInput, HistoryRead, lo
 from stargraph_mem.engine.passes.eligibility import Eligibility
 from stargraph_mem.engine.passes.inflight import Behind
 from stargraph_mem.engine.passes.near_episodes import EarlierEpisodes, window_of
+from stargraph_mem.engine.passes.near_pass import needs_embedder
+from stargraph_mem.engine.passes.outputs import Stamp
 from stargraph_mem.engine.passes.pass_clock import due, not_yet_due, resumed_records, timed
 from stargraph_mem.engine.passes.report import LegacyFilter, PassReport, changes, recorded_runs
-from stargraph_mem.engine.passes.runtime import PackRuntime, Stamp, needs_embedder
+from stargraph_mem.engine.passes.runtime import PackRuntime
 from stargraph_mem.engine.passes.worker import WorkerProcess
 from stargraph_mem.errors import EmbedderError, StalePassError
 from stargraph_mem.gcpause import gc_paused

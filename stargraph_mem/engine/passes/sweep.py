@@ -33,8 +33,8 @@ from stargraph_mem.compiler.pack import CompiledPack, CompiledRule
 from stargraph_mem.compiler.sweep_sql import SweepFilter, is_sweep, sweep_filter
 from stargraph_mem.engine.passes import observe
 from stargraph_mem.engine.passes.batch import BATCH_PARTITIONS
+from stargraph_mem.engine.passes.outputs import PassInput, PassOutput
 from stargraph_mem.engine.passes.report import PassReport
-from stargraph_mem.engine.passes.runtime import PassInput, PassOutput
 from stargraph_mem.errors import PassConflictError, ScheduleError
 from stargraph_mem.model.time import to_us, to_utc
 from stargraph_mem.stores.fact import EngineFact
