@@ -495,6 +495,10 @@ def test_cli_update_status_history_and_facts_by_status(new_location: NewLocation
         "error: --at '2026-05-04T09:00:00' has no UTC offset (write e.g. "
         "2026-05-04T09:00:00+00:00)\n",
     )
+    for args in ([g, "merged"], [g, "active", "--merged-into", t]):
+        code, out, err = _cli("update-status", *args, "--db", db)
+        assert (code, out) == (2, "")
+        assert "--merged-into names the fact it was merged into" in err
     assert _cli("update-status", "fnope", "invalidated", "--db", db, "--reason", "x") == (
         1,
         "",

@@ -467,6 +467,11 @@ def update_status(
     from stargraph_mem.model.lifecycle import spec_status
 
     when = parse_aware(at, "--at")
+    if (status == "merged") != (merged_into is not None):  # the option, by its CLI name
+        usage_fail(
+            "--merged-into names the fact it was merged into: it goes with status merged, "
+            "and only with it"
+        )
     before = fact_write(db, lambda store: store.get(fact_id))
     after = fact_write(
         db,
