@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stargraph_mem.compiler.generator import HistoryRelation
+from stargraph_mem.compiler.program import HistoryRelation
 from stargraph_mem.engine.passes.aggregates import (
     MOST,
     HistoryInput,

@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from near_packs import merge_or_add
 
-from stargraph_mem.compiler.generator import NearRelation
 from stargraph_mem.compiler.pack import CompiledPack, compile_text
+from stargraph_mem.compiler.program import NearRelation
 from stargraph_mem.embedding import HashingEmbedder, Matrix
 from stargraph_mem.engine.api import Consolidator, runtime_for
 from stargraph_mem.engine.passes.near import NearIndex, VectorCache

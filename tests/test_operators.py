@@ -23,7 +23,7 @@ from packs_helpers import NOW, PARTITION, compile_ok, first_issue, run_pass
 from pydantic import ValidationError
 
 from stargraph_mem.authoring.lint import LINT_IMPLIES, LINT_NARROW
-from stargraph_mem.compiler.generator import CLIPS_TESTS
+from stargraph_mem.compiler.expressions import CLIPS_TESTS
 from stargraph_mem.compiler.pack import CompiledPack
 from stargraph_mem.compiler.select_sql import SQL_TESTS, compile_select
 from stargraph_mem.engine.passes.filters import select_seqs_in

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from packs_helpers import PARTITION, T0, engine_fact
 
-from stargraph_mem.compiler.generator import RETENTION_CLIPS
+from stargraph_mem.compiler.expressions import RETENTION_CLIPS
 from stargraph_mem.compiler.pack import compile_file, compile_text, validate_file
 from stargraph_mem.compiler.sweep_sql import RETENTION_SQL
 from stargraph_mem.engine.passes.runtime import PackRuntime

@@ -27,8 +27,8 @@ from typing import Any
 
 from croniter import croniter
 
-from stargraph_mem.compiler.generator import literal_value
 from stargraph_mem.compiler.pack import validate_file
+from stargraph_mem.compiler.program import literal_value
 from stargraph_mem.errors import IRIssue
 from stargraph_mem.ir.checks import (
     Analysis,

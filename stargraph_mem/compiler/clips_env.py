@@ -12,7 +12,7 @@ from typing import Final
 import clips
 from clips.routers import Router
 
-from stargraph_mem.compiler.generator import NORMAL_FORM_FUNCTION
+from stargraph_mem.compiler.expressions import NORMAL_FORM_FUNCTION
 from stargraph_mem.errors import CompileError
 from stargraph_mem.ir.reference import normal_form_of
 
@@ -39,7 +39,7 @@ class QuietRouter(Router):  # type: ignore[misc]
 
 def new_environment() -> clips.Environment:
     """A fresh, silent CLIPS environment, with the one Python function a generated program
-    calls defined (:data:`~stargraph_mem.compiler.generator.NORMAL_FORM_FUNCTION`)."""
+    calls defined (:data:`~stargraph_mem.compiler.expressions.NORMAL_FORM_FUNCTION`)."""
     env = clips.Environment()
     env.add_router(QuietRouter())
     env.define_function(normal_form_of, NORMAL_FORM_FUNCTION)

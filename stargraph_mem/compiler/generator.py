@@ -21,16 +21,61 @@ user text is ever parsed back out of CLIPS.
 
 from __future__ import annotations
 
-import hashlib
-import json
-import math
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from functools import cached_property
-from typing import Any, Final
+from functools import partial
+from typing import Any
 
 from stargraph_mem.compiler.clips_text import clips_float, clips_literal, clips_string
+from stargraph_mem.compiler.expressions import (
+    CLIPS_TESTS,
+    DECAY_SLOTS,
+    EXTRA_DECAY_SLOTS,
+    NORMAL_FORM_FUNCTION,
+    NOT_ARCHIVED,
+    RETENTION_CLIPS,
+    Term,
+    admits_archived,
+    arithmetic_operands,
+    boost_expr,
+    decay_anchor,
+    decay_reads,
+    decayed_facts,
+    read_boost_expr,
+    speed_expr,
+)
+from stargraph_mem.compiler.program import (
+    CONTROL_RULES,
+    DAY_US,
+    EPISODE_NEAR_TEMPLATE,
+    FACT_SLOTS,
+    FIXED_TEMPLATES,
+    LIFECYCLE_SLOTS,
+    NEAR_TEMPLATE,
+    NORMAL_KEY,
+    OUT,
+    SAL_COUNT,
+    SAL_LATEST,
+    SAL_RULE_TOP,
+    SLOT_ORDER,
+    STATEMENT_FIELDS,
+    SURPRISE_TEMPLATE,
+    TEMPLATE_REFS_UNCHECKED,
+    EmitToken,
+    EpisodeNearRelation,
+    HistoryRelation,
+    NearRelation,
+    Relation,
+    RuleProgram,
+    SurpriseRelation,
+    count_var,
+    item_alias,
+    literal_value,
+    normal_slot,
+    normal_var,
+    payload_slot,
+    slot_name,
+)
 from stargraph_mem.errors import CompileError
 from stargraph_mem.ir.checks import (
     Analysis,
@@ -38,14 +83,11 @@ from stargraph_mem.ir.checks import (
     VarInfo,
     is_arithmetic,
     parse_template,
-    parse_timestamp_literal,
     pattern_of,
-    unnamed_alias,
 )
 from stargraph_mem.ir.models import (
     EPISODE_BUILTINS,
     FACT_FIELDS,
-    LIFECYCLE_FIELDS,
     AddOp,
     ClampOp,
     Condition,
@@ -68,306 +110,11 @@ from stargraph_mem.ir.models import (
     operator_attribute,
 )
 from stargraph_mem.ir.operators import (
-    ACCESS_BOOST_CAP,
-    ACCESS_BOOST_PER,
-    ACCESS_BOOST_SCALE,
     unknown_operator,
 )
-from stargraph_mem.ir.reference import evaluate, normal_form_of
 from stargraph_mem.model.deltas import FLAG_STATUSES, kind_creates
 from stargraph_mem.model.layers import DEFAULT_LAYER, DEFAULT_MEMORY_TYPE, LAYERS
 from stargraph_mem.model.limits import TEMPLATE_CHARS_MAX
-
-SAL_DROP = 9950
-SAL_COUNT = 9900
-SAL_RULE_TOP = 5000
-SAL_LATEST = -9000
-SAL_ADVANCE = -9900
-OUT = "sm-out"
-
-FIXED_TEMPLATES = """\
-(deftemplate sm-pass (slot now (type INTEGER)))
-(deftemplate sm-cursor (slot n (type INTEGER)))
-(deftemplate sm-claim)
-(deftemplate sm-fired (slot r (type SYMBOL)))
-(deftemplate sm-drop (slot id (type STRING)))
-(deftemplate sm-elig (slot set (type INTEGER)) (slot r (type SYMBOL)))
-(deftemplate sm-end)
-"""
-
-FACT_SLOTS = """\
-(deftemplate sm-fact
-  (slot f_id (type STRING))
-  (slot f_subject (type STRING))
-  (slot f_predicate (type STRING))
-  (slot f_object (type STRING))
-  (slot f_confidence (type FLOAT))
-  (slot f_valid_from (type INTEGER))
-  (slot f_reinforced_at (type INTEGER))
-  (slot f_rule_id (type STRING))
-  (slot f_observed_at (type INTEGER))
-  (slot anchor (type INTEGER) (default 0))"""
-
-LIFECYCLE_SLOTS: Mapping[str, str] = {
-    "reinforcement_count": "(type INTEGER) (default 0)",
-    "access_count": "(type INTEGER) (default 0)",
-    "last_access": "(type INTEGER) (default 0)",
-    "pinned": "(type SYMBOL) (default FALSE)",
-    "status": '(type STRING) (default "current")',
-    "layer": f'(type STRING) (default "{DEFAULT_LAYER}")',
-    "memory_type": f'(type STRING) (default "{DEFAULT_MEMORY_TYPE}")',
-    "trust": "(type FLOAT) (default 1.0)",
-    "read_at": "(type INTEGER) (default 0)",
-}
-"""The lifecycle slots of ``sm-fact``: declared only when a rule of the pack reads them, so
-a pack that does not pays nothing per asserted fact. ``read_at`` is no pattern field: the
-latest access-recording read (0: never), which decays counting from the last access read."""
-SLOT_ORDER: Final = (*LIFECYCLE_FIELDS, "read_at")
-
-TEMPLATE_REFS_UNCHECKED: Final = 4
-"""Variable references an emit template may hold before CLIPS checks the length of the
-text it would build (see :meth:`Generator.template_expr`): at most four copies of
-an episode's largest value."""
-
-STATEMENT_FIELDS: Final = frozenset({"subject", "predicate", "object"})
-"""The fact fields that are strings in CLIPS and in the store alike."""
-NORMAL_KEY: Final = "normal:"
-"""Before a fact field in ``CompiledPack.fact_keys``: the pattern ties the field's content
-normal form (``normal_eq``), not its value, to the episode's field."""
-
-
-def normal_var(var: str) -> str:
-    """The CLIPS variable holding the content normal form of author variable ``var``."""
-    return f"?i_nf_{var}"
-
-
-def normal_slot(fname: str) -> str:
-    """The slot holding a field's content normal form, beside the field's own slot (``-``
-    is in no field name, so no declared field's slot can clash with it)."""
-    return f"{slot_name(fname)}-nf"
-
-
-DAY_US = 86_400_000_000
-"""Microseconds in a day: ``ebbinghaus`` counts days."""
-
-CONTROL_RULES = f"""\
-(defrule sm-drop-fact (declare (salience {SAL_DROP}))
-  ?d <- (sm-drop (id ?id))
-  ?f <- (sm-fact (f_id ?id))
-  =>
-  (retract ?d ?f))
-(defrule sm-advance (declare (salience {SAL_ADVANCE}))
-  ?c <- (sm-cursor (n ?n))
-  ?e <- (sm-episode (n ?n))
-  =>
-  (retract ?e)
-  (do-for-all-facts ((?x sm-claim sm-fired sm-drop)) TRUE (retract ?x))
-  (modify ?c (n (+ ?n 1))))
-"""
-
-
-def slot_name(fname: str) -> str:
-    """Template slot for an episode or fact field (prefixed: never clashes with ``n``/``ok``)."""
-    return f"f_{fname}"
-
-
-def payload_slot(key: str) -> str:
-    """The ``sm-fact`` slot of declared payload key ``key`` (apart from every ``f_`` slot)."""
-    return f"p_{key}"
-
-
-def literal_value(ftype: FieldType, value: Any) -> Any:
-    """Convert an IR literal to the runtime's representation for ``ftype``."""
-    if ftype == "timestamp":
-        return parse_timestamp_literal(value)
-    if ftype == "number":
-        return float(value)
-    return value
-
-
-def item_alias(kind: str, pattern: Any, index: int) -> str:
-    """A pattern's alias, or ``_p<index>`` for unnamed fact/earlier/count patterns."""
-    alias = getattr(pattern, "alias", None) if kind not in ("not", "exists") else None
-    return alias or unnamed_alias(index)
-
-
-def count_var(alias: str) -> str:
-    """The CLIPS variable holding a count pattern's value."""
-    return f"?i_c_{alias}"
-
-
-@dataclass(frozen=True)
-class Relation:
-    """A relation the runtime program maintains: latest earlier episode, or a tally."""
-
-    index: int
-    kind: str  # "earlier" | "count"
-    keys: tuple[str, ...]
-    filter: tuple[tuple[str, str], ...]  # (field, canonical condition json) literal tests only
-    distinct: str | None = None
-
-    @property
-    def template(self) -> str:
-        return f"sm-{'latest' if self.kind == 'earlier' else 'count'}-{self.index}"
-
-
-@dataclass(frozen=True)
-class HistoryRelation:
-    """An ``over: history`` pattern of one rule: computed per episode by the runtime from
-    the durable aggregates of the rule's partition, and asserted as a ``sm-hist-<i>`` fact."""
-
-    index: int
-    kind: str  # "earlier" | "count"
-    rule_index: int
-    rule_id: str
-    keys: tuple[str, ...]
-    filter: tuple[tuple[str, str], ...]  # (field, canonical condition json) literal tests only
-    types: tuple[tuple[str, FieldType], ...]
-    """The type of every field the relation reads (keys, filter, distinct, carried)."""
-    distinct: str | None = None
-    within_us: int | None = None
-    carried: tuple[str, ...] = ()
-    """``earlier``: the fields its ``bind``/``var`` conditions test, kept with the episode."""
-
-    @property
-    def template(self) -> str:
-        return f"sm-hist-{self.index}"
-
-    @cached_property
-    def type_of(self) -> dict[str, FieldType]:
-        """:attr:`types` as a mapping (built once: the runtime reads it per episode)."""
-        return dict(self.types)
-
-    @cached_property
-    def name(self) -> str:
-        """A stable name of what the relation keeps: another definition starts afresh."""
-        text = json.dumps(
-            [self.kind, self.keys, self.filter, self.distinct, self.within_us, self.carried],
-            sort_keys=True,
-        )
-        return f"{self.kind}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
-
-
-@dataclass(frozen=True)
-class NearRelation:
-    """A ``near`` test of one fact pattern: the runtime computes the neighbours (outside
-    CLIPS, with the configured embedder) and asserts an ``sm-near`` fact per neighbour,
-    ``k`` being this relation's index."""
-
-    index: int
-    rule_index: int
-    rule_id: str
-    alias: str
-    """The fact pattern's alias (``-`` inside ``not``/``exists``)."""
-    of: str
-    """``episode``, or the alias of the fact pattern whose neighbours these are (a sweep)."""
-    top_k: int
-    min_cosine: float | None
-    at_least: int | None = None
-    """Clusters: the neighbours of a fact are the other members of the cluster it
-    represents, when there are at least this many (see ``near.clusters``)."""
-
-    @property
-    def sweep(self) -> bool:
-        return self.of != "episode"
-
-
-@dataclass(frozen=True)
-class EpisodeNearRelation:
-    """An ``earlier`` pattern with ``near``: the runtime ranks the earlier episodes of the
-    partition against each episode (outside CLIPS, with the configured embedder) and
-    asserts an ``sm-near-ep`` fact per neighbour, ``k`` being this relation's index."""
-
-    index: int
-    rule_index: int
-    rule_id: str
-    alias: str
-    top_k: int
-    min_cosine: float | None
-    last: int
-    """At most the latest this many earlier episodes are candidates."""
-    within_us: int | None = None
-    """Only earlier episodes stamped at most this long before the episode (µs)."""
-
-
-EPISODE_NEAR_TEMPLATE: Final = """\
-(deftemplate sm-near-ep
-  (slot n (type INTEGER))
-  (slot k (type INTEGER))
-  (slot id (type STRING))
-  (slot cos (type FLOAT)))
-"""
-"""Declared when a rule has an ``earlier`` pattern with ``near``: the neighbour episodes
-(by id) the runtime asserts for episode ``n``."""
-
-
-NEAR_TEMPLATE: Final = """\
-(deftemplate sm-near
-  (slot n (type INTEGER))
-  (slot k (type INTEGER))
-  (slot of (type STRING) (default ""))
-  (slot id (type STRING))
-  (slot cos (type FLOAT)))
-(deftemplate sm-made (slot f (type FACT-ADDRESS)))
-(deftemplate sm-gone (slot id (type STRING)))
-(defrule sm-drop-fact-gone (declare (salience 9960))
-  (sm-drop (id ?id))
-  (sm-fact (f_id ?id))
-  =>
-  (assert (sm-gone (id ?id))))
-"""
-"""Declared when a rule tests ``near``: the neighbours the runtime asserts, and the logs of
-the facts a pass makes (``sm-made``) and closes (``sm-gone``, also for a dropped fact, just
-before ``sm-drop-fact`` retracts it) that the runtime reads and retracts between episodes
-(through the C API: see ``engine/passes/clips_logs.py``)."""
-
-
-@dataclass(frozen=True)
-class SurpriseRelation:
-    """A ``surprise`` pattern of one rule: the runtime scores each episode the rule may
-    see against the partition's current facts (outside CLIPS, with the configured
-    embedder: see :func:`~stargraph_mem.engine.passes.near.surprise`) and asserts one
-    ``sm-surprise`` fact, ``k`` being this relation's index."""
-
-    index: int
-    rule_index: int
-    rule_id: str
-    alias: str
-    """The pattern's name: its ``as``, else ``surprise`` (the bindings cite it so)."""
-    k: int
-    """How many nearest facts the score averages over (fewer when there are fewer)."""
-
-
-SURPRISE_TEMPLATE: Final = """\
-(deftemplate sm-surprise
-  (slot n (type INTEGER))
-  (slot k (type INTEGER))
-  (slot u (type FLOAT)))
-"""
-"""Declared when a rule has a ``surprise`` pattern: the scores the runtime asserts."""
-
-
-@dataclass
-class EmitToken:
-    """One token a rule prints after ``<rule> <n>``: which alias and what it is."""
-
-    alias: str
-    what: str  # "fact_id" | "episode_n" | "would_be" | "count" | "hcount" | "temp_id"
-    # | "near_episode"
-    rel: int = -1
-    """``hcount``: the index of its :class:`HistoryRelation`."""
-
-
-@dataclass
-class RuleProgram:
-    """What the runtime needs to turn a printed line back into a delta."""
-
-    info: RuleInfo
-    symbol: str
-    salience: int
-    tokens: list[EmitToken] = field(default_factory=list)
-    count_aliases: list[str] = field(default_factory=list)
-    clips: str = ""
 
 
 class _Ctx:
@@ -538,7 +285,7 @@ class Generator:
         if kind == "fact" and self.skips_pinned(info):
             out.append("(f_pinned FALSE)")
         if self.needs_archived and "status" not in pattern.where:
-            out.append(_NOT_ARCHIVED)
+            out.append(NOT_ARCHIVED)
         return out
 
     @staticmethod
@@ -810,7 +557,7 @@ class Generator:
         emit = CLIPS_TESTS.get(op)
         if emit is None:
             raise CompileError(unknown_operator(op))
-        return emit(_Term(self, ctx, ftype, value, v, alone))
+        return emit(Term(partial(self.operand, ctx), ftype, value, v, alone))
 
     def slots(
         self,
@@ -937,9 +684,9 @@ class Generator:
         parts += self.payload_slots(ctx, pattern, alias)
         implicit = self.implicit(ctx.info, "fact", pattern)
         flagged = self.unflagged(ctx.info, pattern, alias)
-        if flagged and _NOT_ARCHIVED in implicit:  # one test per slot: both in one
-            implicit.remove(_NOT_ARCHIVED)
-            flagged = [_NOT_ARCHIVED[:-1] + "&" + flagged[0].removeprefix("(f_status ")]
+        if flagged and NOT_ARCHIVED in implicit:  # one test per slot: both in one
+            implicit.remove(NOT_ARCHIVED)
+            flagged = [NOT_ARCHIVED[:-1] + "&" + flagged[0].removeprefix("(f_status ")]
         parts += implicit + flagged
         if self.observes:
             cond = where.get("observed_at")
@@ -1544,251 +1291,3 @@ class Generator:
         parts += [self.relation_rules(rel) for rel in self.relations]
         parts += [p.clips for p in self.programs]
         return "".join(parts)
-
-
-@dataclass(frozen=True)
-class _Term:
-    """One test to emit: the operand ``value`` against slot variable ``v`` of ``ftype``."""
-
-    gen: Generator
-    ctx: _Ctx | None
-    ftype: FieldType
-    value: Any
-    v: str
-    alone: bool
-    """The only test on the slot: a literal beside another could contradict it."""
-
-    def operand(self, ftype: FieldType | None = None) -> str:
-        return self.gen.operand(self.ctx, ftype or self.ftype, self.value)
-
-    def literals(self) -> str:
-        return " ".join(clips_literal(literal_value(self.ftype, x), self.ftype) for x in self.value)
-
-
-def _clips_eq(t: _Term) -> list[str]:
-    x = t.operand()
-    if t.ftype == "number" or (isinstance(t.value, VarRef) and t.ftype in ("integer", "timestamp")):
-        return [f":(and (numberp {t.v}) (= {t.v} {x}))"]
-    # a bare literal lets CLIPS hash the test, but CLIPS refuses to build a pattern whose
-    # literal constraints contradict (eq "" with ne ""): beside other tests, a predicate
-    return [x] if t.alone else [f":(eq {t.v} {x})"]
-
-
-def _clips_ne(t: _Term) -> list[str]:
-    x = t.operand()
-    if t.ftype in ("number", "integer", "timestamp"):
-        return [f":(or (not (numberp {t.v})) (<> {t.v} {x}))"]
-    return [f"~{x}"] if t.alone else [f":(neq {t.v} {x})"]
-
-
-def _clips_in(t: _Term) -> list[str]:
-    return [f":(member$ {t.v} (create$ {t.literals()}))"]
-
-
-def _clips_not_in(t: _Term) -> list[str]:
-    return [f":(not (member$ {t.v} (create$ {t.literals()})))"]
-
-
-def _clips_order(cmp: str) -> Callable[[_Term], list[str]]:
-    def emit(t: _Term) -> list[str]:
-        return [f":(and (numberp {t.v}) ({cmp} {t.v} {t.operand()}))"]
-
-    return emit
-
-
-def _clips_exists(t: _Term) -> list[str]:
-    return []  # presence is required by the constraint's ~nil / ~"" term
-
-
-def _clips_missing(t: _Term) -> list[str]:
-    return ['""'] if t.ftype == "list" else ["nil"]
-
-
-def _clips_contains(t: _Term) -> list[str]:
-    x = t.operand("string")
-    if t.ftype == "list":
-        # items are stored space-separated: an operand with a space is never an item
-        found = f'(str-index (str-cat " " {x} " ") (str-cat " " {t.v} " "))'
-        if isinstance(t.value, VarRef):
-            return [f':(and (not (str-index " " {x})) {found})']
-        return [f":{found}"]
-    return [f":(and (stringp {t.v}) (str-index {x} {t.v}))"]
-
-
-def _clips_prefix(t: _Term) -> list[str]:
-    if isinstance(t.value, str) and t.value == "":
-        return [f":(stringp {t.v})"]
-    return [f":(and (stringp {t.v}) (eq (str-index {t.operand('string')} {t.v}) 1))"]
-
-
-NORMAL_FORM_FUNCTION: Final = "sm-normal-form"
-"""The CLIPS function (defined in every environment, see ``compiler/clips_env.py``) giving a
-string's content normal form (:func:`~stargraph_mem.model.text.content_normal_form`)."""
-
-
-def _clips_normal_eq(t: _Term) -> list[str]:
-    if isinstance(t.value, VarRef):
-        x = f"({NORMAL_FORM_FUNCTION} {t.operand('string')})"
-    else:  # a literal is put in normal form once, here
-        x = clips_string(normal_form_of(t.value))
-    return [f":(and (stringp {t.v}) (eq ({NORMAL_FORM_FUNCTION} {t.v}) {x}))"]
-
-
-def _clips_since(cmp: str) -> Callable[[_Term], list[str]]:
-    def emit(t: _Term) -> list[str]:
-        micros = t.value.total_microseconds()
-        return [f":(and (integerp {t.v}) ({cmp} {t.v} (- ?i_now {micros})))"]
-
-    return emit
-
-
-CLIPS_TESTS: Mapping[str, Callable[[_Term], list[str]]] = {
-    "eq": _clips_eq,
-    "ne": _clips_ne,
-    "in": _clips_in,
-    "not_in": _clips_not_in,
-    "lt": _clips_order("<"),
-    "le": _clips_order("<="),
-    "gt": _clips_order(">"),
-    "ge": _clips_order(">="),
-    "exists": _clips_exists,
-    "missing": _clips_missing,
-    "contains": _clips_contains,
-    "prefix": _clips_prefix,
-    "normal_eq": _clips_normal_eq,
-    "older_than": _clips_since("<="),
-    "newer_than": _clips_since(">"),
-}
-"""The CLIPS emitter's table: operator → connected-constraint terms for one slot."""
-
-
-DECAY_SLOTS: Mapping[str, str] = {
-    "confidence": "cf",
-    "valid_from": "vf",
-    "reinforced_at": "rf",
-}
-"""Fact slots a decay reads, and the tag of the variable holding each (``?i_cf_<alias>``)."""
-
-
-EXTRA_DECAY_SLOTS: Mapping[str, str] = {
-    "read_at": "ra",
-    "access_count": "ac",
-    "trust": "tr",
-    "layer": "ly",
-}
-"""Lifecycle slots some decays also read (:func:`decay_reads`), with their variables' tags."""
-
-
-def decayed_facts(conf: Any) -> set[str]:
-    """Aliases of the facts an ``ebbinghaus``, ``linear_decay`` or ``retention`` reads."""
-    return set(decay_reads(conf))
-
-
-def decay_reads(conf: Any) -> dict[str, set[str]]:
-    """Fact alias → the lifecycle slots (of :data:`EXTRA_DECAY_SLOTS`) the decays of a
-    confidence read from it, for every fact a decay reads."""
-    out: dict[str, set[str]] = {}
-    if isinstance(conf, EbbinghausOp):
-        e = conf.ebbinghaus
-        reads = out.setdefault(e.fact, set())
-        if e.since == "last_access":
-            reads.add("read_at")
-        if e.untrusted_speed != 1.0:
-            reads.add("trust")
-        if e.boost:
-            reads.update(("read_at", "access_count"))
-    elif isinstance(conf, LinearDecayOp):
-        out.setdefault(conf.linear_decay.fact, set())
-    elif isinstance(conf, RetentionOp):
-        r = conf.retention
-        reads = out.setdefault(r.fact, {"read_at"})
-        if r.boost:
-            reads.add("access_count")
-        if r.untrusted_speed != 1.0:
-            reads.add("trust")
-        if r.half_life is None:
-            reads.add("layer")
-    for operand in arithmetic_operands(conf):
-        for alias, more in decay_reads(operand).items():
-            out.setdefault(alias, set()).update(more)
-    return out
-
-
-def decay_anchor(held: Mapping[str, str], since: str) -> str:
-    """Where a decay counts days from: ``reinforced_at``, or the later of it and the last
-    access-recording read."""
-    if since == "last_access":
-        return f"(max {held['reinforced_at']} {held['read_at']})"
-    return held["reinforced_at"]
-
-
-def speed_expr(held: Mapping[str, str], untrusted: float) -> str:
-    """How much faster a decay runs for the fact: ``untrusted`` below trust 1.0, else 1."""
-    if untrusted == 1.0:
-        return "1.0"
-    return f"(if (< {held['trust']} 1.0) then {clips_float(untrusted)} else 1.0)"
-
-
-def boost_expr(count: str) -> str:
-    """The access boost ``min(0.3, 0.05·ln(1 + n/20))`` of ``count`` reads."""
-    inner = f"(log (+ 1.0 (/ (float {count}) {clips_float(ACCESS_BOOST_SCALE)})))"
-    raw = f"(* {clips_float(ACCESS_BOOST_PER)} {inner})"
-    return f"(min {clips_float(ACCESS_BOOST_CAP)} {raw})"
-
-
-def read_boost_expr(count: str) -> str:
-    """Specification 003's access boost ``0.05·ln(1 + n/20)`` after the ``count``-th read
-    (``ebbinghaus`` with ``boost``; uncapped, the confidence it raises is capped at 1)."""
-    inner = f"(log (+ 1.0 (/ (float {count}) {clips_float(ACCESS_BOOST_SCALE)})))"
-    return f"(* {clips_float(ACCESS_BOOST_PER)} {inner})"
-
-
-def _huber_clips(x: str) -> str:
-    exp_part = f"(** 2.0 (- 0.0 {x}))"
-    linear = f"(max 0.0 (* 0.5 (- 1.0 (* {clips_float(math.log(2.0))} (- {x} 1.0)))))"
-    return f"(if (<= {x} 1.0) then {exp_part} else {linear})"
-
-
-RETENTION_CLIPS: Mapping[str, Callable[[str], str]] = {
-    "l2": lambda x: f"(** 2.0 (- 0.0 {x}))",
-    "huber": _huber_clips,
-    "elastic": lambda x: f"(** 2.0 (- 0.0 (/ (+ {x} (* {x} {x})) 2.0)))",
-}
-"""Retention mode → its curve ``R(x)`` as CLIPS (the operator table's CLIPS backend)."""
-
-
-def arithmetic_operands(op: Any) -> list[Any]:
-    """The operands of a confidence operation (none for a number, variable or decay)."""
-    if isinstance(op, ReinforceOp):
-        return [op.reinforce.value]
-    if isinstance(op, ClampOp):
-        return [op.clamp.value]
-    if isinstance(op, MultiplyOp):
-        return list(op.multiply)
-    if isinstance(op, MinOp):
-        return list(op.min)
-    if isinstance(op, MaxOp):
-        return list(op.max)
-    if isinstance(op, AddOp):
-        return list(op.add)
-    return []
-
-
-def uses_reinforce(op: Any) -> bool:
-    """Whether a confidence uses the ``reinforce`` operation (the update confirms a fact)."""
-    return isinstance(op, ReinforceOp) or any(uses_reinforce(x) for x in arithmetic_operands(op))
-
-
-_NOT_ARCHIVED: Final = '(f_status ~"archived")'
-"""The test a pack that reads archived facts adds to its patterns that do not test status."""
-
-
-def admits_archived(pattern: Any) -> bool:
-    """Whether a fact pattern's ``status`` test can pass for an archived fact (a test on a
-    variable might: it counts as admitting)."""
-    cond = pattern.where.get("status")
-    if cond is None:
-        return False
-    if any(isinstance(v, VarRef) for _, v in cond.tests()):
-        return True
-    return evaluate(cond, "string", "archived")

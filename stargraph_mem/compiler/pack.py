@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from stargraph_mem.compiler.cadence import schedule_program
-from stargraph_mem.compiler.generator import (
+from stargraph_mem.compiler.generator import Generator
+from stargraph_mem.compiler.program import (
     EpisodeNearRelation,
-    Generator,
     HistoryRelation,
     NearRelation,
     Relation,

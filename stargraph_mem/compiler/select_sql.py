@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from stargraph_mem.compiler.generator import literal_value
+from stargraph_mem.compiler.program import literal_value
 from stargraph_mem.errors import CompileError
 from stargraph_mem.ir.models import EPISODE_BUILTINS, Condition, Duration, FieldType, SelectClause
 from stargraph_mem.ir.operators import unknown_operator

@@ -19,7 +19,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from stargraph_mem.compiler.generator import admits_archived, literal_value
+from stargraph_mem.compiler.expressions import admits_archived
+from stargraph_mem.compiler.program import literal_value
 from stargraph_mem.compiler.select_sql import NowOffset
 from stargraph_mem.ir.checks import pattern_of
 from stargraph_mem.ir.models import FACT_FIELDS, Condition, Duration, FieldType, Rule, VarRef

@@ -1,6 +1,6 @@
 """``over: history`` patterns: evidence that spans passes, from durable aggregates.
 
-For each such pattern (a :class:`~stargraph_mem.compiler.generator.HistoryRelation`) the
+For each such pattern (a :class:`~stargraph_mem.compiler.program.HistoryRelation`) the
 runtime walks the pass's episodes in pass order and, for each episode the owning rule has
 not consumed yet, works out what the pattern sees *before and including* it:
 
@@ -38,7 +38,7 @@ from typing import Any, Final, Protocol
 
 import orjson
 
-from stargraph_mem.compiler.generator import HistoryRelation
+from stargraph_mem.compiler.program import HistoryRelation
 from stargraph_mem.ir.models import EPISODE_BUILTINS, Condition, FieldType
 from stargraph_mem.ir.reference import ILL_TYPED, MISSING, evaluate, raw_value, read_value
 from stargraph_mem.model.time import from_us, to_us

@@ -12,11 +12,9 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from stargraph_mem.compiler.generator import (
-    RuleProgram,
-    uses_reinforce,
-)
+from stargraph_mem.compiler.expressions import uses_reinforce
 from stargraph_mem.compiler.pack import CompiledPack, CompiledRule
+from stargraph_mem.compiler.program import RuleProgram
 from stargraph_mem.engine.passes.aggregates import HistoryFacts
 from stargraph_mem.engine.passes.confidence import confidence_of
 from stargraph_mem.engine.passes.fact_list import PassFacts

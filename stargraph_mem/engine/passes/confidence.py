@@ -9,7 +9,8 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from stargraph_mem.compiler.generator import DAY_US, arithmetic_operands
+from stargraph_mem.compiler.expressions import arithmetic_operands
+from stargraph_mem.compiler.program import DAY_US
 from stargraph_mem.errors import EngineError
 from stargraph_mem.ir.models import (
     AddOp,

@@ -21,7 +21,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from stargraph_mem.compiler.generator import NearRelation
+from stargraph_mem.compiler.program import NearRelation
 from stargraph_mem.embedding import SCORE_DECIMALS, Embedder, Matrix, identity, top_k, with_room
 from stargraph_mem.stores.repositories.vectors import fact_text
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
-from stargraph_mem.compiler.generator import EpisodeNearRelation
+from stargraph_mem.compiler.program import EpisodeNearRelation
 from stargraph_mem.embedding import Matrix, from_blob, top_k, with_room
 from stargraph_mem.model.time import to_us
 from stargraph_mem.stores.memory import EpisodeRecord

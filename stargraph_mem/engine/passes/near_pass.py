@@ -10,11 +10,8 @@ from typing import Any, Final, Protocol
 
 import clips
 
-from stargraph_mem.compiler.generator import (
-    NearRelation,
-    SurpriseRelation,
-)
 from stargraph_mem.compiler.pack import CompiledPack
+from stargraph_mem.compiler.program import NearRelation, SurpriseRelation
 from stargraph_mem.engine.passes.clips_logs import FactLogs
 from stargraph_mem.engine.passes.fact_builder import FactBuilder
 from stargraph_mem.engine.passes.fact_list import FactList

@@ -21,13 +21,8 @@ import clips
 from clips._clips import ffi, lib
 
 from stargraph_mem.compiler.clips_env import QUIET_ROUTER, load_constructs, new_environment
-from stargraph_mem.compiler.generator import (
-    NORMAL_KEY,
-    OUT,
-    normal_slot,
-    slot_name,
-)
 from stargraph_mem.compiler.pack import CompiledPack, CompiledRule
+from stargraph_mem.compiler.program import NORMAL_KEY, OUT, normal_slot, slot_name
 from stargraph_mem.compiler.sweep_sql import is_sweep
 from stargraph_mem.embedding import Embedder, Matrix, identity
 from stargraph_mem.engine.passes.aggregates import HistoryFacts, HistoryInput

@@ -15,13 +15,8 @@ from typing import Any, Final, cast
 
 import clips
 
-from stargraph_mem.compiler.generator import (
-    NORMAL_KEY,
-    normal_slot,
-    payload_slot,
-    slot_name,
-)
 from stargraph_mem.compiler.pack import CompiledPack, CompiledRule
+from stargraph_mem.compiler.program import NORMAL_KEY, normal_slot, payload_slot, slot_name
 from stargraph_mem.compiler.sweep_sql import is_sweep
 from stargraph_mem.engine.passes.confidence import payload_number
 from stargraph_mem.engine.passes.near import (
