@@ -7,8 +7,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -521,3 +523,41 @@ def test_a_few_scores_rank_as_many_do(scores: list[float], k: int, min_score: fl
     padded = np.concatenate([raw, np.full(20, -2.0, dtype=np.float32)])
     many = top_scores(padded, [*ids, *(f"pad{i:02d}" for i in range(20))], k, min_score=min_score)
     assert few == many
+
+
+def test_threads_sharing_an_embedder_get_the_vectors_it_makes_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pass's worker thread and a recall may embed with one instance at once: with caches
+    small enough to start afresh every few texts, every row is still the text's own."""
+    monkeypatch.setattr(hashing, "CACHED_WORDS", 40)
+    monkeypatch.setattr(hashing, "CACHED_TEXTS", 8)
+    pick = random.Random(1)
+    vocab = [f"w{i}" for i in range(300)]
+    texts = [" ".join(pick.choice(vocab) for _ in range(pick.randint(1, 6))) for _ in range(400)]
+    expected = {t: HashingEmbedder().embed([t])[0] for t in texts}
+    shared = HashingEmbedder()
+    wrong: list[str] = []
+
+    def work(seed: int) -> None:
+        mine = random.Random(seed)
+        try:
+            for _ in range(300):
+                batch = mine.sample(texts, mine.randint(1, 6))
+                for text, row in zip(batch, shared.embed(batch), strict=True):
+                    if not np.array_equal(row, expected[text]):
+                        wrong.append(text)
+        except Exception as exc:  # a cache emptied under another thread's feet
+            wrong.append(repr(exc))
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads take turns as often as they can
+    try:
+        threads = [threading.Thread(target=work, args=(seed,)) for seed in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert wrong == []

@@ -34,6 +34,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
+import threading
 import unicodedata
 import zlib
 from collections import Counter
@@ -186,8 +187,9 @@ class HashingEmbedder:
     download. Texts that share words or word stems score high; synonyms without shared
     letters do not (a real model, ``minilm``, does that).
 
-    Each instance remembers the hashed features of up to :data:`CACHED_WORDS` words and word
-    pairs, and the vectors of up to :data:`CACHED_TEXTS` texts by their folded words (so
+    An instance may be shared by threads (one embeds at a time). Each instance remembers
+    the hashed features of up to :data:`CACHED_WORDS` words and word pairs, and the
+    vectors of up to :data:`CACHED_TEXTS` texts by their folded words (so
     ``"Tea, please!"`` reuses the vector of ``"tea please"``: a vector depends on those
     words alone), each cache then starting afresh: caches only, no vector depends on them."""
 
@@ -203,6 +205,9 @@ class HashingEmbedder:
                 dimension=dimension,
             )
         self._dimension = dimension
+        self._lock = threading.Lock()
+        """One embed at a time: the caches are shared by the threads that embed (a pass's
+        worker thread beside a recall on the event loop, say)."""
         self._forget()
 
     def _forget(self) -> None:
@@ -245,6 +250,11 @@ class HashingEmbedder:
                     f"texts[{row}] is a {type(text).__name__}, not a str", index=row
                 )
             tokenised.append(tuple(words(text)))
+        with self._lock:
+            return self._embed(tokenised)
+
+    def _embed(self, tokenised: list[tuple[str, ...]]) -> npt.NDArray[np.float32]:
+        """The rows of texts of these folded words (the lock held)."""
         known = self._texts
         if len(tokenised) == 1:  # one text (a streaming record's): no batch to assemble
             found = known.get(tokenised[0])
