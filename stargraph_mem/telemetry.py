@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import importlib
 import sys
+import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from contextvars import ContextVar
@@ -106,25 +108,42 @@ class Tally:
     update, and the SDK reads the totals when it collects (an observable counter), so a
     pass pays no SDK call per count."""
 
-    __slots__ = ("totals",)
+    __slots__ = ("_lock", "totals")
 
     def __init__(self) -> None:
         self.totals: dict[frozenset[tuple[str, Any]], int | float] = {}
+        self._lock = threading.Lock()
+        """Adds come from several threads (the event loop's, the SDK's collection)."""
 
     def add(self, amount: int | float, attributes: Attributes | None = None) -> None:
         key = frozenset(attributes.items()) if attributes else frozenset()
-        self.totals[key] = self.totals.get(key, 0) + amount
+        with self._lock:
+            self.totals[key] = self.totals.get(key, 0) + amount
 
     def observe(self, options: CallbackOptions) -> list[Observation]:
         """The totals as observations (a copy: a pass may add meanwhile)."""
         found = _modules()
         assert found is not None
-        return [found[0].Observation(v, dict(k)) for k, v in dict(self.totals).items()]
+        with self._lock:
+            totals = list(self.totals.items())
+        return [found[0].Observation(v, dict(k)) for k, v in totals]
+
+
+def drain(waiting: deque[T]) -> list[T]:
+    """Take every item of ``waiting`` (appended to by other threads meanwhile: an item
+    appended after the last one taken stays for the next drain, never lost)."""
+    out = []
+    take = waiting.popleft
+    while True:
+        try:
+            out.append(take())
+        except IndexError:
+            return out
 
 
 class Spread:
     """A histogram whose measurements wait in this process until the SDK collects:
-    ``record`` is a list append, and a callback the SDK runs at the start of each
+    ``record`` is a deque append, and a callback the SDK runs at the start of each
     collection hands them over (so a streaming ``record`` pays no SDK call for its
     durations). More than :attr:`LIMIT` waiting (no reader collecting) are handed over at
     once. Measurements so handed over carry no exemplar of the trace that made them."""
@@ -135,7 +154,7 @@ class Spread:
 
     def __init__(self, histogram: Histogram) -> None:
         self._histogram = histogram
-        self._waiting: list[tuple[int | float, Attributes | None]] = []
+        self._waiting: deque[tuple[int | float, Attributes | None]] = deque()
 
     def record(self, amount: int | float, attributes: Attributes | None = None) -> None:
         self._waiting.append((amount, attributes))
@@ -144,8 +163,7 @@ class Spread:
 
     def flush(self) -> None:
         """Hand the waiting measurements to the SDK's histogram."""
-        waiting, self._waiting = self._waiting, []
-        for amount, attributes in waiting:
+        for amount, attributes in drain(self._waiting):
             self._histogram.record(amount, attributes)
 
 
@@ -191,11 +209,13 @@ class Instruments:
     """The observable instruments (kept so they live as long as the others)."""
     live: bool = False
     """Whether an SDK's meter made these (else :meth:`later` drops what it is given)."""
-    waiting: list[tuple[Callable[[Instruments, Any], None], Any]] = field(
-        default_factory=list, repr=False
+    waiting: deque[tuple[Callable[[Instruments, Any], None], Any]] = field(
+        default_factory=deque, repr=False
     )
     """Counting put off until the SDK collects (see :meth:`later`)."""
-    durations: list[tuple[tuple[str, str], float, float]] = field(default_factory=list, repr=False)
+    durations: deque[tuple[tuple[str, str], float, float]] = field(
+        default_factory=deque, repr=False
+    )
     """Passes' seconds and their applies', by (pack, pass kind), put off until the SDK
     collects (see :meth:`PassSpan.timed`)."""
 
@@ -204,7 +224,7 @@ class Instruments:
 
     def later(self, count: Callable[[Instruments, T], None], what: T) -> None:
         """Run ``count(self, what)`` when the SDK next collects (before it reads the
-        totals), not now: a streaming ``record`` pays a list append for its report's
+        totals), not now: a streaming ``record`` pays a deque append for its report's
         counts. :attr:`LATER_LIMIT` waiting (no reader collecting) are done at once."""
         if not self.live:
             return
@@ -216,11 +236,9 @@ class Instruments:
     def catch_up(self) -> None:
         """Do the put-off countings, in the order they were put off, and record the
         put-off durations."""
-        waiting, self.waiting = self.waiting, []
-        for count, what in waiting:
+        for count, what in drain(self.waiting):
             count(self, what)
-        durations, self.durations = self.durations, []
-        for timed in durations:
+        for timed in drain(self.durations):
             _durations(self, timed)
 
 
@@ -773,7 +791,7 @@ class PassSpan:
         if self._folded is not None:
             self._folded[APPLY_SECONDS] = apply
         tools = _state.instruments
-        if tools.live:  # a list append: a record pays for every call
+        if tools.live:  # a deque append: a record pays for every call
             waiting = tools.durations
             waiting.append((self._kind, compute + apply, apply))
             if len(waiting) >= tools.LATER_LIMIT:

@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -675,3 +676,42 @@ def test_a_big_report_is_counted_at_once(otel: Otel) -> None:
     assert len(tools.waiting) == 1  # counted at once
     assert otel.points()[consumed] == 2 * observe.SMALL_REPORT + 1
     assert tools.waiting == []
+
+
+def test_counts_made_on_several_threads_while_the_sdk_collects_are_never_lost() -> None:
+    """Passes count on the event loop's thread and put counting off for the collection,
+    which runs on the SDK's thread: every count reaches the totals, however they meet."""
+    tools = telemetry.Instruments(passes=telemetry.Tally(), live=True)
+    per_thread, producers = 3_000, 3
+
+    def count(made: telemetry.Instruments, n: int) -> None:
+        made.passes.add(n, {telemetry.PACK: "p"})
+
+    def produce() -> None:
+        for _ in range(per_thread):
+            tools.later(count, 1)  # counted when the collection next runs
+            tools.passes.add(1, {telemetry.PACK: "p"})  # counted at once
+
+    done = threading.Event()
+
+    def collect() -> None:
+        while not done.is_set():
+            tools.catch_up()
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads take turns as often as they can
+    try:
+        collector = threading.Thread(target=collect)
+        collector.start()
+        threads = [threading.Thread(target=produce) for _ in range(producers)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        done.set()
+        collector.join()
+    finally:
+        sys.setswitchinterval(interval)
+    tools.catch_up()
+    assert isinstance(tools.passes, telemetry.Tally)
+    assert sum(tools.passes.totals.values()) == 2 * per_thread * producers

@@ -121,7 +121,7 @@ little); a bigger one (a nightly run's) is counted at once."""
 def report(done: ConsolidationReport) -> None:
     """Record what one call of the Consolidator did (when an SDK listens). A small report
     (a streaming record's) is counted when the SDK next collects, so the record pays for
-    a list append instead of the counting (the totals an SDK reads are the same)."""
+    a deque append instead of the counting (the totals an SDK reads are the same)."""
     tools = telemetry.live_instruments()
     if tools is None:
         return
