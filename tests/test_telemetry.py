@@ -631,7 +631,7 @@ async def test_a_record_s_counts_wait_until_the_sdk_collects(
         await mem.record(episode("a2", at=T0, **spo("alice", "likes", "jazz")))
         assert len(tools.waiting) == 2  # nothing counted yet
         points = otel.points()
-        assert tools.waiting == []
+        assert not tools.waiting
         assert points[at("stargraph_mem.episodes.consumed", **attrs(SEED))] == 2
         consumed = at(
             "stargraph_mem.passes",
@@ -650,10 +650,10 @@ def test_put_off_counts_are_done_at_once_when_too_many_wait() -> None:
     assert done == []
     tools.later(lambda _tools, k: done.append(k), -1)
     assert done == [*range(telemetry.Instruments.LATER_LIMIT - 1), -1]
-    assert tools.waiting == []
+    assert not tools.waiting
     idle = telemetry.Instruments()  # no SDK: nothing is kept
     idle.later(lambda _tools, k: done.append(k), 7)
-    assert idle.waiting == [] and done[-1] == -1
+    assert not idle.waiting and done[-1] == -1
 
 
 def test_a_big_report_is_counted_at_once(otel: Otel) -> None:
@@ -675,7 +675,7 @@ def test_a_big_report_is_counted_at_once(otel: Otel) -> None:
     observe.report(of(observe.SMALL_REPORT + 1))
     assert len(tools.waiting) == 1  # counted at once
     assert otel.points()[consumed] == 2 * observe.SMALL_REPORT + 1
-    assert tools.waiting == []
+    assert not tools.waiting
 
 
 def test_counts_made_on_several_threads_while_the_sdk_collects_are_never_lost() -> None:
