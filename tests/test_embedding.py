@@ -201,6 +201,9 @@ def test_texts_of_the_same_words_share_a_vector_that_callers_cannot_change(
     for _ in range(2):
         np.testing.assert_array_equal(np.vstack([embedder.embed([t]) for t in texts]), expected)
         np.testing.assert_array_equal(embedder.embed(texts + texts[:5]), [*expected, *expected[:5]])
+    # a batch bigger than a quarter of the cache (a backfill's) is not remembered at all
+    embedder.embed([f"word{i} other{i}" for i in range(5)])
+    assert len(embedder._texts) <= hashing.CACHED_TEXTS
     # a text in other case and punctuation is the same words: the same vector, bit for bit
     first = embedder.embed(["Green tea, please!"])
     np.testing.assert_array_equal(first, embedder.embed(["green TEA please"]))

@@ -191,7 +191,8 @@ class HashingEmbedder:
     the hashed features of up to :data:`CACHED_WORDS` words and word pairs, and the
     vectors of up to :data:`CACHED_TEXTS` texts by their folded words (so
     ``"Tea, please!"`` reuses the vector of ``"tea please"``: a vector depends on those
-    words alone), each cache then starting afresh: caches only, no vector depends on them."""
+    words alone; a batch of more than a quarter of that many is not kept), each cache then
+    starting afresh: caches only, no vector depends on them."""
 
     def __init__(self, dimension: int = DEFAULT_DIMENSION) -> None:
         if (
@@ -283,6 +284,8 @@ class HashingEmbedder:
             rows = [self._sum_one(counts)[0] for counts in keys]
         else:
             rows = list(self._sum(keys))
+        if len(rows) > CACHED_TEXTS // 4:
+            return rows  # a bulk batch (a backfill's) is not kept: it would push out the rest
         known = self._texts
         if len(known) + len(rows) > CACHED_TEXTS:
             known = self._texts = {}  # a new dict: a caller may still read the old one
