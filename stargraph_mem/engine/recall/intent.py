@@ -282,7 +282,7 @@ def _exemplar_matrix(embedder: Embedder, key: str, texts: tuple[str, ...]) -> Ma
             value=key,
         )
     if len(_MATRICES) >= _MATRICES_KEPT:
-        _MATRICES.pop(next(iter(_MATRICES)))
+        _MATRICES.pop(next(iter(_MATRICES)), None)
     matrix.setflags(write=False)
     _MATRICES[(key, texts)] = matrix
     return matrix
