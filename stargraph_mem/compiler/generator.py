@@ -228,13 +228,13 @@ class Generator:
         found: dict[int, set[tuple[str, str]]] = {}
         for info, _, pattern in self.fact_patterns():
             for fname, cond in pattern.where.items():
-                var = self.normal_var(info, fname, cond)
+                var = self.joined_var(info, fname, cond)
                 if var is not None:
                     found.setdefault(info.index, set()).add((fname, var))
         return found
 
     @staticmethod
-    def normal_var(info: RuleInfo, fname: str, cond: Condition) -> str | None:
+    def joined_var(info: RuleInfo, fname: str, cond: Condition) -> str | None:
         """The variable a fact pattern's ``normal_eq`` test on ``fname`` compares with,
         when it is a string field of the rule's episode (else None: the test stays one)."""
         ref = cond.get("normal_eq")
@@ -580,7 +580,7 @@ class Generator:
             ftype = types[fname]
             sigil = "?"
             var = (
-                self.normal_var(ctx.info, fname, cond)
+                self.joined_var(ctx.info, fname, cond)
                 if ctx is not None and types is FACT_FIELDS
                 else None
             )
