@@ -164,6 +164,22 @@ def _place(groups: list[list[tuple[str, float]]], dimension: int) -> _Features:
     return buckets, np.where(h & np.uint64(0x80000000), -weights, weights)
 
 
+_TF_SCALES: list[npt.NDArray[np.float64]] = [np.ones(2, dtype=np.float64)]
+"""The table of :func:`_tf_scales` (one item, replaced as it grows)."""
+
+
+def _tf_scales(most: int) -> npt.NDArray[np.float64]:
+    """The sublinear scale ``1 + ln(tf)`` of each term frequency ``tf`` from 0 to at least
+    ``most``, by index (1 for 0 and 1), each computed once with ``math.log`` as
+    :meth:`HashingEmbedder._features` computes it, so both give the same bits."""
+    table = _TF_SCALES[0]
+    if most >= len(table):
+        size = max(most + 1, 2 * len(table))
+        table = np.array([1.0, 1.0] + [1.0 + math.log(tf) for tf in range(2, size)])
+        _TF_SCALES[0] = table
+    return table
+
+
 class _Grown:
     """A 1-D array appended to in place, its capacity doubled as it fills."""
 
@@ -245,12 +261,18 @@ class HashingEmbedder:
         if isinstance(texts, str):
             raise EmbedderError("embed takes a sequence of texts, not one str")
         tokenised: list[tuple[str, ...]] = []
+        find = _WORD.findall
         for row, text in enumerate(texts):
-            if not isinstance(text, str):
+            if type(text) is not str and not isinstance(text, str):
                 raise EmbedderError(
                     f"texts[{row}] is a {type(text).__name__}, not a str", index=row
                 )
-            tokenised.append(tuple(words(text)))
+            if text.isascii():
+                text = text.casefold()
+                parts = text.split()  # letters and digits between spaces: the words
+                tokenised.append(tuple(parts if "".join(parts).isalnum() else find(text)))
+            else:
+                tokenised.append(tuple(find(fold(text))))
         with self._lock:
             return self._embed(tokenised)
 
@@ -263,36 +285,37 @@ class HashingEmbedder:
                 found = self._remember(tokenised)[0]
             return found[None, :].copy()
         missing = list(dict.fromkeys(t for t in tokenised if t not in known))
-        made = dict(zip(missing, self._remember(missing), strict=True)) if missing else {}
+        if missing and len(missing) == len(tokenised):  # all new and distinct: in order
+            made = self._remember(missing)
+            return made.copy() if not made.flags.writeable else made
+        rows = self._remember(missing) if missing else ()
+        fresh = dict(zip(missing, rows, strict=True))
         out = np.empty((len(tokenised), self._dimension), dtype=np.float32)
         for row, tokens in enumerate(tokenised):
-            found = made.get(tokens)
+            found = fresh.get(tokens)
             out[row] = known[tokens] if found is None else found
         return out
 
-    def _remember(self, tokenised: list[tuple[str, ...]]) -> list[npt.NDArray[np.float32]]:
+    def _remember(self, tokenised: list[tuple[str, ...]]) -> npt.NDArray[np.float32]:
         """The vectors of texts of these folded words (none of them remembered), now
-        remembered (read-only rows)."""
+        remembered: read-only rows (a bulk batch's, not remembered, stay writable)."""
         keys: list[Counter[str | tuple[str, str]]] = []
         for tokens in tokenised:  # the words, then the pairs of content words, in order
             content = [t for t in tokens if t not in STOPWORDS]
-            counts: Counter[str | tuple[str, str]] = Counter(tokens)
-            counts.update(itertools.pairwise(content))
-            keys.append(counts)
+            keys.append(Counter([*tokens, *itertools.pairwise(content)]))
         self._learn(keys)
         if len(keys) <= _ONE_BY_ONE:
-            rows = [self._sum_one(counts)[0] for counts in keys]
+            matrix = np.concatenate([self._sum_one(counts) for counts in keys])
         else:
-            rows = list(self._sum(keys))
-        if len(rows) > CACHED_TEXTS // 4:
-            return rows  # a bulk batch (a backfill's) is not kept: it would push out the rest
+            matrix = self._sum(keys)
+        if len(keys) > CACHED_TEXTS // 4:
+            return matrix  # a bulk batch (a backfill's) is not kept: it would push out the rest
         known = self._texts
-        if len(known) + len(rows) > CACHED_TEXTS:
+        if len(known) + len(keys) > CACHED_TEXTS:
             known = self._texts = {}  # a new dict: a caller may still read the old one
-        for tokens, row in zip(tokenised, rows, strict=True):
-            row.flags.writeable = False
-            known[tokens] = row
-        return rows
+        matrix.flags.writeable = False  # and so each row of it
+        known.update(zip(tokenised, matrix, strict=True))
+        return matrix
 
     def _learn(self, keys: list[Counter[str | tuple[str, str]]]) -> None:
         """Hash the features of the words and pairs not met before, in one go."""
@@ -304,10 +327,12 @@ class HashingEmbedder:
             self._forget()  # start afresh, with every word and pair of this batch
             slots = self._slots
             new = list({key: None for counts in keys for key in counts})
+        paired = {word for key in new if type(key) is tuple for word in key}
+        stems = {word: stem(word) for word in paired}  # a word is in many pairs
         groups = [
             word_features(key)
             if isinstance(key, str)
-            else [(f"p\x1f{stem(key[0])} {stem(key[1])}", _PAIR_WEIGHT)]
+            else [(f"p\x1f{stems[key[0]]} {stems[key[1]]}", _PAIR_WEIGHT)]
             for key in new
         ]
         buckets, weights = _place(groups, self._dimension)
@@ -353,16 +378,15 @@ class HashingEmbedder:
 
     def _sum(self, keys: list[Counter[str | tuple[str, str]]]) -> npt.NDArray[np.float32]:
         """Each text's features, scaled by their sublinear TF, summed and normalised."""
-        slots = self._slots
-        chosen = [slots[key] for counts in keys for key in counts]
-        tfs = [tf for counts in keys for tf in counts.values()]
-        repeated = any(tf != 1 for tf in tfs)
-        scales = [1.0 if tf == 1 else 1.0 + math.log(tf) for tf in tfs] if repeated else []
+        chain = itertools.chain.from_iterable
         sizes = [len(counts) for counts in keys]
+        total = sum(sizes)
         rows, dimension = len(keys), self._dimension
-        if not chosen:
+        if not total:
             return np.zeros((rows, dimension), dtype=np.float32)
-        picked = np.array(chosen, dtype=np.int64)
+        picked = np.fromiter(map(self._slots.__getitem__, chain(keys)), np.int64, total)
+        tfs = np.fromiter(chain(counts.values() for counts in keys), np.int64, total)
+        repeated = bool((tfs != 1).any())
         starts = self._starts.data[picked]
         lengths = self._ends.data[picked] - starts
         # the feature positions of every chosen slot, in order
@@ -376,7 +400,7 @@ class HashingEmbedder:
             flat += np.repeat(row_of_slot, lengths)
         weights = self._weights.data[positions]
         if repeated:
-            weights *= np.repeat(np.array(scales, dtype=np.float64), lengths)
+            weights *= np.repeat(_tf_scales(int(tfs.max()))[tfs], lengths)
         dense = np.bincount(flat, weights=weights, minlength=rows * dimension)
         matrix = dense.reshape(rows, dimension)
         norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix))[:, None]
