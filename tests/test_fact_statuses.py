@@ -214,6 +214,38 @@ async def test_refused_changes_name_the_problem_and_change_nothing(backend: Back
     assert (done.status, done.valid_until) == ("deleted", T0)
 
 
+async def test_a_change_stamped_before_the_last_one_recorded_is_refused(
+    backend: Backend,
+) -> None:
+    """A history says what a fact's status was at each time: a change stamped before one
+    already recorded would claim the fact was active then closed, where it was challenged.
+    And a merge into a fact that does not exist says so, whatever its time."""
+    store = backend.facts
+    tea = add("tea")
+    await store.apply_deltas([tea])
+    t = tea.new_fact_id
+    await store.update_status(t, "challenged", reason="doubt", at=T0 + 10 * HOUR)
+    before = await snapshot(store)
+    with pytest.raises(FactNotFoundError, match="no fact with id 'fnope'"):
+        await store.update_status(t, "merged", merged_into="fnope", at=T0 - HOUR)
+    for status in ("invalidated", "active", "deleted"):
+        with pytest.raises(
+            FactStatusError,
+            match=re.escape(
+                "2026-05-01T16:00:00+00:00 is before its last recorded change "
+                "(2026-05-01T19:00:00+00:00)"
+            ),
+        ):
+            await store.update_status(t, status, reason="wrong", at=T0 + 7 * HOUR)
+    assert await snapshot(store) == before
+    await store.update_status(t, "invalidated", reason="wrong", at=T0 + 10 * HOUR)
+    changes = await store.status_history(t, shape="spec")
+    assert [(c.old, c.new) for c in changes] == [
+        ("active", "challenged"),
+        ("challenged", "invalidated"),
+    ]
+
+
 # --- rules emit them ------------------------------------------------------------------------
 
 PACK = """\

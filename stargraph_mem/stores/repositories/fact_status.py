@@ -363,6 +363,24 @@ def _check_change(fact_id: str, status: object, reason: str, merged_into: str | 
     return new
 
 
+def _too_early(at_us: int, fact: Fact, events: Sequence[Sequence[Any]]) -> str | None:
+    """Why a status change stamped ``at_us`` cannot be recorded for ``fact`` (whose
+    ``events_of`` rows are ``events``): it would come before the fact became valid, or
+    before a change already recorded for it, so its history would no longer say what the
+    fact's status was (a change stamped earlier than one already made would claim the
+    fact had the status it had before that one). None when it can."""
+    when = from_us(at_us).isoformat()
+    if at_us < to_us(fact.valid_from):
+        return f"{when} is before it became valid ({fact.valid_from.isoformat()})"
+    last = max((int(row[2]) for row in events), default=None)
+    if last is not None and at_us < last:
+        return (
+            f"{when} is before its last recorded change ({from_us(last).isoformat()}); "
+            "status changes are recorded in time order"
+        )
+    return None
+
+
 async def update_status_in(
     db: Conn,
     sql: FactStatements,
@@ -393,16 +411,14 @@ async def update_status_in(
             f"user {user!r} agent {agent!r}",
             fact.status,
         )
+    into = None if merged_into is None else (await _fact(db, sql, merged_into))[0]
+    events = await db.fetch(sql.events_of, (fact_id,))
     problem = transition_problem(fact.status, new)
-    if problem is None and batch.now_us < to_us(fact.valid_from):
-        problem = (
-            f"{from_us(batch.now_us).isoformat()} is before it became valid "
-            f"({fact.valid_from.isoformat()})"
-        )
+    if problem is None:
+        problem = _too_early(batch.now_us, fact, events)
     if problem is not None:
         raise _refuse(fact_id, new, problem, fact.status)
-    if merged_into is not None:
-        into, _ = await _fact(db, sql, merged_into)
+    if into is not None:
         if (into.user, into.agent) != (fact.user, fact.agent):
             raise _refuse(
                 fact_id, new, f"fact {merged_into} belongs to another (user, agent)", fact.status
@@ -415,7 +431,7 @@ async def update_status_in(
         event = (seq, fact_id, CURRENT, batch.now_us, STATUS_RULE, "", reason, None)
         await db.insert_many(sql.insert_event, [event])
     else:
-        changes = len(await db.fetch(sql.events_of, (fact_id,)))
+        changes = len(events)
         sources = await db.fetch(sql.lineage_of, (fact_id,))
         delta = DeleteDelta(
             user=fact.user,
