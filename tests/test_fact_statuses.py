@@ -73,7 +73,7 @@ def test_the_transition_table_keeps_challenged_current_and_closed_facts_closed()
     )
 
 
-def test_a_delete_delta_takes_challenged_and_merged_with_its_target() -> None:
+def test_a_delete_delta_takes_challenged_and_merged_or_superseded_with_its_target() -> None:
     base: dict[str, Any] = {
         "user": "alice",
         "agent": "a1",
@@ -88,12 +88,16 @@ def test_a_delete_delta_takes_challenged_and_merged_with_its_target() -> None:
     merge = DeleteDelta(**base, status="merged", merged_into="f2")
     assert not merge.flags and merge.successor_id == "f2" and merge.named_ids == ["f1", "f2"]
     assert DeleteDelta(**base).delta_id == DeleteDelta(**base, status="deleted").delta_id
-    with pytest.raises(ValueError, match="status 'merged' needs merged_into"):
-        DeleteDelta(**base, status="merged")
-    with pytest.raises(ValueError, match="merged_into goes with status 'merged'"):
+    replaced = DeleteDelta(**base, status="superseded", merged_into="f2")
+    assert replaced.successor_id == "f2" and replaced.close_status == "superseded"
+    assert replaced.delta_id != merge.delta_id
+    for status in ("merged", "superseded"):
+        with pytest.raises(ValueError, match=f"status '{status}' needs merged_into"):
+            DeleteDelta(**base, status=status)
+        with pytest.raises(ValueError, match="cannot be merged into or superseded by itself"):
+            DeleteDelta(**base, status=status, merged_into="f1")
+    with pytest.raises(ValueError, match="merged_into goes with status 'merged' or 'superseded'"):
         DeleteDelta(**base, merged_into="f2")
-    with pytest.raises(ValueError, match="cannot be merged into itself"):
-        DeleteDelta(**base, status="merged", merged_into="f1")
 
 
 # --- update_status on the store -------------------------------------------------------------
@@ -153,6 +157,31 @@ async def test_challenge_clear_merge_and_invalidate_by_hand(backend: Backend) ->
     assert [h.fact.object for h in await store.search("tea gin rum", touch=False)] == ["rum"]
 
 
+async def test_a_fact_superseded_by_hand_names_its_newer_successor(backend: Backend) -> None:
+    """Specification 004's ``superseded`` ("replaced by a newer memory") set by hand: the
+    fact is closed, names its successor (a current fact of its user and agent, not older
+    than it), leaves search, and its history says so; an older successor is refused."""
+    store = backend.facts
+    old, new = add("tea"), add("green_tea")
+    new = new.model_copy(update={"promotion_ts": T0 + HOUR})
+    await store.apply_deltas([old, new])
+    o, n = old.new_fact_id, new.new_fact_id
+    before = await snapshot(store)
+    with pytest.raises(FactStatusError, match=f"fact {o} is older .*superseded by a newer one"):
+        await store.update_status(n, "superseded", merged_into=o, reason="r", at=NOW)
+    assert await snapshot(store) == before
+    done = await store.update_status(o, "superseded", merged_into=n, reason="more precise", at=NOW)
+    assert (done.status, done.superseded_by, done.valid_until) == ("superseded", n, NOW)
+    assert [h.fact.id for h in await store.search("tea", touch=False)] == [n]
+    assert await store.status_history(o, shape="spec") == [
+        StatusChange(old="active", new="superseded", reason="more precise", changed_at=NOW)
+    ]
+    [event] = [e for e in await store.status_history(o) if e.event == "superseded"]
+    assert (event.related_fact_id, event.rule_id) == (n, "update_status")
+    with pytest.raises(FactStatusError, match="it is superseded: a closed fact keeps"):
+        await store.update_status(o, "active", reason="undo", at=NOW + HOUR)
+
+
 def _alice() -> Any:
     from stargraph_mem.stores import Partition
 
@@ -172,11 +201,13 @@ async def test_refused_changes_name_the_problem_and_change_nothing(backend: Back
         ((t, "invalidated"), {"reason": "  "}, FactStatusError, "a reason is required"),
         ((t, "active"), {}, FactStatusError, "it is active already"),
         ((g, "active"), {}, FactStatusError, f"cannot make fact {g} active: it is deleted"),
-        ((t, "superseded"), {}, FactStatusError, "superseded by an update"),
+        ((t, "superseded"), {}, FactStatusError, "merged_into must name the fact that replaces"),
+        ((t, "superseded"), {"merged_into": t}, FactStatusError, "cannot be superseded by itself"),
         ((t, "gone"), {}, FactStatusError, "status must be one of active, current, challenged"),
         ((t, "merged"), {}, FactStatusError, "merged_into must name the fact"),
         ((t, "merged"), {"merged_into": t}, FactStatusError, "cannot be merged into itself"),
-        ((t, "deleted"), {"merged_into": g}, FactStatusError, "goes with status merged only"),
+        ((t, "deleted"), {"merged_into": g}, FactStatusError, "goes with status merged or"),
+        ((t, "superseded"), {"merged_into": g}, FactStatusError, f"fact {g} is deleted"),
         ((t, "merged"), {"merged_into": g}, FactStatusError, f"fact {g} is deleted"),
         (
             (t, "merged"),
@@ -350,13 +381,33 @@ async def test_rules_challenge_and_merge_facts(new_location: NewLocation, tmp_pa
         assert [e.status for e in await mem.status_history(owns)][-1] == "challenged"
 
 
+async def test_a_rule_supersedes_a_fact_by_another(
+    new_location: NewLocation, tmp_path: Path
+) -> None:
+    """``status: superseded`` in a delete names the fact that replaces the ones it closes,
+    as ``merged`` names the one they were merged into."""
+    pack = tmp_path / "doubts.yaml"
+    pack.write_text(PACK.replace("status: merged", "status: superseded"))
+    async with Consolidator.open(new_location(), [pack], clock=lambda: NOW) as mem:
+        for episode in STREAM:
+            await mem.record(episode)
+        facts = {f.predicate: f for f in await mem.facts(status="all")}
+        assert (facts["drinks"].status, facts["drinks"].superseded_by) == (
+            "superseded",
+            facts["likes"].id,
+        )
+        why = await mem.explain(facts["drinks"].id)
+        assert why.status_history[-1].event == "superseded"
+        assert why.status_history[-1].related_fact_id == facts["likes"].id
+
+
 def test_the_compiler_checks_merged_into() -> None:
     assert first_issue(PACK) == ""
     compile_text(PACK)
     no_target = PACK.replace("      merged_into: keep\n", "")
     assert first_issue(no_target) == (
         "rules/x.yaml:32:7: rules[1].emit.status: 'status: merged' needs 'merged_into': the "
-        "named fact pattern the replaced facts were merged into"
+        "named fact pattern the replaced facts were merged into, or that replaces them"
     )
     itself = PACK.replace("merged_into: keep", "merged_into: dup")
     assert first_issue(itself) == (
@@ -365,8 +416,15 @@ def test_the_compiler_checks_merged_into() -> None:
     )
     wrong = PACK.replace("status: challenged", "status: challenged\n      merged_into: f")
     assert first_issue(wrong) == (
-        "rules/x.yaml:22:7: rules[0].emit.merged_into: 'merged_into' goes with 'status: merged'"
+        "rules/x.yaml:22:7: rules[0].emit.merged_into: 'merged_into' goes with 'status: "
+        "merged' or 'status: superseded'"
     )
+    replaced = no_target.replace("status: merged", "status: superseded")
+    assert first_issue(replaced) == (
+        "rules/x.yaml:32:7: rules[1].emit.status: 'status: superseded' needs 'merged_into': "
+        "the named fact pattern the replaced facts were merged into, or that replaces them"
+    )
+    assert first_issue(PACK.replace("status: merged", "status: superseded")) == ""
 
 
 DOUBT_SWEEP = """\
@@ -527,10 +585,10 @@ def test_cli_update_status_history_and_facts_by_status(new_location: NewLocation
         "error: --at '2026-05-04T09:00:00' has no UTC offset (write e.g. "
         "2026-05-04T09:00:00+00:00)\n",
     )
-    for args in ([g, "merged"], [g, "active", "--merged-into", t]):
+    for args in ([g, "merged"], [g, "superseded"], [g, "active", "--superseded-by", t]):
         code, out, err = _cli("update-status", *args, "--db", db)
         assert (code, out) == (2, "")
-        assert "--merged-into names the fact it was merged into" in err
+        assert "--merged-into (or --superseded-by) names the fact it was merged into" in err
     assert _cli("update-status", "fnope", "invalidated", "--db", db, "--reason", "x") == (
         1,
         "",
@@ -544,6 +602,29 @@ def test_cli_help_of_update_status() -> None:
     text = " ".join(out.split())
     assert "Change a fact's status (specification 004's update_status)" in text
     assert "--merged-into" in text and "--reason" in text and "--at" in text
+    assert "--superseded-by" in text
+
+
+def test_cli_supersedes_a_fact_by_a_newer_one(new_location: NewLocation) -> None:
+    db = new_location()
+    t, g = asyncio.run(_two_facts(db))
+    at = "2026-05-04T09:00:00+00:00"
+    args = ("--db", db, "--at", at, "--reason", "gin is the news")
+    assert _cli("update-status", t, "superseded", "--superseded-by", g, *args) == (
+        0,
+        f"{t}: active -> superseded by {g}\n",
+        "",
+    )
+    code, out, _ = _cli("facts", "--db", db, "--status", "superseded", "--json")
+    assert code == 0
+    assert [
+        (json.loads(line)["id"], json.loads(line)["superseded_by"]) for line in out.splitlines()
+    ] == [(t, g)]
+    assert _cli("history", t, "--db", db, "--spec") == (
+        0,
+        f"{at} active -> superseded reason=gin is the news\n",
+        "",
+    )
 
 
 # --- MCP ------------------------------------------------------------------------------------
@@ -578,7 +659,8 @@ async def test_mcp_update_status_and_status_history(new_location: NewLocation) -
         before = await snapshot(cast(AnyFactStore, mem.fact_store))
         for arguments, message in [
             ({"fact_id": g, "status": "challenged"}, "a reason is required"),
-            ({"fact_id": g, "status": "superseded"}, "status"),
+            ({"fact_id": g, "status": "superseded"}, "merged_into must name the fact that"),
+            ({"fact_id": g, "status": "replaced", "merged_into": t}, "status"),
             ({"fact_id": g, "status": "merged", "merged_into": g}, "merged into itself"),
             ({"fact_id": g, "status": "deleted", "users": "x"}, "users"),
             ({"fact_id": g, "status": "deleted", "at": "2026-05-04T09:00:00"}, "UTC offset"),
@@ -589,14 +671,21 @@ async def test_mcp_update_status_and_status_history(new_location: NewLocation) -
             assert refused.is_error
             assert message in refused.content[0].text  # type: ignore[union-attr]
         assert await snapshot(cast(AnyFactStore, mem.fact_store)) == before
+        later = {"at": "2026-05-04T10:00:00Z", "reason": "said better"}
+        done = await client.call_tool(
+            "update_status", {"fact_id": g, "status": "superseded", "merged_into": t, **later}
+        )
+        assert done.structured_content is not None
+        assert done.structured_content["fact"]["superseded_by"] == t
+        assert done.structured_content["new"] == "superseded"
         found = await client.call_tool("search_facts", {"query": "tea gin"})
         assert found.structured_content is not None
-        assert [h["fact"]["object"] for h in found.structured_content["hits"]] == ["gin"]
+        assert found.structured_content["hits"] == []  # tea challenged, gin superseded
         found = await client.call_tool(
             "search_facts", {"query": "tea gin", "include_challenged": True}
         )
         assert found.structured_content is not None
-        assert len(found.structured_content["hits"]) == 2
+        assert [h["fact"]["object"] for h in found.structured_content["hits"]] == ["tea"]
         shown = await client.call_tool("status_history", {"fact_id": t})
         assert shown.structured_content is not None
         assert shown.structured_content["status"] == "challenged"

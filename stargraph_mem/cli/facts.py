@@ -429,7 +429,7 @@ def update_status(
         str,
         typer.Argument(
             help="The new status: active (clears a challenge), challenged, merged, "
-            "invalidated, deleted, expired or archived.",
+            "superseded, invalidated, deleted, expired or archived.",
             show_default=False,
         ),
     ],
@@ -446,8 +446,10 @@ def update_status(
         str | None,
         typer.Option(
             "--merged-into",
+            "--superseded-by",
             metavar="FACT_ID",
-            help="With merged: the current fact (same user and agent) it was merged into.",
+            help="With merged: the current fact (same user and agent) it was merged into; "
+            "with superseded: the current fact, not older, that replaces it.",
         ),
     ] = None,
     at: Annotated[
@@ -467,10 +469,10 @@ def update_status(
     from stargraph_mem.model.lifecycle import spec_status
 
     when = parse_aware(at, "--at")
-    if (status == "merged") != (merged_into is not None):  # the option, by its CLI name
+    if (status in ("merged", "superseded")) != (merged_into is not None):  # by its CLI name
         usage_fail(
-            "--merged-into names the fact it was merged into: it goes with status merged, "
-            "and only with it"
+            "--merged-into (or --superseded-by) names the fact it was merged into, or that "
+            "replaces it: it goes with status merged or superseded, and only with them"
         )
     before = fact_write(db, lambda store: store.get(fact_id))
     after = fact_write(
@@ -480,5 +482,6 @@ def update_status(
         ),
     )
     old, new = spec_status(before.status), spec_status(after.status)
-    into = f" into {after.superseded_by}" if after.status == "merged" else ""
+    into = {"merged": " into ", "superseded": " by "}.get(after.status, "")
+    into = f"{into}{after.superseded_by}" if into else ""
     typer.echo(f"{fact_id}: {old} -> {new}{into}")

@@ -715,7 +715,8 @@ class Consolidator(AsyncResource):
         """Move a fact to ``status`` (specification 004's ``update_status``): ``challenged``
         flags it (still current, left out of search and recall), ``active`` clears the
         flag, ``merged`` (into ``merged_into``, a current fact of the same user and agent),
-        ``invalidated``, ``deleted``, ``expired`` or ``archived`` close it. ``challenged``
+        ``superseded`` (by ``merged_into``, such a fact and not older), ``invalidated``,
+        ``deleted``, ``expired`` or ``archived`` close it. ``challenged``
         and ``invalidated`` need a ``reason``. Audited, and in :meth:`status_history`;
         anything refused raises :class:`FactStatusError` or :class:`FactNotFoundError` and
         changes nothing (``user``/``agent``, when given, must be the fact's). Returns the

@@ -1135,7 +1135,14 @@ def build_server(mem: Consolidator, *, name: str = SERVER_NAME) -> MCPServer[Any
         fact_id: Annotated[str, Field(pattern=ID_PATTERN, description="The fact's id.")],
         status: Annotated[
             Literal[
-                "active", "challenged", "merged", "invalidated", "deleted", "expired", "archived"
+                "active",
+                "challenged",
+                "merged",
+                "superseded",
+                "invalidated",
+                "deleted",
+                "expired",
+                "archived",
             ],
             Field(
                 description="The new status: challenged flags a current fact for review (it "
@@ -1157,7 +1164,8 @@ def build_server(mem: Consolidator, *, name: str = SERVER_NAME) -> MCPServer[Any
             Field(
                 pattern=ID_PATTERN,
                 description="With merged: the current fact of the same user and agent it "
-                "was merged into.",
+                "was merged into; with superseded: the current fact of the same user and "
+                "agent, not older, that replaces it.",
             ),
         ] = None,
         at: Annotated[
@@ -1172,11 +1180,12 @@ def build_server(mem: Consolidator, *, name: str = SERVER_NAME) -> MCPServer[Any
         ] = None,
     ) -> StatusUpdate:
         """Change a fact's lifecycle status, with a reason: challenge a belief that newer
-        evidence contradicts, clear a challenge (active), mark it merged into another fact,
-        invalidated (confirmed wrong), deleted, expired or archived. Every change is
-        audited and kept in the fact's status history. An unknown fact, a closed fact (a
-        closed fact keeps its status), a missing reason, or a merged_into that is not a
-        current fact of the same user and agent is an error, and nothing changes."""
+        evidence contradicts, clear a challenge (active), mark it merged into another fact
+        or superseded by a newer one (merged_into names it), invalidated (confirmed
+        wrong), deleted, expired or archived. Every change is audited and kept in the
+        fact's status history. An unknown fact, a closed fact (a closed fact keeps its
+        status), a missing reason, or a merged_into that is not a current fact of the same
+        user and agent is an error, and nothing changes."""
         when = _aware(at, "at")
         with _refused():
             before = await mem.fact_store.get(fact_id)

@@ -61,6 +61,7 @@ from stargraph_mem.ir.source_map import PathKey, SourceMap
 from stargraph_mem.model.deltas import CLOSE_STATUSES, DELTA_KINDS, kind_creates, kind_takes
 from stargraph_mem.model.entities import fold_entity_name
 from stargraph_mem.model.layers import LAYERS, MEMORY_TYPES
+from stargraph_mem.model.statuses import SUCCEEDED_STATUSES
 from stargraph_mem.model.time import iso_us
 
 
@@ -806,20 +807,20 @@ class _Checker:
         self.check_merged_into(info, emit, path)
 
     def check_merged_into(self, info: RuleInfo, emit: Emit, path: PathKey) -> None:
-        """``merged_into`` goes with ``status: merged`` and names a ``fact`` pattern that
-        is not also replaced."""
+        """``merged_into`` goes with ``status: merged`` or ``superseded`` and names a
+        ``fact`` pattern that is not also replaced."""
         into = emit.merged_into
-        if emit.status == "merged" and into is None:
+        if emit.status in SUCCEEDED_STATUSES and into is None:
             self.err(
                 (*path, "status"),
-                "'status: merged' needs 'merged_into': the named fact pattern the replaced "
-                "facts were merged into",
+                f"'status: {emit.status}' needs 'merged_into': the named fact pattern the "
+                "replaced facts were merged into, or that replaces them",
             )
         if into is None:
             return
         where = (*path, "merged_into")
-        if emit.status != "merged":
-            self.err(where, "'merged_into' goes with 'status: merged'")
+        if emit.status not in SUCCEEDED_STATUSES:
+            self.err(where, "'merged_into' goes with 'status: merged' or 'status: superseded'")
         elif info.aliases.get(into) != "fact":
             self.err(where, f"'{into}' is not a named 'fact' pattern")
         elif into in emit.replaces:

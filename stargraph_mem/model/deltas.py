@@ -35,11 +35,15 @@ from stargraph_mem.model.layers import Layer, MemoryType
 from stargraph_mem.model.statuses import CLOSE_STATUSES as CLOSE_STATUSES  # re-export
 from stargraph_mem.model.statuses import FACT_STATUSES as FACT_STATUSES  # re-export
 from stargraph_mem.model.statuses import FLAG_STATUSES as FLAG_STATUSES  # re-export
+from stargraph_mem.model.statuses import SUCCEEDED_STATUSES
 
 DeltaKind = Literal["add", "update", "delete", "noop"]
 
-CloseStatus = Literal["deleted", "expired", "archived", "invalidated", "merged", "challenged"]
-"""The status a delete gives the facts it names (an update closes them as ``superseded``):
+CloseStatus = Literal[
+    "deleted", "expired", "archived", "invalidated", "merged", "superseded", "challenged"
+]
+"""The status a delete gives the facts it names (an update closes them as ``superseded``
+too, naming the fact it makes; a delete names an existing one, ``merged_into``):
 each closes them, except ``challenged``, which flags them and leaves them current (see
 :mod:`stargraph_mem.model.lifecycle`)."""
 Lifecycle = Literal["new", "inherit", "reinforce"]
@@ -373,17 +377,25 @@ class DeleteDelta(_DeltaBase):
     """The status the facts get; left out of the canonical body when ``deleted``, so older
     deltas keep their ids."""
     merged_into: Identifier | None = Field(default=None, exclude_if=lambda v: v is None)
-    """With ``status: merged``, and only then: the current fact of the same (user, agent)
-    the named facts were merged into (left out of the canonical body when absent)."""
+    """With ``status: merged`` or ``superseded``, and only then: the current fact of the
+    same (user, agent) the named facts were merged into, or that replaces them (their
+    successor; left out of the canonical body when absent)."""
 
     @model_validator(mode="after")
     def _check_merge(self) -> DeleteDelta:
-        if self.status == "merged" and self.merged_into is None:
-            raise ValueError("status 'merged' needs merged_into: the fact they were merged into")
-        if self.status != "merged" and self.merged_into is not None:
-            raise ValueError(f"merged_into goes with status 'merged', not {self.status!r}")
+        if self.status in SUCCEEDED_STATUSES and self.merged_into is None:
+            raise ValueError(
+                f"status {self.status!r} needs merged_into: the fact they were merged into, "
+                "or that replaces them"
+            )
+        if self.status not in SUCCEEDED_STATUSES and self.merged_into is not None:
+            raise ValueError(
+                f"merged_into goes with status 'merged' or 'superseded', not {self.status!r}"
+            )
         if self.merged_into is not None and self.merged_into in self.replaces:
-            raise ValueError(f"a fact cannot be merged into itself ({self.merged_into})")
+            raise ValueError(
+                f"a fact cannot be merged into or superseded by itself ({self.merged_into})"
+            )
         return self
 
     @property

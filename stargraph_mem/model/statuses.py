@@ -4,7 +4,7 @@ what each one means and which changes are allowed."""
 
 from __future__ import annotations
 
-__all__ = ["CLOSE_STATUSES", "FACT_STATUSES", "FLAG_STATUSES"]
+__all__ = ["CLOSE_STATUSES", "FACT_STATUSES", "FLAG_STATUSES", "SUCCEEDED_STATUSES"]
 
 CLOSE_STATUSES: tuple[str, ...] = (
     "deleted",
@@ -12,12 +12,16 @@ CLOSE_STATUSES: tuple[str, ...] = (
     "archived",
     "invalidated",
     "merged",
+    "superseded",
     "challenged",
 )
 """What a delete's ``status`` may be (:data:`~stargraph_mem.model.deltas.CloseStatus`)."""
 FLAG_STATUSES: tuple[str, ...] = ("challenged",)
 """Statuses of a fact that stays current, flagged: readable by ``get``/``query``, left out
 of search and recall unless asked for."""
+SUCCEEDED_STATUSES: tuple[str, ...] = ("merged", "superseded")
+"""Closing statuses that name the fact that took the closed one's place (its
+``superseded_by``): the fact it was merged into, or its successor."""
 FACT_STATUSES: tuple[str, ...] = ("current", "challenged", "superseded", *CLOSE_STATUSES[:5])
 """Every status a fact can have: ``current`` (the specification's ``active``) or
 ``challenged`` while valid, else why it was closed."""

@@ -30,6 +30,7 @@ from stargraph_mem.model.lifecycle import (
     stored_status,
     transition_problem,
 )
+from stargraph_mem.model.statuses import SUCCEEDED_STATUSES
 from stargraph_mem.model.time import from_us, to_us
 from stargraph_mem.stores.repositories.fact_rows import (
     FACT_COLUMN_COUNT,
@@ -107,8 +108,10 @@ _EVENT_RANK: Final = {"created": 0, "pinned": 1, "unpinned": 1, "restored": 3}
 """Order of events stamped with the same time (a close ranks 2)."""
 _FLAGS: Final = frozenset({CHALLENGED, CURRENT})
 """Events that flag a current fact or clear its flag (the status they name)."""
-_SUCCEEDED: Final = frozenset({"superseded", "merged"})
+_SUCCEEDED: Final = frozenset(SUCCEEDED_STATUSES)
 """Closing statuses whose ``superseded_by`` names the fact that took the closed one's place."""
+_INTO: Final = {"merged": "into", "superseded": "by"}
+"""How a message names the fact that takes a closed one's place."""
 STATUS_RULE: Final = "update_status"
 """The rule id of a status change asked for through the API (not by a pack's rule)."""
 
@@ -317,9 +320,10 @@ def _predecessor_ids(lineage: Sequence[Sequence[Any]]) -> list[str]:
     return list(orjson.loads(lineage[0][8])) if lineage else []
 
 
-UPDATABLE_STATUSES: Final = (ACTIVE, CURRENT, CHALLENGED, *sorted(CLOSING - {"superseded"}))
+UPDATABLE_STATUSES: Final = (ACTIVE, CURRENT, CHALLENGED, *sorted(CLOSING))
 """What ``update_status`` may set: ``active`` (or ``current``: clears a challenge),
-``challenged``, or a closing status but ``superseded`` (an update makes a successor)."""
+``challenged``, or a closing status (``merged`` and ``superseded`` name the fact that takes
+the closed one's place)."""
 
 
 async def spec_status_history(db: Conn, sql: FactStatements, fact_id: str) -> list[StatusChange]:
@@ -337,13 +341,6 @@ def _refuse(fact_id: str, status: str, why: str, current: str | None = None) -> 
 def _check_change(fact_id: str, status: object, reason: str, merged_into: str | None) -> str:
     """The stored name of the status asked for, once the request itself is sound."""
     if not isinstance(status, str) or status not in UPDATABLE_STATUSES:
-        if status == "superseded":
-            raise _refuse(
-                fact_id,
-                "superseded",
-                "a fact is superseded by an update that makes its successor (apply an "
-                "UpdateDelta), or merged into an existing fact (status merged, merged_into)",
-            )
         raise FactStatusError(
             f"cannot update the status of fact {fact_id}: status must be one of "
             f"{', '.join(UPDATABLE_STATUSES)} (got {status!r})",
@@ -356,10 +353,12 @@ def _check_change(fact_id: str, status: object, reason: str, merged_into: str | 
         raise _refuse(fact_id, new, "a reason is required (why it is " + new + ")")
     if new == "merged" and merged_into is None:
         raise _refuse(fact_id, new, "merged_into must name the fact it was merged into")
-    if new != "merged" and merged_into is not None:
-        raise _refuse(fact_id, new, "merged_into goes with status merged only")
+    if new == "superseded" and merged_into is None:
+        raise _refuse(fact_id, new, "merged_into must name the fact that replaces it")
+    if new not in SUCCEEDED_STATUSES and merged_into is not None:
+        raise _refuse(fact_id, new, "merged_into goes with status merged or superseded only")
     if merged_into == fact_id:
-        raise _refuse(fact_id, new, "a fact cannot be merged into itself")
+        raise _refuse(fact_id, new, f"a fact cannot be {new} {_INTO[new]} itself")
     return new
 
 
@@ -425,6 +424,14 @@ async def update_status_in(
             )
         if not into.is_current:
             raise _refuse(fact_id, new, f"fact {merged_into} is {into.status}", fact.status)
+        if new == "superseded" and into.valid_from < fact.valid_from:
+            raise _refuse(
+                fact_id,
+                new,
+                f"fact {merged_into} is older (valid from {into.valid_from.isoformat()}, it "
+                f"from {fact.valid_from.isoformat()}): a fact is superseded by a newer one",
+                fact.status,
+            )
     if new == CURRENT:
         await db.run_many(sql.set_status, [(None, fact_id)])
         seq = int(await db.scalar(sql.last_event_seq) or 0) + 1

@@ -635,8 +635,9 @@ class SQLFactRepository(Generic[ConnT]):
         """Move a fact to ``status`` (specification 004's ``update_status``) and return it
         as it is now: ``challenged`` flags a current fact (it stays current, left out of
         search and recall), ``active`` clears the flag, ``merged`` (with ``merged_into``, a
-        current fact of the same user and agent), ``invalidated``, ``deleted``, ``expired``
-        or ``archived`` close it. A reason is required for ``challenged`` and
+        current fact of the same user and agent), ``superseded`` (with ``merged_into``, such
+        a fact and not older: its successor), ``invalidated``, ``deleted``, ``expired`` or
+        ``archived`` close it. A reason is required for ``challenged`` and
         ``invalidated``. Each change is in the audit (a delete delta of rule
         ``update_status``) or, clearing a flag, a status event, and in
         :meth:`status_history`. Stamped ``at`` (an aware time, not before the fact became
