@@ -117,3 +117,61 @@ def test_recall_mode_keeps_a_modes_memory_types(tmp_path: Path) -> None:
     assert "--mode must be one of facts_only, facts_plus_rules, full_context (got 'rules')" in (
         done.output
     )
+
+
+RAW_CONTROLS = ("\x07", "\x1b", "\u202e")
+
+
+def _hostile_memory(tmp_path: Path) -> str:
+    """One episode whose content carries an ESC sequence and a bidi override, consolidated
+    into a fact whose object carries a BEL."""
+    db = str(tmp_path / "hostile.db")
+    runner = CliRunner()
+    meta = ["--meta", "subject=alice", "--meta", "predicate=likes", "--meta", "object=x\x07y"]
+    args = ["put", "--db", db, *SCOPE, "--session", "s1", "--id", "z2", *meta]
+    args += ["--timestamp", "2026-09-01T09:01:00+00:00", "ctrl \x1b[31m red \u202e rtl"]
+    done = runner.invoke(app, args)
+    assert done.exit_code == 0, done.output
+    pack = str(ROOT / "rules" / "dedup_against_facts.yaml")
+    done = runner.invoke(
+        app, ["consolidate", "--db", db, "--pack", pack, "--now", "2026-09-02T03:00:00+00:00"]
+    )
+    assert done.exit_code == 0, done.output
+    return db
+
+
+def test_entity_escapes_user_text_in_its_timeline(tmp_path: Path) -> None:
+    db = _hostile_memory(tmp_path)
+    runner = CliRunner()
+    done = runner.invoke(app, ["entity", "alice", "--db", db, *SCOPE])
+    assert done.exit_code == 0, done.output
+    lines = done.stdout.splitlines()
+    assert "episode  ctrl \\x1b[31m red \\u202e rtl" in lines[-2]
+    assert lines[-1].endswith("fact_added  alice likes x\\x07y")
+    assert not any(raw in done.stdout for raw in RAW_CONTROLS)
+    done = runner.invoke(
+        app, ["define-entity", "bo\x07b", "--db", db, *SCOPE, "--alias", "r\u202et"]
+    )
+    assert done.exit_code == 0, done.output
+    assert done.stdout == "bo\\x07b (concept; aliases: r\\u202et)\n"
+    done = runner.invoke(app, ["entity", "R\u202eT", "--db", db, *SCOPE])  # by its alias
+    assert done.exit_code == 0, done.output
+    assert done.stdout.splitlines()[0] == "bo\\x07b (concept; aliases: r\\u202et)"
+    done = runner.invoke(app, ["entity", "alice", "--db", db, *SCOPE, "--json"])
+    assert done.exit_code == 0, done.output  # --json stays exact
+    texts = [event["text"] for event in json.loads(done.stdout)["timeline"]]
+    assert texts == ["ctrl \x1b[31m red \u202e rtl", "alice likes x\x07y"]
+
+
+def test_recall_context_escapes_user_text(tmp_path: Path) -> None:
+    db = _hostile_memory(tmp_path)
+    args = ["recall", "red rtl", "--db", db, *SCOPE]
+    done = CliRunner().invoke(app, [*args, "--context", "200"])
+    assert done.exit_code == 0, done.output
+    assert "- alice likes x\\x07y (since 2026-09-02 03:00Z) [sources: z2]" in done.stdout
+    assert "- 2026-09-01 09:01Z ctrl \\x1b[31m red \\u202e rtl [episode z2]" in done.stdout
+    assert not any(raw in done.stdout for raw in RAW_CONTROLS)
+    done = CliRunner().invoke(app, [*args, "--json"])
+    assert done.exit_code == 0, done.output  # --json stays exact
+    texts = {json.loads(line)["text"] for line in done.stdout.splitlines()}
+    assert texts == {"ctrl \x1b[31m red \u202e rtl", "alice likes x\x07y"}

@@ -264,6 +264,6 @@ def copy_command(
     if as_json:
         echo_json({"source": report.source, "target": report.target, "rows": report.rows})
         return
-    typer.echo(f"copied {report.source} → {report.target}")
+    typer.echo(f"copied {printable(report.source)} → {printable(report.target)}")
     rows = [("TABLE", "ROWS")] + [(name, str(n)) for name, n in report.rows.items()]
     typer.echo("\n".join(aligned(rows)))

@@ -4,7 +4,7 @@ aliases and type) and ``embed`` (fill the vectors recall compares)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -17,7 +17,9 @@ from stargraph_mem.cli.base import (
     aligned,
     app,
     echo_json,
+    echo_lines,
     existing,
+    printable,
     progress_bar,
     run,
     usage_fail,
@@ -60,6 +62,12 @@ async def _memory(db: str, embedder: str, packs: list[str] | None) -> AsyncItera
 def _shown(text: str) -> str:
     one = " ".join(text.split())
     return one if len(one) <= TEXT_WIDTH else one[: TEXT_WIDTH - 1] + "…"
+
+
+def _entity_head(name: str, kind: str, aliases: Sequence[str]) -> str:
+    """``name (type; aliases: a, b)``, name and aliases made :func:`printable`."""
+    shown = ", ".join(printable(alias) for alias in aliases) or "-"
+    return f"{printable(name)} ({kind}; aliases: {shown})"
 
 
 def hit_document(rank: int, hit: RecallHit) -> dict[str, Any]:
@@ -152,7 +160,7 @@ def recall(
 
     result = run(action())
     if context is not None:
-        typer.echo(result.context(budget_tokens=context))
+        echo_lines(result.context(budget_tokens=context).split("\n"))
         return
     if as_json:
         for rank, hit in enumerate(result.hits, 1):
@@ -194,13 +202,12 @@ def entity(
         echo_json(profile_document(profile))
         return
     found = profile.entity
-    aliases = ", ".join(profile.aliases) or "-"
-    typer.echo(f"{found.canonical_name} ({found.type}; aliases: {aliases})")
+    typer.echo(_entity_head(found.canonical_name, found.type, profile.aliases))
     rows = [("FACT", "SUBJECT", "PREDICATE", "OBJECT")]
     rows += [(f.id, f.subject, f.predicate, f.object) for f in profile.facts]
     typer.echo("\n".join(aligned(rows)))
     for event in profile.timeline:
-        typer.echo(f"{event.at.isoformat()}  {event.kind}  {_shown(event.text)}")
+        typer.echo(f"{event.at.isoformat()}  {event.kind}  {printable(_shown(event.text))}")
 
 
 @app.command("define-entity")
@@ -232,7 +239,7 @@ def define_entity(
             )
 
     made = run(action())
-    typer.echo(f"{made.canonical_name} ({made.type}; aliases: {', '.join(made.aliases) or '-'})")
+    typer.echo(_entity_head(made.canonical_name, made.type, made.aliases))
 
 
 @app.command()
