@@ -286,13 +286,13 @@ rules:
             "      sources: [f]\n",
             "      sources: [f]\n      status: gone\n",
             "rules/x.yaml:14:7: rules[0].emit.status: expected 'deleted', 'expired', "
-            "'archived', 'invalidated', 'merged' or 'challenged'",
+            "'archived', 'invalidated', 'merged', 'superseded' or 'challenged'",
         ),
         (
             "kind: delete\n      replaces: [f]",
             "kind: noop\n      status: expired",
             "rules/x.yaml:12:7: rules[0].emit.status: only 'delete' takes 'status' (one of "
-            "deleted, expired, archived, invalidated, merged, challenged), not 'noop'",
+            "deleted, expired, archived, invalidated, merged, superseded, challenged), not 'noop'",
         ),
         (
             "confidence: {bind: c}}",
