@@ -9,11 +9,14 @@ import os
 import subprocess
 import sys
 import textwrap
+import uuid
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 import typer
+from backends import PG_URL
 from typer.testing import CliRunner, Result
 
 from stargraph_mem import __version__
@@ -542,3 +545,31 @@ def test_explain_json_is_one_sorted_document(facts_db: Path) -> None:
     missing = invoke("explain", "f-none", "--db", str(facts_db), "--json")
     assert (missing.exit_code, missing.stdout) == (1, "")
     assert missing.stderr.startswith("error: ")
+
+
+def test_read_commands_refuse_a_postgres_schema_without_a_memory() -> None:
+    """A read command on a PostgreSQL schema that holds no memory (a typo in its name, say)
+    is an error, as a missing SQLite file is, and creates nothing: it used to create the
+    schema and report an empty memory."""
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    url = f"{PG_URL}?schema={name}"
+    with psycopg.connect(PG_URL, autocommit=True, connect_timeout=10) as admin:
+        try:
+            pack = str(Path(__file__).resolve().parents[1] / "rules" / "default.yaml")
+            for command in (["facts"], ["recent", "--user", "u"], ["consolidate", "--pack", pack]):
+                refused = invoke(*command, "--db", url)
+                assert (refused.exit_code, refused.stderr) == (
+                    1,
+                    f"error: {url}: PostgreSQL schema {name!r} holds no memory (put or "
+                    "ingest creates one)\n",
+                ), command
+            found = admin.execute(
+                "SELECT count(*) FROM information_schema.schemata WHERE schema_name = %s",
+                (name,),
+            ).fetchone()
+            assert found == (0,)
+            assert invoke(*PUT, "--db", url).exit_code == 0
+            listed = invoke("recent", "--user", "u", "--json", "--db", url)
+            assert [json.loads(line)["id"] for line in listed.stdout.splitlines()] == ["e1"]
+        finally:
+            admin.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')

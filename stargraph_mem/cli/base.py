@@ -408,13 +408,24 @@ async def opened(
 
 
 def existing(db: str) -> str:
-    """Read commands refuse to create a database: a missing SQLite file is an error."""
+    """Read commands refuse to create a database: a missing SQLite file, or a PostgreSQL
+    schema without a memory, is an error."""
     from stargraph_mem.stores.database import parse_database_url
 
     with known_errors():
-        path = parse_database_url(db).path
-    if path is not None and not path.exists():
-        fail(f"{path}: database file does not exist")
+        where = parse_database_url(db)
+    if where.path is not None and not where.path.exists():
+        fail(f"{where.path}: database file does not exist")
+    if where.backend == "postgresql":
+        from stargraph_mem.stores.postgres.database import holds_memory, split_url
+
+        with known_errors():
+            schema = split_url(where.url)[1]
+            held = holds_memory(where.url)
+        if held is False:
+            fail(
+                f"{where}: PostgreSQL schema {schema!r} holds no memory (put or ingest creates one)"
+            )
     return db
 
 

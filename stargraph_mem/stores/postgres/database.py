@@ -89,6 +89,20 @@ def split_url(url: str) -> tuple[str, str]:
     return urlunsplit(parts._replace(query=urlencode(rest))), schema
 
 
+def holds_memory(url: str) -> bool | None:
+    """Whether the schema ``url`` names holds a memory (its migration ledger), asked over
+    one short connection; None when the server cannot be asked (the caller's own open
+    then says why). Read commands refuse a schema without one, as they refuse a missing
+    SQLite file, where opening would create it empty."""
+    conninfo, schema = split_url(url)
+    try:
+        with psycopg.connect(conninfo, connect_timeout=CONNECT_TIMEOUT_S, autocommit=True) as conn:
+            row = conn.execute("SELECT to_regclass(%s)", (f'"{schema}".{LEDGER_TABLE}',)).fetchone()
+    except psycopg.Error:
+        return None
+    return row is not None and row[0] is not None
+
+
 class PostgresDatabase(AsyncResource):
     """One PostgreSQL schema holding the episode, fact and schedule stores.
 
