@@ -30,6 +30,8 @@ SAVED = re.compile(r"Saved as `([\w./-]+)`:$")
 MAX_NOT_RUN = 12
 COPIED = ["rules", "examples", "ir_schemas", "tests/fixtures"]
 PG_EXAMPLE = "postgresql://postgres@127.0.0.1:5432/test?schema=readme_example"
+PG_SERVER = "postgresql://postgres@127.0.0.1:5432/test"
+"""The test server as shell examples name it; they run on ``$STARGRAPH_TEST_PG``."""
 
 
 @dataclass
@@ -178,8 +180,9 @@ def run_command(command: str, cwd: Path) -> tuple[int, str]:
 def test_shell_example(block: Block, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each command prints what the page shows; it fails only when the page shows it."""
     monkeypatch.chdir(scratch(tmp_path, block))
+    server = os.environ.get("STARGRAPH_TEST_PG", PG_SERVER)
     for command, shown in steps(block.text):
-        code, output = run_command(command, tmp_path)
+        code, output = run_command(command.replace(PG_SERVER, server), tmp_path)
         assert output == shown, command
         failing = "error:" in shown or "FAIL " in shown
         assert (code != 0) == failing, (command, code)

@@ -1,7 +1,9 @@
 """Pack tests: named cases of episodes (and seeded facts) with the deltas or facts expected.
 
 A test file (``rules/tests/<pack>.yaml``) is loaded like a rule pack, so every problem
-reads ``file:line:col: path: message``. Each case runs in a fresh temporary database:
+reads ``file:line:col: path: message``. Each case runs in a fresh database (a temporary
+SQLite file, or with ``postgres=URL`` a fresh schema of that PostgreSQL database, dropped
+after the case; the results do not depend on the backend):
 seed the facts, store the episodes, run one consolidation of the pack at the case's
 ``now``, and compare. A case with ``passes`` seeds once, then per pass stores that pass's
 episodes and runs one consolidation at the pass's ``now``; a pass may carry its own
@@ -18,11 +20,14 @@ import itertools
 import math
 import re
 import tempfile
-from collections.abc import Callable, Sequence
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from pydantic import (
     AfterValidator,
@@ -50,7 +55,7 @@ from stargraph_mem.compiler.pack import CompiledPack
 from stargraph_mem.engine.api import Consolidator
 from stargraph_mem.engine.passes.outputs import RejectedEpisode
 from stargraph_mem.engine.passes.report import PassReport
-from stargraph_mem.errors import IRError
+from stargraph_mem.errors import IRError, StoreConfigError, StoreError
 from stargraph_mem.ir.loader import parse_yaml, read_document, validate_document
 from stargraph_mem.ir.models import Duration
 from stargraph_mem.ir.source_map import PathKey, SourceMap
@@ -73,6 +78,7 @@ from stargraph_mem.model.layers import (
     MemoryType,
     stored_trust,
 )
+from stargraph_mem.stores.url import redact
 
 WHAT = "pack test file"
 SEED_RULE = "seed"
@@ -539,11 +545,92 @@ def _episodes(loaded: TestFile, index: int, step: Step, known: dict[str, str]) -
     return out
 
 
+CASE_SCHEMA_PREFIX = "stargraph_test_"
+"""The start of the name of each case's PostgreSQL schema (the rest is random)."""
+
+
+def check_postgres_url(url: str) -> str:
+    """``url`` if it names a PostgreSQL database for the cases' schemas: a
+    ``postgresql://`` (or ``postgres://``) URL without a ``schema`` parameter, since every
+    case makes a fresh schema of its own; anything else raises :class:`StoreConfigError`."""
+    parts = urlsplit(url)
+    if parts.scheme.lower() not in ("postgresql", "postgres"):
+        raise StoreConfigError(
+            f"pack tests on PostgreSQL need a postgresql:// URL, not {redact(url)!r}",
+            key="postgres",
+            value=redact(url),
+        )
+    if any(key == "schema" for key, _ in parse_qsl(parts.query, keep_blank_values=True)):
+        raise StoreConfigError(
+            f"{redact(url)}: leave out schema=: each case runs in a fresh schema of its own "
+            f"({CASE_SCHEMA_PREFIX}…), dropped after the case",
+            key="postgres",
+            value=redact(url),
+        )
+    return url
+
+
+def case_schema_url(url: str) -> str:
+    """``url`` (checked by :func:`check_postgres_url`) with a fresh, unused schema."""
+    parts = urlsplit(check_postgres_url(url))
+    query = [*parse_qsl(parts.query, keep_blank_values=True)]
+    query.append(("schema", f"{CASE_SCHEMA_PREFIX}{uuid.uuid4().hex[:16]}"))
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+async def _drop_schema(url: str) -> None:
+    """Drop the schema of ``url`` (made by :func:`case_schema_url`) and all it holds; a
+    failure raises :class:`StoreError` naming the schema left behind."""
+    import psycopg  # the postgres extra: needed only here, with postgres=URL
+
+    from stargraph_mem.stores.postgres.database import CONNECT_TIMEOUT_S, split_url
+
+    conninfo, schema = split_url(url)
+    assert schema.startswith(CASE_SCHEMA_PREFIX), schema
+    try:
+        conn = await psycopg.AsyncConnection.connect(
+            conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
+        )
+        async with conn:
+            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    except psycopg.Error as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise StoreError(
+            f"cannot drop the pack test schema {schema!r} at {redact(conninfo)}: {reason}",
+            schema=schema,
+        ) from exc
+
+
+@asynccontextmanager
+async def case_location(postgres: str | None = None) -> AsyncIterator[str]:
+    """Where one case's memory lives: a file in a temporary directory (removed after), or
+    with ``postgres`` a fresh schema of that database (dropped after; when the case
+    failed, its error is the one raised, not the drop's)."""
+    if postgres is None:
+        with tempfile.TemporaryDirectory(prefix="stargraph-test-") as tmp:
+            yield str(Path(tmp) / "case.db")
+        return
+    url = case_schema_url(postgres)
+    try:
+        yield url
+    except BaseException:
+        with suppress(Exception):
+            await _drop_schema(url)
+        raise
+    await _drop_schema(url)
+
+
 async def run_case(
-    pack: CompiledPack, loaded: TestFile, index: int, *, trace: bool = False
+    pack: CompiledPack,
+    loaded: TestFile,
+    index: int,
+    *,
+    trace: bool = False,
+    postgres: str | None = None,
 ) -> CaseRun:
-    """Run case ``index`` of ``loaded`` in a fresh temporary database: seed its facts once,
-    then per pass store the pass's episodes and consolidate at the pass's time."""
+    """Run case ``index`` of ``loaded`` in a fresh database (a temporary SQLite file, or a
+    fresh schema of the PostgreSQL database ``postgres`` names, dropped after): seed its
+    facts once, then per pass store the pass's episodes and consolidate at the pass's time."""
     case = loaded.tests.cases[index]
     plan = steps(loaded, index)
     seeds = _seed_deltas(case, pack, plan[0].now)
@@ -555,26 +642,23 @@ async def run_case(
         _episodes(loaded, index, step, known)
     names = {real: name for name, real in known.items()}
     passes: list[PassRun] = []
-    with tempfile.TemporaryDirectory(prefix="stargraph-test-") as tmp:
-        async with Consolidator(Path(tmp) / "case.db", [pack]) as mem:
-            if seeds:
-                await mem.fact_store.apply_deltas(seeds, pack_hash=SEED_RULE)
-                await _seed_lifecycle(mem, case, known, plan[0].now)
-            for step in plan:
-                await mem.memory.put_many(_episodes(loaded, index, step, known))
-                done = await mem.consolidate(user=case.user, agent=case.agent, now=step.now)
-                reports = done.passes
-                facts = await mem.facts(user=case.user, agent=case.agent)
-                traces = [t for r in reports for t in await pass_traces(mem, r)] if trace else []
-                deltas = [d for r in reports for d in r.deltas]
-                for d in deltas:
-                    if isinstance(d, FactDelta):
-                        names.setdefault(d.new_fact_id, d.source_episode_ids[0])
-                        known.setdefault(d.source_episode_ids[0], d.new_fact_id)
-                rejected = [x for r in reports for x in r.rejected]
-                passes.append(
-                    PassRun(step.now, deltas, facts, rejected, reports, traces, step.label)
-                )
+    async with case_location(postgres) as location, Consolidator(location, [pack]) as mem:
+        if seeds:
+            await mem.fact_store.apply_deltas(seeds, pack_hash=SEED_RULE)
+            await _seed_lifecycle(mem, case, known, plan[0].now)
+        for step in plan:
+            await mem.memory.put_many(_episodes(loaded, index, step, known))
+            done = await mem.consolidate(user=case.user, agent=case.agent, now=step.now)
+            reports = done.passes
+            facts = await mem.facts(user=case.user, agent=case.agent)
+            traces = [t for r in reports for t in await pass_traces(mem, r)] if trace else []
+            deltas = [d for r in reports for d in r.deltas]
+            for d in deltas:
+                if isinstance(d, FactDelta):
+                    names.setdefault(d.new_fact_id, d.source_episode_ids[0])
+                    known.setdefault(d.source_episode_ids[0], d.new_fact_id)
+            rejected = [x for r in reports for x in r.rejected]
+            passes.append(PassRun(step.now, deltas, facts, rejected, reports, traces, step.label))
     return CaseRun(passes, names)
 
 
@@ -922,19 +1006,33 @@ def load_for(pack: CompiledPack, path: str | Path) -> TestFile:
 
 
 async def run_file(
-    pack: CompiledPack, path: str | Path, *, trace: bool = False, keyword: str | None = None
+    pack: CompiledPack,
+    path: str | Path,
+    *,
+    trace: bool = False,
+    keyword: str | None = None,
+    postgres: str | None = None,
 ) -> FileResult:
-    """Load a test file for ``pack`` and run its cases (those ``keyword`` selects) in order."""
-    return await _run_loaded(pack, load_for(pack, path), trace=trace, keyword=keyword)
+    """Load a test file for ``pack`` and run its cases (those ``keyword`` selects) in order,
+    each in a fresh database (see :func:`run_case` for ``postgres``)."""
+    if postgres is not None:
+        check_postgres_url(postgres)
+    loaded = load_for(pack, path)
+    return await _run_loaded(pack, loaded, trace=trace, keyword=keyword, postgres=postgres)
 
 
 async def _run_loaded(
-    pack: CompiledPack, loaded: TestFile, *, trace: bool, keyword: str | None
+    pack: CompiledPack,
+    loaded: TestFile,
+    *,
+    trace: bool,
+    keyword: str | None,
+    postgres: str | None,
 ) -> FileResult:
     results: list[CaseResult] = []
     for i, case in enumerate(loaded.tests.cases):
         if selects(keyword, case.name):
-            run = await run_case(pack, loaded, i, trace=trace)
+            run = await run_case(pack, loaded, i, trace=trace, postgres=postgres)
             results.append(CaseResult(case.name, check_case(case, run), run))
     left_out = len(loaded.tests.cases) - len(results)
     return FileResult(loaded.path, loaded.tests.coverage.min, results, left_out)
@@ -946,11 +1044,19 @@ async def run_tests(
     *,
     trace: bool = False,
     keyword: str | None = None,
+    postgres: str | None = None,
 ) -> TestRun:
     """Run test files for one pack (every file is loaded and checked before any case runs);
-    coverage counts every case's pass. ``keyword`` selects cases as ``pytest -k`` does."""
+    coverage counts every case's pass. ``keyword`` selects cases as ``pytest -k`` does.
+    Each case runs in a fresh temporary SQLite file, or with ``postgres`` (a
+    ``postgresql://`` URL without ``schema=``) in a fresh schema of that database, dropped
+    after the case."""
+    if postgres is not None:
+        check_postgres_url(postgres)
     loaded = [load_for(pack, p) for p in paths]
-    files = [await _run_loaded(pack, f, trace=trace, keyword=keyword) for f in loaded]
+    files = [
+        await _run_loaded(pack, f, trace=trace, keyword=keyword, postgres=postgres) for f in loaded
+    ]
     fired = [r.fired for f in files for c in f.cases for r in c.run.reports]
     return TestRun(pack, files, coverage_of(pack.pack, fired))
 

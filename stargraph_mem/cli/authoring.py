@@ -92,19 +92,34 @@ def test_pack(
             help="Print the results as one JSON document (cases, mismatches, totals, coverage).",
         ),
     ] = False,
+    postgres: Annotated[
+        str | None,
+        typer.Option(
+            "--postgres",
+            metavar="URL",
+            help="Run each case in a fresh schema of this PostgreSQL database (a "
+            "postgresql:// URL without schema=), dropped after the case; default: a "
+            "temporary SQLite file per case.",
+        ),
+    ] = None,
 ) -> None:
     """Run a pack's tests: PASS/FAIL per case, a diff for each failure; exit 1 on failure
-    (and when -k selects no case). --json prints the same results as one JSON document."""
-    from stargraph_mem.authoring.packtest import default_tests_path, run_tests
+    (and when -k selects no case). --json prints the same results as one JSON document.
+    --postgres runs the cases on a PostgreSQL server instead of SQLite files."""
+    from stargraph_mem.authoring.packtest import check_postgres_url, default_tests_path, run_tests
     from stargraph_mem.compiler.pack import compile_file
 
     paths = tests or [default_tests_path(pack)]
     with known_errors():
         compiled = compile_file(pack)
+        if postgres is not None:
+            check_postgres_url(postgres)
     for path in paths:
         if not path.exists():
             fail(f"{path}: no such pack test file")
-    result: TestRun = run(run_tests(compiled, paths, trace=trace, keyword=keyword))
+    result: TestRun = run(
+        run_tests(compiled, paths, trace=trace, keyword=keyword, postgres=postgres)
+    )
     if keyword is not None and result.selected == 0:
         names = ", ".join(str(p) for p in paths)
         fail(f"-k {keyword!r} selects none of the {result.deselected} cases in {names}")
