@@ -341,9 +341,8 @@ def test_bad_time_bounds_name_the_parameter_and_the_accepted_forms(
         parse_time_bound(value, now=NOW, end=end)  # type: ignore[arg-type]
     message = str(caught.value)
     assert message.startswith(fragment), message
-    assert "accepted: None, 'today', 'yesterday', 'last_week', 'last_month', 'YYYY-MM-DD'" in (
-        message
-    )
+    assert "accepted: 'today', 'yesterday', 'last_week', 'last_month', 'YYYY-MM-DD'" in message
+    assert message.endswith("from Python also a timezone-aware datetime, or None (open)")
     assert caught.value.context == {"parameter": "before" if end else "after", "value": value}
     assert isinstance(caught.value, StargraphMemError) and isinstance(caught.value, ValueError)
 
@@ -366,8 +365,13 @@ def test_a_window_is_half_open_and_refuses_after_not_before_before() -> None:
     assert not window.contains(datetime(2024, 4, 30, 23, 59, tzinfo=UTC))
     assert parse_time_window(None, None, now=NOW).is_open
     assert parse_time_window("last_week", None, now=NOW).contains(NOW)
-    with pytest.raises(RecallError, match=r"^after \(2024-05-03T00:00:00\+00:00\) is not earlier"):
+    with pytest.raises(RecallError) as caught:
         parse_time_window("2024-05-03", "2024-05-01", now=NOW)
+    assert str(caught.value) == (
+        "after '2024-05-03' (from 2024-05-03T00:00:00+00:00) is not earlier than before "
+        "'2024-05-01' (until 2024-05-02T00:00:00+00:00, left out): the window would hold "
+        "nothing"
+    )
     with pytest.raises(RecallError, match="is not earlier than before"):
         parse_time_window("last_week", "last_week", now=NOW)
 

@@ -40,9 +40,9 @@ RELATIVE_DAYS: Final = {"last_week": 7, "last_month": 30}
 """Rolling windows: the bound is ``now`` minus this many days."""
 
 ACCEPTED_FORMS: Final = (
-    "None, 'today', 'yesterday', 'last_week', 'last_month', 'YYYY-MM-DD' (a UTC day), "
-    "an ISO 8601 datetime with a UTC offset (2024-05-01T09:30:00+02:00 or …Z), "
-    "or a timezone-aware datetime"
+    "'today', 'yesterday', 'last_week', 'last_month', 'YYYY-MM-DD' (a UTC day), "
+    "an ISO 8601 datetime with a UTC offset (2024-05-01T09:30:00+02:00 or …Z); "
+    "from Python also a timezone-aware datetime, or None (open)"
 )
 
 _DAY: Final = re.compile(r"\d{4}-\d{2}-\d{2}")
@@ -126,6 +126,11 @@ def parse_time_bound(
         raise _refuse(name, value, str(exc)) from exc
 
 
+def _given(value: str | date | datetime | None) -> str:
+    """A bound as it was given, for a message (a date or datetime in ISO 8601)."""
+    return repr(value.isoformat()) if isinstance(value, date) else repr(value)
+
+
 class TimeWindow(FrozenModel):
     """A half-open UTC window: ``after <= t < before``; a missing bound is open."""
 
@@ -157,8 +162,9 @@ def parse_time_window(
     stop = parse_time_bound(before, now=now, end=True, parameter="before")
     if start is not None and stop is not None and start >= stop:
         raise RecallError(
-            f"after ({start.isoformat()}) is not earlier than before ({stop.isoformat()}): "
-            "the window would hold nothing",
+            f"after {_given(after)} (from {start.isoformat()}) is not earlier than before "
+            f"{_given(before)} (until {stop.isoformat()}, left out): the window would hold "
+            "nothing",
             parameter="after",
             value=(after, before),
         )
