@@ -361,3 +361,52 @@ async def test_a_pass_embeds_the_facts_its_rules_will_make_with_its_episodes(
 
 def _made_by_last(text: str) -> bool:
     return statement(6).upper() in text
+
+
+_AHEAD_OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["add", "later", "remove", "rename", "rank"]),
+        st.integers(min_value=0, max_value=199),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    start=st.integers(min_value=65, max_value=160),
+    ops=_AHEAD_OPS,
+    top=st.integers(min_value=1, max_value=4),
+    floor=st.sampled_from([None, 0.2, 0.5]),
+)
+def test_rankings_from_fast_scores_made_ahead_are_the_rankings_made_one_by_one(
+    start: int, ops: list[tuple[str, int]], top: int, floor: float | None
+) -> None:
+    """A pass makes the fast scores of the episodes ahead in one call, then adds, closes
+    and renames facts between episodes: each episode's neighbours (ids and cosines) are
+    exactly those ranked with no scores made ahead, whatever changed in between."""
+    rng = np.random.default_rng(start)
+    embedder = HashingEmbedder(32)
+
+    def text(i: int) -> str:
+        return " ".join(WORDS[j] for j in np.random.default_rng(i).integers(0, len(WORDS), 4))
+
+    index = NearIndex(VectorCache(embedder))
+    index.add((f"f{i}", text(i), i) for i in range(start))
+    queries = embedder.embed([text(1000 + int(i)) for i in rng.integers(0, 50, 8)])
+    index.score_ahead(queries)
+    rel = NearRelation(0, 0, "r", "twin", "episode", top_k=top, min_cosine=floor)
+    ranked = 0
+    for op, i in ops:
+        if op in ("add", "later"):
+            index.add([(f"n{i}", text(5000 + i), 10_000 + i)], later=op == "later")
+        elif op == "remove":
+            index.remove([f"f{i}", f"n{i}"])
+        elif op == "rename":
+            index.rename({f"n{i}": f"m{i}"})
+        else:
+            j = ranked % len(queries)
+            assert index.neighbours(rel, queries[j], ahead=j) == index.neighbours(rel, queries[j])
+            ranked += 1
+    for j in range(len(queries)):
+        assert index.neighbours(rel, queries[j], ahead=j) == index.neighbours(rel, queries[j])

@@ -36,6 +36,7 @@ __all__ = [
     "SentenceTransformerEmbedder",
     "column_dot",
     "dot",
+    "fast_scores",
     "from_blob",
     "from_blobs",
     "identity",
@@ -165,6 +166,7 @@ def top_k(
     *,
     min_score: float | None = None,
     norm: float | None = None,
+    fast: Matrix | None = None,
 ) -> list[tuple[str, float]]:
     """The ``k`` rows most similar to ``query`` as ``(id, cosine)``, best first: scores
     rounded to :data:`SCORE_DECIMALS` places, ties broken by id (ascending); rows below
@@ -172,15 +174,19 @@ def top_k(
 
     ``norm``, when given, is at least the largest L2 norm of a row: then the exact scores
     (:func:`dot`) of only the rows that could rank are computed (see
-    :func:`_candidates`); the result is the same."""
+    :func:`_candidates`); the result is the same. ``fast``, when given with ``norm``, is
+    each row's fast score (any ``float32`` sum of the ``d`` products of the row and the
+    query, made beforehand: see :func:`fast_scores`) in place of the one computed here."""
     if len(ids) != matrix.shape[0]:
         raise ValueError(f"{len(ids)} ids for {matrix.shape[0]} vectors")
+    if fast is not None and len(fast) != len(ids):
+        raise ValueError(f"{len(fast)} fast scores for {len(ids)} vectors")
     if k <= 0 or not len(ids):
         return []
     q = np.asarray(query, dtype=np.float32)
     rows = None
     if norm is not None and len(ids) > PREFILTER_FROM:
-        rows = _candidates(matrix, q, k, min_score, norm)
+        rows = _candidates(matrix, q, k, min_score, norm, fast)
     if rows is None:
         return top_scores(dot(matrix, q), ids, k, min_score=min_score)
     picked = [ids[i] for i in rows.tolist()]
@@ -196,8 +202,25 @@ PREFILTER_FROM: Final = 64
 computes the exact scores of the few that could rank only."""
 
 
+def fast_scores(matrix: Matrix, queries: Matrix) -> Matrix:
+    """The fast scores (see :func:`_candidates`) of every row of ``matrix`` for each of
+    ``queries`` (shape ``(len(queries), len(matrix))``), in one call on one thread: each
+    query reads the rows while the cache still holds them, where one call per query, made
+    between other work, reads them back from memory each time."""
+    if _rows_dot is None:  # numpy 1: einsum, not a BLAS product (its threads would spin)
+        products: Matrix = np.einsum("bd,nd->bn", queries, matrix)
+        return products
+    blocked: Matrix = _rows_dot(matrix[None, :, :], queries[:, None, :])
+    return blocked
+
+
 def _candidates(
-    matrix: Matrix, query: Matrix, k: int, min_score: float | None, norm: float
+    matrix: Matrix,
+    query: Matrix,
+    k: int,
+    min_score: float | None,
+    norm: float,
+    fast: Matrix | None = None,
 ) -> npt.NDArray[np.intp] | None:
     """The rows whose exact score (:func:`dot`) could make :func:`top_scores` keep them,
     from a fast product (another summation order, so slightly other values); None
@@ -212,7 +235,8 @@ def _candidates(
     score is at least each bound minus ``2 · margin``. Those rows hold the exact ``k``
     best, so ``top_scores`` over them finds the same ``k``-th best, keeps the same rows
     and returns the same list."""
-    fast = _rows_dot(matrix, query) if _rows_dot is not None else matrix @ query
+    if fast is None:
+        fast = _rows_dot(matrix, query) if _rows_dot is not None else matrix @ query
     if not math.isfinite(float(np.add.reduce(fast, dtype=np.float64))):
         return None  # a NaN or an infinity among the scores (a finite sum of these is)
     d = matrix.shape[1]

@@ -22,7 +22,15 @@ from typing import Any, Final
 import numpy as np
 
 from stargraph_mem.compiler.program import NearRelation
-from stargraph_mem.embedding import SCORE_DECIMALS, Embedder, Matrix, identity, top_k, with_room
+from stargraph_mem.embedding import (
+    SCORE_DECIMALS,
+    Embedder,
+    Matrix,
+    fast_scores,
+    identity,
+    top_k,
+    with_room,
+)
 from stargraph_mem.stores.repositories.vectors import fact_text
 
 _ID: Final = attrgetter("id")
@@ -83,6 +91,11 @@ class NearIndex:
         """Each row's tie key (see :func:`tie_key`), in row order."""
         self.touched: set[str] = set()
         """Ids added, removed or renamed since :meth:`mark` (see :meth:`holds_changed`)."""
+        self.block: Matrix | None = None
+        """Fast scores made beforehand (:meth:`score_ahead`): one row per query ahead,
+        one column per row the index held then."""
+        self.origin = np.full(64, -1, dtype=np.int64)
+        """Each row's column in :attr:`block` (-1: added since)."""
 
     def add(self, facts: Iterable[tuple[str, str, int]], *, later: bool = False) -> None:
         """``(id, text, observed_us)`` of facts to rank (ids already held are left as they
@@ -105,6 +118,11 @@ class NearIndex:
         vectors = self.cache.of([text for _, (text, _) in pairs])
         start, end = len(self.ids), len(self.ids) + len(pairs)
         self.rows = with_room(self.rows, start, end)
+        if end > len(self.origin):
+            self.origin = np.concatenate(
+                (self.origin, np.full(max(end, 2 * len(self.origin)) - len(self.origin), -1))
+            )
+        self.origin[start:end] = -1
         if len(vectors) == 1:
             self.rows[start] = vectors[0]
         else:
@@ -127,6 +145,7 @@ class NearIndex:
             last_key = self.keys.pop()
             if last != fid:
                 self.rows[row] = self.rows[len(self.ids)]
+                self.origin[row] = self.origin[len(self.ids)]
                 self.ids[row] = last
                 self.keys[row] = last_key
                 self.at[last] = row
@@ -185,20 +204,42 @@ class NearIndex:
         row: Matrix = self.rows[self.at[fid]]
         return row
 
+    def score_ahead(self, queries: Matrix) -> None:
+        """Make the fast scores of every row held for each of ``queries`` (the episodes
+        ahead, in order) in one call: see :func:`~stargraph_mem.embedding.fast_scores`."""
+        self.add(())  # the facts added later get their rows
+        n = len(self.ids)
+        self.block = fast_scores(self.rows[:n], queries)
+        self.origin[:n] = np.arange(n)
+
     def neighbours(
-        self, rel: NearRelation, query: Matrix, exclude: str | None = None
+        self,
+        rel: NearRelation,
+        query: Matrix,
+        exclude: str | None = None,
+        ahead: int | None = None,
     ) -> list[tuple[str, float]]:
         """The ``top_k`` facts nearest ``query`` with cosine ≥ ``min_cosine``, best first
-        (``exclude``, a fact ranked against the others, is never its own neighbour)."""
+        (``exclude``, a fact ranked against the others, is never its own neighbour).
+        ``ahead``: ``query`` is row ``ahead`` of the last :meth:`score_ahead`'s queries."""
         self.add(())  # the facts added later get their rows
         k = rel.top_k + (1 if exclude in self.at else 0)
+        n = len(self.ids)
+        fast = None
+        if ahead is not None and self.block is not None:
+            origin = self.origin[:n]
+            fast = self.block[ahead][origin]
+            added = np.flatnonzero(origin < 0)
+            if len(added):  # rows added since the scores were made: score them now
+                fast[added] = fast_scores(self.rows[added], query[None, :])[0]
         found = top_k(
-            self.rows[: len(self.ids)],
+            self.rows[:n],
             self.keys,
             query,
             k,
             min_score=rel.min_cosine,
             norm=self.norm,
+            fast=fast,
         )
         return [(fid, score) for fid, score in map(_of_key, found) if fid != exclude][: rel.top_k]
 

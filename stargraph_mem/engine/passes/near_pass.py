@@ -9,9 +9,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, Protocol
 
 import clips
+import numpy as np
 
 from stargraph_mem.compiler.pack import CompiledPack
 from stargraph_mem.compiler.program import NearRelation, SurpriseRelation
+from stargraph_mem.embedding import PREFILTER_FROM
 from stargraph_mem.engine.passes.clips_logs import FactLogs
 from stargraph_mem.engine.passes.fact_builder import FactBuilder
 from stargraph_mem.engine.passes.fact_list import FactList
@@ -61,6 +63,12 @@ NEAR_KEPT: Final = 64
 """Partitions whose ``near`` index a runtime keeps between passes."""
 
 
+SCORED_AHEAD: Final = 64
+"""Episodes whose fast scores a pass makes in one call (see :meth:`NearPass.ahead`)."""
+SCORED_FLOATS: Final = 1 << 22
+"""At most this many fast scores made in one call (16 MiB): fewer episodes ahead over a
+large partition."""
+
 NEAR_BINDINGS: Final = "#near"
 """The references' key of what ``near`` adds to a delta's bindings (see :class:`NearPass`)."""
 
@@ -79,6 +87,7 @@ class NearPass:
         *,
         lazy: bool = False,
         index: NearIndex | None = None,
+        episodes: Sequence[EpisodeRecord] = (),
     ) -> None:
         env = runtime.env
         self.relations = runtime.compiled.near
@@ -119,6 +128,11 @@ class NearPass:
         """``(episode ordinal, relation index)`` → the score and the neighbours it averages."""
         self.made_ids: Mapping[str, str | None] = {}
         """The stored ids of the facts the pass made, by temporary id (the collector's)."""
+        self.episodes = episodes
+        """The pass's episodes in order (episode ``n`` is ``episodes[n - 1]``): the queries
+        ahead whose fast scores are made together (see :meth:`ahead`)."""
+        self.scored: tuple[int, int] | None = None
+        """The episodes ``[first, end)`` whose fast scores the index holds."""
 
     def surprise(self, n: int, record: EpisodeRecord, rules: Iterable[int]) -> None:
         """The surprise of episode ``n`` for the ``surprise`` patterns of ``rules`` (those
@@ -159,12 +173,31 @@ class NearPass:
             return
         self.sync()
         (query,) = self.cache.of([record.content])
+        ahead = self.ahead(n)
         ranked: dict[tuple[int, float | None], list[tuple[str, float]]] = {}
         for rel in relations:  # tests asking the same question share one ranking
             key = (rel.top_k, rel.min_cosine)
             if key not in ranked:
-                ranked[key] = self.index.neighbours(rel, query)
+                ranked[key] = self.index.neighbours(rel, query, ahead=ahead)
             self.put(n, rel, "", ranked[key])
+
+    def ahead(self, n: int) -> int | None:
+        """Episode ``n``'s row among the fast scores the index made ahead, making them for
+        it and the next episodes (up to :data:`SCORED_AHEAD`) when they are not made yet;
+        None for a pass of one episode, or an index too small to prefilter."""
+        episodes = self.episodes
+        if len(episodes) < 2 or not 1 <= n <= len(episodes):
+            return None
+        if self.scored is not None and self.scored[0] <= n < self.scored[1]:
+            return n - self.scored[0]
+        held = len(self.index.ids) + len(self.index.pending)
+        if held <= PREFILTER_FROM:
+            return None
+        count = max(1, min(SCORED_AHEAD, SCORED_FLOATS // held))
+        upcoming = episodes[n - 1 : n - 1 + count]
+        self.index.score_ahead(np.stack(self.cache.of([r.content for r in upcoming])))
+        self.scored = (n, n + len(upcoming))
+        return 0
 
     def sweep(self) -> None:
         """The neighbours of every fact held when the sweep starts, for the sweeps' tests."""

@@ -513,7 +513,9 @@ class PackRuntime:
             index = None
             if kept is not None and kept[0] is fact_list and kept[1].cache is cache:
                 index = kept[1]
-            near = NearPass(self, cache, builders, fact_list, lazy=lazy, index=index)
+            near = NearPass(
+                self, cache, builders, fact_list, lazy=lazy, index=index, episodes=episodes
+            )
             near.index.mark()  # it holds exactly the pass's facts: follow what changes
             # one batch, not one a time (with the facts the last pass made, if kept, and
             # those the episodes' rules would make from the episode alone)
@@ -558,6 +560,8 @@ class PackRuntime:
             near.made_ids = collector.temp
         collector.collect(lines)
         out.facts_after = collector.facts_after()
+        if near is not None:
+            near.index.block = None  # the fast scores made ahead are this pass's only
         if near is not None and out.facts_after is not None:
             near.sync(later=True)  # what the last episode (or the sweep) made and closed
             self._keep_near(job.partition.key, near.index, collector, out.facts_after)
