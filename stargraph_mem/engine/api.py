@@ -120,9 +120,10 @@ class Consolidator(AsyncResource):
         self.limits = limits or DEFAULT_LIMITS
         """Size limits: episodes' content and metadata at ``record``, deltas' rendered text
         in passes (see :mod:`stargraph_mem.model.limits`)."""
-        self.database = open_database(path, read_only=read_only, limits=self.limits)
+        self.database = open_database(path, clock=clock, read_only=read_only, limits=self.limits)
         """The owner of the connections; ``memory``, ``fact_store`` and ``schedule_store``
-        are its repositories."""
+        are its repositories. They stamp what they record by ``clock`` too: a status change,
+        pin, restore or read without an explicit time happens at the memory's now."""
         self.location = self.database.memory.location
         """Where the memory lives: a SQLite file's path or a server URL."""
         self.memory = self.database.memory

@@ -6,9 +6,9 @@ import builtins
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import Field, JsonValue, PrivateAttr
+from pydantic import Field, JsonValue, PrivateAttr, field_validator
 
-from stargraph_mem.model.base import FrozenModel, Identifier, ScopePart, StoredDatetime
+from stargraph_mem.model.base import FrozenModel, Identifier, ScopePart, StoredDatetime, no_nul
 from stargraph_mem.model.layers import Layer, MemoryType
 from stargraph_mem.model.lifecycle import spec_status
 
@@ -136,6 +136,14 @@ class FactPattern(FrozenModel):
     layer: Layer | None = None
     memory_type: MemoryType | list[MemoryType] | None = None
     """Facts of this layer, of this memory type (or one of these types)."""
+
+    @field_validator("subject", "predicate", "object")
+    @classmethod
+    def _no_nul(cls, value: str | None, info: Any) -> str | None:
+        """No stored fact holds a NUL, and PostgreSQL cannot even compare one: refused
+        alike on both backends (a NUL in ``user`` or ``agent`` is a
+        :class:`~stargraph_mem.errors.MemoryScopeError` when the filter is built)."""
+        return None if value is None else no_nul(value, str(info.field_name))
 
 
 class FactHit(FrozenModel):

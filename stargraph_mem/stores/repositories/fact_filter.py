@@ -14,7 +14,12 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any, Final, Protocol
 
-from stargraph_mem.stores.scope import partition_key, prefix_upper_bound, user_prefix
+from stargraph_mem.stores.scope import (
+    escape_component,
+    partition_key,
+    prefix_upper_bound,
+    user_prefix,
+)
 
 __all__ = ["FACT_COLUMNS", "FACT_COLUMN_COUNT", "FactFilter", "fact_select", "pattern_filter"]
 
@@ -77,6 +82,7 @@ def pattern_filter(pattern: FactFilter, mark: str = "?") -> tuple[list[str], lis
         where.append(f"partition_key >= {mark} AND partition_key < {mark}")
         params += [prefix, prefix_upper_bound(prefix)]
     elif pattern.agent is not None:
+        escape_component(pattern.agent, "agent")  # a NUL is refused as in a scope key
         where.append(f"agent = {mark}")
         params.append(pattern.agent)
     for column, value in (
