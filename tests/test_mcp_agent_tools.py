@@ -292,6 +292,117 @@ async def test_refused_agent_tool_calls_change_nothing(new_location: NewLocation
         assert await snapshot(mem.fact_store) == after  # type: ignore[arg-type]
 
 
+async def test_a_statement_over_the_size_limits_is_refused_before_recording(
+    new_location: NewLocation,
+) -> None:
+    """remember_fact and correct_fact check the limits a pass would reject the fact's delta
+    for (fact_bytes, KEY_BYTES) first: one message naming the limit, nothing written."""
+    async with serving(new_location(), [DEFAULT]) as (mem, client):
+        made = await call(
+            client, "remember_fact", user="u", agent="a", subject="s", predicate="p", object="o"
+        )
+        (fact,) = made["facts"]
+        before = await snapshot(mem.fact_store)  # type: ignore[arg-type]
+
+        huge = "o" * 70_000
+        assert await refused(
+            client, "remember_fact", user="u", agent="a", subject="s", predicate="p", object=huge
+        ) == said(
+            "remember_fact",
+            "the statement is 70,002 bytes (UTF-8; object 70,000), over the limit of 65,536 "
+            "a fact may hold (fact_bytes); nothing was recorded",
+        )
+        assert await refused(
+            client,
+            "remember_fact",
+            user="u",
+            agent="a",
+            subject="s" * 2_600,
+            predicate="p",
+            object="o",
+        ) == said(
+            "remember_fact",
+            "the subject and predicate are 2,601 bytes (UTF-8), over the 2,584 an indexed key "
+            "leaves beside the partition key (KEY_BYTES 2,600); nothing was recorded",
+        )
+        assert await refused(
+            client, "correct_fact", fact_id=fact["id"], object=huge, reason="longer"
+        ) == said(
+            "correct_fact",
+            "the statement is 70,002 bytes (UTF-8; object 70,000), over the limit of 65,536 "
+            "a fact may hold (fact_bytes); nothing was recorded",
+        )
+        assert await snapshot(mem.fact_store) == before  # type: ignore[arg-type]
+
+
+async def test_a_rejected_statement_reports_why(tmp_path: Path) -> None:
+    """A statement within the limits whose delta a pass still rejects (the rule's reason
+    text tips it over fact_bytes) is an error carrying the rejection's reason, not advice
+    to serve a pack that promotes statements."""
+    async with serving(str(tmp_path / "m.db"), [DEFAULT]) as (mem, client):
+        made = await call(
+            client, "remember_fact", user="u", agent="a", subject="s", predicate="p", object="o"
+        )
+        (fact,) = made["facts"]
+        near = "o" * (65_536 - 2)  # with "s" and "p": the limit exactly
+        message = await refused(
+            client, "remember_fact", user="u", agent="a", subject="s", predicate="p", object=near
+        )
+        assert message.startswith(said("remember_fact", "no fact was made from episode '"))
+        assert (
+            "it was rejected (default/add_observation: delta too large: its rendered text "
+            "would be 65,551 bytes (UTF-8; object 65,534), over the limit of 65,536 "
+            "(fact_bytes)); the episode stays stored"
+        ) in message
+        assert "Serve a pack" not in message
+
+        message = await refused(client, "correct_fact", fact_id=fact["id"], object=near, reason="r")
+        assert message.startswith(
+            said("correct_fact", f"fact {fact['id']!r} was not superseded: episode '")
+        )
+        assert "rejected (default/explicit_update: delta too large:" in message
+        assert "Serve a pack" not in message
+        (current,) = await mem.facts(user="u")
+        assert current.id == fact["id"]
+
+
+async def test_a_nul_in_a_filter_is_refused_alike_on_both_backends(
+    new_location: NewLocation,
+) -> None:
+    """Every string filter carries the NUL-free pattern: the same refusal on SQLite and
+    PostgreSQL (whose text columns cannot hold a NUL), never an unexplained failure."""
+    async with serving(new_location(), [DEFAULT]) as (mem, client):
+        made = await call(
+            client, "remember_fact", user="u", agent="a", subject="s", predicate="p", object="o"
+        )
+        (fact,) = made["facts"]
+        before = await snapshot(mem.fact_store)  # type: ignore[arg-type]
+        recall = {"query": "s", "user": "u", "agent": "a"}
+        for tool, arguments, name in [
+            ("search_facts", {"subject": "s\x00"}, "subject"),
+            ("search_facts", {"predicate": "p\x00"}, "predicate"),
+            ("search_facts", {"query": "s\x00"}, "query"),
+            ("search_facts", {"user": "u\x00"}, "user"),
+            ("search_facts", {"agent": "a\x00"}, "agent"),
+            ("list_facts", {"user": "u\x00"}, "user"),
+            ("weak_facts", {"agent": "a\x00"}, "agent"),
+            ("memory_stats", {"user": "u\x00"}, "user"),
+            ("search_memory", {**recall, "query": "s\x00"}, "query"),
+            ("search_memory", {**recall, "after": "today\x00"}, "after"),
+            ("search_memory", {**recall, "before": "today\x00"}, "before"),
+            ("search_memory", {**recall, "entity_name": "s\x00"}, "entity_name"),
+            (
+                "update_status",
+                {"fact_id": fact["id"], "status": "challenged", "reason": "r", "at": "x\x00"},
+                "at",
+            ),
+        ]:
+            message = await refused(client, tool, **arguments)
+            assert message.startswith(said(tool, "1 validation error")), message
+            assert f"\n{name}\n  String should match pattern" in message, message
+        assert await snapshot(mem.fact_store) == before  # type: ignore[arg-type]
+
+
 # --- weak facts and stats ---------------------------------------------------------------------
 
 

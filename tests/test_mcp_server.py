@@ -350,7 +350,8 @@ async def test_refused_calls_are_tool_errors_that_change_nothing(tmp_path: Path,
             client, "list_facts", limit=0
         )
         assert await refused(client, "list_facts", as_of="2026-11-01") == said(
-            "list_facts", "as_of '2026-11-01' has no UTC offset (write e.g. 2026-11-01+00:00)"
+            "list_facts",
+            "as_of '2026-11-01' has no UTC offset (write e.g. 2026-11-01T00:00:00+00:00)",
         )
         assert "has no UTC offset" in await refused(client, "consolidate", now="2026-11-02T03:00")
         assert "\nuser\n  String should have at least 1 character" in await refused(
@@ -369,6 +370,50 @@ async def test_refused_calls_are_tool_errors_that_change_nothing(tmp_path: Path,
 
         assert dump_tables(db) == before
         assert [t.name for t in (await client.list_tools()).tools] == list(TOOL_NAMES)
+
+
+async def test_the_time_a_refusal_suggests_is_accepted(tmp_path: Path) -> None:
+    """A time without a UTC offset is refused with a suggestion that, fed back, is
+    accepted: a date alone gets a time too (Python reads ``2026-11-01+00:00`` as naive)."""
+    async with serving(tmp_path / "m.db", [DEDUP]) as (_, client):
+        for naive, suggested in [
+            ("2026-11-01", "2026-11-01T00:00:00+00:00"),
+            ("2026-11-01+00:00", "2026-11-01T00:00:00+00:00"),
+            ("2026-11-01T09:00:00", "2026-11-01T09:00:00+00:00"),
+            ("2026-11-01 09:30", "2026-11-01T09:30:00+00:00"),
+            ("2026-11-01T09:00:00.250000", "2026-11-01T09:00:00.250000+00:00"),
+        ]:
+            for tool, name in [("list_facts", "as_of"), ("consolidate", "now")]:
+                message = await refused(client, tool, **{name: naive})
+                assert message == said(
+                    tool, f"{name} {naive!r} has no UTC offset (write e.g. {suggested})"
+                )
+                await call(client, tool, **{name: suggested})
+        tea = observation("Alice likes tea", "tea", "2026-11-01")
+        hint = re.search(r"write e\.g\. (\S+)\)$", await refused(client, "record_episode", **tea))
+        assert hint is not None
+        recorded = await call(client, "record_episode", **{**tea, "timestamp": hint[1]})
+        assert recorded["episode_id"]
+
+
+async def test_a_nul_in_a_filter_or_time_is_refused_by_its_schema(tmp_path: Path) -> None:
+    """Filters and times carry the NUL-free pattern scopes have (the backends need not
+    agree on a NUL; a trailing NUL after a time is not dropped)."""
+    db = tmp_path / "m.db"
+    async with serving(db, [DEDUP]) as (_, client):
+        before = dump_tables(db)
+        tea = observation("Alice likes tea", "tea", "2026-11-01T09:00:00+00:00\x00")
+        for tool, arguments, name in [
+            ("search_facts", {"query": "tea\x00"}, "query"),
+            ("search_facts", {"subject": "alice\x00"}, "subject"),
+            ("search_facts", {"predicate": "likes\x00"}, "predicate"),
+            ("list_facts", {"as_of": "2026-11-01T09:00:00+00:00\x00"}, "as_of"),
+            ("consolidate", {"now": "2026-11-01T09:00:00+00:00\x00"}, "now"),
+            ("record_episode", tea, "timestamp"),
+        ]:
+            message = await refused(client, tool, **arguments)
+            assert f"\n{name}\n  String should match pattern '^[^\\x00]*$'" in message, message
+        assert dump_tables(db) == before
 
 
 async def test_a_read_only_database_is_reported_not_crashed(tmp_path: Path) -> None:

@@ -7,11 +7,12 @@ a fact), ``confirm_fact`` (a pin), ``weak_facts`` and ``memory_stats``; the life
 tools ``update_status`` and ``status_history`` (specification 004's). Every argument
 is typed (each tool's input schema is closed: ``additionalProperties: false``) and every
 result is structured (an output schema per tool; the same JSON is the text content). A
-refused call (unknown fact id, a time without a UTC offset, an empty or NUL-bearing
-scope, an unknown argument, a read-only database) is an MCP tool error (``isError``)
-whose text says what was wrong, and nothing of it is written (but for the episode of a
-``remember_fact`` or ``correct_fact`` that no pack acted on: it stays stored, as every
-episode does, and the error names it); the server goes on serving.
+refused call (unknown fact id, a time without a UTC offset, an empty scope, a NUL in a
+scope, filter or time, a statement over the size limits, an unknown argument, a read-only
+database) is an MCP tool error (``isError``) whose text says what was wrong, and nothing
+of it is written (but for the episode of a ``remember_fact`` or ``correct_fact`` that no
+pack acted on or that a pass rejected: it stays stored, as every episode does, and the
+error names it, with the rejection's reason); the server goes on serving.
 
 Embed it (the caller owns the Consolidator)::
 
@@ -31,7 +32,7 @@ import sqlite3
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal, cast
 
@@ -55,8 +56,10 @@ from stargraph_mem.model.episodes import Episode
 from stargraph_mem.model.facts import Fact, FactHit, FactPattern, StatusChange
 from stargraph_mem.model.layers import RecallMode
 from stargraph_mem.model.lifecycle import spec_status
+from stargraph_mem.model.limits import KEY_BYTES, utf8_size
 from stargraph_mem.model.time import NaiveTimestampError, parse_iso
 from stargraph_mem.stores.fact import BindingValue, SourceEpisode
+from stargraph_mem.stores.scope import partition_key
 from stargraph_mem.stores.sqlite.search import MAX_LIMIT
 
 __all__ = [
@@ -148,6 +151,7 @@ Statement = Annotated[str, Field(min_length=1, pattern=_NO_NUL)]
 Timestamp = Annotated[
     str,
     Field(
+        pattern=_NO_NUL,
         json_schema_extra={"format": "date-time"},
         examples=["2026-11-01T09:00:00+00:00"],
     ),
@@ -451,12 +455,21 @@ def _aware(value: str | None, name: str) -> datetime | None:
     try:
         return parse_iso(value)
     except NaiveTimestampError:
-        raise ToolError(f"{name} {value!r} has no UTC offset (write e.g. {value}+00:00)") from None
+        raise ToolError(
+            f"{name} {value!r} has no UTC offset (write e.g. {_with_utc(value)})"
+        ) from None
     except ValueError:
         raise ToolError(
             f"{name} {value!r} is not an ISO 8601 time with a UTC offset "
             "(e.g. 2026-11-01T09:00:00+00:00)"
         ) from None
+
+
+def _with_utc(naive: str) -> str:
+    """The time ``naive`` (an ISO 8601 text without a UTC offset) written with one, as
+    :func:`_aware` accepts it: ``2026-11-01`` is ``2026-11-01T00:00:00+00:00`` (a date
+    alone takes no offset: Python reads ``2026-11-01+00:00`` as naive midnight)."""
+    return datetime.fromisoformat(naive).replace(tzinfo=UTC).isoformat()
 
 
 def _raise_failed(failed: Sequence[PassReport]) -> None:
@@ -511,6 +524,44 @@ def _tool(fn: Callable[..., Any], annotations: ToolAnnotations) -> Tool:
     tool.fn_metadata.arg_model = strict
     tool.parameters = strict.model_json_schema(by_alias=True)
     return tool
+
+
+def _too_large(mem: Consolidator, user: str, agent: str, triple: Sequence[str]) -> str | None:
+    """Why a fact stating ``triple`` (subject, predicate, object) in the (user, agent)
+    partition could not be made, or ``None``: the limits a pass checks a delta's rendered
+    text against (see :meth:`~stargraph_mem.engine.passes.collect.Plan.too_large`), measured
+    on the statement alone, so it is refused before its episode is recorded."""
+    sizes = dict(zip(("subject", "predicate", "object"), map(utf8_size, triple), strict=True))
+    total = sum(sizes.values())
+    most = mem.limits.fact_bytes
+    if total > most:
+        biggest = max(sizes, key=lambda what: sizes[what])
+        return (
+            f"the statement is {total:,} bytes (UTF-8; {biggest} {sizes[biggest]:,}), over "
+            f"the limit of {most:,} a fact may hold (fact_bytes)"
+        )
+    key = sizes["subject"] + sizes["predicate"]
+    room = KEY_BYTES - utf8_size(partition_key(user, agent))
+    if key > room:
+        return (
+            f"the subject and predicate are {key:,} bytes (UTF-8), over the {room:,} an "
+            f"indexed key leaves beside the partition key (KEY_BYTES {KEY_BYTES:,})"
+        )
+    return None
+
+
+def _rejections(passes: Sequence[PassReport], episode: Episode) -> str:
+    """The reasons the passes refused ``episode`` (or a delta made from it), each once,
+    as one text ("" when none did)."""
+    reasons = {
+        f"{report.pack}/{r.rule_id}: {r.reason}"
+        if r.rule_id
+        else f"{report.pack}: {r.reason}": None
+        for report in passes
+        for r in report.rejected
+        if r.episode_id == episode.id
+    }
+    return "; ".join(reasons)
 
 
 async def _made_from(mem: Consolidator, episode: Episode) -> list[Fact]:
@@ -681,18 +732,21 @@ def build_server(mem: Consolidator, *, name: str = SERVER_NAME) -> MCPServer[Any
         query: Annotated[
             str,
             Field(
+                pattern=_NO_NUL,
                 description="Words to look for in the facts' subject, predicate, object and "
                 "payload (case and accents ignored; a fact matching any word is a hit). Empty: "
-                "search by the filters alone."
+                "search by the filters alone.",
             ),
         ] = "",
         user: UserFilter = None,
         agent: AgentFilter = None,
         subject: Annotated[
-            str | None, Field(description="Only facts with exactly this subject.")
+            str | None,
+            Field(pattern=_NO_NUL, description="Only facts with exactly this subject."),
         ] = None,
         predicate: Annotated[
-            str | None, Field(description="Only facts with exactly this predicate.")
+            str | None,
+            Field(pattern=_NO_NUL, description="Only facts with exactly this predicate."),
         ] = None,
         min_confidence: Annotated[
             float | None,
@@ -832,7 +886,12 @@ def build_server(mem: Consolidator, *, name: str = SERVER_NAME) -> MCPServer[Any
         pass). Returns the episode id and the facts made from it, or, when a pack found the
         statement known already (a deduplicating pack), the facts stating it, with
         `already_known`. If no pack turns the episode into a fact and none states it, that
-        is an error naming the episode (it stays stored, as every episode does)."""
+        is an error naming the episode and, when a pass rejected it, why (it stays stored,
+        as every episode does). A statement too large for a fact is refused and records
+        nothing."""
+        problem = _too_large(mem, user, agent, (subject, predicate, object))
+        if problem is not None:
+            raise ToolError(f"{problem}; nothing was recorded")
         when = mem.clock()
         content = note or f"{subject} {predicate} {object}"
         scope = session or AGENT_SESSION
@@ -865,6 +924,12 @@ def build_server(mem: Consolidator, *, name: str = SERVER_NAME) -> MCPServer[Any
             )
         if not made:
             packs = ", ".join(c.name for c in mem.packs) or "none"
+            why = _rejections(passes, episode)
+            if why:
+                raise ToolError(
+                    f"no fact was made from episode {episode.id!r}: it was rejected ({why}); "
+                    "the episode stays stored"
+                )
             raise ToolError(
                 f"no rule pack made a fact from episode {episode.id!r} (packs: {packs}); the "
                 "episode stays stored. Serve a pack that promotes metadata subject/predicate/"
@@ -896,8 +961,9 @@ def build_server(mem: Consolidator, *, name: str = SERVER_NAME) -> MCPServer[Any
         the new object and `intent: update, replaces: [fact_id]` (marked `source:
         agent_correction`), then consolidates the fact's partition, so the rules supersede
         the old fact (it is closed, never erased: explain_fact and list_facts with as_of
-        still show it). Returns the old and the new fact. An unknown or closed fact id, or
-        the object it already has, is an error and records nothing."""
+        still show it). Returns the old and the new fact. An unknown or closed fact id, the
+        object it already has, or an object too large for a fact is an error and records
+        nothing."""
         with _refused():
             old = await mem.fact_store.get(fact_id)
         if not old.is_current:
@@ -910,6 +976,9 @@ def build_server(mem: Consolidator, *, name: str = SERVER_NAME) -> MCPServer[Any
             raise ToolError(f"fact {fact_id!r} has no subject/predicate/object to correct")
         if object == old.object:
             raise ToolError(f"fact {fact_id!r} already has object {object!r}: nothing to correct")
+        problem = _too_large(mem, old.user, old.agent, (old.subject, old.predicate, object))
+        if problem is not None:
+            raise ToolError(f"{problem}; nothing was recorded")
         when = mem.clock()
         scope = session or AGENT_SESSION
         with _refused():
@@ -936,6 +1005,12 @@ def build_server(mem: Consolidator, *, name: str = SERVER_NAME) -> MCPServer[Any
             new = None if closed.superseded_by is None else await _current_successor(mem, closed)
         if closed.is_current or new is None:
             packs = ", ".join(c.name for c in mem.packs) or "none"
+            why = _rejections(passes, episode)
+            if why:
+                raise ToolError(
+                    f"fact {fact_id!r} was not superseded: episode {episode.id!r} was "
+                    f"rejected ({why}); the episode stays stored"
+                )
             raise ToolError(
                 f"no rule pack superseded fact {fact_id!r} with episode {episode.id!r} "
                 f"(packs: {packs}); the episode stays stored. Serve a pack that honours "
@@ -1025,12 +1100,14 @@ def build_server(mem: Consolidator, *, name: str = SERVER_NAME) -> MCPServer[Any
         after: Annotated[
             str | None,
             Field(
+                pattern=_NO_NUL,
                 description="Only from this time on: last_week, last_month, today, yesterday, "
-                "a UTC day YYYY-MM-DD, or ISO 8601 with a UTC offset."
+                "a UTC day YYYY-MM-DD, or ISO 8601 with a UTC offset.",
             ),
         ] = None,
         before: Annotated[
-            str | None, Field(description="Only before this time (same forms as after).")
+            str | None,
+            Field(pattern=_NO_NUL, description="Only before this time (same forms as after)."),
         ] = None,
         limit: Annotated[
             int | None,
