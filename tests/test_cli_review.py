@@ -136,7 +136,7 @@ def test_replay_errors(real_db: Path, tmp_path: Path) -> None:
     code, _, err = invoke("replay", "--db", str(real_db), "--pack", pack, "--as-of", "2026-03-02")
     assert (code, err) == (
         1,
-        "error: --as-of '2026-03-02' has no UTC offset (write e.g. 2026-03-02+00:00)\n",
+        "error: --as-of '2026-03-02' has no UTC offset (write e.g. 2026-03-02T00:00:00+00:00)\n",
     )
     code, _, err = invoke("replay", "--db", str(real_db), "--pack", str(tmp_path / "x.yaml"))
     assert code == 1

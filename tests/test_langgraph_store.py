@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 import pytest
+from backends import NewLocation
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.store.base import (
@@ -43,7 +44,9 @@ from stargraph_mem.integrations.langgraph_store import (
     PACK_PATH,
     USER_AGENT,
     FilterError,
+    IndexConfigError,
     ItemKeyError,
+    ItemReadError,
     ItemValueError,
     NamespaceError,
     StargraphStore,
@@ -54,6 +57,8 @@ from stargraph_mem.integrations.langgraph_store import (
 from stargraph_mem.model.base import MAX_JSON_DEPTH
 from stargraph_mem.model.episodes import Episode
 from stargraph_mem.model.facts import FactPattern
+from stargraph_mem.model.limits import DEFAULT_FACT_BYTES, KEY_BYTES, Limits
+from stargraph_mem.stores.scope import partition_key
 
 ROOT = Path(__file__).resolve().parents[1]
 T0 = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
@@ -352,6 +357,137 @@ async def test_a_refused_op_refuses_the_whole_batch(store: StargraphStore) -> No
         )
     assert await store.aget(("alice",), "a") is None
     assert await store.consolidator.memory.partitions() == []
+
+
+async def test_puts_too_large_for_the_fact_are_refused_before_writing(
+    new_location: NewLocation,
+) -> None:
+    # the pack's fact holds the value twice (object and payload.value) beside the key,
+    # the predicate and the reason: "item k replaced" (15) + "k" + "langgraph.item" (14)
+    # + 2 x (n + 8), the JSON of {"t": n x's}; the engine refuses it over fact_bytes
+    most = (DEFAULT_FACT_BYTES - 15 - 1 - 14) // 2 - 8
+    async with StargraphStore.from_path(new_location(), clock=Clock()) as store:
+        await store.aput(("alice",), "k", {"t": "x" * most})  # fits exactly
+        item = await store.aget(("alice",), "k")
+        assert item is not None and item.value == {"t": "x" * most}
+        with pytest.raises(ItemValueError, match=r"65,538 bytes, over the limit of 65,536") as c:
+            await store.aput(("alice",), "k", {"t": "x" * (most + 1)})
+        assert c.value.context["limit"] == "fact_bytes"
+        with pytest.raises(ItemValueError, match=r"40,008 bytes of JSON"):  # under 64 KiB
+            await store.aput(("alice",), "k2", {"t": "x" * 40_000})
+        assert len(await store.consolidator.memory.recent("alice", limit=10)) == 1
+        # a batch is refused whole, before its first put is written
+        with pytest.raises(ItemValueError, match="'mid'"):
+            await store.abatch(
+                [PutOp(("bob",), "small", {"t": "ok"}), PutOp(("bob",), "mid", {"t": "x" * 40_000})]
+            )
+        assert await store.aget(("bob",), "small") is None
+        assert await store.consolidator.memory.recent("bob", limit=10) == []
+        # a key: its subject and the predicate beside the partition key fit KEY_BYTES
+        room = KEY_BYTES - len(partition_key("carol", USER_AGENT)) - len(ITEM_PREDICATE)
+        await store.aput(("carol",), "k" * room, {"a": 1})
+        item = await store.aget(("carol",), "k" * room)
+        assert item is not None and item.value == {"a": 1}
+        with pytest.raises(ItemValueError, match=r"\(KEY_BYTES 2,600\)") as c:
+            await store.abatch(
+                [PutOp(("carol",), "b", {"a": 2}), PutOp(("carol",), "k" * (room + 1), {"a": 1})]
+            )
+        assert c.value.context["limit"] == "KEY_BYTES"
+        assert await store.aget(("carol",), "b") is None
+        assert len(await store.consolidator.memory.recent("carol", limit=10)) == 1
+
+
+async def test_a_delete_whose_episode_is_over_the_limits_refuses_its_batch(
+    new_location: NewLocation,
+) -> None:
+    limits = Limits(content_bytes=20)
+    async with StargraphStore.from_path(new_location(), clock=Clock(), limits=limits) as store:
+        with pytest.raises(ItemValueError, match=r"over the limit of 20 \(content_bytes\)") as c:
+            await store.abatch(
+                [PutOp(("alice",), "a", {"x": 1}), PutOp(("alice",), "k" * 20, None)]
+            )
+        assert c.value.context["limit"] == "content_bytes"
+        assert await store.consolidator.memory.partitions() == []
+
+
+async def test_a_fact_holding_no_item_value_fails_only_its_own_get(
+    new_location: NewLocation,
+) -> None:
+    # an MCP correct_fact records this episode: the other pack's rule replaces the item
+    # fact with one of the same subject and predicate but no payload["value"]
+    pack = ROOT / "examples" / "streaming_dedup.yaml"
+    async with (
+        Consolidator.open(new_location(), packs=[PACK_PATH, pack], clock=Clock()) as mem,
+        StargraphStore(mem) as store,
+    ):
+        ns = ("alice", "rag")
+        await store.aput(ns, "pref", {"x": 1})
+        await store.aput(ns, "other", {"y": 1})
+        old = await store.afact(ns, "pref")
+        assert old is not None
+        metadata = {"intent": "update", "replaces": [old.id], "subject": "pref"}
+        metadata |= {"predicate": ITEM_PREDICATE, "object": '{"x": 2}'}
+        await mem.record(
+            Episode(
+                id="fix",
+                content="fix",
+                timestamp=T0,
+                user="alice",
+                session="chat",
+                agent="rag",
+                metadata=metadata,
+            )
+        )
+        odd = await store.afact(ns, "pref")
+        assert odd is not None and odd.id != old.id and "value" not in odd.payload
+        with pytest.raises(ItemReadError, match="holds no item value") as caught:
+            await store.aget(ns, "pref")
+        assert caught.value.context["fact_id"] == odd.id
+        other = await store.aget(ns, "other")
+        assert other is not None and other.value == {"y": 1}
+        assert [h.key for h in await store.asearch(("alice",))] == ["other"]
+        assert [h.key for h in await store.asearch(ns, filter={"y": 1})] == ["other"]
+        assert [h.key for h in await store.asearch((), query="other")] == ["other"]
+        assert await store.asearch((), query="pref") == []
+        await store.aput(ns, "pref", {"x": 3})  # a put replaces the odd fact
+        item = await store.aget(ns, "pref")
+        assert item is not None and item.value == {"x": 3}
+        assert sorted(h.key for h in await store.asearch(ns)) == ["other", "pref"]
+
+
+@pytest.mark.parametrize("embed", [5, 2.5, ["texts"], {"model": "x"}])
+async def test_an_embed_that_is_no_embedder_is_refused_at_open(tmp_path: Path, embed: Any) -> None:
+    with pytest.raises(IndexConfigError, match="index 'embed' must be") as caught:
+        StargraphStore.from_path(tmp_path / "m.db", index={"dims": 3, "embed": embed})
+    assert caught.value.context["where"] == "index.embed"
+    assert not (tmp_path / "m.db").exists()
+
+
+async def test_a_filter_mixing_operators_with_plain_keys_is_refused(
+    store: StargraphStore,
+) -> None:
+    for n in (1, 5, 10):
+        await store.aput(("u",), f"k{n}", {"n": n, "o": {"foo": n}})
+    for where, condition in (
+        ("'n'", {"n": {"$gt": 0, "foo": 5}}),
+        ("'n'", {"n": {"foo": 5, "$lte": 5}}),
+        ("'o'", {"o": {"$ne": 1, "foo": 5}}),
+    ):
+        with pytest.raises(FilterError, match=f"filter {where}: 'foo' is not an operator") as c:
+            await store.asearch(("u",), filter=condition)
+        assert c.value.context["operator"] == "foo"
+    with pytest.raises(FilterError, match="'foo' is not an operator"):
+        await store.abatch(
+            [PutOp(("u",), "x", {"n": 2}), SearchOp(("u",), {"n": {"$gt": 0, "foo": 5}})]
+        )
+    assert await store.aget(("u",), "x") is None
+    assert sorted(
+        h.key for h in await store.asearch(("u",), filter={"n": {"$gt": 0, "$lte": 5}})
+    ) == [
+        "k1",
+        "k5",
+    ]
+    assert [h.key for h in await store.asearch(("u",), filter={"o": {"foo": 5}})] == ["k5"]
 
 
 async def test_ttl_is_not_supported(store: StargraphStore) -> None:

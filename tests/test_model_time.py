@@ -62,3 +62,13 @@ def test_durations_round_to_whole_microseconds() -> None:
     assert seconds_us(60.0) == 60_000_000
     assert seconds_us(2.5) == 2_500_000
     assert seconds_us(1e-7) == 0
+
+
+def test_a_time_holding_a_nul_is_refused_and_a_suggested_offset_parses() -> None:
+    from stargraph_mem.model.time import parse_iso, with_utc
+
+    with pytest.raises(ValueError, match="NUL"):
+        parse_iso("2026-11-01T00:00:00+00:00\x00")  # fromisoformat drops a trailing NUL
+    for naive in ("2026-11-01", "2026-11-01T09:30", "2026-11-01 09:30:15.5"):
+        assert parse_iso(with_utc(naive)).utcoffset() == timedelta(0)
+    assert with_utc("2026-11-01") == "2026-11-01T00:00:00+00:00"

@@ -36,7 +36,7 @@ from stargraph_mem.cli.help import (
 from stargraph_mem.cli.values import plain_values
 from stargraph_mem.errors import IRIssue, StargraphMemError, describe
 from stargraph_mem.model.limits import LIMIT_MAX, TEMPLATE_CHARS_MAX, Limits
-from stargraph_mem.model.time import NaiveTimestampError, parse_iso, utc_now
+from stargraph_mem.model.time import NaiveTimestampError, parse_iso, utc_now, with_utc
 
 if TYPE_CHECKING:
     from pydantic import JsonValue
@@ -444,7 +444,7 @@ def parse_aware(value: str | None, option: str) -> datetime | None:
     try:
         return parse_iso(value)
     except NaiveTimestampError:
-        fail(f"{option} {value!r} has no UTC offset (write e.g. {value}+00:00)")
+        fail(f"{option} {value!r} has no UTC offset (write e.g. {with_utc(value)})")
     except ValueError as exc:
         raise typer.BadParameter(f"not an ISO-8601 timestamp: {value!r}") from exc
 

@@ -14,18 +14,24 @@
   (``packs/langgraph_store.yaml``, cadence ``every: 1``) decides it at once: the key's
   first put adds the fact ``(key, langgraph.item, …)``, a later put supersedes it, a put
   of ``None`` (``delete``) closes it. Nothing is overwritten: older values stay in the
-  history (``as_of``, ``explain``), and ``get`` returns the current fact's value.
+  history (``as_of``, ``explain``), and ``get`` returns the current fact's value. A
+  current fact that holds no item value (as after an MCP ``correct_fact``) is not an
+  item: ``get`` of its key raises :class:`ItemReadError`, a search leaves it out.
 - **Values are JSON objects**, kept as their JSON text in the fact's ``payload["value"]``
   (pack payloads are text) and returned equal: ``dict``, ``list``, ``str``, finite
   ``float``, 64-bit ``int``, ``bool`` and ``None``, nothing else (a tuple would come back
   as a list), nested at most :data:`~stargraph_mem.model.base.MAX_JSON_DEPTH` (64)
-  levels: anything else is refused with :class:`ItemValueError`, naming where.
+  levels: anything else is refused with :class:`ItemValueError`, naming where. So is a
+  put whose fact the pack's rules would find too large (the value twice, as object and
+  payload, over ``fact_bytes``; the key and predicate over what ``KEY_BYTES`` leaves
+  beside the partition key), measured as the engine measures it, before any write.
 - **Timestamps come from the facts**: ``updated_at`` is the current fact's
   ``valid_from``, ``created_at`` the ``valid_from`` of the fact that first created the
   item (after its last delete).
 - **Search** with a ``query`` ranks the items under the prefix with the project's fact
   search (``Consolidator.search``); without one it lists them, newest first; ``filter``
-  applies to the value (equality, nested objects, ``$eq`` … ``$lte``).
+  applies to the value (equality, nested objects, ``$eq`` … ``$lte``; an object with an
+  operator has nothing but operators).
 - **Semantic search** with LangGraph's ``index={"dims", "embed", "fields"}`` (read with
   LangGraph's own ``ensure_embeddings``, ``tokenize_path`` and ``get_text_at_path``):
   a query ranks the items by cosine to their field texts, as LangGraph's stores do. A
@@ -50,6 +56,7 @@ callers are handed to that loop too.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import uuid
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
@@ -85,12 +92,17 @@ from langgraph.store.base import (
 from stargraph_mem.compiler.pack import CompiledPack, compile_file
 from stargraph_mem.embedding import SCORE_DECIMALS, Embedder
 from stargraph_mem.engine.api import Consolidator
+from stargraph_mem.engine.passes.collect import Plan
+from stargraph_mem.engine.passes.outputs import Stamp
 from stargraph_mem.errors import CorruptRowError, SearchError, StargraphMemError
+from stargraph_mem.ir.models import EPISODE_BUILTINS
 from stargraph_mem.model.base import MAX_JSON_DEPTH, json_depth_exceeded, unicode_problem
+from stargraph_mem.model.deltas import kind_creates
 from stargraph_mem.model.episodes import Episode
 from stargraph_mem.model.facts import Fact, FactPattern
-from stargraph_mem.model.limits import Limits, utf8_size
+from stargraph_mem.model.limits import KEY_BYTES, Limits, utf8_size
 from stargraph_mem.model.time import utc_now
+from stargraph_mem.stores.scope import partition_key, scope_key
 from stargraph_mem.stores.sqlite.search import MAX_LIMIT
 
 __all__ = [
@@ -102,6 +114,7 @@ __all__ = [
     "FilterError",
     "IndexConfigError",
     "ItemKeyError",
+    "ItemReadError",
     "ItemValueError",
     "ItemWriteError",
     "LangGraphStoreError",
@@ -132,6 +145,10 @@ _DEPTH_SHOWN: Final = 4
 """Steps of a too deeply nested value's path an error names before ``…``."""
 _OPERATORS: Final = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte")
 
+_KEY_SHOWN: Final = 60
+"""Characters of a key an error about its size shows before ``…``."""
+
+logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
@@ -153,12 +170,22 @@ class ItemKeyError(LangGraphStoreError, ValueError):
 
 class ItemValueError(LangGraphStoreError, ValueError):
     """A value that would not come back equal: not a JSON object of plain JSON values, or
-    nested deeper than 64 levels (``where`` names the part, as ``value['a'][0]``), or one
-    over the consolidator's size limits (``limit`` names it)."""
+    nested deeper than 64 levels (``where`` names the part, as ``value['a'][0]``), or a
+    put (or delete) whose episode or fact would be over a size limit (``limit`` names it:
+    ``fact_bytes``, ``metadata_bytes``, ``content_bytes`` or ``KEY_BYTES``, the last for a
+    key too long for the fact's index row)."""
+
+
+class ItemReadError(LangGraphStoreError):
+    """The key's current fact holds no item value (its ``payload["value"]`` is not a
+    JSON object's text), as after an MCP ``correct_fact`` replaced the fact the pack made:
+    ``get`` names the fact (``fact_id``) rather than guess a value; a search leaves such a
+    fact out. A put (or delete) of the key replaces (or closes) it."""
 
 
 class FilterError(LangGraphStoreError, ValueError):
-    """A search filter this store cannot apply (an unknown ``$`` operator)."""
+    """A search filter this store cannot apply: an unknown ``$`` operator, or an operator
+    object that also has a plain key (``{"$gt": 0, "foo": 5}``); ``operator`` names it."""
 
 
 class IndexConfigError(LangGraphStoreError, ValueError):
@@ -325,16 +352,24 @@ def encode_value(value: object) -> str:
     return orjson.dumps(plain).decode()
 
 
-def item_value(fact: Fact) -> dict[str, Any]:
-    """The value an item fact holds (its ``payload["value"]`` JSON text, decoded)."""
+def _held_value(fact: Fact) -> dict[str, Any] | None:
+    """The value an item fact holds, or ``None`` when its ``payload["value"]`` is not a
+    JSON object's text (a fact the store's pack did not make)."""
     text = fact.payload.get("value")
-    value = None
-    if isinstance(text, str):
-        try:
-            value = orjson.loads(text)
-        except orjson.JSONDecodeError:
-            value = None
-    if not isinstance(value, dict):
+    if not isinstance(text, str):
+        return None
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def item_value(fact: Fact) -> dict[str, Any]:
+    """The value an item fact holds (its ``payload["value"]`` JSON text, decoded);
+    :class:`~stargraph_mem.errors.CorruptRowError` for a fact that holds none."""
+    value = _held_value(fact)
+    if value is None:
         raise CorruptRowError(
             f"fact {fact.id}: payload['value'] is not a JSON object's text (not an item fact)",
             table="facts",
@@ -382,7 +417,9 @@ def _compare(item: object, operator: str, operand: object) -> bool:
         return bool(a >= b)
     if operator == "$lt":
         return bool(a < b)
-    return bool(a <= b)
+    if operator == "$lte":
+        return bool(a <= b)
+    raise FilterError(f"unknown operator {operator!r}", operator=operator)  # checked before
 
 
 def _matches(item: object, condition: object) -> bool:
@@ -409,12 +446,22 @@ def _check_filter(filter_: object) -> dict[str, Any] | None:
 
     def walk(condition: object, where: str) -> None:
         if isinstance(condition, Mapping):
+            operators = any(isinstance(k, str) and k.startswith("$") for k in condition)
             for key, sub in condition.items():
                 if isinstance(key, str) and key.startswith("$") and key not in _OPERATORS:
                     raise FilterError(
                         f"filter {where}: unknown operator {key!r} (known: "
                         + ", ".join(_OPERATORS)
                         + ")",
+                        operator=key,
+                    )
+                if operators and key not in _OPERATORS:
+                    # an object with an operator is all operators: a plain key beside
+                    # one would otherwise be read as an operator, or ignored
+                    raise FilterError(
+                        f"filter {where}: {key!r} is not an operator, but the object also "
+                        "has operators (an object either compares with $ operators or "
+                        "matches nested keys, not both)",
                         operator=key,
                     )
                 walk(sub, f"{where}[{key!r}]")
@@ -490,22 +537,99 @@ def _count(value: object, what: str) -> int:
     return value
 
 
-def _check_size(op: _Put, limits: Limits) -> None:
-    """Raise :class:`ItemValueError` when a put's value would make an episode or a fact
-    over ``limits``: its JSON text is the episode's ``store_value`` and the fact's payload."""
+def _episode_of(op: _Put) -> tuple[str, dict[str, Any]]:
+    """The content and metadata of the episode a put (or delete) records."""
+    if op.text is None:
+        return f"delete {op.key}", {"store_op": "delete", "store_key": op.key}
+    metadata: dict[str, Any] = {"store_op": "put", "store_key": op.key, "store_value": op.text}
+    if op.index is not None:
+        metadata[STORE_INDEX] = False if op.index is False else list(op.index)
+    return f"put {op.key}", metadata
+
+
+def _shown(key: str) -> str:
+    """``key`` for an error message: its repr, a long one cut short."""
+    return repr(key) if len(key) <= _KEY_SHOWN else repr(key[:_KEY_SHOWN]) + "…"
+
+
+class _PackRuntime:
+    """What the engine's :class:`~stargraph_mem.engine.passes.collect.Plan` reads of a
+    pass's runtime, for the store's pack (no pass runs here: only its size check)."""
+
+    def __init__(self, compiled: CompiledPack) -> None:
+        self.compiled = compiled
+        self.rules = dict(enumerate(compiled.rules))
+        self.builtins = set(EPISODE_BUILTINS)
+        self.plans: dict[tuple[str, Stamp | None], Plan] = {}
+
+
+@lru_cache(maxsize=1)
+def _fact_plans() -> tuple[Plan, ...]:
+    """The engine's plans of the pack's rules that make an item fact (a put's first and
+    later puts): their :meth:`Plan.too_large` is the check a pass makes of the fact."""
+    runtime = _PackRuntime(store_pack())
+    return tuple(
+        Plan(runtime, rule.program, None)
+        for rule in runtime.compiled.rules
+        if kind_creates(rule.program.info.rule.emit.kind)
+    )
+
+
+def _check_fact(op: _Put, limits: Limits, where: str) -> None:
+    """The item's fact of a put, as the engine's ``Plan.too_large`` checks it in a pass."""
     assert op.text is not None
-    size = utf8_size(op.text)
-    metadata = len(orjson.dumps({"store_op": "put", "store_key": op.key, "store_value": op.text}))
-    for what, used, most in (
-        ("fact_bytes", size + utf8_size(op.key), limits.fact_bytes),
-        ("metadata_bytes", metadata, limits.metadata_bytes),
-    ):
-        if used > most:
+    values = {"k": op.key, "v": op.text}
+    key_room = KEY_BYTES - utf8_size(partition_key(op.user, op.agent))
+    for plan in _fact_plans():
+        problem = plan.too_large(values, limits.fact_bytes, key_room)
+        if problem is None:
+            continue
+        sizes = {what: size(values) for what, size in plan.sizes}
+        total = sum(sizes.values())
+        if total > limits.fact_bytes:  # what too_large checks first
             raise ItemValueError(
-                f"value of {op.key!r} in {op.namespace!r} is {size:,} bytes of JSON; with its "
-                f"key that is {used:,} bytes, over the limit of {most:,} ({what})",
+                f"value of {where} is {utf8_size(op.text):,} bytes of JSON; the item's fact "
+                "(its key, the value as object and as payload, and the reason) would be "
+                f"{total:,} bytes, over the limit of {limits.fact_bytes:,} (fact_bytes)",
                 where=op.key,
-                limit=what,
+                limit="fact_bytes",
+            )
+        raise ItemValueError(
+            f"key {where} is {utf8_size(op.key):,} bytes (UTF-8): the item's fact's subject "
+            f"and predicate would be {sizes['subject'] + sizes['predicate']:,} bytes, over "
+            f"the {key_room:,} an indexed key leaves beside the partition key "
+            f"(KEY_BYTES {KEY_BYTES:,})",
+            where=op.key,
+            limit="KEY_BYTES",
+        )
+
+
+def _check_size(op: _Put, limits: Limits, session: str) -> None:
+    """Raise :class:`ItemValueError` when a put (or delete) would be refused after its
+    episode is written: the episode over ``limits`` (content, metadata JSON, scope key),
+    or the item's fact too large for any of the pack's rules that make it, measured by
+    the engine's own check (``Plan.too_large``: the fact's rendered text over
+    ``fact_bytes``, the value counted twice, as object and payload; its subject and
+    predicate over what :data:`KEY_BYTES` leaves beside the partition key)."""
+    where = f"{_shown(op.key)} in {op.namespace!r}"
+    if op.text is not None:
+        _check_fact(op, limits, where)
+    content, metadata = _episode_of(op)
+    episode = (
+        ("content", utf8_size(content), limits.content_bytes, "content_bytes"),
+        ("metadata JSON", len(orjson.dumps(metadata)), limits.metadata_bytes, "metadata_bytes"),
+        ("scope key", utf8_size(scope_key(op.user, session, op.agent)), KEY_BYTES, "KEY_BYTES"),
+    )
+    for what, used, most, limit in episode:
+        if used > most:
+            head = f"{'put' if op.text is not None else 'delete'} of {where}"
+            if op.text is not None and limit == "metadata_bytes":
+                head = f"value of {where} is {utf8_size(op.text):,} bytes of JSON"
+            raise ItemValueError(
+                f"{head}: its episode's {what} would be {used:,} bytes (UTF-8), over the "
+                f"limit of {most:,} ({limit})",
+                where=op.key,
+                limit=limit,
             )
 
 
@@ -647,6 +771,12 @@ class _SemanticIndex:
                     where="index.dims",
                 )
             embed = _embedder_function(embed)
+        if not isinstance(embed, str | Embeddings) and not callable(embed):
+            raise IndexConfigError(
+                "index 'embed' must be an Embeddings object, an embed function or a "
+                f"'provider:model' string, not {_a(embed)}",
+                where="index.embed",
+            )
         if isinstance(dims, bool) or not isinstance(dims, int) or dims < 1:
             raise IndexConfigError(
                 f"index needs 'dims', the length of the embeddings (got {dims!r})",
@@ -922,11 +1052,12 @@ class StargraphStore(BaseStore):
         return await self._acall(lambda: self._run(checked))
 
     def _checked(self, ops: Iterable[Op]) -> list[_Checked]:
-        """Every op checked (no I/O), values against the consolidator's size limits."""
+        """Every op checked (no I/O), puts and deletes against the consolidator's size
+        limits as their episode and the item's fact will be (see :func:`_check_size`)."""
         checked = [_check_op(op) for op in ops]
         for op in checked:
-            if isinstance(op, _Put) and op.text is not None:
-                _check_size(op, self.consolidator.limits)
+            if isinstance(op, _Put):
+                _check_size(op, self.consolidator.limits, self.session)
         return checked
 
     async def _run(self, ops: Sequence[_Checked]) -> list[Result]:
@@ -994,8 +1125,19 @@ class StargraphStore(BaseStore):
         if not current:
             return None
         fact = current[-1]
+        value = _held_value(fact)
+        if value is None:
+            raise ItemReadError(
+                f"key {_shown(op.key)} in {op.namespace!r}: its current fact {fact.id} holds "
+                "no item value (payload['value'] is not a JSON object's text; rule "
+                f"{fact.rule_id}), so it is not an item the store made: put the key again "
+                "to replace the fact, or delete it",
+                key=op.key,
+                namespace=op.namespace,
+                fact_id=fact.id,
+            )
         return Item(
-            value=item_value(fact),
+            value=value,
             key=op.key,
             namespace=op.namespace,
             created_at=await self._created_at(fact, versions),
@@ -1004,14 +1146,7 @@ class StargraphStore(BaseStore):
 
     async def _put(self, op: _Put) -> None:
         mem = self.consolidator
-        if op.text is None:
-            metadata: dict[str, Any] = {"store_op": "delete", "store_key": op.key}
-            content = f"delete {op.key}"
-        else:
-            metadata = {"store_op": "put", "store_key": op.key, "store_value": op.text}
-            if op.index is not None:
-                metadata[STORE_INDEX] = False if op.index is False else list(op.index)
-            content = f"put {op.key}"
+        content, metadata = _episode_of(op)
         episode = Episode(
             id=f"lg-{uuid.uuid4().hex}",
             content=content,
@@ -1046,16 +1181,27 @@ class StargraphStore(BaseStore):
 
     def _hit(self, op: _Search, fact: Fact) -> tuple[str, ...] | None:
         """The namespace of a fact the search may return (an addressable current item
-        whose value passes the filter), or ``None``."""
+        whose value passes the filter), or ``None``. A fact holding no item value (one
+        the pack did not make, as after an MCP ``correct_fact``) is no item: left out,
+        with a warning, so that it does not fail the search of the others."""
         if fact.predicate != ITEM_PREDICATE or not fact.is_current:
             return None
         namespace = namespace_of(fact.user, fact.agent)
         if namespace is None:
             return None
-        if op.filter is not None:
-            value = item_value(fact)
-            if not all(_matches(value.get(f), cond) for f, cond in op.filter.items()):
-                return None
+        value = _held_value(fact)
+        if value is None:
+            logger.warning(
+                "search leaves out fact %s (key %s in %r): it holds no item value",
+                fact.id,
+                _shown(fact.subject),
+                namespace,
+            )
+            return None
+        if op.filter is not None and not all(
+            _matches(value.get(f), cond) for f, cond in op.filter.items()
+        ):
+            return None
         return namespace
 
     async def _search(self, op: _Search) -> list[SearchItem]:

@@ -32,7 +32,7 @@ import sqlite3
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal, cast
 
@@ -57,7 +57,7 @@ from stargraph_mem.model.facts import Fact, FactHit, FactPattern, StatusChange
 from stargraph_mem.model.layers import RecallMode
 from stargraph_mem.model.lifecycle import spec_status
 from stargraph_mem.model.limits import KEY_BYTES, utf8_size
-from stargraph_mem.model.time import NaiveTimestampError, parse_iso
+from stargraph_mem.model.time import NaiveTimestampError, parse_iso, with_utc
 from stargraph_mem.stores.fact import BindingValue, SourceEpisode
 from stargraph_mem.stores.scope import partition_key
 from stargraph_mem.stores.sqlite.search import MAX_LIMIT
@@ -456,20 +456,13 @@ def _aware(value: str | None, name: str) -> datetime | None:
         return parse_iso(value)
     except NaiveTimestampError:
         raise ToolError(
-            f"{name} {value!r} has no UTC offset (write e.g. {_with_utc(value)})"
+            f"{name} {value!r} has no UTC offset (write e.g. {with_utc(value)})"
         ) from None
     except ValueError:
         raise ToolError(
             f"{name} {value!r} is not an ISO 8601 time with a UTC offset "
             "(e.g. 2026-11-01T09:00:00+00:00)"
         ) from None
-
-
-def _with_utc(naive: str) -> str:
-    """The time ``naive`` (an ISO 8601 text without a UTC offset) written with one, as
-    :func:`_aware` accepts it: ``2026-11-01`` is ``2026-11-01T00:00:00+00:00`` (a date
-    alone takes no offset: Python reads ``2026-11-01+00:00`` as naive midnight)."""
-    return datetime.fromisoformat(naive).replace(tzinfo=UTC).isoformat()
 
 
 def _raise_failed(failed: Sequence[PassReport]) -> None:

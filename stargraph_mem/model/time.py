@@ -119,6 +119,8 @@ def parse_iso(value: object) -> datetime:
     """
     if not isinstance(value, str):
         raise ValueError("expected an ISO-8601 timestamp string with a UTC offset")
+    if "\x00" in value:  # fromisoformat ignores a trailing NUL
+        raise ValueError(f"invalid timestamp {value!r}: it holds a NUL character")
     try:
         parsed = datetime.fromisoformat(value)
     except ValueError as exc:
@@ -126,6 +128,13 @@ def parse_iso(value: object) -> datetime:
     if parsed.utcoffset() is None:
         raise NaiveTimestampError(f"naive timestamp {value!r}: add a UTC offset such as +00:00")
     return parsed
+
+
+def with_utc(naive: str) -> str:
+    """The naive ISO 8601 time ``naive`` written with a UTC offset, in a form
+    :func:`parse_iso` accepts (for messages suggesting a fix): ``2026-11-01`` is
+    ``2026-11-01T00:00:00+00:00`` (Python reads ``2026-11-01+00:00`` as a naive date)."""
+    return datetime.fromisoformat(naive).replace(tzinfo=UTC).isoformat()
 
 
 def iso_us(value: object) -> int:
