@@ -220,6 +220,11 @@ def test_consolidate_now_leaves_later_episodes_pending_then_consumes_them_once(
     assert "episodes=1 " in result.stdout and "not_yet_due=2" in result.stdout
     assert f"not yet due: 2 episode(s) stamped after {first_night}" in result.stdout
     assert [f["object"] for f in _facts(db)] == ["one"]
+    both = [str(DEFAULT), "--pack", str(DEFAULT.parent / "dedup_against_facts.yaml")]
+    twice = invoke("consolidate", "--db", db, "--pack", *both, "--now", first_night, "--json")
+    document = json.loads(twice.stdout)  # pending for two packs: each episode counted once
+    assert [p["not_yet_due"] for p in document["passes"]] == [2, 2]
+    assert document["not_yet_due"] == 2
 
     again = invoke(
         "consolidate", "--db", db, "--pack", str(DEFAULT), "--now", first_night, "--json"

@@ -166,6 +166,25 @@ async def test_a_record_after_another_run_consumed_the_pending_episodes(
         assert await run_counts(a) == {ALICE.key: 3}
 
 
+async def test_a_cron_clock_starts_at_the_earliest_episode_whatever_was_stored_first(
+    new_location: NewLocation,
+) -> None:
+    """A partition's first episode stored may be stamped after the tick: its cron clock
+    still starts at the earliest episode's time, so the fire due at the tick runs (it
+    started at the tick, and skipped the fire, when the first one stored was the later)."""
+    night = datetime(2026, 11, 2, 3, 0, tzinfo=UTC)
+    late = obs(1, at=night + timedelta(hours=1))
+    early = obs(2, at=night - timedelta(hours=18))
+    clock = Clock(night)
+    async with opened(new_location(), '{cron: "0 3 * * *"}', clock) as mem:
+        await mem.memory.put_many([late, early])
+        assert fired(await mem.tick()) == [("alice", 1)]
+        assert [f.subject for f in await mem.facts()] == ["alice2"]
+        clock.at = night + timedelta(days=1)
+        assert fired(await mem.tick()) == [("alice", 1)]
+        assert sorted(f.subject for f in await mem.facts()) == ["alice1", "alice2"]
+
+
 async def test_cron_rules_do_not_fire_on_record(new_location: NewLocation) -> None:
     clock = Clock(datetime(2026, 5, 1, 10, tzinfo=UTC))
     async with opened(new_location(), '{cron: "* * * * *"}', clock) as mem:

@@ -101,6 +101,10 @@ class EpisodeRepository(IncrementalMemoryStore, Protocol):
 
     async def count_since_of(self, reads: Sequence[tuple[Partition, int]]) -> list[int]: ...
 
+    async def earliest_since_of(
+        self, reads: Sequence[tuple[Partition, int]]
+    ) -> list[int | None]: ...
+
     async def earlier_episodes(
         self,
         partition: Partition,

@@ -108,6 +108,6 @@ def after_pass(stored: Sequence[Deferral], time: PassTime | None) -> list[Deferr
     return sorted(kept, key=lambda d: (d.seq, d.rule_id))
 
 
-def not_yet_due(stored: Sequence[Deferral], now_us: int) -> int:
-    """How many distinct episodes among ``stored`` are stamped after ``now_us``."""
-    return len({d.seq for d in stored if d.ts_us > now_us})
+def not_yet_due(stored: Sequence[Deferral], now_us: int) -> frozenset[int]:
+    """The seqs of the distinct episodes among ``stored`` stamped after ``now_us``."""
+    return frozenset(d.seq for d in stored if d.ts_us > now_us)

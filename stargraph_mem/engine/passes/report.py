@@ -51,6 +51,8 @@ class PassReport:
     not_yet_due: int = 0
     """Episodes of the partition stamped after the pass time (``now``) that its rules have
     not consumed: they stay pending (deferred) until a pass whose time reaches them."""
+    not_yet_due_seqs: frozenset[int] = frozenset()
+    """Their seqs (so a run counts an episode pending for two packs once)."""
     deltas: list[MemoryDelta] = field(default_factory=list)
     """The pass's deltas, in order (empty when the run was told not to keep them)."""
     matched: list[dict[str, list[str]]] = field(default_factory=list)
@@ -226,11 +228,14 @@ class ConsolidationReport:
     @property
     def not_yet_due(self) -> int:
         """Episodes stamped after the pass time that stay pending: per pack and partition,
-        what its last pass left (an episode pending for two packs counts twice)."""
-        last: dict[tuple[str, str], int] = {}
+        what its last pass left, each episode counted once (pending for two packs, too)."""
+        last: dict[tuple[str, str], frozenset[int]] = {}
         for report in self.passes:
-            last[(report.pack, report.partition.key)] = report.not_yet_due
-        return sum(last.values())
+            last[(report.pack, report.partition.key)] = report.not_yet_due_seqs
+        pending: dict[str, set[int]] = defaultdict(set)
+        for (_, key), seqs in last.items():
+            pending[key] |= seqs
+        return sum(len(seqs) for seqs in pending.values())
 
     @property
     def fired(self) -> dict[str, list[Partition]]:

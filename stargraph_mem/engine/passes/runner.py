@@ -508,9 +508,10 @@ class PassRunner:
                 r.id: split.resumed.get(stamp.rule_id if stamp else r.id, set()) for r in rules
             }
         wanted = set(keys)
-        report.not_yet_due = not_yet_due(
+        report.not_yet_due_seqs = not_yet_due(
             [d for d in report.deferred_after() if d.rule_id in wanted], split.time.now_us
         )
+        report.not_yet_due = len(report.not_yet_due_seqs)
         return report, records
 
     def effective_marks(

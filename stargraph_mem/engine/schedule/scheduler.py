@@ -482,7 +482,8 @@ class Scheduler:
         self, pack: _Pack, partitions: Sequence[Partition], now: datetime, facts: _Facts
     ) -> None:
         """Start the cron clocks of (rule, partition) pairs never seen: at the earliest
-        unconsolidated episode's time (never later than now), else now."""
+        unconsolidated episode's time, whatever order the episodes were stored in (never
+        later than now), else now."""
         now_us = to_us(now)
         missing = [
             (rule, partition)
@@ -499,22 +500,21 @@ class Scheduler:
     async def _anchors_us(
         self, pack: _Pack, missing: Sequence[tuple[CadenceRule, Partition]], now_us: int
     ) -> list[tuple[str, Partition, int]]:
-        """Each pair's anchor: its first unconsolidated episode's time (never later than
-        now), else now; read for all pairs at once."""
+        """Each pair's anchor: the earliest time of its unconsolidated episodes (never later
+        than now), else now; read for all pairs at once. The earliest by time, not the first
+        stored: an episode stored first but stamped after now must not start the clock at
+        now, past the fire due for the earlier ones."""
         if not missing:
             return []
         parts = list(dict.fromkeys(partition for _, partition in missing))
         marks = dict(zip(parts, await self.facts.pass_bases(pack.marks, parts), strict=True))
         after = [(p, marks[p][0].get(rule.id, 0)) for rule, p in missing]
         wanted = list(dict.fromkeys(after))  # rules of one partition share a watermark
-        reads = await self.memory.since_checked_of(wanted, limit=1)
-        firsts: dict[tuple[Partition, int], int] = {}
-        for (partition, mark), read in zip(wanted, reads, strict=True):
-            if read.quarantined:  # the first row is unreadable: look past it
-                first = await self.memory.since(partition, mark, limit=1)
-            else:
-                first = read.records
-            firsts[(partition, mark)] = min(now_us, to_us(first[0].timestamp)) if first else now_us
+        earliest = await self.memory.earliest_since_of(wanted)
+        firsts: dict[tuple[Partition, int], int] = {
+            read: now_us if first is None else min(now_us, first)
+            for read, first in zip(wanted, earliest, strict=True)
+        }
         return [
             (rule.id, partition, firsts[read])
             for (rule, partition), read in zip(missing, after, strict=True)

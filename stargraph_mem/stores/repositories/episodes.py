@@ -119,6 +119,7 @@ class _Statements:
     count_since: str
     since_of: str
     count_of: str
+    earliest_of: str
     last_seq: str
     schema_version: str
     load: str
@@ -166,6 +167,11 @@ def _statements(dialect: Dialect) -> _Statements:
         since_of=sql(dialect.since_of(read)),
         count_of=sql(
             "SELECT r.i, (SELECT count(*) FROM episodes e "
+            f"WHERE e.partition_key = r.k AND e.seq > r.after) FROM {dialect.read_rows()} "
+            "ORDER BY r.i"
+        ),
+        earliest_of=sql(
+            "SELECT r.i, (SELECT min(e.ts_us) FROM episodes e "
             f"WHERE e.partition_key = r.k AND e.seq > r.after) FROM {dialect.read_rows()} "
             "ORDER BY r.i"
         ),
@@ -583,6 +589,19 @@ class Episodes:
         async with self._reading() as db:
             rows = await db.fetch(_statements(self.dialect).count_of, _reads(self.dialect, reads))
         return [int(count) for _, count in rows]
+
+    async def earliest_since_of(
+        self: EpisodeAccess, reads: Sequence[tuple[Partition, int]]
+    ) -> list[int | None]:
+        """The earliest timestamp (UTC µs) of the episodes stored after each
+        ``(partition, after_seq)`` pair, whatever order they were stored in, in one
+        statement; None when there are none (or, SQLite, only rows whose ``ts_us`` is not
+        an integer: corrupt rows, which reads quarantine)."""
+        async with self._reading() as db:
+            rows = await db.fetch(
+                _statements(self.dialect).earliest_of, _reads(self.dialect, reads)
+            )
+        return [first if type(first) is int else None for _, first in rows]
 
 
 _STORED: Final = tuple(column.strip().strip('"') for column in STORED_COLUMNS.split(","))
