@@ -540,10 +540,10 @@ def emit(draw: Draw, state: RuleState, *, claim: bool, has_episode: bool) -> dic
     if kind == "delete" and draw(st.booleans()):
         status = draw(st.sampled_from(CLOSE_STATUSES))
         targets = [f for f in facts if f not in out["replaces"]]
-        if status == "merged" and not targets:
+        if status in ("merged", "superseded") and not targets:
             status = "invalidated"  # a merge needs a matched fact it is not replacing
         out["status"] = status
-        if status == "merged":
+        if status in ("merged", "superseded"):  # so does a successor
             out["merged_into"] = draw(st.sampled_from(targets))
     unused = [
         n
