@@ -815,7 +815,8 @@ def test_valid_packs_build_and_run(body: dict[str, Any], data: st.DataObject) ->
     # refused for what the data held: fact text of variables that rendered ""; an update
     # or delete whose {list: x} was empty, held what cannot be a fact id, or named what is
     # not a current fact; two
-    # patterns of a rule that matched one fact, then replaced twice; a fact another delta
+    # patterns of a rule that matched one fact, then replaced twice (or replaced and named
+    # as its own successor); a fact another delta
     # replaced already (identical deltas of a pass share one content-derived fact id), or
     # made by a delta refused for these reasons
     data_dependent = (
@@ -823,6 +824,7 @@ def test_valid_packs_build_and_run(body: dict[str, Any], data: st.DataObject) ->
         "replaces: List should",
         "String should match pattern",
         "replaces names the same fact twice",
+        "cannot be merged into or superseded by itself",  # its two patterns matched one fact
         "unresolved reference: fact ",
         "replaces names facts that are not current in this partition",
     )
