@@ -309,8 +309,8 @@ async def test_a_statement_over_the_size_limits_is_refused_before_recording(
             client, "remember_fact", user="u", agent="a", subject="s", predicate="p", object=huge
         ) == said(
             "remember_fact",
-            "the statement is 70,002 bytes (UTF-8; object 70,000), over the limit of 65,536 "
-            "a fact may hold (fact_bytes); nothing was recorded",
+            "the statement would be 70,002 bytes (UTF-8; object 70,000), over the limit of "
+            "65,536 (fact_bytes); nothing was recorded",
         )
         assert await refused(
             client,
@@ -322,15 +322,15 @@ async def test_a_statement_over_the_size_limits_is_refused_before_recording(
             object="o",
         ) == said(
             "remember_fact",
-            "the subject and predicate are 2,601 bytes (UTF-8), over the 2,584 an indexed key "
+            "the subject and predicate would be 2,601 bytes (UTF-8), over the 2,584 an indexed key "
             "leaves beside the partition key (KEY_BYTES 2,600); nothing was recorded",
         )
         assert await refused(
             client, "correct_fact", fact_id=fact["id"], object=huge, reason="longer"
         ) == said(
             "correct_fact",
-            "the statement is 70,002 bytes (UTF-8; object 70,000), over the limit of 65,536 "
-            "a fact may hold (fact_bytes); nothing was recorded",
+            "the statement would be 70,002 bytes (UTF-8; object 70,000), over the limit of "
+            "65,536 (fact_bytes); nothing was recorded",
         )
         assert await snapshot(mem.fact_store) == before  # type: ignore[arg-type]
 

@@ -56,7 +56,7 @@ from stargraph_mem.model.episodes import Episode
 from stargraph_mem.model.facts import Fact, FactHit, FactPattern, StatusChange
 from stargraph_mem.model.layers import RecallMode
 from stargraph_mem.model.lifecycle import spec_status
-from stargraph_mem.model.limits import KEY_BYTES, utf8_size
+from stargraph_mem.model.limits import KEY_BYTES, fact_size_problem, utf8_size
 from stargraph_mem.model.time import NaiveTimestampError, parse_iso, with_utc
 from stargraph_mem.stores.fact import BindingValue, SourceEpisode
 from stargraph_mem.stores.scope import partition_key
@@ -525,22 +525,14 @@ def _too_large(mem: Consolidator, user: str, agent: str, triple: Sequence[str]) 
     text against (see :meth:`~stargraph_mem.engine.passes.collect.Plan.too_large`), measured
     on the statement alone, so it is refused before its episode is recorded."""
     sizes = dict(zip(("subject", "predicate", "object"), map(utf8_size, triple), strict=True))
-    total = sum(sizes.values())
-    most = mem.limits.fact_bytes
-    if total > most:
-        biggest = max(sizes, key=lambda what: sizes[what])
-        return (
-            f"the statement is {total:,} bytes (UTF-8; {biggest} {sizes[biggest]:,}), over "
-            f"the limit of {most:,} a fact may hold (fact_bytes)"
-        )
-    key = sizes["subject"] + sizes["predicate"]
     room = KEY_BYTES - utf8_size(partition_key(user, agent))
-    if key > room:
-        return (
-            f"the subject and predicate are {key:,} bytes (UTF-8), over the {room:,} an "
-            f"indexed key leaves beside the partition key (KEY_BYTES {KEY_BYTES:,})"
-        )
-    return None
+    return fact_size_problem(
+        sizes,
+        mem.limits.fact_bytes,
+        room,
+        whole="the statement",
+        key="the subject and predicate",
+    )
 
 
 def _rejections(passes: Sequence[PassReport], episode: Episode) -> str:

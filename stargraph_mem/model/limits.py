@@ -10,6 +10,7 @@ set them: :data:`KEY_BYTES` (PostgreSQL's B-tree row size) and
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -25,6 +26,7 @@ __all__ = [
     "SEARCH_TEXT_CHARS",
     "TEMPLATE_CHARS_MAX",
     "Limits",
+    "fact_size_problem",
     "over",
     "utf8_size",
 ]
@@ -94,3 +96,28 @@ def over(text: str, limit: int) -> int | None:
         return None
     size = utf8_size(text)
     return size if size > limit else None
+
+
+def fact_size_problem(
+    sizes: Mapping[str, int], most: int, key_room: int, *, whole: str, key: str
+) -> str | None:
+    """Why a fact of texts of these UTF-8 ``sizes`` (by part: ``subject``, ``predicate``,
+    ``object``, and any others it renders) cannot be written, or ``None``: together over
+    ``most`` bytes (``fact_bytes``), or subject and predicate over ``key_room`` (what an
+    indexed key leaves beside the partition key: ``KEY_BYTES`` less its size). ``whole``
+    and ``key`` name the texts measured in each case ("its rendered text", "its subject
+    and predicate")."""
+    total = sum(sizes.values())
+    if total > most:
+        biggest = max(sizes, key=lambda what: sizes[what])
+        return (
+            f"{whole} would be {total:,} bytes (UTF-8; {biggest} {sizes[biggest]:,}), over "
+            f"the limit of {most:,} (fact_bytes)"
+        )
+    both = sizes["subject"] + sizes["predicate"]
+    if both > key_room:
+        return (
+            f"{key} would be {both:,} bytes (UTF-8), over the {key_room:,} an indexed key "
+            f"leaves beside the partition key (KEY_BYTES {KEY_BYTES:,})"
+        )
+    return None

@@ -47,7 +47,7 @@ from stargraph_mem.model.layers import (
     least_trust,
     stored_trust,
 )
-from stargraph_mem.model.limits import DEFAULT_FACT_BYTES, KEY_BYTES, utf8_size
+from stargraph_mem.model.limits import DEFAULT_FACT_BYTES, KEY_BYTES, fact_size_problem, utf8_size
 from stargraph_mem.model.time import to_us, to_utc
 from stargraph_mem.stores.fact import EngineFact
 from stargraph_mem.stores.memory import EpisodeRecord
@@ -493,21 +493,10 @@ class Plan:
         ``most`` UTF-8 bytes together, or its subject and predicate over ``key_room``
         (what an indexed key leaves beside the partition key)."""
         sizes = {what: size(values) for what, size in self.sizes}
-        total = sum(sizes.values())
-        if total > most:
-            biggest = max(sizes, key=lambda what: sizes[what])
-            return (
-                f"delta too large: its rendered text would be {total:,} bytes (UTF-8; "
-                f"{biggest} {sizes[biggest]:,}), over the limit of {most:,} (fact_bytes)"
-            )
-        key = sizes["subject"] + sizes["predicate"]
-        if key > key_room:
-            return (
-                f"delta too large: its subject and predicate would be {key:,} bytes "
-                f"(UTF-8), over the {key_room:,} an indexed key leaves beside the "
-                f"partition key (KEY_BYTES {KEY_BYTES:,})"
-            )
-        return None
+        problem = fact_size_problem(
+            sizes, most, key_room, whole="its rendered text", key="its subject and predicate"
+        )
+        return None if problem is None else f"delta too large: {problem}"
 
 
 def _matched(anchor: EpisodeRecord | None, refs: Mapping[str, Any]) -> dict[str, list[str]]:
