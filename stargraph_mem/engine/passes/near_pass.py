@@ -181,6 +181,12 @@ class NearPass:
                 ranked[key] = self.index.neighbours(rel, query, ahead=ahead)
             self.put(n, rel, "", ranked[key])
 
+    def forget_ahead(self) -> None:
+        """Drop the fast scores made ahead: they are this pass's only (a kept index would
+        hold them for nothing until its next pass)."""
+        self.index.block = None
+        self.scored = None
+
     def ahead(self, n: int) -> int | None:
         """Episode ``n``'s row among the fast scores the index made ahead, making them for
         it and the next episodes (up to :data:`SCORED_AHEAD`) when they are not made yet;

@@ -561,7 +561,7 @@ class PackRuntime:
         collector.collect(lines)
         out.facts_after = collector.facts_after()
         if near is not None:
-            near.index.block = None  # the fast scores made ahead are this pass's only
+            near.forget_ahead()
         if near is not None and out.facts_after is not None:
             near.sync(later=True)  # what the last episode (or the sweep) made and closed
             self._keep_near(job.partition.key, near.index, collector, out.facts_after)
